@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuplane/gpuplane/internal/cliutil"
+)
+
+// NewRoot returns the gpuplane root command with every sub-command.
+func NewRoot(name string, stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   name,
+		Short: "GPU management for Kubernetes: scheduling simulation, local clusters, cluster status",
+		Long: `gpuplane manages NVIDIA GPUs in Kubernetes clusters.
+
+It bundles a node agent (device plugin, health, feature labels, metrics),
+a GPU batch scheduler (queues, gangs, fair share, preemption, topology-aware
+placement) and this CLI, which simulates scheduling policies on real cluster
+traces and brings up a local cluster with simulated GPU nodes.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cliutil.UsageError{Err: err} })
+	for _, sub := range subcommands() {
+		root.AddCommand(sub)
+	}
+	return root
+}
+
+// Main runs the CLI and returns the process exit code: 0 on success, 2 for
+// usage errors, 1 for everything else.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	name := "gpuplane"
+	root := NewRoot(name, stdout, stderr)
+	root.SetArgs(args)
+	return cliutil.Exit(root.ExecuteContext(ctx), filepath.Base(name), stderr)
+}
