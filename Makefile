@@ -5,6 +5,8 @@ BIN := $(CURDIR)/bin
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 GOTESTFLAGS ?= -race -count=1
+# go-nvml's cgo preamble declares deprecated NVML calls; their warnings are noise.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 
 .PHONY: help build test test-unit lint verify demo bench clean

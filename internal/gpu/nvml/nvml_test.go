@@ -1,0 +1,305 @@
+package nvml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+)
+
+// TestMain lets the driverless test run Open in a child process: a call
+// into NVML after a failed Init would kill the process, so the parent
+// checks that the child survives and exits normally.
+func TestMain(m *testing.M) {
+	if os.Getenv("GPUPLANE_NVML_CHILD") == "1" {
+		_, err := Open(Options{})
+		fmt.Printf("no-driver=%v\n%v\n", errors.Is(err, gpu.ErrNoDriver), err)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestOpenWithoutDriverFailsCleanly(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		t.Skip("this machine has an NVIDIA driver")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GPUPLANE_NVML_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child process died (%v); output:\n%s", err, out)
+	}
+	for _, want := range []string{"no-driver=true", "libnvidia-ml.so.1", "NVIDIA driver installed", "--simulate", "failOnInitError"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestInitErrorHints(t *testing.T) {
+	tests := []struct {
+		name     string
+		ret      gonvml.Return
+		want     string
+		noDriver bool
+	}{
+		{"library missing", gonvml.ERROR_LIBRARY_NOT_FOUND, "NVIDIA container runtime", true},
+		{"module not loaded", gonvml.ERROR_DRIVER_NOT_LOADED, "kernel module is not loaded", true},
+		{"permission", gonvml.ERROR_NO_PERMISSION, "privileged", false},
+		{"version mismatch", gonvml.ERROR_LIB_RM_VERSION_MISMATCH, "Reboot", false},
+		{"other", gonvml.ERROR_UNKNOWN, "nvidia-smi", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lib := dgxh100.New()
+			lib.InitFunc = func() gonvml.Return { return tt.ret }
+			calls := 0
+			lib.DeviceGetCountFunc = func() (int, gonvml.Return) { calls++; return 0, gonvml.SUCCESS }
+			_, err := Open(Options{Library: lib})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Open error = %v, want it to mention %q", err, tt.want)
+			}
+			if errors.Is(err, gpu.ErrNoDriver) != tt.noDriver {
+				t.Errorf("errors.Is(ErrNoDriver) = %v, want %v", !tt.noDriver, tt.noDriver)
+			}
+			if calls != 0 {
+				t.Errorf("NVML was called %d times after a failed Init", calls)
+			}
+		})
+	}
+}
+
+// fakeDGX decorates go-nvml's mock DGX H100 with what a real one answers
+// and the mock leaves unset: PCI bus IDs, NUMA nodes, NVSwitch links,
+// common PCIe ancestors and telemetry.
+func fakeDGX(t *testing.T) *server.Server {
+	t.Helper()
+	s := dgxh100.New()
+	for i, d := range s.Devices {
+		dev := d.(*server.Device)
+		dev.UUID = fmt.Sprintf("GPU-00000000-0000-0000-0000-00000000000%d", i)
+		bus := fmt.Sprintf("00000000:%02X:00.0", 0x18+i*0x10)
+		dev.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) {
+			var p gonvml.PciInfo
+			for j, c := range bus {
+				p.BusId[j] = int8(c)
+			}
+			return p, gonvml.SUCCESS
+		}
+		dev.GetGpuInstanceByIdFunc = func(id int) (gonvml.GpuInstance, gonvml.Return) {
+			dev.RLock()
+			defer dev.RUnlock()
+			for gi := range dev.GpuInstances {
+				if int(gi.Info.Id) == id {
+					gi.GetComputeInstanceByIdFunc = func(ciID int) (gonvml.ComputeInstance, gonvml.Return) {
+						gi.RLock()
+						defer gi.RUnlock()
+						for ci := range gi.ComputeInstances {
+							if int(ci.Info.Id) == ciID {
+								return ci, gonvml.SUCCESS
+							}
+						}
+						return nil, gonvml.ERROR_NOT_FOUND
+					}
+					return gi, gonvml.SUCCESS
+				}
+			}
+			return nil, gonvml.ERROR_NOT_FOUND
+		}
+		dev.GetNumaNodeIdFunc = func() (int, gonvml.Return) { return i / 4, gonvml.SUCCESS }
+		dev.GetNvLinkStateFunc = func(link int) (gonvml.EnableState, gonvml.Return) {
+			if link >= 18 {
+				return 0, gonvml.ERROR_INVALID_ARGUMENT
+			}
+			return gonvml.FEATURE_ENABLED, gonvml.SUCCESS
+		}
+		dev.GetNvLinkRemoteDeviceTypeFunc = func(int) (gonvml.IntNvLinkDeviceType, gonvml.Return) {
+			return gonvml.NVLINK_DEVICE_TYPE_SWITCH, gonvml.SUCCESS
+		}
+		dev.GetTopologyCommonAncestorFunc = func(other gonvml.Device) (gonvml.GpuTopologyLevel, gonvml.Return) {
+			if other.(*server.Device).Index/4 == i/4 {
+				return gonvml.TOPOLOGY_NODE, gonvml.SUCCESS
+			}
+			return gonvml.TOPOLOGY_SYSTEM, gonvml.SUCCESS
+		}
+	}
+	return s
+}
+
+func TestInventoryOnMockDGX(t *testing.T) {
+	ctx := context.Background()
+	b, err := Open(Options{Library: fakeDGX(t), Hostname: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sys, err := b.System(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys.DriverVersion != "550.54.15" || sys.CUDADriverVersion.String() != "12.4" || sys.Hostname != "node-a" {
+		t.Errorf("System = %+v", sys)
+	}
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 8 {
+		t.Fatalf("got %d devices, want 8", len(devs))
+	}
+	d := devs[5]
+	if d.Name != "NVIDIA H100 80GB HBM3" || d.MemoryMiB != 81920 || d.Architecture != gpu.ArchHopper ||
+		d.ComputeCapability.String() != "9.0" || d.NUMANode != 1 || d.PCIBusID != "0000:68:00.0" || d.Path() != "/dev/nvidia5" {
+		t.Errorf("device 5 = %+v", d)
+	}
+	topo, err := b.Topology(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		for j := range 8 {
+			l, ok := topo.Between(i, j)
+			if i == j {
+				continue
+			}
+			if !ok || l.String() != "NV18" {
+				t.Errorf("link %d-%d = %v (known %v), want NV18", i, j, l, ok)
+			}
+		}
+	}
+}
+
+func TestTopologyOfUnreadableGPUIsUnknown(t *testing.T) {
+	s := fakeDGX(t)
+	s.Devices[3].(*server.Device).GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) {
+		return gonvml.PciInfo{}, gonvml.ERROR_GPU_IS_LOST
+	}
+	b, err := Open(Options{Library: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := b.Topology(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := topo.Between(3, 0); ok {
+		t.Error("link 3-0 known, want unknown for a GPU that cannot be read")
+	}
+	if l, ok := topo.Between(0, 1); !ok || l.NVLinks != 18 {
+		t.Errorf("link 0-1 = %v, %v; other GPUs must stay known", l, ok)
+	}
+}
+
+func TestMIGOnMockDGX(t *testing.T) {
+	ctx := context.Background()
+	s := fakeDGX(t)
+	b, err := Open(Options{Library: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	profiles, err := b.MIGProfiles(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]gpu.MIGProfile{}
+	for _, p := range profiles {
+		names[p.Name] = p
+	}
+	for _, want := range []string{"1g.10gb", "1g.10gb+me", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"} {
+		if _, ok := names[want]; !ok {
+			t.Errorf("profile %s missing from %v", want, names)
+		}
+	}
+	if got := names["1g.10gb"].InstanceCount; got != 7 {
+		t.Errorf("1g.10gb instance count = %d, want 7", got)
+	}
+	gi, err := b.CreateGPUInstance(ctx, 0, "3g.40gb", &gpu.Placement{Start: 4, Size: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gi.Placement != (gpu.Placement{Start: 4, Size: 4}) || gi.Profile != "3g.40gb" {
+		t.Errorf("GPU instance = %+v", gi)
+	}
+	ci, err := b.CreateComputeInstance(ctx, 0, gi.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.Profile != "3g.40gb" {
+		t.Errorf("compute instance profile = %q, want 3g.40gb", ci.Profile)
+	}
+	if _, err := b.CreateGPUInstance(ctx, 0, "9g.90gb", nil); !errors.Is(err, gpu.ErrNotFound) {
+		t.Errorf("unknown profile: err = %v, want ErrNotFound", err)
+	}
+	gis, err := b.GPUInstances(ctx, 0)
+	if err != nil || len(gis) != 1 {
+		t.Fatalf("GPUInstances = %v, %v", gis, err)
+	}
+	if err := b.DestroyComputeInstance(ctx, 0, gi.ID, ci.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DestroyGPUInstance(ctx, 0, gi.ID); err != nil {
+		t.Fatal(err)
+	}
+	if gis, _ := b.GPUInstances(ctx, 0); len(gis) != 0 {
+		t.Errorf("GPU instances left after destroy: %v", gis)
+	}
+}
+
+func TestSampleCountsMissingFieldsAndLostGPU(t *testing.T) {
+	ctx := context.Background()
+	s := fakeDGX(t)
+	dev := s.Devices[2].(*server.Device)
+	dev.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) {
+		return gonvml.Utilization{Gpu: 87, Memory: 40}, gonvml.SUCCESS
+	}
+	dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+		return gonvml.Memory_v2{Total: 80 << 30, Used: 10 << 30, Free: 69 << 30, Reserved: 1 << 30}, gonvml.SUCCESS
+	}
+	notSupported := func(d *server.Device) {
+		d.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
+		d.GetFieldValuesFunc = func([]gonvml.FieldValue) gonvml.Return { return gonvml.ERROR_NOT_SUPPORTED }
+		d.GetPowerUsageFunc = func() (uint32, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
+		d.GetTotalEnergyConsumptionFunc = func() (uint64, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
+		d.GetClockInfoFunc = func(gonvml.ClockType) (uint32, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
+		d.GetPcieReplayCounterFunc = func() (int, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
+		d.GetTotalEccErrorsFunc = func(gonvml.MemoryErrorType, gonvml.EccCounterType) (uint64, gonvml.Return) {
+			return 0, gonvml.ERROR_NOT_SUPPORTED
+		}
+		d.GetRemappedRowsFunc = func() (int, int, bool, bool, gonvml.Return) { return 0, 0, false, false, gonvml.ERROR_NOT_SUPPORTED }
+	}
+	notSupported(dev)
+	b, err := Open(Options{Library: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var smp gpu.Sample
+	if err := b.Sample(ctx, 2, &smp); err != nil {
+		t.Fatal(err)
+	}
+	if smp.GPUUtil != 87 || smp.MemCopyUtil != 40 || smp.FBUsedMiB != 10240 || smp.FBReservedMiB != 1024 || smp.MissingFieldsCount != 12 {
+		t.Errorf("sample = %+v", smp)
+	}
+	lost := s.Devices[4].(*server.Device)
+	notSupported(lost)
+	lost.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) { return gonvml.Utilization{}, gonvml.ERROR_GPU_IS_LOST }
+	lost.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) { return gonvml.Memory_v2{}, gonvml.ERROR_GPU_IS_LOST }
+	lost.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) { return gonvml.Memory{}, gonvml.ERROR_GPU_IS_LOST }
+	if err := b.Sample(ctx, 4, &smp); !errors.Is(err, gpu.ErrGPULost) {
+		t.Errorf("lost GPU: err = %v, want ErrGPULost", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sample(ctx, 2, &smp); !errors.Is(err, gpu.ErrClosed) {
+		t.Errorf("after Close: err = %v, want ErrClosed", err)
+	}
+}
