@@ -4,12 +4,14 @@ GO ?= go
 BIN := $(CURDIR)/bin
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+CONTROLLER_GEN_VERSION := v0.21.0
+CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOTESTFLAGS ?= -race -count=1
 # go-nvml's cgo preamble declares deprecated NVML calls; their warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 
-.PHONY: help build test test-unit lint verify demo bench clean
+.PHONY: help build test test-unit lint verify generate demo bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -32,7 +34,18 @@ $(GOLANGCI_LINT):
 lint: $(GOLANGCI_LINT) ## golangci-lint v2 with the project's rules (.golangci.yml)
 	$(GOLANGCI_LINT) run ./...
 
-verify: ## fail when formatting, go.mod or generated files are stale
+$(CONTROLLER_GEN):
+	@mkdir -p $(BIN)
+	@echo "installing controller-gen $(CONTROLLER_GEN_VERSION) into bin/ (first time only)"
+	GOBIN=$(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	@mv $(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen $@ && rmdir $(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION)
+
+generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from api/
+	$(CONTROLLER_GEN) object paths=./api/scheduling/...
+	$(CONTROLLER_GEN) crd paths=./api/scheduling/... output:crd:artifacts:config=deploy/crds
+
+verify: generate ## fail when formatting, go.mod or generated files are stale
+	@test -z "$$(git status --porcelain -- api deploy/crds)" || { git status --short -- api deploy/crds; echo "generated files are stale: run 'make generate' and commit them"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) mod tidy -diff
 	$(GO) vet ./...

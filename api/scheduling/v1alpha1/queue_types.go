@@ -1,0 +1,145 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Queue shares cluster resources among the workloads submitted to it.
+// Queues form a tree through spec.parent: a parent lends its children's
+// unused guarantees to their siblings and reclaims them when the owner
+// needs them back.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=gq;gpuqueue
+// +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.parent) || self.spec.parent != self.metadata.name",message="a queue cannot be its own parent"
+// +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.spec.parent`
+// +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`
+// +kubebuilder:printcolumn:name="Admitted",type=integer,JSONPath=`.status.admitted`
+// +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pending`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Queue struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   QueueSpec   `json:"spec,omitempty"`
+	Status QueueStatus `json:"status,omitempty"`
+}
+
+// QueueSpec is a queue's place in the hierarchy and its share of resources.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.parent) || self.parent != ''",message="parent must be a queue name or omitted"
+type QueueSpec struct {
+	// Parent is the name of the parent Queue. A queue without a parent is a
+	// root of the hierarchy.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Parent string `json:"parent,omitempty"`
+
+	// Resources are the queue's guarantees, limits and weights, one entry
+	// per resource name (cpu, memory, nvidia.com/gpu, ...). A resource not
+	// listed has no guarantee, no limit and weight 1.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Resources []QueueResource `json:"resources,omitempty"`
+
+	// Priority orders this queue against its siblings: a higher-priority
+	// queue's workloads are considered first.
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+
+	// Preemption says whether workloads in this queue may evict
+	// lower-priority workloads of the same queue.
+	// +optional
+	// +kubebuilder:default=LowerPriority
+	Preemption PreemptionPolicy `json:"preemption,omitempty"`
+
+	// Reclaim says whether this queue may take back its guaranteed share
+	// (and its fair share) from queues that borrowed it.
+	// +optional
+	// +kubebuilder:default=Any
+	Reclaim ReclaimPolicy `json:"reclaim,omitempty"`
+}
+
+// QueueResource is a queue's share of one resource.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.guaranteed) || !has(self.limit) || quantity(string(self.guaranteed)).compareTo(quantity(string(self.limit))) <= 0",message="guaranteed must not exceed limit"
+type QueueResource struct {
+	// Name of the resource, as pods request it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Guaranteed is what the queue can always get back, borrowing or not.
+	// +optional
+	Guaranteed *resource.Quantity `json:"guaranteed,omitempty"`
+
+	// Limit caps what the queue may use, borrowed resources included.
+	// Unset means no cap beyond the parent's.
+	// +optional
+	Limit *resource.Quantity `json:"limit,omitempty"`
+
+	// Weight is the queue's share, relative to its siblings, of whatever is
+	// left once every guarantee is met.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	Weight int32 `json:"weight,omitempty"`
+}
+
+// PreemptionPolicy says which workloads a queue's workloads may evict.
+// +kubebuilder:validation:Enum=LowerPriority;Never
+type PreemptionPolicy string
+
+// Preemption policies.
+const (
+	PreemptLowerPriority PreemptionPolicy = "LowerPriority"
+	PreemptNever         PreemptionPolicy = "Never"
+)
+
+// ReclaimPolicy says whether a queue takes back lent resources.
+// +kubebuilder:validation:Enum=Any;Never
+type ReclaimPolicy string
+
+// Reclaim policies.
+const (
+	ReclaimAny   ReclaimPolicy = "Any"
+	ReclaimNever ReclaimPolicy = "Never"
+)
+
+// QueueStatus is what the scheduler last observed of a queue.
+type QueueStatus struct {
+	// Usage is what the queue's admitted workloads hold.
+	// +optional
+	Usage corev1.ResourceList `json:"usage,omitempty"`
+	// FairShare is what the queue is entitled to now, given its siblings'
+	// demand.
+	// +optional
+	FairShare corev1.ResourceList `json:"fairShare,omitempty"`
+	// Pending counts pod groups waiting in the queue.
+	// +optional
+	Pending int32 `json:"pending,omitempty"`
+	// Admitted counts pod groups placed from the queue.
+	// +optional
+	Admitted int32 `json:"admitted,omitempty"`
+	// Conditions: Valid says whether the queue's settings are consistent
+	// with its parent and children.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// QueueList is a list of Queues.
+//
+// +kubebuilder:object:root=true
+type QueueList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Queue `json:"items"`
+}

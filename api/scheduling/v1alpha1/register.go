@@ -1,0 +1,41 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupName is the API group of gpuplane's scheduling resources.
+const GroupName = "scheduling.gpuplane.io"
+
+// SchemeGroupVersion is this package's group and version.
+var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
+
+// AddToScheme registers this package's types with a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(SchemeGroupVersion, &Queue{}, &QueueList{}, &PodGroup{}, &PodGroupList{})
+	metav1.AddToGroupVersion(s, SchemeGroupVersion)
+	return nil
+}
+
+// Labels and annotations by which pods and namespaces take part.
+const (
+	// QueueLabel names the Queue a pod (or its PodGroup) is submitted to.
+	QueueLabel = "scheduling.gpuplane.io/queue"
+	// PodGroupLabel names the PodGroup (in the pod's namespace) a pod
+	// belongs to.
+	PodGroupLabel = "scheduling.gpuplane.io/pod-group"
+	// DefaultQueueAnnotation on a Namespace names the queue its pods go to
+	// when they name none.
+	DefaultQueueAnnotation = "scheduling.gpuplane.io/default-queue"
+	// SchedulerPluginsPodGroupLabel is scheduler-plugins' pod group label,
+	// accepted as an alias of PodGroupLabel.
+	SchedulerPluginsPodGroupLabel = "scheduling.x-k8s.io/pod-group"
+	// KueueQueueLabel is Kueue's queue label, accepted as an alias of
+	// QueueLabel.
+	KueueQueueLabel = "kueue.x-k8s.io/queue-name"
+	// SchedulerName is what pods set in spec.schedulerName to be scheduled
+	// by gpuplane-scheduler.
+	SchedulerName = "gpuplane-scheduler"
+)
