@@ -107,9 +107,11 @@ func (f *fakeBackend) set(fn func(f *fakeBackend)) {
 
 type fakeSub struct{ ch chan gpu.Event }
 
-func (s *fakeSub) Events() <-chan gpu.Event      { return s.ch }
-func (s *fakeSub) Unmonitored() map[string]error { return map[string]error{"GPU-3": errors.New("not supported")} }
-func (s *fakeSub) Close() error                  { return nil }
+func (s *fakeSub) Events() <-chan gpu.Event { return s.ch }
+func (s *fakeSub) Unmonitored() map[string]error {
+	return map[string]error{"GPU-3": errors.New("not supported")}
+}
+func (s *fakeSub) Close() error { return nil }
 
 func devices() []gpu.Device {
 	var out []gpu.Device
