@@ -155,4 +155,3 @@ func (s *subscription) send(ctx context.Context, ev gpu.Event) {
 	case <-ctx.Done():
 	}
 }
-
