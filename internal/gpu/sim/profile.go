@@ -1,0 +1,398 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+)
+
+// Profile describes a simulated node: its driver stack, its GPUs and how
+// they connect. Built-in profiles come from Builtin, custom ones from Load;
+// a test may also build one by hand and check it with Validate.
+type Profile struct {
+	// Name identifies the profile; the backend's Name is "sim:" + Name.
+	Name              string
+	DriverVersion     string
+	CUDADriverVersion gpu.CUDAVersion
+	NVMLVersion       string
+	GPUs              []GPUSpec
+	// Links holds the link between every pair of GPUs, indexed
+	// [i][j]; the diagonal is unused. It must be symmetric.
+	Links [][]gpu.Link
+}
+
+// GPUSpec is one simulated GPU: its identity and the parameters its
+// telemetry follows.
+type GPUSpec struct {
+	// Model is the model key the GPU was built from (see Models), empty for
+	// a GPU described field by field.
+	Model             string
+	Name              string
+	Brand             string
+	Architecture      gpu.Architecture
+	ComputeCapability gpu.ComputeCapability
+	MemoryMiB         uint64
+	// ReservedMiB is the framebuffer the driver keeps for itself.
+	ReservedMiB uint64
+	PCIBusID    string
+	PCIDeviceID uint32
+	// NUMANode is the CPU socket the GPU hangs off, -1 when unknown.
+	NUMANode int
+	// MIGTable names the go-nvml MIG table the GPU uses (see MIGTables);
+	// empty when the GPU is not MIG-capable.
+	MIGTable string
+	// MIGEnabled starts the GPU with MIG mode on.
+	MIGEnabled bool
+
+	// Power and thermal model: power goes from IdleWatts to TDPWatts with
+	// load, the GPU temperature from IdleTempC towards MaxTempC with power.
+	IdleWatts, TDPWatts float64
+	IdleTempC, MaxTempC float64
+	// Clocks: the SM clock idles at IdleSMClockMHz and boosts to
+	// MaxSMClockMHz under load; the memory clock is fixed.
+	IdleSMClockMHz, MaxSMClockMHz, MemClockMHz uint32
+	// HBM says the GPU reports a memory temperature (HBM stacks have a
+	// sensor, GDDR boards do not).
+	HBM bool
+}
+
+// model is a GPU model that profiles may name.
+type model struct {
+	key      string
+	mock     *gpus.Config // go-nvml's configuration; nil where go-nvml has none
+	name     string       // identity for models without a mock
+	brand    nvml.BrandType
+	arch     gpu.Architecture
+	cc       gpu.ComputeCapability
+	memMiB   uint64
+	deviceID uint32
+	migTable string
+
+	idleW, tdpW             float64
+	idleSM, maxSM, memClock uint32
+	idleT, maxT             float64
+	hbm                     bool
+}
+
+// models lists the GPU models a profile can name. Those with a go-nvml
+// configuration take identity, memory and MIG tables from it; the others
+// are described here. Power, clocks and temperatures are the public
+// figures of each board, rounded.
+var models = []model{
+	{key: "A100-SXM4-40GB", mock: &gpus.A100_SXM4_40GB, migTable: "A100-40GB",
+		idleW: 50, tdpW: 400, idleSM: 210, maxSM: 1410, memClock: 1215, idleT: 30, maxT: 75, hbm: true},
+	{key: "A100-SXM4-80GB", mock: &gpus.A100_SXM4_80GB, migTable: "A100-80GB",
+		idleW: 55, tdpW: 400, idleSM: 210, maxSM: 1410, memClock: 1593, idleT: 30, maxT: 75, hbm: true},
+	{key: "A100-PCIE-40GB", mock: &gpus.A100_PCIE_40GB, migTable: "A100-40GB",
+		idleW: 35, tdpW: 250, idleSM: 210, maxSM: 1410, memClock: 1215, idleT: 32, maxT: 80, hbm: true},
+	{key: "A100-PCIE-80GB", mock: &gpus.A100_PCIE_80GB, migTable: "A100-80GB",
+		idleW: 40, tdpW: 300, idleSM: 210, maxSM: 1410, memClock: 1512, idleT: 32, maxT: 80, hbm: true},
+	{key: "A30-PCIE-24GB", mock: &gpus.A30_PCIE_24GB, migTable: "A30-24GB",
+		idleW: 30, tdpW: 165, idleSM: 210, maxSM: 1440, memClock: 1215, idleT: 32, maxT: 80, hbm: true},
+	{key: "H100-SXM5-80GB", mock: &gpus.H100_SXM5_80GB, migTable: "H100-80GB",
+		idleW: 70, tdpW: 700, idleSM: 345, maxSM: 1980, memClock: 2619, idleT: 28, maxT: 72, hbm: true},
+	{key: "H200-SXM5-141GB", mock: &gpus.H200_SXM5_141GB, migTable: "H200-141GB",
+		idleW: 75, tdpW: 700, idleSM: 345, maxSM: 1980, memClock: 3201, idleT: 28, maxT: 72, hbm: true},
+	{key: "B200-SXM5-180GB", mock: &gpus.B200_SXM5_180GB, migTable: "B200-180GB",
+		idleW: 140, tdpW: 1000, idleSM: 120, maxSM: 1965, memClock: 3996, idleT: 30, maxT: 75, hbm: true},
+	{key: "T4", name: "Tesla T4", brand: nvml.BRAND_TESLA, arch: gpu.ArchTuring, cc: gpu.ComputeCapability{Major: 7, Minor: 5},
+		memMiB: 15360, deviceID: 0x1EB810DE,
+		idleW: 10, tdpW: 70, idleSM: 300, maxSM: 1590, memClock: 5000, idleT: 30, maxT: 70},
+	{key: "V100-SXM2-32GB", name: "Tesla V100-SXM2-32GB", brand: nvml.BRAND_TESLA, arch: gpu.ArchVolta, cc: gpu.ComputeCapability{Major: 7, Minor: 0},
+		memMiB: 32768, deviceID: 0x1DB510DE,
+		idleW: 40, tdpW: 300, idleSM: 135, maxSM: 1530, memClock: 877, idleT: 30, maxT: 75, hbm: true},
+	{key: "A10", name: "NVIDIA A10", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAmpere, cc: gpu.ComputeCapability{Major: 8, Minor: 6},
+		memMiB: 23028, deviceID: 0x223610DE,
+		idleW: 20, tdpW: 150, idleSM: 210, maxSM: 1695, memClock: 6251, idleT: 30, maxT: 78},
+	{key: "L4", name: "NVIDIA L4", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAda, cc: gpu.ComputeCapability{Major: 8, Minor: 9},
+		memMiB: 23034, deviceID: 0x27B810DE,
+		idleW: 16, tdpW: 72, idleSM: 210, maxSM: 2040, memClock: 6251, idleT: 30, maxT: 75},
+	{key: "L40S", name: "NVIDIA L40S", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAda, cc: gpu.ComputeCapability{Major: 8, Minor: 9},
+		memMiB: 46068, deviceID: 0x26B910DE,
+		idleW: 35, tdpW: 350, idleSM: 210, maxSM: 2520, memClock: 9001, idleT: 30, maxT: 78},
+}
+
+// migTables are go-nvml's MIG tables by the name profiles use for them.
+var migTables = map[string]*gpus.MIGProfileConfig{
+	"A100-40GB":  &gpus.A100_SXM4_40GB.MIGProfiles,
+	"A100-80GB":  &gpus.A100_SXM4_80GB.MIGProfiles,
+	"A30-24GB":   &gpus.A30_PCIE_24GB.MIGProfiles,
+	"H100-80GB":  &gpus.H100_SXM5_80GB.MIGProfiles,
+	"H200-141GB": &gpus.H200_SXM5_141GB.MIGProfiles,
+	"B200-180GB": &gpus.B200_SXM5_180GB.MIGProfiles,
+}
+
+// Models lists the GPU model keys a profile file may name.
+func Models() []string {
+	out := make([]string, len(models))
+	for i := range models {
+		out[i] = models[i].key
+	}
+	return out
+}
+
+// MIGTables lists the MIG table names a profile file may name.
+func MIGTables() []string {
+	out := make([]string, 0, len(migTables))
+	for k := range migTables {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func findModel(key string) (*model, bool) {
+	for i := range models {
+		if strings.EqualFold(models[i].key, key) {
+			return &models[i], true
+		}
+	}
+	return nil, false
+}
+
+func findMIGTable(name string) (string, bool) {
+	for k := range migTables {
+		if strings.EqualFold(k, name) {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// spec returns a GPUSpec of the model. Models with a go-nvml configuration
+// are read through a mock device, as a real GPU would be read through NVML.
+func (m *model) spec() GPUSpec {
+	s := GPUSpec{
+		Model: m.key, NUMANode: 0, MIGTable: m.migTable,
+		IdleWatts: m.idleW, TDPWatts: m.tdpW, IdleTempC: m.idleT, MaxTempC: m.maxT,
+		IdleSMClockMHz: m.idleSM, MaxSMClockMHz: m.maxSM, MemClockMHz: m.memClock, HBM: m.hbm,
+	}
+	if m.mock == nil {
+		s.Name, s.Brand, s.Architecture, s.ComputeCapability = m.name, gpu.BrandFromNVML(int(m.brand)), m.arch, m.cc
+		s.MemoryMiB, s.PCIDeviceID = m.memMiB, m.deviceID
+	} else {
+		readMock(server.NewDeviceFromConfig(*m.mock, 0), &s)
+	}
+	s.ReservedMiB = s.MemoryMiB / 160
+	return s
+}
+
+// readMock fills the identity of s from a go-nvml mock device. The mock's
+// UUID and bus ID are ignored: they are random or made up.
+func readMock(d nvml.Device, s *GPUSpec) {
+	if name, ret := d.GetName(); ret == nvml.SUCCESS {
+		// go-nvml names its DGX A100 GPU "Mock NVIDIA A100-SXM4-40GB".
+		s.Name = strings.TrimPrefix(name, "Mock ")
+	}
+	if b, ret := d.GetBrand(); ret == nvml.SUCCESS {
+		s.Brand = gpu.BrandFromNVML(int(b))
+	}
+	if a, ret := d.GetArchitecture(); ret == nvml.SUCCESS {
+		s.Architecture = gpu.ArchitectureFromNVML(int(a))
+	}
+	if major, minor, ret := d.GetCudaComputeCapability(); ret == nvml.SUCCESS {
+		s.ComputeCapability = gpu.ComputeCapability{Major: major, Minor: minor}
+	}
+	if mem, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
+		s.MemoryMiB = mem.Total >> 20
+	}
+	if pci, ret := d.GetPciInfo(); ret == nvml.SUCCESS {
+		s.PCIDeviceID = pci.PciDeviceId
+	}
+}
+
+// dgx describes one built-in DGX system beyond what go-nvml's mock holds.
+type dgx struct {
+	name    string
+	server  func() *server.Server
+	nvlinks int
+	// busIDs are the GPUs' PCI bus numbers on the real system.
+	busIDs [8]int
+	// pairSwitch: GPUs 2k and 2k+1 share a PCIe switch (DGX A100).
+	pairSwitch bool
+	// driver overrides the mock's driver stack when it predates the GPU.
+	driver string
+	cuda   gpu.CUDAVersion
+}
+
+var dgxSystems = []dgx{
+	// DGX A100: twelve third-generation NVLinks per GPU to six NVSwitches;
+	// GPU pairs sit behind one PCIe switch.
+	{name: "dgxa100", server: dgxa100.New, nvlinks: 12,
+		busIDs: [8]int{0x07, 0x0f, 0x47, 0x4e, 0x87, 0x90, 0xb7, 0xbd}, pairSwitch: true},
+	// DGX H100/H200: eighteen fourth-generation NVLinks per GPU to four
+	// NVSwitches; every GPU has its own PCIe switch.
+	{name: "dgxh100", server: dgxh100.New, nvlinks: 18,
+		busIDs: [8]int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}},
+	{name: "dgxh200", server: dgxh200.New, nvlinks: 18,
+		busIDs: [8]int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}},
+	// DGX B200: eighteen fifth-generation NVLinks per GPU to two NVSwitch
+	// chips. Blackwell needs an R570 driver; go-nvml's mock says 560.
+	{name: "dgxb200", server: dgxb200.New, nvlinks: 18,
+		busIDs: [8]int{0x1b, 0x43, 0x52, 0x61, 0x9d, 0xc3, 0xd1, 0xdf},
+		driver: "570.133.20", cuda: 12080},
+}
+
+// BuiltinNames lists the built-in profile names.
+func BuiltinNames() []string {
+	out := make([]string, len(dgxSystems))
+	for i := range dgxSystems {
+		out[i] = dgxSystems[i].name
+	}
+	return out
+}
+
+// Builtin returns the built-in profile of that name.
+func Builtin(name string) (*Profile, error) {
+	for i := range dgxSystems {
+		if dgxSystems[i].name == strings.ToLower(name) {
+			return dgxSystems[i].profile()
+		}
+	}
+	return nil, fmt.Errorf("unknown simulated profile %q (built-in profiles: %s; or give the path of a profile file)",
+		name, strings.Join(BuiltinNames(), ", "))
+}
+
+func (x *dgx) profile() (*Profile, error) {
+	s := x.server()
+	p := &Profile{Name: x.name}
+	var ret nvml.Return
+	if p.DriverVersion, ret = s.SystemGetDriverVersion(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("profile %s: reading the mock's driver version: %v", x.name, ret)
+	}
+	p.NVMLVersion, _ = s.SystemGetNVMLVersion()
+	cuda, _ := s.SystemGetCudaDriverVersion()
+	p.CUDADriverVersion = gpu.CUDAVersion(cuda)
+	if x.driver != "" {
+		p.DriverVersion, p.NVMLVersion, p.CUDADriverVersion = x.driver, "12."+x.driver, x.cuda
+	}
+	n, _ := s.DeviceGetCount()
+	for i := range n {
+		d, ret := s.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("profile %s: mock GPU %d: %v", x.name, i, ret)
+		}
+		var spec GPUSpec
+		readMock(d, &spec)
+		m, ok := modelByDeviceID(spec.PCIDeviceID)
+		if !ok {
+			return nil, fmt.Errorf("profile %s: mock GPU %d has unknown PCI device ID %#x", x.name, i, spec.PCIDeviceID)
+		}
+		base := m.spec()
+		base.Name, base.Brand, base.MemoryMiB = spec.Name, spec.Brand, spec.MemoryMiB
+		base.NUMANode = i * 2 / n
+		base.PCIBusID = fmt.Sprintf("0000:%02x:00.0", x.busIDs[i%8])
+		p.GPUs = append(p.GPUs, base)
+	}
+	p.Links = newLinks(n)
+	for i := range n {
+		for j := range n {
+			if i == j {
+				continue
+			}
+			l := gpu.Link{NVLinks: x.nvlinks, PCIe: numaLevel(p.GPUs[i].NUMANode, p.GPUs[j].NUMANode)}
+			if x.pairSwitch && i/2 == j/2 {
+				l.PCIe = gpu.PCIeMultiple
+			}
+			p.Links[i][j] = l
+		}
+	}
+	return p, p.Validate()
+}
+
+func modelByDeviceID(id uint32) (*model, bool) {
+	for i := range models {
+		if m := &models[i]; m.mock != nil && m.mock.PciDeviceId == id || m.mock == nil && m.deviceID == id {
+			return m, true
+		}
+	}
+	return nil, false
+}
+
+// numaLevel is the PCIe level between GPUs that share no switch: across
+// host bridges of one CPU, or across CPUs.
+func numaLevel(a, b int) gpu.PCIeLevel {
+	if a == b && a >= 0 {
+		return gpu.PCIeNode
+	}
+	return gpu.PCIeSystem
+}
+
+func newLinks(n int) [][]gpu.Link {
+	l := make([][]gpu.Link, n)
+	for i := range l {
+		l[i] = make([]gpu.Link, n)
+	}
+	return l
+}
+
+// Validate checks that the profile describes a node the simulator can run.
+func (p *Profile) Validate() error {
+	if len(p.GPUs) == 0 {
+		return fmt.Errorf("profile %s: no GPUs", p.Name)
+	}
+	if len(p.Links) != len(p.GPUs) {
+		return fmt.Errorf("profile %s: links has %d rows for %d GPUs", p.Name, len(p.Links), len(p.GPUs))
+	}
+	buses := map[string]int{}
+	for i := range p.GPUs {
+		g := &p.GPUs[i]
+		switch {
+		case g.Name == "":
+			return fmt.Errorf("profile %s: gpu %d: no name", p.Name, i)
+		case g.MemoryMiB == 0:
+			return fmt.Errorf("profile %s: gpu %d: memory must be more than 0 MiB", p.Name, i)
+		case g.ReservedMiB >= g.MemoryMiB:
+			return fmt.Errorf("profile %s: gpu %d: reserved memory %d MiB must be less than the total %d MiB", p.Name, i, g.ReservedMiB, g.MemoryMiB)
+		case g.TDPWatts <= g.IdleWatts || g.IdleWatts < 0:
+			return fmt.Errorf("profile %s: gpu %d: TDP %.0f W must exceed idle power %.0f W", p.Name, i, g.TDPWatts, g.IdleWatts)
+		case g.NUMANode < -1:
+			return fmt.Errorf("profile %s: gpu %d: NUMA node must be -1 (unknown) or more, got %d", p.Name, i, g.NUMANode)
+		case g.PCIBusID == "":
+			return fmt.Errorf("profile %s: gpu %d: no PCI bus ID", p.Name, i)
+		}
+		if g.MIGTable != "" {
+			if _, ok := migTables[g.MIGTable]; !ok {
+				return fmt.Errorf("profile %s: gpu %d: unknown MIG table %q (want one of %s)", p.Name, i, g.MIGTable, strings.Join(MIGTables(), ", "))
+			}
+		} else if g.MIGEnabled {
+			return fmt.Errorf("profile %s: gpu %d: MIG enabled on a GPU without a MIG table", p.Name, i)
+		}
+		if j, dup := buses[g.PCIBusID]; dup {
+			return fmt.Errorf("profile %s: gpus %d and %d share PCI bus ID %s", p.Name, j, i, g.PCIBusID)
+		}
+		buses[g.PCIBusID] = i
+		if len(p.Links[i]) != len(p.GPUs) {
+			return fmt.Errorf("profile %s: links row %d has %d entries for %d GPUs", p.Name, i, len(p.Links[i]), len(p.GPUs))
+		}
+	}
+	for i := range p.Links {
+		for j := range p.Links[i] {
+			if i != j && p.Links[i][j] != p.Links[j][i] {
+				return fmt.Errorf("profile %s: link %d-%d (%s) differs from %d-%d (%s)", p.Name, i, j, p.Links[i][j], j, i, p.Links[j][i])
+			}
+		}
+	}
+	return nil
+}
+
+// clone returns a deep copy, so a backend never shares a caller's slices.
+func (p *Profile) clone() *Profile {
+	c := *p
+	c.GPUs = append([]GPUSpec(nil), p.GPUs...)
+	c.Links = newLinks(len(p.Links))
+	for i := range p.Links {
+		copy(c.Links[i], p.Links[i])
+	}
+	return &c
+}
