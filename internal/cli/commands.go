@@ -1,8 +1,14 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/gpuplane/gpuplane/internal/cli/simulate"
+)
 
 // subcommands lists the gpuplane sub-commands in the order --help shows them.
 func subcommands() []*cobra.Command {
-	return []*cobra.Command{}
+	return []*cobra.Command{
+		simulate.NewCommand(),
+	}
 }

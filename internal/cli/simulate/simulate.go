@@ -1,0 +1,303 @@
+package simulate
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+	"github.com/gpuplane/gpuplane/internal/simulator"
+)
+
+type options struct {
+	trace, variant, mode, policies, seeds, out, output string
+	tune, popularity                                   float64
+	tunedLast                                          bool
+	parallel                                           int
+}
+
+// NewCommand returns the simulate command.
+func NewCommand() *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Replay a cluster trace through the scheduler and compare placement policies",
+		Long: `simulate replays a trace through gpuplane's scheduling core on a virtual clock.
+
+--trace DIR --variant NAME reads the Alibaba openb trace
+(DIR/openb_node_list_gpu_node.csv and DIR/openb_pod_list_NAME.csv);
+--trace FILE.yaml reads gpuplane's own small YAML trace format.
+
+--mode packing is the FGD paper's experiment: the trace is tuned to --tune
+times the cluster's GPU capacity with pods drawn at random (seeded), pods
+arrive one by one and stay, a pod that fits nowhere fails. It reports the
+milli-GPU allocation ratio (allocated/total), the share of GPUs in use,
+failed pods and fragmentation, at the end and as demand arrives.
+
+--mode event replays arrivals and departures through full scheduling cycles
+(queues, gangs, preemption) and reports queueing delay, completion time,
+utilization and fairness.`,
+		Example: `  gpuplane simulate --trace ../shared/traces/openb --variant default --policy fgd,bestfit,gpuplane --seeds 1-10 --out results/
+  gpuplane simulate --trace cluster.yaml --mode event -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd, o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.trace, "trace", "", "trace directory (openb CSV) or YAML trace file (required)")
+	f.StringVar(&o.variant, "variant", "default", "openb pod list variant: default, gpushare20..100, multigpu20..50")
+	f.StringVar(&o.mode, "mode", "packing", "packing or event")
+	f.StringVar(&o.policies, "policy", "gpuplane", "comma-separated placement policies: "+strings.Join(placement.PolicyNames(), ", ")+", or custom:plugin=weight,...")
+	f.StringVar(&o.seeds, "seeds", "1", "seeds: a list and/or ranges, for example 1-10 or 1,3,5")
+	f.Float64Var(&o.tune, "tune", 1.3, "packing: tune arrived GPU demand to this multiple of capacity (0 keeps the trace as is)")
+	f.BoolVar(&o.tunedLast, "tuned-last", false, "packing: drawn pods arrive after the trace instead of before it")
+	f.Float64Var(&o.popularity, "popularity", 1, "share of pods whose types FGD measures fragmentation against (0..1]")
+	f.IntVar(&o.parallel, "parallel", min(2, runtime.NumCPU()), "runs to execute at once")
+	f.StringVar(&o.out, "out", "", "directory for results.csv, curve.csv and plot.svg")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json (one object per policy and seed)")
+	return cmd
+}
+
+// ParseSeeds parses "1-10", "1,3,5" or a mix.
+func ParseSeeds(s string) ([]uint64, error) {
+	var out []uint64
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseUint(lo, 10, 64)
+		if err != nil {
+			return nil, cliutil.Usagef("--seeds %q: %q is not a seed (want for example 1-10 or 1,3,5)", s, part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseUint(hi, 10, 64); err != nil || b < a {
+				return nil, cliutil.Usagef("--seeds %q: %q is not a range (want LOW-HIGH with LOW <= HIGH)", s, part)
+			}
+			if b-a > 10000 {
+				return nil, cliutil.Usagef("--seeds %q: range %q is too long (at most 10001 seeds)", s, part)
+			}
+		}
+		for v := a; v <= b; v++ {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, cliutil.Usagef("--seeds %q: no seeds", s)
+	}
+	return out, nil
+}
+
+func run(cmd *cobra.Command, o *options) error {
+	format, err := cliutil.ParseFormat(o.output, cliutil.Table, cliutil.JSON)
+	if err != nil {
+		return err
+	}
+	if o.trace == "" {
+		return cliutil.Usagef("--trace is required (an openb directory or a YAML trace file)")
+	}
+	mode := simulator.Mode(o.mode)
+	if mode != simulator.ModePacking && mode != simulator.ModeEvent {
+		return cliutil.Usagef("--mode %q: want packing or event", o.mode)
+	}
+	seeds, err := ParseSeeds(o.seeds)
+	if err != nil {
+		return err
+	}
+	if o.tune < 0 {
+		return cliutil.Usagef("--tune must be >= 0, got %g", o.tune)
+	}
+	if o.popularity <= 0 || o.popularity > 1 {
+		return cliutil.Usagef("--popularity must be in (0,1], got %g", o.popularity)
+	}
+	if o.parallel < 1 {
+		return cliutil.Usagef("--parallel must be >= 1, got %d", o.parallel)
+	}
+	var policies []string
+	for p := range strings.SplitSeq(o.policies, ";") {
+		for q := range strings.SplitSeq(p, ",") {
+			// custom:a=1,b=2 keeps its commas: glue weight parts back on.
+			if len(policies) > 0 && strings.HasPrefix(policies[len(policies)-1], "custom:") && strings.Contains(q, "=") {
+				policies[len(policies)-1] += "," + q
+				continue
+			}
+			if q = strings.TrimSpace(q); q != "" {
+				policies = append(policies, q)
+			}
+		}
+	}
+	if len(policies) == 0 {
+		return cliutil.Usagef("--policy: no policies given")
+	}
+	for _, p := range policies {
+		// Validate names before reading the trace.
+		if _, err := placement.NewPolicy(p, placement.PolicyEnv{Targets: []placement.Target{{P: 1}}}); err != nil {
+			return cliutil.Usagef("--policy: %v", err)
+		}
+	}
+	tr, err := readTrace(o.trace, o.variant)
+	if err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	prog := newProgress(stderr, tr.Source)
+	results, err := simulator.RunAll(cmd.Context(), tr, simulator.Spec{
+		Mode: mode, Policies: policies, Seeds: seeds, Tune: o.tune, TunedLast: o.tunedLast,
+		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update,
+	})
+	prog.finish()
+	if err != nil {
+		return err
+	}
+	if o.out != "" {
+		if err := writeOut(o.out, tr.Source, results); err != nil {
+			return err
+		}
+	}
+	stdout := cmd.OutOrStdout()
+	if format == cliutil.JSON {
+		enc := json.NewEncoder(stdout)
+		for _, r := range results {
+			c := *r
+			c.Curve = nil
+			if err := enc.Encode(&c); err != nil {
+				return fmt.Errorf("writing json: %w", err)
+			}
+		}
+		return nil
+	}
+	return printTable(stdout, mode, results)
+}
+
+func readTrace(path, variant string) (*simulator.Trace, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading trace: %w (want --trace to be an openb directory or a YAML file)", err)
+	}
+	if st.IsDir() {
+		return simulator.ReadOpenB(path, variant)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading trace: %w", err)
+	}
+	defer f.Close()
+	return simulator.ReadYAMLTrace(path, f)
+}
+
+func writeOut(dir, title string, results []*simulator.Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating --out directory: %w", err)
+	}
+	write := func(name string, fn func(io.Writer) error) error {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("writing results: %w", err)
+		}
+		if err := fn(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	if err := write("results.csv", func(w io.Writer) error { return simulator.WriteResultsCSV(w, results) }); err != nil {
+		return err
+	}
+	if err := write("curve.csv", func(w io.Writer) error { return simulator.WriteCurveCSV(w, results) }); err != nil {
+		return err
+	}
+	return write("plot.svg", func(w io.Writer) error {
+		return simulator.WritePlot(w, "GPU allocation ratio vs arrived demand: "+title, results)
+	})
+}
+
+func printTable(w io.Writer, mode simulator.Mode, results []*simulator.Result) error {
+	t := cliutil.NewTable(w)
+	if mode == simulator.ModeEvent {
+		fmt.Fprintln(t, "POLICY\tSEED\tQUEUE\tPODS\tSTARTED\tWAIT P50\tWAIT P90\tJCT P50\tJCT P90\tSHARE\tENTITLED\tPREEMPTED")
+		for _, r := range results {
+			if r.Event == nil {
+				continue
+			}
+			for _, q := range r.Event.Queues {
+				fmt.Fprintf(t, "%s\t%d\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%d\n", r.Policy, r.Seed, q.Queue, q.Pods, q.Started,
+					q.WaitP50, q.WaitP90, q.JCTP50, q.JCTP90, q.Share, q.Entitlement, q.Preemptions)
+			}
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+		t = cliutil.NewTable(w)
+		fmt.Fprintln(t, "POLICY\tSEED\tPODS\tNEVER RAN\tMEAN UTIL\tPREEMPTIONS\tJAIN\tWALL")
+		for _, r := range results {
+			if r.Event != nil {
+				fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%.2f%%\t%d\t%.3f\t%.2fs\n", r.Policy, r.Seed, r.Pods, r.FailedPods,
+					100*r.Event.MeanUtilization, r.Event.Preemptions, r.Event.JainFairness, r.WallSeconds)
+			}
+		}
+		return t.Flush()
+	}
+	fmt.Fprintln(t, "POLICY\tRUNS\tMILLI-GPU ALLOC (MEAN)\tMEDIAN\tGPUS IN USE\tFRAGMENTATION\tFAILED PODS\tWALL/RUN")
+	for _, s := range simulator.Summarize(results) {
+		fmt.Fprintf(t, "%s\t%d\t%.2f%%\t%.2f%%\t%.2f%%\t%.2f%%\t%.0f\t%.2fs\n", s.Policy, s.Runs, 100*s.MeanMilliGPUAllocationRatio,
+			100*s.MedianMilliGPUAllocationRatio, 100*s.MeanGPUAllocationRatio, 100*s.MeanFragmentation, s.MeanFailedPods, s.MeanWallSeconds)
+	}
+	return t.Flush()
+}
+
+// progress draws a bar on a terminal and a few plain lines otherwise.
+type progress struct {
+	w        io.Writer
+	tty      bool
+	source   string
+	lastLine int
+	last     time.Time
+	drawn    bool
+}
+
+func newProgress(w io.Writer, source string) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil {
+			tty = st.Mode()&os.ModeCharDevice != 0
+		}
+	}
+	return &progress{w: w, tty: tty, source: source, lastLine: -1}
+}
+
+func (p *progress) update(done, total int, frac float64) {
+	if p.tty {
+		if time.Since(p.last) < 100*time.Millisecond && done < total {
+			return
+		}
+		p.last = time.Now()
+		const width = 30
+		n := int(frac * width)
+		fmt.Fprintf(p.w, "\r%s [%s%s] %3.0f%% runs %d/%d", p.source, strings.Repeat("=", n), strings.Repeat(" ", width-n), 100*frac, done, total)
+		p.drawn = true
+		return
+	}
+	// Plain output: a line at each quarter of the runs.
+	q := 4 * done / max(total, 1)
+	if q > p.lastLine && (done > 0 || p.lastLine < 0) {
+		p.lastLine = q
+		fmt.Fprintf(p.w, "simulate %s: %d/%d runs done\n", p.source, done, total)
+	}
+}
+
+func (p *progress) finish() {
+	if p.tty && p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}

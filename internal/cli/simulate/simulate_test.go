@@ -1,0 +1,133 @@
+package simulate
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuplane/gpuplane/internal/cliutil"
+)
+
+func TestParseSeeds(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []uint64
+		bad  bool
+	}{
+		{in: "1-3", want: []uint64{1, 2, 3}},
+		{in: "1,5,7-8", want: []uint64{1, 5, 7, 8}},
+		{in: "4", want: []uint64{4}},
+		{in: "3-1", bad: true},
+		{in: "x", bad: true},
+		{in: "", bad: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseSeeds(tc.in)
+			if tc.bad {
+				if err == nil {
+					t.Fatalf("ParseSeeds(%q) = %v, want an error", tc.in, got)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("ParseSeeds(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+			}
+		})
+	}
+}
+
+const trace = `
+nodes:
+- {name: n, count: 4, milliCPU: 32000, memoryMiB: 131072, gpus: 4, gpuModel: T4}
+pods:
+- {name: share, count: 10, gpuMilli: 300, milliCPU: 2000}
+- {name: whole, count: 6, gpus: 1, milliCPU: 4000, createdAt: 3}
+`
+
+func runCmd(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := NewCommand()
+	var out, errb bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	cmd.SetArgs(args)
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cliutil.UsageError{Err: err} })
+	code := cliutil.Exit(cmd.Execute(), "gpuplane", &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestCommand(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.yaml")
+	if err := os.WriteFile(path, []byte(trace), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("json", func(t *testing.T) {
+		out, _, code := runCmd(t, "--trace", path, "--policy", "fgd,bestfit", "--seeds", "1-2", "-o", "json")
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 4 {
+			t.Fatalf("got %d json objects, want 4:\n%s", len(lines), out)
+		}
+		var r map[string]any
+		if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"policy", "seed", "pods", "failedPods", "milliGpuAllocationRatio", "gpuAllocationRatio", "wallSeconds"} {
+			if _, ok := r[k]; !ok {
+				t.Fatalf("json object lacks %q: %s", k, lines[0])
+			}
+		}
+		if v := r["milliGpuAllocationRatio"].(float64); v <= 0 || v > 1 {
+			t.Fatalf("milliGpuAllocationRatio = %g, want a fraction", v)
+		}
+	})
+	t.Run("table and out dir", func(t *testing.T) {
+		outDir := filepath.Join(dir, "out")
+		out, stderr, code := runCmd(t, "--trace", path, "--policy", "gpuplane,custom:fgd=1,bestfit=0.01", "--out", outDir)
+		if code != 0 || !strings.Contains(out, "gpuplane") || !strings.Contains(out, "custom:fgd=1,bestfit=0.01") {
+			t.Fatalf("exit %d, table:\n%s", code, out)
+		}
+		if !strings.Contains(stderr, "runs done") {
+			t.Fatalf("no plain progress lines on a non-terminal stderr: %q", stderr)
+		}
+		for _, f := range []string{"results.csv", "curve.csv", "plot.svg"} {
+			if st, err := os.Stat(filepath.Join(outDir, f)); err != nil || st.Size() == 0 {
+				t.Fatalf("%s not written: %v", f, err)
+			}
+		}
+	})
+	usage := []struct {
+		name string
+		args []string
+	}{
+		{"no trace", nil},
+		{"bad mode", []string{"--trace", path, "--mode", "x"}},
+		{"bad policy", []string{"--trace", path, "--policy", "nope"}},
+		{"bad seeds", []string{"--trace", path, "--seeds", "9-1"}},
+		{"bad output", []string{"--trace", path, "-o", "xml"}},
+		{"unknown flag", []string{"--nope"}},
+	}
+	for _, tc := range usage {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, code := runCmd(t, tc.args...); code != 2 {
+				t.Fatalf("exit %d, want 2", code)
+			}
+		})
+	}
+	t.Run("missing trace file", func(t *testing.T) {
+		if _, stderr, code := runCmd(t, "--trace", filepath.Join(dir, "nope.yaml")); code != 1 || !strings.Contains(stderr, "trace") {
+			t.Fatalf("exit %d stderr %q, want 1 and a message about the trace", code, stderr)
+		}
+	})
+}

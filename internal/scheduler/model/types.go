@@ -1,0 +1,258 @@
+package model
+
+import "github.com/gpuplane/gpuplane/internal/gpu"
+
+// MilliPerGPU is the milli-GPU capacity of one whole GPU.
+const MilliPerGPU = 1000
+
+// GPU is one physical GPU of a node as the scheduler sees it.
+type GPU struct {
+	// Index is the GPU's index on its node (0-based, unique per node).
+	Index int `json:"index"`
+	// Model is the product short name used for matching (for example "A100"
+	// or the trace's "V100M32").
+	Model string `json:"model"`
+	// MemoryMiB is the GPU's framebuffer; 0 means not tracked.
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// Milli is the shareable capacity in thousandths of a GPU; 0 means 1000.
+	Milli int64 `json:"milli,omitempty"`
+	// MIGSlices is the number of MIG compute slices when the GPU is in MIG
+	// mode (7 on an A100/H100); 0 when MIG is off. A MIG GPU only serves
+	// MIG requests.
+	MIGSlices int `json:"migSlices,omitempty"`
+	// NUMANode is the NUMA node the GPU is attached to (-1 if unknown).
+	NUMANode int `json:"numaNode,omitempty"`
+}
+
+// Capacity returns the GPU's milli capacity with the default applied.
+func (g GPU) Capacity() int64 {
+	if g.Milli <= 0 {
+		return MilliPerGPU
+	}
+	return g.Milli
+}
+
+// Taint repels pods that do not tolerate it.
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect,omitempty"`
+}
+
+// Toleration lets a pod run on a node with a matching taint. An empty Value
+// with Exists set tolerates any value of Key; an empty Key tolerates all.
+type Toleration struct {
+	Key    string `json:"key,omitempty"`
+	Value  string `json:"value,omitempty"`
+	Exists bool   `json:"exists,omitempty"`
+}
+
+// Node is a schedulable machine.
+type Node struct {
+	Name      string            `json:"name"`
+	MilliCPU  int64             `json:"milliCPU"`
+	MemoryMiB int64             `json:"memoryMiB"`
+	GPUs      []GPU             `json:"gpus,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Taints    []Taint           `json:"taints,omitempty"`
+	// Topology is the GPU-to-GPU connectivity (NVLink/PCIe); nil if unknown.
+	Topology *gpu.Topology `json:"-"`
+	// Unschedulable nodes keep their running pods but take no new ones.
+	Unschedulable bool `json:"unschedulable,omitempty"`
+}
+
+// Request is what one pod asks for.
+type Request struct {
+	MilliCPU  int64 `json:"milliCPU"`
+	MemoryMiB int64 `json:"memoryMiB"`
+	// GPUs is the number of whole GPUs.
+	GPUs int `json:"gpus,omitempty"`
+	// GPUMilli is a share of one GPU in thousandths (1..999) when GPUs is 0.
+	GPUMilli int64 `json:"gpuMilli,omitempty"`
+	// GPUMemoryMiB is GPU memory for a share (with or without GPUMilli).
+	GPUMemoryMiB int64 `json:"gpuMemoryMiB,omitempty"`
+	// MIGSlices asks for a MIG instance of that many compute slices
+	// (MIGProfile names it, for example "3g.20gb").
+	MIGSlices  int    `json:"migSlices,omitempty"`
+	MIGProfile string `json:"migProfile,omitempty"`
+	// GPUModels lists allowed GPU models; empty allows any.
+	GPUModels    []string          `json:"gpuModels,omitempty"`
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	Tolerations  []Toleration      `json:"tolerations,omitempty"`
+}
+
+// Shared reports whether the request takes part of one GPU.
+func (r *Request) Shared() bool {
+	return r.GPUs == 0 && r.MIGSlices == 0 && (r.GPUMilli > 0 || r.GPUMemoryMiB > 0)
+}
+
+// GPUMilliTotal is the milli-GPU the request takes in all.
+func (r *Request) GPUMilliTotal() int64 {
+	switch {
+	case r.GPUs > 0:
+		return int64(r.GPUs) * MilliPerGPU
+	case r.MIGSlices > 0:
+		return int64(r.MIGSlices) * MilliPerGPU / 7
+	}
+	return r.GPUMilli
+}
+
+// UsesGPU reports whether the request needs any GPU.
+func (r *Request) UsesGPU() bool {
+	return r.GPUs > 0 || r.MIGSlices > 0 || r.GPUMilli > 0 || r.GPUMemoryMiB > 0
+}
+
+// Pod is one member of a pod group.
+type Pod struct {
+	Name    string  `json:"name"`
+	Role    string  `json:"role,omitempty"`
+	Request Request `json:"request"`
+}
+
+// PodGroup is a gang: at least MinMember of its pods run together or none
+// do. A lone pod is a group of one.
+type PodGroup struct {
+	Name      string `json:"name"`
+	Queue     string `json:"queue,omitempty"`
+	Priority  int32  `json:"priority,omitempty"`
+	MinMember int    `json:"minMember,omitempty"`
+	// CreatedAt orders groups of equal priority (older first); any
+	// monotonic unit works (the simulator uses trace seconds).
+	CreatedAt int64 `json:"createdAt,omitempty"`
+	Pods      []Pod `json:"pods"`
+	// Preemptible groups may be evicted for others; the zero value (false)
+	// means a group may be evicted only by a strictly higher priority in
+	// its own queue or by reclaim of borrowed quota.
+	NonPreemptible bool `json:"nonPreemptible,omitempty"`
+}
+
+// Min returns the gang size with the default (all pods) applied.
+func (g *PodGroup) Min() int {
+	if g.MinMember <= 0 || g.MinMember > len(g.Pods) {
+		return len(g.Pods)
+	}
+	return g.MinMember
+}
+
+// GPUShare is the part of one GPU a pod holds.
+type GPUShare struct {
+	Index     int   `json:"index"`
+	Milli     int64 `json:"milli"`
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	MIGSlices int   `json:"migSlices,omitempty"`
+}
+
+// Allocation is a running pod and what it holds.
+type Allocation struct {
+	Pod       string     `json:"pod"`
+	Group     string     `json:"group"`
+	Queue     string     `json:"queue,omitempty"`
+	Priority  int32      `json:"priority,omitempty"`
+	Node      string     `json:"node"`
+	Request   Request    `json:"request"`
+	GPUs      []GPUShare `json:"gpus,omitempty"`
+	StartedAt int64      `json:"startedAt,omitempty"`
+	// NonPreemptible allocations are never evicted.
+	NonPreemptible bool `json:"nonPreemptible,omitempty"`
+}
+
+// Resources is a vector of the resources quotas are kept in.
+type Resources struct {
+	MilliCPU  int64 `json:"milliCPU,omitempty"`
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	GPUMilli  int64 `json:"gpuMilli,omitempty"`
+}
+
+// Add returns r + o.
+func (r Resources) Add(o Resources) Resources {
+	return Resources{r.MilliCPU + o.MilliCPU, r.MemoryMiB + o.MemoryMiB, r.GPUMilli + o.GPUMilli}
+}
+
+// Sub returns r - o.
+func (r Resources) Sub(o Resources) Resources {
+	return Resources{r.MilliCPU - o.MilliCPU, r.MemoryMiB - o.MemoryMiB, r.GPUMilli - o.GPUMilli}
+}
+
+// Fits reports whether every component of r is <= the same one of o.
+func (r Resources) Fits(o Resources) bool {
+	return r.MilliCPU <= o.MilliCPU && r.MemoryMiB <= o.MemoryMiB && r.GPUMilli <= o.GPUMilli
+}
+
+// Of returns the quota vector of a request.
+func Of(r *Request) Resources {
+	return Resources{r.MilliCPU, r.MemoryMiB, r.GPUMilliTotal()}
+}
+
+// Queue is a node of the queue hierarchy. Leaves hold workloads; parents
+// act as cohorts whose children borrow each other's idle quota.
+type Queue struct {
+	Name   string `json:"name"`
+	Parent string `json:"parent,omitempty"`
+	// Guaranteed is always available to the queue (reclaimed from
+	// borrowers when needed).
+	Guaranteed Resources `json:"guaranteed,omitempty"`
+	// Limit caps the queue's usage including borrowing; a zero component
+	// means no limit for that resource.
+	Limit Resources `json:"limit,omitempty"`
+	// Weight divides idle capacity among siblings; 0 means 1.
+	Weight float64 `json:"weight,omitempty"`
+}
+
+// DisruptionBudget bounds the evictions of one cycle.
+type DisruptionBudget struct {
+	// MaxEvictions is the cap on evicted pods per cycle; 0 means none may
+	// be evicted, negative means unbounded.
+	MaxEvictions int `json:"maxEvictions"`
+}
+
+// Snapshot is everything one cycle reads. The core never changes it.
+type Snapshot struct {
+	Nodes   []Node           `json:"nodes"`
+	Running []Allocation     `json:"running,omitempty"`
+	Pending []PodGroup       `json:"pending,omitempty"`
+	Queues  []Queue          `json:"queues,omitempty"`
+	Budget  DisruptionBudget `json:"budget"`
+	// Now is the snapshot time in the same unit as CreatedAt.
+	Now int64 `json:"now,omitempty"`
+}
+
+// Bind places one pod of a group on a node and GPUs.
+type Bind struct {
+	Pod       string     `json:"pod"`
+	Group     string     `json:"group"`
+	Node      string     `json:"node"`
+	NodeIndex int        `json:"nodeIndex"`
+	GPUs      []GPUShare `json:"gpus,omitempty"`
+}
+
+// Eviction removes a running pod to make room.
+type Eviction struct {
+	Pod   string `json:"pod"`
+	Group string `json:"group"`
+	Node  string `json:"node"`
+	// For is the group the room was made for; Reason says why
+	// ("preempt" within a queue or "reclaim" across queues).
+	For    string `json:"for"`
+	Reason string `json:"reason"`
+}
+
+// Unplaced records a pending group the cycle could not place.
+type Unplaced struct {
+	Group  string `json:"group"`
+	Reason string `json:"reason"`
+}
+
+// PhaseTiming is how long one phase of the cycle took, in nanoseconds.
+type PhaseTiming struct {
+	Phase string `json:"phase"`
+	Nanos int64  `json:"nanos"`
+}
+
+// Decisions is what a cycle returns. Binds of one group are adjacent;
+// evictions must complete before the binds that needed them.
+type Decisions struct {
+	Binds     []Bind        `json:"binds,omitempty"`
+	Evictions []Eviction    `json:"evictions,omitempty"`
+	Unplaced  []Unplaced    `json:"unplaced,omitempty"`
+	Timings   []PhaseTiming `json:"timings,omitempty"`
+}

@@ -1,0 +1,14 @@
+// Package placement decides where one pod goes: it keeps the free state of
+// every node and GPU (State, with checkpoint/rollback for what-if work),
+// filters the nodes and GPUs a request fits on, and ranks the options with
+// weighted score plugins (first-fit, best-fit, GPU packing, dot-product, GPU
+// clustering, FGD, topology, spread, random).
+//
+// Scores of plugins that depend only on a node's static class and free state
+// are memoised by node signature, and a Placer re-scores only the nodes that
+// changed since its last call, so one placement costs far less than a scan
+// of the cluster.
+//
+// It must not know about queues, gangs, priorities or preemption (the cycle
+// in package scheduler does), and must not read the outside world.
+package placement

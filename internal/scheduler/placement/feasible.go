@@ -1,0 +1,184 @@
+package placement
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// Option is one way to place a request on a node: which GPUs, and how much
+// of each.
+type Option struct {
+	Node   int
+	Shares []model.GPUShare
+}
+
+// modelAllowed reports whether GPU g of a node may serve req.
+func modelAllowed(req *model.Request, g *model.GPU) bool {
+	return len(req.GPUModels) == 0 || slices.Contains(req.GPUModels, g.Model)
+}
+
+// staticFits checks what never changes for a node: schedulability,
+// selector, taints.
+func staticFits(n *model.Node, req *model.Request) bool {
+	if n.Unschedulable {
+		return false
+	}
+	for k, v := range req.NodeSelector {
+		if n.Labels[k] != v {
+			return false
+		}
+	}
+	for _, t := range n.Taints {
+		if t.Effect == "PreferNoSchedule" {
+			continue
+		}
+		if !tolerates(req.Tolerations, t) {
+			return false
+		}
+	}
+	return true
+}
+
+func tolerates(tols []model.Toleration, t model.Taint) bool {
+	for _, tol := range tols {
+		if tol.Key == "" && tol.Exists {
+			return true
+		}
+		if tol.Key == t.Key && (tol.Exists || tol.Value == t.Value) {
+			return true
+		}
+	}
+	return false
+}
+
+// Options lists the distinct ways req fits node i as it is now, in GPU index
+// order; nil if it does not fit. Shares of a GPU are offered once per
+// distinct free amount (the lowest-index GPU with that amount), since GPUs
+// with the same free state are interchangeable for every score plugin but
+// topology, and topology only ranks whole-GPU sets.
+func (s *State) Options(i int, req *model.Request) []Option {
+	ns := &s.Nodes[i]
+	if !staticFits(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB {
+		return nil
+	}
+	gpus := ns.Node.GPUs
+	switch {
+	case req.GPUs > 0:
+		var free []int
+		for g := range gpus {
+			if gpus[g].MIGSlices == 0 && modelAllowed(req, &gpus[g]) && !ns.GPUUsed(g) {
+				free = append(free, g)
+			}
+		}
+		if len(free) < req.GPUs {
+			return nil
+		}
+		set := pickSet(ns.Node, free, req.GPUs)
+		sh := make([]model.GPUShare, len(set))
+		for k, g := range set {
+			sh[k] = model.GPUShare{Index: g, Milli: gpus[g].Capacity(), MemoryMiB: gpus[g].MemoryMiB}
+		}
+		return []Option{{Node: i, Shares: sh}}
+	case req.MIGSlices > 0:
+		var out []Option
+		seen := map[int]bool{}
+		for g := range gpus {
+			if gpus[g].MIGSlices == 0 || !modelAllowed(req, &gpus[g]) || ns.SliceFree[g] < req.MIGSlices || seen[ns.SliceFree[g]] {
+				continue
+			}
+			seen[ns.SliceFree[g]] = true
+			out = append(out, Option{Node: i, Shares: []model.GPUShare{{Index: g, MIGSlices: req.MIGSlices}}})
+		}
+		if ns.Node.Topology == nil {
+			slices.SortStableFunc(out, func(a, b Option) int { return ns.SliceFree[a.Shares[0].Index] - ns.SliceFree[b.Shares[0].Index] })
+		}
+		return out
+	case req.Shared():
+		var out []Option
+		type key struct{ milli, mem int64 }
+		seen := map[key]bool{}
+		for g := range gpus {
+			if gpus[g].MIGSlices > 0 || !modelAllowed(req, &gpus[g]) || ns.GPUFree[g] < req.GPUMilli {
+				continue
+			}
+			if gpus[g].MemoryMiB > 0 && ns.GPUMem[g] < req.GPUMemoryMiB {
+				continue
+			}
+			k := key{ns.GPUFree[g], ns.GPUMem[g]}
+			if ns.Node.Topology == nil && seen[k] {
+				continue
+			}
+			seen[k] = true
+			out = append(out, Option{Node: i, Shares: []model.GPUShare{{Index: g, Milli: req.GPUMilli, MemoryMiB: req.GPUMemoryMiB}}})
+		}
+		if ns.Node.Topology == nil {
+			// Canonical order (by free amount) so that nodes with one
+			// signature list the same options in the same order.
+			slices.SortStableFunc(out, func(a, b Option) int {
+				ga, gb := a.Shares[0].Index, b.Shares[0].Index
+				if c := cmp.Compare(ns.GPUFree[ga], ns.GPUFree[gb]); c != 0 {
+					return c
+				}
+				return cmp.Compare(ns.GPUMem[ga], ns.GPUMem[gb])
+			})
+		}
+		return out
+	}
+	return []Option{{Node: i}}
+}
+
+// pickSet chooses k of the free GPUs: the lowest indexes when the node has
+// no known topology, otherwise the set with the strongest weakest link
+// (then the largest total link score), grown greedily from each start.
+func pickSet(n *model.Node, free []int, k int) []int {
+	if n.Topology == nil || k == 1 || k == len(free) {
+		return free[:k]
+	}
+	var best []int
+	bestMin, bestSum := -1, -1
+	for _, start := range free {
+		set := []int{start}
+		for len(set) < k {
+			cand, candScore := -1, -1
+			for _, g := range free {
+				if slices.Contains(set, g) {
+					continue
+				}
+				sc := 1 << 30
+				for _, h := range set {
+					l, _ := n.Topology.Between(g, h)
+					sc = min(sc, l.Score())
+				}
+				if sc > candScore {
+					cand, candScore = g, sc
+				}
+			}
+			set = append(set, cand)
+		}
+		mn, sum := linkStats(n, set)
+		if mn > bestMin || (mn == bestMin && sum > bestSum) {
+			best, bestMin, bestSum = set, mn, sum
+		}
+	}
+	slices.Sort(best)
+	return best
+}
+
+// linkStats returns the weakest and the summed link score within a GPU set.
+func linkStats(n *model.Node, set []int) (mn, sum int) {
+	mn = 1 << 30
+	if len(set) < 2 || n.Topology == nil {
+		return 0, 0
+	}
+	for a := 0; a < len(set); a++ {
+		for b := a + 1; b < len(set); b++ {
+			l, _ := n.Topology.Between(set[a], set[b])
+			sc := l.Score()
+			mn = min(mn, sc)
+			sum += sc
+		}
+	}
+	return mn, sum
+}

@@ -1,0 +1,208 @@
+package placement
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+func gpuNode(name string, cpu int64, gpus int) model.Node {
+	n := model.Node{Name: name, MilliCPU: cpu, MemoryMiB: 1 << 20}
+	for g := range gpus {
+		n.GPUs = append(n.GPUs, model.GPU{Index: g, Model: "T4"})
+	}
+	return n
+}
+
+func TestStateAssignRollback(t *testing.T) {
+	st := NewState([]model.Node{gpuNode("a", 8000, 2)})
+	req := &model.Request{MilliCPU: 1000, GPUMilli: 600}
+	m := st.Checkpoint()
+	if err := st.Assign(0, req, []model.GPUShare{{Index: 1, Milli: 600}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Assign(0, req, []model.GPUShare{{Index: 1, Milli: 600}}); err == nil {
+		t.Fatal("second 600 milli share of GPU 1 was accepted: over-allocation")
+	}
+	if got := st.Nodes[0].GPUFree[1]; got != 400 {
+		t.Fatalf("GPU 1 free = %d, want 400", got)
+	}
+	st.Rollback(m)
+	if got, cpu := st.Nodes[0].GPUFree[1], st.Nodes[0].FreeCPU; got != 1000 || cpu != 8000 {
+		t.Fatalf("after rollback GPU 1 free = %d, cpu = %d; want 1000, 8000", got, cpu)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	st := NewState([]model.Node{gpuNode("a", 8000, 4)})
+	_ = st.Assign(0, &model.Request{GPUMilli: 500}, []model.GPUShare{{Index: 0, Milli: 500}})
+	_ = st.Assign(0, &model.Request{GPUMilli: 700}, []model.GPUShare{{Index: 2, Milli: 700}})
+	tests := []struct {
+		name string
+		req  model.Request
+		want int // number of options
+		gpus int // GPUs in the first option
+	}{
+		{"cpu only", model.Request{MilliCPU: 100}, 1, 0},
+		{"share fits 3 distinct GPUs", model.Request{GPUMilli: 300}, 3, 1},
+		{"share fits only idle GPUs", model.Request{GPUMilli: 600}, 1, 1},
+		{"two whole GPUs", model.Request{GPUs: 2}, 1, 2},
+		{"three whole GPUs do not fit", model.Request{GPUs: 3}, 0, 0},
+		{"too much cpu", model.Request{MilliCPU: 9000}, 0, 0},
+		{"wrong model", model.Request{GPUs: 1, GPUModels: []string{"A100"}}, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := st.Options(0, &tc.req)
+			if len(opts) != tc.want {
+				t.Fatalf("got %d options %+v, want %d", len(opts), opts, tc.want)
+			}
+			if len(opts) > 0 && len(opts[0].Shares) != tc.gpus {
+				t.Fatalf("first option uses %d GPUs, want %d", len(opts[0].Shares), tc.gpus)
+			}
+			for _, o := range opts {
+				if !st.Fits(0, &tc.req, o.Shares) {
+					t.Fatalf("option %+v does not fit", o)
+				}
+			}
+		})
+	}
+}
+
+func TestFGDNodeFrag(t *testing.T) {
+	n := gpuNode("a", 10000, 2)
+	// Half the pods want 500 milli, half a whole GPU.
+	f, err := NewFGD([]Target{{Req: model.Request{MilliCPU: 1000, GPUMilli: 500}, P: 1}, {Req: model.Request{MilliCPU: 1000, GPUs: 1}, P: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		cpu  int64
+		free []int64
+		want float64
+	}{
+		{"idle node has no fragmentation", 10000, []int64{1000, 1000}, 0},
+		{"300 left is a fragment for both types", 10000, []int64{300, 1000}, 300},
+		{"600 left is a fragment only for whole GPUs", 10000, []int64{600, 0}, 0.5*0 + 0.5*600},
+		{"no cpu strands everything", 0, []int64{600, 1000}, 1600},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := f.NodeFrag(&n, tc.cpu, tc.free); got != tc.want {
+				t.Fatalf("NodeFrag = %g, want %g", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPoliciesChoose(t *testing.T) {
+	// Node 0 has a half-used GPU, node 1 is idle.
+	nodes := []model.Node{gpuNode("used", 16000, 2), gpuNode("idle", 16000, 2)}
+	targets := []Target{{Req: model.Request{GPUMilli: 500, MilliCPU: 1000}, P: 1}}
+	tests := []struct {
+		policy   string
+		wantNode int
+		wantGPU  int
+	}{
+		{"bestfit", 0, 0},
+		{"gpupacking", 0, 0},
+		{"fgd", 0, 0},
+		{"gpuplane", 0, 0},
+		{"spread", 1, 0},
+		{"firstfit", 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.policy, func(t *testing.T) {
+			st := NewState(nodes)
+			_ = st.Assign(0, &model.Request{GPUMilli: 500}, []model.GPUShare{{Index: 0, Milli: 500}})
+			pol, err := NewPolicy(tc.policy, PolicyEnv{Targets: targets, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pl, err := NewPlacer(st, pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, ok := pl.Place(&model.Request{GPUMilli: 500, MilliCPU: 1000})
+			if !ok {
+				t.Fatal("no placement")
+			}
+			if o.Node != tc.wantNode || o.Shares[0].Index != tc.wantGPU {
+				t.Fatalf("placed on node %d GPU %d, want node %d GPU %d", o.Node, o.Shares[0].Index, tc.wantNode, tc.wantGPU)
+			}
+		})
+	}
+}
+
+func TestNewPolicyErrors(t *testing.T) {
+	for _, spec := range []string{"nope", "custom:fgd", "custom:bestfit=-1", "custom:bestfit=x"} {
+		t.Run(spec, func(t *testing.T) {
+			if _, err := NewPolicy(spec, PolicyEnv{Targets: []Target{{P: 1}}}); err == nil {
+				t.Fatalf("NewPolicy(%q) succeeded, want an error", spec)
+			}
+		})
+	}
+	if _, err := NewPolicy("fgd", PolicyEnv{}); err == nil {
+		t.Fatal("fgd without targets succeeded, want an error")
+	}
+}
+
+// TestPlacerMatchesScan checks the incremental, memoised placer against a
+// plain scan of every option on random clusters and workloads.
+func TestPlacerMatchesScan(t *testing.T) {
+	for _, policy := range []string{"fgd", "bestfit", "gpupacking", "dotproduct", "gpuplane", "firstfit"} {
+		t.Run(policy, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 7))
+			var nodes []model.Node
+			for i := range 40 {
+				nodes = append(nodes, gpuNode("n", int64(8000+rng.IntN(4)*8000), []int{1, 2, 4, 8}[i%4]))
+			}
+			shapes := []model.Request{{MilliCPU: 2000, GPUMilli: 300}, {MilliCPU: 4000, GPUMilli: 500}, {MilliCPU: 6000, GPUs: 1},
+				{MilliCPU: 8000, GPUs: 2}, {MilliCPU: 3000}, {MilliCPU: 1000, GPUMilli: 810}}
+			var targets []Target
+			for _, s := range shapes {
+				targets = append(targets, Target{Req: s, P: 1})
+			}
+			pol, _ := NewPolicy(policy, PolicyEnv{Targets: targets})
+			fast, slow := NewState(nodes), NewState(nodes)
+			pf, _ := NewPlacer(fast, pol)
+			ps := &Placer{st: slow, pol: pol}
+			for k := range 400 {
+				req := shapes[rng.IntN(len(shapes))]
+				a, okA := pf.Place(&req)
+				b, okB := ps.scan(&req)
+				if okA != okB || a.Node != b.Node || len(a.Shares) != len(b.Shares) {
+					t.Fatalf("pod %d: placer chose %+v (%v), scan chose %+v (%v)", k, a, okA, b, okB)
+				}
+				if okA {
+					if err := fast.Assign(a.Node, &req, a.Shares); err != nil {
+						t.Fatal(err)
+					}
+					if err := slow.Assign(b.Node, &req, b.Shares); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestTargetsFrom(t *testing.T) {
+	reqs := []model.Request{{GPUMilli: 500}, {GPUMilli: 500}, {GPUMilli: 500}, {GPUs: 1}}
+	ts, err := TargetsFrom(reqs, 0.7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 1 || ts[0].P != 1 || ts[0].Req.GPUMilli != 500 {
+		t.Fatalf("targets at 70%% popularity = %+v, want only the 500-milli type with share 1", ts)
+	}
+	ts, _ = TargetsFrom(reqs, 1)
+	if len(ts) != 2 || ts[0].P != 0.75 {
+		t.Fatalf("targets = %+v, want two types, the first with share 0.75", ts)
+	}
+	if _, err := TargetsFrom(nil, 1); err == nil {
+		t.Fatal("empty workload accepted")
+	}
+}

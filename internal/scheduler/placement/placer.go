@@ -1,0 +1,196 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// Placer picks the best option for a request under a policy. For policies
+// made only of NodeLocal scorers it keeps, per distinct request shape, the
+// best score of every node and a max-tree over them, and re-scores only the
+// nodes the State reports changed since it last saw that shape; node
+// scores are also memoised by node signature. Other policies scan every
+// node on every call.
+//
+// A Placer belongs to one State and one goroutine.
+type Placer struct {
+	st     *State
+	pol    Policy
+	local  bool
+	reqIDs map[string]int
+	caches []*shapeCache
+	memo   map[memoKey]memoVal
+	keyBuf strings.Builder
+}
+
+type memoKey struct{ sig, req int32 }
+
+type memoVal struct {
+	score float64
+	opt   int32 // -1: does not fit
+}
+
+// shapeCache holds every node's best option for one request shape.
+type shapeCache struct {
+	pos  int
+	best []memoVal
+	tree []int32 // tree[1] is the best node; leaves at len(best)..
+	size int
+}
+
+// memoLimit bounds the signature memo; it is dropped when it grows past.
+const memoLimit = 1 << 20
+
+// NewPlacer returns a placer for st under pol.
+func NewPlacer(st *State, pol Policy) (*Placer, error) {
+	if err := pol.Validate(); err != nil {
+		return nil, fmt.Errorf("creating placer: %w", err)
+	}
+	return &Placer{st: st, pol: pol, local: pol.nodeLocal(), reqIDs: map[string]int{}, memo: map[memoKey]memoVal{}}, nil
+}
+
+// Policy returns the placer's policy.
+func (p *Placer) Policy() Policy { return p.pol }
+
+// Place returns the best option for req on the current state, or false if
+// it fits nowhere. It changes nothing; the caller assigns the option.
+func (p *Placer) Place(req *model.Request) (Option, bool) {
+	if !p.local {
+		return p.scan(req)
+	}
+	rid := p.shape(req)
+	c := p.caches[rid]
+	if c == nil {
+		c = p.fill(req, rid)
+	} else {
+		changed, pos := p.st.Changes(c.pos)
+		if len(changed) >= len(p.st.Nodes) {
+			c = p.fill(req, rid)
+		} else {
+			for _, i := range changed {
+				c.best[i] = p.nodeBest(i, req, int32(rid))
+				c.update(i)
+			}
+			c.pos = pos
+		}
+	}
+	if len(c.best) == 0 {
+		return Option{}, false
+	}
+	i := int(c.tree[1])
+	v := c.best[i]
+	if v.opt < 0 {
+		return Option{}, false
+	}
+	return p.st.Options(i, req)[v.opt], true
+}
+
+// Score returns the policy's score of one option.
+func (p *Placer) Score(req *model.Request, o *Option) float64 {
+	sum := 0.0
+	for _, w := range p.pol.Scorers {
+		if w.Weight != 0 {
+			sum += w.Weight * w.Score(p.st, req, o)
+		}
+	}
+	return sum
+}
+
+func (p *Placer) scan(req *model.Request) (Option, bool) {
+	var best Option
+	bestScore, found := math.Inf(-1), false
+	for i := range p.st.Nodes {
+		for _, o := range p.st.Options(i, req) {
+			if sc := p.Score(req, &o); !found || sc > bestScore {
+				best, bestScore, found = o, sc, true
+			}
+		}
+	}
+	return best, found
+}
+
+func (p *Placer) shape(req *model.Request) int {
+	b := &p.keyBuf
+	b.Reset()
+	fmt.Fprintf(b, "%d/%d/%d/%d/%d/%d/%s/%s|", req.MilliCPU, req.MemoryMiB, req.GPUs, req.GPUMilli, req.GPUMemoryMiB, req.MIGSlices, req.MIGProfile, strings.Join(req.GPUModels, ","))
+	if len(req.NodeSelector) > 0 || len(req.Tolerations) > 0 {
+		fmt.Fprintf(b, "%v|%v", req.NodeSelector, req.Tolerations)
+	}
+	id, ok := p.reqIDs[b.String()]
+	if !ok {
+		id = len(p.reqIDs)
+		p.reqIDs[b.String()] = id
+		p.caches = append(p.caches, nil)
+	}
+	return id
+}
+
+func (p *Placer) fill(req *model.Request, rid int) *shapeCache {
+	n := len(p.st.Nodes)
+	c := &shapeCache{best: make([]memoVal, n), size: 1}
+	for c.size < n {
+		c.size *= 2
+	}
+	c.tree = make([]int32, 2*c.size)
+	for i := range p.st.Nodes {
+		c.best[i] = p.nodeBest(i, req, int32(rid))
+	}
+	for k := range c.size {
+		if k < n {
+			c.tree[c.size+k] = int32(k)
+		} else {
+			c.tree[c.size+k] = -1
+		}
+	}
+	for k := c.size - 1; k >= 1; k-- {
+		c.tree[k] = c.pick(c.tree[2*k], c.tree[2*k+1])
+	}
+	_, c.pos = p.st.Changes(0)
+	p.caches[rid] = c
+	return c
+}
+
+// pick returns the better of two nodes; ties go to the lower index.
+func (c *shapeCache) pick(a, b int32) int32 {
+	switch {
+	case a < 0:
+		return b
+	case b < 0:
+		return a
+	}
+	va, vb := c.best[a], c.best[b]
+	if vb.opt >= 0 && (va.opt < 0 || vb.score > va.score || (vb.score == va.score && b < a)) {
+		return b
+	}
+	return a
+}
+
+func (c *shapeCache) update(i int) {
+	k := (c.size + i) / 2
+	for k >= 1 {
+		c.tree[k] = c.pick(c.tree[2*k], c.tree[2*k+1])
+		k /= 2
+	}
+}
+
+func (p *Placer) nodeBest(i int, req *model.Request, rid int32) memoVal {
+	key := memoKey{p.st.signature(i), rid}
+	if v, ok := p.memo[key]; ok {
+		return v
+	}
+	v := memoVal{score: math.Inf(-1), opt: -1}
+	opts := p.st.Options(i, req)
+	for j := range opts {
+		if sc := p.Score(req, &opts[j]); v.opt < 0 || sc > v.score {
+			v = memoVal{score: sc, opt: int32(j)}
+		}
+	}
+	if len(p.memo) >= memoLimit {
+		clear(p.memo)
+	}
+	p.memo[key] = v
+	return v
+}

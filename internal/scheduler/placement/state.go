@@ -1,0 +1,289 @@
+package placement
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// NodeState is the free state of one node.
+type NodeState struct {
+	Node      *model.Node
+	FreeCPU   int64
+	FreeMem   int64
+	GPUFree   []int64 // milli-GPU free per GPU
+	GPUMem    []int64 // GPU memory free per GPU (MiB)
+	SliceFree []int   // free MIG slices per GPU
+	// Pods counts pods on the node; ShareSizes counts them by the
+	// milli-GPU each asked for of one GPU (1000 for whole GPUs).
+	Pods       int
+	ShareSizes map[int64]int
+
+	class int32
+	sig   int32 // -1 when stale
+}
+
+// GPUUsed reports whether GPU g holds any allocation.
+func (n *NodeState) GPUUsed(g int) bool {
+	gp := &n.Node.GPUs[g]
+	return n.GPUFree[g] < gp.Capacity() || (gp.MIGSlices > 0 && n.SliceFree[g] < gp.MIGSlices)
+}
+
+// FreeMilli is the milli-GPU free on non-MIG GPUs.
+func (n *NodeState) FreeMilli() int64 {
+	var s int64
+	for g := range n.GPUFree {
+		if n.Node.GPUs[g].MIGSlices == 0 {
+			s += n.GPUFree[g]
+		}
+	}
+	return s
+}
+
+// CapMilli is the milli-GPU capacity of the node's GPUs.
+func (n *NodeState) CapMilli() int64 {
+	var s int64
+	for g := range n.Node.GPUs {
+		s += n.Node.GPUs[g].Capacity()
+	}
+	return s
+}
+
+type change struct {
+	node   int
+	req    model.Request
+	shares []model.GPUShare
+	add    bool
+}
+
+// Mark is a checkpoint in a State's journal.
+type Mark int
+
+// State is the mutable free state of a cluster. Assign and Release journal
+// every change so Rollback can undo what-if work exactly.
+type State struct {
+	Nodes   []NodeState
+	journal []change
+	// changed logs node indexes in change order; placers read it to
+	// re-score only what changed.
+	changed []int
+	classes map[string]int32
+	sigs    map[string]int32
+	buf     []byte
+}
+
+// NewState builds the free state of nodes (which it keeps a reference to)
+// with nothing allocated.
+func NewState(nodes []model.Node) *State {
+	s := &State{Nodes: make([]NodeState, len(nodes)), classes: map[string]int32{}, sigs: map[string]int32{}}
+	for i := range nodes {
+		n := &nodes[i]
+		ns := &s.Nodes[i]
+		ns.Node = n
+		ns.FreeCPU, ns.FreeMem = n.MilliCPU, n.MemoryMiB
+		ns.GPUFree = make([]int64, len(n.GPUs))
+		ns.GPUMem = make([]int64, len(n.GPUs))
+		ns.SliceFree = make([]int, len(n.GPUs))
+		for g := range n.GPUs {
+			ns.GPUFree[g] = n.GPUs[g].Capacity()
+			ns.GPUMem[g] = n.GPUs[g].MemoryMiB
+			ns.SliceFree[g] = n.GPUs[g].MIGSlices
+		}
+		ns.ShareSizes = map[int64]int{}
+		ns.class = s.classOf(n)
+		ns.sig = -1
+	}
+	return s
+}
+
+// classOf interns everything static about a node that placement reads.
+func (s *State) classOf(n *model.Node) int32 {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d/%d/%v|", n.MilliCPU, n.MemoryMiB, n.Unschedulable)
+	for _, g := range n.GPUs {
+		fmt.Fprintf(&b, "%s:%d:%d:%d:%d,", g.Model, g.MemoryMiB, g.Capacity(), g.MIGSlices, g.NUMANode)
+	}
+	keys := make([]string, 0, len(n.Labels))
+	for k := range n.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "|%s=%s", k, n.Labels[k])
+	}
+	for _, t := range n.Taints {
+		fmt.Fprintf(&b, "|t:%s=%s:%s", t.Key, t.Value, t.Effect)
+	}
+	if t := n.Topology; t != nil {
+		b.WriteString("|topo")
+		for i := 0; i < t.Len(); i++ {
+			for j := i + 1; j < t.Len(); j++ {
+				l, _ := t.Between(i, j)
+				fmt.Fprintf(&b, ",%d", l.Score())
+			}
+		}
+	}
+	key := b.String()
+	id, ok := s.classes[key]
+	if !ok {
+		id = int32(len(s.classes))
+		s.classes[key] = id
+	}
+	return id
+}
+
+// signature interns a node's class plus its free state. Nodes without a
+// topology sort their GPUs, so nodes that differ only in which GPU is busy
+// share a signature.
+func (s *State) signature(i int) int32 {
+	ns := &s.Nodes[i]
+	if ns.sig >= 0 {
+		return ns.sig
+	}
+	b := s.buf[:0]
+	b = binary.AppendVarint(b, int64(ns.class))
+	b = binary.AppendVarint(b, ns.FreeCPU)
+	b = binary.AppendVarint(b, ns.FreeMem)
+	start := len(b)
+	var gpus [][3]int64
+	for g := range ns.GPUFree {
+		gpus = append(gpus, [3]int64{ns.GPUFree[g], ns.GPUMem[g], int64(ns.SliceFree[g])})
+	}
+	if ns.Node.Topology == nil {
+		slices.SortFunc(gpus, func(a, b [3]int64) int { return slices.Compare(a[:], b[:]) })
+	}
+	for _, g := range gpus {
+		b = binary.AppendVarint(b, g[0])
+		b = binary.AppendVarint(b, g[1])
+		b = binary.AppendVarint(b, g[2])
+	}
+	_ = start
+	s.buf = b
+	id, ok := s.sigs[string(b)]
+	if !ok {
+		id = int32(len(s.sigs))
+		s.sigs[string(b)] = id
+	}
+	ns.sig = id
+	return id
+}
+
+// Checkpoint returns a mark to Rollback to.
+func (s *State) Checkpoint() Mark { return Mark(len(s.journal)) }
+
+// Rollback undoes every Assign and Release since m, newest first.
+func (s *State) Rollback(m Mark) {
+	for i := len(s.journal) - 1; i >= int(m); i-- {
+		c := s.journal[i]
+		s.apply(c.node, &c.req, c.shares, !c.add)
+	}
+	s.journal = s.journal[:m]
+}
+
+// Commit forgets the journal up to now; earlier marks become invalid.
+func (s *State) Commit() { s.journal = s.journal[:0] }
+
+// Fits reports whether shares can be taken on node i for req without
+// over-allocating anything.
+func (s *State) Fits(i int, req *model.Request, shares []model.GPUShare) bool {
+	ns := &s.Nodes[i]
+	if ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB {
+		return false
+	}
+	for _, sh := range shares {
+		if sh.Index < 0 || sh.Index >= len(ns.GPUFree) {
+			return false
+		}
+		if ns.GPUFree[sh.Index] < sh.Milli || ns.SliceFree[sh.Index] < sh.MIGSlices {
+			return false
+		}
+		if ns.Node.GPUs[sh.Index].MemoryMiB > 0 && ns.GPUMem[sh.Index] < sh.MemoryMiB {
+			return false
+		}
+	}
+	return true
+}
+
+// Assign takes req's resources and shares on node i. It returns an error,
+// changing nothing, if they do not fit.
+func (s *State) Assign(i int, req *model.Request, shares []model.GPUShare) error {
+	if i < 0 || i >= len(s.Nodes) {
+		return fmt.Errorf("assigning to node %d: no such node", i)
+	}
+	if !s.Fits(i, req, shares) {
+		return fmt.Errorf("assigning to node %s: request does not fit", s.Nodes[i].Node.Name)
+	}
+	s.apply(i, req, shares, true)
+	s.journal = append(s.journal, change{node: i, req: *req, shares: shares, add: true})
+	return nil
+}
+
+// Release returns req's resources and shares on node i.
+func (s *State) Release(i int, req *model.Request, shares []model.GPUShare) {
+	s.apply(i, req, shares, false)
+	s.journal = append(s.journal, change{node: i, req: *req, shares: shares, add: false})
+}
+
+func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bool) {
+	ns := &s.Nodes[i]
+	sign := int64(1)
+	if !add {
+		sign = -1
+	}
+	ns.FreeCPU -= sign * req.MilliCPU
+	ns.FreeMem -= sign * req.MemoryMiB
+	for _, sh := range shares {
+		ns.GPUFree[sh.Index] -= sign * sh.Milli
+		if ns.Node.GPUs[sh.Index].MemoryMiB > 0 {
+			ns.GPUMem[sh.Index] -= sign * sh.MemoryMiB
+		}
+		ns.SliceFree[sh.Index] -= int(sign) * sh.MIGSlices
+	}
+	ns.Pods += int(sign)
+	if req.UsesGPU() {
+		size := req.GPUMilli
+		if req.GPUs > 0 {
+			size = model.MilliPerGPU
+		}
+		ns.ShareSizes[size] += int(sign)
+		if ns.ShareSizes[size] == 0 {
+			delete(ns.ShareSizes, size)
+		}
+	}
+	ns.sig = -1
+	s.changed = append(s.changed, i)
+}
+
+// Changes returns the node indexes changed since position from, and the new
+// position.
+func (s *State) Changes(from int) ([]int, int) {
+	if from > len(s.changed) {
+		from = 0
+	}
+	return s.changed[from:], len(s.changed)
+}
+
+// MilliTotals returns allocated and total milli-GPU and the number of GPUs
+// in use and in all, over the whole cluster.
+func (s *State) MilliTotals() (alloc, total int64, used, gpus int) {
+	for i := range s.Nodes {
+		ns := &s.Nodes[i]
+		for g := range ns.GPUFree {
+			c := ns.Node.GPUs[g].Capacity()
+			total += c
+			gpus++
+			if ns.Node.GPUs[g].MIGSlices > 0 {
+				alloc += c * int64(ns.Node.GPUs[g].MIGSlices-ns.SliceFree[g]) / int64(ns.Node.GPUs[g].MIGSlices)
+			} else {
+				alloc += c - ns.GPUFree[g]
+			}
+			if ns.GPUUsed(g) {
+				used++
+			}
+		}
+	}
+	return alloc, total, used, gpus
+}

@@ -1,0 +1,140 @@
+package simulator
+
+import (
+	"cmp"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+)
+
+// Summary aggregates the runs of one policy over seeds.
+type Summary struct {
+	Policy string `json:"policy"`
+	Runs   int    `json:"runs"`
+	// Mean and median of the final ratios over seeds; failed pods and
+	// wall time are means.
+	MeanMilliGPUAllocationRatio   float64 `json:"meanMilliGpuAllocationRatio"`
+	MedianMilliGPUAllocationRatio float64 `json:"medianMilliGpuAllocationRatio"`
+	MeanGPUAllocationRatio        float64 `json:"meanGpuAllocationRatio"`
+	MeanFragmentation             float64 `json:"meanFragmentation"`
+	MeanFailedPods                float64 `json:"meanFailedPods"`
+	MeanWallSeconds               float64 `json:"meanWallSeconds"`
+}
+
+// Summarize groups results by policy, in the order policies first appear.
+func Summarize(results []*Result) []Summary {
+	var order []string
+	by := map[string][]*Result{}
+	for _, r := range results {
+		if _, ok := by[r.Policy]; !ok {
+			order = append(order, r.Policy)
+		}
+		by[r.Policy] = append(by[r.Policy], r)
+	}
+	out := make([]Summary, 0, len(order))
+	for _, p := range order {
+		rs := by[p]
+		s := Summary{Policy: p, Runs: len(rs)}
+		var ratios []float64
+		for _, r := range rs {
+			s.MeanMilliGPUAllocationRatio += r.MilliGPUAllocationRatio
+			s.MeanGPUAllocationRatio += r.GPUAllocationRatio
+			s.MeanFragmentation += r.Fragmentation
+			s.MeanFailedPods += float64(r.FailedPods)
+			s.MeanWallSeconds += r.WallSeconds
+			ratios = append(ratios, r.MilliGPUAllocationRatio)
+		}
+		n := float64(len(rs))
+		s.MeanMilliGPUAllocationRatio /= n
+		s.MeanGPUAllocationRatio /= n
+		s.MeanFragmentation /= n
+		s.MeanFailedPods /= n
+		s.MeanWallSeconds /= n
+		s.MedianMilliGPUAllocationRatio = median(ratios)
+		out = append(out, s)
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// WriteResultsCSV writes one row per (policy, seed) with the final numbers.
+func WriteResultsCSV(w io.Writer, results []*Result) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"policy", "seed", "pods", "failedPods", "milliGpuAllocationRatio", "gpuAllocationRatio", "fragmentation", "arrivedDemand", "wallSeconds"})
+	for _, r := range results {
+		_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), strconv.Itoa(r.Pods), strconv.Itoa(r.FailedPods),
+			f6(r.MilliGPUAllocationRatio), f6(r.GPUAllocationRatio), f6(r.Fragmentation), f6(r.ArrivedDemand), f6(r.WallSeconds)})
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("writing results csv: %w", err)
+	}
+	return nil
+}
+
+// WriteCurveCSV writes every curve point of every run.
+func WriteCurveCSV(w io.Writer, results []*Result) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"policy", "seed", "arrivedDemand", "milliGpuAllocationRatio", "gpuAllocationRatio", "fragmentation", "failedPods"})
+	for _, r := range results {
+		for _, p := range r.Curve {
+			_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), f6(p.ArrivedDemand), f6(p.MilliGPUAllocationRatio),
+				f6(p.GPUAllocationRatio), f6(p.Fragmentation), strconv.Itoa(p.FailedPods)})
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("writing curve csv: %w", err)
+	}
+	return nil
+}
+
+func f6(v float64) string { return strconv.FormatFloat(v, 'f', 6, 64) }
+
+// MeanCurve averages a policy's curves over seeds point by point (curves
+// are sampled at the same arrived-demand steps; the shortest one bounds
+// the result).
+func MeanCurve(results []*Result, policy string) []Point {
+	var curves [][]Point
+	for _, r := range results {
+		if r.Policy == policy && len(r.Curve) > 0 {
+			curves = append(curves, r.Curve)
+		}
+	}
+	if len(curves) == 0 {
+		return nil
+	}
+	n := slices.MinFunc(curves, func(a, b []Point) int { return cmp.Compare(len(a), len(b)) })
+	out := make([]Point, len(n))
+	for i := range out {
+		for _, c := range curves {
+			out[i].ArrivedDemand += c[i].ArrivedDemand
+			out[i].MilliGPUAllocationRatio += c[i].MilliGPUAllocationRatio
+			out[i].GPUAllocationRatio += c[i].GPUAllocationRatio
+			out[i].Fragmentation += c[i].Fragmentation
+		}
+		k := float64(len(curves))
+		out[i].ArrivedDemand /= k
+		out[i].MilliGPUAllocationRatio /= k
+		out[i].GPUAllocationRatio /= k
+		out[i].Fragmentation /= k
+		if math.IsNaN(out[i].ArrivedDemand) {
+			out[i].ArrivedDemand = 0
+		}
+	}
+	return out
+}

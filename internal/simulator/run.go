@@ -1,0 +1,101 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Mode is how a trace is replayed.
+type Mode string
+
+// Modes.
+const (
+	ModePacking Mode = "packing"
+	ModeEvent   Mode = "event"
+)
+
+// Spec is a set of runs: every policy with every seed.
+type Spec struct {
+	Mode       Mode
+	Policies   []string
+	Seeds      []uint64
+	Tune       float64
+	TunedLast  bool
+	Popularity float64
+	// Parallel is how many runs execute at once (at least 1).
+	Parallel int
+	// Progress, if set, is called (from any goroutine, serialised) with
+	// runs done, runs in all, and the fraction of the current runs' pods
+	// done.
+	Progress func(done, total int, frac float64)
+}
+
+// RunAll runs every (policy, seed) of spec on tr and returns the results
+// in policy-major, seed-minor order.
+func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
+	type job struct{ i, p, s int }
+	n := len(spec.Policies) * len(spec.Seeds)
+	results := make([]*Result, n)
+	errs := make([]error, n)
+	jobs := make(chan job)
+	var mu sync.Mutex
+	done := 0
+	partial := make([]float64, n)
+	report := func(i int, f float64) {
+		if spec.Progress == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if f >= 1 && partial[i] < 1 {
+			done++
+		}
+		partial[i] = f
+		sum := 0.0
+		for _, v := range partial {
+			sum += v
+		}
+		spec.Progress(done, n, sum/float64(max(n, 1)))
+	}
+	var wg sync.WaitGroup
+	for range max(spec.Parallel, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				pol, seed := spec.Policies[j.p], spec.Seeds[j.s]
+				var r *Result
+				var err error
+				switch spec.Mode {
+				case ModeEvent:
+					r, err = RunEvent(ctx, tr, EventConfig{Policy: pol, Seed: seed, Popularity: spec.Popularity,
+						Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
+				default:
+					r, err = RunPacking(ctx, tr, PackingConfig{Policy: pol, Seed: seed, Tune: spec.Tune, TunedLast: spec.TunedLast,
+						Popularity: spec.Popularity, Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
+				}
+				if err != nil {
+					err = fmt.Errorf("policy %s seed %d: %w", pol, seed, err)
+				}
+				results[j.i], errs[j.i] = r, err
+				report(j.i, 1)
+			}
+		}()
+	}
+	i := 0
+	for p := range spec.Policies {
+		for s := range spec.Seeds {
+			jobs <- job{i, p, s}
+			i++
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}

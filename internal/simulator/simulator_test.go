@@ -1,0 +1,236 @@
+package simulator
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const tinyNodes = `sn,cpu_milli,memory_mib,gpu,model
+node-0,32000,131072,2,T4
+node-1,32000,131072,4,V100M16
+`
+
+const tinyPods = `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+pod-2,4000,8192,1,500,,LS,Running,20,100,20
+pod-0,4000,8192,1,1000,,LS,Running,0,100,0
+pod-1,2000,4096,0,0,,BE,Running,10,100,10
+pod-3,4000,8192,2,1000,V100M16,LS,Running,30,100,30
+pod-4,4000,8192,8,1000,,LS,Running,40,100,40
+`
+
+func writeTrace(t *testing.T, pods string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, OpenBNodeFile), []byte(tinyNodes), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "openb_pod_list_tiny.csv"), []byte(pods), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestReadOpenB(t *testing.T) {
+	tr, err := ReadOpenB(writeTrace(t, tinyPods), "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Nodes) != 2 || len(tr.Nodes[1].GPUs) != 4 || tr.Nodes[1].GPUs[0].Model != "V100M16" {
+		t.Fatalf("nodes = %+v", tr.Nodes)
+	}
+	if got := tr.GPUCapacityMilli(); got != 6000 {
+		t.Fatalf("capacity = %d, want 6000", got)
+	}
+	var names []string
+	for _, p := range tr.Pods {
+		names = append(names, p.Name)
+	}
+	if strings.Join(names, ",") != "pod-0,pod-1,pod-2,pod-3,pod-4" {
+		t.Fatalf("pods not in creation order: %v", names)
+	}
+	if r := tr.Pods[2].Request; r.GPUMilli != 500 || r.GPUs != 0 {
+		t.Fatalf("sharing pod parsed as %+v", r)
+	}
+	if r := tr.Pods[3].Request; r.GPUs != 2 || len(r.GPUModels) != 1 {
+		t.Fatalf("2-GPU pod parsed as %+v", r)
+	}
+}
+
+func TestReadOpenBErrors(t *testing.T) {
+	tests := []struct {
+		name, pods, want string
+		line, col        int
+	}{
+		{"not a number", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,4000,x,1,1000\n", "memory_mib", 2, 8},
+		{"negative", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,4000,1,1,1000\nq,-5,1,1,1\n", "cpu_milli", 3, 3},
+		{"missing column", "name,cpu_milli,memory_mib,num_gpu\n", "gpu_milli", 1, 1},
+		{"short row", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,4000,1\n", "num_gpu", 2, 0},
+		{"bad quote", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n\"p,4000,1,1,1\n", "", 2, 0},
+		{"empty file", "", "header", 1, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadOpenB(writeTrace(t, tc.pods), "tiny")
+			var re *RowError
+			if !errors.As(err, &re) {
+				t.Fatalf("err = %v, want a RowError", err)
+			}
+			if re.Line != tc.line || (tc.col > 0 && re.Column != tc.col) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v (line %d col %d), want line %d col %d mentioning %q", err, re.Line, re.Column, tc.line, tc.col, tc.want)
+			}
+			if !strings.Contains(err.Error(), "openb_pod_list_tiny.csv") {
+				t.Fatalf("err = %v does not name the file", err)
+			}
+		})
+	}
+	if _, err := ReadOpenB(t.TempDir(), "tiny"); err == nil || !strings.Contains(err.Error(), "--trace") {
+		t.Fatalf("missing directory: err = %v, want a hint about --trace", err)
+	}
+}
+
+func TestTune(t *testing.T) {
+	tr, _ := ReadOpenB(writeTrace(t, tinyPods), "tiny")
+	gpuPods := tr.Pods[:4] // leave out the 8-GPU pod that fits nowhere
+	a, err := Tune(gpuPods, 6000, 2, 5, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Tune(gpuPods, 6000, 2, 5, true)
+	var total int64
+	for i := range a {
+		total += a[i].Request.GPUMilliTotal()
+		if a[i].Name != b[i].Name {
+			t.Fatalf("same seed gave different pods at %d: %s vs %s", i, a[i].Name, b[i].Name)
+		}
+	}
+	if total > 12000 || total < 12000-2000 {
+		t.Fatalf("tuned demand = %d milli, want within one pod below 12000", total)
+	}
+	if a[len(a)-1].Name != "pod-3" {
+		t.Fatalf("trace pods should come after the drawn ones, last is %s", a[len(a)-1].Name)
+	}
+	last, _ := Tune(gpuPods, 6000, 2, 5, false)
+	if last[0].Name != "pod-0" {
+		t.Fatalf("with tuned-last the trace comes first, got %s", last[0].Name)
+	}
+	if _, err := Tune(gpuPods, 6000, -1, 5, true); err == nil {
+		t.Fatal("negative tune accepted")
+	}
+}
+
+func TestRunPacking(t *testing.T) {
+	tr, _ := ReadOpenB(writeTrace(t, tinyPods), "tiny")
+	for _, policy := range []string{"fgd", "bestfit", "gpuplane", "random", "gpuclustering"} {
+		t.Run(policy, func(t *testing.T) {
+			r, err := RunPacking(context.Background(), tr, PackingConfig{Policy: policy, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 1000 + 500 + 2000 of 6000 milli; the 8-GPU pod never fits.
+			if r.FailedPods != 1 || r.Pods != 5 {
+				t.Fatalf("pods %d failed %d, want 5 and 1", r.Pods, r.FailedPods)
+			}
+			if want := 3500.0 / 6000; r.MilliGPUAllocationRatio != want {
+				t.Fatalf("allocation ratio = %g, want %g", r.MilliGPUAllocationRatio, want)
+			}
+			if r.GPUAllocationRatio != 4.0/6 {
+				t.Fatalf("GPUs in use ratio = %g, want %g", r.GPUAllocationRatio, 4.0/6)
+			}
+			if n := len(r.Curve); n == 0 || r.Curve[n-1].MilliGPUAllocationRatio != r.MilliGPUAllocationRatio {
+				t.Fatalf("curve %+v does not end at the final ratio", r.Curve)
+			}
+		})
+	}
+}
+
+func TestRunPackingEmptyCluster(t *testing.T) {
+	if _, err := RunPacking(context.Background(), &Trace{Source: "empty"}, PackingConfig{Policy: "fgd"}); err == nil {
+		t.Fatal("empty cluster accepted")
+	}
+}
+
+func TestRunAllAndOutputs(t *testing.T) {
+	tr, _ := ReadOpenB(writeTrace(t, tinyPods), "tiny")
+	calls := 0
+	res, err := RunAll(context.Background(), tr, Spec{Mode: ModePacking, Policies: []string{"fgd", "bestfit"}, Seeds: []uint64{1, 2, 3},
+		Tune: 1.5, Parallel: 2, Progress: func(done, total int, _ float64) { calls++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 6 || res[0].Policy != "fgd" || res[3].Policy != "bestfit" || res[4].Seed != 2 {
+		t.Fatalf("results out of order: %d results", len(res))
+	}
+	if calls == 0 {
+		t.Fatal("progress never reported")
+	}
+	sum := Summarize(res)
+	if len(sum) != 2 || sum[0].Runs != 3 {
+		t.Fatalf("summary = %+v", sum)
+	}
+	var csvBuf, curveBuf, svg bytes.Buffer
+	if err := WriteResultsCSV(&csvBuf, res); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(csvBuf.String(), "\n"); lines != 7 {
+		t.Fatalf("results.csv has %d lines, want 7", lines)
+	}
+	if err := WriteCurveCSV(&curveBuf, res); err != nil {
+		t.Fatal(err)
+	}
+	if err := WritePlot(&svg, "tiny <trace>", res); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(&svg)
+	paths, texts := 0, ""
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			if el.Name.Local == "path" {
+				paths++
+			}
+		case xml.CharData:
+			texts += string(el)
+		}
+	}
+	if paths != 2 || !strings.Contains(texts, "bestfit") || !strings.Contains(texts, "arrived demand") {
+		t.Fatalf("plot has %d curves and text %q; want 2 curves, a legend and axis labels", paths, texts)
+	}
+}
+
+const yamlTrace = `
+nodes:
+- {name: a100, count: 2, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: A100, nvlink: true}
+queues:
+- {name: team-a, guaranteed: {gpuMilli: 8000}}
+pods:
+- {name: train, queue: team-a, count: 4, minMember: 4, gpus: 2, milliCPU: 8000, duration: 60}
+- {name: infer, count: 3, gpuMilli: 250, createdAt: 5}
+`
+
+func TestReadYAMLTrace(t *testing.T) {
+	tr, err := ReadYAMLTrace("t.yaml", strings.NewReader(yamlTrace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Nodes) != 2 || tr.Nodes[1].Name != "a100-1" || tr.Nodes[0].Topology == nil {
+		t.Fatalf("nodes = %+v", tr.Nodes)
+	}
+	if len(tr.Pods) != 7 || tr.Pods[0].Group != "train" || tr.Pods[0].MinMember != 4 || tr.Pods[6].Group != "" {
+		t.Fatalf("pods = %+v", tr.Pods)
+	}
+	for _, bad := range []string{"nodes: [{name: x, cpu: 1}]", "pods: [{name: p, gpuMilli: 1500}]", "pods: [{name: p, count: 2, minMember: 3}]", "nodes: [{milliCPU: 1}]"} {
+		if _, err := ReadYAMLTrace("bad.yaml", strings.NewReader(bad)); err == nil {
+			t.Fatalf("trace %q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package simulator
+
+import "github.com/gpuplane/gpuplane/internal/scheduler/model"
+
+// Trace is a cluster and the pods that arrive at it.
+type Trace struct {
+	// Source names where the trace came from, for reports.
+	Source string
+	Nodes  []model.Node
+	Pods   []TracePod
+	Queues []model.Queue
+}
+
+// TracePod is one pod of a trace.
+type TracePod struct {
+	Name    string
+	Request model.Request
+	// CreatedAt and DeletedAt are seconds from the trace start; DeletedAt
+	// is 0 when unknown (the pod runs to the end).
+	CreatedAt int64
+	DeletedAt int64
+	// Duration overrides DeletedAt-CreatedAt as the run time once placed.
+	Duration int64
+	Queue    string
+	Group    string
+	// MinMember is the gang size of Group (0: every pod of the group).
+	MinMember int
+	Priority  int32
+}
+
+// RunTime is how long the pod runs once started; 0 means forever.
+func (p *TracePod) RunTime() int64 {
+	switch {
+	case p.Duration > 0:
+		return p.Duration
+	case p.DeletedAt > p.CreatedAt:
+		return p.DeletedAt - p.CreatedAt
+	}
+	return 0
+}
+
+// GPUCapacityMilli is the total milli-GPU of the trace's nodes.
+func (t *Trace) GPUCapacityMilli() int64 {
+	var s int64
+	for i := range t.Nodes {
+		for _, g := range t.Nodes[i].GPUs {
+			s += g.Capacity()
+		}
+	}
+	return s
+}
