@@ -2,30 +2,87 @@
 // machines without GPUs: unit tests, the demo, and agents started with
 // --simulate.
 //
-// A node is described by a Profile: one of the built-in DGX systems
-// (dgxa100, dgxh100, dgxh200, dgxb200), whose identity, memory and MIG
-// tables come from go-nvml's mock DGX servers, or a YAML file read by Load.
-// On top of those tables the package models what the mocks lack:
+// # Starting a node
+//
+// Load returns a Profile: one of the built-in DGX systems (BuiltinNames:
+// dgxa100, dgxh100, dgxh200, dgxb200), whose identity, memory and MIG tables
+// come from go-nvml's mock DGX servers, or a profile file. New starts a
+// Backend from it:
+//
+//	p, err := sim.Load("dgxh100") // or a path such as "testdata/two-t4.yaml"
+//	b, err := sim.New(p, sim.Options{NodeName: "node-1"})
+//
+// On top of go-nvml's tables the package models what the mocks lack:
 //
 //   - stable identity: GPU and MIG device UUIDs are name-based UUIDs of the
-//     node name and GPU index, so a restarted agent offers the same IDs;
-//   - MIG that behaves like the driver: capacity and placement overlap are
-//     enforced, placements are recorded, the pending MIG mode differs from
-//     the current one until it can be applied;
-//   - NVLink through NVSwitch, PCIe levels, NUMA nodes, PCI bus IDs and
-//     driver versions of the real systems;
+//     node name, the GPU index and (for MIG) where the instances sit, so a
+//     restarted agent offers the same device IDs;
+//   - MIG that behaves like the driver: instance counts and compute slices
+//     are enforced, placements count memory slices as NVML's do and never
+//     overlap, the pending MIG mode differs from the current one until it can
+//     be applied;
+//   - NVLink all-to-all through NVSwitch (NV12 on A100, NV18 on H100, H200
+//     and B200), PCIe levels, two NUMA nodes (GPUs 0-3 and 4-7), the PCI bus
+//     IDs and driver versions of the real systems;
 //   - telemetry that follows simulated processes (memory, utilization,
-//     power, temperature, energy, clocks) on an injectable clock;
+//     power from idle to TDP, temperature following power, energy, clocks) on
+//     an injectable Clock, exactly and independently of how often it is read;
 //   - events (XID, ECC, a failing event wait) and fault injection (a lost
-//     GPU, a failing call) that touch only the GPU they name.
+//     GPU, a failing call) that change only the GPU they name.
 //
-// MIG mode: SetMIGMode records the pending mode. It becomes current at once
-// when the GPU runs no process, as the driver does on an idle GPU, and
-// otherwise on Reset. Options.MIGModeNeedsReset makes every change wait for
-// Reset.
+// # MIG mode
 //
-// The package must not talk to a real driver, read the host's devices or
-// sleep: all time comes from Options.Clock, and nothing runs in the
-// background except a subscription's delivery goroutine, which ends with the
-// subscription.
+// SetMIGMode records the pending mode. It becomes current at once when the
+// GPU runs no simulated process, as the driver does on an idle GPU, and
+// otherwise on Reset (which fails while processes run). With
+// Options.MIGModeNeedsReset every change waits for Reset. A reset destroys
+// the GPU's MIG instances.
+//
+// # Controls
+//
+// Beyond gpu.Backend, a Backend has controls for tests and demos:
+// RunProcess, SetProcessLoad, StopProcess (load); InjectXID, InjectMIGXID,
+// InjectECC, InjectPCIeReplay, FailEventWait (events and counters); LoseGPU,
+// Recover, Reset, FailCall, ClearFaults (faults). Controls are not NVML
+// calls: FailCall does not affect them.
+//
+// # Profile files
+//
+// A profile file is YAML, parsed strictly: an unknown field, a value of the
+// wrong type or an impossible setting is an error naming the file, the line,
+// the field and what is allowed.
+//
+//	version: v1                 # optional
+//	name: mixed                 # default: the file's base name
+//	driverVersion: "560.35.03"  # default 550.54.15; nvmlVersion: "12." + driver
+//	cudaDriverVersion: "12.6"   # default 12.4
+//	gpus:
+//	  - model: H100-SXM5-80GB   # a key of Models(); the fields below override it
+//	    count: 2                # default 1
+//	    numaNodes: [0, 1]       # or numaNode: 0 for all (default 0)
+//	    migEnabled: true
+//	  - model: T4
+//	    mig: none               # or a MIG table of MIGTables(), e.g. A100-40GB
+//	  - name: NVIDIA RTX 6000 Ada Generation   # no model: name, memoryMiB,
+//	    memoryMiB: 49140                       # architecture and
+//	    architecture: ada                      # computeCapability are needed
+//	    computeCapability: "8.9"
+//	    pciBusIDs: ["0000:c1:00.0"]            # default: made up, distinct
+//	    idleWatts: 20
+//	    tdpWatts: 300
+//	topology:
+//	  nvlink: 0                 # NVLinks between every pair (all-to-all)
+//	  pcie: SYS                 # level of every pair; default NODE within a
+//	                            # NUMA node, SYS across
+//	  pairs:                    # overrides for single pairs
+//	    - gpus: [0, 1]
+//	      nvlink: 18
+//	    - gpus: [2, 3]
+//	      pcie: PIX
+//
+// # What this package must not do
+//
+// It must not talk to a real driver, read the host's devices or sleep: all
+// time comes from Options.Clock, and nothing runs in the background except a
+// subscription's delivery goroutine, which ends with the subscription.
 package sim

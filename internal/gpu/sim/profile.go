@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -259,9 +260,14 @@ func Builtin(name string) (*Profile, error) {
 			return dgxSystems[i].profile()
 		}
 	}
-	return nil, fmt.Errorf("unknown simulated profile %q (built-in profiles: %s; or give the path of a profile file)",
-		name, strings.Join(BuiltinNames(), ", "))
+	return nil, fmt.Errorf("%w %q (built-in profiles: %s; or give the path of a profile file)",
+		ErrUnknownProfile, name, strings.Join(BuiltinNames(), ", "))
 }
+
+// ErrUnknownProfile is wrapped by Load's error when the argument is neither
+// a built-in profile nor an existing file: a mistake in how the caller was
+// invoked rather than a broken file.
+var ErrUnknownProfile = errors.New("unknown simulated profile")
 
 func (x *dgx) profile() (*Profile, error) {
 	s := x.server()

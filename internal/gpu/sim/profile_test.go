@@ -142,8 +142,8 @@ func TestLoadUnknownProfile(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Load(tt.arg)
-			if err == nil {
-				t.Fatal("Load succeeded")
+			if !errors.Is(err, ErrUnknownProfile) {
+				t.Fatalf("Load = %v, want ErrUnknownProfile", err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,26 +17,9 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
 
-// A profile file describes a node, for example two PCIe T4s:
-//
-//	version: v1
-//	name: t4-pair
-//	gpus:
-//	  - model: T4
-//	    count: 2
-//	topology:
-//	  pcie: PHB
-//
-// or a GPU of a model the simulator does not know:
-//
-//	gpus:
-//	  - name: NVIDIA RTX 6000 Ada Generation
-//	    memoryMiB: 49140
-//	    architecture: ada
-//	    computeCapability: "8.9"
-//	    numaNode: 1
-//
-// Fields of a GPU entry override the model's. Unknown fields are errors.
+// fileProfile is a profile file; the package documentation describes the
+// format. Fields of a GPU entry override its model's; unknown fields are
+// errors.
 type fileProfile struct {
 	Version           string       `yaml:"version"`
 	Name              string       `yaml:"name"`
@@ -112,8 +96,12 @@ func looksLikePath(s string) bool {
 // LoadFile reads a profile file. Its name defaults to the file's base name.
 func LoadFile(path string) (*Profile, error) {
 	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w %q: no such file and no built-in profile of that name (built-in profiles: %s): %w",
+			ErrUnknownProfile, path, strings.Join(BuiltinNames(), ", "), err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("reading simulated profile: %w (built-in profiles: %s)", err, strings.Join(BuiltinNames(), ", "))
+		return nil, fmt.Errorf("reading simulated profile: %w", err)
 	}
 	defer f.Close()
 	return Parse(f, path)

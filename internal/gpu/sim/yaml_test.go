@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,8 +221,19 @@ func TestLoadFile(t *testing.T) {
 		t.Fatalf("Load = %+v, %v", p, err)
 	}
 	_, err = Load(bad)
+	if errors.Is(err, ErrUnknownProfile) {
+		t.Errorf("a malformed file is reported as an unknown profile: %v", err)
+	}
 	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "gpus[0].modle") {
 		t.Errorf("Load(bad) = %v", err)
+	}
+	for _, f := range []struct {
+		path string
+		gpus int
+	}{{"testdata/two-t4.yaml", 2}, {"testdata/mixed.yaml", 4}} {
+		if p, err := Load(f.path); err != nil || len(p.GPUs) != f.gpus {
+			t.Errorf("Load(%s) = %v", f.path, err)
+		}
 	}
 	p, err = Load("DGXH100")
 	if err != nil || p.Name != "dgxh100" {
