@@ -274,7 +274,7 @@ func (x *dgx) profile() (*Profile, error) {
 	p := &Profile{Name: x.name}
 	var ret nvml.Return
 	if p.DriverVersion, ret = s.SystemGetDriverVersion(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("profile %s: reading the mock's driver version: %v", x.name, ret)
+		return nil, fmt.Errorf("profile %s: reading the mock's driver version: %w", x.name, ret)
 	}
 	p.NVMLVersion, _ = s.SystemGetNVMLVersion()
 	cuda, _ := s.SystemGetCudaDriverVersion()
@@ -286,7 +286,7 @@ func (x *dgx) profile() (*Profile, error) {
 	for i := range n {
 		d, ret := s.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("profile %s: mock GPU %d: %v", x.name, i, ret)
+			return nil, fmt.Errorf("profile %s: mock GPU %d: %w", x.name, i, ret)
 		}
 		var spec GPUSpec
 		readMock(d, &spec)

@@ -103,7 +103,7 @@ func LoadFile(path string) (*Profile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading simulated profile: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	return Parse(f, path)
 }
 

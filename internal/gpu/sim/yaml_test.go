@@ -213,7 +213,7 @@ func TestLoadFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("gpus:\n  - modle: T4\n"), 0o600); err != nil {
+	if err := os.WriteFile(bad, []byte("gpus:\n  - gpuModel: T4\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p, err := Load(path)
@@ -224,7 +224,7 @@ func TestLoadFile(t *testing.T) {
 	if errors.Is(err, ErrUnknownProfile) {
 		t.Errorf("a malformed file is reported as an unknown profile: %v", err)
 	}
-	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "gpus[0].modle") {
+	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "gpus[0].gpuModel") {
 		t.Errorf("Load(bad) = %v", err)
 	}
 	for _, f := range []struct {
