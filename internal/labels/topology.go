@@ -1,0 +1,137 @@
+package labels
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// TopologyAnnotation is the node annotation describing the GPUs' NVLink
+// islands; the package doc gives its format.
+const TopologyAnnotation = "gpuplane.io/gpu-topology"
+
+// TopologyVersion is the version of the annotation's format.
+const TopologyVersion = 1
+
+// Topology is the value of TopologyAnnotation.
+type Topology struct {
+	Version int           `json:"v"`
+	GPUs    int           `json:"gpus"`
+	Groups  []NVLinkGroup `json:"groups"`
+	NUMA    []int         `json:"numa"`
+}
+
+// NVLinkGroup is a set of GPUs connected to each other by NVLink.
+type NVLinkGroup struct {
+	GPUs []int `json:"gpus"`
+	// NVLinks is the smallest NVLink count between two members.
+	NVLinks int `json:"nvlinks"`
+}
+
+// ParseTopology reads a TopologyAnnotation value.
+func ParseTopology(s string) (*Topology, error) {
+	var t Topology
+	if err := json.Unmarshal([]byte(s), &t); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", TopologyAnnotation, err)
+	}
+	if t.Version != TopologyVersion {
+		return nil, fmt.Errorf("parsing %s: format version %d is not supported (want %d)", TopologyAnnotation, t.Version, TopologyVersion)
+	}
+	seen := make([]bool, t.GPUs)
+	for _, g := range t.Groups {
+		for _, i := range g.GPUs {
+			if i < 0 || i >= t.GPUs || seen[i] {
+				return nil, fmt.Errorf("parsing %s: GPU %d is out of range or in two groups", TopologyAnnotation, i)
+			}
+			seen[i] = true
+		}
+	}
+	return &t, nil
+}
+
+// TopologyLabeler produces TopologyAnnotation. It adds no labels.
+type TopologyLabeler struct{}
+
+var (
+	_ Labeler   = (*TopologyLabeler)(nil)
+	_ Annotator = (*TopologyLabeler)(nil)
+)
+
+// NewTopologyLabeler returns a TopologyLabeler.
+func NewTopologyLabeler() (*TopologyLabeler, error) { return &TopologyLabeler{}, nil }
+
+// Name implements Labeler.
+func (*TopologyLabeler) Name() string { return "topology" }
+
+// Label implements Labeler; topology is an annotation only.
+func (*TopologyLabeler) Label(*Input, Labels) error { return nil }
+
+// Annotate implements Annotator.
+func (*TopologyLabeler) Annotate(in *Input, out Labels) error {
+	if len(in.Devices) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(BuildTopology(in))
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", TopologyAnnotation, err)
+	}
+	out[TopologyAnnotation] = string(b)
+	return nil
+}
+
+// BuildTopology computes the NVLink islands of in's GPUs.
+func BuildTopology(in *Input) *Topology {
+	n := len(in.Devices)
+	t := &Topology{Version: TopologyVersion, GPUs: n, Groups: []NVLinkGroup{}, NUMA: make([]int, n)}
+	for i := range in.Devices {
+		t.NUMA[i] = in.Devices[i].NUMANode
+	}
+	if in.Topology == nil {
+		return t
+	}
+	group := make([]int, n)
+	for i := range group {
+		group[i] = -1
+	}
+	for i := range n {
+		if group[i] >= 0 || !hasNVLink(in, i, n) {
+			continue
+		}
+		// Breadth-first walk of the NVLink graph from i.
+		g := NVLinkGroup{GPUs: []int{i}}
+		group[i] = len(t.Groups)
+		for q := 0; q < len(g.GPUs); q++ {
+			for j := range n {
+				if l, ok := in.Topology.Between(g.GPUs[q], j); ok && l.NVLinks > 0 && group[j] < 0 {
+					group[j] = len(t.Groups)
+					g.GPUs = append(g.GPUs, j)
+				}
+			}
+		}
+		slices.Sort(g.GPUs)
+		g.NVLinks = -1
+		for a, x := range g.GPUs {
+			for _, y := range g.GPUs[a+1:] {
+				l, ok := in.Topology.Between(x, y)
+				links := 0
+				if ok {
+					links = l.NVLinks
+				}
+				if g.NVLinks < 0 || links < g.NVLinks {
+					g.NVLinks = links
+				}
+			}
+		}
+		t.Groups = append(t.Groups, g)
+	}
+	return t
+}
+
+func hasNVLink(in *Input, i, n int) bool {
+	for j := range n {
+		if l, ok := in.Topology.Between(i, j); ok && l.NVLinks > 0 {
+			return true
+		}
+	}
+	return false
+}
