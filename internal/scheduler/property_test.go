@@ -1,0 +1,191 @@
+package scheduler_test
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
+	"github.com/gpuplane/gpuplane/internal/scheduler/schedtest"
+)
+
+// genWorkload draws a small cluster, a queue tree and pending groups; the
+// second return is a batch that arrives after the first cycle.
+func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
+	var snap model.Snapshot
+	for i := range rapid.IntRange(1, 5).Draw(t, "nodes") {
+		n := schedtest.Node(fmt.Sprintf("n%d", i), rapid.Int64Range(8, 64).Draw(t, "cpu")*1000, 1<<20).
+			GPUs(rapid.IntRange(0, 4).Draw(t, "gpus"), "A100").Obj()
+		snap.Nodes = append(snap.Nodes, n)
+	}
+	queues := []string{"a", "b", "c"}
+	snap.Queues = []model.Queue{{Name: "org"}}
+	for _, q := range queues {
+		snap.Queues = append(snap.Queues, model.Queue{Name: q, Parent: "org",
+			Guaranteed: model.Resources{GPUMilli: rapid.Int64Range(0, 2).Draw(t, "guar") * 1000},
+			Limit:      model.Resources{GPUMilli: rapid.SampledFrom([]int64{0, 3000, 6000}).Draw(t, "limit")},
+			Weight:     float64(rapid.IntRange(1, 3).Draw(t, "weight"))})
+	}
+	snap.Budget.MaxEvictions = rapid.SampledFrom([]int{-1, 0, 2, 8}).Draw(t, "budget")
+	group := func(i int, prefix string, created int64) model.PodGroup {
+		b := schedtest.Group(fmt.Sprintf("%s%d", prefix, i)).Queue(rapid.SampledFrom(append(queues, "")).Draw(t, "queue")).
+			Priority(int32(rapid.IntRange(0, 3).Draw(t, "prio"))).Created(created)
+		var req model.Request
+		switch rapid.IntRange(0, 2).Draw(t, "kind") {
+		case 0:
+			req = schedtest.Share(rapid.Int64Range(1, 9).Draw(t, "milli")*100, 1000)
+		case 1:
+			req = schedtest.GPU(rapid.IntRange(1, 2).Draw(t, "whole"), 2000)
+		default:
+			req = model.Request{MilliCPU: 4000}
+		}
+		size := rapid.IntRange(1, 3).Draw(t, "size")
+		b.Pods(size, req)
+		if rapid.Bool().Draw(t, "partial") {
+			b.MinMember(rapid.IntRange(1, size).Draw(t, "min"))
+		}
+		return b.Obj()
+	}
+	for i := range rapid.IntRange(1, 10).Draw(t, "groups") {
+		snap.Pending = append(snap.Pending, group(i, "g", int64(i)))
+	}
+	var later []model.PodGroup
+	for i := range rapid.IntRange(0, 6).Draw(t, "later") {
+		later = append(later, group(i, "h", int64(100+i)))
+	}
+	return snap, later
+}
+
+// checkInvariants fails t if snap over-allocates anything or a queue is
+// above its limit.
+func checkInvariants(t *rapid.T, snap *model.Snapshot) {
+	type key struct {
+		node string
+		gpu  int
+	}
+	cpu := map[string]int64{}
+	gpuUse := map[key]int64{}
+	for _, a := range snap.Running {
+		cpu[a.Node] += a.Request.MilliCPU
+		for _, sh := range a.GPUs {
+			gpuUse[key{a.Node, sh.Index}] += sh.Milli
+		}
+	}
+	for _, n := range snap.Nodes {
+		if cpu[n.Name] > n.MilliCPU {
+			t.Fatalf("node %s: %d milli-CPU allocated of %d", n.Name, cpu[n.Name], n.MilliCPU)
+		}
+		for _, g := range n.GPUs {
+			if u := gpuUse[key{n.Name, g.Index}]; u > g.Capacity() {
+				t.Fatalf("node %s GPU %d: %d milli allocated of %d", n.Name, g.Index, u, g.Capacity())
+			}
+		}
+	}
+	tree, err := queue.New(snap.Queues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range snap.Running {
+		tree.AddUsage(tree.Leaf(a.Queue), model.Of(&a.Request))
+	}
+	for i := range tree.Len() {
+		if !tree.Admits(i, model.Resources{}) {
+			t.Fatalf("queue %s above its limit: usage %+v", tree.Name(i), tree.Usage(i))
+		}
+	}
+}
+
+func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
+	groups := map[string]*model.PodGroup{}
+	for i := range before.Pending {
+		groups[before.Pending[i].Name] = &before.Pending[i]
+	}
+	count := map[string]int{}
+	for _, b := range d.Binds {
+		count[b.Group]++
+	}
+	for name, n := range count {
+		if g := groups[name]; g == nil || n < g.Min() {
+			t.Fatalf("group %s partially placed: %d pods bound", name, n)
+		}
+	}
+	prio := map[string]int32{}
+	queueOf := map[string]string{}
+	for _, a := range before.Running {
+		prio[a.Pod], queueOf[a.Pod] = a.Priority, a.Queue
+	}
+	evicted := map[string]bool{}
+	for _, e := range d.Evictions {
+		g := groups[e.For]
+		if g == nil || count[e.For] == 0 {
+			t.Fatalf("eviction of %s for %s, which was not placed", e.Pod, e.For)
+		}
+		if e.Reason == "preempt" && (prio[e.Pod] >= g.Priority || queueOf[e.Pod] != g.Queue) {
+			t.Fatalf("preempted %s (priority %d, queue %q) for %s (priority %d, queue %q)", e.Pod, prio[e.Pod], queueOf[e.Pod], g.Name, g.Priority, g.Queue)
+		}
+		evicted[e.Pod] = true
+	}
+	if b := before.Budget.MaxEvictions; b >= 0 && len(evicted) > b {
+		t.Fatalf("%d evictions with a budget of %d", len(evicted), b)
+	}
+}
+
+func TestPropertyInvariantsAndFixedPoint(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		snap, later := genWorkload(t)
+		h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: rapid.SampledFrom([]string{"gpuplane", "fgd", "bestfit"}).Draw(t, "policy")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := func() model.Decisions {
+			before := h.Snap
+			before.Running = append([]model.Allocation(nil), h.Snap.Running...)
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkDecisions(t, &before, d)
+			checkInvariants(t, &h.Snap)
+			return d
+		}
+		step()
+		h.Snap.Pending = append(h.Snap.Pending, later...)
+		// Nothing departs, so repeated cycles must settle: no evictions
+		// and no binds, within a bound on the number of cycles.
+		for i := 0; ; i++ {
+			d := step()
+			if len(d.Evictions) == 0 && len(d.Binds) == 0 {
+				break
+			}
+			if i > 60 {
+				t.Fatalf("no fixed point after %d cycles: last %d binds, %d evictions", i, len(d.Binds), len(d.Evictions))
+			}
+		}
+	})
+}
+
+func TestPropertyDeterministic(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		snap, later := genWorkload(t)
+		snap.Pending = append(snap.Pending, later...)
+		run := func() model.Decisions {
+			s, err := scheduler.New(scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := s.Cycle(&snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Timings = nil
+			return d
+		}
+		if a, b := run(), run(); !reflect.DeepEqual(a, b) {
+			t.Fatalf("same snapshot, different decisions:\n%+v\n%+v", a, b)
+		}
+	})
+}

@@ -1,0 +1,327 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// DefaultQueue takes groups that name no queue or an unknown one.
+const DefaultQueue = "default"
+
+// ErrInvalid marks an invalid queue hierarchy.
+var ErrInvalid = errors.New("invalid queue hierarchy")
+
+type node struct {
+	q        model.Queue
+	parent   int
+	children []int
+	usage    model.Resources
+	demand   model.Resources
+	fair     model.Resources
+}
+
+// Tree is a validated queue hierarchy with usage and fair shares.
+type Tree struct {
+	scarce [3]bool
+	nodes  []node
+	byName map[string]int
+	roots  []int
+}
+
+// New validates queues and builds the tree. A queue named DefaultQueue is
+// added at the top when missing.
+func New(queues []model.Queue) (*Tree, error) {
+	t := &Tree{byName: map[string]int{}}
+	for i, q := range queues {
+		if q.Name == "" {
+			return nil, fmt.Errorf("%w: queues[%d].name: must not be empty", ErrInvalid, i)
+		}
+		if _, dup := t.byName[q.Name]; dup {
+			return nil, fmt.Errorf("%w: queue %q: defined twice", ErrInvalid, q.Name)
+		}
+		if q.Weight < 0 || math.IsNaN(q.Weight) || math.IsInf(q.Weight, 0) {
+			return nil, fmt.Errorf("%w: queue %q: weight must be a number >= 0, got %g", ErrInvalid, q.Name, q.Weight)
+		}
+		if neg(q.Guaranteed) || neg(q.Limit) {
+			return nil, fmt.Errorf("%w: queue %q: quotas must be >= 0", ErrInvalid, q.Name)
+		}
+		if !withinLimit(q.Guaranteed, q.Limit) {
+			return nil, fmt.Errorf("%w: queue %q: guaranteed %+v is above its own limit %+v", ErrInvalid, q.Name, q.Guaranteed, q.Limit)
+		}
+		t.byName[q.Name] = len(t.nodes)
+		t.nodes = append(t.nodes, node{q: q, parent: -1})
+	}
+	if _, ok := t.byName[DefaultQueue]; !ok {
+		t.byName[DefaultQueue] = len(t.nodes)
+		t.nodes = append(t.nodes, node{q: model.Queue{Name: DefaultQueue}, parent: -1})
+	}
+	for i := range t.nodes {
+		p := t.nodes[i].q.Parent
+		if p == "" {
+			t.roots = append(t.roots, i)
+			continue
+		}
+		pi, ok := t.byName[p]
+		if !ok {
+			return nil, fmt.Errorf("%w: queue %q: parent %q does not exist", ErrInvalid, t.nodes[i].q.Name, p)
+		}
+		t.nodes[i].parent = pi
+		t.nodes[pi].children = append(t.nodes[pi].children, i)
+	}
+	for i := range t.nodes {
+		seen := map[int]bool{}
+		for j := i; j >= 0; j = t.nodes[j].parent {
+			if seen[j] {
+				return nil, fmt.Errorf("%w: queue %q: its parents form a cycle", ErrInvalid, t.nodes[i].q.Name)
+			}
+			seen[j] = true
+		}
+	}
+	for i := range t.nodes {
+		n := &t.nodes[i]
+		var sum model.Resources
+		for _, c := range n.children {
+			cq := t.nodes[c].q
+			sum = sum.Add(cq.Guaranteed)
+			if !withinLimit(cq.Limit, n.q.Limit) || !withinLimit(cq.Guaranteed, n.q.Limit) {
+				return nil, fmt.Errorf("%w: queue %q: quota above its parent %q's limit %+v", ErrInvalid, cq.Name, n.q.Name, n.q.Limit)
+			}
+		}
+		if len(n.children) > 0 && n.q.Guaranteed != (model.Resources{}) && !sum.Fits(n.q.Guaranteed) {
+			return nil, fmt.Errorf("%w: queue %q: children's guaranteed quotas sum to %+v, above the parent's %+v", ErrInvalid, n.q.Name, sum, n.q.Guaranteed)
+		}
+	}
+	return t, nil
+}
+
+func neg(r model.Resources) bool { return r.MilliCPU < 0 || r.MemoryMiB < 0 || r.GPUMilli < 0 }
+
+// withinLimit reports whether r fits limit, where a zero limit component
+// means unlimited.
+func withinLimit(r, limit model.Resources) bool {
+	ok := func(v, l int64) bool { return l == 0 || v <= l }
+	return ok(r.MilliCPU, limit.MilliCPU) && ok(r.MemoryMiB, limit.MemoryMiB) && ok(r.GPUMilli, limit.GPUMilli)
+}
+
+// Len is the number of queues.
+func (t *Tree) Len() int { return len(t.nodes) }
+
+// Name returns queue i's name.
+func (t *Tree) Name(i int) string { return t.nodes[i].q.Name }
+
+// Leaf returns the index of the queue named name, or of DefaultQueue when
+// there is none.
+func (t *Tree) Leaf(name string) int {
+	if i, ok := t.byName[name]; ok {
+		return i
+	}
+	return t.byName[DefaultQueue]
+}
+
+// Usage returns queue i's usage (its subtree's).
+func (t *Tree) Usage(i int) model.Resources { return t.nodes[i].usage }
+
+// FairShare returns queue i's fair share from the last ComputeFairShares.
+func (t *Tree) FairShare(i int) model.Resources { return t.nodes[i].fair }
+
+// Guaranteed returns queue i's guaranteed quota.
+func (t *Tree) Guaranteed(i int) model.Resources { return t.nodes[i].q.Guaranteed }
+
+// AddUsage adds r (negative to remove) to queue i and its ancestors.
+func (t *Tree) AddUsage(i int, r model.Resources) {
+	for j := i; j >= 0; j = t.nodes[j].parent {
+		t.nodes[j].usage = t.nodes[j].usage.Add(r)
+	}
+}
+
+// AddDemand adds pending demand r to queue i and its ancestors.
+func (t *Tree) AddDemand(i int, r model.Resources) {
+	for j := i; j >= 0; j = t.nodes[j].parent {
+		t.nodes[j].demand = t.nodes[j].demand.Add(r)
+	}
+}
+
+// Admits reports whether queue i and every ancestor stay within their
+// limits after taking r more.
+func (t *Tree) Admits(i int, r model.Resources) bool {
+	for j := i; j >= 0; j = t.nodes[j].parent {
+		if !withinLimit(t.nodes[j].usage.Add(r), t.nodes[j].q.Limit) {
+			return false
+		}
+	}
+	return true
+}
+
+// ComputeFairShares divides capacity among the roots, then each queue's
+// share among its children, by water filling per resource.
+func (t *Tree) ComputeFairShares(capacity model.Resources) {
+	var want [3]int64
+	for _, r := range t.roots {
+		w := comps(t.nodes[r].usage.Add(t.nodes[r].demand))
+		for k := range w {
+			want[k] += w[k]
+		}
+	}
+	c := comps(capacity)
+	for k := range c {
+		t.scarce[k] = want[k] > c[k]
+	}
+	t.divide(t.roots, capacity)
+}
+
+func (t *Tree) divide(kids []int, pool model.Resources) {
+	if len(kids) == 0 {
+		return
+	}
+	get := []func(model.Resources) int64{
+		func(r model.Resources) int64 { return r.MilliCPU },
+		func(r model.Resources) int64 { return r.MemoryMiB },
+		func(r model.Resources) int64 { return r.GPUMilli },
+	}
+	shares := make([][3]float64, len(kids))
+	for d, g := range get {
+		want := make([]float64, len(kids))
+		give := make([]float64, len(kids))
+		left := float64(g(pool))
+		for k, c := range kids {
+			n := &t.nodes[c]
+			w := float64(g(n.usage) + g(n.demand))
+			if l := g(n.q.Limit); l > 0 {
+				w = math.Min(w, float64(l))
+			}
+			want[k] = w
+			give[k] = math.Min(w, float64(g(n.q.Guaranteed)))
+			left -= give[k]
+		}
+		if left < 0 { // guarantees above capacity: scale them down
+			total := float64(g(pool)) - left
+			for k := range give {
+				give[k] *= float64(g(pool)) / total
+			}
+			left = 0
+		}
+		for left > 1e-9 {
+			var wsum float64
+			for k, c := range kids {
+				if give[k] < want[k]-1e-9 {
+					wsum += weight(t.nodes[c].q)
+				}
+			}
+			if wsum == 0 {
+				break
+			}
+			used := 0.0
+			for k, c := range kids {
+				if give[k] < want[k]-1e-9 {
+					add := math.Min(left*weight(t.nodes[c].q)/wsum, want[k]-give[k])
+					give[k] += add
+					used += add
+				}
+			}
+			left -= used
+			if used < 1e-9 {
+				break
+			}
+		}
+		for k := range kids {
+			shares[k][d] = give[k]
+		}
+	}
+	for k, c := range kids {
+		t.nodes[c].fair = model.Resources{MilliCPU: int64(shares[k][0]), MemoryMiB: int64(shares[k][1]), GPUMilli: int64(shares[k][2])}
+		t.divide(t.nodes[c].children, t.nodes[c].fair)
+	}
+}
+
+func weight(q model.Queue) float64 {
+	if q.Weight == 0 {
+		return 1
+	}
+	return q.Weight
+}
+
+// Over is how far queue i's usage plus extra is above its fair share: the
+// largest usage/fairShare over resources the queue uses (+Inf when it uses
+// a resource it has no share of, 0 when it uses nothing).
+func (t *Tree) Over(i int, extra model.Resources) float64 {
+	u, f := t.nodes[i].usage.Add(extra), t.nodes[i].fair
+	out := 0.0
+	for _, p := range [][2]int64{{u.MilliCPU, f.MilliCPU}, {u.MemoryMiB, f.MemoryMiB}, {u.GPUMilli, f.GPUMilli}} {
+		switch {
+		case p[0] <= 0:
+		case p[1] <= 0:
+			return math.Inf(1)
+		default:
+			out = math.Max(out, float64(p[0])/float64(p[1]))
+		}
+	}
+	return out
+}
+
+// DominantShare is queue i's weighted dominant resource share of capacity:
+// max over resources of usage/capacity, divided by the queue's weight.
+func (t *Tree) DominantShare(i int, capacity model.Resources) float64 {
+	u := t.nodes[i].usage
+	s := 0.0
+	for _, p := range [][2]int64{{u.MilliCPU, capacity.MilliCPU}, {u.MemoryMiB, capacity.MemoryMiB}, {u.GPUMilli, capacity.GPUMilli}} {
+		if p[1] > 0 {
+			s = math.Max(s, float64(p[0])/float64(p[1]))
+		}
+	}
+	return s / weight(t.nodes[i].q)
+}
+
+// Path returns queue i and its ancestors, leaf first.
+func (t *Tree) Path(i int) []int {
+	var out []int
+	for j := i; j >= 0; j = t.nodes[j].parent {
+		out = append(out, j)
+	}
+	return out
+}
+
+// Related reports whether queues a and b are the same or one is an
+// ancestor of the other.
+func (t *Tree) Related(a, b int) bool {
+	return slices.Contains(t.Path(a), b) || slices.Contains(t.Path(b), a)
+}
+
+func comps(r model.Resources) [3]int64 { return [3]int64{r.MilliCPU, r.MemoryMiB, r.GPUMilli} }
+
+// FitsFairShare reports whether extra needs a scarce resource (one the
+// queues want more of than the cluster has) and queue i stays at or below
+// its fair share in every scarce resource extra uses, after taking it.
+func (t *Tree) FitsFairShare(i int, extra model.Resources) bool {
+	u, f, e := comps(t.nodes[i].usage), comps(t.nodes[i].fair), comps(extra)
+	contended := false
+	for k := range e {
+		if e[k] > 0 && t.scarce[k] {
+			contended = true
+			if u[k]+e[k] > f[k] {
+				return false
+			}
+		}
+	}
+	return contended
+}
+
+// KeepsFairShare reports whether gone uses a scarce resource and queue i
+// stays at or above its fair share in every scarce resource gone uses,
+// after giving it up.
+func (t *Tree) KeepsFairShare(i int, gone model.Resources) bool {
+	u, f, g := comps(t.nodes[i].usage), comps(t.nodes[i].fair), comps(gone)
+	contended := false
+	for k := range g {
+		if g[k] > 0 && t.scarce[k] {
+			contended = true
+			if u[k]-g[k] < f[k] {
+				return false
+			}
+		}
+	}
+	return contended
+}

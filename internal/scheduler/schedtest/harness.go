@@ -1,0 +1,165 @@
+package schedtest
+
+import (
+	"fmt"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// NodeBuilder builds a model.Node.
+type NodeBuilder struct{ n model.Node }
+
+// Node starts a node with CPU (milli) and memory (MiB).
+func Node(name string, milliCPU, memMiB int64) *NodeBuilder {
+	return &NodeBuilder{n: model.Node{Name: name, MilliCPU: milliCPU, MemoryMiB: memMiB}}
+}
+
+// GPUs adds count GPUs of a model.
+func (b *NodeBuilder) GPUs(count int, gpuModel string) *NodeBuilder {
+	for range count {
+		b.n.GPUs = append(b.n.GPUs, model.GPU{Index: len(b.n.GPUs), Model: gpuModel})
+	}
+	return b
+}
+
+// Label sets a label.
+func (b *NodeBuilder) Label(k, v string) *NodeBuilder {
+	if b.n.Labels == nil {
+		b.n.Labels = map[string]string{}
+	}
+	b.n.Labels[k] = v
+	return b
+}
+
+// Obj returns the node.
+func (b *NodeBuilder) Obj() model.Node { return b.n }
+
+// Cluster returns count nodes named prefix-i, each with gpus GPUs.
+func Cluster(prefix string, count, gpus int, milliCPU, memMiB int64) []model.Node {
+	out := make([]model.Node, count)
+	for i := range out {
+		out[i] = Node(fmt.Sprintf("%s-%d", prefix, i), milliCPU, memMiB).GPUs(gpus, "A100").Obj()
+	}
+	return out
+}
+
+// GroupBuilder builds a model.PodGroup.
+type GroupBuilder struct{ g model.PodGroup }
+
+// Group starts a pod group.
+func Group(name string) *GroupBuilder { return &GroupBuilder{g: model.PodGroup{Name: name}} }
+
+// Queue sets the group's queue.
+func (b *GroupBuilder) Queue(q string) *GroupBuilder { b.g.Queue = q; return b }
+
+// Priority sets the group's priority.
+func (b *GroupBuilder) Priority(p int32) *GroupBuilder { b.g.Priority = p; return b }
+
+// Created sets the group's creation time.
+func (b *GroupBuilder) Created(t int64) *GroupBuilder { b.g.CreatedAt = t; return b }
+
+// MinMember sets the gang size.
+func (b *GroupBuilder) MinMember(n int) *GroupBuilder { b.g.MinMember = n; return b }
+
+// NonPreemptible marks the group.
+func (b *GroupBuilder) NonPreemptible() *GroupBuilder { b.g.NonPreemptible = true; return b }
+
+// Pods adds count pods asking for req, named GROUP-i.
+func (b *GroupBuilder) Pods(count int, req model.Request) *GroupBuilder {
+	for range count {
+		b.g.Pods = append(b.g.Pods, model.Pod{Name: fmt.Sprintf("%s-%d", b.g.Name, len(b.g.Pods)), Request: req})
+	}
+	return b
+}
+
+// Obj returns the group.
+func (b *GroupBuilder) Obj() model.PodGroup { return b.g }
+
+// GPU returns a request for n whole GPUs with cpu milli-CPU.
+func GPU(n int, cpu int64) model.Request { return model.Request{GPUs: n, MilliCPU: cpu} }
+
+// Share returns a request for milli of one GPU.
+func Share(milli, cpu int64) model.Request { return model.Request{GPUMilli: milli, MilliCPU: cpu} }
+
+// Harness runs cycles on a snapshot it keeps up to date.
+type Harness struct {
+	Sched *scheduler.Scheduler
+	Snap  model.Snapshot
+	// Log holds every cycle's decisions in order.
+	Log []model.Decisions
+	now int64
+}
+
+// NewHarness returns a harness for snap with a scheduler using cfg.
+func NewHarness(snap model.Snapshot, cfg scheduler.Config) (*Harness, error) {
+	s, err := scheduler.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Harness{Sched: s, Snap: snap}, nil
+}
+
+// Cycle runs one cycle, records and applies its decisions.
+func (h *Harness) Cycle() (model.Decisions, error) {
+	d, err := h.Sched.Cycle(&h.Snap)
+	if err != nil {
+		return d, err
+	}
+	h.Log = append(h.Log, d)
+	h.now++
+	Apply(&h.Snap, d, h.now)
+	return d, nil
+}
+
+// Apply changes snap as executing d would: evicted pods leave Running and
+// their groups return to Pending whole; bound pods move to Running.
+func Apply(snap *model.Snapshot, d model.Decisions, now int64) {
+	evicted := map[string]bool{}
+	for _, e := range d.Evictions {
+		evicted[e.Pod] = true
+	}
+	groups := map[string]*model.PodGroup{}
+	var order []string
+	keep := snap.Running[:0:0]
+	for _, a := range snap.Running {
+		if !evicted[a.Pod] {
+			keep = append(keep, a)
+			continue
+		}
+		g := groups[a.Group]
+		if g == nil {
+			g = &model.PodGroup{Name: a.Group, Queue: a.Queue, Priority: a.Priority, CreatedAt: a.StartedAt, NonPreemptible: a.NonPreemptible}
+			groups[a.Group] = g
+			order = append(order, a.Group)
+		}
+		g.Pods = append(g.Pods, model.Pod{Name: a.Pod, Request: a.Request})
+	}
+	bound := map[string]model.Bind{}
+	for _, b := range d.Binds {
+		bound[b.Pod] = b
+	}
+	var pend []model.PodGroup
+	for _, g := range snap.Pending {
+		rest := g
+		rest.Pods = nil
+		for _, p := range g.Pods {
+			b, ok := bound[p.Name]
+			if !ok {
+				rest.Pods = append(rest.Pods, p)
+				continue
+			}
+			keep = append(keep, model.Allocation{Pod: p.Name, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
+				Request: p.Request, GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible})
+		}
+		if len(rest.Pods) > 0 && len(rest.Pods) == len(g.Pods) {
+			pend = append(pend, rest)
+		}
+	}
+	for _, name := range order {
+		g := groups[name]
+		g.MinMember = len(g.Pods)
+		pend = append(pend, *g)
+	}
+	snap.Running, snap.Pending = keep, pend
+}

@@ -1,0 +1,182 @@
+package scheduler_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/schedtest"
+)
+
+func running(h *schedtest.Harness, t *testing.T) {
+	t.Helper()
+	if _, err := h.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCycleScenarios(t *testing.T) {
+	gq := func(name, parent string, guar, limit int64) model.Queue {
+		return model.Queue{Name: name, Parent: parent, Guaranteed: model.Resources{GPUMilli: guar}, Limit: model.Resources{GPUMilli: limit}}
+	}
+	tests := []struct {
+		name string
+		// first runs on an empty cluster; then arrive join; the last
+		// cycle's decisions are checked.
+		nodes         []model.Node
+		queues        []model.Queue
+		first, arrive []model.PodGroup
+		budget        int
+		wantBinds     int
+		wantEvictions int
+		wantReason    string
+	}{
+		{
+			name:      "gang placed whole",
+			nodes:     schedtest.Cluster("n", 2, 4, 64000, 1<<20),
+			arrive:    []model.PodGroup{schedtest.Group("g").Pods(8, schedtest.GPU(1, 1000)).Obj()},
+			wantBinds: 8,
+		},
+		{
+			name:   "gang larger than the cluster places nothing",
+			nodes:  schedtest.Cluster("n", 2, 4, 64000, 1<<20),
+			arrive: []model.PodGroup{schedtest.Group("g").Pods(9, schedtest.GPU(1, 1000)).Obj()},
+		},
+		{
+			name:      "minMember gang takes what fits",
+			nodes:     schedtest.Cluster("n", 1, 4, 64000, 1<<20),
+			arrive:    []model.PodGroup{schedtest.Group("g").MinMember(3).Pods(6, schedtest.GPU(1, 1000)).Obj()},
+			wantBinds: 4,
+		},
+		{
+			name:          "higher priority preempts lower in its queue",
+			nodes:         schedtest.Cluster("n", 1, 2, 64000, 1<<20),
+			first:         []model.PodGroup{schedtest.Group("low").Queue("a").Priority(1).Pods(2, schedtest.GPU(1, 1000)).Obj()},
+			arrive:        []model.PodGroup{schedtest.Group("high").Queue("a").Priority(5).Pods(1, schedtest.GPU(2, 1000)).Obj()},
+			queues:        []model.Queue{gq("a", "", 0, 0)},
+			budget:        -1,
+			wantBinds:     1,
+			wantEvictions: 2,
+			wantReason:    "preempt",
+		},
+		{
+			name:      "disruption budget blocks preemption",
+			nodes:     schedtest.Cluster("n", 1, 2, 64000, 1<<20),
+			first:     []model.PodGroup{schedtest.Group("low").Queue("a").Priority(1).Pods(2, schedtest.GPU(1, 1000)).Obj()},
+			arrive:    []model.PodGroup{schedtest.Group("high").Queue("a").Priority(5).Pods(1, schedtest.GPU(2, 1000)).Obj()},
+			queues:    []model.Queue{gq("a", "", 0, 0)},
+			budget:    1,
+			wantBinds: 0,
+		},
+		{
+			name:      "equal priority never preempts",
+			nodes:     schedtest.Cluster("n", 1, 2, 64000, 1<<20),
+			first:     []model.PodGroup{schedtest.Group("old").Queue("a").Priority(3).Pods(2, schedtest.GPU(1, 1000)).Obj()},
+			arrive:    []model.PodGroup{schedtest.Group("new").Queue("a").Priority(3).Pods(1, schedtest.GPU(1, 1000)).Obj()},
+			queues:    []model.Queue{gq("a", "", 0, 0)},
+			budget:    -1,
+			wantBinds: 0,
+		},
+		{
+			name:   "reclaim lent quota up to fair share",
+			nodes:  schedtest.Cluster("n", 1, 4, 64000, 1<<20),
+			queues: []model.Queue{{Name: "org"}, gq("a", "org", 2000, 0), gq("b", "org", 2000, 0)},
+			// b borrows a's idle guarantee, then a wants it back.
+			first: []model.PodGroup{schedtest.Group("b1").Queue("b").Pods(1, schedtest.GPU(1, 1000)).Obj(), schedtest.Group("b2").Queue("b").Pods(1, schedtest.GPU(1, 1000)).Obj(),
+				schedtest.Group("b3").Queue("b").Pods(1, schedtest.GPU(1, 1000)).Obj(), schedtest.Group("b4").Queue("b").Pods(1, schedtest.GPU(1, 1000)).Obj()},
+			arrive:        []model.PodGroup{schedtest.Group("a1").Queue("a").Pods(2, schedtest.GPU(1, 1000)).Obj()},
+			budget:        -1,
+			wantBinds:     2,
+			wantEvictions: 2,
+			wantReason:    "reclaim",
+		},
+		{
+			name:      "queue limit holds",
+			nodes:     schedtest.Cluster("n", 1, 4, 64000, 1<<20),
+			queues:    []model.Queue{gq("a", "", 0, 2000)},
+			arrive:    []model.PodGroup{schedtest.Group("a1").Queue("a").Pods(1, schedtest.GPU(2, 1000)).Obj(), schedtest.Group("a2").Queue("a").Pods(1, schedtest.GPU(1, 1000)).Obj()},
+			wantBinds: 1,
+		},
+		{
+			name:   "empty cluster places nothing",
+			arrive: []model.PodGroup{schedtest.Group("g").Pods(1, schedtest.Share(500, 100)).Obj()},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := schedtest.NewHarness(model.Snapshot{Nodes: tc.nodes, Queues: tc.queues, Pending: tc.first, Budget: model.DisruptionBudget{MaxEvictions: tc.budget}}, scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			running(h, t)
+			h.Snap.Pending = append(h.Snap.Pending, tc.arrive...)
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Binds) != tc.wantBinds || len(d.Evictions) != tc.wantEvictions {
+				t.Fatalf("binds %d evictions %d (%+v), want %d and %d", len(d.Binds), len(d.Evictions), d.Evictions, tc.wantBinds, tc.wantEvictions)
+			}
+			for _, e := range d.Evictions {
+				if e.Reason != tc.wantReason {
+					t.Fatalf("eviction reason %q, want %q", e.Reason, tc.wantReason)
+				}
+			}
+			for _, b := range d.Binds {
+				if b.Node == "" || len(b.GPUs) == 0 {
+					t.Fatalf("bind %+v lacks a node or GPUs", b)
+				}
+			}
+			if len(d.Timings) < 6 {
+				t.Fatalf("timings %+v, want one per phase", d.Timings)
+			}
+		})
+	}
+}
+
+func TestCycleErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		snap model.Snapshot
+		want string
+	}{
+		{"queue cycle", model.Snapshot{Queues: []model.Queue{{Name: "a", Parent: "b"}, {Name: "b", Parent: "a"}}}, "cycle"},
+		{"quota above parent", model.Snapshot{Queues: []model.Queue{{Name: "p", Limit: model.Resources{GPUMilli: 1000}}, {Name: "c", Parent: "p", Limit: model.Resources{GPUMilli: 2000}}}}, "parent"},
+		{"unknown node", model.Snapshot{Running: []model.Allocation{{Pod: "p", Node: "x"}}}, "unknown node"},
+		{"over-allocated snapshot", model.Snapshot{Nodes: schedtest.Cluster("n", 1, 1, 1000, 1000),
+			Running: []model.Allocation{{Pod: "p", Node: "n-0", GPUs: []model.GPUShare{{Index: 0, Milli: 600}}}, {Pod: "q", Node: "n-0", GPUs: []model.GPUShare{{Index: 0, Milli: 600}}}}}, "over-allocates"},
+		{"duplicate node", model.Snapshot{Nodes: append(schedtest.Cluster("n", 1, 1, 1000, 1000), schedtest.Cluster("n", 1, 1, 1000, 1000)...)}, "twice"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := scheduler.New(scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Cycle(&tc.snap); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := scheduler.New(scheduler.Config{Policy: "nope"}); err == nil {
+		t.Fatal("unknown policy accepted")
+	}
+}
+
+func TestIncrementalSync(t *testing.T) {
+	snap := model.Snapshot{Nodes: schedtest.Cluster("n", 1, 4, 64000, 1<<20),
+		Pending: []model.PodGroup{schedtest.Group("g").Pods(2, schedtest.GPU(1, 1000)).Obj()}}
+	h, _ := schedtest.NewHarness(snap, scheduler.Config{})
+	running(h, t)
+	// The pods now run; removing one from the snapshot frees its GPU.
+	h.Snap.Running = h.Snap.Running[1:]
+	h.Snap.Pending = []model.PodGroup{schedtest.Group("big").Pods(1, schedtest.GPU(3, 1000)).Obj()}
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Binds) != 1 {
+		t.Fatalf("3-GPU pod not placed after a GPU was freed: %+v", d)
+	}
+}
