@@ -1,0 +1,287 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/resource"
+)
+
+// Defaults of ManagerOptions.
+const (
+	DefaultRetryInterval = time.Second
+	// waitingLogInterval spaces the "waiting for the kubelet" messages.
+	waitingLogInterval = 30 * time.Second
+)
+
+// ManagerOptions configure a Manager.
+type ManagerOptions struct {
+	// Dir is the kubelet's device-plugin directory
+	// (/var/lib/kubelet/device-plugins when empty).
+	Dir      string
+	Health   HealthSource
+	Topology *gpu.Topology
+	Logger   *slog.Logger
+	// RetryInterval spaces registration attempts after a failure.
+	RetryInterval time.Duration
+}
+
+// Manager runs one Server per resource and keeps them registered with the
+// kubelet across kubelet restarts and config reloads.
+type Manager struct {
+	opts    ManagerOptions
+	log     *slog.Logger
+	kubelet string
+	updates chan Set
+
+	mu         sync.Mutex
+	servers    []*Server
+	registered map[string]int // resource -> registrations so far
+	pending    map[string]bool
+}
+
+// Set is what the manager serves: the resources and the container contract.
+type Set struct {
+	Resources []*resource.Resource
+	Contract  Contract
+}
+
+// NewManager checks its options.
+func NewManager(o ManagerOptions) (*Manager, error) {
+	if o.Dir == "" {
+		o.Dir = pluginapi.DevicePluginPath
+	}
+	if o.Health == nil {
+		o.Health = AllHealthy{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.RetryInterval <= 0 {
+		o.RetryInterval = DefaultRetryInterval
+	}
+	return &Manager{
+		opts: o, log: o.Logger, kubelet: filepath.Join(o.Dir, filepath.Base(pluginapi.KubeletSocket)),
+		updates: make(chan Set, 1), registered: map[string]int{}, pending: map[string]bool{},
+	}, nil
+}
+
+// Update replaces the served resources (after a config reload). Servers are
+// restarted and registered again by Run.
+func (m *Manager) Update(s Set) {
+	for {
+		select {
+		case m.updates <- s:
+			return
+		default:
+		}
+		select {
+		case <-m.updates: // drop an older update not yet applied
+		default:
+		}
+	}
+}
+
+// Registrations returns how many times each resource registered with the
+// kubelet.
+func (m *Manager) Registrations() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int, len(m.registered))
+	for k, v := range m.registered {
+		out[k] = v
+	}
+	return out
+}
+
+// Servers returns the running servers.
+func (m *Manager) Servers() []*Server {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.servers)
+}
+
+// Run serves s until ctx ends, then stops every server and removes its
+// socket. It fails only when the device-plugin directory cannot be
+// watched or a server cannot listen.
+func (m *Manager) Run(ctx context.Context, s Set) error {
+	if err := os.MkdirAll(m.opts.Dir, 0o755); err != nil {
+		return fmt.Errorf("creating the device-plugin directory %s: %w", m.opts.Dir, err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching the device-plugin directory: %w", err)
+	}
+	defer w.Close()
+	if err := w.Add(m.opts.Dir); err != nil {
+		return fmt.Errorf("watching the device-plugin directory %s: %w", m.opts.Dir, err)
+	}
+	defer m.stopAll()
+	if err := m.startAll(s); err != nil {
+		return err
+	}
+	lastWaitLog := time.Now()
+	m.registerAll(ctx, true)
+	retry := time.NewTicker(m.opts.RetryInterval)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.log.Info("stopping device plugin servers")
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("the device-plugin directory watch ended")
+			}
+			if err := m.handleFSEvent(ctx, ev); err != nil {
+				return err
+			}
+		case err, ok := <-w.Errors:
+			if ok {
+				m.log.Error("watching the device-plugin directory", "dir", m.opts.Dir, "err", err)
+			}
+		case s := <-m.updates:
+			m.log.Info("serving a new set of resources", "resources", len(s.Resources))
+			m.stopAll()
+			if err := m.startAll(s); err != nil {
+				return err
+			}
+			m.registerAll(ctx, true)
+		case <-retry.C:
+			if !m.hasPending() {
+				continue
+			}
+			if !m.kubeletPresent() {
+				if time.Since(lastWaitLog) >= waitingLogInterval {
+					m.log.Warn("still waiting for the kubelet: no registration socket", "socket", m.kubelet)
+					lastWaitLog = time.Now()
+				}
+				continue
+			}
+			m.registerAll(ctx, false)
+		}
+	}
+}
+
+func (m *Manager) handleFSEvent(ctx context.Context, ev fsnotify.Event) error {
+	switch {
+	case ev.Name == m.kubelet && ev.Has(fsnotify.Create):
+		m.log.Info("the kubelet (re)started; restarting device plugin servers and registering again", "socket", m.kubelet)
+		m.restartAll()
+		m.registerAll(ctx, true)
+	case ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename):
+		for _, srv := range m.Servers() {
+			if ev.Name != srv.Socket() {
+				continue
+			}
+			if _, err := os.Stat(srv.Socket()); err == nil {
+				continue // already re-created by us
+			}
+			m.log.Warn("device plugin socket removed; serving it again", "socket", srv.Socket())
+			srv.Stop()
+			if err := srv.Start(); err != nil {
+				return err
+			}
+			m.mu.Lock()
+			m.pending[srv.res.Name] = true
+			m.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+func (m *Manager) startAll(s Set) error {
+	servers := make([]*Server, 0, len(s.Resources))
+	for _, r := range s.Resources {
+		srv, err := NewServer(ServerOptions{Resource: r, Contract: s.Contract, Health: m.opts.Health, Topology: m.opts.Topology, Dir: m.opts.Dir, Logger: m.log})
+		if err != nil {
+			return err
+		}
+		if err := srv.Start(); err != nil {
+			for _, started := range servers {
+				started.Stop()
+			}
+			return fmt.Errorf("starting the device plugin for %s: %w", r.Name, err)
+		}
+		servers = append(servers, srv)
+	}
+	m.mu.Lock()
+	m.servers = servers
+	m.pending = map[string]bool{}
+	for _, srv := range servers {
+		m.pending[srv.res.Name] = true
+	}
+	m.mu.Unlock()
+	if len(servers) == 0 {
+		m.log.Warn("no resources to advertise: the node has no usable GPUs")
+	}
+	return nil
+}
+
+func (m *Manager) stopAll() {
+	for _, srv := range m.Servers() {
+		srv.Stop()
+	}
+}
+
+func (m *Manager) restartAll() {
+	for _, srv := range m.Servers() {
+		srv.Stop()
+		if err := srv.Start(); err != nil {
+			m.log.Error("restarting a device plugin server", "resource", srv.res.Name, "err", err)
+		}
+		m.mu.Lock()
+		m.pending[srv.res.Name] = true
+		m.mu.Unlock()
+	}
+}
+
+func (m *Manager) hasPending() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pending) > 0
+}
+
+func (m *Manager) kubeletPresent() bool {
+	_, err := os.Stat(m.kubelet)
+	return err == nil
+}
+
+// registerAll registers every pending server. loud says to log when the
+// kubelet is not there at all.
+func (m *Manager) registerAll(ctx context.Context, loud bool) {
+	if !m.kubeletPresent() {
+		if loud {
+			m.log.Warn("waiting for the kubelet: its registration socket does not exist yet; resources register as soon as it appears", "socket", m.kubelet)
+		}
+		return
+	}
+	for _, srv := range m.Servers() {
+		m.mu.Lock()
+		pending := m.pending[srv.res.Name]
+		m.mu.Unlock()
+		if !pending {
+			continue
+		}
+		if err := srv.Register(ctx, m.kubelet); err != nil {
+			m.log.Error("registration failed; retrying", "resource", srv.res.Name, "err", err, "retry", m.opts.RetryInterval)
+			continue
+		}
+		m.mu.Lock()
+		delete(m.pending, srv.res.Name)
+		m.registered[srv.res.Name]++
+		m.mu.Unlock()
+		m.log.Info("registered with the kubelet", "resource", srv.res.Name, "devices", len(srv.res.Devices), "socket", srv.Socket())
+	}
+}

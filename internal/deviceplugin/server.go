@@ -1,0 +1,292 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/resource"
+)
+
+// HealthSource says whether a GPU or MIG device (by UUID) is healthy and
+// when that may have changed. *health.Monitor implements it.
+type HealthSource interface {
+	Healthy(uuid string) bool
+	// Changes returns a channel that receives after a change, and a
+	// function that stops it.
+	Changes() (<-chan struct{}, func())
+}
+
+// AllHealthy is a HealthSource for when health checks are off.
+type AllHealthy struct{}
+
+var _ HealthSource = AllHealthy{}
+
+// Healthy implements HealthSource.
+func (AllHealthy) Healthy(string) bool { return true }
+
+// Changes implements HealthSource; it never fires.
+func (AllHealthy) Changes() (<-chan struct{}, func()) { return nil, func() {} }
+
+// Server serves one resource.
+type Server struct {
+	pluginapi.UnimplementedDevicePluginServer
+
+	res      *resource.Resource
+	contract Contract
+	health   HealthSource
+	topo     *gpu.Topology
+	socket   string
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	grpc   *grpc.Server
+	stopCh chan struct{}
+}
+
+var _ pluginapi.DevicePluginServer = (*Server)(nil)
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	Resource *resource.Resource
+	Contract Contract
+	Health   HealthSource
+	// Topology may be nil: whole GPUs are then chosen by index.
+	Topology *gpu.Topology
+	// Dir is the kubelet's device-plugin directory.
+	Dir    string
+	Logger *slog.Logger
+}
+
+// NewServer checks its options and returns a server that is not yet
+// listening.
+func NewServer(o ServerOptions) (*Server, error) {
+	if o.Resource == nil {
+		return nil, errors.New("device plugin server: no resource")
+	}
+	if o.Dir == "" {
+		return nil, errors.New("device plugin server: no device-plugin directory")
+	}
+	if o.Health == nil {
+		o.Health = AllHealthy{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{
+		res: o.Resource, contract: o.Contract, health: o.Health, topo: o.Topology,
+		socket: filepath.Join(o.Dir, SocketName(o.Resource.Name)),
+		log:    o.Logger.With("resource", o.Resource.Name),
+	}, nil
+}
+
+// SocketName is the file name of a resource's socket.
+func SocketName(resourceName string) string {
+	return "gpuplane-" + strings.NewReplacer("/", "-").Replace(resourceName) + ".sock"
+}
+
+// Resource returns the served resource.
+func (s *Server) Resource() *resource.Resource { return s.res }
+
+// Socket returns the socket path.
+func (s *Server) Socket() string { return s.socket }
+
+// Start listens on the socket (replacing a stale one) and serves.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpc != nil {
+		return nil
+	}
+	if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing stale socket %s: %w", s.socket, err)
+	}
+	lis, err := net.Listen("unix", s.socket)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.socket, err)
+	}
+	s.grpc = grpc.NewServer()
+	s.stopCh = make(chan struct{})
+	pluginapi.RegisterDevicePluginServer(s.grpc, s)
+	srv := s.grpc
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("device plugin server stopped", "socket", s.socket, "err", err)
+		}
+	}()
+	return nil
+}
+
+// Stop ends the server, its ListAndWatch streams, and removes its socket.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpc == nil {
+		return
+	}
+	close(s.stopCh)
+	s.grpc.Stop()
+	s.grpc = nil
+	if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("removing socket", "socket", s.socket, "err", err)
+	}
+}
+
+// Register tells the kubelet at kubeletSocket about this resource.
+func (s *Server) Register(ctx context.Context, kubeletSocket string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("connecting to the kubelet at %s: %w", kubeletSocket, err)
+	}
+	defer conn.Close()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     filepath.Base(s.socket),
+		ResourceName: s.res.Name,
+		Options:      s.options(),
+	})
+	if err != nil {
+		return fmt.Errorf("registering %s with the kubelet at %s: %w", s.res.Name, kubeletSocket, err)
+	}
+	return nil
+}
+
+func (s *Server) options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}
+}
+
+// GetDevicePluginOptions implements DevicePluginServer.
+func (s *Server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return s.options(), nil
+}
+
+// devices is the current device list with health and topology.
+func (s *Server) devices() []*pluginapi.Device {
+	out := make([]*pluginapi.Device, len(s.res.Devices))
+	for i := range s.res.Devices {
+		d := &s.res.Devices[i]
+		dev := &pluginapi.Device{ID: d.ID, Health: pluginapi.Healthy}
+		if !s.healthy(d) {
+			dev.Health = pluginapi.Unhealthy
+		}
+		if d.NUMANode >= 0 {
+			dev.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(d.NUMANode)}}}
+		}
+		out[i] = dev
+	}
+	return out
+}
+
+func (s *Server) healthy(d *resource.Device) bool {
+	return s.health.Healthy(d.UUID) && (d.GPUUUID == d.UUID || s.health.Healthy(d.GPUUUID))
+}
+
+// ListAndWatch implements DevicePluginServer: the device list now, and
+// again after every health change, until the server stops.
+func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	s.mu.Lock()
+	stop := s.stopCh
+	s.mu.Unlock()
+	changes, cancel := s.health.Changes()
+	defer cancel()
+	last, sent := "", false
+	send := func() error {
+		devs := s.devices()
+		key := fingerprint(devs)
+		if sent && key == last {
+			return nil
+		}
+		last, sent = key, true
+		s.log.Debug("sending device list", "devices", len(devs))
+		return stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs})
+	}
+	if err := send(); err != nil {
+		return fmt.Errorf("sending the device list of %s: %w", s.res.Name, err)
+	}
+	for {
+		select {
+		case <-stop:
+			return nil
+		case <-stream.Context().Done():
+			return nil
+		case <-changes:
+			if err := send(); err != nil {
+				return fmt.Errorf("sending the device list of %s: %w", s.res.Name, err)
+			}
+		}
+	}
+}
+
+func fingerprint(devs []*pluginapi.Device) string {
+	var b strings.Builder
+	for _, d := range devs {
+		if d.Health != pluginapi.Healthy {
+			b.WriteString(d.ID)
+			b.WriteByte(',')
+		}
+	}
+	return b.String()
+}
+
+// GetPreferredAllocation implements DevicePluginServer.
+func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.ContainerRequests {
+		ids, err := s.res.Preferred(cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), s.topo)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "preferred allocation for %s: %v", s.res.Name, err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// Allocate implements DevicePluginServer. An unknown or unhealthy device
+// fails the request with an error naming it.
+func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.ContainerRequests))}
+	for _, cr := range req.ContainerRequests {
+		if s.res.FailRequestsGreaterThanOne && s.res.HasReplicas() && len(cr.DevicesIds) > 1 {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"%s is shared (failRequestsGreaterThanOne) and a container may request only 1, got %d; request 1 or use a whole-GPU resource", s.res.Name, len(cr.DevicesIds))
+		}
+		devs := make([]*resource.Device, 0, len(cr.DevicesIds))
+		for _, id := range cr.DevicesIds {
+			d, ok := s.res.Device(id)
+			if !ok {
+				return nil, status.Errorf(codes.InvalidArgument, "%s has no device %q", s.res.Name, id)
+			}
+			if !s.healthy(d) {
+				return nil, status.Errorf(codes.FailedPrecondition, "device %q of %s is unhealthy", id, s.res.Name)
+			}
+			devs = append(devs, d)
+		}
+		cresp, err := s.contract.containerResponse(s.res, devs)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "allocating %v of %s: %v", cr.DevicesIds, s.res.Name, err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
+	}
+	return resp, nil
+}
+
+// PreStartContainer implements DevicePluginServer; nothing is needed.
+func (s *Server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
