@@ -119,6 +119,11 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", s.socket, err)
 	}
+	// Stop removes the socket itself: a listener closed late (when Serve
+	// starts after Stop) must not unlink the socket of a newer server.
+	if ul, ok := lis.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
 	s.grpc = grpc.NewServer()
 	s.stopCh = make(chan struct{})
 	pluginapi.RegisterDevicePluginServer(s.grpc, s)
