@@ -234,3 +234,48 @@ func TestReadYAMLTrace(t *testing.T) {
 		}
 	}
 }
+
+const eventTrace = `
+nodes:
+- {name: n, count: 2, milliCPU: 64000, memoryMiB: 262144, gpus: 4, gpuModel: A100}
+queues:
+- {name: org}
+- {name: a, parent: org, guaranteed: {gpuMilli: 4000}}
+- {name: b, parent: org, guaranteed: {gpuMilli: 4000}}
+pods:
+- {name: b-batch, queue: b, count: 8, gpus: 1, milliCPU: 1000, createdAt: 0, duration: 1000}
+- {name: a-gang, queue: a, count: 4, minMember: 4, gpus: 1, milliCPU: 1000, createdAt: 100, duration: 50}
+- {name: a-huge, queue: a, gpus: 16, milliCPU: 1000, createdAt: 200, duration: 10}
+`
+
+func TestRunEvent(t *testing.T) {
+	tr, err := ReadYAMLTrace("event.yaml", strings.NewReader(eventTrace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := RunEvent(context.Background(), tr, EventConfig{Policy: "gpuplane", Interval: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := r.Event
+	if len(ev.Queues) != 2 {
+		t.Fatalf("queues = %+v", ev.Queues)
+	}
+	a, b := ev.Queues[0], ev.Queues[1]
+	// b borrowed a's idle half; a's gang reclaims it: 4 evictions in b.
+	if ev.Preemptions != 4 || b.Preemptions != 4 {
+		t.Fatalf("preemptions %d (b %d), want 4 reclaimed from b", ev.Preemptions, b.Preemptions)
+	}
+	if a.Started != 4 || a.Completed != 4 || r.FailedPods != 1 {
+		t.Fatalf("queue a %+v, failed %d; want the gang done and the 16-GPU pod never run", a, r.FailedPods)
+	}
+	if a.WaitP50 != 0 || a.JCTP50 != 50 {
+		t.Fatalf("queue a wait p50 %g jct p50 %g, want 0 and 50", a.WaitP50, a.JCTP50)
+	}
+	if b.Completed != 8 || b.JCTP90 <= 1000 {
+		t.Fatalf("queue b %+v: want all 8 done, the evicted ones late", b)
+	}
+	if ev.MeanUtilization <= 0 || ev.MeanUtilization > 1 || ev.JainFairness <= 0 || ev.JainFairness > 1 {
+		t.Fatalf("utilization %g, fairness %g", ev.MeanUtilization, ev.JainFairness)
+	}
+}

@@ -160,7 +160,7 @@ func run(cmd *cobra.Command, o *options) error {
 		return err
 	}
 	if o.out != "" {
-		if err := writeOut(o.out, tr.Source, results); err != nil {
+		if err := writeOut(o.out, mode, tr.Source, results); err != nil {
 			return err
 		}
 	}
@@ -170,6 +170,11 @@ func run(cmd *cobra.Command, o *options) error {
 		for _, r := range results {
 			c := *r
 			c.Curve = nil
+			if c.Event != nil {
+				e := *c.Event
+				e.Utilization = nil
+				c.Event = &e
+			}
 			if err := enc.Encode(&c); err != nil {
 				return fmt.Errorf("writing json: %w", err)
 			}
@@ -195,7 +200,7 @@ func readTrace(path, variant string) (*simulator.Trace, error) {
 	return simulator.ReadYAMLTrace(path, f)
 }
 
-func writeOut(dir, title string, results []*simulator.Result) error {
+func writeOut(dir string, mode simulator.Mode, title string, results []*simulator.Result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating --out directory: %w", err)
 	}
@@ -212,6 +217,12 @@ func writeOut(dir, title string, results []*simulator.Result) error {
 	}
 	if err := write("results.csv", func(w io.Writer) error { return simulator.WriteResultsCSV(w, results) }); err != nil {
 		return err
+	}
+	if mode == simulator.ModeEvent {
+		if err := write("queues.csv", func(w io.Writer) error { return simulator.WriteEventCSV(w, results) }); err != nil {
+			return err
+		}
+		return write("utilization.csv", func(w io.Writer) error { return simulator.WriteUtilizationCSV(w, results) })
 	}
 	if err := write("curve.csv", func(w io.Writer) error { return simulator.WriteCurveCSV(w, results) }); err != nil {
 		return err

@@ -107,6 +107,18 @@ func TestCommand(t *testing.T) {
 			}
 		}
 	})
+	t.Run("event mode", func(t *testing.T) {
+		outDir := filepath.Join(dir, "event")
+		out, _, code := runCmd(t, "--trace", path, "--mode", "event", "--policy", "fgd,gpuplane", "--out", outDir)
+		if code != 0 || !strings.Contains(out, "WAIT P50") || !strings.Contains(out, "JAIN") {
+			t.Fatalf("exit %d, table:\n%s", code, out)
+		}
+		for _, f := range []string{"results.csv", "queues.csv", "utilization.csv"} {
+			if _, err := os.Stat(filepath.Join(outDir, f)); err != nil {
+				t.Fatalf("%s not written: %v", f, err)
+			}
+		}
+	})
 	usage := []struct {
 		name string
 		args []string

@@ -256,3 +256,6 @@ type Decisions struct {
 	Unplaced  []Unplaced    `json:"unplaced,omitempty"`
 	Timings   []PhaseTiming `json:"timings,omitempty"`
 }
+
+// GPUMilliGuaranteed is the queue's guaranteed milli-GPU.
+func (q Queue) GPUMilliGuaranteed() int64 { return q.Guaranteed.GPUMilli }

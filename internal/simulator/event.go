@@ -1,0 +1,347 @@
+package simulator
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
+)
+
+// EventConfig is one event-mode run.
+type EventConfig struct {
+	Policy     string
+	Seed       uint64
+	Popularity float64
+	// Interval is the virtual time between scheduling cycles in trace
+	// seconds (0 means 60): events are batched like a real scheduler's
+	// period.
+	Interval int64
+	Progress func(done, total int)
+}
+
+type simPod struct {
+	tp      *TracePod
+	group   string
+	started int64 // first start, -1 before
+	end     int64 // finish time of the current run, -1 when not running
+	done    int64 // completion time, -1 before
+}
+
+// RunEvent replays the trace's arrivals and departures through full
+// scheduling cycles on a virtual clock: pods arrive at their creation time
+// (gangs by group), run for their trace duration once bound, and restart
+// from scratch when evicted. Pods with no known duration run to the end.
+func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) {
+	start := time.Now()
+	if len(tr.Nodes) == 0 {
+		return nil, fmt.Errorf("event run %s: the trace has no nodes", tr.Source)
+	}
+	if _, err := queue.New(tr.Queues); err != nil {
+		return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
+	}
+	interval := cfg.Interval
+	if interval <= 0 {
+		interval = 60
+	}
+	pop := cfg.Popularity
+	if pop == 0 {
+		pop = 1
+	}
+	var reqs []model.Request
+	for i := range tr.Pods {
+		reqs = append(reqs, tr.Pods[i].Request)
+	}
+	var targets []placement.Target
+	if len(reqs) > 0 {
+		var err error
+		if targets, err = placement.TargetsFrom(reqs, pop); err != nil {
+			return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
+		}
+	}
+	s, err := scheduler.New(scheduler.Config{Policy: cfg.Policy, Targets: targets, Seed: cfg.Seed})
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]*simPod, len(tr.Pods))
+	byName := map[string]*simPod{}
+	for i := range tr.Pods {
+		tp := &tr.Pods[i]
+		g := tp.Group
+		if g == "" {
+			g = tp.Name
+		}
+		pods[i] = &simPod{tp: tp, group: g, started: -1, end: -1, done: -1}
+		if _, dup := byName[tp.Name]; dup {
+			return nil, fmt.Errorf("event run %s: pod %q appears twice", tr.Source, tp.Name)
+		}
+		byName[tp.Name] = pods[i]
+	}
+	slices.SortStableFunc(pods, func(a, b *simPod) int { return cmp.Compare(a.tp.CreatedAt, b.tp.CreatedAt) })
+	capMilli := tr.GPUCapacityMilli()
+	snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1}}
+	res := &Result{Mode: string(ModeEvent), Policy: cfg.Policy, Seed: cfg.Seed, Pods: len(pods), Event: &EventStats{}}
+	ev := res.Event
+	preempted := map[string]int{}
+	queueOf := func(p *simPod) string {
+		if p.tp.Queue == "" {
+			return queue.DefaultQueue
+		}
+		return p.tp.Queue
+	}
+	usage := map[string]float64{} // milli-GPU x seconds per queue
+	var allocMilli int64
+	var utilArea float64
+	next := 0
+	now := int64(0)
+	if len(pods) > 0 {
+		now = pods[0].tp.CreatedAt
+	}
+	first := now
+	pendingGroups := map[string]*model.PodGroup{}
+	var pendingOrder []string
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
+		}
+		// Completions up to now.
+		keep := snap.Running[:0]
+		for _, a := range snap.Running {
+			p := byName[a.Pod]
+			if p.end >= 0 && p.end <= now {
+				p.done, p.end = p.end, -1
+				for _, sh := range a.GPUs {
+					allocMilli -= sh.Milli
+				}
+				continue
+			}
+			keep = append(keep, a)
+		}
+		snap.Running = keep
+		// Arrivals up to now.
+		for next < len(pods) && pods[next].tp.CreatedAt <= now {
+			p := pods[next]
+			g := pendingGroups[p.group]
+			if g == nil {
+				g = &model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority, MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt}
+				pendingGroups[p.group] = g
+				pendingOrder = append(pendingOrder, p.group)
+			}
+			g.Pods = append(g.Pods, model.Pod{Name: p.tp.Name, Request: p.tp.Request})
+			next++
+		}
+		snap.Pending = snap.Pending[:0]
+		for _, name := range pendingOrder {
+			snap.Pending = append(snap.Pending, *pendingGroups[name])
+		}
+		snap.Now = now
+		d, err := s.Cycle(&snap)
+		if err != nil {
+			return nil, fmt.Errorf("event run %s at t=%d: %w", tr.Source, now, err)
+		}
+		ev.Cycles++
+		// Evictions: the pods' groups go back to pending, whole.
+		evicted := map[string]bool{}
+		for _, e := range d.Evictions {
+			evicted[e.Pod] = true
+			p := byName[e.Pod]
+			p.end = -1
+			preempted[queueOf(p)]++
+			ev.Preemptions++
+			g := pendingGroups[p.group]
+			if g == nil {
+				g = &model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority, MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt}
+				pendingGroups[p.group] = g
+				pendingOrder = append(pendingOrder, p.group)
+			}
+			g.Pods = append(g.Pods, model.Pod{Name: p.tp.Name, Request: p.tp.Request})
+		}
+		keep = snap.Running[:0]
+		for _, a := range snap.Running {
+			if evicted[a.Pod] {
+				for _, sh := range a.GPUs {
+					allocMilli -= sh.Milli
+				}
+				continue
+			}
+			keep = append(keep, a)
+		}
+		snap.Running = keep
+		// Binds start running now.
+		bound := map[string]bool{}
+		for _, b := range d.Binds {
+			p := byName[b.Pod]
+			bound[b.Pod] = true
+			if p.started < 0 {
+				p.started = now
+			}
+			p.end = -1
+			if rt := p.tp.RunTime(); rt > 0 {
+				p.end = now + rt
+			}
+			snap.Running = append(snap.Running, model.Allocation{Pod: b.Pod, Group: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority,
+				Node: b.Node, Request: p.tp.Request, GPUs: b.GPUs, StartedAt: now})
+			for _, sh := range b.GPUs {
+				allocMilli += sh.Milli
+			}
+		}
+		order := pendingOrder[:0]
+		for _, name := range pendingOrder {
+			g := pendingGroups[name]
+			rest := g.Pods[:0]
+			for _, pod := range g.Pods {
+				if !bound[pod.Name] {
+					rest = append(rest, pod)
+				}
+			}
+			if len(rest) < len(g.Pods) {
+				// Part of the group started: the rest join it one by one.
+				g.MinMember = 1
+			}
+			g.Pods = rest
+			if len(g.Pods) == 0 {
+				delete(pendingGroups, name)
+				continue
+			}
+			order = append(order, name)
+		}
+		pendingOrder = order
+		// Advance the clock to the next event, at least one interval on.
+		nextT := int64(math.MaxInt64)
+		if next < len(pods) {
+			nextT = pods[next].tp.CreatedAt
+		}
+		for _, a := range snap.Running {
+			if p := byName[a.Pod]; p.end >= 0 {
+				nextT = min(nextT, p.end)
+			}
+		}
+		if nextT == math.MaxInt64 {
+			break
+		}
+		nextT = max(nextT, now+interval)
+		dt := float64(nextT - now)
+		utilArea += dt * ratio(allocMilli, capMilli)
+		for _, a := range snap.Running {
+			for _, sh := range a.GPUs {
+				usage[queueOf(byName[a.Pod])] += dt * float64(sh.Milli)
+			}
+		}
+		if len(ev.Utilization) == 0 || nextT-ev.Utilization[len(ev.Utilization)-1].Time >= 3600 {
+			ev.Utilization = append(ev.Utilization, UtilPoint{Time: now, MilliGPUAllocationRatio: ratio(allocMilli, capMilli)})
+		}
+		now = nextT
+		if cfg.Progress != nil && ev.Cycles%64 == 0 {
+			cfg.Progress(next, len(pods))
+		}
+	}
+	if cfg.Progress != nil {
+		cfg.Progress(len(pods), len(pods))
+	}
+	span := float64(max(now-first, 1))
+	ev.MeanUtilization = utilArea / span
+	res.MilliGPUAllocationRatio = ratio(allocMilli, capMilli)
+	fillQueueStats(tr, pods, preempted, usage, span, capMilli, res)
+	res.WallSeconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+func percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	i := int(math.Ceil(p*float64(len(v)))) - 1
+	return v[max(0, min(i, len(v)-1))]
+}
+
+func fillQueueStats(tr *Trace, pods []*simPod, preempted map[string]int, usage map[string]float64, span float64, capMilli int64, res *Result) {
+	type acc struct {
+		pods, started, completed int
+		wait, jct                []float64
+	}
+	by := map[string]*acc{}
+	var names []string
+	for _, p := range pods {
+		q := p.tp.Queue
+		if q == "" {
+			q = queue.DefaultQueue
+		}
+		a := by[q]
+		if a == nil {
+			a = &acc{}
+			by[q] = a
+			names = append(names, q)
+		}
+		a.pods++
+		if p.started >= 0 {
+			a.started++
+			a.wait = append(a.wait, float64(p.started-p.tp.CreatedAt))
+		} else {
+			res.FailedPods++
+		}
+		if p.done >= 0 {
+			a.completed++
+			a.jct = append(a.jct, float64(p.done-p.tp.CreatedAt))
+		}
+	}
+	slices.Sort(names)
+	// Entitlement: guaranteed GPU shares when any are set, else weights.
+	ent := map[string]float64{}
+	var total float64
+	for _, q := range tr.Queues {
+		if q.GPUMilliGuaranteed() > 0 {
+			ent[q.Name] = float64(q.GPUMilliGuaranteed())
+		}
+	}
+	if len(ent) == 0 {
+		w := map[string]float64{}
+		for _, q := range tr.Queues {
+			w[q.Name] = q.Weight
+		}
+		for _, n := range names {
+			ent[n] = w[n]
+			if ent[n] == 0 {
+				ent[n] = 1
+			}
+		}
+	}
+	for _, n := range names {
+		total += ent[n]
+	}
+	var allUse float64
+	for _, n := range names {
+		allUse += usage[n]
+	}
+	var sum, sumSq float64
+	for _, n := range names {
+		a := by[n]
+		qs := QueueStats{Queue: n, Pods: a.pods, Started: a.started, Completed: a.completed,
+			WaitP50: percentile(a.wait, 0.5), WaitP90: percentile(a.wait, 0.9), WaitP99: percentile(a.wait, 0.99),
+			JCTP50: percentile(a.jct, 0.5), JCTP90: percentile(a.jct, 0.9), JCTP99: percentile(a.jct, 0.99),
+			Preemptions: preempted[n]}
+		if allUse > 0 {
+			qs.Share = usage[n] / allUse
+		}
+		if total > 0 {
+			qs.Entitlement = ent[n] / total
+		}
+		if qs.Entitlement > 0 {
+			x := qs.Share / qs.Entitlement
+			sum += x
+			sumSq += x * x
+		}
+		res.Event.Queues = append(res.Event.Queues, qs)
+	}
+	if sumSq > 0 {
+		res.Event.JainFairness = sum * sum / (float64(len(names)) * sumSq)
+	}
+	_ = span
+	_ = capMilli
+}
