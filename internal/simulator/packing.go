@@ -3,6 +3,8 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -19,6 +21,11 @@ type PackingConfig struct {
 	// TunedLast appends the drawn pods after the trace instead of before
 	// it (see Tune).
 	TunedLast bool
+	// KeepNodeOrder places on nodes in trace order. By default the node
+	// order is permuted with the seed, as the FGD paper's simulator does
+	// (it renames nodes with a random prefix), so that ties between equal
+	// nodes break differently per seed.
+	KeepNodeOrder bool
 	// Popularity is the share of pods whose types FGD measures
 	// fragmentation against (0 means 1: every type).
 	Popularity float64
@@ -99,7 +106,13 @@ func RunPacking(ctx context.Context, tr *Trace, cfg PackingConfig) (*Result, err
 	if err != nil {
 		return nil, err
 	}
-	st := placement.NewState(tr.Nodes)
+	nodes := tr.Nodes
+	if !cfg.KeepNodeOrder {
+		nodes = slices.Clone(tr.Nodes)
+		rng := rand.New(rand.NewPCG(cfg.Seed, 0x0de5))
+		rng.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+	}
+	st := placement.NewState(nodes)
 	pl, err := placement.NewPlacer(st, pol)
 	if err != nil {
 		return nil, err

@@ -17,12 +17,14 @@ const (
 
 // Spec is a set of runs: every policy with every seed.
 type Spec struct {
-	Mode       Mode
-	Policies   []string
-	Seeds      []uint64
-	Tune       float64
-	TunedLast  bool
-	Popularity float64
+	Mode      Mode
+	Policies  []string
+	Seeds     []uint64
+	Tune      float64
+	TunedLast bool
+	// KeepNodeOrder: see PackingConfig.
+	KeepNodeOrder bool
+	Popularity    float64
 	// Parallel is how many runs execute at once (at least 1).
 	Parallel int
 	// Progress, if set, is called (from any goroutine, serialised) with
@@ -72,7 +74,7 @@ func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
 					r, err = RunEvent(ctx, tr, EventConfig{Policy: pol, Seed: seed, Popularity: spec.Popularity,
 						Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
 				default:
-					r, err = RunPacking(ctx, tr, PackingConfig{Policy: pol, Seed: seed, Tune: spec.Tune, TunedLast: spec.TunedLast,
+					r, err = RunPacking(ctx, tr, PackingConfig{Policy: pol, Seed: seed, Tune: spec.Tune, TunedLast: spec.TunedLast, KeepNodeOrder: spec.KeepNodeOrder,
 						Popularity: spec.Popularity, Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
 				}
 				if err != nil {

@@ -21,7 +21,7 @@ import (
 type options struct {
 	trace, variant, mode, policies, seeds, out, output string
 	tune, popularity                                   float64
-	tunedLast                                          bool
+	tunedLast, keepNodeOrder                           bool
 	parallel                                           int
 }
 
@@ -59,6 +59,7 @@ utilization and fairness.`,
 	f.StringVar(&o.seeds, "seeds", "1", "seeds: a list and/or ranges, for example 1-10 or 1,3,5")
 	f.Float64Var(&o.tune, "tune", 1.3, "packing: tune arrived GPU demand to this multiple of capacity (0 keeps the trace as is)")
 	f.BoolVar(&o.tunedLast, "tuned-last", false, "packing: drawn pods arrive after the trace instead of before it")
+	f.BoolVar(&o.keepNodeOrder, "keep-node-order", false, "packing: place on nodes in trace order instead of a per-seed permutation")
 	f.Float64Var(&o.popularity, "popularity", 1, "share of pods whose types FGD measures fragmentation against (0..1]")
 	f.IntVar(&o.parallel, "parallel", min(2, runtime.NumCPU()), "runs to execute at once")
 	f.StringVar(&o.out, "out", "", "directory for results.csv, curve.csv and plot.svg")
@@ -152,7 +153,7 @@ func run(cmd *cobra.Command, o *options) error {
 	stderr := cmd.ErrOrStderr()
 	prog := newProgress(stderr, tr.Source)
 	results, err := simulator.RunAll(cmd.Context(), tr, simulator.Spec{
-		Mode: mode, Policies: policies, Seeds: seeds, Tune: o.tune, TunedLast: o.tunedLast,
+		Mode: mode, Policies: policies, Seeds: seeds, Tune: o.tune, TunedLast: o.tunedLast, KeepNodeOrder: o.keepNodeOrder,
 		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update,
 	})
 	prog.finish()
