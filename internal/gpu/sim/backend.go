@@ -116,7 +116,8 @@ func New(p *Profile, opts Options) (*Backend, error) {
 		spec := &b.prof.GPUs[i]
 		g := &simGPU{index: i, spec: spec, uuid: GPUUUID(b.node, i)}
 		if spec.MIGTable != "" {
-			g.mig = newMIGState(migTables[spec.MIGTable], spec.MemoryMiB)
+			cfg := migTables[spec.MIGTable]
+			g.mig = newMIGState(&cfg.MIGProfiles, cfg.MemoryMB)
 			g.mig.capable = true
 			g.mig.current, g.mig.pending = spec.MIGEnabled, spec.MIGEnabled
 		}

@@ -123,14 +123,16 @@ var models = []model{
 		idleW: 35, tdpW: 350, idleSM: 210, maxSM: 2520, memClock: 9001, idleT: 30, maxT: 78},
 }
 
-// migTables are go-nvml's MIG tables by the name profiles use for them.
-var migTables = map[string]*gpus.MIGProfileConfig{
-	"A100-40GB":  &gpus.A100_SXM4_40GB.MIGProfiles,
-	"A100-80GB":  &gpus.A100_SXM4_80GB.MIGProfiles,
-	"A30-24GB":   &gpus.A30_PCIE_24GB.MIGProfiles,
-	"H100-80GB":  &gpus.H100_SXM5_80GB.MIGProfiles,
-	"H200-141GB": &gpus.H200_SXM5_141GB.MIGProfiles,
-	"B200-180GB": &gpus.B200_SXM5_180GB.MIGProfiles,
+// migTables are go-nvml's GPU configurations whose MIG tables profiles can
+// name. The table's sizes and names are those of the configuration's GPU,
+// whatever memory a profile gives the simulated GPU.
+var migTables = map[string]*gpus.Config{
+	"A100-40GB":  &gpus.A100_SXM4_40GB,
+	"A100-80GB":  &gpus.A100_SXM4_80GB,
+	"A30-24GB":   &gpus.A30_PCIE_24GB,
+	"H100-80GB":  &gpus.H100_SXM5_80GB,
+	"H200-141GB": &gpus.H200_SXM5_141GB,
+	"B200-180GB": &gpus.B200_SXM5_180GB,
 }
 
 // Models lists the GPU model keys a profile file may name.

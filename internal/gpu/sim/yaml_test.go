@@ -145,6 +145,13 @@ func TestParseMIGTableAndNVLink(t *testing.T) {
 	if err != nil || len(profs) == 0 {
 		t.Fatalf("MIG profiles of an L4 given the H100 table: %v, %v", profs, err)
 	}
+	h100, _ := newTestBackend(t, "dgxh100")
+	want, _ := h100.MIGProfiles(context.Background(), 0)
+	for i := range want {
+		if i >= len(profs) || profs[i].Name != want[i].Name || len(profs[i].Placements) != len(want[i].Placements) {
+			t.Errorf("profile %d = %+v, want the H100's %+v", i, profs[i], want[i])
+		}
+	}
 	top, _ := b.Topology(context.Background())
 	for i := range 4 {
 		for j := range 4 {
