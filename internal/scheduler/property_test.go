@@ -20,6 +20,13 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 	for i := range rapid.IntRange(1, 5).Draw(t, "nodes") {
 		n := schedtest.Node(fmt.Sprintf("n%d", i), rapid.Int64Range(8, 64).Draw(t, "cpu")*1000, 1<<20).
 			GPUs(rapid.IntRange(0, 4).Draw(t, "gpus"), "A100").Obj()
+		if rapid.Bool().Draw(t, "mig") {
+			for g := range n.GPUs {
+				if g%2 == 0 {
+					n.GPUs[g].MIGSlices = 7
+				}
+			}
+		}
 		snap.Nodes = append(snap.Nodes, n)
 	}
 	queues := []string{"a", "b", "c"}
@@ -35,7 +42,9 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 		b := schedtest.Group(fmt.Sprintf("%s%d", prefix, i)).Queue(rapid.SampledFrom(append(queues, "")).Draw(t, "queue")).
 			Priority(int32(rapid.IntRange(0, 3).Draw(t, "prio"))).Created(created)
 		var req model.Request
-		switch rapid.IntRange(0, 2).Draw(t, "kind") {
+		switch rapid.IntRange(0, 3).Draw(t, "kind") {
+		case 3:
+			req = model.Request{MIGSlices: rapid.SampledFrom([]int{1, 2, 3, 4, 7}).Draw(t, "slices"), MilliCPU: 500}
 		case 0:
 			req = schedtest.Share(rapid.Int64Range(1, 9).Draw(t, "milli")*100, 1000)
 		case 1:
@@ -69,10 +78,15 @@ func checkInvariants(t *rapid.T, snap *model.Snapshot) {
 	}
 	cpu := map[string]int64{}
 	gpuUse := map[key]int64{}
+	slices := map[key]int{}
 	for _, a := range snap.Running {
 		cpu[a.Node] += a.Request.MilliCPU
 		for _, sh := range a.GPUs {
 			gpuUse[key{a.Node, sh.Index}] += sh.Milli
+			slices[key{a.Node, sh.Index}] += sh.MIGSlices
+		}
+		if a.Request.MIGSlices > 0 && (len(a.GPUs) != 1 || a.GPUs[0].MIGSlices != a.Request.MIGSlices) {
+			t.Fatalf("pod %s asked for a %d-slice MIG instance, got %+v", a.Pod, a.Request.MIGSlices, a.GPUs)
 		}
 	}
 	for _, n := range snap.Nodes {
@@ -82,6 +96,9 @@ func checkInvariants(t *rapid.T, snap *model.Snapshot) {
 		for _, g := range n.GPUs {
 			if u := gpuUse[key{n.Name, g.Index}]; u > g.Capacity() {
 				t.Fatalf("node %s GPU %d: %d milli allocated of %d", n.Name, g.Index, u, g.Capacity())
+			}
+			if u := slices[key{n.Name, g.Index}]; u > g.MIGSlices || (u > 0 && gpuUse[key{n.Name, g.Index}] > 0) {
+				t.Fatalf("node %s GPU %d: %d MIG slices of %d, %d milli shared beside them", n.Name, g.Index, u, g.MIGSlices, gpuUse[key{n.Name, g.Index}])
 			}
 		}
 	}
