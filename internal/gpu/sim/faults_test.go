@@ -366,3 +366,33 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+func TestControlsRejectUnknownGPU(t *testing.T) {
+	b, _ := newTestBackend(t, "dgxh100")
+	tests := []struct {
+		name string
+		call func(index int) error
+	}{
+		{"RunProcess", func(i int) error { return b.RunProcess(i, Proc{PID: 1}) }},
+		{"Reset", b.Reset},
+		{"Recover", b.Recover},
+		{"LoseGPU", b.LoseGPU},
+		{"InjectXID", func(i int) error { return b.InjectXID(i, 31) }},
+		{"InjectMIGXID", func(i int) error { return b.InjectMIGXID(i, 1, 0, 31) }},
+		{"InjectECC", func(i int) error { return b.InjectECC(i, true) }},
+		{"InjectPCIeReplay", func(i int) error { return b.InjectPCIeReplay(i, 1) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, index := range []int{-1, 8} {
+				if err := tt.call(index); !errors.Is(err, gpu.ErrNotFound) || !strings.Contains(err.Error(), fmt.Sprintf("gpu %d", index)) {
+					t.Errorf("index %d: %v, want ErrNotFound naming the GPU", index, err)
+				}
+			}
+		})
+	}
+	devs, err := b.Devices(context.Background())
+	if err != nil || len(devs) != 8 {
+		t.Errorf("node changed by rejected controls: %d GPUs, %v", len(devs), err)
+	}
+}
