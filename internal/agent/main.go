@@ -28,6 +28,7 @@ as device-plugin resources, watches their health, and reports them.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cliutil.UsageError{Err: err} })
 	root.AddCommand(newInventoryCommand())
+	attachRun(root)
 	return root
 }
 

@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
+	"github.com/gpuplane/gpuplane/internal/cdi"
+	"github.com/gpuplane/gpuplane/internal/deviceplugin"
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/health"
+	"github.com/gpuplane/gpuplane/internal/mps"
+	"github.com/gpuplane/gpuplane/internal/resource"
+)
+
+// PluginOptions are the device-plugin part's settings once flags, the
+// environment and defaults are resolved.
+type PluginOptions struct {
+	// ConfigFile is the v1 config; empty means defaults and overrides only.
+	ConfigFile string
+	// Overrides are flag settings over environment settings.
+	Overrides configv1.Overrides
+	// KubeletDir is the kubelet's device-plugin directory.
+	KubeletDir string
+	// CDIDir receives a CDI spec per resource; empty writes none.
+	CDIDir string
+	// Backend is the node's GPUs.
+	Backend gpu.Backend
+	// HealthCheckInterval is how often GPUs are probed.
+	HealthCheckInterval time.Duration
+	// LookupEnv reads the environment (os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+	// Reload receives a value for every SIGHUP.
+	Reload <-chan struct{}
+	// MPSRunner runs MPS control daemons; nil uses the real binary.
+	MPSRunner mps.Runner
+	Logger    *slog.Logger
+}
+
+// pluginState is what one good config produced.
+type pluginState struct {
+	cfg       *configv1.Config
+	resources []*resource.Resource
+}
+
+// RunPlugin runs the device plugin until ctx ends: it loads the config,
+// builds the resources from the backend's GPUs, writes CDI specs, starts
+// health monitoring and MPS daemons, and serves the kubelet. A config that
+// is invalid at start is an error; one that becomes invalid on reload is
+// logged and the last good one keeps running.
+func RunPlugin(ctx context.Context, o PluginOptions) error {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if o.LookupEnv == nil {
+		o.LookupEnv = func(string) (string, bool) { return "", false }
+	}
+	if o.Backend == nil {
+		return errors.New("device plugin: no GPU backend")
+	}
+	devices, err := o.Backend.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("listing GPUs: %w", err)
+	}
+	topo, err := o.Backend.Topology(ctx)
+	if err != nil {
+		log.Warn("GPU topology cannot be read; whole GPUs are chosen by index", "err", err)
+		topo = nil
+	}
+	state, err := loadState(o, devices, log)
+	if err != nil {
+		return err
+	}
+	var writer *cdi.Writer
+	if o.CDIDir != "" {
+		writer, err = cdi.NewWriter(cdi.Options{Dir: o.CDIDir, DevRoot: devRoot(state.cfg), MPSRoot: state.cfg.MPSRoot()})
+		if err != nil {
+			return err
+		}
+		if err := writeSpecs(writer, nil, state.resources, log); err != nil {
+			return err
+		}
+	}
+	policy, err := health.NewPolicy(state.cfg.Health, o.LookupEnv)
+	if err != nil {
+		return fmt.Errorf("reading the health-check policy: %w", err)
+	}
+	monitor, err := health.NewMonitor(o.Backend, devices, health.Options{Policy: policy, CheckInterval: o.HealthCheckInterval, Logger: log.With("part", "health")})
+	if err != nil {
+		return err
+	}
+	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: monitor, Topology: topo, Logger: log.With("part", "deviceplugin")})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- monitor.Run(ctx) }()
+	go func() { errs <- manager.Run(ctx, pluginSet(state)) }()
+	daemons := startMPS(ctx, o, state, log)
+	log.Info("device plugin running", "backend", o.Backend.Name(), "resources", resource.Names(state.resources), "kubeletDir", o.KubeletDir)
+	for {
+		select {
+		case <-ctx.Done():
+			// CDI specs stay: containers that restart while the agent is
+			// down still resolve their devices.
+			daemons.stop()
+			<-errs
+			<-errs
+			return nil
+		case err := <-errs:
+			cancel()
+			daemons.stop()
+			if err == nil {
+				err = errors.New("device plugin part stopped unexpectedly")
+			}
+			return err
+		case <-o.Reload:
+			next, err := loadState(o, devices, log)
+			if err != nil {
+				log.Error("config reload failed; keeping the last good config", "file", o.ConfigFile, "err", err)
+				continue
+			}
+			if writer != nil {
+				if err := writeSpecs(writer, state.resources, next.resources, log); err != nil {
+					log.Error("writing CDI specs after reload; keeping the last good config", "err", err)
+					continue
+				}
+			}
+			daemons.stop()
+			state = next
+			manager.Update(pluginSet(state))
+			daemons = startMPS(ctx, o, state, log)
+			log.Info("config reloaded", "resources", resource.Names(state.resources))
+		}
+	}
+}
+
+func pluginSet(s *pluginState) deviceplugin.Set {
+	return deviceplugin.Set{Resources: s.resources, Contract: deviceplugin.ContractFromConfig(s.cfg)}
+}
+
+func devRoot(cfg *configv1.Config) string {
+	if cfg.Flags.NvidiaDevRoot != nil {
+		return *cfg.Flags.NvidiaDevRoot
+	}
+	return cfg.DriverRoot()
+}
+
+// loadState reads and validates the config and builds the resources.
+func loadState(o PluginOptions, devices []gpu.Device, log *slog.Logger) (*pluginState, error) {
+	data := []byte{}
+	if o.ConfigFile != "" {
+		var err error
+		data, err = os.ReadFile(o.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the config file: %w", err)
+		}
+	}
+	cfg, err := configv1.Load(bytes.NewReader(data), configv1.Options{Overrides: o.Overrides, Logger: log})
+	if err != nil {
+		if o.ConfigFile != "" {
+			return nil, fmt.Errorf("%s: %w", o.ConfigFile, err)
+		}
+		return nil, err
+	}
+	rs, err := resource.Build(cfg, devices)
+	if err != nil {
+		return nil, fmt.Errorf("building resources from the config and the node's GPUs: %w", err)
+	}
+	return &pluginState{cfg: cfg, resources: rs}, nil
+}
+
+// writeSpecs writes the specs of next and removes those of prev that are
+// gone.
+func writeSpecs(w *cdi.Writer, prev, next []*resource.Resource, log *slog.Logger) error {
+	keep := map[string]bool{}
+	for _, r := range next {
+		path, err := w.Write(r)
+		if err != nil {
+			return err
+		}
+		keep[path] = true
+		log.Debug("wrote CDI spec", "resource", r.Name, "path", path)
+	}
+	for _, r := range prev {
+		if !keep[w.Path(r)] {
+			if err := w.Remove(r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,10 @@
+// Package mps starts and supervises the CUDA MPS control daemon of each
+// MPS-shared resource: one daemon per resource, limited to that resource's
+// GPUs, with its pipe and log directories under the MPS root, the default
+// active-thread percentage and pinned-memory limit of one replica, and a
+// restart with back-off when it exits unexpectedly.
+//
+// Processes are started through a Runner so that everything but the real
+// binary can be tested on machines without GPUs. The package must not
+// decide resources or talk to the kubelet.
+package mps
