@@ -207,4 +207,3 @@ func openBackend(simulate, node string, failOnInit bool, log *slog.Logger) (gpu.
 	log.Warn("NVML is unavailable; advertising no GPUs because failOnInitError is false", "err", err)
 	return &gpu.Null{Reason: err.Error()}, nil
 }
-
