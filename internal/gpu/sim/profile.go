@@ -386,10 +386,25 @@ func (p *Profile) Validate() error {
 	}
 	for i := range p.Links {
 		for j := range p.Links[i] {
-			if i != j && p.Links[i][j] != p.Links[j][i] {
+			if i == j {
+				continue
+			}
+			if p.Links[i][j] != p.Links[j][i] {
 				return fmt.Errorf("profile %s: link %d-%d (%s) differs from %d-%d (%s)", p.Name, i, j, p.Links[i][j], j, i, p.Links[j][i])
 			}
+			if err := crossNUMA(p.GPUs[i].NUMANode, p.GPUs[j].NUMANode, p.Links[i][j].PCIe); err != nil {
+				return fmt.Errorf("profile %s: gpus %d and %d: %w", p.Name, i, j, err)
+			}
 		}
+	}
+	return nil
+}
+
+// crossNUMA rejects a PCIe path closer than SYS between GPUs of different
+// NUMA nodes: switches and host bridges belong to one CPU.
+func crossNUMA(a, b int, l gpu.PCIeLevel) error {
+	if a >= 0 && b >= 0 && a != b && l != gpu.PCIeSystem {
+		return fmt.Errorf("on NUMA nodes %d and %d but linked by %s; GPUs under different CPUs reach each other through SYS", a, b, l)
 	}
 	return nil
 }

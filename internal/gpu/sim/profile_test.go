@@ -166,6 +166,7 @@ func TestProfileValidate(t *testing.T) {
 		{"duplicate bus", func(p *Profile) { p.GPUs[3].PCIBusID = p.GPUs[0].PCIBusID }, "share PCI bus ID"},
 		{"unknown MIG table", func(p *Profile) { p.GPUs[0].MIGTable = "X100" }, "unknown MIG table"},
 		{"asymmetric link", func(p *Profile) { p.Links[0][1].NVLinks = 2 }, "link 0-1"},
+		{"switch across CPUs", func(p *Profile) { p.Links[0][7].PCIe, p.Links[7][0].PCIe = gpu.PCIeSingle, gpu.PCIeSingle }, "gpus 0 and 7: on NUMA nodes 0 and 1"},
 		{"short links", func(p *Profile) { p.Links = p.Links[:3] }, "links has 3 rows"},
 	}
 	for _, tt := range tests {

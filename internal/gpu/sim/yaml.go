@@ -498,7 +498,22 @@ func (d *decoder) topology(p *Profile, t *fileTopology) error {
 			}
 			l.NVLinks = *pr.NVLink
 		}
+		if err := crossNUMA(p.GPUs[i].NUMANode, p.GPUs[j].NUMANode, l.PCIe); err != nil {
+			return d.at(path, "gpus %d and %d are %v", i, j, err)
+		}
 		p.Links[i][j], p.Links[j][i] = l, l
+	}
+	if level != nil {
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				if _, paired := seen[[2]int{i, j}]; paired {
+					continue
+				}
+				if err := crossNUMA(p.GPUs[i].NUMANode, p.GPUs[j].NUMANode, *level); err != nil {
+					return d.at("topology.pcie", "gpus %d and %d are %v (set the pair's level under topology.pairs, or leave pcie out)", i, j, err)
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -66,6 +66,7 @@ gpus:
     memoryMiB: 49140
     architecture: ada
     computeCapability: 8.9
+    numaNode: 1
     pciBusIDs: ["0000:C1:00.0"]
     idleWatts: 20
     tdpWatts: 300
@@ -103,7 +104,7 @@ func TestParseMixedNode(t *testing.T) {
 		{"h100 a", 0, gpu.MIGMode{Capable: true, Current: true, Pending: true}, gpu.ArchHopper, "", "NVIDIA H100 80GB HBM3"},
 		{"h100 b", 1, gpu.MIGMode{Capable: true, Current: true, Pending: true}, gpu.ArchHopper, "", "NVIDIA H100 80GB HBM3"},
 		{"a30 without MIG", 1, gpu.MIGMode{}, gpu.ArchAmpere, "", "NVIDIA A30-PCIE-24GB"},
-		{"custom", 0, gpu.MIGMode{}, gpu.ArchAda, "0000:c1:00.0", "NVIDIA RTX 6000 Ada Generation"},
+		{"custom", 1, gpu.MIGMode{}, gpu.ArchAda, "0000:c1:00.0", "NVIDIA RTX 6000 Ada Generation"},
 	}
 	if len(devs) != len(tests) {
 		t.Fatalf("%d GPUs", len(devs))
@@ -120,7 +121,7 @@ func TestParseMixedNode(t *testing.T) {
 	links := []struct {
 		i, j int
 		want string
-	}{{0, 1, "NV18"}, {0, 2, "SYS"}, {1, 2, "NODE"}, {2, 3, "PIX"}, {1, 3, "SYS"}, {0, 3, "NODE"}}
+	}{{0, 1, "NV18"}, {0, 2, "SYS"}, {1, 2, "NODE"}, {2, 3, "PIX"}, {1, 3, "NODE"}, {0, 3, "SYS"}}
 	for _, l := range links {
 		if got, _ := top.Between(l.i, l.j); got.String() != l.want {
 			t.Errorf("link %d-%d = %s, want %s", l.i, l.j, got, l.want)
@@ -192,6 +193,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad PCIe level", "gpus: [{model: T4}]\ntopology:\n  pcie: FAR\n", []string{"line 3", "topology.pcie", "PIX"}},
 		{"bad pair", "gpus: [{model: T4, count: 2}]\ntopology:\n  pairs:\n    - gpus: [0, 2]\n", []string{"line 4", "topology.pairs[0].gpus", "from 0 to 1"}},
 		{"pair twice", "gpus: [{model: T4, count: 2}]\ntopology:\n  pairs:\n    - gpus: [0, 1]\n    - gpus: [1, 0]\n", []string{"line 5", "already described"}},
+		{"PCIe switch across CPUs", "gpus: [{model: T4, count: 2, numaNodes: [0, 1]}]\ntopology:\n  pairs:\n    - gpus: [0, 1]\n      pcie: PIX\n", []string{"line 4", "topology.pairs[0]", "NUMA nodes 0 and 1", "SYS"}},
+		{"default level across CPUs", "gpus: [{model: T4, count: 2, numaNodes: [0, 1]}]\ntopology:\n  pcie: PHB\n", []string{"line 3", "topology.pcie", "gpus 0 and 1"}},
 		{"negative nvlink", "gpus: [{model: T4}]\ntopology:\n  nvlink: -1\n", []string{"line 3", "topology.nvlink"}},
 		{"field twice", "gpus: [{model: T4}]\nname: a\nname: b\n", []string{"line 3", "name"}},
 		{"two documents", "gpus: [{model: T4}]\n---\ngpus: [{model: T4}]\n", []string{"line 2", "one YAML document"}},
