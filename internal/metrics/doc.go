@@ -1,0 +1,34 @@
+// Package metrics serves a GPU node's Prometheus metrics.
+//
+// The GPU series use dcgm-exporter's names, units and labels
+// (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED in MiB, ... with gpu, UUID,
+// pci_bus_id, device, modelName, Hostname, and GPU_I_PROFILE, GPU_I_ID on
+// MIG devices), so dashboards and alerts written for dcgm-exporter keep
+// working. A GPU held by exactly one container carries that container's
+// pod, namespace and container labels, as with dcgm-exporter.
+//
+// A GPU shared by several pods (time-slicing, MPS) does not repeat its
+// numbers for each pod. Instead the gpuplane_pod_* series split the GPU's
+// utilization and memory between pods by the GPU's processes: each process
+// is mapped to its pod through /proc/<pid>/cgroup (pod UID), the kubelet's
+// device checkpoint (pod UID to the devices it holds) and the kubelet's
+// PodResources API (devices to pod name, namespace and container).
+// Allocations are read for every resource name the kubelet reports, so
+// renamed .shared resources, ::N replica IDs and MIG devices all map back
+// to their GPU.
+//
+// gpuplane's own series (gpuplane_*) report device health with its reason,
+// allocations, the health monitor's state, whether the PodResources API
+// answered and why not, and how long each collector took and whether it
+// succeeded.
+//
+// One scrape reads every GPU once, sequentially, into buffers the Exporter
+// keeps between scrapes; it starts no goroutines. A GPU that fails during
+// a scrape (for instance because it fell off the bus) loses its series for
+// that scrape while the scrape itself succeeds; gpuplane_device_telemetry_up
+// says why.
+//
+// This package must not change GPU state, talk to the API server or decide
+// health: it reports what the gpu backend, the health monitor and the
+// kubelet say.
+package metrics

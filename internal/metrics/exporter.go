@@ -1,0 +1,230 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+)
+
+// GPUs is what the exporter reads of the hardware.
+type GPUs interface {
+	gpu.Inventory
+	gpu.Telemetry
+}
+
+// Options configure an Exporter.
+type Options struct {
+	// GPUs is the node's hardware. Required.
+	GPUs GPUs
+	// Hostname is the Hostname label; the backend's host name, else the
+	// machine's, when empty.
+	Hostname string
+	// PodResources lists which containers hold which devices. Nil turns
+	// pod attribution off (gpuplane_podresources_up says "disabled").
+	PodResources PodResourcesLister
+	// CheckpointPath is the kubelet's device checkpoint
+	// (DefaultCheckpointPath when empty), needed to split shared GPUs
+	// between pods.
+	CheckpointPath string
+	// ProcRoot is where the host's /proc is mounted; "/proc" when empty.
+	ProcRoot string
+	// Health reports device health and the health monitor's state;
+	// optional.
+	Health HealthSource
+	// InventoryTTL is how long the list of GPUs is reused between scrapes;
+	// 30s when zero. A GPU that fails to answer forces a re-read.
+	InventoryTTL time.Duration
+	// Timeout bounds the calls of one scrape; 5s when zero.
+	Timeout time.Duration
+	// Clock is the time source; the real clock when nil.
+	Clock clock.PassiveClock
+	// Logger receives failures; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// collector is one part of a scrape. Collectors run in order on one
+// goroutine and share the Exporter's per-scrape state.
+type collector interface {
+	Name() string
+	collect(ctx context.Context, emit func(prometheus.Metric)) error
+}
+
+// Exporter is a prometheus.Collector for a GPU node. Scrapes are
+// serialized: the Exporter reuses its buffers from one scrape to the next.
+type Exporter struct {
+	opts       Options
+	log        *slog.Logger
+	collectors []collector
+	descs      *descs
+
+	mu       sync.Mutex
+	hostname string
+	// Inventory, refreshed every InventoryTTL.
+	devices   []gpu.Device
+	byUUID    map[string]int // UUID of a GPU or MIG device -> GPU index
+	invAt     time.Time
+	invStale  bool
+	baseVals  [][]string // per GPU: gpu, UUID, pci_bus_id, device, modelName, Hostname
+	scratch   []string
+	samples   []gpu.Sample
+	sampleErr []error
+	procs     [][]gpu.Process
+	procErr   []error
+	// Pod attribution of the current scrape.
+	att *attribution
+}
+
+var _ prometheus.Collector = (*Exporter)(nil)
+
+// NewExporter validates opts and returns an Exporter. Register it with a
+// prometheus.Registry, or serve it with Handler.
+func NewExporter(opts Options) (*Exporter, error) {
+	if opts.GPUs == nil {
+		return nil, errors.New("metrics: the GPU backend is nil")
+	}
+	if opts.InventoryTTL < 0 || opts.Timeout < 0 {
+		return nil, fmt.Errorf("metrics: inventoryTTL and timeout must not be negative (got %v, %v)", opts.InventoryTTL, opts.Timeout)
+	}
+	if opts.InventoryTTL == 0 {
+		opts.InventoryTTL = 30 * time.Second
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	if opts.CheckpointPath == "" {
+		opts.CheckpointPath = DefaultCheckpointPath
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	e := &Exporter{opts: opts, log: opts.Logger, descs: newDescs(), byUUID: map[string]int{}}
+	e.att = newAttribution(opts.ProcRoot, opts.CheckpointPath)
+	e.collectors = []collector{
+		&inventoryCollector{e: e},
+		&podCollector{e: e},
+		&deviceCollector{e: e},
+		&healthCollector{e: e},
+	}
+	return e, nil
+}
+
+// Describe implements prometheus.Collector. It describes nothing: the
+// Exporter is an unchecked collector whose series depend on the node.
+func (e *Exporter) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Timeout)
+	defer cancel()
+	emit := func(m prometheus.Metric) { ch <- m }
+	start := e.opts.Clock.Now()
+	for _, c := range e.collectors {
+		t0 := e.opts.Clock.Now()
+		err := c.collect(ctx, emit)
+		success := 1.0
+		if err != nil {
+			success = 0
+			e.log.Error("metrics collector failed", "collector", c.Name(), "err", err)
+		}
+		ch <- prometheus.MustNewConstMetric(e.descs.collectorDuration, prometheus.GaugeValue, e.opts.Clock.Since(t0).Seconds(), c.Name())
+		ch <- prometheus.MustNewConstMetric(e.descs.collectorSuccess, prometheus.GaugeValue, success, c.Name())
+		if errors.Is(err, errNoInventory) {
+			break
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(e.descs.scrapeDuration, prometheus.GaugeValue, e.opts.Clock.Since(start).Seconds())
+}
+
+var errNoInventory = errors.New("no GPU inventory")
+
+// inventoryCollector refreshes the list of GPUs when it is stale. It emits
+// nothing itself; when it fails and no earlier list exists, the scrape ends.
+type inventoryCollector struct{ e *Exporter }
+
+var _ collector = (*inventoryCollector)(nil)
+
+func (*inventoryCollector) Name() string { return "inventory" }
+
+func (c *inventoryCollector) collect(ctx context.Context, _ func(prometheus.Metric)) error {
+	e := c.e
+	now := e.opts.Clock.Now()
+	if e.devices != nil && !e.invStale && now.Sub(e.invAt) < e.opts.InventoryTTL {
+		return nil
+	}
+	if e.hostname == "" {
+		e.hostname = e.opts.Hostname
+		if e.hostname == "" {
+			if sys, err := e.opts.GPUs.System(ctx); err == nil {
+				e.hostname = sys.Hostname
+			}
+		}
+		if e.hostname == "" {
+			e.hostname, _ = os.Hostname()
+		}
+	}
+	devs, err := e.opts.GPUs.Devices(ctx)
+	if err != nil {
+		if e.devices == nil {
+			return fmt.Errorf("listing GPUs: %w: %w", errNoInventory, err)
+		}
+		return fmt.Errorf("listing GPUs (serving the previous list): %w", err)
+	}
+	e.setDevices(devs)
+	e.invAt, e.invStale = now, false
+	return nil
+}
+
+// setDevices installs a new inventory and sizes the per-GPU buffers.
+func (e *Exporter) setDevices(devs []gpu.Device) {
+	if devs == nil {
+		devs = []gpu.Device{}
+	}
+	e.devices = devs
+	clear(e.byUUID)
+	n := len(devs)
+	e.baseVals = resize(e.baseVals, n)
+	e.samples = resize(e.samples, n)
+	e.sampleErr = resize(e.sampleErr, n)
+	e.procs = resize(e.procs, n)
+	e.procErr = resize(e.procErr, n)
+	for i := range devs {
+		d := &devs[i]
+		e.byUUID[d.UUID] = i
+		for j := range d.MIGDevices {
+			e.byUUID[d.MIGDevices[j].UUID] = i
+		}
+		e.baseVals[i] = []string{strconv.Itoa(d.Index), d.UUID, d.PCIBusID, "nvidia" + strconv.Itoa(d.Minor), d.Name, e.hostname}
+	}
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n)
+}
+
+// labelValues returns the label values of GPU i followed by extra, in a
+// scratch slice valid until the next call.
+func (e *Exporter) labelValues(i int, extra ...string) []string {
+	e.scratch = append(append(e.scratch[:0], e.baseVals[i]...), extra...)
+	return e.scratch
+}

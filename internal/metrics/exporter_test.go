@@ -1,0 +1,326 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/expfmt"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gpuplane/gpuplane/internal/gpu/sim"
+	"github.com/gpuplane/gpuplane/internal/metrics"
+	"github.com/gpuplane/gpuplane/internal/metrics/metricstest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newHandler returns a metrics handler for n on a fixed clock, so that the
+// reported durations are exactly zero.
+func newHandler(t testing.TB, n *metricstest.Node, lister metrics.PodResourcesLister, health metrics.HealthSource) http.Handler {
+	t.Helper()
+	e, err := metrics.NewExporter(metrics.Options{
+		GPUs: n.Backend, PodResources: lister, ProcRoot: n.ProcRoot, CheckpointPath: n.CheckpointPath,
+		Health: health, Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0)), Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := metrics.NewHandler(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func scrape(t testing.TB, h http.Handler) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, metrics.Path, nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body.String())
+	}
+	return rec.Body.String()
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run with -update to create it): %v", err)
+	}
+	if got != string(want) {
+		t.Errorf("/metrics differs from %s (run with -update if the change is intended):\n%s", path, firstDiff(got, string(want)))
+	}
+}
+
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return "line " + itoa(i+1) + ":\n got: " + gl + "\nwant: " + wl
+		}
+	}
+	return ""
+}
+
+func itoa(i int) string { return strings.TrimSpace(strings.Repeat(" ", 0) + fmtInt(i)) }
+
+func fmtInt(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; i > 0; i /= 10 {
+		b = append([]byte{byte('0' + i%10)}, b...)
+	}
+	return string(b)
+}
+
+type fakeHealth struct{ st metrics.HealthState }
+
+func (f *fakeHealth) HealthState() metrics.HealthState { return f.st }
+
+// sharedNode is a DGX H100 with two pods time-slicing GPU 0, two on GPU 1
+// under the renamed resource nvidia.com/gpu.shared, one pod alone on GPU 2
+// and an XID on GPU 5.
+func sharedNode(t *testing.T) *metricstest.Node {
+	n := metricstest.NewNode(t, "dgxh100", "gpu-node-1")
+	devs := n.Devices(t)
+	add := func(name string, g, replica int, resource string, pid uint32, mem uint64, util uint32) {
+		n.AddPod(t, metricstest.Pod{Namespace: "ml", Name: name, Container: "main", Resource: resource,
+			DeviceID: devs[g].UUID + "::" + fmtInt(replica), GPU: g, PID: pid, MemMiB: mem, Util: util, CgroupV1: pid%2 == 1})
+	}
+	add("a", 0, 0, "nvidia.com/gpu", 101, 10240, 30)
+	add("b", 0, 3, "nvidia.com/gpu", 102, 20480, 50)
+	add("c", 1, 1, "nvidia.com/gpu.shared", 201, 4096, 10)
+	add("d", 1, 7, "nvidia.com/gpu.shared", 202, 8192, 20)
+	n.AddPod(t, metricstest.Pod{Namespace: "infer", Name: "solo", Container: "server", Resource: "nvidia.com/gpu",
+		DeviceID: devs[2].UUID, GPU: 2, PID: 301, MemMiB: 40960, Util: 90})
+	n.WriteCheckpoint(t)
+	if err := n.Backend.InjectXID(5, 48); err != nil {
+		t.Fatal(err)
+	}
+	n.Clock.Advance(time.Minute)
+	return n
+}
+
+func TestGoldenMetrics(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T) (*metricstest.Node, metrics.PodResourcesLister, metrics.HealthSource)
+		// between runs after a first scrape, before the golden one.
+		between func(t *testing.T, n *metricstest.Node)
+	}{
+		{
+			name: "dgxh100-shared",
+			setup: func(t *testing.T) (*metricstest.Node, metrics.PodResourcesLister, metrics.HealthSource) {
+				n := sharedNode(t)
+				h := &fakeHealth{st: metrics.HealthState{Running: true, Devices: []metrics.DeviceHealth{{UUID: n.Devices(t)[5].UUID, Reason: "xid-48"}}}}
+				return n, metrics.NewSocketPodResources(metricstest.ServePodResources(t, n.Response())), h
+			},
+		},
+		{
+			name: "dgxh100-no-kubelet",
+			setup: func(t *testing.T) (*metricstest.Node, metrics.PodResourcesLister, metrics.HealthSource) {
+				n := sharedNode(t)
+				h := &fakeHealth{st: metrics.HealthState{Running: false, Reason: "subscribe-failed", Unmonitored: 8}}
+				return n, metrics.NewSocketPodResources(filepath.Join(t.TempDir(), "absent.sock")), h
+			},
+		},
+		{
+			name: "dgxh100-gpu-lost",
+			setup: func(t *testing.T) (*metricstest.Node, metrics.PodResourcesLister, metrics.HealthSource) {
+				n := sharedNode(t)
+				return n, &metricstest.StaticLister{Resp: n.Response()}, nil
+			},
+			between: func(t *testing.T, n *metricstest.Node) {
+				if err := n.Backend.LoseGPU(1); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "dgxh100-mig",
+			setup: func(t *testing.T) (*metricstest.Node, metrics.PodResourcesLister, metrics.HealthSource) {
+				n := metricstest.NewNode(t, "dgxh100", "gpu-node-2")
+				ctx := context.Background()
+				if err := n.Backend.SetMIGMode(ctx, 0, true); err != nil {
+					t.Fatal(err)
+				}
+				for range 2 {
+					gi, err := n.Backend.CreateGPUInstance(ctx, 0, "1g.10gb", nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := n.Backend.CreateComputeInstance(ctx, 0, gi.ID, ""); err != nil {
+						t.Fatal(err)
+					}
+				}
+				migs := n.Devices(t)[0].MIGDevices
+				if len(migs) != 2 {
+					t.Fatalf("want 2 MIG devices, got %d", len(migs))
+				}
+				for k, m := range migs {
+					n.AddPod(t, metricstest.Pod{Namespace: "ml", Name: "mig-" + fmtInt(k), Container: "main", Resource: "nvidia.com/mig-1g.10gb",
+						DeviceID: m.UUID, GPU: 0, MIG: &sim.MIGRef{GPUInstanceID: m.GPUInstanceID, ComputeInstanceID: m.ComputeInstanceID},
+						PID: uint32(500 + k), MemMiB: uint64(2048 * (k + 1)), Util: uint32(40 + k)})
+				}
+				n.WriteCheckpoint(t)
+				n.Clock.Advance(time.Minute)
+				return n, &metricstest.StaticLister{Resp: n.Response()}, nil
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, lister, health := tt.setup(t)
+			h := newHandler(t, n, lister, health)
+			if tt.between != nil {
+				scrape(t, h)
+				tt.between(t, n)
+			}
+			golden(t, tt.name, scrape(t, h))
+		})
+	}
+}
+
+// parse reads a /metrics body into families by name.
+func parse(t testing.TB, body string) map[string]*dto.MetricFamily {
+	t.Helper()
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return mfs
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func TestPerPodSplitOfTimeSlicedGPUs(t *testing.T) {
+	n := metricstest.NewNode(t, "dgxh100", "gpu-node-1")
+	n.TimeSliced(t, "nvidia.com/gpu", 10)
+	n.WriteCheckpoint(t)
+	h := newHandler(t, n, &metricstest.StaticLister{Resp: n.Response()}, nil)
+	mfs := parse(t, scrape(t, h))
+
+	type key struct{ ns, pod string }
+	gotMem, gotUtil := map[key]float64{}, map[key]float64{}
+	for _, m := range mfs["gpuplane_pod_gpu_memory_used_bytes"].GetMetric() {
+		gotMem[key{label(m, "namespace"), label(m, "pod")}] = m.GetGauge().GetValue()
+	}
+	for _, m := range mfs["gpuplane_pod_gpu_utilization_ratio"].GetMetric() {
+		gotUtil[key{label(m, "namespace"), label(m, "pod")}] = m.GetGauge().GetValue()
+	}
+	if len(gotMem) != len(n.Pods) || len(gotUtil) != len(n.Pods) {
+		t.Fatalf("per-pod series: %d memory, %d utilization, want %d each", len(gotMem), len(gotUtil), len(n.Pods))
+	}
+	for _, p := range n.Pods {
+		k := key{p.Namespace, p.Name}
+		if want := float64(p.MemMiB << 20); gotMem[k] != want {
+			t.Errorf("pod %s/%s memory = %v, want %v", p.Namespace, p.Name, gotMem[k], want)
+		}
+		if want := float64(p.Util) / 100; gotUtil[k] != want {
+			t.Errorf("pod %s/%s utilization = %v, want %v", p.Namespace, p.Name, gotUtil[k], want)
+		}
+	}
+	// The GPU-wide series are not repeated per pod: shared GPUs carry no
+	// pod label.
+	for _, m := range mfs["DCGM_FI_DEV_GPU_UTIL"].GetMetric() {
+		if label(m, "pod") != "" {
+			t.Errorf("shared GPU %s has pod label %q", label(m, "UUID"), label(m, "pod"))
+		}
+	}
+	if got := len(mfs["DCGM_FI_DEV_GPU_UTIL"].GetMetric()); got != 8 {
+		t.Errorf("DCGM_FI_DEV_GPU_UTIL has %d series, want one per GPU (8)", got)
+	}
+}
+
+func TestPodResourcesAbsentStillServes(t *testing.T) {
+	n := sharedNode(t)
+	tests := []struct {
+		name       string
+		lister     metrics.PodResourcesLister
+		wantReason string
+		wantOK     float64
+	}{
+		{name: "socket absent", lister: metrics.NewSocketPodResources(filepath.Join(t.TempDir(), "kubelet.sock")), wantReason: metrics.ReasonSocketAbsent, wantOK: 1},
+		{name: "list fails", lister: &metricstest.StaticLister{Err: errors.New("rpc error: unavailable")}, wantReason: metrics.ReasonListFailed, wantOK: 0},
+		{name: "disabled", lister: nil, wantReason: metrics.ReasonDisabled, wantOK: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mfs := parse(t, scrape(t, newHandler(t, n, tt.lister, nil)))
+			up := mfs["gpuplane_podresources_up"].GetMetric()
+			if len(up) != 1 || up[0].GetGauge().GetValue() != 0 || label(up[0], "reason") != tt.wantReason {
+				t.Errorf("gpuplane_podresources_up = %v, want 0 with reason %q", up, tt.wantReason)
+			}
+			if got := len(mfs["DCGM_FI_DEV_FB_USED"].GetMetric()); got != 8 {
+				t.Errorf("DCGM_FI_DEV_FB_USED has %d series, want 8", got)
+			}
+			if _, ok := mfs["gpuplane_pod_gpu_memory_used_bytes"]; ok {
+				t.Error("per-pod series without a pod source")
+			}
+			for _, m := range mfs["gpuplane_scrape_collector_success"].GetMetric() {
+				if label(m, "collector") == "pods" && m.GetGauge().GetValue() != tt.wantOK {
+					t.Errorf("pods collector success = %v, want %v", m.GetGauge().GetValue(), tt.wantOK)
+				}
+			}
+		})
+	}
+}
+
+func TestNewExporterRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		opts metrics.Options
+	}{
+		{name: "no backend", opts: metrics.Options{}},
+		{name: "negative ttl", opts: metrics.Options{GPUs: &sim.Backend{}, InventoryTTL: -time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := metrics.NewExporter(tt.opts); err == nil {
+				t.Fatal("NewExporter accepted invalid options")
+			}
+		})
+	}
+}

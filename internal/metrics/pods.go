@@ -1,0 +1,278 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+)
+
+// holder is a container holding a device, with what its processes use
+// on it in the current scrape.
+type holder struct {
+	Holder
+	util  float64 // percent, summed over processes
+	memMi uint64
+	procs int
+}
+
+type allocKey struct {
+	gpu      int
+	resource string
+}
+
+// attribution maps devices to the containers holding them and processes to
+// those containers. Its maps and slices live across scrapes.
+type attribution struct {
+	cg   *procCgroups
+	ckpt *kubeletCheckpoint
+	// holders by the UUID of a GPU or MIG device, one per container.
+	holders  map[string][]holder
+	allocs   map[allocKey]int
+	unmapped []int // per GPU
+	// ckptErr is the checkpoint's state in this scrape; nil when no GPU
+	// needed it.
+	ckptErr  error
+	ckptUsed bool
+}
+
+func newAttribution(procRoot, checkpoint string) *attribution {
+	return &attribution{
+		cg:      newProcCgroups(procRoot),
+		ckpt:    newKubeletCheckpoint(checkpoint),
+		holders: map[string][]holder{},
+		allocs:  map[allocKey]int{},
+	}
+}
+
+func (a *attribution) reset(gpus int) {
+	for k, v := range a.holders {
+		if len(v) == 0 {
+			delete(a.holders, k) // a device that is gone
+			continue
+		}
+		a.holders[k] = v[:0]
+	}
+	clear(a.allocs)
+	a.unmapped = resize(a.unmapped, gpus)
+	clear(a.unmapped)
+	a.ckptErr, a.ckptUsed = nil, false
+}
+
+// add records that a container holds a device, once per container.
+func (a *attribution) add(uuid string, h Holder) {
+	hs := a.holders[uuid]
+	for i := range hs {
+		if hs[i].Namespace == h.Namespace && hs[i].Pod == h.Pod && hs[i].Container == h.Container {
+			return
+		}
+	}
+	a.holders[uuid] = append(hs, holder{Holder: h})
+}
+
+// exclusive returns the only container holding uuid, or nil.
+func (a *attribution) exclusive(uuid string) *holder {
+	if hs := a.holders[uuid]; len(hs) == 1 {
+		return &hs[0]
+	}
+	return nil
+}
+
+// podCollector reads which containers hold which devices from the
+// PodResources API, maps the GPUs' processes to them and emits the
+// gpuplane_pod_* series and allocations. It runs before deviceCollector,
+// which labels a GPU held by one container with that container.
+type podCollector struct{ e *Exporter }
+
+var _ collector = (*podCollector)(nil)
+
+func (*podCollector) Name() string { return "pods" }
+
+func (c *podCollector) collect(ctx context.Context, emit func(prometheus.Metric)) error {
+	e, a := c.e, c.e.att
+	a.reset(len(e.devices))
+	// The processes of every GPU: pod attribution and MIG memory need them.
+	for i := range e.devices {
+		e.procs[i], e.procErr[i] = e.opts.GPUs.Processes(ctx, e.devices[i].Index, e.procs[i][:0])
+	}
+	listErr := c.list(ctx)
+	c.attribute()
+	c.emitPods(emit)
+
+	switch {
+	case e.opts.PodResources == nil:
+		emit(prometheus.MustNewConstMetric(e.descs.podResourcesUp, prometheus.GaugeValue, 0, ReasonDisabled))
+	case errors.Is(listErr, ErrSocketAbsent):
+		emit(prometheus.MustNewConstMetric(e.descs.podResourcesUp, prometheus.GaugeValue, 0, ReasonSocketAbsent))
+		listErr = nil // no kubelet here: metrics are still whole, without pods
+	case listErr != nil:
+		emit(prometheus.MustNewConstMetric(e.descs.podResourcesUp, prometheus.GaugeValue, 0, ReasonListFailed))
+	default:
+		emit(prometheus.MustNewConstMetric(e.descs.podResourcesUp, prometheus.GaugeValue, 1, ""))
+	}
+	if a.ckptUsed {
+		v, reason := 1.0, ""
+		if a.ckptErr != nil {
+			v, reason = 0, "unreadable"
+		}
+		emit(prometheus.MustNewConstMetric(e.descs.checkpointUp, prometheus.GaugeValue, v, reason))
+	}
+	return listErr
+}
+
+// list fills the holders from the PodResources API.
+func (c *podCollector) list(ctx context.Context) error {
+	e, a := c.e, c.e.att
+	if e.opts.PodResources == nil {
+		return nil
+	}
+	resp, err := e.opts.PodResources.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range resp.GetPodResources() {
+		for _, ctr := range p.GetContainers() {
+			for _, dev := range ctr.GetDevices() {
+				for _, id := range dev.GetDeviceIds() {
+					uuid, ok := e.deviceKey(id)
+					if !ok {
+						continue // not one of this node's GPUs
+					}
+					a.add(uuid, Holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: ctr.GetName(), Resource: dev.GetResourceName(), DeviceID: id})
+				}
+			}
+		}
+	}
+	for uuid, hs := range a.holders {
+		gi := e.byUUID[uuid]
+		for i := range hs {
+			a.allocs[allocKey{gpu: gi, resource: hs[i].Resource}]++
+		}
+	}
+	return nil
+}
+
+// attribute assigns every GPU process to the container holding its device:
+// directly when one container holds it, else through the process's cgroup
+// (pod UID) and the kubelet's checkpoint (pod UID to device IDs).
+func (c *podCollector) attribute() {
+	e, a := c.e, c.e.att
+	a.cg.begin()
+	defer a.cg.end()
+	for i := range e.devices {
+		if e.procErr[i] != nil {
+			continue
+		}
+		d := &e.devices[i]
+		for _, p := range e.procs[i] {
+			hs := a.holders[processDevice(d, &p)]
+			var h *holder
+			switch len(hs) {
+			case 0:
+				continue // no container holds the device: not a pod's process
+			case 1:
+				h = &hs[0]
+			default:
+				h = c.byCgroup(hs, p.PID)
+				if h == nil {
+					a.unmapped[i]++
+					continue
+				}
+			}
+			h.util += float64(p.SMUtil)
+			h.memMi += p.UsedMemMiB
+			h.procs++
+		}
+	}
+}
+
+func (c *podCollector) byCgroup(hs []holder, pid uint32) *holder {
+	a := c.e.att
+	if !a.ckptUsed {
+		a.ckptUsed = true
+		a.ckptErr = a.ckpt.refresh()
+		if a.ckptErr != nil {
+			c.e.log.Debug("kubelet device checkpoint unreadable; shared GPUs are not split between pods", "err", a.ckptErr)
+		}
+	}
+	if a.ckptErr != nil {
+		return nil
+	}
+	ref, ok := a.cg.lookup(pid)
+	if !ok {
+		return nil
+	}
+	for i := range hs {
+		if a.ckpt.byDevice[hs[i].DeviceID] == ref.PodUID {
+			return &hs[i]
+		}
+	}
+	return nil
+}
+
+// processDevice is the UUID of the device a process runs on: its MIG
+// device on a GPU in MIG mode, else the GPU.
+func processDevice(d *gpu.Device, p *gpu.Process) string {
+	if p.GPUInstanceID >= 0 {
+		for j := range d.MIGDevices {
+			m := &d.MIGDevices[j]
+			if m.GPUInstanceID == p.GPUInstanceID && (p.ComputeInstanceID < 0 || m.ComputeInstanceID == p.ComputeInstanceID) {
+				return m.UUID
+			}
+		}
+	}
+	return d.UUID
+}
+
+func (c *podCollector) emitPods(emit func(prometheus.Metric)) {
+	e, a := c.e, c.e.att
+	const mib = 1 << 20
+	for i := range e.devices {
+		if e.procErr[i] != nil {
+			continue
+		}
+		d := &e.devices[i]
+		for _, h := range a.holders[d.UUID] {
+			vals := e.labelValues(i, h.Container, h.Namespace, h.Pod)
+			emit(prometheus.MustNewConstMetric(e.descs.podUtil, prometheus.GaugeValue, h.util/100, vals...))
+			emit(prometheus.MustNewConstMetric(e.descs.podMem, prometheus.GaugeValue, float64(h.memMi*mib), vals...))
+			emit(prometheus.MustNewConstMetric(e.descs.podProcs, prometheus.GaugeValue, float64(h.procs), vals...))
+		}
+		for j := range d.MIGDevices {
+			m := &d.MIGDevices[j]
+			for _, h := range a.holders[m.UUID] {
+				vals := e.labelValues(i, m.Profile, itoa(m.GPUInstanceID), h.Container, h.Namespace, h.Pod)
+				emit(prometheus.MustNewConstMetric(e.descs.migPodUtil, prometheus.GaugeValue, h.util/100, vals...))
+				emit(prometheus.MustNewConstMetric(e.descs.migPodMem, prometheus.GaugeValue, float64(h.memMi*mib), vals...))
+				emit(prometheus.MustNewConstMetric(e.descs.migPodProcs, prometheus.GaugeValue, float64(h.procs), vals...))
+			}
+		}
+		if len(a.holders[d.UUID]) > 1 || a.unmapped[i] > 0 {
+			emit(prometheus.MustNewConstMetric(e.descs.unmapped, prometheus.GaugeValue, float64(a.unmapped[i]), e.labelValues(i)...))
+		}
+	}
+	for k, n := range a.allocs {
+		if k.gpu < len(e.devices) {
+			emit(prometheus.MustNewConstMetric(e.descs.allocations, prometheus.GaugeValue, float64(n), e.labelValues(k.gpu, k.resource)...))
+		}
+	}
+}
+
+// itoa formats small non-negative integers without allocating.
+func itoa(i int) string {
+	if i >= 0 && i < len(smallInts) {
+		return smallInts[i]
+	}
+	return fmt.Sprint(i)
+}
+
+var smallInts = func() []string {
+	s := make([]string, 64)
+	for i := range s {
+		s[i] = fmt.Sprint(i)
+	}
+	return s
+}()

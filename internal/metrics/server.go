@@ -1,0 +1,75 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultAddr is dcgm-exporter's port, which gpuplane keeps.
+const DefaultAddr = ":9400"
+
+// Path is where the metrics are served.
+const Path = "/metrics"
+
+// NewHandler returns an HTTP handler serving e at Path on a registry of
+// its own (no process-wide default registry), with /healthz answering
+// "ok".
+func NewHandler(e *Exporter) (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(e); err != nil {
+		return nil, fmt.Errorf("registering the GPU exporter: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		// A failing collector must not cost the other series.
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             30 * time.Second,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux, nil
+}
+
+// Serve serves h on addr (DefaultAddr when empty) until ctx ends. ready,
+// when not nil, receives the bound address once the listener is open,
+// which tells a caller that asked for port 0 where to connect.
+func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, ready func(net.Addr)) error {
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening for metrics on %s (change --metrics-addr): %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	log.Info("serving metrics", "addr", ln.Addr().String(), "path", Path)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving metrics on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("stopping the metrics server: %w", err)
+	}
+	return nil
+}
