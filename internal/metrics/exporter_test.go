@@ -10,13 +10,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
@@ -88,23 +89,10 @@ func firstDiff(got, want string) string {
 			wl = w[i]
 		}
 		if gl != wl {
-			return "line " + itoa(i+1) + ":\n got: " + gl + "\nwant: " + wl
+			return "line " + strconv.Itoa(i+1) + ":\n got: " + gl + "\nwant: " + wl
 		}
 	}
 	return ""
-}
-
-func itoa(i int) string { return strings.TrimSpace(strings.Repeat(" ", 0) + fmtInt(i)) }
-
-func fmtInt(i int) string {
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{byte('0' + i%10)}, b...)
-	}
-	return string(b)
 }
 
 type fakeHealth struct{ st metrics.HealthState }
@@ -119,7 +107,7 @@ func sharedNode(t *testing.T) *metricstest.Node {
 	devs := n.Devices(t)
 	add := func(name string, g, replica int, resource string, pid uint32, mem uint64, util uint32) {
 		n.AddPod(t, metricstest.Pod{Namespace: "ml", Name: name, Container: "main", Resource: resource,
-			DeviceID: devs[g].UUID + "::" + fmtInt(replica), GPU: g, PID: pid, MemMiB: mem, Util: util, CgroupV1: pid%2 == 1})
+			DeviceID: devs[g].UUID + "::" + strconv.Itoa(replica), GPU: g, PID: pid, MemMiB: mem, Util: util, CgroupV1: pid%2 == 1})
 	}
 	add("a", 0, 0, "nvidia.com/gpu", 101, 10240, 30)
 	add("b", 0, 3, "nvidia.com/gpu", 102, 20480, 50)
@@ -192,7 +180,7 @@ func TestGoldenMetrics(t *testing.T) {
 					t.Fatalf("want 2 MIG devices, got %d", len(migs))
 				}
 				for k, m := range migs {
-					n.AddPod(t, metricstest.Pod{Namespace: "ml", Name: "mig-" + fmtInt(k), Container: "main", Resource: "nvidia.com/mig-1g.10gb",
+					n.AddPod(t, metricstest.Pod{Namespace: "ml", Name: "mig-" + strconv.Itoa(k), Container: "main", Resource: "nvidia.com/mig-1g.10gb",
 						DeviceID: m.UUID, GPU: 0, MIG: &sim.MIGRef{GPUInstanceID: m.GPUInstanceID, ComputeInstanceID: m.ComputeInstanceID},
 						PID: uint32(500 + k), MemMiB: uint64(2048 * (k + 1)), Util: uint32(40 + k)})
 				}
