@@ -247,7 +247,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	span := float64(max(now-first, 1))
 	ev.MeanUtilization = utilArea / span
 	res.MilliGPUAllocationRatio = ratio(allocMilli, capMilli)
-	fillQueueStats(tr, pods, preempted, usage, span, capMilli, res)
+	fillQueueStats(tr, pods, preempted, usage, res)
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
 }
@@ -261,7 +261,7 @@ func percentile(v []float64, p float64) float64 {
 	return v[max(0, min(i, len(v)-1))]
 }
 
-func fillQueueStats(tr *Trace, pods []*simPod, preempted map[string]int, usage map[string]float64, span float64, capMilli int64, res *Result) {
+func fillQueueStats(tr *Trace, pods []*simPod, preempted map[string]int, usage map[string]float64, res *Result) {
 	type acc struct {
 		pods, started, completed int
 		wait, jct                []float64
@@ -342,6 +342,4 @@ func fillQueueStats(tr *Trace, pods []*simPod, preempted map[string]int, usage m
 	if sumSq > 0 {
 		res.Event.JainFairness = sum * sum / (float64(len(names)) * sumSq)
 	}
-	_ = span
-	_ = capMilli
 }

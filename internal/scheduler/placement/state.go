@@ -147,7 +147,6 @@ func (s *State) signature(i int) int32 {
 	b = binary.AppendVarint(b, int64(ns.class))
 	b = binary.AppendVarint(b, ns.FreeCPU)
 	b = binary.AppendVarint(b, ns.FreeMem)
-	start := len(b)
 	var gpus [][3]int64
 	for g := range ns.GPUFree {
 		gpus = append(gpus, [3]int64{ns.GPUFree[g], ns.GPUMem[g], int64(ns.SliceFree[g])})
@@ -160,7 +159,6 @@ func (s *State) signature(i int) int32 {
 		b = binary.AppendVarint(b, g[1])
 		b = binary.AppendVarint(b, g[2])
 	}
-	_ = start
 	s.buf = b
 	id, ok := s.sigs[string(b)]
 	if !ok {
