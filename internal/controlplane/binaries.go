@@ -107,3 +107,16 @@ func requireBinaries(dir string, names ...string) (map[string]string, error) {
 	}
 	return paths, nil
 }
+
+// VerifyBinaries resolves cfg's binary directory and checks that it holds
+// every binary cfg needs, returning the directory.
+func VerifyBinaries(cfg Config) (string, error) {
+	dir, err := ResolveBinDir(cfg.BinDir)
+	if err != nil {
+		return "", err
+	}
+	if _, err := requireBinaries(dir, cfg.binaries()...); err != nil {
+		return "", err
+	}
+	return dir, nil
+}

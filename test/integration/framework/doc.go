@@ -1,0 +1,9 @@
+// Package framework is what gpuplane's integration tests stand on: one real
+// control plane (internal/controlplane) per test package, started from
+// TestMain through Main; builders for GPU nodes and pods; and waiting helpers
+// that poll the API server with a deadline.
+//
+// It must not imitate any Kubernetes component: everything the tests see
+// comes from the real API server, controller-manager and kwok. It must not be
+// imported by product code.
+package framework
