@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-
 // CreateNamespace creates a namespace for the test, waits until the
 // controller-manager has given it its default ServiceAccount (the API server
 // refuses pods before that), and deletes it when the test ends.

@@ -110,7 +110,9 @@ func TestUnmanagedNodeStaysNotReady(t *testing.T) {
 	if _, err := env.Client.CoreV1().Nodes().Create(t.Context(), managed, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), managed.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.Client.CoreV1().Nodes().Delete(context.Background(), managed.Name, metav1.DeleteOptions{})
+	})
 	env.WaitNodesReady(t, "kubernetes.io/hostname="+managed.Name, 1, 30*time.Second)
 	n, err := env.Client.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
