@@ -1,0 +1,17 @@
+# Control-plane binaries and the integration tier. Included from the Makefile;
+# uses its GO, BIN and GOTESTFLAGS when set.
+GO ?= go
+BIN ?= $(CURDIR)/bin
+GOTESTFLAGS ?= -race -count=1
+# Modest parallelism: the first build compiles thousands of packages and the
+# machines are shared.
+CONTROLPLANE_BUILD_PARALLEL ?= 2
+INTEGRATION_PKGS ?= ./test/integration/...
+
+.PHONY: controlplane-bins test-integration
+
+controlplane-bins: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kubectl into bin/ (only when tools/go.mod changes)
+	@GO="$(GO)" BUILD_PARALLEL="$(CONTROLPLANE_BUILD_PARALLEL)" $(CURDIR)/hack/build-controlplane.sh "$(BIN)"
+
+test-integration: controlplane-bins ## integration tests against a real etcd, kube-apiserver, controller-manager and kwok
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test $(GOTESTFLAGS) $(INTEGRATION_PKGS)
