@@ -140,10 +140,22 @@ func kwokArgs(f files, port int) []string {
 	}
 }
 
-// writeKwokConfig concatenates the chosen stage files (paths relative to
-// stagesDir) into the one configuration file kwok reads.
+// kwokOptions raises kwok's worker counts above its defaults (4 each), which
+// cap node start-up at a few dozen nodes per second when the API server
+// answers in tens of milliseconds.
+const kwokOptions = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  nodePlayStageParallelism: 32
+  nodeLeaseParallelism: 32
+  podPlayStageParallelism: 32
+`
+
+// writeKwokConfig writes the one configuration file kwok reads: its options,
+// then the chosen stage files (paths relative to stagesDir).
 func writeKwokConfig(path, stagesDir string, stages []string) error {
 	var b strings.Builder
+	b.WriteString("---\n" + kwokOptions)
 	for _, s := range stages {
 		if filepath.IsAbs(s) || strings.Contains(filepath.ToSlash(s), "../") {
 			return fmt.Errorf("controlplane config: KwokStages: %q must be a path inside %s", s, stagesDir)

@@ -227,7 +227,7 @@ func TestWriteKwokConfig(t *testing.T) {
 		wantErr string
 	}{
 		{name: "concatenated as documents", stages: []string{"node/fast/a.yaml", "b.yaml"},
-			want: "---\nkind: Stage\nmetadata:\n  name: a\n---\nkind: Stage\nmetadata:\n  name: b\n"},
+			want: "---\n" + kwokOptions + "---\nkind: Stage\nmetadata:\n  name: a\n---\nkind: Stage\nmetadata:\n  name: b\n"},
 		{name: "missing stage", stages: []string{"pod/none.yaml"}, wantErr: "make controlplane-bins"},
 		{name: "escaping the directory", stages: []string{"../etc/passwd"}, wantErr: "inside"},
 	}
