@@ -7,7 +7,7 @@ import "github.com/gpuplane/gpuplane/internal/scheduler/model"
 // (whole GPUs count as a share of 1000). Scale: a pod count.
 type GPUClustering struct{}
 
-var _ Scorer = (*GPUClustering)(nil)
+var _ PodMixScorer = (*GPUClustering)(nil)
 
 // NewGPUClustering returns the GPU clustering plugin.
 func NewGPUClustering() *GPUClustering { return &GPUClustering{} }
@@ -15,8 +15,13 @@ func NewGPUClustering() *GPUClustering { return &GPUClustering{} }
 // Name implements Scorer.
 func (*GPUClustering) Name() string { return "gpuclustering" }
 
-// Score implements Scorer. It reads the node's pod mix, which a node's
-// signature does not hold, so it is not NodeLocal.
+// NodeLocal implements NodeLocal.
+func (*GPUClustering) NodeLocal() {}
+
+// UsesPodMix implements PodMixScorer.
+func (*GPUClustering) UsesPodMix() {}
+
+// Score implements Scorer.
 func (*GPUClustering) Score(s *State, req *model.Request, o *Option) float64 {
 	if !req.UsesGPU() {
 		return 0

@@ -152,7 +152,7 @@ func TestNewPolicyErrors(t *testing.T) {
 // TestPlacerMatchesScan checks the incremental, memoised placer against a
 // plain scan of every option on random clusters and workloads.
 func TestPlacerMatchesScan(t *testing.T) {
-	for _, policy := range []string{"fgd", "bestfit", "gpupacking", "dotproduct", "gpuplane", "firstfit"} {
+	for _, policy := range []string{"fgd", "bestfit", "gpupacking", "dotproduct", "gpuplane", "firstfit", "gpuclustering"} {
 		t.Run(policy, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 7))
 			var nodes []model.Node

@@ -20,6 +20,7 @@ type Placer struct {
 	st     *State
 	pol    Policy
 	local  bool
+	mix    bool
 	reqIDs map[string]int
 	caches []*shapeCache
 	memo   map[memoKey]memoVal
@@ -49,7 +50,7 @@ func NewPlacer(st *State, pol Policy) (*Placer, error) {
 	if err := pol.Validate(); err != nil {
 		return nil, fmt.Errorf("creating placer: %w", err)
 	}
-	return &Placer{st: st, pol: pol, local: pol.nodeLocal(), reqIDs: map[string]int{}, memo: map[memoKey]memoVal{}}, nil
+	return &Placer{st: st, pol: pol, local: pol.nodeLocal(), mix: pol.usesPodMix(), reqIDs: map[string]int{}, memo: map[memoKey]memoVal{}}, nil
 }
 
 // Policy returns the placer's policy.
@@ -177,7 +178,11 @@ func (c *shapeCache) update(i int) {
 }
 
 func (p *Placer) nodeBest(i int, req *model.Request, rid int32) memoVal {
-	key := memoKey{p.st.signature(i), rid}
+	sig := p.st.signature
+	if p.mix {
+		sig = p.st.signatureMix
+	}
+	key := memoKey{sig(i), rid}
 	if v, ok := p.memo[key]; ok {
 		return v
 	}

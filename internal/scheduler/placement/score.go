@@ -26,6 +26,15 @@ type NodeLocal interface {
 	NodeLocal()
 }
 
+// PodMixScorer is an optional capability of a NodeLocal scorer whose score
+// also reads the node's pod mix (NodeState.ShareSizes); its memo key then
+// includes the mix.
+type PodMixScorer interface {
+	NodeLocal
+	// UsesPodMix marks the scorer; it does nothing.
+	UsesPodMix()
+}
+
 // Weighted is a scorer with its weight in a policy.
 type Weighted struct {
 	Scorer
@@ -38,6 +47,15 @@ type Weighted struct {
 type Policy struct {
 	Name    string
 	Scorers []Weighted
+}
+
+func (p *Policy) usesPodMix() bool {
+	for _, w := range p.Scorers {
+		if _, ok := w.Scorer.(PodMixScorer); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Policy) nodeLocal() bool {

@@ -22,8 +22,9 @@ type NodeState struct {
 	Pods       int
 	ShareSizes map[int64]int
 
-	class int32
-	sig   int32 // -1 when stale
+	class  int32
+	sig    int32 // -1 when stale
+	sigMix int32 // sig plus the pod mix; -1 when stale
 }
 
 // GPUUsed reports whether GPU g holds any allocation.
@@ -94,7 +95,7 @@ func NewState(nodes []model.Node) *State {
 		}
 		ns.ShareSizes = map[int64]int{}
 		ns.class = s.classOf(n)
-		ns.sig = -1
+		ns.sig, ns.sigMix = -1, -1
 	}
 	return s
 }
@@ -166,6 +167,34 @@ func (s *State) signature(i int) int32 {
 		s.sigs[string(b)] = id
 	}
 	ns.sig = id
+	return id
+}
+
+// signatureMix is signature plus the node's pod mix (ShareSizes), for
+// scorers that read it.
+func (s *State) signatureMix(i int) int32 {
+	ns := &s.Nodes[i]
+	if ns.sigMix >= 0 {
+		return ns.sigMix
+	}
+	sizes := make([]int64, 0, len(ns.ShareSizes))
+	for k := range ns.ShareSizes {
+		sizes = append(sizes, k)
+	}
+	slices.Sort(sizes)
+	b := binary.AppendVarint(s.buf[:0], -1)
+	b = binary.AppendVarint(b, int64(s.signature(i)))
+	for _, k := range sizes {
+		b = binary.AppendVarint(b, k)
+		b = binary.AppendVarint(b, int64(ns.ShareSizes[k]))
+	}
+	s.buf = b
+	id, ok := s.sigs[string(b)]
+	if !ok {
+		id = int32(len(s.sigs))
+		s.sigs[string(b)] = id
+	}
+	ns.sigMix = id
 	return id
 }
 
@@ -251,7 +280,7 @@ func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bo
 			delete(ns.ShareSizes, size)
 		}
 	}
-	ns.sig = -1
+	ns.sig, ns.sigMix = -1, -1
 	s.changed = append(s.changed, i)
 }
 
