@@ -72,18 +72,12 @@ func Main(m *testing.M, cfg controlplane.Config, env **Env) int {
 }
 
 func run(m *testing.M, cp *controlplane.ControlPlane, env **Env) int {
-	cfg := cp.RESTConfig()
-	// Built-in types travel as protobuf: listing a thousand nodes while
-	// polling costs a fraction of the JSON.
-	typed := rest.CopyConfig(cfg)
-	typed.ContentType = "application/vnd.kubernetes.protobuf"
-	typed.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	client, err := kubernetes.NewForConfig(typed)
+	e, err := NewEnv(cp)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "creating a client: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%v\n", err)
 		return 1
 	}
-	*env = &Env{ControlPlane: cp, Config: cfg, Client: client}
+	*env = e
 	code := m.Run()
 	if err := cp.Check(); err != nil {
 		fmt.Fprintf(os.Stderr, "a control-plane component died during the tests: %v\n", err)
@@ -92,6 +86,21 @@ func run(m *testing.M, cp *controlplane.ControlPlane, env **Env) int {
 		}
 	}
 	return code
+}
+
+// NewEnv wraps a running control plane with admin clients.
+func NewEnv(cp *controlplane.ControlPlane) (*Env, error) {
+	cfg := cp.RESTConfig()
+	// Built-in types travel as protobuf: listing a thousand nodes while
+	// polling costs a fraction of the JSON.
+	typed := rest.CopyConfig(cfg)
+	typed.ContentType = "application/vnd.kubernetes.protobuf"
+	typed.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	client, err := kubernetes.NewForConfig(typed)
+	if err != nil {
+		return nil, fmt.Errorf("creating a client for the control plane: %w", err)
+	}
+	return &Env{ControlPlane: cp, Config: cfg, Client: client}, nil
 }
 
 // StartControlPlane starts a control plane of the test's own (for tests of
