@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -181,15 +182,33 @@ func (c *inventoryCollector) collect(ctx context.Context, _ func(prometheus.Metr
 		}
 	}
 	devs, err := e.opts.GPUs.Devices(ctx)
-	if err != nil {
-		if e.devices == nil {
-			return fmt.Errorf("listing GPUs: %w: %w", errNoInventory, err)
-		}
+	switch {
+	case err != nil && len(devs) == 0 && e.devices == nil:
+		return fmt.Errorf("listing GPUs: %w: %w", errNoInventory, err)
+	case err != nil && len(devs) == 0:
 		return fmt.Errorf("listing GPUs (serving the previous list): %w", err)
+	case err != nil:
+		// Some GPUs did not answer (one fell off the bus): keep them in the
+		// list so that gpuplane_device_telemetry_up keeps saying why their
+		// series are missing.
+		e.log.Debug("some GPUs did not answer the inventory", "err", err)
+		devs = keepMissing(devs, e.devices)
 	}
 	e.setDevices(devs)
 	e.invAt, e.invStale = now, false
 	return nil
+}
+
+// keepMissing returns devs plus the devices of prev that devs lacks, by
+// index.
+func keepMissing(devs, prev []gpu.Device) []gpu.Device {
+	for _, p := range prev {
+		if !slices.ContainsFunc(devs, func(d gpu.Device) bool { return d.UUID == p.UUID }) {
+			devs = append(devs, p)
+		}
+	}
+	slices.SortFunc(devs, func(a, b gpu.Device) int { return a.Index - b.Index })
+	return devs
 }
 
 // setDevices installs a new inventory and sizes the per-GPU buffers.

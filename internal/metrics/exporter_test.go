@@ -312,3 +312,44 @@ func TestNewExporterRejects(t *testing.T) {
 		})
 	}
 }
+
+func TestLostGPUStaysReportedAcrossInventoryRefreshes(t *testing.T) {
+	n := sharedNode(t)
+	h := newHandler(t, n, &metricstest.StaticLister{Resp: n.Response()}, nil)
+	scrape(t, h)
+	if err := n.Backend.LoseGPU(1); err != nil {
+		t.Fatal(err)
+	}
+	// The first scrape after the loss uses the cached inventory; the next
+	// ones re-read it, and the sim leaves the lost GPU out.
+	for i := range 3 {
+		t.Run("scrape "+strconv.Itoa(i), func(t *testing.T) {
+			mfs := parse(t, scrape(t, h))
+			for _, m := range mfs["DCGM_FI_DEV_GPU_UTIL"].GetMetric() {
+				if label(m, "gpu") == "1" {
+					t.Errorf("lost GPU 1 still has DCGM_FI_DEV_GPU_UTIL")
+				}
+			}
+			if got := len(mfs["DCGM_FI_DEV_GPU_UTIL"].GetMetric()); got != 7 {
+				t.Errorf("DCGM_FI_DEV_GPU_UTIL has %d series, want 7", got)
+			}
+			lost := 0
+			for _, m := range mfs["gpuplane_device_telemetry_up"].GetMetric() {
+				if label(m, "gpu") == "1" {
+					lost++
+					if m.GetGauge().GetValue() != 0 || label(m, "reason") != "gpu-lost" {
+						t.Errorf("GPU 1 telemetry_up = %v reason %q, want 0 gpu-lost", m.GetGauge().GetValue(), label(m, "reason"))
+					}
+				}
+			}
+			if lost != 1 {
+				t.Errorf("GPU 1 has %d telemetry_up series, want 1", lost)
+			}
+			for _, m := range mfs["gpuplane_scrape_collector_success"].GetMetric() {
+				if m.GetGauge().GetValue() != 1 {
+					t.Errorf("collector %s failed", label(m, "collector"))
+				}
+			}
+		})
+	}
+}

@@ -2,8 +2,8 @@ package prometheus_test
 
 import (
 	"os"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
