@@ -206,3 +206,20 @@ func TestTargetsFrom(t *testing.T) {
 		t.Fatal("empty workload accepted")
 	}
 }
+
+func TestMemoryOnlyShareBlocksWholeGPU(t *testing.T) {
+	n := gpuNode("a", 8000, 1)
+	n.GPUs[0].MemoryMiB = 16384
+	st := NewState([]model.Node{n})
+	share := &model.Request{GPUMemoryMiB: 4096}
+	opts := st.Options(0, share)
+	if len(opts) != 1 {
+		t.Fatalf("memory-only share: %d options, want 1", len(opts))
+	}
+	if err := st.Assign(0, share, opts[0].Shares); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Options(0, &model.Request{GPUs: 1}); len(got) != 0 {
+		t.Fatalf("whole GPU offered while 4 GiB of it are taken: %+v", got)
+	}
+}

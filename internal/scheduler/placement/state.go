@@ -30,7 +30,8 @@ type NodeState struct {
 // GPUUsed reports whether GPU g holds any allocation.
 func (n *NodeState) GPUUsed(g int) bool {
 	gp := &n.Node.GPUs[g]
-	return n.GPUFree[g] < gp.Capacity() || (gp.MIGSlices > 0 && n.SliceFree[g] < gp.MIGSlices)
+	return n.GPUFree[g] < gp.Capacity() || (gp.MIGSlices > 0 && n.SliceFree[g] < gp.MIGSlices) ||
+		(gp.MemoryMiB > 0 && n.GPUMem[g] < gp.MemoryMiB)
 }
 
 // FreeMilli is the milli-GPU free on non-MIG GPUs.
