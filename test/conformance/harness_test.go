@@ -2,7 +2,9 @@ package conformance
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpuplane/gpuplane/internal/agent"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
@@ -39,6 +42,7 @@ var noNamespace string
 // /var/lib/kubelet/device-plugins without touching the host's.
 func TestMain(m *testing.M) {
 	if os.Getenv(envInNamespace) != "" {
+		quietKlog()
 		if err := os.MkdirAll(pluginapi.DevicePluginPath, 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "conformance: creating the kubelet directory in the namespace:", err)
 			os.Exit(1)
@@ -71,6 +75,19 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// quietKlog keeps the kubelet code's logs out of the test output unless
+// GPUPLANE_CONFORMANCE_KLOG is set.
+func quietKlog() {
+	if os.Getenv("GPUPLANE_CONFORMANCE_KLOG") != "" {
+		return
+	}
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
 }
 
 func needNamespace(t *testing.T) {
@@ -245,11 +262,19 @@ func startAgent(t *testing.T, profile, config string, prepare func(*sim.Backend)
 
 func tryAgent(t *testing.T, profile, config string, prepare func(*sim.Backend)) (*node, error) {
 	t.Helper()
-	p, err := sim.Builtin(profile)
+	// A profile is a built-in name or, when it has several lines, a
+	// profile file's content.
+	var p *sim.Profile
+	var err error
+	if strings.Contains(profile, "\n") {
+		p, err = sim.Parse(strings.NewReader(profile), "inline profile")
+	} else {
+		p, err = sim.Builtin(profile)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := sim.New(p, sim.Options{NodeName: "conformance-" + profile})
+	b, err := sim.New(p, sim.Options{NodeName: "conformance-" + p.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,4 +312,60 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// seedConfig returns the config document a seed ConfigMap in testdata
+// carries, unchanged.
+func seedConfig(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(b, &cm); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range cm.Data {
+		return v
+	}
+	t.Fatalf("%s has no data", file)
+	return ""
+}
+
+// partition turns MIG on for a GPU and creates count GPU instances (each
+// with one compute instance spanning it) of the profile with the given
+// slice count; it returns the profile's name.
+func partition(t *testing.T, b *sim.Backend, index, slices, count int) string {
+	t.Helper()
+	ctx := context.Background()
+	if err := b.SetMIGMode(ctx, index, true); err != nil {
+		t.Fatal(err)
+	}
+	profiles, err := b.MIGProfiles(ctx, index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := ""
+	for _, p := range profiles {
+		if p.SliceCount == slices && !strings.ContainsAny(p.Name, "+-") {
+			name = p.Name
+			break
+		}
+	}
+	if name == "" {
+		t.Fatalf("gpu %d has no plain %d-slice MIG profile", index, slices)
+	}
+	for range count {
+		gi, err := b.CreateGPUInstance(ctx, index, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.CreateComputeInstance(ctx, index, gi.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return name
 }

@@ -1,0 +1,86 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+)
+
+// TestKubeletRestart restarts the kubelet's device manager under a running
+// agent: it must register again within 2 s with the same devices, none lost
+// or doubled.
+func TestKubeletRestart(t *testing.T) {
+	k := startKubelet(t)
+	startAgent(t, "dgxh100", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n", nil)
+	k.waitCounts(5*time.Second, "nvidia.com/gpu", 16, 16)
+	for i := range 3 {
+		k.shutdown()
+		k = startKubelet(t)
+		took := k.waitCounts(2*time.Second, "nvidia.com/gpu", 16, 16)
+		t.Logf("restart %d: registered again after %v", i+1, took)
+		if _, err := k.admit("nvidia.com/gpu", 2); err != nil {
+			t.Fatalf("allocation after restart %d: %v", i+1, err)
+		}
+	}
+}
+
+// TestXIDHealth injects a critical XID on one GPU: the kubelet must see it
+// unhealthy within 1 s, keep allocating the others, and see it healthy
+// again after probation.
+func TestXIDHealth(t *testing.T) {
+	k := startKubelet(t)
+	n := startAgent(t, "dgxh100", "version: v1\nhealth:\n  probation: 1s\n", nil)
+	k.waitCounts(5*time.Second, "nvidia.com/gpu", 8, 8)
+	devs, err := n.sim.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("ignored XID changes nothing", func(t *testing.T) {
+		if err := n.sim.InjectXID(2, 13); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.sim.InjectXID(3, 79); err != nil { // a marker after it
+			t.Fatal(err)
+		}
+		k.waitCounts(time.Second, "nvidia.com/gpu", 8, 7)
+	})
+	t.Run("critical XID seen within 1s", func(t *testing.T) {
+		took := k.waitCounts(time.Second, "nvidia.com/gpu", 8, 7)
+		t.Logf("XID 79 to Unhealthy in the kubelet: %v", took)
+	})
+	t.Run("allocation avoids the unhealthy GPU", func(t *testing.T) {
+		a, err := k.admit("nvidia.com/gpu", 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range gpuIndexes(t, devs, a.devices) {
+			if i == 3 {
+				t.Error("unhealthy GPU 3 allocated")
+			}
+		}
+		k.releaseAll()
+	})
+	t.Run("recovers after probation", func(t *testing.T) {
+		k.waitCounts(5*time.Second, "nvidia.com/gpu", 8, 8)
+	})
+}
+
+// TestGPULost drops a GPU from the bus: it turns unhealthy and stays so
+// while lost; once back it recovers.
+func TestGPULost(t *testing.T) {
+	k := startKubelet(t)
+	n := startAgent(t, "dgxh100", "version: v1\nhealth:\n  probation: 500ms\n", nil)
+	k.waitCounts(5*time.Second, "nvidia.com/gpu", 8, 8)
+	if err := n.sim.LoseGPU(5); err != nil {
+		t.Fatal(err)
+	}
+	k.waitCounts(time.Second, "nvidia.com/gpu", 8, 7)
+	if _, err := k.admit("nvidia.com/gpu", 7); err != nil {
+		t.Fatalf("the other 7 GPUs must still allocate: %v", err)
+	}
+	k.releaseAll()
+	if err := n.sim.Recover(5); err != nil {
+		t.Fatal(err)
+	}
+	k.waitCounts(5*time.Second, "nvidia.com/gpu", 8, 8)
+}
