@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,6 +208,45 @@ func count(n int) func([]sample) error {
 	}
 }
 
+// health is a health monitor that marks one GPU unhealthy.
+type health struct{ uuid string }
+
+func (h *health) HealthState() metrics.HealthState {
+	return metrics.HealthState{Running: true, Devices: []metrics.DeviceHealth{{UUID: h.uuid, Reason: "xid-48"}}}
+}
+
+// dashboardQueries returns every PromQL expression of the Grafana
+// dashboard, with its variables set to match everything.
+func dashboardQueries(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "monitoring", "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("parsing the dashboard: %v", err)
+	}
+	out := map[string]string{}
+	vars := strings.NewReplacer("$node", ".*", "$namespace", ".*")
+	for _, p := range dash.Panels {
+		for i, tg := range p.Targets {
+			out[fmt.Sprintf("%s/%d", p.Title, i)] = vars.Replace(tg.Expr)
+		}
+	}
+	if len(out) < 20 {
+		t.Fatalf("the dashboard has only %d queries", len(out))
+	}
+	return out
+}
+
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
 
 func TestPrometheusScrapesSimulatedNode(t *testing.T) {
@@ -220,6 +260,7 @@ func TestPrometheusScrapesSimulatedNode(t *testing.T) {
 		PodResources:   metrics.NewSocketPodResources(metricstest.ServePodResources(t, n.Response())),
 		ProcRoot:       n.ProcRoot,
 		CheckpointPath: n.CheckpointPath,
+		Health:         &health{uuid: n.Devices(t)[4].UUID},
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -337,6 +378,17 @@ func TestPrometheusScrapesSimulatedNode(t *testing.T) {
 		})
 		if got := prom.query(t, `up{job="gpuplane"}`); len(got) != 1 || got[0].Value != 1 {
 			t.Errorf("up = %v, want the scrape to keep succeeding", got)
+		}
+	})
+
+	// Every dashboard panel shows data from a real scrape of the node.
+	t.Run("dashboard", func(t *testing.T) {
+		for name, q := range dashboardQueries(t) {
+			t.Run(name, func(t *testing.T) {
+				if got := prom.query(t, q); len(got) == 0 {
+					t.Errorf("%s: no data", q)
+				}
+			})
 		}
 	})
 }
