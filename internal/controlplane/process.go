@@ -147,7 +147,11 @@ func (p *process) stop(ctx context.Context, grace time.Duration) error {
 // killGroup sends SIGKILL to the process group and waits until no member of
 // it is alive (zombies awaiting their reaper do not count).
 func (p *process) killGroup(pgid int) error {
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	// Once the leader is gone and reaped, the group id may only be signalled
+	// while some member remains; otherwise the id could belong to a stranger.
+	if !p.hasExited() || groupAlive(pgid) {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	ticker := time.NewTicker(10 * time.Millisecond)
 	defer ticker.Stop()
@@ -165,9 +169,6 @@ func (p *process) killGroup(pgid int) error {
 // groupAlive reports whether any process of group pgid is still running,
 // reading /proc.
 func groupAlive(pgid int) bool {
-	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return true
