@@ -88,7 +88,10 @@ func deviceFields() []field {
 
 // descs holds every Desc the Exporter emits, built once.
 type descs struct {
-	fields []field
+	// devPod and mig are the label names of the device and MIG series, in
+	// the order labelValues gives their values.
+	devPod, mig []string
+	fields      []field
 	// MIG devices: framebuffer used and free of the GPU instance.
 	migFBUsed, migFBFree *prometheus.Desc
 
@@ -105,7 +108,7 @@ type descs struct {
 func newDescs() *descs {
 	devPod := join(deviceLabels, podLabels)
 	mig := join(deviceLabels, []string{LabelGIProfile, LabelGIID}, podLabels)
-	d := &descs{fields: deviceFields()}
+	d := &descs{devPod: devPod, mig: mig, fields: deviceFields()}
 	for i := range d.fields {
 		f := &d.fields[i]
 		f.desc = prometheus.NewDesc(f.name, f.help, devPod, nil)

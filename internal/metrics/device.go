@@ -43,14 +43,14 @@ func (c *deviceCollector) collect(ctx context.Context, emit func(prometheus.Metr
 		if h := e.att.exclusive(d.UUID); h != nil && !d.MIG.Current {
 			ctr, ns, pod = h.Container, h.Namespace, h.Pod
 		}
-		vals := e.labelValues(i, ctr, ns, pod)
+		pairs := e.devicePairs(i, ctr, ns, pod)
 		for f := range e.descs.fields {
 			fd := &e.descs.fields[f]
 			v := fd.value(s)
 			if fd.skipZero && v == 0 {
 				continue
 			}
-			emit(prometheus.MustNewConstMetric(fd.desc, fd.typ, v, vals...))
+			emit(e.metric(fd.desc, pairs, fd.typ, v))
 		}
 		if d.MIG.Current {
 			c.emitMIG(i, emit)
@@ -76,12 +76,12 @@ func (c *deviceCollector) emitMIG(i int, emit func(prometheus.Metric)) {
 		if h := e.att.exclusive(m.UUID); h != nil {
 			ctr, ns, pod = h.Container, h.Namespace, h.Pod
 		}
-		vals := e.labelValues(i, m.Profile, itoa(m.GPUInstanceID), ctr, ns, pod)
+		pairs := e.migPairs(i, m.Profile, itoa(m.GPUInstanceID), ctr, ns, pod)
 		free := uint64(0)
 		if m.MemoryMiB > used {
 			free = m.MemoryMiB - used
 		}
-		emit(prometheus.MustNewConstMetric(e.descs.migFBUsed, prometheus.GaugeValue, float64(used), vals...))
-		emit(prometheus.MustNewConstMetric(e.descs.migFBFree, prometheus.GaugeValue, float64(free), vals...))
+		emit(e.metric(e.descs.migFBUsed, pairs, prometheus.GaugeValue, float64(used)))
+		emit(e.metric(e.descs.migFBFree, pairs, prometheus.GaugeValue, float64(free)))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/utils/clock"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
@@ -83,6 +84,11 @@ type Exporter struct {
 	procErr   []error
 	// Pod attribution of the current scrape.
 	att *attribution
+	// Label pairs of the busiest series, and the metrics of the current
+	// scrape, allocated once per scrape.
+	lc        *labelCache
+	batch     []cachedMetric
+	lastBatch int
 }
 
 var _ prometheus.Collector = (*Exporter)(nil)
@@ -116,6 +122,7 @@ func NewExporter(opts Options) (*Exporter, error) {
 	}
 	e := &Exporter{opts: opts, log: opts.Logger, descs: newDescs(), byUUID: map[string]int{}}
 	e.att = newAttribution(opts.ProcRoot, opts.CheckpointPath)
+	e.lc = newLabelCache()
 	e.collectors = []collector{
 		&inventoryCollector{e: e},
 		&podCollector{e: e},
@@ -137,6 +144,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	emit := func(m prometheus.Metric) { ch <- m }
 	start := e.opts.Clock.Now()
+	// A new batch every scrape: the registry still reads the previous one
+	// while encoding its response.
+	e.batch = make([]cachedMetric, 0, e.lastBatch)
+	e.lc.begin()
+	defer func() { e.lc.end(); e.lastBatch = len(e.batch) }()
 	for _, c := range e.collectors {
 		t0 := e.opts.Clock.Now()
 		err := c.collect(ctx, emit)
@@ -239,6 +251,23 @@ func resize[T any](s []T, n int) []T {
 		return s[:n]
 	}
 	return make([]T, n)
+}
+
+// metric returns a const metric of desc with cached label pairs. It lives
+// in the scrape's batch.
+func (e *Exporter) metric(desc *prometheus.Desc, labels []*dto.LabelPair, typ prometheus.ValueType, v float64) prometheus.Metric {
+	e.batch = append(e.batch, cachedMetric{desc: desc, labels: labels, typ: typ, value: v})
+	return &e.batch[len(e.batch)-1]
+}
+
+// devicePairs returns the cached label pairs of GPU i's device series.
+func (e *Exporter) devicePairs(i int, ctr, ns, pod string) []*dto.LabelPair {
+	return e.lc.pairs(labelKey{gpu: i, kind: kindDevice, a: ctr, b: ns, c: pod}, e.descs.devPod, e.labelValues(i, ctr, ns, pod))
+}
+
+// migPairs returns the cached label pairs of a MIG device's series.
+func (e *Exporter) migPairs(i int, profile, gi, ctr, ns, pod string) []*dto.LabelPair {
+	return e.lc.pairs(labelKey{gpu: i, kind: kindMIG, a: ctr, b: ns, c: pod, d: profile, e: gi}, e.descs.mig, e.labelValues(i, profile, gi, ctr, ns, pod))
 }
 
 // labelValues returns the label values of GPU i followed by extra, in a

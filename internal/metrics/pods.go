@@ -236,18 +236,18 @@ func (c *podCollector) emitPods(emit func(prometheus.Metric)) {
 		}
 		d := &e.devices[i]
 		for _, h := range a.holders[d.UUID] {
-			vals := e.labelValues(i, h.Container, h.Namespace, h.Pod)
-			emit(prometheus.MustNewConstMetric(e.descs.podUtil, prometheus.GaugeValue, h.util/100, vals...))
-			emit(prometheus.MustNewConstMetric(e.descs.podMem, prometheus.GaugeValue, float64(h.memMi*mib), vals...))
-			emit(prometheus.MustNewConstMetric(e.descs.podProcs, prometheus.GaugeValue, float64(h.procs), vals...))
+			pairs := e.devicePairs(i, h.Container, h.Namespace, h.Pod)
+			emit(e.metric(e.descs.podUtil, pairs, prometheus.GaugeValue, h.util/100))
+			emit(e.metric(e.descs.podMem, pairs, prometheus.GaugeValue, float64(h.memMi*mib)))
+			emit(e.metric(e.descs.podProcs, pairs, prometheus.GaugeValue, float64(h.procs)))
 		}
 		for j := range d.MIGDevices {
 			m := &d.MIGDevices[j]
 			for _, h := range a.holders[m.UUID] {
-				vals := e.labelValues(i, m.Profile, itoa(m.GPUInstanceID), h.Container, h.Namespace, h.Pod)
-				emit(prometheus.MustNewConstMetric(e.descs.migPodUtil, prometheus.GaugeValue, h.util/100, vals...))
-				emit(prometheus.MustNewConstMetric(e.descs.migPodMem, prometheus.GaugeValue, float64(h.memMi*mib), vals...))
-				emit(prometheus.MustNewConstMetric(e.descs.migPodProcs, prometheus.GaugeValue, float64(h.procs), vals...))
+				pairs := e.migPairs(i, m.Profile, itoa(m.GPUInstanceID), h.Container, h.Namespace, h.Pod)
+				emit(e.metric(e.descs.migPodUtil, pairs, prometheus.GaugeValue, h.util/100))
+				emit(e.metric(e.descs.migPodMem, pairs, prometheus.GaugeValue, float64(h.memMi*mib)))
+				emit(e.metric(e.descs.migPodProcs, pairs, prometheus.GaugeValue, float64(h.procs)))
 			}
 		}
 		if len(a.holders[d.UUID]) > 1 || a.unmapped[i] > 0 {
