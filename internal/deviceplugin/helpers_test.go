@@ -20,7 +20,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/resource"
 )
 
-func buildResources(t *testing.T, config string, n int) []*resource.Resource {
+func buildResources(t testing.TB, config string, n int) []*resource.Resource {
 	t.Helper()
 	cfg, err := configv1.Load(strings.NewReader(config), configv1.Options{})
 	if err != nil {
@@ -147,4 +147,22 @@ func shortDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+func buildResourcesB(b *testing.B, config string, n int) *resource.Resource {
+	b.Helper()
+	return buildResources(b, config, n)[0]
+}
+
+func tempSocketDir() (string, error) { return os.MkdirTemp("", "dpb") }
+
+func removeAll(dir string) { _ = os.RemoveAll(dir) }
+
+func dialB(b *testing.B, socket string) (pluginapi.DevicePluginClient, func()) {
+	b.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pluginapi.NewDevicePluginClient(conn), func() { conn.Close() }
 }

@@ -90,7 +90,7 @@ func quietKlog() {
 	klog.SetOutput(io.Discard)
 }
 
-func needNamespace(t *testing.T) {
+func needNamespace(t testing.TB) {
 	t.Helper()
 	if noNamespace != "" {
 		t.Skip("the kubelet's device manager needs /var/lib/kubelet: " + noNamespace)
@@ -105,7 +105,7 @@ func (readySources) AllReady() bool   { return true }
 // kubelet is the kubelet's device manager, started the way the kubelet
 // starts it, with the pods it treats as active.
 type kubelet struct {
-	t    *testing.T
+	t    testing.TB
 	mgr  *devicemanager.ManagerImpl
 	mu   sync.Mutex
 	pods []*corev1.Pod
@@ -114,7 +114,7 @@ type kubelet struct {
 
 // startKubelet starts a device manager; like a kubelet start, it wipes the
 // device-plugin directory and serves kubelet.sock.
-func startKubelet(t *testing.T) *kubelet {
+func startKubelet(t testing.TB) *kubelet {
 	t.Helper()
 	needNamespace(t)
 	mgr, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
@@ -251,7 +251,7 @@ type node struct {
 
 // startAgent runs gpuplane's device plugin, as gpuplane-agent does, on a
 // simulated node; prepare may partition MIG before it starts.
-func startAgent(t *testing.T, profile, config string, prepare func(*sim.Backend)) *node {
+func startAgent(t testing.TB, profile, config string, prepare func(*sim.Backend)) *node {
 	t.Helper()
 	n, err := tryAgent(t, profile, config, prepare)
 	if err != nil {
@@ -260,7 +260,7 @@ func startAgent(t *testing.T, profile, config string, prepare func(*sim.Backend)
 	return n
 }
 
-func tryAgent(t *testing.T, profile, config string, prepare func(*sim.Backend)) (*node, error) {
+func tryAgent(t testing.TB, profile, config string, prepare func(*sim.Backend)) (*node, error) {
 	t.Helper()
 	// A profile is a built-in name or, when it has several lines, a
 	// profile file's content.
@@ -307,7 +307,7 @@ func tryAgent(t *testing.T, profile, config string, prepare func(*sim.Backend)) 
 	return n, nil
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
@@ -316,7 +316,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // seedConfig returns the config document a seed ConfigMap in testdata
 // carries, unchanged.
-func seedConfig(t *testing.T, file string) string {
+func seedConfig(t testing.TB, file string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", file))
 	if err != nil {
@@ -338,7 +338,7 @@ func seedConfig(t *testing.T, file string) string {
 // partition turns MIG on for a GPU and creates count GPU instances (each
 // with one compute instance spanning it) of the profile with the given
 // slice count; it returns the profile's name.
-func partition(t *testing.T, b *sim.Backend, index, slices, count int) string {
+func partition(t testing.TB, b *sim.Backend, index, slices, count int) string {
 	t.Helper()
 	ctx := context.Background()
 	if err := b.SetMIGMode(ctx, index, true); err != nil {
