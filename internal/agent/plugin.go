@@ -116,8 +116,13 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 			<-errs
 			return nil
 		case err := <-errs:
+			stopping := ctx.Err() != nil
 			cancel()
 			daemons.stop()
+			<-errs
+			if err == nil && stopping {
+				return nil
+			}
 			if err == nil {
 				err = errors.New("device plugin part stopped unexpectedly")
 			}

@@ -99,7 +99,7 @@ func TestRefusedLayouts(t *testing.T) {
 				if tc.prepare != nil {
 					tc.prepare(t, b)
 				}
-			})
+			}, 10*time.Second)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want a refusal mentioning %q", err, tc.want)
 			}

@@ -253,14 +253,16 @@ type node struct {
 // simulated node; prepare may partition MIG before it starts.
 func startAgent(t testing.TB, profile, config string, prepare func(*sim.Backend)) *node {
 	t.Helper()
-	n, err := tryAgent(t, profile, config, prepare)
+	n, err := tryAgent(t, profile, config, prepare, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-func tryAgent(t testing.TB, profile, config string, prepare func(*sim.Backend)) (*node, error) {
+// tryAgent starts the agent and waits up to refuseWithin for it to refuse
+// the config; an agent still running then is returned.
+func tryAgent(t testing.TB, profile, config string, prepare func(*sim.Backend), refuseWithin time.Duration) (*node, error) {
 	t.Helper()
 	// A profile is a built-in name or, when it has several lines, a
 	// profile file's content.
@@ -301,7 +303,7 @@ func tryAgent(t testing.TB, profile, config string, prepare func(*sim.Backend)) 
 	case err := <-n.done:
 		cancel()
 		return nil, err
-	case <-time.After(200 * time.Millisecond):
+	case <-time.After(refuseWithin):
 	}
 	t.Cleanup(func() { cancel(); <-n.done })
 	return n, nil
