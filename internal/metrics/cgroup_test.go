@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
 )
 
 func TestParseCgroup(t *testing.T) {
@@ -144,5 +146,41 @@ func TestCheckpointFormats(t *testing.T) {
 	}
 	if err := newKubeletCheckpoint(filepath.Join(t.TempDir(), "absent")).refresh(); err == nil {
 		t.Error("refresh of an absent checkpoint succeeded")
+	}
+}
+
+func TestDeviceKey(t *testing.T) {
+	e, err := NewExporter(Options{GPUs: nil})
+	if err == nil || e != nil {
+		t.Fatal("NewExporter accepted a nil backend")
+	}
+	e = &Exporter{byUUID: map[string]int{}}
+	e.setDevices([]gpu.Device{
+		{Index: 0, UUID: "GPU-a"},
+		{Index: 1, UUID: "GPU-b", MIG: gpu.MIGMode{Current: true}, MIGDevices: []gpu.MIGDevice{{UUID: "MIG-b0"}, {UUID: "MIG-b1"}}},
+	})
+	tests := []struct {
+		id, want string
+		ok       bool
+	}{
+		{id: "GPU-a", want: "GPU-a", ok: true},
+		{id: "GPU-a::7", want: "GPU-a", ok: true},
+		{id: "MIG-b1", want: "MIG-b1", ok: true},
+		{id: "MIG-b0::2", want: "MIG-b0", ok: true},
+		{id: "1", want: "GPU-b", ok: true},
+		{id: "0::3", want: "GPU-a", ok: true},
+		{id: "1:1", want: "MIG-b1", ok: true},
+		{id: "2", ok: false},
+		{id: "1:5", ok: false},
+		{id: "GPU-other", ok: false},
+		{id: "amd.com/gpu-0", ok: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id, func(t *testing.T) {
+			got, ok := e.deviceKey(tt.id)
+			if ok != tt.ok || got != tt.want {
+				t.Fatalf("deviceKey(%q) = %q, %v; want %q, %v", tt.id, got, ok, tt.want, tt.ok)
+			}
+		})
 	}
 }
