@@ -119,6 +119,14 @@ func TestTune(t *testing.T) {
 	if last[0].Name != "pod-0" {
 		t.Fatalf("with tuned-last the trace comes first, got %s", last[0].Name)
 	}
+	down, _ := Tune(gpuPods, 6000, 0.5, 5, true)
+	var downTotal int64
+	for i := range down {
+		downTotal += down[i].Request.GPUMilliTotal()
+	}
+	if downTotal > 3000 || len(down) >= len(gpuPods) {
+		t.Fatalf("tuning down to 0.5 left %d pods with %d milli, want at most 3000", len(down), downTotal)
+	}
 	if _, err := Tune(gpuPods, 6000, -1, 5, true); err == nil {
 		t.Fatal("negative tune accepted")
 	}

@@ -16,8 +16,9 @@ func sortByCreation(pods []TracePod) {
 // requested milli-GPU over ratio x capacity. Drawn pods get a "-tN" name
 // suffix. With first, the drawn pods arrive before the trace's pods (as in
 // the FGD paper's simulator, whose drawn copies carry no creation time and
-// sort ahead of every timed pod); otherwise after the last one. With ratio 0
-// the pods are returned as they are.
+// sort ahead of every timed pod); otherwise after the last one. A trace
+// already above the target loses pods drawn at random instead. With ratio
+// 0 the pods are returned as they are.
 func Tune(pods []TracePod, capacityMilli int64, ratio float64, seed uint64, first bool) ([]TracePod, error) {
 	out := slices.Clone(pods)
 	if ratio == 0 {
@@ -41,6 +42,16 @@ func Tune(pods []TracePod, capacityMilli int64, ratio float64, seed uint64, firs
 	}
 	limit := int64(ratio * float64(capacityMilli))
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	if total > limit {
+		// Over the target already: drop pods at random (seeded) until the
+		// demand is within it, keeping the rest in order.
+		for total > limit && len(out) > 0 {
+			k := rng.IntN(len(out))
+			total -= out[k].Request.GPUMilliTotal()
+			out = slices.Delete(out, k, k+1)
+		}
+		return out, nil
+	}
 	for n := 0; ; n++ {
 		p := pods[rng.IntN(len(pods))]
 		m := p.Request.GPUMilliTotal()
