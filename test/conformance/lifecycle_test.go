@@ -3,6 +3,8 @@ package conformance
 import (
 	"testing"
 	"time"
+
+	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 )
 
 // TestKubeletRestart restarts the kubelet's device manager under a running
@@ -28,7 +30,9 @@ func TestKubeletRestart(t *testing.T) {
 // again after probation.
 func TestXIDHealth(t *testing.T) {
 	k := startKubelet(t)
-	n := startAgent(t, "dgxh100", "version: v1\nhealth:\n  probation: 1s\n", nil)
+	// Probation is long enough that the GPU cannot recover before the
+	// allocation below, even on a loaded machine.
+	n := startAgent(t, "dgxh100", "version: v1\nhealth:\n  probation: 3s\n", nil)
 	k.waitCounts(5*time.Second, "nvidia.com/gpu", 8, 8)
 	devs, err := n.sim.Devices(t.Context())
 	if err != nil {
@@ -61,7 +65,7 @@ func TestXIDHealth(t *testing.T) {
 		k.releaseAll()
 	})
 	t.Run("recovers after probation", func(t *testing.T) {
-		k.waitCounts(5*time.Second, "nvidia.com/gpu", 8, 8)
+		k.waitCounts(10*time.Second, "nvidia.com/gpu", 8, 8)
 	})
 }
 
@@ -83,4 +87,37 @@ func TestGPULost(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.waitCounts(5*time.Second, "nvidia.com/gpu", 8, 8)
+}
+
+// TestMIGDeviceXID injects an XID on one MIG device: only that device turns
+// unhealthy, its siblings on the same GPU stay allocatable.
+func TestMIGDeviceXID(t *testing.T) {
+	k := startKubelet(t)
+	var small string
+	n := startAgent(t, "dgxh100", "version: v1\nflags:\n  migStrategy: mixed\nhealth:\n  probation: 2s\n", func(b *sim.Backend) {
+		small = partition(t, b, 0, 1, 7)
+	})
+	name := "nvidia.com/mig-" + small
+	k.waitCounts(5*time.Second, name, 7, 7)
+	devs, err := n.sim.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := devs[0].MIGDevices[2]
+	if err := n.sim.InjectMIGXID(0, m.GPUInstanceID, m.ComputeInstanceID, 94); err != nil {
+		t.Fatal(err)
+	}
+	k.waitCounts(time.Second, name, 7, 6)
+	k.waitCounts(time.Second, "nvidia.com/gpu", 7, 7)
+	a, err := k.admit(name, 6)
+	if err != nil {
+		t.Fatalf("the 6 healthy MIG devices must allocate: %v", err)
+	}
+	for _, id := range a.devices {
+		if id == m.UUID {
+			t.Errorf("unhealthy MIG device %s allocated", id)
+		}
+	}
+	k.releaseAll()
+	k.waitCounts(5*time.Second, name, 7, 7)
 }
