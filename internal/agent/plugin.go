@@ -105,6 +105,12 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	go func() { errs <- monitor.Run(ctx) }()
 	go func() { errs <- manager.Run(ctx, pluginSet(state)) }()
 	daemons := startMPS(ctx, o, state, log)
+	// waitPart waits for a part to end after the context is cancelled.
+	waitPart := func() {
+		if err := <-errs; err != nil {
+			log.Error("device plugin part stopped with an error", "err", err)
+		}
+	}
 	log.Info("device plugin running", "backend", o.Backend.Name(), "resources", resource.Names(state.resources), "kubeletDir", o.KubeletDir)
 	for {
 		select {
@@ -112,14 +118,14 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 			// CDI specs stay: containers that restart while the agent is
 			// down still resolve their devices.
 			daemons.stop()
-			<-errs
-			<-errs
+			waitPart()
+			waitPart()
 			return nil
 		case err := <-errs:
 			stopping := ctx.Err() != nil
 			cancel()
 			daemons.stop()
-			<-errs
+			waitPart()
 			if err == nil && stopping {
 				return nil
 			}

@@ -148,7 +148,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer backend.Close()
+	defer func() { _ = backend.Close() }()
 
 	reload := make(chan struct{}, 1)
 	hup := make(chan os.Signal, 1)

@@ -136,7 +136,7 @@ func (w *Writer) Spec(r *resource.Resource) (*specs.Spec, error) {
 			HostPath: pipe, ContainerPath: pipe, Options: []string{"rw", "nosuid", "nodev", "bind"},
 		})
 	}
-	v, err := cdiapi.MinimumRequiredVersion(spec)
+	v, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {
 		return nil, fmt.Errorf("computing the CDI version of %s's spec: %w", r.Name, err)
 	}
@@ -168,13 +168,13 @@ func (w *Writer) Write(r *resource.Resource) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("writing the CDI spec of %s: %w", r.Name, err)
 	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
+	defer func() { _ = os.Remove(tmp.Name()) }() // no-op after the rename
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return "", fmt.Errorf("writing the CDI spec of %s to %s: %w", r.Name, tmp.Name(), err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return "", fmt.Errorf("syncing the CDI spec of %s: %w", r.Name, err)
 	}
 	if err := tmp.Close(); err != nil {

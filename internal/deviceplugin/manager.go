@@ -123,7 +123,7 @@ func (m *Manager) Run(ctx context.Context, s Set) error {
 	if err != nil {
 		return fmt.Errorf("watching the device-plugin directory: %w", err)
 	}
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	if err := w.Add(m.opts.Dir); err != nil {
 		return fmt.Errorf("watching the device-plugin directory %s: %w", m.opts.Dir, err)
 	}

@@ -159,7 +159,7 @@ func (s *Server) Register(ctx context.Context, kubeletSocket string) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the kubelet at %s: %w", kubeletSocket, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     filepath.Base(s.socket),

@@ -188,7 +188,9 @@ func (d *Daemon) runOnce(ctx context.Context) error {
 	go func() { exited <- p.Wait() }()
 	if err := d.configure(ctx); err != nil {
 		_ = p.Kill()
-		<-exited
+		if werr := <-exited; werr != nil {
+			d.log.Debug("MPS control daemon killed", "err", werr)
+		}
 		return fmt.Errorf("configuring the MPS control daemon: %w", err)
 	}
 	d.mu.Lock()
@@ -209,10 +211,13 @@ func (d *Daemon) runOnce(ctx context.Context) error {
 			_ = p.Kill()
 		}
 		select {
-		case <-exited:
+		case err := <-exited:
+			d.log.Debug("MPS control daemon quit", "err", err)
 		case <-quitCtx.Done():
 			_ = p.Kill()
-			<-exited
+			if err := <-exited; err != nil {
+				d.log.Debug("MPS control daemon killed", "err", err)
+			}
 		}
 		d.mu.Lock()
 		d.status.Running = false
