@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -68,7 +69,8 @@ func TestMain(m *testing.M) {
 	cmd.Env = append(os.Environ(), envInNamespace+"=1")
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = os.Stdout, os.Stderr, os.Stdin
 	if err := cmd.Run(); err != nil {
-		if exit, ok := err.(*exec.ExitError); ok {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
 			os.Exit(exit.ExitCode())
 		}
 		fmt.Fprintln(os.Stderr, "conformance: running in a private mount namespace:", err)
@@ -245,6 +247,7 @@ func (a *allocation) env(name string) string {
 // node is a running agent over a simulated node.
 type node struct {
 	sim    *sim.Backend
+	cdiDir string
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -290,10 +293,10 @@ func tryAgent(t testing.TB, profile, config string, prepare func(*sim.Backend), 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &node{sim: b, cancel: cancel, done: make(chan error, 1)}
+	n := &node{sim: b, cdiDir: filepath.Join(dir, "cdi"), cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		n.done <- agent.RunPlugin(ctx, agent.PluginOptions{
-			ConfigFile: cfg, KubeletDir: pluginapi.DevicePluginPath, CDIDir: filepath.Join(dir, "cdi"),
+			ConfigFile: cfg, KubeletDir: pluginapi.DevicePluginPath, CDIDir: n.cdiDir,
 			Backend: b, HealthCheckInterval: 50 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
