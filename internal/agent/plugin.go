@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	"github.com/gpuplane/gpuplane/internal/cdi"
 	"github.com/gpuplane/gpuplane/internal/deviceplugin"
@@ -39,7 +41,13 @@ type PluginOptions struct {
 	Reload <-chan struct{}
 	// MPSRunner runs MPS control daemons; nil uses the real binary.
 	MPSRunner mps.Runner
-	Logger    *slog.Logger
+	// Registerer receives the health monitor's gpuplane_* metrics; nil
+	// registers none.
+	Registerer prometheus.Registerer
+	// OnHealth, when set, is given the health monitor once it exists, so
+	// that other parts (metrics, node conditions) can read its Status.
+	OnHealth func(*health.Monitor)
+	Logger   *slog.Logger
 }
 
 // pluginState is what one good config produced.
@@ -91,9 +99,12 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	if err != nil {
 		return fmt.Errorf("reading the health-check policy: %w", err)
 	}
-	monitor, err := health.NewMonitor(o.Backend, devices, health.Options{Policy: policy, CheckInterval: o.HealthCheckInterval, Logger: log.With("part", "health")})
+	monitor, err := health.NewMonitor(o.Backend, devices, health.Options{Policy: policy, CheckInterval: o.HealthCheckInterval, Registerer: o.Registerer, Logger: log.With("part", "health")})
 	if err != nil {
 		return err
+	}
+	if o.OnHealth != nil {
+		o.OnHealth(monitor)
 	}
 	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: monitor, Topology: topo, Logger: log.With("part", "deviceplugin")})
 	if err != nil {
