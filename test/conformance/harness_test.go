@@ -248,6 +248,10 @@ func (a *allocation) env(name string) string {
 type node struct {
 	sim    *sim.Backend
 	cdiDir string
+	// config is the agent's config file; reload asks it to read it again,
+	// as SIGHUP does.
+	config string
+	reload chan struct{}
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -293,11 +297,11 @@ func tryAgent(t testing.TB, profile, config string, prepare func(*sim.Backend), 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &node{sim: b, cdiDir: filepath.Join(dir, "cdi"), cancel: cancel, done: make(chan error, 1)}
+	n := &node{sim: b, cdiDir: filepath.Join(dir, "cdi"), config: cfg, reload: make(chan struct{}), cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		n.done <- agent.RunPlugin(ctx, agent.PluginOptions{
 			ConfigFile: cfg, KubeletDir: pluginapi.DevicePluginPath, CDIDir: n.cdiDir,
-			Backend: b, HealthCheckInterval: 50 * time.Millisecond,
+			Backend: b, HealthCheckInterval: 50 * time.Millisecond, Reload: n.reload,
 			Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 	}()

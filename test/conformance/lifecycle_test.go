@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -120,4 +121,35 @@ func TestMIGDeviceXID(t *testing.T) {
 	}
 	k.releaseAll()
 	k.waitCounts(5*time.Second, name, 7, 7)
+}
+
+// TestReload rewrites the config under a running agent and reloads it, as
+// SIGHUP does: a valid change reaches the kubelet, an invalid one leaves the
+// last good config running.
+func TestReload(t *testing.T) {
+	k := startKubelet(t)
+	n := startAgent(t, "dgxh100", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n", nil)
+	k.waitCounts(5*time.Second, "nvidia.com/gpu", 16, 16)
+	reload := func(config string) {
+		t.Helper()
+		if err := os.WriteFile(n.config, []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n.reload <- struct{}{}
+	}
+	t.Run("valid change", func(t *testing.T) {
+		reload("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 5\n")
+		k.waitCounts(2*time.Second, "nvidia.com/gpu", 40, 40)
+	})
+	t.Run("invalid change keeps the last good config", func(t *testing.T) {
+		reload("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n")
+		// The reload is handled before the next one is accepted.
+		n.reload <- struct{}{}
+		if c, a := k.counts("nvidia.com/gpu"); c != 40 || a != 40 {
+			t.Fatalf("capacity %d allocatable %d after an invalid reload, want 40 and 40", c, a)
+		}
+		if _, err := k.admit("nvidia.com/gpu", 1); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
