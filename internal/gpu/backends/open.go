@@ -1,0 +1,84 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/gpu/nvml"
+	"github.com/gpuplane/gpuplane/internal/gpu/sim"
+)
+
+// Options choose and configure a backend.
+type Options struct {
+	// Simulate names a simulated profile (dgxh100, ...) or a profile file.
+	// Empty means the real GPUs through NVML.
+	Simulate string
+	// NodeName is the node the GPUs belong to. Simulated GPUs derive their
+	// UUIDs from it.
+	NodeName string
+	// FailOnInitError makes an NVML start-up failure an error. When false,
+	// the node gets the null backend (zero GPUs) and the reason is logged.
+	FailOnInitError bool
+	// NVMLLibrary overrides the path of libnvidia-ml.so.1.
+	NVMLLibrary string
+	// Logger receives the fallback warning; nil discards it.
+	Logger *slog.Logger
+}
+
+// AddFlags registers the backend flags every agent command shares.
+func AddFlags(fs *pflag.FlagSet, o *Options) {
+	fs.StringVar(&o.Simulate, "simulate", o.Simulate, "simulate the node's GPUs instead of using NVML: dgxa100, dgxh100, dgxh200, dgxb200, or a profile YAML file")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of this node (default: $NODE_NAME, else the host name); simulated GPU UUIDs derive from it")
+	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "path of the NVML library (default: libnvidia-ml.so.1 from the loader's search path)")
+}
+
+// Open returns the backend the options select.
+func Open(_ context.Context, o Options) (gpu.Backend, error) {
+	node := o.NodeName
+	if node == "" {
+		node = os.Getenv("NODE_NAME")
+	}
+	if node == "" {
+		node, _ = os.Hostname()
+	}
+	if o.Simulate != "" {
+		return openSim(o.Simulate, node)
+	}
+	b, err := nvml.Open(nvml.Options{LibraryPath: o.NVMLLibrary, Hostname: node})
+	if err == nil {
+		return b, nil
+	}
+	if o.FailOnInitError {
+		return nil, err
+	}
+	if o.Logger != nil {
+		o.Logger.Warn("NVML is unavailable; advertising no GPUs because failOnInitError is false", "err", err)
+	}
+	return &gpu.Null{Reason: err.Error()}, nil
+}
+
+// ErrUnknownProfile marks a --simulate value that is neither a built-in
+// profile nor a file: a mistake in how the command was called.
+var ErrUnknownProfile = errors.New("unknown simulated profile")
+
+type unknownProfile struct{ error }
+
+func (unknownProfile) Is(target error) bool { return target == ErrUnknownProfile }
+func (u unknownProfile) Unwrap() error      { return u.error }
+
+func openSim(profile, node string) (gpu.Backend, error) {
+	p, err := sim.Load(profile)
+	if err != nil {
+		if _, statErr := os.Stat(profile); statErr != nil && !strings.ContainsAny(profile, "/.") {
+			return nil, unknownProfile{err}
+		}
+		return nil, err
+	}
+	return sim.New(p, sim.Options{NodeName: node})
+}
