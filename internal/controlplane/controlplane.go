@@ -572,7 +572,7 @@ func (cp *ControlPlane) writeKubeconfigs() error {
 func sanitizeFileName(s string) string {
 	out := []byte(s)
 	for i, c := range out {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' && c != '.' && c != '_' {
 			out[i] = '_'
 		}
 	}

@@ -29,7 +29,7 @@ func freePort() (int, error) {
 func checkPortFree(port int, what string) error {
 	l, err := net.Listen("tcp", net.JoinHostPort(loopback, strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("%w: %s port %d on %s cannot be bound (%v): stop whatever holds it, or leave the port at 0 to pick a free one",
+		return fmt.Errorf("%w: %s port %d on %s cannot be bound (%w): stop whatever holds it, or leave the port at 0 to pick a free one",
 			ErrPortInUse, what, port, loopback, err)
 	}
 	return l.Close()

@@ -27,7 +27,7 @@ func TestTopologyMatrixAndScore(t *testing.T) {
 	nv, _ := topo.Between(1, 0)
 	sys, _ := topo.Between(2, 0)
 	pix := Link{PCIe: PCIeSingle}
-	if !(nv.Score() > pix.Score() && pix.Score() > sys.Score()) {
+	if nv.Score() <= pix.Score() || pix.Score() <= sys.Score() {
 		t.Errorf("scores NV18=%d PIX=%d SYS=%d are not ordered by bandwidth", nv.Score(), pix.Score(), sys.Score())
 	}
 	b, err := json.Marshal(topo)

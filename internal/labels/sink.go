@@ -111,17 +111,17 @@ func (s *FeatureFileSink) Write(_ context.Context, labels, _ Labels) error {
 	if err != nil {
 		return fmt.Errorf("writing features file %s: %w", s.path, err)
 	}
-	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after a successful rename
+	defer os.Remove(tmp.Name()) // gone after a successful rename
 	if _, err := tmp.WriteString(b.String()); err != nil {
-		tmp.Close() //nolint:errcheck,gosec // the write error is the one to report
+		tmp.Close() // the write error is the one to report
 		return fmt.Errorf("writing features file %s: %w", s.path, err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close() //nolint:errcheck,gosec // the chmod error is the one to report
+		tmp.Close() // the chmod error is the one to report
 		return fmt.Errorf("writing features file %s: %w", s.path, err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close() //nolint:errcheck,gosec // the sync error is the one to report
+		tmp.Close() // the sync error is the one to report
 		return fmt.Errorf("writing features file %s: %w", s.path, err)
 	}
 	if err := tmp.Close(); err != nil {

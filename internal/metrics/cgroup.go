@@ -180,7 +180,7 @@ func (p *procCgroups) read(pid uint32) (ContainerRef, bool, error) {
 	if err != nil {
 		return ContainerRef{}, false, err
 	}
-	defer f.Close() //nolint:errcheck // read-only
+	defer f.Close() // read-only
 	p.buf = p.buf[:0]
 	for {
 		if len(p.buf) == cap(p.buf) {

@@ -60,7 +60,7 @@ func NewSocketPodResources(path string) *SocketPodResources {
 // List implements PodResourcesLister.
 func (s *SocketPodResources) List(ctx context.Context) (*podresourcesv1.ListPodResourcesResponse, error) {
 	if _, err := os.Stat(s.path); err != nil {
-		s.Close() //nolint:errcheck,gosec // the socket is gone; the stat error is the one to report
+		s.Close() // the socket is gone; the stat error is the one to report
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("listing pod resources from %s: %w", s.path, ErrSocketAbsent)
 		}

@@ -30,7 +30,7 @@ type Queue struct {
 
 // QueueSpec is a queue's place in the hierarchy and its share of resources.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.parent) || self.parent != ''",message="parent must be a queue name or omitted"
+// +kubebuilder:validation:XValidation:rule="!has(self.parent) || size(self.parent) > 0",message="parent must be a queue name or omitted"
 type QueueSpec struct {
 	// Parent is the name of the parent Queue. A queue without a parent is a
 	// root of the hierarchy.

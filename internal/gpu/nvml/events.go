@@ -85,7 +85,7 @@ func (s *subscription) Close() error {
 func (s *subscription) loop(ctx context.Context, set gonvml.EventSet) {
 	defer close(s.done)
 	defer close(s.ch)
-	defer set.Free()
+	defer func() { _ = set.Free() }()
 	failing, backoff := false, 100*time.Millisecond
 	for ctx.Err() == nil {
 		data, ret := set.Wait(uint32(waitTimeout / time.Millisecond))

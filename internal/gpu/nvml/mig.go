@@ -204,7 +204,7 @@ func (b *Backend) CreateComputeInstance(_ context.Context, index, giID int, prof
 		}
 		name := gpu.MIGDeviceName(giName, int(giInfo.SliceCount), int(ci.SliceCount))
 		names = append(names, name)
-		if !(profile == name || (profile == "" && ci.SliceCount == giInfo.SliceCount)) {
+		if profile != name && (profile != "" || ci.SliceCount != giInfo.SliceCount) {
 			continue
 		}
 		inst, ret := gi.CreateComputeInstance(&ci)
