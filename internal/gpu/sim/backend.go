@@ -124,6 +124,17 @@ func New(p *Profile, opts Options) (*Backend, error) {
 		g.tel.start(spec, now)
 		b.gpus = append(b.gpus, g)
 	}
+	for i := range b.prof.GPUs {
+		for _, name := range b.prof.GPUs[i].MIGDevices {
+			gi, err := b.CreateGPUInstance(context.Background(), i, name, nil)
+			if err != nil {
+				return nil, fmt.Errorf("starting simulated node: gpu %d: MIG device %s: %w", i, name, err)
+			}
+			if _, err := b.CreateComputeInstance(context.Background(), i, gi.ID, ""); err != nil {
+				return nil, fmt.Errorf("starting simulated node: gpu %d: MIG device %s: %w", i, name, err)
+			}
+		}
+	}
 	return b, nil
 }
 

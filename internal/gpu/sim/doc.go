@@ -61,6 +61,7 @@
 //	    count: 2                # default 1
 //	    numaNodes: [0, 1]       # or numaNode: 0 for all (default 0)
 //	    migEnabled: true
+//	    migDevices: [1g.10gb, 1g.10gb, 3g.40gb]   # MIG devices it starts with
 //	  - model: T4
 //	    mig: none               # or a MIG table of MIGTables(), e.g. A100-40GB
 //	  - name: NVIDIA RTX 6000 Ada Generation   # no model: name, memoryMiB,

@@ -54,6 +54,10 @@ type GPUSpec struct {
 	MIGTable string
 	// MIGEnabled starts the GPU with MIG mode on.
 	MIGEnabled bool
+	// MIGDevices are MIG devices the GPU starts with (MIGEnabled must be
+	// set): one GPU instance of each named profile (e.g. "1g.10gb") with
+	// one compute instance spanning it, placed where NVML would place them.
+	MIGDevices []string
 
 	// Power and thermal model: power goes from IdleWatts to TDPWatts with
 	// load, the GPU temperature from IdleTempC towards MaxTempC with power.

@@ -41,6 +41,7 @@ type fileGPU struct {
 	ComputeCapability string   `yaml:"computeCapability"`
 	MIG               string   `yaml:"mig"`
 	MIGEnabled        bool     `yaml:"migEnabled"`
+	MIGDevices        []string `yaml:"migDevices"`
 	NUMANode          *int     `yaml:"numaNode"`
 	NUMANodes         []int    `yaml:"numaNodes"`
 	PCIBusIDs         []string `yaml:"pciBusIDs"`
@@ -388,6 +389,10 @@ func (d *decoder) addGPUs(p *Profile, g *fileGPU, path string) error {
 		return d.at(path+".migEnabled", "the GPU is not MIG-capable; give mig: one of %s", strings.Join(MIGTables(), ", "))
 	}
 	spec.MIGEnabled = g.MIGEnabled
+	if len(g.MIGDevices) > 0 && !g.MIGEnabled {
+		return d.at(path+".migDevices", "MIG devices need migEnabled: true")
+	}
+	spec.MIGDevices = append([]string(nil), g.MIGDevices...)
 	if g.IdleWatts != 0 {
 		spec.IdleWatts = g.IdleWatts
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,6 +164,56 @@ func TestParseMIGTableAndNVLink(t *testing.T) {
 	}
 }
 
+func TestParseMIGDevices(t *testing.T) {
+	tests := []struct {
+		name    string
+		devices string
+		want    []string
+		wantErr string
+	}{
+		{"seven small", "[1g.10gb, 1g.10gb, 1g.10gb, 1g.10gb, 1g.10gb, 1g.10gb, 1g.10gb]", []string{"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"}, ""},
+		{"mixed sizes", "[3g.40gb, 2g.20gb, 1g.10gb]", []string{"3g.40gb", "2g.20gb", "1g.10gb"}, ""},
+		{"more than fits", "[7g.80gb, 1g.10gb]", nil, "gpu 0: MIG device 1g.10gb"},
+		{"unknown profile", "[9g.90gb]", nil, "gpu 0: MIG device 9g.90gb"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := parseString(t, "gpus:\n  - model: H100-SXM5-80GB\n    migEnabled: true\n    migDevices: "+tt.devices+"\n  - model: H100-SXM5-80GB\n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := New(p, Options{NodeName: "n"})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("New error = %v, want one mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			devs, err := b.Devices(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range devs[0].MIGDevices {
+				got = append(got, m.Profile)
+			}
+			slices.Sort(got)
+			want := slices.Clone(tt.want)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("gpu 0 MIG devices = %v, want %v", got, want)
+			}
+			if len(devs[1].MIGDevices) != 0 || devs[1].MIG.Current {
+				t.Errorf("gpu 1 = %+v, want MIG off", devs[1])
+			}
+		})
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -183,6 +234,7 @@ func TestParseErrors(t *testing.T) {
 		{"model-less GPU needs fields", "gpus:\n  - name: X\n", []string{"line 2", "gpus[0]", "memoryMiB, architecture, computeCapability"}},
 		{"unknown MIG table", "gpus:\n  - model: T4\n    mig: T4-16GB\n", []string{"line 3", "gpus[0].mig", "none", "H100-80GB"}},
 		{"MIG on non-MIG GPU", "gpus:\n  - model: T4\n    migEnabled: true\n", []string{"line 3", "migEnabled", "not MIG-capable"}},
+		{"MIG devices with MIG off", "gpus:\n  - model: H100-SXM5-80GB\n    migDevices: [1g.10gb]\n", []string{"line 3", "gpus[0].migDevices", "migEnabled: true"}},
 		{"bad architecture", "gpus:\n  - model: T4\n    architecture: fermi\n", []string{"line 3", "gpus[0].architecture", "hopper"}},
 		{"bad compute capability", "gpus:\n  - model: T4\n    computeCapability: seven\n", []string{"line 3", "computeCapability", `"8.0"`}},
 		{"bad power", "gpus:\n  - model: T4\n    tdpWatts: 5\n", []string{"line 2", "tdpWatts", "idleWatts"}},
