@@ -13,17 +13,29 @@ COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 
 .PHONY: help build test test-unit lint verify generate demo bench clean
 
+# Each test tier beyond the unit tests keeps its targets in a fragment of its own.
+include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk
+
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 build: ## build the gpuplane binaries into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
 
-test: test-unit ## run every test tier that needs no GPU (unit, conformance, integration)
+# The unit tier is every package of the product module outside test/: the
+# packages under test/ start real components and run in their own tiers.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v '^github.com/gpuplane/gpuplane/test/')
+
+test: ## every test tier, none needing a GPU: unit, conformance, integration, monitoring
+	@$(MAKE) --no-print-directory test-unit
+	@$(MAKE) --no-print-directory test-conformance
+	@$(MAKE) --no-print-directory test-integration
+	@$(MAKE) --no-print-directory monitoring-tools
+	@$(MAKE) --no-print-directory test-monitoring
 
 test-unit: ## unit tests of the product module, with the race detector
-	$(GO) test $(GOTESTFLAGS) ./...
+	$(GO) test $(GOTESTFLAGS) $(UNIT_PKGS)
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(BIN)
