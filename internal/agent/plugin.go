@@ -47,6 +47,10 @@ type PluginOptions struct {
 	// OnHealth, when set, is given the health monitor once it exists, so
 	// that other parts (metrics, node conditions) can read its Status.
 	OnHealth func(*health.Monitor)
+	// OnConfig, when set, is given the config the plugin serves: once at
+	// start and again after every reload that took effect, so that other
+	// parts (labels) describe the same sharing and MIG strategy.
+	OnConfig func(*configv1.Config)
 	Logger   *slog.Logger
 }
 
@@ -106,6 +110,9 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	if o.OnHealth != nil {
 		o.OnHealth(monitor)
 	}
+	if o.OnConfig != nil {
+		o.OnConfig(state.cfg)
+	}
 	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: monitor, Topology: topo, Logger: log.With("part", "deviceplugin")})
 	if err != nil {
 		return err
@@ -160,6 +167,9 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 			state = next
 			manager.Update(pluginSet(state))
 			daemons = startMPS(ctx, o, state, log)
+			if o.OnConfig != nil {
+				o.OnConfig(state.cfg)
+			}
 			log.Info("config reloaded", "resources", resource.Names(state.resources))
 		}
 	}

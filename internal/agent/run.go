@@ -2,11 +2,16 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -18,9 +23,9 @@ import (
 	"github.com/gpuplane/gpuplane/internal/cdi"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
 	"github.com/gpuplane/gpuplane/internal/gpu"
-	"github.com/gpuplane/gpuplane/internal/gpu/nvml"
-	"github.com/gpuplane/gpuplane/internal/gpu/sim"
+	"github.com/gpuplane/gpuplane/internal/gpu/backends"
 	"github.com/gpuplane/gpuplane/internal/health"
+	"github.com/gpuplane/gpuplane/internal/metrics"
 )
 
 // EnvConfigFile names the config file when --config is not given.
@@ -32,8 +37,7 @@ type runFlags struct {
 	configFile    string
 	kubeletDir    string
 	cdiDir        string
-	simulate      string
-	nodeName      string
+	backend       backends.Options
 	healthEvery   time.Duration
 	logLevel      string
 	migStrategy   string
@@ -44,14 +48,25 @@ type runFlags struct {
 	driverRoot    string
 	mpsRoot       string
 	changedConfig func(name string) bool
+
+	metricsAddr        string
+	podResourcesSocket string
+	procfs             string
+	labels             string
+	kubeconfig         string
+	labelsInterval     time.Duration
+	labelsFile         string
+
+	// metricsReady, when set, is given the metrics listener's address
+	// (tests ask for port 0).
+	metricsReady func(net.Addr)
 }
 
 func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.configFile, "config", "", "device plugin config file, NVIDIA's v1 format (env "+EnvConfigFile+")")
 	fs.StringVar(&f.kubeletDir, "kubelet-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory: sockets are served here and kubelet.sock is watched")
 	fs.StringVar(&f.cdiDir, "cdi-dir", cdi.DefaultDir, "directory for the CDI spec of each resource; empty writes none")
-	fs.StringVar(&f.simulate, "simulate", "", "simulate the node's GPUs instead of using NVML: dgxa100, dgxh100, dgxh200, dgxb200, or a profile YAML file")
-	fs.StringVar(&f.nodeName, "node-name", "", "this node's name (default $NODE_NAME, else the host name); simulated GPU UUIDs derive from it")
+	backends.AddFlags(fs, &f.backend)
 	fs.DurationVar(&f.healthEvery, "health-check-interval", health.DefaultCheckInterval, "how often every GPU is probed, to notice lost GPUs and end probation")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.migStrategy, "mig-strategy", "", "MIG strategy: none, single or mixed (env "+configv1.EnvMIGStrategy+"; config flags.migStrategy)")
@@ -61,7 +76,39 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.idStrategy, "device-id-strategy", "", "how devices are named to the runtime: uuid or index (env "+configv1.EnvDeviceIDStrategy+")")
 	fs.StringVar(&f.driverRoot, "nvidia-driver-root", "", "where the driver's files and /dev are seen from the agent (env "+configv1.EnvNvidiaDriverRoot+")")
 	fs.StringVar(&f.mpsRoot, "mps-root", "", "directory for MPS pipe and log directories (env "+configv1.EnvMPSRoot+")")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", metrics.DefaultAddr, "address of the Prometheus /metrics endpoint (DCGM_FI_* and gpuplane_* series); empty turns metrics off")
+	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", metrics.DefaultPodResourcesSocket, "the kubelet's PodResources socket, to label GPU series with their pods; empty turns pod attribution off (when the socket is absent, gpuplane_podresources_up says so)")
+	fs.StringVar(&f.procfs, "procfs", "/proc", "where the host's /proc is mounted; GPU processes are mapped to pods through /proc/<pid>/cgroup")
+	fs.StringVar(&f.labels, "labels", "", "where GPU feature labels go: node (the Node, by server-side apply), file (a node-feature-discovery features file) or none; default node when --kubeconfig or an in-cluster config is available, else none")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file for labelling the Node (default: the pod's in-cluster config)")
+	fs.DurationVar(&f.labelsInterval, "labels-interval", time.Minute, "how often the labels are rewritten; 0 labels once at start and after each config reload")
+	fs.StringVar(&f.labelsFile, "labels-file", DefaultFeatureFile, "node-feature-discovery features file written by --labels=file")
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
+}
+
+// validate checks the flags that configuration loading does not.
+func (f *runFlags) validate() error {
+	if f.metricsAddr != "" {
+		_, port, err := net.SplitHostPort(f.metricsAddr)
+		if err != nil {
+			return cliutil.Usagef("--metrics-addr: %q is not host:port (such as :9400 or 127.0.0.1:9400): %w", f.metricsAddr, err)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return cliutil.Usagef("--metrics-addr: port %q is not a number from 0 to 65535", port)
+		}
+	}
+	switch f.labels {
+	case "", labelsNode, labelsFile, labelsNone:
+	default:
+		return cliutil.Usagef("--labels: %q is not a destination; want node, file or none", f.labels)
+	}
+	if f.labelsInterval < 0 {
+		return cliutil.Usagef("--labels-interval: must not be negative, got %v; 0 labels once", f.labelsInterval)
+	}
+	if f.labels == labelsFile && f.labelsFile == "" {
+		return cliutil.Usagef("--labels=file needs --labels-file")
+	}
+	return nil
 }
 
 // overrides returns the settings given as flags.
@@ -97,15 +144,28 @@ func attachRun(root *cobra.Command) {
 	f := &runFlags{}
 	root.Long += `
 
-Run without a sub-command, it serves the kubelet device plugin: one resource
-per GPU kind and sharing mode (nvidia.com/gpu, nvidia.com/mig-<profile>,
-<name>.shared), a CDI spec per resource, and health checking with recovery.
+Run without a sub-command, it runs these parts over one view of the GPUs:
+  - the kubelet device plugin: one resource per GPU kind and sharing mode
+    (nvidia.com/gpu, nvidia.com/mig-<profile>, <name>.shared), a CDI spec
+    per resource, and health checking with recovery. It keeps retrying
+    registration while no kubelet listens in --kubelet-dir.
+  - Prometheus metrics on --metrics-addr (/metrics, dcgm-exporter's
+    DCGM_FI_* names plus gpuplane_*), with pod, namespace and container from
+    the kubelet's PodResources API and /proc/<pid>/cgroup under --procfs.
+  - GPU feature labels (GPU Feature Discovery's nvidia.com/gpu.product,
+    ...) and the gpuplane.io/gpu-topology annotation, applied to the Node
+    named by --node-name under the field manager gpuplane-agent, or written
+    to a node-feature-discovery features file (--labels). The labels follow
+    the sharing and MIG strategy of the config the device plugin serves.
+If a part cannot run, the agent stops the others and exits non-zero.
 
 Settings come from, in order of precedence: a flag, then an environment
 variable, then the config file (--config, NVIDIA's v1 format), then defaults.
 SIGHUP reloads the config file, keeping the last good config when the new one
 is invalid; SIGTERM stops cleanly and removes the plugin sockets.`
 	root.Example = `  gpuplane-agent --simulate dgxh100 --kubelet-dir /tmp/dp --cdi-dir /tmp/cdi
+  gpuplane-agent --simulate dgxh100 --kubelet-dir /tmp/dp --metrics-addr 127.0.0.1:9400 --labels none
+  gpuplane-agent --kubeconfig ~/.kube/config --node-name gpu-node-1 --labels-interval 0
   gpuplane-agent --config /etc/gpuplane/config.yaml
   MIG_STRATEGY=mixed gpuplane-agent --simulate dgxa100`
 	f.add(root.Flags())
@@ -126,6 +186,9 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := f.validate(); err != nil {
+		return err
+	}
 	env, err := configv1.OverridesFromEnv(os.LookupEnv)
 	if err != nil {
 		return err
@@ -137,24 +200,76 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 	// Check the config before touching GPUs so a bad file fails fast with
 	// one message.
-	if _, err := loadState(PluginOptions{ConfigFile: configFile, Overrides: overrides}, nil, log); err != nil {
+	first, err := loadState(PluginOptions{ConfigFile: configFile, Overrides: overrides}, nil, log)
+	if err != nil {
 		return fmt.Errorf("refusing to start: %w", err)
 	}
-	failOnInit := true
-	if overrides.FailOnInitError != nil {
-		failOnInit = *overrides.FailOnInitError
-	}
-	backend, err := openBackend(f.simulate, f.nodeName, failOnInit, log)
+	node := nodeName(f.backend.NodeName)
+	sink, err := labelsSink(f, node, log.With("part", "labels"))
 	if err != nil {
 		return err
 	}
-	defer func() { _ = backend.Close() }()
 
+	// One backend for every part.
+	bo := f.backend
+	bo.NodeName = node
+	bo.FailOnInitError = first.cfg.FailOnInitError()
+	bo.Logger = log
+	backend, err := backends.Open(ctx, bo)
+	if errors.Is(err, backends.ErrUnknownProfile) {
+		return &cliutil.UsageError{Err: fmt.Errorf("--simulate: %w", err)}
+	}
+	if err != nil {
+		if bo.Simulate == "" {
+			return fmt.Errorf("opening NVML (set --fail-on-init-error=false to run with no GPUs): %w", err)
+		}
+		return fmt.Errorf("starting the simulated node: %w", err)
+	}
+	defer func() { _ = backend.Close() }()
+	devices, err := backend.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("listing GPUs: %w", err)
+	}
+
+	reload := watchReload(ctx, configFile, log)
+	healthSrc := newMonitorHealth(devices)
+	plugin := PluginOptions{
+		ConfigFile: configFile, Overrides: overrides, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir,
+		Backend: backend, HealthCheckInterval: f.healthEvery, LookupEnv: os.LookupEnv, Reload: reload,
+		OnHealth: healthSrc.set, Logger: log,
+	}
+	parts := []part{}
+	if sink != nil {
+		lp := newLabelsPart(backend, sink, f.labelsInterval, log.With("part", "labels", "sink", sink.Name()))
+		plugin.OnConfig = lp.setConfig
+		parts = append(parts, part{name: "labels", run: lp.run})
+	}
+	if f.metricsAddr != "" {
+		handler, err := newMetricsHandler(f, backend, node, healthSrc, log.With("part", "metrics"))
+		if err != nil {
+			return err
+		}
+		parts = append(parts, part{name: "metrics", run: func(ctx context.Context) error {
+			return metrics.Serve(ctx, f.metricsAddr, handler, log.With("part", "metrics"), f.metricsReady)
+		}})
+	} else {
+		log.Info("metrics are off (--metrics-addr is empty)")
+	}
+	parts = append(parts, part{name: "device plugin", run: func(ctx context.Context) error { return RunPlugin(ctx, plugin) }})
+	if err := runParts(ctx, log, parts); err != nil {
+		return fmt.Errorf("agent stopped: %w", err)
+	}
+	return nil
+}
+
+// watchReload turns every SIGHUP into a value on the returned channel
+// (coalesced) until ctx ends.
+func watchReload(ctx context.Context, configFile string, log *slog.Logger) <-chan struct{} {
 	reload := make(chan struct{}, 1)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	go func() {
+		defer signal.Stop(hup)
 		for {
 			select {
 			case <-ctx.Done():
@@ -168,42 +283,38 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 			}
 		}
 	}()
-	err = RunPlugin(ctx, PluginOptions{
-		ConfigFile: configFile, Overrides: overrides, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir,
-		Backend: backend, HealthCheckInterval: f.healthEvery, LookupEnv: os.LookupEnv, Reload: reload, Logger: log,
-	})
-	if err != nil {
-		return fmt.Errorf("refusing to start: %w", err)
-	}
-	return nil
+	return reload
 }
 
-// openBackend picks the simulated node or NVML.
-func openBackend(simulate, node string, failOnInit bool, log *slog.Logger) (gpu.Backend, error) {
-	if node == "" {
-		node = os.Getenv("NODE_NAME")
+// newMetricsHandler builds the exporter over the shared backend, with pod
+// attribution from the kubelet's PodResources socket and device checkpoint
+// and process-to-pod mapping under --procfs.
+func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, log *slog.Logger) (http.Handler, error) {
+	var pods metrics.PodResourcesLister
+	if f.podResourcesSocket != "" {
+		pods = metrics.NewSocketPodResources(f.podResourcesSocket)
+	} else {
+		log.Info("pod attribution is off (--pod-resources-socket is empty)")
 	}
-	if node == "" {
-		node, _ = os.Hostname()
+	e, err := metrics.NewExporter(metrics.Options{
+		GPUs: backend, Hostname: node, PodResources: pods, ProcRoot: f.procfs, Health: h, Logger: log,
+		CheckpointPath: filepath.Join(f.kubeletDir, filepath.Base(metrics.DefaultCheckpointPath)),
+	})
+	if err != nil {
+		return nil, err
 	}
-	if simulate != "" {
-		p, err := sim.Load(simulate)
-		if err != nil {
-			return nil, cliutil.Usagef("--simulate: %w", err)
-		}
-		b, err := sim.New(p, sim.Options{NodeName: node, Logger: log.With("part", "sim")})
-		if err != nil {
-			return nil, fmt.Errorf("starting the simulated node: %w", err)
-		}
-		return b, nil
+	return metrics.NewHandler(e)
+}
+
+// nodeName is the flag's value, else $NODE_NAME, else the host name: the
+// name the kubelet registers the Node under by default.
+func nodeName(flag string) string {
+	if flag != "" {
+		return flag
 	}
-	b, err := nvml.Open(nvml.Options{Hostname: node})
-	if err == nil {
-		return b, nil
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
 	}
-	if failOnInit {
-		return nil, fmt.Errorf("opening NVML (set --fail-on-init-error=false to run with no GPUs): %w", err)
-	}
-	log.Warn("NVML is unavailable; advertising no GPUs because failOnInitError is false", "err", err)
-	return &gpu.Null{Reason: err.Error()}, nil
+	n, _ := os.Hostname()
+	return n
 }

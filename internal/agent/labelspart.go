@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
+	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/labels"
+)
+
+// Where --labels sends the GPU feature labels.
+const (
+	labelsNode = "node"
+	labelsFile = "file"
+	labelsNone = "none"
+)
+
+// DefaultFeatureFile is where --labels=file writes by default: gpuplane's
+// own file in node-feature-discovery's local features directory.
+const DefaultFeatureFile = "/etc/kubernetes/node-feature-discovery/features.d/gpuplane"
+
+// labelsSink chooses the labels' sink from the flags. It returns a nil
+// sink, and logs why, when labels are off.
+func labelsSink(f *runFlags, node string, log *slog.Logger) (labels.Sink, error) {
+	switch f.labels {
+	case labelsNone:
+		log.Info("GPU feature labels are off (--labels=none)")
+		return nil, nil
+	case labelsFile:
+		return labels.NewFeatureFileSink(f.labelsFile)
+	case "", labelsNode:
+	default:
+		return nil, cliutil.Usagef("--labels: %q is not a destination; want node, file or none", f.labels)
+	}
+	cfg, err := restConfig(f.kubeconfig)
+	if err != nil {
+		if f.labels == labelsNode {
+			return nil, cliutil.Usagef("--labels=node needs the API server: %w; pass --kubeconfig, run in a pod, or choose --labels=file or none", err)
+		}
+		log.Warn("GPU feature labels are off: the API server is not configured; pass --kubeconfig or run in a pod to label the Node, or --labels=file to write a node-feature-discovery features file", "reason", err)
+		return nil, nil
+	}
+	cfg.UserAgent = name
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client for labels: %w", err)
+	}
+	return labels.NewNodeSink(client, node, labels.DefaultFieldManager)
+}
+
+// restConfig reads kubeconfig, or the pod's in-cluster config when it is
+// empty.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --kubeconfig and no in-cluster config: %w", err)
+	}
+	return cfg, nil
+}
+
+// labelsConfig maps the device plugin's config onto what the labels need:
+// the MIG strategy, which resources are shared and how, the machine type
+// file and whether to stamp gfd.timestamp (only when the config's
+// flags.gfd.noTimestamp is explicitly false, since a timestamp rewrites the
+// Node on every pass).
+func labelsConfig(cfg *configv1.Config) labels.Config {
+	lc := labels.Config{MIGStrategy: cfg.MIGStrategy(), Sharing: map[string]labels.Sharing{}}
+	if f := cfg.Flags.GFD.MachineTypeFile; f != nil {
+		lc.MachineTypeFile = *f
+	}
+	if t := cfg.Flags.GFD.NoTimestamp; t != nil && !*t {
+		lc.Timestamp = true
+	}
+	for _, s := range []struct {
+		strategy string
+		rr       configv1.ReplicatedResources
+	}{
+		{labels.SharingTimeSlicing, cfg.Sharing.TimeSlicing},
+		{labels.SharingMPS, cfg.Sharing.MPS},
+	} {
+		for _, r := range s.rr.Resources {
+			lc.Sharing[r.Name] = labels.Sharing{
+				Strategy: s.strategy,
+				Replicas: max(r.Replicas, 1),
+				Renamed:  r.Rename != "" || s.rr.RenameByDefault,
+			}
+		}
+	}
+	return lc
+}
+
+// labelsPart labels the node with the config the device plugin serves:
+// it waits for the plugin's first config, then labels once or on an
+// interval, and starts over with a new labeler set whenever a reload
+// changes the config. Failures to write are retried with backoff by the
+// labels Runner, so an unreachable API server never stops the agent.
+type labelsPart struct {
+	inv      gpu.Inventory
+	sink     labels.Sink
+	interval time.Duration // 0: once per config
+	log      *slog.Logger
+	configs  chan labels.Config
+}
+
+func newLabelsPart(inv gpu.Inventory, sink labels.Sink, interval time.Duration, log *slog.Logger) *labelsPart {
+	return &labelsPart{inv: inv, sink: sink, interval: interval, log: log, configs: make(chan labels.Config, 1)}
+}
+
+// setConfig hands the part a new config; only the latest one is kept.
+func (p *labelsPart) setConfig(cfg *configv1.Config) {
+	lc := labelsConfig(cfg)
+	for {
+		select {
+		case p.configs <- lc:
+			return
+		default:
+		}
+		select {
+		case <-p.configs:
+		default:
+		}
+	}
+}
+
+func (p *labelsPart) run(ctx context.Context) error {
+	var cfg labels.Config
+	select {
+	case <-ctx.Done():
+		return nil
+	case cfg = <-p.configs:
+	}
+	for {
+		ls, err := labels.New(cfg)
+		if err != nil {
+			return fmt.Errorf("building the labelers from the device plugin config: %w", err)
+		}
+		r, err := labels.NewRunner(labels.RunnerOptions{Inventory: p.inv, Labelers: ls, Sink: p.sink, Interval: p.interval, Logger: p.log})
+		if err != nil {
+			return err
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			if p.interval == 0 {
+				done <- r.Once(runCtx)
+				return
+			}
+			done <- r.Run(runCtx)
+		}()
+		var runErr error
+		select {
+		case <-ctx.Done():
+			cancel()
+			if err := <-done; err != nil {
+				p.log.Debug("labels runner stopped", "err", err)
+			}
+			return nil
+		case cfg = <-p.configs:
+			cancel()
+			if err := <-done; err != nil {
+				p.log.Debug("labels runner replaced", "err", err)
+			}
+			p.log.Info("device plugin config changed; relabelling")
+			continue
+		case runErr = <-done:
+			cancel()
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case runErr != nil:
+			return runErr
+		case p.interval != 0:
+			return errors.New("the labels runner stopped unexpectedly")
+		}
+		// Labelled once: wait for the next config or the end.
+		select {
+		case <-ctx.Done():
+			return nil
+		case cfg = <-p.configs:
+			p.log.Info("device plugin config changed; relabelling")
+		}
+	}
+}
