@@ -1,0 +1,140 @@
+package nodesim
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/controlplane"
+)
+
+// AgentConfig starts gpuplane-agent for the node.
+type AgentConfig struct {
+	// Binary is the gpuplane-agent executable; required.
+	Binary string
+	// Profile is the simulated node: dgxa100, dgxh100, ... or a profile
+	// file; required.
+	Profile string
+	// ConfigFile is the agent's device plugin config (NVIDIA's v1 format:
+	// time-slicing, MIG strategy); empty means none.
+	ConfigFile string
+	// MIGStrategy is passed as --mig-strategy when not empty.
+	MIGStrategy string
+	// Kubeconfig is passed as --kubeconfig when the agent has the flag, so
+	// it can label its Node.
+	Kubeconfig string
+	// MetricsAddr is passed as --metrics-addr when the agent has the flag;
+	// empty picks a free loopback port.
+	MetricsAddr string
+	// ExtraArgs are appended to the agent's command line.
+	ExtraArgs []string
+	// LogPath receives the agent's output; empty means Dir/agent.log.
+	LogPath string
+}
+
+// agentProcess is a running agent.
+type agentProcess struct {
+	child       *controlplane.Child
+	metricsAddr string
+}
+
+// startAgent starts the agent as a child process of its own process group,
+// pointed at the simulator's directory.
+func startAgent(ctx context.Context, cfg Config, log *slog.Logger) (*agentProcess, error) {
+	a := cfg.Agent
+	if a.Binary == "" || a.Profile == "" {
+		return nil, fmt.Errorf("nodesim config: Agent: Binary and Profile are required")
+	}
+	flags, err := agentFlags(ctx, a.Binary)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{
+		"--simulate", a.Profile,
+		"--kubelet-dir", cfg.Dir,
+		"--node-name", cfg.NodeName,
+		"--cdi-dir", filepath.Join(cfg.Dir, "cdi"),
+		// The simulated node has no minutes to wait for a GPU that fell off
+		// the bus; seconds keep health changes visible in tests.
+		"--health-check-interval", "2s",
+	}
+	if a.ConfigFile != "" {
+		args = append(args, "--config", a.ConfigFile)
+	}
+	if a.MIGStrategy != "" {
+		args = append(args, "--mig-strategy", a.MIGStrategy)
+	}
+	proc := &agentProcess{}
+	if flags["metrics-addr"] && !hasFlag(a.ExtraArgs, "metrics-addr") {
+		addr := a.MetricsAddr
+		if addr == "" {
+			if addr, err = freeLoopbackAddr(); err != nil {
+				return nil, err
+			}
+		}
+		proc.metricsAddr = addr
+		args = append(args, "--metrics-addr", addr)
+	}
+	if flags["kubeconfig"] && a.Kubeconfig != "" && !hasFlag(a.ExtraArgs, "kubeconfig") {
+		args = append(args, "--kubeconfig", a.Kubeconfig)
+	}
+	if flags["pod-resources-socket"] && !hasFlag(a.ExtraArgs, "pod-resources-socket") {
+		args = append(args, "--pod-resources-socket", filepath.Join(cfg.Dir, "pod-resources", "kubelet.sock"))
+	}
+	args = append(args, a.ExtraArgs...)
+	logPath := a.LogPath
+	if logPath == "" {
+		logPath = filepath.Join(cfg.Dir, "agent.log")
+	}
+	child, err := controlplane.StartChild("gpuplane-agent "+cfg.NodeName, a.Binary, args, logPath)
+	if err != nil {
+		return nil, err
+	}
+	proc.child = child
+	log.Info("agent started", "pid", child.Pid(), "profile", a.Profile, "log", logPath, "args", strings.Join(args, " "))
+	return proc, nil
+}
+
+// agentFlags returns the long flags the agent binary has, read from its
+// --help, so the simulator passes only flags the agent understands.
+func agentFlags(ctx context.Context, binary string) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "--help").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("running %s --help: %w: %s", binary, err, bytes.TrimSpace(out))
+	}
+	flags := map[string]bool{}
+	for _, f := range strings.Fields(string(out)) {
+		if name, ok := strings.CutPrefix(f, "--"); ok {
+			flags[strings.TrimRight(name, ",=")] = true
+		}
+	}
+	return flags, nil
+}
+
+func hasFlag(args []string, name string) bool {
+	return slices.ContainsFunc(args, func(a string) bool {
+		return a == "--"+name || strings.HasPrefix(a, "--"+name+"=")
+	})
+}
+
+// freeLoopbackAddr returns a loopback address with a port free right now.
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port for the agent's metrics: %w", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		return "", fmt.Errorf("finding a free port for the agent's metrics: %w", err)
+	}
+	return addr, nil
+}

@@ -1,0 +1,81 @@
+package nodesim
+
+import (
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Annotations the simulator reads and writes on pods.
+const (
+	// AllocationAnnotation holds the pod's device allocation as JSON (a
+	// PodAllocation), written before the pod is reported Running.
+	AllocationAnnotation = "gpuplane.io/allocation"
+	// DurationAnnotation makes a running pod end after this long (a Go
+	// duration, e.g. "30s"). Without it the pod runs until deleted.
+	DurationAnnotation = "gpuplane.io/sim-duration"
+	// ExitCodeAnnotation is the exit code of the pod's containers when its
+	// duration ends: 0 (the default) means Succeeded, anything else Failed.
+	ExitCodeAnnotation = "gpuplane.io/sim-exit-code"
+)
+
+// PodAllocation is what the node gave a pod's containers, as the container
+// runtime would have received it from the kubelet.
+type PodAllocation struct {
+	// Node is the node that made the allocation.
+	Node string `json:"node"`
+	// Containers lists the containers (init containers first) that were
+	// given devices.
+	Containers []ContainerAllocation `json:"containers"`
+}
+
+// ContainerAllocation is one container's share of the node's devices.
+type ContainerAllocation struct {
+	// Name is the container's name.
+	Name string `json:"name"`
+	// Devices maps each device-plugin resource to the device IDs allocated.
+	Devices map[string][]string `json:"devices"`
+	// Env holds the environment the plugins asked for, e.g.
+	// NVIDIA_VISIBLE_DEVICES.
+	Env map[string]string `json:"env,omitempty"`
+	// CDIDevices are the fully qualified CDI device names the plugins asked
+	// the runtime to inject.
+	CDIDevices []string `json:"cdiDevices,omitempty"`
+	// Mounts are the host paths the plugins asked to mount.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// DeviceNodes are the host device nodes the plugins asked to expose.
+	DeviceNodes []string `json:"deviceNodes,omitempty"`
+	// Annotations are the runtime annotations the plugins asked for.
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// Mount is a host path mounted into a container.
+type Mount struct {
+	HostPath      string `json:"hostPath"`
+	ContainerPath string `json:"containerPath"`
+	ReadOnly      bool   `json:"readOnly,omitempty"`
+}
+
+// ReadAllocation returns the allocation recorded on pod, or nil when there
+// is none.
+func ReadAllocation(pod *corev1.Pod) (*PodAllocation, error) {
+	raw, ok := pod.Annotations[AllocationAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	var a PodAllocation
+	if err := json.Unmarshal([]byte(raw), &a); err != nil {
+		return nil, fmt.Errorf("reading annotation %s of pod %s/%s: %w", AllocationAnnotation, pod.Namespace, pod.Name, err)
+	}
+	return &a, nil
+}
+
+// DeviceIDs returns every device ID of resource in the allocation.
+func (a *PodAllocation) DeviceIDs(resource string) []string {
+	var ids []string
+	for _, c := range a.Containers {
+		ids = append(ids, c.Devices[resource]...)
+	}
+	return ids
+}

@@ -1,0 +1,27 @@
+// Package nodesim simulates the GPU side of a node's kubelet, so that the
+// real gpuplane-agent runs unchanged on machines without a kubelet or GPUs.
+//
+// A Simulator owns one Node object of the API server (created by it, not
+// managed by kwok) and a directory that stands for the kubelet's
+// device-plugin directory. It:
+//
+//   - serves the device-plugin Registration service on <dir>/kubelet.sock,
+//     dials every registered plugin, consumes its ListAndWatch stream and
+//     keeps the Node's capacity (all devices) and allocatable (healthy
+//     devices) for the resource as the kubelet computes them;
+//   - keeps the Node Ready with a Lease heartbeat;
+//   - admits the pods bound to the node as the kubelet's device manager does:
+//     GetPreferredAllocation when the plugin offers it, then Allocate, never
+//     handing a device ID to two pods; records each container's allocation
+//     in the pod annotation AllocationAnnotation; runs the pod (Running, then
+//     Succeeded or Failed after its gpuplane.io/sim-duration); frees devices
+//     when a pod ends or is deleted;
+//   - serves the kubelet PodResources API v1 on
+//     <dir>/pod-resources/kubelet.sock from its allocation records;
+//   - optionally starts gpuplane-agent as a child process against that
+//     directory.
+//
+// It must not run containers, schedule pods, manage nodes other than its
+// own, or reach into the agent: it talks to plugins only over the device
+// plugin API, as the kubelet does.
+package nodesim

@@ -1,0 +1,490 @@
+package nodesim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+)
+
+// podState is what the node remembers of an admitted pod.
+type podState struct {
+	uid        types.UID
+	namespace  string
+	name       string
+	allocation *PodAllocation
+	// terminal is set once the pod ended here; its devices are free.
+	terminal bool
+	timer    *time.Timer
+}
+
+// startPods watches the pods bound to the node and starts the worker that
+// admits, runs and ends them.
+func (s *Simulator) startPods(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", s.cfg.NodeName).String()
+		}))
+	informer := factory.Core().V1().Pods()
+	s.podLister = informer.Lister()
+	s.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodesim-" + s.cfg.NodeName})
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			s.queue.Add(key)
+		}
+	}
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	}); err != nil {
+		return fmt.Errorf("watching the pods of node %s: %w", s.cfg.NodeName, err)
+	}
+	factory.Start(s.ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("listing the pods of node %s (%v): %w", s.cfg.NodeName, typ, ctx.Err())
+		}
+	}
+	s.wg.Go(func() {
+		<-s.ctx.Done()
+		s.queue.ShutDown()
+		factory.Shutdown()
+	})
+	s.wg.Go(s.runPodWorker)
+	return nil
+}
+
+func (s *Simulator) runPodWorker() {
+	for {
+		key, quit := s.queue.Get()
+		if quit {
+			return
+		}
+		err := s.syncPod(s.ctx, key)
+		switch {
+		case err == nil:
+			s.queue.Forget(key)
+		case s.ctx.Err() != nil:
+		default:
+			s.log.Warn("syncing pod; retrying", "pod", key, "err", err)
+			s.queue.AddRateLimited(key)
+		}
+		s.queue.Done(key)
+	}
+}
+
+// syncPod brings one pod one step closer to what the kubelet would make of
+// it.
+func (s *Simulator) syncPod(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	pod, err := s.podLister.Pods(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		s.forget(key, "")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	st := s.pods[key]
+	s.mu.Unlock()
+	if st != nil && st.uid != pod.UID {
+		// A new pod of the same name: the old one is gone.
+		s.forget(key, st.uid)
+		st = nil
+	}
+
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return s.finishDeletion(ctx, key, pod)
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		s.endPod(key)
+		return nil
+	case st == nil:
+		return s.startPod(ctx, key, pod)
+	case st.terminal:
+		return nil
+	}
+	end, ok, err := endTime(pod)
+	if err != nil || !ok || time.Now().Before(end) {
+		return nil
+	}
+	return s.completePod(ctx, key, pod)
+}
+
+// startPod admits a new pod (or re-adopts one this node admitted before a
+// restart) and reports it Running.
+func (s *Simulator) startPod(ctx context.Context, key string, pod *corev1.Pod) error {
+	alloc, err := ReadAllocation(pod)
+	if err != nil {
+		s.log.Warn("ignoring an unreadable allocation annotation", "pod", key, "err", err)
+		alloc = nil
+	}
+	if alloc != nil && alloc.Node == s.cfg.NodeName {
+		for _, c := range alloc.Containers {
+			for r, ids := range c.Devices {
+				s.reserve(key, r, ids)
+			}
+		}
+	} else {
+		alloc, err = s.admit(ctx, key, pod)
+		var refused *admissionError
+		if errors.As(err, &refused) {
+			return s.refusePod(ctx, key, pod, refused)
+		}
+		if err != nil {
+			s.release(key)
+			return err
+		}
+		if err := s.writeAllocation(ctx, pod, alloc); err != nil {
+			s.release(key)
+			return err
+		}
+	}
+	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, allocation: alloc}
+	s.mu.Lock()
+	s.pods[key] = st
+	s.mu.Unlock()
+
+	if pod.Status.Phase != corev1.PodRunning {
+		if err := s.updateStatus(ctx, pod, s.runningStatus); err != nil {
+			return err
+		}
+		s.log.Info("pod running", "pod", key, "devices", summarize(alloc))
+	}
+	s.scheduleEnd(key, pod)
+	return nil
+}
+
+// scheduleEnd queues the pod again when its simulated duration ends.
+func (s *Simulator) scheduleEnd(key string, pod *corev1.Pod) {
+	end, ok, err := endTime(pod)
+	if err != nil {
+		s.log.Warn("ignoring the pod's simulated duration", "pod", key, "err", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.pods[key]
+	if st == nil || st.timer != nil {
+		return
+	}
+	st.timer = time.AfterFunc(time.Until(end), func() { s.queue.Add(key) })
+}
+
+// endTime is when the pod's simulated duration ends, counted from its
+// start (or from now when it has not started yet).
+func endTime(pod *corev1.Pod) (time.Time, bool, error) {
+	raw, ok := pod.Annotations[DurationAnnotation]
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d < 0 {
+		return time.Time{}, false, fmt.Errorf("annotation %s: %q is not a duration like 30s", DurationAnnotation, raw)
+	}
+	start := time.Now()
+	if pod.Status.StartTime != nil {
+		start = pod.Status.StartTime.Time
+	}
+	return start.Add(d), true, nil
+}
+
+// completePod ends a pod whose duration is over: Succeeded, or Failed with
+// the exit code of its annotation.
+func (s *Simulator) completePod(ctx context.Context, key string, pod *corev1.Pod) error {
+	code := int32(0)
+	if raw, ok := pod.Annotations[ExitCodeAnnotation]; ok {
+		n, err := strconv.ParseInt(raw, 10, 32)
+		if err != nil {
+			s.log.Warn("annotation is not an exit code; using 1", "pod", key, "annotation", ExitCodeAnnotation, "value", raw)
+			n = 1
+		}
+		code = int32(n)
+	}
+	if err := s.updateStatus(ctx, pod, func(st *corev1.PodStatus, p *corev1.Pod) { terminatedStatus(st, p, code) }); err != nil {
+		return err
+	}
+	s.endPod(key)
+	s.log.Info("pod finished", "pod", key, "exitCode", code)
+	return nil
+}
+
+// refusePod fails a pod the node cannot admit, as the kubelet does, and
+// records a Warning event.
+func (s *Simulator) refusePod(ctx context.Context, key string, pod *corev1.Pod, refused *admissionError) error {
+	s.log.Warn("pod refused", "pod", key, "reason", refused.Reason, "message", refused.Message)
+	err := s.updateStatus(ctx, pod, func(st *corev1.PodStatus, _ *corev1.Pod) {
+		st.Phase = corev1.PodFailed
+		st.Reason = refused.Reason
+		st.Message = refused.Message
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.pods[key] = &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, terminal: true}
+	s.mu.Unlock()
+	s.event(ctx, pod, refused.Reason, refused.Message)
+	return nil
+}
+
+// finishDeletion ends a pod being deleted gracefully: its devices are
+// freed and, as the kubelet does once the containers are gone, the pod
+// object is removed.
+func (s *Simulator) finishDeletion(ctx context.Context, key string, pod *corev1.Pod) error {
+	s.forget(key, pod.UID)
+	err := s.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("removing deleted pod %s: %w", key, err)
+	}
+	return nil
+}
+
+// endPod frees an ended pod's devices and remembers it ended.
+func (s *Simulator) endPod(key string) {
+	s.mu.Lock()
+	st := s.pods[key]
+	if st != nil {
+		st.terminal = true
+		if st.timer != nil {
+			st.timer.Stop()
+		}
+	}
+	s.mu.Unlock()
+	if s.release(key) {
+		s.log.Info("devices freed", "pod", key)
+	}
+}
+
+// forget drops the node's record of the pod (of uid, or whatever pod has
+// the key when uid is empty) and frees its devices.
+func (s *Simulator) forget(key string, uid types.UID) {
+	s.mu.Lock()
+	st := s.pods[key]
+	if st != nil && (uid == "" || st.uid == uid) {
+		if st.timer != nil {
+			st.timer.Stop()
+		}
+		delete(s.pods, key)
+	}
+	s.mu.Unlock()
+	if s.release(key) {
+		s.log.Info("devices freed", "pod", key)
+	}
+}
+
+// writeAllocation records the allocation on the pod.
+func (s *Simulator) writeAllocation(ctx context.Context, pod *corev1.Pod, alloc *PodAllocation) error {
+	raw, err := json.Marshal(alloc)
+	if err != nil {
+		return fmt.Errorf("encoding the allocation of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{AllocationAnnotation: string(raw)},
+		"uid":         pod.UID,
+	}})
+	if err != nil {
+		return fmt.Errorf("encoding the allocation patch of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if _, err := s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("recording the allocation on pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// updateStatus applies mutate to the pod's latest status and writes it.
+func (s *Simulator) updateStatus(ctx context.Context, pod *corev1.Pod, mutate func(*corev1.PodStatus, *corev1.Pod)) error {
+	pods := s.client.CoreV1().Pods(pod.Namespace)
+	latest, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if latest.UID != pod.UID {
+		return nil
+	}
+	mutate(&latest.Status, latest)
+	if _, err := pods.UpdateStatus(ctx, latest, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating the status of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// runningStatus is the status of a pod whose containers all started.
+func (s *Simulator) runningStatus(st *corev1.PodStatus, pod *corev1.Pod) {
+	now := metav1.Now()
+	st.Phase = corev1.PodRunning
+	st.Reason, st.Message = "", ""
+	st.HostIP = s.nodeIP
+	st.HostIPs = []corev1.HostIP{{IP: s.nodeIP}}
+	ip := s.podIP(pod)
+	st.PodIP = ip
+	st.PodIPs = []corev1.PodIP{{IP: ip}}
+	st.StartTime = &now
+	st.Conditions = mergeConditions(st.Conditions,
+		corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady, corev1.PodScheduled)
+	st.InitContainerStatuses = nil
+	for _, c := range pod.Spec.InitContainers {
+		st.InitContainerStatuses = append(st.InitContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: c.Image, ContainerID: containerID(pod, c.Name),
+			Ready: true,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now, ContainerID: containerID(pod, c.Name),
+			}},
+		})
+	}
+	st.ContainerStatuses = nil
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: c.Image, ContainerID: containerID(pod, c.Name),
+			Ready: true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
+}
+
+// terminatedStatus is the status of a pod whose containers exited with
+// code.
+func terminatedStatus(st *corev1.PodStatus, pod *corev1.Pod, code int32) {
+	now := metav1.Now()
+	st.Phase = corev1.PodSucceeded
+	reason := "Completed"
+	if code != 0 {
+		st.Phase = corev1.PodFailed
+		reason = "Error"
+	}
+	for i := range st.Conditions {
+		switch st.Conditions[i].Type {
+		case corev1.PodReady, corev1.ContainersReady, corev1.PodReadyToStartContainers:
+			st.Conditions[i].Status = corev1.ConditionFalse
+			st.Conditions[i].Reason = "PodCompleted"
+			st.Conditions[i].LastTransitionTime = now
+		}
+	}
+	started := now
+	if st.StartTime != nil {
+		started = *st.StartTime
+	}
+	st.ContainerStatuses = nil
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: c.Image, ContainerID: containerID(pod, c.Name),
+			Started: ptr.To(false),
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: code, Reason: reason, StartedAt: started, FinishedAt: now, ContainerID: containerID(pod, c.Name),
+			}},
+		})
+	}
+}
+
+// mergeConditions sets each condition type to True, keeping transition
+// times of conditions that were True already.
+func mergeConditions(old []corev1.PodCondition, types ...corev1.PodConditionType) []corev1.PodCondition {
+	now := metav1.Now()
+	out := make([]corev1.PodCondition, 0, len(types))
+	for _, t := range types {
+		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+		for _, o := range old {
+			if o.Type == t && o.Status == corev1.ConditionTrue {
+				c.LastTransitionTime = o.LastTransitionTime
+			}
+		}
+		out = append(out, c)
+	}
+	for _, o := range old {
+		known := false
+		for _, t := range types {
+			known = known || o.Type == t
+		}
+		if !known {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func containerID(pod *corev1.Pod, name string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(string(pod.UID) + "/" + name))
+	return fmt.Sprintf("gpuplane-sim://%016x", h.Sum64())
+}
+
+// podIP hands out addresses from 10.<node>.0.0/16, the node's octet derived
+// from its name.
+func (s *Simulator) podIP(_ *corev1.Pod) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s.cfg.NodeName))
+	s.mu.Lock()
+	s.nextIP++
+	n := s.nextIP
+	s.mu.Unlock()
+	return fmt.Sprintf("10.%d.%d.%d", 64+h.Sum32()%128, (n/254)%256, n%254+1)
+}
+
+// event records a Warning event on the pod from the node's kubelet.
+func (s *Simulator) event(ctx context.Context, pod *corev1.Pod, reason, message string) {
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+		},
+		Reason: reason, Message: message, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "kubelet", Host: s.cfg.NodeName},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "kubelet", ReportingInstance: s.cfg.NodeName,
+	}
+	if _, err := s.client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		s.log.Warn("recording an event", "pod", pod.Namespace+"/"+pod.Name, "reason", reason, "err", err)
+	}
+}
+
+// summarize is a short log form of an allocation.
+func summarize(a *PodAllocation) map[string][]string {
+	out := map[string][]string{}
+	for _, c := range a.Containers {
+		for r, ids := range c.Devices {
+			out[r] = append(out[r], ids...)
+		}
+	}
+	return out
+}
+
+// PodAllocations returns the allocations of the pods currently holding
+// devices, by namespace/name.
+func (s *Simulator) PodAllocations() map[string]*PodAllocation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]*PodAllocation{}
+	for key, st := range s.pods {
+		if !st.terminal && st.allocation != nil {
+			out[key] = st.allocation
+		}
+	}
+	return out
+}
