@@ -65,9 +65,10 @@ type QueueSpec struct {
 	Reclaim ReclaimPolicy `json:"reclaim,omitempty"`
 }
 
-// QueueResource is a queue's share of one resource.
-//
-// +kubebuilder:validation:XValidation:rule="!has(self.guaranteed) || !has(self.limit) || quantity(string(self.guaranteed)).compareTo(quantity(string(self.limit))) <= 0",message="guaranteed must not exceed limit"
+// QueueResource is a queue's share of one resource. A guarantee above the
+// limit is reported by the scheduler on the Queue's Valid condition: the API
+// server's CEL cost budget cannot afford parsing two quantities per list
+// item.
 type QueueResource struct {
 	// Name of the resource, as pods request it.
 	// +kubebuilder:validation:MinLength=1

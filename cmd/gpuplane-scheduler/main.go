@@ -1,0 +1,111 @@
+// Command gpuplane-scheduler is gpuplane's cluster scheduler for GPU batch
+// work: pods that set spec.schedulerName: gpuplane-scheduler get queues,
+// gangs, quotas, fair share, preemption and GPU-aware placement. main turns
+// flags into an adapter.Config and runs it; everything else lives in
+// internal/scheduler/adapter.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
+)
+
+const usage = `gpuplane-scheduler schedules the pods that opt in with
+spec.schedulerName: gpuplane-scheduler.
+
+Pods join a gang with the label scheduling.gpuplane.io/pod-group=<PodGroup>
+(or scheduling.x-k8s.io/pod-group) and a queue with
+scheduling.gpuplane.io/queue=<Queue> (or kueue.x-k8s.io/queue-name); without
+one they use their namespace's scheduling.gpuplane.io/default-queue
+annotation, else the built-in "default" queue. The Queue and PodGroup CRDs
+(deploy/crds) must be installed.
+
+Run two replicas with --leader-elect (the default): one schedules, the other
+waits on the Lease. Metrics are on --serve-address/metrics, health on
+/healthz and /readyz.
+
+Usage:
+  gpuplane-scheduler [flags]
+
+Flags:
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("gpuplane-scheduler", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	def := adapter.Config{}.Defaults()
+	host, _ := os.Hostname()
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then the in-cluster service account")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	leaderElect := fs.Bool("leader-elect", true, "elect a leader on a Lease so that several replicas are safe")
+	cfg := adapter.Config{}
+	fs.Float32Var(&cfg.QPS, "kube-api-qps", def.QPS, "requests per second to the API server (binds, evictions, status)")
+	fs.IntVar(&cfg.Burst, "kube-api-burst", def.Burst, "burst of requests to the API server")
+	fs.StringVar(&cfg.SchedulerName, "scheduler-name", def.SchedulerName, "the spec.schedulerName this scheduler serves")
+	fs.StringVar(&cfg.Policy, "policy", def.Policy, "placement policy of the scheduling core (gpuplane, bestfit, fgd, ...)")
+	fs.DurationVar(&cfg.CycleInterval, "cycle-interval", def.CycleInterval, "longest time between scheduling cycles")
+	fs.DurationVar(&cfg.MinCycleInterval, "min-cycle-interval", def.MinCycleInterval, "shortest time between cycles; changes arriving meanwhile are batched")
+	fs.IntVar(&cfg.BindWorkers, "bind-workers", def.BindWorkers, "bindings in flight at once")
+	fs.Float32Var(&cfg.EvictionQPS, "eviction-qps", def.EvictionQPS, "evictions per second at most")
+	fs.IntVar(&cfg.MaxEvictionsPerCycle, "max-evictions-per-cycle", def.MaxEvictionsPerCycle, "evictions one cycle may decide")
+	fs.DurationVar(&cfg.EvictionBackoff, "eviction-backoff", def.EvictionBackoff, "how long a pod whose eviction was refused (PodDisruptionBudget) is left alone")
+	fs.Float32Var(&cfg.StatusQPS, "status-qps", def.StatusQPS, "pod condition, PodGroup and Queue status writes per second")
+	fs.IntVar(&cfg.DiagnoseLimit, "diagnose-limit", def.DiagnoseLimit, "waiting groups explained in detail per cycle")
+	fs.DurationVar(&cfg.PartialGangGrace, "partial-gang-grace", def.PartialGangGrace, "how long a gang may stay partly bound before its bound pods are deleted")
+	fs.StringVar(&cfg.LeaseName, "leader-elect-lease-name", "gpuplane-scheduler", "name of the leader Lease")
+	fs.StringVar(&cfg.LeaseNamespace, "leader-elect-namespace", def.LeaseNamespace, "namespace of the leader Lease")
+	fs.StringVar(&cfg.Identity, "leader-elect-identity", host, "this replica's identity in the Lease (unique per replica)")
+	fs.DurationVar(&cfg.LeaseDuration, "leader-elect-lease-duration", def.LeaseDuration, "how long a standby waits before taking an unrenewed Lease")
+	fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", def.RenewDeadline, "how long the leader retries renewing before it gives up")
+	fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", def.RetryPeriod, "time between Lease attempts")
+	fs.StringVar(&cfg.ServeAddr, "serve-address", ":10259", "address of /metrics, /healthz and /readyz; empty serves none")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "gpuplane-scheduler: --log-level %q: want debug, info, warn or error\n", *logLevel)
+		return 2
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if !*leaderElect {
+		cfg.LeaseName = ""
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = *kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuplane-scheduler: loading the kubeconfig: %v (give --kubeconfig or run in a cluster)\n", err)
+		return 1
+	}
+	cfg.RESTConfig = rc
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := adapter.Run(ctx, cfg); err != nil {
+		cfg.Logger.Error("gpuplane-scheduler stopped", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,133 @@
+package adapter
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+)
+
+// Config configures a scheduler process. Zero fields take the defaults
+// listed with Defaults.
+type Config struct {
+	// RESTConfig reaches the API server; QPS and Burst below override its
+	// own.
+	RESTConfig *rest.Config
+	// QPS and Burst are the client's budget for all requests (binds,
+	// evictions, status). Defaults 50 and 100.
+	QPS   float32
+	Burst int
+	// SchedulerName is the spec.schedulerName the scheduler serves.
+	SchedulerName string
+	// Policy is the core's placement policy (placement.NewPolicy).
+	Policy string
+	// CycleInterval is the longest time between cycles; a change in the
+	// cluster starts one sooner, but not sooner than MinCycleInterval after
+	// the last. Defaults 1s and 10ms.
+	CycleInterval    time.Duration
+	MinCycleInterval time.Duration
+	// BindWorkers is how many bindings are in flight at once (default 32).
+	BindWorkers int
+	// EvictionQPS bounds evictions per second (default 10);
+	// MaxEvictionsPerCycle bounds those one cycle may decide (default 64).
+	EvictionQPS          float32
+	MaxEvictionsPerCycle int
+	// EvictionBackoff is how long a pod whose eviction was refused (a
+	// PodDisruptionBudget, 429) is left alone (default 30s).
+	EvictionBackoff time.Duration
+	// StatusQPS bounds pod condition, PodGroup and Queue status writes per
+	// second (default 20).
+	StatusQPS float32
+	// DiagnoseLimit bounds how many waiting groups a cycle explains in
+	// detail (default 64): the per-node scan costs O(nodes).
+	DiagnoseLimit int
+	// PartialGangGrace is how long a gang may stay partly bound before
+	// its bound pods are deleted (default 30s). A gang found partly bound
+	// when the scheduler starts gets one cycle.
+	PartialGangGrace time.Duration
+	// LeaderElection: when LeaseName is empty the scheduler does not elect
+	// a leader (one replica only).
+	LeaseName      string
+	LeaseNamespace string
+	Identity       string
+	LeaseDuration  time.Duration
+	RenewDeadline  time.Duration
+	RetryPeriod    time.Duration
+	// ServeAddr serves /metrics, /healthz and /readyz; empty serves none.
+	ServeAddr string
+	// Logger receives the scheduler's logs; nil discards.
+	Logger *slog.Logger
+}
+
+// Defaults returns c with every zero field set to its default.
+func (c Config) Defaults() Config {
+	set := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.QPS == 0 {
+		c.QPS = 50
+	}
+	if c.Burst == 0 {
+		c.Burst = 100
+	}
+	if c.SchedulerName == "" {
+		c.SchedulerName = v1alpha1.SchedulerName
+	}
+	if c.Policy == "" {
+		c.Policy = "gpuplane"
+	}
+	set(&c.CycleInterval, time.Second)
+	set(&c.MinCycleInterval, 10*time.Millisecond)
+	if c.BindWorkers == 0 {
+		c.BindWorkers = 32
+	}
+	if c.EvictionQPS == 0 {
+		c.EvictionQPS = 10
+	}
+	if c.MaxEvictionsPerCycle == 0 {
+		c.MaxEvictionsPerCycle = 64
+	}
+	set(&c.EvictionBackoff, 30*time.Second)
+	if c.StatusQPS == 0 {
+		c.StatusQPS = 20
+	}
+	if c.DiagnoseLimit == 0 {
+		c.DiagnoseLimit = 64
+	}
+	set(&c.PartialGangGrace, 30*time.Second)
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = "kube-system"
+	}
+	set(&c.LeaseDuration, 15*time.Second)
+	set(&c.RenewDeadline, 10*time.Second)
+	set(&c.RetryPeriod, 2*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate names the first field that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.RESTConfig == nil:
+		return errors.New("config: no API server to talk to: give --kubeconfig or run in a cluster")
+	case c.QPS < 0 || c.Burst < 0:
+		return fmt.Errorf("config: kube-api-qps and kube-api-burst must be >= 0, got %g and %d", c.QPS, c.Burst)
+	case c.BindWorkers < 0:
+		return fmt.Errorf("config: bind-workers must be >= 1, got %d", c.BindWorkers)
+	case c.MinCycleInterval > c.CycleInterval:
+		return fmt.Errorf("config: min-cycle-interval %v must not exceed cycle-interval %v", c.MinCycleInterval, c.CycleInterval)
+	case c.LeaseName != "" && c.Identity == "":
+		return errors.New("config: leader election needs an identity: set --leader-elect-identity (defaults to the host name)")
+	case c.LeaseName != "" && c.RenewDeadline >= c.LeaseDuration:
+		return fmt.Errorf("config: leader-elect-renew-deadline %v must be shorter than leader-elect-lease-duration %v", c.RenewDeadline, c.LeaseDuration)
+	}
+	return nil
+}

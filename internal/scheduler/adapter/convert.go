@@ -1,0 +1,277 @@
+package adapter
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/labels"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// Resource and label names the adapter reads.
+const (
+	ResourceGPU       corev1.ResourceName = "nvidia.com/gpu"
+	ResourceGPUShared corev1.ResourceName = "nvidia.com/gpu.shared"
+	migResourcePrefix                     = "nvidia.com/mig-"
+
+	LabelGPUProduct  = "nvidia.com/gpu.product"
+	LabelGPUMemory   = "nvidia.com/gpu.memory"
+	LabelGPUCount    = "nvidia.com/gpu.count"
+	LabelGPUReplicas = "nvidia.com/gpu.replicas"
+
+	// GPUsAnnotation records on a bound pod which GPU indexes (and, for
+	// shares, how much of each) the scheduler gave it: "0,1" for whole
+	// GPUs, "3:250" for a quarter of GPU 3, "2:m3" for a 3-slice MIG
+	// instance on GPU 2. The binding carries it, so it lands on the pod
+	// with the node name.
+	GPUsAnnotation = "gpuplane.io/gpus"
+)
+
+// convertNode builds the core's view of a node: CPU and memory from
+// allocatable, one model.GPU per whole GPU (nvidia.com/gpu plus GPUs in MIG
+// mode), the model and memory from the feature labels and the topology from
+// the agent's annotation. An unparsable topology is ignored (the node is
+// still usable) and reported through the returned warning.
+func convertNode(n *corev1.Node) (model.Node, string) {
+	alloc := n.Status.Allocatable
+	out := model.Node{
+		Name:          n.Name,
+		MilliCPU:      alloc.Cpu().MilliValue(),
+		MemoryMiB:     alloc.Memory().Value() >> 20,
+		Unschedulable: n.Spec.Unschedulable,
+	}
+	whole := int(quantityInt(alloc, ResourceGPU))
+	shared := int(quantityInt(alloc, ResourceGPUShared))
+	replicas := 1
+	if shared > 0 {
+		if r, err := strconv.Atoi(n.Labels[LabelGPUReplicas]); err == nil && r > 1 {
+			replicas = r
+		}
+		whole += shared / replicas
+	}
+	migGPUs := 0
+	if hasMIG(alloc) {
+		if c, err := strconv.Atoi(n.Labels[LabelGPUCount]); err == nil && c > whole {
+			migGPUs = c - whole
+		}
+	}
+	product := n.Labels[LabelGPUProduct]
+	mem, _ := strconv.ParseInt(n.Labels[LabelGPUMemory], 10, 64)
+	var topo *labels.Topology
+	warning := ""
+	if s, ok := n.Annotations[labels.TopologyAnnotation]; ok {
+		t, err := labels.ParseTopology(s)
+		if err != nil {
+			warning = err.Error()
+		} else if t.GPUs == whole+migGPUs {
+			topo = t
+		} else {
+			warning = fmt.Sprintf("%s describes %d GPUs but the node has %d", labels.TopologyAnnotation, t.GPUs, whole+migGPUs)
+		}
+	}
+	for i := 0; i < whole+migGPUs; i++ {
+		g := model.GPU{Index: i, Model: product, MemoryMiB: mem, NUMANode: -1}
+		if i >= whole {
+			g.MIGSlices = 7
+		}
+		if topo != nil && i < len(topo.NUMA) {
+			g.NUMANode = topo.NUMA[i]
+		}
+		out.GPUs = append(out.GPUs, g)
+	}
+	if topo != nil {
+		out.Topology = topologyOf(topo)
+	}
+	return out, warning
+}
+
+// topologyOf turns the annotation's NVLink islands into pairwise links:
+// NVLink inside an island, PCIe within a NUMA node or across the system
+// otherwise.
+func topologyOf(t *labels.Topology) *gpu.Topology {
+	tp := gpu.NewTopology(t.GPUs)
+	island := make([]int, t.GPUs)
+	links := make([]int, t.GPUs)
+	for i := range island {
+		island[i] = -1
+	}
+	for k, g := range t.Groups {
+		for _, i := range g.GPUs {
+			island[i], links[i] = k, g.NVLinks
+		}
+	}
+	numa := func(i int) int {
+		if i < len(t.NUMA) {
+			return t.NUMA[i]
+		}
+		return -1
+	}
+	for i := 0; i < t.GPUs; i++ {
+		for j := i + 1; j < t.GPUs; j++ {
+			l := gpu.Link{PCIe: gpu.PCIeSystem}
+			if numa(i) >= 0 && numa(i) == numa(j) {
+				l.PCIe = gpu.PCIeNode
+			}
+			if island[i] >= 0 && island[i] == island[j] {
+				l.NVLinks = links[i]
+			}
+			tp.Set(i, j, l)
+		}
+	}
+	return tp
+}
+
+func hasMIG(rl corev1.ResourceList) bool {
+	for name, q := range rl {
+		if strings.HasPrefix(string(name), migResourcePrefix) && !q.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+func quantityInt(rl corev1.ResourceList, name corev1.ResourceName) int64 {
+	q, ok := rl[name]
+	if !ok {
+		return 0
+	}
+	return q.Value()
+}
+
+// BadInputError is a pod, PodGroup or Queue the scheduler cannot act on;
+// Reason is a CamelCase condition reason and the message says what to
+// change.
+type BadInputError struct {
+	Reason string
+	Msg    string
+}
+
+func (e *BadInputError) Error() string { return e.Msg }
+
+func badInput(reason, format string, args ...any) *BadInputError {
+	return &BadInputError{Reason: reason, Msg: fmt.Sprintf(format, args...)}
+}
+
+// podRequest builds the core's request of a pod from its containers'
+// requests (init containers and pod overhead included, as the kubelet
+// counts them). replicas is the sharing factor of nvidia.com/gpu.shared on
+// the cluster's nodes (1 when unknown).
+func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			c := &cs[i]
+			for name, lim := range c.Resources.Limits {
+				if !isExtended(name) {
+					continue
+				}
+				if req, ok := c.Resources.Requests[name]; ok && req.Cmp(lim) != 0 {
+					return model.Request{}, badInput("RequestsNotLimits",
+						"container %q asks for %s request %s but limit %s: extended resources must have equal requests and limits (set both to the same whole number)",
+						c.Name, name, req.String(), lim.String())
+				}
+			}
+			for name, req := range c.Resources.Requests {
+				if isExtended(name) && req.MilliValue()%1000 != 0 {
+					return model.Request{}, badInput("FractionalGPU",
+						"container %q asks for %s of %s: GPUs are counted whole; ask for a whole number, or for nvidia.com/gpu.shared or a nvidia.com/mig-<profile> to share one",
+						c.Name, req.String(), name)
+				}
+			}
+		}
+	}
+	reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	out := model.Request{
+		MilliCPU:  reqs.Cpu().MilliValue(),
+		MemoryMiB: (reqs.Memory().Value() + 1<<20 - 1) >> 20,
+		GPUs:      int(quantityInt(reqs, ResourceGPU)),
+	}
+	if n := quantityInt(reqs, ResourceGPUShared); n > 0 {
+		if out.GPUs > 0 {
+			return model.Request{}, badInput("MixedGPURequest", "the pod asks for both %s and %s: ask for one of them", ResourceGPU, ResourceGPUShared)
+		}
+		if replicas < 1 {
+			replicas = 1
+		}
+		milli := n * model.MilliPerGPU / int64(replicas)
+		if milli >= model.MilliPerGPU {
+			out.GPUs = int(milli / model.MilliPerGPU)
+		} else {
+			out.GPUMilli = max(milli, 1)
+		}
+	}
+	for name, q := range reqs {
+		prof, ok := strings.CutPrefix(string(name), migResourcePrefix)
+		if !ok || q.IsZero() {
+			continue
+		}
+		if out.GPUs > 0 || out.GPUMilli > 0 || out.MIGSlices > 0 || q.Value() != 1 {
+			return model.Request{}, badInput("MixedGPURequest", "the pod asks for %s %s besides other GPUs: gpuplane places one MIG instance per pod; split the pod or ask for whole GPUs", q.String(), name)
+		}
+		slices, err := strconv.Atoi(strings.SplitN(prof, "g", 2)[0])
+		if err != nil || slices < 1 || slices > 7 {
+			return model.Request{}, badInput("UnknownMIGProfile", "resource %s does not name a MIG profile like nvidia.com/mig-3g.40gb", name)
+		}
+		out.MIGSlices, out.MIGProfile = slices, prof
+	}
+	return out, nil
+}
+
+func isExtended(name corev1.ResourceName) bool {
+	return strings.Contains(string(name), "/") && !strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix) &&
+		!strings.HasPrefix(string(name), "kubernetes.io/")
+}
+
+// formatShares renders GPUsAnnotation's value.
+func formatShares(shares []model.GPUShare) string {
+	parts := make([]string, len(shares))
+	for i, s := range shares {
+		switch {
+		case s.MIGSlices > 0:
+			parts[i] = fmt.Sprintf("%d:m%d", s.Index, s.MIGSlices)
+		case s.Milli > 0 && s.Milli < model.MilliPerGPU:
+			parts[i] = fmt.Sprintf("%d:%d", s.Index, s.Milli)
+		default:
+			parts[i] = strconv.Itoa(s.Index)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseShares reads GPUsAnnotation back; whole GPUs take the GPU's full
+// capacity and memory from node.
+func parseShares(s string, node *model.Node) ([]model.GPUShare, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []model.GPUShare
+	for _, part := range strings.Split(s, ",") {
+		idx, amount, hasAmount := strings.Cut(part, ":")
+		i, err := strconv.Atoi(idx)
+		if err != nil || i < 0 || i >= len(node.GPUs) {
+			return nil, fmt.Errorf("parsing %s %q: GPU index %q is not on node %s", GPUsAnnotation, s, idx, node.Name)
+		}
+		sh := model.GPUShare{Index: i, Milli: node.GPUs[i].Capacity(), MemoryMiB: node.GPUs[i].MemoryMiB}
+		if hasAmount {
+			if m, ok := strings.CutPrefix(amount, "m"); ok {
+				n, err := strconv.Atoi(m)
+				if err != nil {
+					return nil, fmt.Errorf("parsing %s %q: %w", GPUsAnnotation, s, err)
+				}
+				sh = model.GPUShare{Index: i, MIGSlices: n}
+			} else {
+				n, err := strconv.ParseInt(amount, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("parsing %s %q: %w", GPUsAnnotation, s, err)
+				}
+				sh = model.GPUShare{Index: i, Milli: n}
+			}
+		}
+		out = append(out, sh)
+	}
+	return out, nil
+}

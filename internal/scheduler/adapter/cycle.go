@@ -1,0 +1,258 @@
+package adapter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// loop runs scheduling cycles while it leads. It returns when ctx ends.
+type loop struct {
+	cfg     Config
+	log     klog.Logger
+	cache   *clusterCache
+	core    *scheduler.Scheduler
+	build   *builder
+	api     *apiWriter
+	status  *statusWriter
+	metrics *metrics
+
+	// partialSince remembers when a gang was first seen partly bound.
+	partialSince map[string]time.Time
+	cycles       int
+	diag         map[string]diagnosis
+	queuesAt     time.Time
+}
+
+func newLoop(cfg Config, log klog.Logger, c *clusterCache, api *apiWriter, st *statusWriter, m *metrics) (*loop, error) {
+	core, err := scheduler.New(scheduler.Config{Policy: cfg.Policy, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("starting the scheduling core: %w", err)
+	}
+	return &loop{cfg: cfg, log: log, cache: c, core: core, build: newBuilder(cfg.SchedulerName, cfg.MaxEvictionsPerCycle, log),
+		api: api, status: st, metrics: m, partialSince: map[string]time.Time{}}, nil
+}
+
+// run cycles until ctx ends: at once when the cache changes (batched by
+// MinCycleInterval), at the latest every CycleInterval.
+func (l *loop) run(ctx context.Context) {
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.cache.changed:
+		case <-tick.C:
+		}
+		start := time.Now()
+		if err := l.cycle(ctx, start); err != nil {
+			l.log.Error(err, "scheduling cycle failed")
+		}
+		// Batch the changes that arrive meanwhile.
+		wait := l.cfg.MinCycleInterval - time.Since(start)
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		if !tick.Stop() {
+			select {
+			case <-tick.C:
+			default:
+			}
+		}
+		tick.Reset(l.cfg.CycleInterval)
+	}
+}
+
+// cycle is one pass: snapshot, core, actions, status.
+func (l *loop) cycle(ctx context.Context, now time.Time) error {
+	// 1. Snapshot: the cache's converted objects, under its lock.
+	l.cache.mu.Lock()
+	l.expireWaits(now)
+	in := l.build.build(l.cache, now)
+	l.cache.mu.Unlock()
+	l.metrics.phase("snapshot", time.Since(now))
+
+	// 2. Core: decisions from the snapshot alone.
+	d, err := l.core.Cycle(&in.snap)
+	if err != nil {
+		l.metrics.attempts.WithLabelValues("error").Inc()
+		return fmt.Errorf("running the core on %d nodes, %d pending groups: %w", len(in.snap.Nodes), len(in.snap.Pending), err)
+	}
+	for _, t := range d.Timings {
+		l.metrics.phase(t.Phase, time.Duration(t.Nanos))
+	}
+	l.cycles++
+
+	// 3. Evictions first; a group that needed them waits for its victims
+	//    instead of binding now.
+	t := time.Now()
+	blocked := l.evict(ctx, in, d.Evictions, now)
+	l.metrics.phase("evict", time.Since(t))
+
+	// 4. Binds, whole groups at a time, concurrently.
+	t = time.Now()
+	placed := l.bind(ctx, in, d.Binds, blocked)
+	l.metrics.phase("bind-dispatch", time.Since(t))
+
+	// 5. Gangs left partly bound are completed by the binds above or torn
+	//    down once their grace is over.
+	l.reconcilePartial(ctx, in, placed, now)
+
+	// 6. Why-waiting, PodGroup and Queue status (rate-limited writes).
+	t = time.Now()
+	l.report(in, &d, placed, blocked)
+	l.metrics.phase("status", time.Since(t))
+	l.metrics.cycle(in, &d)
+	l.log.V(2).Info("cycle", "nodes", len(in.snap.Nodes), "pending", len(in.snap.Pending), "binds", len(d.Binds),
+		"evictions", len(d.Evictions), "unplaced", len(d.Unplaced), "took", time.Since(now))
+	return nil
+}
+
+// expireWaits lets a preemptor try again once its victims are gone or
+// after a minute. Caller holds the cache lock.
+func (l *loop) expireWaits(now time.Time) {
+	for g, w := range l.cache.waiting {
+		left := 0
+		for _, v := range w.victims {
+			if _, ok := l.cache.pods[v]; ok {
+				left++
+			}
+		}
+		if left == 0 || now.Sub(w.since) > time.Minute {
+			delete(l.cache.waiting, g)
+		}
+	}
+}
+
+// evict sends the cycle's evictions and returns the groups that wait for
+// them.
+func (l *loop) evict(ctx context.Context, in *cycleInput, evs []model.Eviction, now time.Time) map[string]bool {
+	blocked := map[string]bool{}
+	if len(evs) == 0 {
+		return blocked
+	}
+	byFor := map[string][]model.Eviction{}
+	for _, e := range evs {
+		byFor[e.For] = append(byFor[e.For], e)
+		blocked[e.For] = true
+	}
+	l.cache.mu.Lock()
+	for g, es := range byFor {
+		w := &victimWait{since: now}
+		for _, e := range es {
+			w.victims = append(w.victims, e.Pod)
+		}
+		l.cache.waiting[g] = w
+	}
+	l.cache.mu.Unlock()
+	for g, es := range byFor {
+		for _, e := range es {
+			pi := in.pods[e.Pod]
+			if pi == nil {
+				continue
+			}
+			l.api.evict(ctx, pi.pod, g, e.Reason, func(refused bool) {
+				if refused {
+					// The victim stays; the preemptor waits for another
+					// way in, and the victim is not offered again for a
+					// while.
+					l.cache.refuse(e.Pod, time.Now().Add(l.cfg.EvictionBackoff))
+					l.cache.mu.Lock()
+					delete(l.cache.waiting, g)
+					l.cache.mu.Unlock()
+				}
+			})
+		}
+	}
+	return blocked
+}
+
+// bind sends the binds of every group not blocked on evictions and returns
+// the groups it placed.
+func (l *loop) bind(ctx context.Context, in *cycleInput, binds []model.Bind, blocked map[string]bool) map[string]bool {
+	placed := map[string]bool{}
+	var todo []model.Bind
+	for _, b := range binds {
+		if blocked[b.Group] || in.pods[b.Pod] == nil {
+			continue
+		}
+		placed[b.Group] = true
+		todo = append(todo, b)
+	}
+	if len(todo) == 0 {
+		return placed
+	}
+	l.cache.mu.Lock()
+	for _, b := range todo {
+		l.cache.assumed[b.Pod] = assumption{node: b.Node, shares: b.GPUs}
+	}
+	l.cache.mu.Unlock()
+	for _, b := range todo {
+		pi := in.pods[b.Pod]
+		l.api.bind(ctx, pi.pod, b.Node, formatShares(b.GPUs), func(err error) {
+			if err != nil {
+				l.cache.forget(b.Pod)
+				l.status.event(pi.pod, "Warning", "FailedBinding", fmt.Sprintf("binding to %s: %v", b.Node, err))
+			}
+		})
+	}
+	return placed
+}
+
+// reconcilePartial tears down gangs that stay partly bound: some pods
+// bound, fewer than minMember, and the rest not placed this cycle. A gang
+// found so at start-up gets one cycle; later ones PartialGangGrace.
+func (l *loop) reconcilePartial(ctx context.Context, in *cycleInput, placed map[string]bool, now time.Time) {
+	seen := map[string]bool{}
+	for name, g := range in.groups {
+		if g.pg == nil || len(g.bound) == 0 || len(g.bound) >= g.minMember || placed[name] {
+			continue
+		}
+		seen[name] = true
+		since, ok := l.partialSince[name]
+		if !ok {
+			since = now
+			if l.cycles == 1 {
+				// Found at start-up: the first cycle was its chance.
+				since = now.Add(-l.cfg.PartialGangGrace)
+			}
+			l.partialSince[name] = since
+		}
+		if now.Sub(since) < l.cfg.PartialGangGrace {
+			continue
+		}
+		l.log.Info("deleting the bound pods of a partly bound gang that does not fit", "podGroup", g.pgKey, "bound", len(g.bound), "minMember", g.minMember)
+		for _, pi := range g.bound {
+			if pi.pod.DeletionTimestamp == nil {
+				l.api.deletePod(ctx, pi.pod, fmt.Sprintf("gang %s is partly bound (%d/%d) and the rest does not fit", g.pgKey, len(g.bound), g.minMember))
+			}
+		}
+		delete(l.partialSince, name)
+	}
+	for name := range l.partialSince {
+		if !seen[name] {
+			delete(l.partialSince, name)
+		}
+	}
+}
+
+func joinReasons(m map[string]int, order []string) string {
+	var parts []string
+	for _, k := range order {
+		if n := m[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

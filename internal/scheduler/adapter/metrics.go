@@ -1,0 +1,79 @@
+package adapter
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// metrics are the scheduler's Prometheus series, on a registry of its own.
+type metrics struct {
+	reg          *prometheus.Registry
+	attempts     *prometheus.CounterVec
+	phases       *prometheus.HistogramVec
+	bindDuration prometheus.Histogram
+	e2e          prometheus.Histogram
+	binds        *prometheus.CounterVec
+	evictions    *prometheus.CounterVec
+	usage        *prometheus.GaugeVec
+	fairShare    *prometheus.GaugeVec
+	pending      *prometheus.GaugeVec
+	leader       prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18)
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuplane_scheduler_schedule_attempts_total",
+			Help: "Pod groups the scheduler tried to place, by result (scheduled, unschedulable, error)."}, []string{"result"}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gpuplane_scheduler_cycle_phase_duration_seconds",
+			Help: "Time spent in each phase of a scheduling cycle.", Buckets: buckets}, []string{"phase"}),
+		bindDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuplane_scheduler_bind_duration_seconds",
+			Help: "Latency of pods/binding calls.", Buckets: buckets}),
+		e2e: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuplane_scheduler_pod_scheduling_duration_seconds",
+			Help: "Time from a pod's creation to its binding.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
+		binds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuplane_scheduler_binds_total",
+			Help: "Bindings sent, by result (bound, error)."}, []string{"result"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuplane_scheduler_evictions_total",
+			Help: "Evictions asked of the Eviction API, by reason (preempt, reclaim) and result (evicted, refused)."}, []string{"reason", "result"}),
+		usage: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuplane_scheduler_queue_usage",
+			Help: "Resources held by a queue's running pods (cpu in cores, memory in bytes, nvidia.com/gpu in GPUs)."}, []string{"queue", "resource"}),
+		fairShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuplane_scheduler_queue_fair_share",
+			Help: "A queue's fair share of the cluster given current demand, in the units of gpuplane_scheduler_queue_usage."}, []string{"queue", "resource"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuplane_scheduler_queue_pending_groups",
+			Help: "Pod groups waiting in a queue."}, []string{"queue"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpuplane_scheduler_leader",
+			Help: "1 while this replica leads and schedules, 0 while it stands by."}),
+	}
+	m.reg.MustRegister(m.attempts, m.phases, m.bindDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) phase(name string, d time.Duration) {
+	m.phases.WithLabelValues(name).Observe(d.Seconds())
+}
+
+func (m *metrics) cycle(in *cycleInput, d *model.Decisions) {
+	groups := map[string]bool{}
+	for _, b := range d.Binds {
+		groups[b.Group] = true
+	}
+	m.attempts.WithLabelValues("scheduled").Add(float64(len(groups)))
+	m.attempts.WithLabelValues("unschedulable").Add(float64(len(d.Unplaced)))
+}
+
+func (m *metrics) queue(name string, usage, fair model.Resources, pending int32) {
+	set := func(g *prometheus.GaugeVec, r model.Resources) {
+		g.WithLabelValues(name, "cpu").Set(float64(r.MilliCPU) / 1000)
+		g.WithLabelValues(name, "memory").Set(float64(r.MemoryMiB) * (1 << 20))
+		g.WithLabelValues(name, string(ResourceGPU)).Set(float64(r.GPUMilli) / model.MilliPerGPU)
+	}
+	set(m.usage, usage)
+	set(m.fairShare, fair)
+	m.pending.WithLabelValues(name).Set(float64(pending))
+}

@@ -1,0 +1,320 @@
+package adapter
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
+)
+
+// Condition types the scheduler writes.
+const (
+	// ConditionSchedulable on a PodGroup says whether the gang can be
+	// placed and, when not, why.
+	ConditionSchedulable = "Schedulable"
+	// ConditionValid on a Queue or PodGroup says whether its spec is
+	// usable and, when not, what to change.
+	ConditionValid = "Valid"
+)
+
+// diagnosis is a waiting group's explanation, kept between cycles so the
+// per-node scan runs at a bounded rate.
+type diagnosis struct {
+	msg string
+	at  time.Time
+}
+
+// report explains waiting pods and writes PodGroup and Queue status.
+func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[string]bool) {
+	if l.diag == nil {
+		l.diag = map[string]diagnosis{}
+	}
+	// 1. Pods whose own spec cannot be scheduled.
+	for _, pi := range in.badPods {
+		l.status.podCondition(pi.pod, pi.bad.Reason, pi.bad.Msg)
+	}
+	// 2. Groups held back before the core, and groups it could not place.
+	msgs := map[string]string{}
+	for name, g := range in.groups {
+		if g.held != nil && len(g.pending) > 0 {
+			msgs[name] = g.held.Msg
+			for _, pi := range g.pending {
+				l.status.podCondition(pi.pod, g.held.Reason, g.held.Msg)
+			}
+		}
+	}
+	budget := l.cfg.DiagnoseLimit
+	pendingByName := map[string]*model.PodGroup{}
+	for i := range in.snap.Pending {
+		pendingByName[in.snap.Pending[i].Name] = &in.snap.Pending[i]
+	}
+	for _, u := range d.Unplaced {
+		g := in.groups[u.Group]
+		if g == nil || placed[u.Group] || blocked[u.Group] {
+			continue
+		}
+		dg, ok := l.diag[u.Group]
+		if !ok || in.startedAt.Sub(dg.at) > 10*time.Second {
+			if budget == 0 {
+				if !ok {
+					continue
+				}
+			} else {
+				budget--
+				dg = diagnosis{msg: l.explain(in, pendingByName[u.Group], u.Reason, g), at: in.startedAt}
+				l.diag[u.Group] = dg
+			}
+		}
+		msgs[u.Group] = dg.msg
+		for _, pi := range g.pending {
+			l.status.podCondition(pi.pod, corev1.PodReasonUnschedulable, dg.msg)
+		}
+	}
+	for name := range l.diag {
+		if g := in.groups[name]; g == nil || len(g.pending) == 0 || placed[name] {
+			delete(l.diag, name)
+		}
+	}
+	// 3. PodGroup status.
+	for name, g := range in.groups {
+		if g.pg != nil {
+			l.podGroupStatus(g, msgs[name], placed[name], in.startedAt)
+		}
+	}
+	// 4. Queue status, at most once a second.
+	if in.startedAt.Sub(l.queuesAt) >= time.Second {
+		l.queuesAt = in.startedAt
+		l.queueStatus(in)
+	}
+}
+
+// explain says why a group waits: "0/1000 nodes available: 640
+// insufficient nvidia.com/gpu, 360 untolerated taint {k: v}", prefixed
+// with "gang k/n placeable" for gangs.
+func (l *loop) explain(in *cycleInput, pg *model.PodGroup, coreReason string, g *groupInfo) string {
+	if pg == nil || len(pg.Pods) == 0 {
+		return "waiting"
+	}
+	if coreReason == "queue limit" {
+		return fmt.Sprintf("queue %q is at its limit: wait for its workloads to finish or raise the queue's limit", g.queue)
+	}
+	st := l.core.State()
+	if st == nil {
+		return coreReason
+	}
+	first := &pg.Pods[0]
+	cl := in.classOf[first.Name]
+	counts := map[string]int{}
+	var order []string
+	add := func(r string) {
+		if counts[r] == 0 {
+			order = append(order, r)
+		}
+		counts[r]++
+	}
+	avail := 0
+	for i := range st.Nodes {
+		ns := &st.Nodes[i]
+		switch {
+		case ns.Node.Unschedulable:
+			add("node unschedulable")
+		case cl != nil && !cl.all && i < len(cl.match) && !cl.match[i] && i < len(in.nodes):
+			add(staticFit(l.log, in.pods[first.Name].pod, in.nodes[i].node))
+		case ns.FreeCPU < first.Request.MilliCPU:
+			add("insufficient cpu")
+		case ns.FreeMem < first.Request.MemoryMiB:
+			add("insufficient memory")
+		case st.Options(i, &first.Request) == nil:
+			add("insufficient " + gpuResourceName(&first.Request))
+		default:
+			avail++
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return counts[order[a]] > counts[order[b]] })
+	msg := fmt.Sprintf("%d/%d nodes available", avail, len(st.Nodes))
+	if r := joinReasons(counts, order); r != "" {
+		msg += ": " + r
+	}
+	if g.minMember > 1 || len(pg.Pods) > 1 {
+		n := placeable(st, pg)
+		msg = fmt.Sprintf("gang %d/%d placeable (%d already bound); %s", n+len(g.bound), g.minMember, len(g.bound), msg)
+	}
+	return msg
+}
+
+func gpuResourceName(r *model.Request) string {
+	switch {
+	case r.MIGSlices > 0:
+		return migResourcePrefix + r.MIGProfile
+	case r.Shared():
+		return string(ResourceGPUShared)
+	}
+	return string(ResourceGPU)
+}
+
+// placeable counts how many of the group's pods fit at once, greedily, as
+// a what-if on the core's state that is rolled back.
+func placeable(st *placement.State, pg *model.PodGroup) int {
+	mark := st.Checkpoint()
+	defer st.Rollback(mark)
+	n := 0
+	for k := range pg.Pods {
+		req := &pg.Pods[k].Request
+		for i := range st.Nodes {
+			if opts := st.Options(i, req); len(opts) > 0 && st.Assign(i, req, opts[0].Shares) == nil {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// podGroupStatus writes phase, counts and the Schedulable condition.
+func (l *loop) podGroupStatus(g *groupInfo, waitMsg string, placed bool, now time.Time) {
+	pg := g.pg
+	st := v1alpha1.PodGroupStatus{Conditions: slices.Clone(pg.Status.Conditions)}
+	for _, pi := range g.bound {
+		st.Scheduled++
+		if pi.pod.Status.Phase == corev1.PodRunning {
+			st.Running++
+		}
+	}
+	for _, pi := range g.finished {
+		if pi.pod.Status.Phase == corev1.PodSucceeded {
+			st.Succeeded++
+		} else {
+			st.Failed++
+		}
+	}
+	minMember := int32(g.minMember)
+	cond := metav1.Condition{Type: ConditionSchedulable, Status: metav1.ConditionTrue, Reason: "Placed", Message: "the gang is placed", ObservedGeneration: pg.Generation}
+	switch {
+	case st.Succeeded >= minMember && len(g.pending) == 0 && len(g.bound) == 0:
+		st.Phase = v1alpha1.PodGroupSucceeded
+	case st.Failed > 0 && st.Running+st.Succeeded < minMember && len(g.pending) == 0:
+		st.Phase = v1alpha1.PodGroupFailed
+	case st.Running >= minMember:
+		st.Phase = v1alpha1.PodGroupRunning
+	case st.Scheduled >= minMember || placed:
+		st.Phase = v1alpha1.PodGroupScheduled
+	default:
+		st.Phase = v1alpha1.PodGroupPending
+		cond = metav1.Condition{Type: ConditionSchedulable, Status: metav1.ConditionFalse, Reason: "Waiting", Message: waitMsg, ObservedGeneration: pg.Generation}
+		if g.held != nil {
+			cond.Reason = g.held.Reason
+		}
+		if cond.Message == "" {
+			cond.Message = "waiting for a scheduling cycle"
+		}
+		if t := pg.Spec.ScheduleTimeoutSeconds; t != nil && now.Sub(pg.CreationTimestamp.Time) > time.Duration(*t)*time.Second {
+			st.Phase = v1alpha1.PodGroupUnschedulable
+		}
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+	if equality.Semantic.DeepEqual(stripTimes(st.Conditions), stripTimes(pg.Status.Conditions)) &&
+		st.Phase == pg.Status.Phase && st.Scheduled == pg.Status.Scheduled && st.Running == pg.Status.Running &&
+		st.Succeeded == pg.Status.Succeeded && st.Failed == pg.Status.Failed {
+		return
+	}
+	out := pg.DeepCopy()
+	out.Status = st
+	out.APIVersion, out.Kind = v1alpha1.SchemeGroupVersion.String(), "PodGroup"
+	l.status.updateStatus("pg/"+g.pgKey, PodGroupsResource, pg.Namespace, out)
+}
+
+func stripTimes(cs []metav1.Condition) []metav1.Condition {
+	out := slices.Clone(cs)
+	for i := range out {
+		out[i].LastTransitionTime = metav1.Time{}
+	}
+	return out
+}
+
+// queueStatus computes usage and fair shares the way the core does and
+// writes them with pending and admitted group counts and the Valid
+// condition.
+func (l *loop) queueStatus(in *cycleInput) {
+	tree, err := queue.New(in.snap.Queues)
+	if err != nil {
+		l.log.Error(err, "building the queue tree for status")
+		return
+	}
+	var capacity model.Resources
+	for i := range in.snap.Nodes {
+		n := &in.snap.Nodes[i]
+		capacity.MilliCPU += n.MilliCPU
+		capacity.MemoryMiB += n.MemoryMiB
+		for _, g := range n.GPUs {
+			capacity.GPUMilli += g.Capacity()
+		}
+	}
+	for i := range in.snap.Running {
+		a := &in.snap.Running[i]
+		tree.AddUsage(tree.Leaf(a.Queue), model.Of(&a.Request))
+	}
+	pendingCount := map[string]int32{}
+	admitted := map[string]int32{}
+	for _, g := range in.groups {
+		if len(g.pending) > 0 {
+			pendingCount[g.queue]++
+		} else if len(g.bound) > 0 {
+			admitted[g.queue]++
+		}
+	}
+	for i := range in.snap.Pending {
+		p := &in.snap.Pending[i]
+		var dmd model.Resources
+		for _, pod := range p.Pods {
+			dmd = dmd.Add(model.Of(&pod.Request))
+		}
+		tree.AddDemand(tree.Leaf(p.Queue), dmd)
+	}
+	tree.ComputeFairShares(capacity)
+	for i := 0; i < tree.Len(); i++ {
+		name := tree.Name(i)
+		l.metrics.queue(name, tree.Usage(i), tree.FairShare(i), pendingCount[name])
+	}
+	for name, q := range in.queueObjs {
+		st := v1alpha1.QueueStatus{Conditions: slices.Clone(q.Status.Conditions), Pending: pendingCount[name], Admitted: admitted[name]}
+		cond := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: "Valid", Message: "the queue is part of the hierarchy", ObservedGeneration: q.Generation}
+		if e := in.queueErrs[name]; e != nil {
+			cond = metav1.Condition{Type: ConditionValid, Status: metav1.ConditionFalse, Reason: e.Reason, Message: e.Msg + "; fix the queue's spec (its workloads wait until then)", ObservedGeneration: q.Generation}
+		} else {
+			i := tree.Leaf(name)
+			st.Usage = resourceList(tree.Usage(i))
+			st.FairShare = resourceList(tree.FairShare(i))
+		}
+		meta.SetStatusCondition(&st.Conditions, cond)
+		if equality.Semantic.DeepEqual(stripTimes(st.Conditions), stripTimes(q.Status.Conditions)) && st.Pending == q.Status.Pending &&
+			st.Admitted == q.Status.Admitted && equality.Semantic.DeepEqual(st.Usage, q.Status.Usage) && equality.Semantic.DeepEqual(st.FairShare, q.Status.FairShare) {
+			continue
+		}
+		if e := in.queueErrs[name]; e != nil && !meta.IsStatusConditionFalse(q.Status.Conditions, ConditionValid) {
+			l.status.event(q, corev1.EventTypeWarning, e.Reason, e.Msg)
+		}
+		out := q.DeepCopy()
+		out.Status = st
+		out.APIVersion, out.Kind = v1alpha1.SchemeGroupVersion.String(), "Queue"
+		l.status.updateStatus("queue/"+name, QueuesResource, "", out)
+	}
+}
+
+func resourceList(r model.Resources) corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(r.MilliCPU, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(r.MemoryMiB<<20, resource.BinarySI),
+		ResourceGPU:           *resource.NewMilliQuantity(r.GPUMilli, resource.DecimalSI),
+	}
+}

@@ -1,0 +1,219 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+)
+
+// ErrLostLeadership is returned by Run when another replica took over the
+// Lease: the process should exit and restart as a candidate.
+var ErrLostLeadership = errors.New("lost the scheduler's leader lease")
+
+// Run schedules until ctx ends (nil) or leadership is lost
+// (ErrLostLeadership). With cfg.LeaseName set it first waits to lead; a
+// standby replica keeps its informers warm and reports ready.
+func Run(ctx context.Context, cfg Config) error {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := logr.FromSlogHandler(cfg.Logger.Handler()).WithName("gpuplane-scheduler")
+	rc := rest.CopyConfig(cfg.RESTConfig)
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	rc.UserAgent = "gpuplane-scheduler"
+	proto := rest.CopyConfig(rc)
+	proto.ContentType = "application/vnd.kubernetes.protobuf"
+	proto.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	client, err := kubernetes.NewForConfig(proto)
+	if err != nil {
+		return fmt.Errorf("creating the API client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("creating the API client for CRDs: %w", err)
+	}
+	m := newMetrics()
+	c := newClusterCache()
+
+	// Informers feed the cache; managed fields are dropped to save memory.
+	strip := func(obj any) (any, error) {
+		if a, ok := obj.(metav1.Object); ok {
+			a.SetManagedFields(nil)
+		}
+		return obj, nil
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(strip))
+	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	regs := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{factory.Core().V1().Nodes().Informer(), handler(c.upsertNode, c.deleteNode)},
+		{factory.Core().V1().Pods().Informer(), handler(c.upsertPod, c.deletePod)},
+		{factory.Core().V1().Namespaces().Informer(), handler(c.upsertNamespace, c.deleteNamespace)},
+		{factory.Scheduling().V1().PriorityClasses().Informer(), handler[*schedulingv1.PriorityClass](c.upsertPriorityClass, c.deletePriorityClass)},
+		{factory.Policy().V1().PodDisruptionBudgets().Informer(), handler[*policyv1.PodDisruptionBudget](c.upsertPDB, c.deletePDB)},
+		{dfactory.ForResource(QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
+		{dfactory.ForResource(PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
+	}
+	for _, r := range regs {
+		if _, err := r.inf.AddEventHandler(r.h); err != nil {
+			return fmt.Errorf("registering an informer handler: %w", err)
+		}
+	}
+	var ready atomic.Bool
+	stopServe, err := serve(cfg.ServeAddr, m, &ready, log)
+	if err != nil {
+		return err
+	}
+	defer stopServe()
+	factory.Start(ctx.Done())
+	dfactory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer dfactory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("syncing the %v informer: %w", typ, context.Cause(ctx))
+		}
+	}
+	for gvr, ok := range dfactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("syncing the %v informer (are the CRDs in deploy/crds installed?): %w", gvr, context.Cause(ctx))
+		}
+	}
+	ready.Store(true)
+	log.Info("caches synced")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("building the event scheme: %w", err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("building the event scheme: %w", err)
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: cfg.SchedulerName})
+
+	lead := func(ctx context.Context) {
+		m.leader.Set(1)
+		defer m.leader.Set(0)
+		log.Info("leading: scheduling", "identity", cfg.Identity)
+		st := newStatusWriter(client, dyn, recorder, cfg.StatusQPS, log)
+		api := newAPIWriter(ctx, client, cfg, log, m, st)
+		l, err := newLoop(cfg, log, c, api, st, m)
+		if err != nil {
+			log.Error(err, "starting the scheduling loop")
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			st.run(ctx)
+		}()
+		l.run(ctx)
+		api.wait()
+		<-done
+	}
+	if cfg.LeaseName == "" {
+		lead(ctx)
+		return nil
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.LeaseNamespace, cfg.LeaseName,
+		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: recorder})
+	if err != nil {
+		return fmt.Errorf("creating the leader lease lock: %w", err)
+	}
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: cfg.SchedulerName, ReleaseOnCancel: true,
+		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: lead,
+			OnStoppedLeading: func() { log.Info("stopped leading", "identity", cfg.Identity) },
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("configuring leader election: %w", err)
+	}
+	le.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return ErrLostLeadership
+}
+
+// typed converts the dynamic informer's unstructured objects to T.
+func typed[T any, PT interface {
+	*T
+	runtime.Object
+}](log logr.Logger, f func(PT)) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) {
+		var obj PT = new(T)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
+			log.Error(err, "decoding a scheduling object; it is ignored until fixed", "kind", u.GetKind(), "name", u.GetName())
+			return
+		}
+		f(obj)
+	}
+}
+
+// serve starts the /metrics, /healthz and /readyz server on addr (none when
+// addr is empty) and returns its stop function.
+func serve(addr string, m *metrics, ready *atomic.Bool, log logr.Logger) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "informer caches not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serving metrics and health on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "metrics server stopped")
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}

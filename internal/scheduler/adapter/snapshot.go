@@ -1,0 +1,521 @@
+package adapter
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	corehelpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
+)
+
+// classLabelPrefix names the synthetic node labels through which the
+// standard predicates the core's model cannot express (required node
+// affinity, taint effects and operators) reach it: pods with the same
+// selector, affinity and tolerations form a class, the nodes that pass
+// component-helpers' checks for it carry the class label, and the pods'
+// requests select it.
+const classLabelPrefix = "gpuplane.io/class."
+
+// groupInfo is one pod group as the adapter tracks it across a cycle.
+type groupInfo struct {
+	name      string // the core's name
+	pgKey     string // namespace/name of the PodGroup, "" for a lone pod
+	pg        *v1alpha1.PodGroup
+	queue     string
+	minMember int
+	pending   []*podInfo // offered to the core (or held back)
+	bound     []*podInfo // bound or being bound, not finished
+	finished  []*podInfo
+	// held says why the group was not offered to the core this cycle.
+	held *BadInputError
+}
+
+// cycleInput is a snapshot plus what the adapter needs to act on the
+// decisions.
+type cycleInput struct {
+	snap   model.Snapshot
+	nodes  []*nodeInfo
+	groups map[string]*groupInfo
+	pods   map[string]*podInfo
+	// badPods are pods held back by their own spec.
+	badPods []*podInfo
+	// queueErrs says why a Queue was left out of the hierarchy.
+	queueErrs map[string]*BadInputError
+	queueObjs map[string]*v1alpha1.Queue
+	classOf   map[string]*podClass // by pod key
+	startedAt time.Time
+}
+
+type podClass struct {
+	id    int
+	pod   *corev1.Pod // a representative
+	match []bool      // per node of cycleInput.nodes
+	all   bool
+}
+
+// builder turns the cache into snapshots; it lives on the cycle goroutine
+// and keeps the converted node list and the class memberships between
+// cycles so that an unchanged cluster costs no recomputation.
+type builder struct {
+	schedulerName string
+	budget        int
+	log           klog.Logger
+
+	nodesVersion int
+	nodes        []*nodeInfo
+	modelNodes   []model.Node
+	classes      map[string]*podClass
+	classKeys    []string // active class keys with a label, sorted
+	nextClass    int
+}
+
+func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
+	return &builder{schedulerName: schedulerName, budget: budget, log: log, nodesVersion: -1, classes: map[string]*podClass{}}
+}
+
+func classKey(p *corev1.Pod) string {
+	var req *corev1.NodeSelector
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		req = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	b, err := json.Marshal(struct {
+		S map[string]string
+		A *corev1.NodeSelector
+		T []corev1.Toleration
+	}{p.Spec.NodeSelector, req, p.Spec.Tolerations})
+	if err != nil {
+		return p.Namespace + "/" + p.Name
+	}
+	return string(b)
+}
+
+var untoleratedEffects = func(t *corev1.Taint) bool {
+	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+}
+
+// staticFit checks a pod against a node with component-helpers: required
+// node affinity (which includes spec.nodeSelector) and untolerated taints.
+// It returns "" or why not.
+func staticFit(log klog.Logger, p *corev1.Pod, n *corev1.Node) string {
+	if ok, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(n); err != nil || !ok {
+		return "node affinity/selector mismatch"
+	}
+	if t, bad := corehelpers.FindMatchingUntoleratedTaint(log, n.Spec.Taints, p.Spec.Tolerations, untoleratedEffects, false); bad {
+		return fmt.Sprintf("untolerated taint {%s: %s}", t.Key, t.Value)
+	}
+	return ""
+}
+
+// build assembles the next snapshot. The caller holds c.mu.
+func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
+	in := &cycleInput{groups: map[string]*groupInfo{}, pods: c.pods, queueErrs: map[string]*BadInputError{},
+		queueObjs: c.queues, classOf: map[string]*podClass{}, startedAt: now}
+	nodesChanged := b.nodesVersion != c.nodesVersion
+	if nodesChanged {
+		b.nodesVersion = c.nodesVersion
+		b.nodes = b.nodes[:0]
+		for _, n := range c.nodes {
+			b.nodes = append(b.nodes, n)
+		}
+		slices.SortFunc(b.nodes, func(x, y *nodeInfo) int { return cmp.Compare(x.node.Name, y.node.Name) })
+		b.classes = map[string]*podClass{}
+	}
+	in.nodes = b.nodes
+	index := make(map[string]int, len(b.nodes))
+	for i, n := range b.nodes {
+		index[n.node.Name] = i
+	}
+	in.snap.Queues = b.queues(c, in)
+	valid := map[string]bool{queue.DefaultQueue: true}
+	for _, q := range in.snap.Queues {
+		valid[q.Name] = true
+	}
+
+	// 1. Group the pods: bound ones become allocations, our pending ones
+	//    pending members of their group.
+	for _, pi := range c.pods {
+		p := pi.pod
+		_, isAssumed := c.assumed[pi.key]
+		ours := p.Spec.SchedulerName == b.schedulerName
+		if !ours && !pi.bound() {
+			continue
+		}
+		g := in.groups[pi.group]
+		if g == nil && (ours || pi.pg != "") {
+			g = b.newGroup(c, pi, valid)
+			in.groups[pi.group] = g
+		}
+		switch {
+		case pi.terminal():
+			if g != nil {
+				g.finished = append(g.finished, pi)
+			}
+		case pi.bound() || isAssumed:
+			if g != nil {
+				g.bound = append(g.bound, pi)
+			}
+		case p.DeletionTimestamp != nil:
+		case pi.bad != nil:
+			in.badPods = append(in.badPods, pi)
+		default:
+			g.pending = append(g.pending, pi)
+		}
+	}
+
+	// 2. Running allocations, with the GPUs each holds.
+	in.snap.Running = b.running(c, in, index, now)
+
+	// 3. Pending groups, in a stable order; held groups stay out.
+	names := make([]string, 0, len(in.groups))
+	for name, g := range in.groups {
+		if len(g.pending) > 0 {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	used := map[string]bool{}
+	for _, name := range names {
+		g := in.groups[name]
+		if w := c.waiting[name]; w != nil {
+			g.held = badInput("WaitingForPreemption", "waiting for %d preempted pod(s) to exit", len(w.victims))
+			continue
+		}
+		if g.held != nil {
+			continue
+		}
+		total := len(g.pending) + len(g.bound)
+		if g.minMember > total {
+			g.held = badInput("NotEnoughPods", "PodGroup %s needs minMember %d pods but has %d: lower spec.minMember or create the missing pods", g.pgKey, g.minMember, total)
+			continue
+		}
+		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember-len(g.bound)), CreatedAt: 0}
+		slices.SortFunc(g.pending, func(x, y *podInfo) int { return cmp.Compare(x.key, y.key) })
+		first := true
+		for _, pi := range g.pending {
+			cl := b.class(pi.pod, &used)
+			in.classOf[pi.key] = cl
+			req := pi.req
+			if !cl.all {
+				req.NodeSelector = map[string]string{classLabelPrefix + strconv.Itoa(cl.id): "true"}
+			}
+			pg.Pods = append(pg.Pods, model.Pod{Name: pi.key, Request: req})
+			created := pi.pod.CreationTimestamp.UnixMilli()
+			if first || created < pg.CreatedAt {
+				pg.CreatedAt = created
+			}
+			first = false
+			pg.Priority = max(pg.Priority, podPriority(pi.pod))
+		}
+		if g.pg != nil {
+			if v, ok := c.classes[g.pg.Spec.PriorityClassName]; ok {
+				pg.Priority = max(pg.Priority, v)
+			}
+			pg.CreatedAt = min(pg.CreatedAt, g.pg.CreationTimestamp.UnixMilli())
+		}
+		in.snap.Pending = append(in.snap.Pending, pg)
+	}
+	in.snap.Nodes = b.modelNodesFor(used, nodesChanged)
+	in.snap.Budget = model.DisruptionBudget{MaxEvictions: b.budget}
+	in.snap.Now = now.UnixMilli()
+	return in
+}
+
+func podPriority(p *corev1.Pod) int32 { return corehelpers.PodPriority(p) }
+
+func (b *builder) newGroup(c *clusterCache, pi *podInfo, valid map[string]bool) *groupInfo {
+	p := pi.pod
+	g := &groupInfo{name: pi.group, pgKey: pi.pg, minMember: 1}
+	q := ""
+	if pi.pg != "" {
+		g.pg = c.podGroups[pi.pg]
+		if g.pg == nil {
+			g.held = badInput("PodGroupNotFound", "pod group %s does not exist: create the PodGroup or remove the pod's %s label", pi.pg, v1alpha1.PodGroupLabel)
+		} else {
+			g.minMember = int(g.pg.Spec.MinMember)
+			q = g.pg.Spec.Queue
+		}
+	}
+	for _, v := range []string{q, p.Labels[v1alpha1.QueueLabel], p.Labels[v1alpha1.KueueQueueLabel], c.nsQueue[p.Namespace]} {
+		if v != "" {
+			q = v
+			break
+		}
+	}
+	if q == "" {
+		q = queue.DefaultQueue
+	}
+	g.queue = q
+	if !valid[q] && g.held == nil {
+		why := "does not exist"
+		if _, ok := c.queues[q]; ok {
+			why = "is invalid (see its Valid condition)"
+		}
+		g.held = badInput("UnknownQueue", "queue %q %s: create it, fix it, or set the pod's %s label to an existing queue", q, why, v1alpha1.QueueLabel)
+	}
+	return g
+}
+
+// class returns the pod's predicate class, computing its node membership
+// the first time it is seen since the nodes last changed.
+func (b *builder) class(p *corev1.Pod, used *map[string]bool) *podClass {
+	key := classKey(p)
+	cl := b.classes[key]
+	if cl == nil {
+		cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true}
+		for i, n := range b.nodes {
+			cl.match[i] = staticFit(b.log, p, n.node) == ""
+			cl.all = cl.all && cl.match[i]
+		}
+		if !cl.all {
+			cl.id = b.nextClass
+			b.nextClass++
+		}
+		b.classes[key] = cl
+	}
+	if !cl.all {
+		(*used)[key] = true
+	}
+	return cl
+}
+
+// modelNodesFor returns the core's nodes with the labels of the classes in
+// use; the slice is reused while neither nodes nor classes change, so the
+// core keeps its incremental state.
+func (b *builder) modelNodesFor(used map[string]bool, nodesChanged bool) []model.Node {
+	keys := make([]string, 0, len(used))
+	for k := range used {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if !nodesChanged && slices.Equal(keys, b.classKeys) && b.modelNodes != nil {
+		return b.modelNodes
+	}
+	b.classKeys = keys
+	b.modelNodes = make([]model.Node, len(b.nodes))
+	for i, n := range b.nodes {
+		m := n.m
+		m.Labels = nil
+		for _, k := range keys {
+			cl := b.classes[k]
+			if cl.match[i] {
+				if m.Labels == nil {
+					m.Labels = map[string]string{}
+				}
+				m.Labels[classLabelPrefix+strconv.Itoa(cl.id)] = "true"
+			}
+		}
+		b.modelNodes[i] = m
+	}
+	return b.modelNodes
+}
+
+// running lists allocations: GPU shares from the scheduler's own
+// annotation or assumption, else the lowest free GPUs; a pod that would
+// over-allocate its node is left out with a log line (the core refuses
+// over-allocated snapshots).
+func (b *builder) running(c *clusterCache, in *cycleInput, index map[string]int, now time.Time) []model.Allocation {
+	type nodeFree struct {
+		cpu, mem int64
+		gpu      []int64
+		slices   []int
+	}
+	free := make([]*nodeFree, len(b.nodes))
+	get := func(i int) *nodeFree {
+		if free[i] == nil {
+			m := &b.nodes[i].m
+			f := &nodeFree{cpu: m.MilliCPU, mem: m.MemoryMiB, gpu: make([]int64, len(m.GPUs)), slices: make([]int, len(m.GPUs))}
+			for g := range m.GPUs {
+				f.gpu[g], f.slices[g] = m.GPUs[g].Capacity(), m.GPUs[g].MIGSlices
+			}
+			free[i] = f
+		}
+		return free[i]
+	}
+	take := func(f *nodeFree, req *model.Request, shares []model.GPUShare) bool {
+		if f.cpu < req.MilliCPU || f.mem < req.MemoryMiB {
+			return false
+		}
+		for _, s := range shares {
+			if s.Index >= len(f.gpu) || f.gpu[s.Index] < s.Milli || f.slices[s.Index] < s.MIGSlices {
+				return false
+			}
+		}
+		f.cpu -= req.MilliCPU
+		f.mem -= req.MemoryMiB
+		for _, s := range shares {
+			f.gpu[s.Index] -= s.Milli
+			f.slices[s.Index] -= s.MIGSlices
+		}
+		return true
+	}
+	type entry struct {
+		pi     *podInfo
+		node   int
+		shares []model.GPUShare
+		known  bool
+	}
+	var entries []entry
+	for _, g := range in.groups {
+		for _, pi := range g.bound {
+			entries = append(entries, entry{pi: pi})
+		}
+	}
+	for _, pi := range c.pods {
+		if pi.pod.Spec.SchedulerName != b.schedulerName && pi.bound() && !pi.terminal() && pi.pg == "" {
+			entries = append(entries, entry{pi: pi})
+		}
+	}
+	var out []model.Allocation
+	keep := entries[:0]
+	for _, e := range entries {
+		nodeName := e.pi.pod.Spec.NodeName
+		if a, ok := c.assumed[e.pi.key]; ok && nodeName == "" {
+			nodeName, e.shares, e.known = a.node, a.shares, true
+		}
+		i, ok := index[nodeName]
+		if !ok {
+			continue
+		}
+		e.node = i
+		if !e.known {
+			if s, ok := e.pi.pod.Annotations[GPUsAnnotation]; ok {
+				if sh, err := parseShares(s, &b.nodes[i].m); err == nil {
+					e.shares, e.known = sh, true
+				}
+			}
+		}
+		e.known = e.known || !e.pi.req.UsesGPU()
+		keep = append(keep, e)
+	}
+	entries = keep
+	// Known shares first, then the rest on the lowest free GPUs.
+	slices.SortFunc(entries, func(x, y entry) int {
+		if x.known != y.known {
+			if x.known {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(x.pi.key, y.pi.key)
+	})
+	for _, e := range entries {
+		f := get(e.node)
+		req := e.pi.req
+		if !e.known {
+			e.shares = autoShares(&b.nodes[e.node].m, f.gpu, f.slices, &req)
+		}
+		if !take(f, &req, e.shares) {
+			b.log.V(2).Info("running pod over-allocates its node; left out of the snapshot", "pod", e.pi.key, "node", b.nodes[e.node].node.Name)
+			continue
+		}
+		g := in.groups[e.pi.group]
+		q, prio := queue.DefaultQueue, podPriority(e.pi.pod)
+		if g != nil {
+			q = g.queue
+		}
+		out = append(out, model.Allocation{
+			Pod: e.pi.key, Group: e.pi.group, Queue: q, Priority: prio, Node: b.nodes[e.node].node.Name,
+			Request: req, GPUs: e.shares, StartedAt: e.pi.pod.CreationTimestamp.UnixMilli(),
+			NonPreemptible: e.pi.pod.Spec.SchedulerName != b.schedulerName || e.pi.pod.DeletionTimestamp != nil ||
+				c.refused[e.pi.key].After(now) || c.protectedByPDB(e.pi.pod),
+		})
+	}
+	return out
+}
+
+// autoShares picks GPUs for a running pod the scheduler did not place.
+func autoShares(n *model.Node, gpuFree []int64, sliceFree []int, req *model.Request) []model.GPUShare {
+	var out []model.GPUShare
+	switch {
+	case req.GPUs > 0:
+		for g := range n.GPUs {
+			if len(out) == req.GPUs {
+				break
+			}
+			if n.GPUs[g].MIGSlices == 0 && gpuFree[g] == n.GPUs[g].Capacity() {
+				out = append(out, model.GPUShare{Index: g, Milli: n.GPUs[g].Capacity(), MemoryMiB: n.GPUs[g].MemoryMiB})
+			}
+		}
+	case req.MIGSlices > 0:
+		for g := range n.GPUs {
+			if n.GPUs[g].MIGSlices > 0 && sliceFree[g] >= req.MIGSlices {
+				return []model.GPUShare{{Index: g, MIGSlices: req.MIGSlices}}
+			}
+		}
+	case req.GPUMilli > 0:
+		for g := range n.GPUs {
+			if n.GPUs[g].MIGSlices == 0 && gpuFree[g] >= req.GPUMilli {
+				return []model.GPUShare{{Index: g, Milli: req.GPUMilli}}
+			}
+		}
+	}
+	return out
+}
+
+// queues converts the Queue objects, parents first, adding each only if
+// the hierarchy stays valid with it: a bad Queue is left out (with the
+// reason in in.queueErrs) and blocks nothing but itself and its children.
+func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
+	names := make([]string, 0, len(c.queues))
+	for n := range c.queues {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	depth := func(n string) int {
+		d := 0
+		for seen := map[string]bool{}; n != "" && !seen[n] && c.queues[n] != nil; d++ {
+			seen[n] = true
+			n = c.queues[n].Spec.Parent
+		}
+		return d
+	}
+	slices.SortStableFunc(names, func(x, y string) int { return cmp.Compare(depth(x), depth(y)) })
+	var out []model.Queue
+	for _, n := range names {
+		q := modelQueue(c.queues[n])
+		if _, err := queue.New(append(slices.Clone(out), q)); err != nil {
+			in.queueErrs[n] = badInput("InvalidQueue", "%v", err)
+			continue
+		}
+		out = append(out, q)
+	}
+	return out
+}
+
+func modelQueue(q *v1alpha1.Queue) model.Queue {
+	out := model.Queue{Name: q.Name, Parent: q.Spec.Parent}
+	var weight float64
+	for _, r := range q.Spec.Resources {
+		set := func(dst *model.Resources, v *resource.Quantity) {
+			if v == nil {
+				return
+			}
+			switch corev1.ResourceName(r.Name) {
+			case corev1.ResourceCPU:
+				dst.MilliCPU = v.MilliValue()
+			case corev1.ResourceMemory:
+				dst.MemoryMiB = v.Value() >> 20
+			case ResourceGPU:
+				dst.GPUMilli = v.MilliValue()
+			}
+		}
+		set(&out.Guaranteed, r.Guaranteed)
+		set(&out.Limit, r.Limit)
+		if corev1.ResourceName(r.Name) == ResourceGPU || weight == 0 {
+			weight = float64(r.Weight)
+		}
+	}
+	out.Weight = weight
+	return out
+}

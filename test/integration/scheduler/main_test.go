@@ -1,0 +1,309 @@
+// Package scheduler_test runs gpuplane-scheduler in-process against a real
+// etcd, kube-apiserver, kube-controller-manager and kwok GPU nodes: gangs,
+// queues, preemption with PodDisruptionBudgets, predicates, leader failover
+// and restarts in the middle of a gang.
+package scheduler_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+var (
+	env *framework.Env
+	dyn dynamic.Interface
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(framework.Main(m, controlplane.DefaultConfig(), &env))
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// repoRoot finds the repository root from this file's location.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// setup installs the CRDs from deploy/crds (once per package run) and
+// returns a dynamic client.
+func setup(t *testing.T) dynamic.Interface {
+	t.Helper()
+	if dyn != nil {
+		return dyn
+	}
+	d, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(repoRoot(), "deploy", "crds", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in deploy/crds (%v)", err)
+	}
+	var names []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yamlutil.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		for {
+			var u unstructured.Unstructured
+			if err := dec.Decode(&u.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				t.Fatalf("decoding %s: %v", f, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if _, err := d.Resource(crdGVR).Create(t.Context(), &u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("installing %s: %v", f, err)
+			}
+			names = append(names, u.GetName())
+		}
+	}
+	for _, n := range names {
+		framework.Eventually(t, 30*time.Second, "CRD "+n+" established", func(ctx context.Context) (bool, error) {
+			u, err := d.Resource(crdGVR).Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == "Established" && m["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+	dyn = d
+	return d
+}
+
+var nodeSeq atomic.Int64
+
+// gpuNodes returns n builders of 8-GPU kwok nodes with names unique in the
+// package run.
+func gpuNodes(n int, prefix string) []*framework.NodeBuilder {
+	out := make([]*framework.NodeBuilder, n)
+	for i := range out {
+		out[i] = framework.GPUNode(fmt.Sprintf("%s-%d", prefix, nodeSeq.Add(1))).GPUs(8)
+	}
+	return out
+}
+
+// cluster is one test's slice of the shared control plane: its namespace,
+// its nodes (labelled with the namespace) and its scheduler name, so that
+// tests never see each other's pods.
+type cluster struct {
+	t         *testing.T
+	ns        string
+	scheduler string
+	dyn       dynamic.Interface
+}
+
+func newCluster(t *testing.T, nodes ...*framework.NodeBuilder) *cluster {
+	t.Helper()
+	d := setup(t)
+	ns := env.CreateNamespace(t)
+	c := &cluster{t: t, ns: ns, scheduler: "gpuplane-" + ns, dyn: d}
+	var objs []*corev1.Node
+	for _, b := range nodes {
+		objs = append(objs, b.Label("test-ns", ns).Obj())
+	}
+	if err := env.CreateNodes(t.Context(), objs, 10); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.DeleteNodes(context.Background(), "test-ns="+ns); err != nil {
+			t.Error(err)
+		}
+	})
+	env.WaitNodesReady(t, "test-ns="+ns, len(objs), 60*time.Second)
+	return c
+}
+
+// run starts the scheduler in-process with cfg's zero fields defaulted for
+// tests, and stops it when the returned function is called or the test
+// ends.
+func (c *cluster) run(cfg adapter.Config) (stop func()) {
+	c.t.Helper()
+	cfg.RESTConfig = env.Config
+	if cfg.SchedulerName == "" {
+		cfg.SchedulerName = c.scheduler
+	}
+	if cfg.CycleInterval == 0 {
+		cfg.CycleInterval = 200 * time.Millisecond
+	}
+	if cfg.PartialGangGrace == 0 {
+		cfg.PartialGangGrace = 2 * time.Second
+	}
+	if cfg.Logger == nil && testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- adapter.Run(ctx, cfg) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				c.t.Errorf("scheduler stopped with %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			c.t.Error("scheduler did not stop within 30s of its context ending")
+		}
+	}
+	c.t.Cleanup(stop)
+	return stop
+}
+
+// pod returns a builder for a pod of this test's scheduler.
+func (c *cluster) pod(name string) *framework.PodBuilder {
+	return framework.Pod(c.ns, name).SchedulerName(c.scheduler)
+}
+
+func (c *cluster) create(pods ...*framework.PodBuilder) {
+	c.t.Helper()
+	for _, b := range pods {
+		if _, err := env.Client.CoreV1().Pods(c.ns).Create(c.t.Context(), b.Obj(), metav1.CreateOptions{}); err != nil {
+			c.t.Fatalf("creating pod: %v", err)
+		}
+	}
+}
+
+func (c *cluster) createObj(gvr schema.GroupVersionResource, namespace string, obj kruntime.Object) {
+	c.t.Helper()
+	u, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.dyn.Resource(gvr).Namespace(namespace).Create(c.t.Context(), &unstructured.Unstructured{Object: u}, metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("creating %s: %v", gvr.Resource, err)
+	}
+}
+
+func (c *cluster) podGroup(name string, minMember int32, queue string) {
+	c.t.Helper()
+	pg := &v1alpha1.PodGroup{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: name}, Spec: v1alpha1.PodGroupSpec{MinMember: minMember, Queue: queue}}
+	c.createObj(adapter.PodGroupsResource, c.ns, pg)
+}
+
+func (c *cluster) getPodGroup(ctx context.Context, name string) (*v1alpha1.PodGroup, error) {
+	u, err := c.dyn.Resource(adapter.PodGroupsResource).Namespace(c.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var pg v1alpha1.PodGroup
+	if err := kruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pg); err != nil {
+		return nil, err
+	}
+	return &pg, nil
+}
+
+// pods lists the test's pods by name.
+func (c *cluster) pods(ctx context.Context, selector string) (map[string]*corev1.Pod, error) {
+	list, err := env.Client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// bound counts the pods matching selector that have a node.
+func (c *cluster) bound(ctx context.Context, selector string) (bound, total int, err error) {
+	ps, err := c.pods(ctx, selector)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, p := range ps {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			bound++
+		}
+	}
+	return bound, len(ps), nil
+}
+
+// waitBound waits until exactly want pods matching selector are bound.
+func (c *cluster) waitBound(selector string, want int, timeout time.Duration) {
+	c.t.Helper()
+	framework.Eventually(c.t, timeout, fmt.Sprintf("%d bound pods matching %q", want, selector), func(ctx context.Context) (bool, error) {
+		n, total, err := c.bound(ctx, selector)
+		if err != nil {
+			return false, err
+		}
+		return n == want, fmt.Errorf("%d of %d bound", n, total)
+	})
+}
+
+// waitCondition waits until the pod says PodScheduled=False with a reason
+// and a message containing want, and returns the message.
+func (c *cluster) waitCondition(pod, reason, want string, timeout time.Duration) string {
+	c.t.Helper()
+	var msg string
+	framework.Eventually(c.t, timeout, fmt.Sprintf("pod %s: PodScheduled=False %s %q", pod, reason, want), func(ctx context.Context) (bool, error) {
+		p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cd := range p.Status.Conditions {
+			if cd.Type == corev1.PodScheduled {
+				msg = cd.Message
+				if cd.Status == corev1.ConditionFalse && cd.Reason == reason && strings.Contains(cd.Message, want) {
+					return true, nil
+				}
+				return false, fmt.Errorf("condition is %s %s %q", cd.Status, cd.Reason, cd.Message)
+			}
+		}
+		return false, errors.New("no PodScheduled condition")
+	})
+	return msg
+}
+
+func deleteNow() metav1.DeleteOptions {
+	var zero int64
+	return metav1.DeleteOptions{GracePeriodSeconds: &zero}
+}
+
+func listBy(selector string) metav1.ListOptions { return metav1.ListOptions{LabelSelector: selector} }
