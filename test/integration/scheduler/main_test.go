@@ -202,9 +202,14 @@ func (c *cluster) pod(name string) *framework.PodBuilder {
 func (c *cluster) create(pods ...*framework.PodBuilder) {
 	c.t.Helper()
 	for _, b := range pods {
-		if _, err := env.Client.CoreV1().Pods(c.ns).Create(c.t.Context(), b.Obj(), metav1.CreateOptions{}); err != nil {
-			c.t.Fatalf("creating pod: %v", err)
-		}
+		c.createPod(b.Obj())
+	}
+}
+
+func (c *cluster) createPod(p *corev1.Pod) {
+	c.t.Helper()
+	if _, err := env.Client.CoreV1().Pods(c.ns).Create(c.t.Context(), p, metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("creating pod %s: %v", p.Name, err)
 	}
 }
 

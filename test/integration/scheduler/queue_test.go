@@ -1,0 +1,170 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+// queue creates a cluster-scoped Queue (deleted when the test ends) with
+// GPU guarantee and limit (0 for none).
+func (c *cluster) queue(name, parent string, guaranteed, limit int64) {
+	c.t.Helper()
+	r := v1alpha1.QueueResource{Name: string(framework.ResourceGPU), Weight: 1}
+	if guaranteed > 0 {
+		r.Guaranteed = resource.NewQuantity(guaranteed, resource.DecimalSI)
+	}
+	if limit > 0 {
+		r.Limit = resource.NewQuantity(limit, resource.DecimalSI)
+	}
+	q := &v1alpha1.Queue{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Queue"},
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.QueueSpec{Parent: parent, Resources: []v1alpha1.QueueResource{r}}}
+	c.createObj(adapter.QueuesResource, "", q)
+	c.t.Cleanup(func() {
+		if err := c.dyn.Resource(adapter.QueuesResource).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			c.t.Errorf("deleting queue %s: %v", name, err)
+		}
+	})
+}
+
+func (c *cluster) queuePods(queue string, n int) {
+	c.t.Helper()
+	for i := range n {
+		c.create(c.pod(fmt.Sprintf("%s-%d", queue, i)).GPUs(1).Label(v1alpha1.QueueLabel, queue).Label("queue", queue))
+	}
+}
+
+func TestQueueLimitBorrowingAndReclaim(t *testing.T) {
+	c := newCluster(t, gpuNodes(2, "quota")...)
+	root, a, b, capped := "root-"+c.ns, "a-"+c.ns, "b-"+c.ns, "capped-"+c.ns
+	c.queue(root, "", 0, 0)
+	c.queue(a, root, 8, 0)
+	c.queue(b, root, 8, 0)
+	c.queue(capped, "", 0, 2)
+	c.run(adapter.Config{})
+
+	t.Run("a queue's limit holds", func(t *testing.T) {
+		c.queuePods(capped, 3)
+		c.waitBound("queue="+capped, 2, 30*time.Second)
+		ps, err := c.pods(t.Context(), "queue="+capped)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, p := range ps {
+			if p.Spec.NodeName == "" {
+				c.waitCondition(name, corev1.PodReasonUnschedulable, "is at its limit", 30*time.Second)
+			}
+		}
+		if err := env.Client.CoreV1().Pods(c.ns).DeleteCollection(t.Context(), deleteNow(), listBy("queue="+capped)); err != nil {
+			t.Fatal(err)
+		}
+		c.waitBound("queue="+capped, 0, 30*time.Second)
+	})
+	t.Run("an idle sibling's guarantee is borrowed", func(t *testing.T) {
+		c.queuePods(a, 16)
+		c.waitBound("queue="+a, 16, 30*time.Second)
+	})
+	t.Run("the owner reclaims its guarantee", func(t *testing.T) {
+		c.queuePods(b, 8)
+		c.waitBound("queue="+b, 8, 60*time.Second)
+		c.waitBound("queue="+a, 8, 30*time.Second)
+	})
+	t.Run("Queue status shows usage and fair share", func(t *testing.T) {
+		framework.Eventually(t, 30*time.Second, "queue "+b+" status", func(ctx context.Context) (bool, error) {
+			u, err := c.dyn.Resource(adapter.QueuesResource).Get(ctx, b, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			usage, _, _ := unstructuredString(u.Object, "status", "usage", string(framework.ResourceGPU))
+			fair, _, _ := unstructuredString(u.Object, "status", "fairShare", string(framework.ResourceGPU))
+			return usage == "8" && fair == "8", fmt.Errorf("usage %q, fair share %q", usage, fair)
+		})
+	})
+}
+
+func TestPriorityPreemptionHonoursPodDisruptionBudget(t *testing.T) {
+	c := newCluster(t, gpuNodes(1, "pdb")...)
+	low, high := "low-"+c.ns, "high-"+c.ns
+	for name, v := range map[string]int32{low: 100, high: 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
+		if _, err := env.Client.SchedulingV1().PriorityClasses().Create(t.Context(), pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	for i := range 8 {
+		p := c.pod(fmt.Sprintf("low-%d", i)).GPUs(1).Label("app", "low").Obj()
+		p.Spec.PriorityClassName = low
+		c.createPod(p)
+	}
+	minAvailable := intstr.FromInt32(8)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: "low"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "low"}}}}
+	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(c.ns).Create(t.Context(), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.run(adapter.Config{})
+	c.waitBound("app=low", 8, 30*time.Second)
+	waitPDB := func(allowed int32) {
+		framework.Eventually(t, 60*time.Second, fmt.Sprintf("PDB allows %d disruptions", allowed), func(ctx context.Context) (bool, error) {
+			p, err := env.Client.PolicyV1().PodDisruptionBudgets(c.ns).Get(ctx, "low", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return p.Status.CurrentHealthy == 8 && p.Status.DisruptionsAllowed == allowed && p.Status.ObservedGeneration == p.Generation,
+				fmt.Errorf("healthy %d, allowed %d", p.Status.CurrentHealthy, p.Status.DisruptionsAllowed)
+		})
+	}
+	waitPDB(0)
+
+	hp := c.pod("urgent").GPUs(1).Label("app", "high").Obj()
+	hp.Spec.PriorityClassName = high
+	c.createPod(hp)
+	t.Run("the budget holds: the preemptor waits", func(t *testing.T) {
+		c.waitCondition("urgent", corev1.PodReasonUnschedulable, "insufficient nvidia.com/gpu", 30*time.Second)
+		if n, _, err := c.bound(t.Context(), "app=low"); err != nil || n != 8 {
+			t.Fatalf("%d low-priority pods bound (err %v), want all 8: the PodDisruptionBudget allows no eviction", n, err)
+		}
+	})
+	t.Run("once the budget allows one, exactly one victim goes", func(t *testing.T) {
+		p, err := env.Client.PolicyV1().PodDisruptionBudgets(c.ns).Get(t.Context(), "low", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seven := intstr.FromInt32(7)
+		p.Spec.MinAvailable = &seven
+		if _, err := env.Client.PolicyV1().PodDisruptionBudgets(c.ns).Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.waitBound("app=high", 1, 60*time.Second)
+		c.waitBound("app=low", 7, 30*time.Second)
+	})
+}
+
+func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
+	cur := any(obj)
+	for _, f := range fields {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return "", false, nil
+		}
+		cur = m[f]
+	}
+	s, ok := cur.(string)
+	return s, ok, nil
+}
