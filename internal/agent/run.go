@@ -240,7 +240,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 	parts := []part{}
 	if sink != nil {
-		lp := newLabelsPart(backend, sink, f.labelsInterval, log.With("part", "labels", "sink", sink.Name()))
+		lp := newLabelsPart(backend, sink, f.labelsInterval, log.With("part", "labels"))
 		plugin.OnConfig = lp.setConfig
 		parts = append(parts, part{name: "labels", run: lp.run})
 	}

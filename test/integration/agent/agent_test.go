@@ -1,0 +1,163 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuplane/gpuplane/internal/labels"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+// agentProcess is a running gpuplane-agent.
+type agentProcess struct {
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan error
+}
+
+// startAgentProcess runs the built agent with args and stops it (SIGTERM)
+// when the test ends, unless the test stopped it already.
+func startAgentProcess(t *testing.T, args ...string) *agentProcess {
+	t.Helper()
+	cmd := exec.Command(buildAgent(t), args...)
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &agentProcess{cmd: cmd, out: out, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("agent output:\n%s", out.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit error (nil for exit 0).
+func (p *agentProcess) stop(t *testing.T) error {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(30 * time.Second):
+		return errors.New("the agent did not exit within 30s of SIGTERM")
+	}
+}
+
+// TestAgentLabelsItsNode runs the agent binary on a simulated DGX H100
+// against the real API server and checks the Node after start and after a
+// config reload: GPU Feature Discovery labels with the config's sharing,
+// the topology annotation, labels no longer produced removed, and another
+// owner's label kept.
+func TestAgentLabelsItsNode(t *testing.T) {
+	ctx := t.Context()
+	const node = "agent-labels-node"
+	obj := framework.GPUNode(node).NotKwok().Label("team", "ml").Obj()
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{FieldManager: "kubectl"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	// Time-sliced, with gfd.timestamp on.
+	const shared = "version: v1\nflags:\n  gfd:\n    noTimestamp: false\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
+	// Whole GPUs, no timestamp.
+	const whole = "version: v1\n"
+	if err := os.WriteFile(cfgPath, []byte(shared), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startAgentProcess(t, "--simulate", "dgxh100", "--node-name", node, "--kubeconfig", env.ControlPlane.Kubeconfig(),
+		"--config", cfgPath, "--kubelet-dir", filepath.Join(dir, "kubelet"), "--cdi-dir", "", "--metrics-addr", "",
+		"--labels-interval", "1s", "--log-level", "debug")
+
+	steps := []struct {
+		name    string
+		config  string
+		want    map[string]string
+		present []string
+		missing []string
+	}{
+		{
+			name: "time-sliced at start",
+			want: map[string]string{
+				"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED", "nvidia.com/gpu.replicas": "4",
+				"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.count": "8",
+				"nvidia.com/gpu.family": "hopper", "nvidia.com/mig.strategy": "none",
+				"team": "ml",
+			},
+			present: []string{"nvidia.com/gfd.timestamp", "nvidia.com/gpu.memory", "nvidia.com/cuda.driver-version.major", "nvidia.com/gpu.compute.major"},
+		},
+		{
+			name:   "reload to whole GPUs without a timestamp",
+			config: whole,
+			want: map[string]string{
+				"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.replicas": "1",
+				"nvidia.com/gpu.sharing-strategy": "none", "team": "ml",
+			},
+			missing: []string{"nvidia.com/gfd.timestamp"},
+		},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if st.config != "" {
+				if err := os.WriteFile(cfgPath, []byte(st.config), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+					t.Fatal(err)
+				}
+			}
+			framework.Eventually(t, 60*time.Second, "labels on node "+node, func(ctx context.Context) (bool, error) {
+				n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				for k, v := range st.want {
+					if n.Labels[k] != v {
+						return false, errors.New(k + "=" + n.Labels[k] + ", want " + v)
+					}
+				}
+				for _, k := range st.present {
+					if _, ok := n.Labels[k]; !ok {
+						return false, errors.New(k + " missing")
+					}
+				}
+				for _, k := range st.missing {
+					if _, ok := n.Labels[k]; ok {
+						return false, errors.New(k + " still present")
+					}
+				}
+				topo, err := labels.ParseTopology(n.Annotations[labels.TopologyAnnotation])
+				if err != nil {
+					return false, err
+				}
+				if topo.GPUs != 8 || len(topo.Groups) != 1 || len(topo.Groups[0].GPUs) != 8 {
+					return false, errors.New("topology annotation " + n.Annotations[labels.TopologyAnnotation] + " is not one NVLink group of 8 GPUs")
+				}
+				return true, nil
+			})
+		})
+	}
+	if err := p.stop(t); err != nil {
+		t.Errorf("agent exit after SIGTERM: %v, want exit 0", err)
+	}
+}

@@ -1,0 +1,83 @@
+// Package agent_test checks gpuplane-agent against a real API server: the
+// built agent process labels its Node and annotates its GPU topology,
+// following device-plugin config reloads; the deployment manifests in
+// deploy/agent pass the API server's validation; and their admission
+// policy lets the agent's ServiceAccount patch only its own Node.
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+var (
+	env *framework.Env
+	// binDir receives the built agent; TestMain removes it.
+	binDir string
+)
+
+// etcd and kube-apiserver are all these tests need.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpuplane-agent-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := framework.Main(m, controlplane.Config{}, &env)
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// repoRoot is the module's root, three levels above this package.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+var agentBinary = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(binDir, "gpuplane-agent")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/gpuplane/gpuplane/cmd/gpuplane-agent")
+	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", &buildError{out: string(out), err: err}
+	}
+	return bin, nil
+})
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string {
+	return "building gpuplane-agent: " + e.err.Error() + "\n" + e.out
+}
+func (e *buildError) Unwrap() error { return e.err }
+
+// buildAgent builds cmd/gpuplane-agent once per test binary.
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	bin, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
