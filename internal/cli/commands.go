@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/gpuplane/gpuplane/internal/cli/dev"
 	"github.com/gpuplane/gpuplane/internal/cli/simulate"
 )
 
@@ -10,5 +11,6 @@ import (
 func subcommands() []*cobra.Command {
 	return []*cobra.Command{
 		simulate.NewCommand(),
+		dev.NewCommand(),
 	}
 }

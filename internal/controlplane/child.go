@@ -49,3 +49,17 @@ func (c *Child) Stop(ctx context.Context, grace time.Duration) error {
 	c.closeOnce.Do(c.sp.close)
 	return nil
 }
+
+// Pids returns the process id of each component that has not exited, by
+// component name (each is also the id of the component's process group).
+func (cp *ControlPlane) Pids() map[string]int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	out := make(map[string]int, len(cp.processes))
+	for _, p := range cp.processes {
+		if !p.hasExited() {
+			out[p.name] = p.cmd.Process.Pid
+		}
+	}
+	return out
+}

@@ -1,0 +1,369 @@
+package dev
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/controlplane"
+)
+
+// NewCommand returns `gpuplane dev` with up, down, status and the hidden
+// serve.
+func NewCommand() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local cluster with simulated GPU nodes: dev up | down | status",
+		Long: `dev runs a local Kubernetes cluster for trying gpuplane without a cluster
+or a GPU: etcd, kube-apiserver, kube-controller-manager and a scheduler built
+from their Go modules (make controlplane-bins), simulated DGX nodes each
+running the real gpuplane-agent against a simulated kubelet, and optionally
+many kwok nodes with GPU capacity for scale.
+
+The cluster runs in the background under a supervisor process until
+'gpuplane dev down'. Its state (pid file, kubeconfig, logs) lives in
+--state-dir: $` + StateDirEnv + `, else $XDG_RUNTIME_DIR/gpuplane-dev, else
+~/.gpuplane/dev.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.PersistentFlags().StringVar(&dir, "state-dir", "", "directory for the cluster's pid file, kubeconfig and logs (default $"+StateDirEnv+", $XDG_RUNTIME_DIR/gpuplane-dev or ~/.gpuplane/dev)")
+	resolve := func() (stateDir, error) {
+		d := dir
+		if d == "" {
+			d = defaultStateDir()
+		}
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return "", cliutil.Usagef("--state-dir %q: %w", d, err)
+		}
+		return stateDir(abs), nil
+	}
+	cmd.AddCommand(newUpCommand(resolve), newDownCommand(resolve), newStatusCommand(resolve), newServeCommand(resolve))
+	return cmd
+}
+
+type upFlags struct {
+	nodes        int
+	profile      string
+	nodeProfiles []string
+	kwokNodes    int
+	kwokProduct  string
+	kwokGPUs     int
+	scheduler    string
+	binDir       string
+	agentBinary  string
+	timeout      time.Duration
+}
+
+func newUpCommand(resolve func() (stateDir, error)) *cobra.Command {
+	f := &upFlags{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start the local cluster in the background and print how to use it",
+		Long: `up starts the control plane, the simulated GPU nodes (each with its own
+gpuplane-agent) and the scheduler in the background, waits until every node is
+Ready with its GPU resources, and prints the kubeconfig to use.
+
+A node profile is PROFILE[:MODE]: PROFILE a simulated system (dgxa100,
+dgxh100, dgxh200, dgxb200, or a profile file), MODE one of
+  whole                 every GPU a nvidia.com/gpu (default)
+  mig-mixed             GPU 0 split into seven 1-slice MIG devices, GPU 1 into
+                        two 3-slice ones, the agent in mixed strategy
+                        (nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb on H100)
+  time-slicing[=N]      every GPU shared N ways (default 4)`,
+		Example: `  gpuplane dev up
+  gpuplane dev up --nodes 2 --profile dgxh100 --kwok-nodes 100
+  gpuplane dev up --node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4
+  gpuplane dev up --scheduler none`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := resolve()
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("nodes") && len(f.nodeProfiles) > 0 {
+				f.nodes = 0
+			}
+			return up(cmd.Context(), dir, f, cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&f.nodes, "nodes", 1, "number of simulated GPU nodes running gpuplane-agent with --profile")
+	fs.StringVar(&f.profile, "profile", "dgxh100", "node profile of the --nodes nodes, PROFILE[:MODE]")
+	fs.StringSliceVar(&f.nodeProfiles, "node-profiles", nil, "one more simulated node per entry, each PROFILE[:MODE], comma-separated (with no --nodes, only these)")
+	fs.IntVar(&f.kwokNodes, "kwok-nodes", 0, "number of kwok GPU nodes (capacity written directly, no agent; tainted kwok.x-k8s.io/node=fake:NoSchedule)")
+	fs.StringVar(&f.kwokProduct, "kwok-product", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.product label of the kwok nodes")
+	fs.IntVar(&f.kwokGPUs, "kwok-gpus", 8, "nvidia.com/gpu capacity of each kwok node")
+	fs.StringVar(&f.scheduler, "scheduler", SchedulerKube, "scheduler to run: kube-scheduler, gpuplane (gpuplane-scheduler) or none")
+	fs.StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default $"+controlplane.BinDirEnv+", else the checkout's bin/)")
+	fs.StringVar(&f.agentBinary, "agent-binary", "", "gpuplane-agent to run on the simulated nodes (default: beside this binary, else on $PATH)")
+	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "how long to wait for the cluster to come up")
+	return cmd
+}
+
+// up validates the flags, refuses to start a second cluster, starts the
+// supervisor and follows its progress until the cluster is ready.
+func up(ctx context.Context, dir stateDir, f *upFlags, out io.Writer) error {
+	pid, err := dir.readPid()
+	if err != nil {
+		return err
+	}
+	if supervisorAlive(pid) {
+		return fmt.Errorf("a dev cluster is already running (supervisor pid %d, state in %s, KUBECONFIG=%s); use `gpuplane dev down` to stop it first",
+			pid, dir, dir.path(kubeconfigFile))
+	}
+	spec, err := resolveSpec(f)
+	if err != nil {
+		return err
+	}
+	if pid != 0 || exists(string(dir)) {
+		if err := cleanStale(dir, out); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(string(dir), 0o750); err != nil {
+		return fmt.Errorf("creating the state directory: %w", err)
+	}
+	for i, arg := range nodeArgs(f) {
+		name := fmt.Sprintf("gpu-node-%d", i+1)
+		n, err := prepareNode(ctx, name, arg, dir.path(filepath.Join("nodes", name)))
+		if err != nil {
+			_ = os.RemoveAll(string(dir))
+			return err
+		}
+		spec.Nodes = append(spec.Nodes, n)
+	}
+	if err := dir.writeSpec(spec); err != nil {
+		return err
+	}
+	child, err := startSupervisor(dir)
+	if err != nil {
+		_ = os.RemoveAll(string(dir))
+		return err
+	}
+	fmt.Fprintf(out, "starting a dev cluster (supervisor pid %d, state in %s)\n", child, dir)
+	st, err := follow(ctx, dir, child, f.timeout, out)
+	if err != nil {
+		fmt.Fprintf(out, "start-up failed; stopping what was started\n")
+		stopErr := down(context.Background(), dir, io.Discard, 2*time.Minute)
+		return errors.Join(fmt.Errorf("%w (supervisor log: %s)", err, dir.path(supervisorLog)), stopErr)
+	}
+	kubectl := filepath.Join(spec.BinDir, controlplane.BinKubectl)
+	fmt.Fprintf(out, "\nThe dev cluster is up.\n\n  export KUBECONFIG=%s\n  %s get nodes\n\nStop it with: gpuplane dev down\n", st.Kubeconfig, kubectl)
+	return nil
+}
+
+// nodeArgs lists the profile argument of each simulated node.
+func nodeArgs(f *upFlags) []string {
+	var out []string
+	for range f.nodes {
+		out = append(out, f.profile)
+	}
+	return append(out, f.nodeProfiles...)
+}
+
+// resolveSpec checks the flags and finds the binaries.
+func resolveSpec(f *upFlags) (*Spec, error) {
+	if f.nodes < 0 || f.kwokNodes < 0 || f.kwokGPUs < 0 {
+		return nil, cliutil.Usagef("--nodes, --kwok-nodes and --kwok-gpus must not be negative")
+	}
+	if f.nodes+len(f.nodeProfiles)+f.kwokNodes == 0 {
+		return nil, cliutil.Usagef("no nodes: give --nodes N, --node-profiles or --kwok-nodes")
+	}
+	for _, arg := range nodeArgs(f) {
+		if _, _, _, err := parseNodeProfile(arg); err != nil {
+			return nil, err
+		}
+	}
+	spec := &Spec{Scheduler: f.scheduler, KwokNodes: f.kwokNodes, KwokProduct: f.kwokProduct, KwokGPUs: f.kwokGPUs}
+	cpCfg := controlplane.Config{BinDir: defaultBinDir(f.binDir), ControllerManager: true, Kwok: f.kwokNodes > 0}
+	switch f.scheduler {
+	case SchedulerKube:
+		cpCfg.Scheduler = true
+	case SchedulerNone:
+	case SchedulerGPUPlane:
+		bin, err := findBinary("gpuplane-scheduler", "")
+		if err != nil {
+			return nil, fmt.Errorf("--scheduler gpuplane: %w; build it with `make build` or use --scheduler kube-scheduler", err)
+		}
+		spec.SchedulerBinary = bin
+	default:
+		return nil, cliutil.Usagef("--scheduler %q: want kube-scheduler, gpuplane or none", f.scheduler)
+	}
+	binDir, err := controlplane.VerifyBinaries(cpCfg)
+	if err != nil {
+		return nil, err
+	}
+	spec.BinDir = binDir
+	if f.nodes+len(f.nodeProfiles) > 0 {
+		if spec.AgentBinary, err = findBinary("gpuplane-agent", f.agentBinary); err != nil {
+			return nil, fmt.Errorf("%w; build it with `make build` or pass --agent-binary", err)
+		}
+	}
+	return spec, nil
+}
+
+// defaultBinDir returns explicit, else $GPUPLANE_CONTROLPLANE_BIN (through
+// the launcher), else the directory of this executable when it holds the
+// control-plane binaries (bin/gpuplane beside bin/kube-apiserver), else ""
+// for the checkout's bin/.
+func defaultBinDir(explicit string) string {
+	if explicit != "" || os.Getenv(controlplane.BinDirEnv) != "" {
+		return explicit
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(self), controlplane.BinKubeAPIServer)); err == nil {
+		return filepath.Dir(self)
+	}
+	return ""
+}
+
+// findBinary returns explicit, else name beside the running executable,
+// else name on $PATH.
+func findBinary(name, explicit string) (string, error) {
+	if explicit != "" {
+		abs, err := filepath.Abs(explicit)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		return abs, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found beside %s or on $PATH", name, os.Args[0])
+	}
+	return filepath.Abs(p)
+}
+
+// startSupervisor re-executes this binary as `dev serve` in a new session,
+// detached from the terminal, and records its pid.
+func startSupervisor(dir stateDir) (int, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("locating this executable to start the supervisor: %w", err)
+	}
+	logFile, err := os.OpenFile(dir.path(supervisorLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("opening the supervisor log: %w", err)
+	}
+	defer func() { _ = logFile.Close() }()
+	cmd := exec.Command(self, "dev", "serve", "--state-dir", string(dir))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("starting the supervisor: %w", err)
+	}
+	pid := cmd.Process.Pid
+	if err := dir.writePid(pid); err != nil {
+		_ = cmd.Process.Kill()
+		return 0, err
+	}
+	// Reap it when it exits while this process still runs (start-up
+	// failure); after `up` returns, init adopts it.
+	go func() { _ = cmd.Wait() }()
+	return pid, nil
+}
+
+// follow prints the supervisor's progress lines until it is ready, fails,
+// dies or the timeout passes.
+func follow(ctx context.Context, dir stateDir, pid int, timeout time.Duration, out io.Writer) (*State, error) {
+	deadline := time.Now().Add(timeout)
+	ticker := time.NewTicker(100 * time.Millisecond)
+	defer ticker.Stop()
+	printed := 0
+	for {
+		printed = printProgress(dir, printed, out)
+		st, err := dir.readState()
+		switch {
+		case err == nil && st.Phase == PhaseReady:
+			return st, nil
+		case err == nil && st.Phase == PhaseFailed:
+			return nil, errors.New(st.Error)
+		case !processAlive(pid):
+			return nil, fmt.Errorf("the supervisor (pid %d) exited during start-up: %s", pid, tailFile(dir.path(supervisorLog), 10))
+		case time.Now().After(deadline):
+			return nil, fmt.Errorf("the cluster was not up after %v", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("interrupted: %w", ctx.Err())
+		case <-ticker.C:
+		}
+	}
+}
+
+// printProgress prints the progress lines after the first skip ones and
+// returns how many there are.
+func printProgress(dir stateDir, skip int, out io.Writer) int {
+	f, err := os.Open(dir.path(progressFile))
+	if err != nil {
+		return skip
+	}
+	defer func() { _ = f.Close() }()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if n >= skip {
+			fmt.Fprintf(out, "  %s\n", sc.Text())
+		}
+		n++
+	}
+	return n
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func newServeCommand(resolve func() (stateDir, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:    "serve",
+		Short:  "Run the dev cluster's supervisor in the foreground (started by dev up)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			dir, err := resolve()
+			if err != nil {
+				return err
+			}
+			return serve(dir)
+		},
+	}
+}

@@ -1,0 +1,386 @@
+package dev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/nodesim"
+)
+
+// Labels of the nodes `dev up` creates.
+const (
+	// NodeKindLabel says how a dev node is simulated: "agent" (a node
+	// simulator running gpuplane-agent) or "kwok".
+	NodeKindLabel = "gpuplane.io/dev-node"
+	// ProfileLabel records the node's profile argument.
+	ProfileLabel = "gpuplane.io/dev-profile"
+)
+
+// supervisor runs the cluster for `dev serve`.
+type supervisor struct {
+	dir      stateDir
+	spec     *Spec
+	log      *slog.Logger
+	progress *os.File
+
+	mu        sync.Mutex
+	state     State
+	cp        *controlplane.ControlPlane
+	sims      []*nodesim.Simulator
+	scheduler *controlplane.Child
+}
+
+// serve runs the supervisor until SIGTERM or SIGINT, then stops everything.
+func serve(dir stateDir) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	spec, err := dir.readSpec()
+	if err != nil {
+		return err
+	}
+	progress, err := os.OpenFile(dir.path(progressFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening the progress file: %w", err)
+	}
+	defer func() { _ = progress.Close() }()
+	s := &supervisor{
+		dir: dir, spec: spec, progress: progress,
+		log:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		state: State{Phase: PhaseStarting, Pid: os.Getpid(), Pids: map[string]int{}, Metrics: map[string]string{}, Logs: map[string]string{}},
+	}
+	if err := s.writeState(); err != nil {
+		return err
+	}
+	startErr := s.start(ctx)
+	if startErr != nil {
+		s.step("failed: %v", startErr)
+		s.mu.Lock()
+		s.state.Phase, s.state.Error = PhaseFailed, startErr.Error()
+		s.mu.Unlock()
+		_ = s.writeState()
+	} else {
+		s.mu.Lock()
+		s.state.Phase = PhaseReady
+		s.mu.Unlock()
+		if err := s.writeState(); err != nil {
+			startErr = err
+		} else {
+			s.step("ready")
+			<-ctx.Done()
+		}
+	}
+	s.mu.Lock()
+	if s.state.Phase != PhaseFailed {
+		s.state.Phase = PhaseStopping
+	}
+	s.mu.Unlock()
+	_ = s.writeState()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return errors.Join(startErr, s.stop(stopCtx))
+}
+
+// step records a progress line for `dev up` to show.
+func (s *supervisor) step(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	s.log.Info(msg)
+	_, _ = fmt.Fprintln(s.progress, msg)
+}
+
+func (s *supervisor) writeState() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dir.writeState(&s.state)
+}
+
+// start brings the cluster up and returns when every node is Ready with
+// its GPU resources.
+func (s *supervisor) start(ctx context.Context) error {
+	started := time.Now()
+	sched := s.spec.Scheduler == SchedulerKube
+	s.step("starting the control plane (etcd, kube-apiserver, kube-controller-manager%s%s)",
+		map[bool]string{true: ", kube-scheduler"}[sched], map[bool]string{true: ", kwok"}[s.spec.KwokNodes > 0])
+	cp, err := controlplane.Start(ctx, controlplane.Config{
+		BinDir: s.spec.BinDir, Dir: s.dir.path("controlplane"), KeepDir: true,
+		ControllerManager: true, Scheduler: sched, Kwok: s.spec.KwokNodes > 0,
+		Logger: s.log.With("part", "controlplane"),
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cp = cp
+	s.state.APIServer = cp.APIServerURL()
+	for name, pid := range cp.Pids() {
+		s.state.Pids[name] = pid
+		s.state.Logs[name] = cp.LogPath(name)
+	}
+	s.mu.Unlock()
+	kubeconfig, err := os.ReadFile(cp.Kubeconfig())
+	if err != nil {
+		return fmt.Errorf("reading the admin kubeconfig: %w", err)
+	}
+	if err := writeFileAtomic(s.dir.path(kubeconfigFile), kubeconfig); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.state.Kubeconfig = s.dir.path(kubeconfigFile)
+	s.mu.Unlock()
+	if err := s.writeState(); err != nil {
+		return err
+	}
+	s.step("control plane ready at %s (%.1fs)", cp.APIServerURL(), time.Since(started).Seconds())
+
+	client, err := kubernetes.NewForConfig(clientConfig(cp.RESTConfig()))
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	if s.spec.Scheduler == SchedulerGPUPlane {
+		if err := s.startGPUPlaneScheduler(cp); err != nil {
+			return err
+		}
+	}
+	for i, n := range s.spec.Nodes {
+		s.step("starting node %s (%s) with gpuplane-agent", n.Name, n.Profile)
+		sim, err := nodesim.Start(ctx, nodesim.Config{
+			NodeName: n.Name, Dir: s.dir.path(filepath.Join("n", strconv.Itoa(i))), Client: client,
+			Labels: map[string]string{NodeKindLabel: "agent", ProfileLabel: labelValue(n.Profile)},
+			Logger: s.log.With("part", "nodesim"),
+			Agent: &nodesim.AgentConfig{
+				Binary: s.spec.AgentBinary, Profile: n.SimProfile, ConfigFile: n.AgentConfig,
+				Kubeconfig: cp.Kubeconfig(), LogPath: s.dir.path("agent-" + n.Name + ".log"),
+			},
+		})
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.sims = append(s.sims, sim)
+		s.state.Pids["gpuplane-agent/"+n.Name] = sim.AgentPid()
+		s.state.Logs["gpuplane-agent/"+n.Name] = s.dir.path("agent-" + n.Name + ".log")
+		if u := sim.AgentMetricsURL(); u != "" {
+			s.state.Metrics[n.Name] = u
+		}
+		s.mu.Unlock()
+		if err := s.writeState(); err != nil {
+			return err
+		}
+	}
+	if s.spec.KwokNodes > 0 {
+		s.step("creating %d kwok GPU nodes (%d x %s each)", s.spec.KwokNodes, s.spec.KwokGPUs, s.spec.KwokProduct)
+		if err := createKwokNodes(ctx, client, s.spec); err != nil {
+			return err
+		}
+	}
+	s.step("waiting for %d nodes to be Ready with their GPUs", len(s.spec.Nodes)+s.spec.KwokNodes)
+	if err := s.waitNodes(ctx, client); err != nil {
+		return err
+	}
+	s.step("cluster up in %.1fs", time.Since(started).Seconds())
+	return nil
+}
+
+// startGPUPlaneScheduler runs gpuplane-scheduler against the cluster.
+func (s *supervisor) startGPUPlaneScheduler(cp *controlplane.ControlPlane) error {
+	s.step("starting gpuplane-scheduler")
+	logPath := s.dir.path("gpuplane-scheduler.log")
+	child, err := controlplane.StartChild("gpuplane-scheduler", s.spec.SchedulerBinary, []string{"--kubeconfig", cp.Kubeconfig()}, logPath)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.scheduler = child
+	s.state.Pids["gpuplane-scheduler"] = child.Pid()
+	s.state.Logs["gpuplane-scheduler"] = logPath
+	s.mu.Unlock()
+	return nil
+}
+
+// clientConfig raises the client's rate limits: creating a hundred kwok
+// nodes should not queue behind client-go's default 5 QPS.
+func clientConfig(c *rest.Config) *rest.Config {
+	c = rest.CopyConfig(c)
+	c.QPS, c.Burst = 500, 1000
+	return c
+}
+
+// waitNodes polls until every node is Ready and each simulated node reports
+// its resources.
+func (s *supervisor) waitNodes(ctx context.Context, client kubernetes.Interface) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ticker := time.NewTicker(200 * time.Millisecond)
+	defer ticker.Stop()
+	want := len(s.spec.Nodes) + s.spec.KwokNodes
+	last := ""
+	for {
+		ready, missing, err := s.countReady(ctx, client)
+		if err == nil && ready == want && missing == "" {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%d of %d nodes Ready%s", ready, want, missing)
+		}
+		for _, sim := range s.sims {
+			select {
+			case <-sim.AgentExited():
+				return fmt.Errorf("the gpuplane-agent of node %s exited; see %s", sim.NodeName(), s.dir.path("agent-"+sim.NodeName()+".log"))
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the nodes: %w (%s)", ctx.Err(), last)
+		case <-ticker.C:
+		}
+	}
+}
+
+func (s *supervisor) countReady(ctx context.Context, client kubernetes.Interface) (int, string, error) {
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: NodeKindLabel, ResourceVersion: "0"})
+	if err != nil {
+		return 0, "", err
+	}
+	byName := map[string]*corev1.Node{}
+	ready := 0
+	for i := range list.Items {
+		n := &list.Items[i]
+		byName[n.Name] = n
+		if nodeReady(n) {
+			ready++
+		}
+	}
+	missing := ""
+	for _, spec := range s.spec.Nodes {
+		n, ok := byName[spec.Name]
+		if !ok {
+			return ready, "; node " + spec.Name + " missing", nil
+		}
+		for _, r := range spec.Resources {
+			if q := n.Status.Allocatable[corev1.ResourceName(r)]; q.Value() == 0 {
+				missing = fmt.Sprintf("; node %s has no %s yet", spec.Name, r)
+			}
+		}
+	}
+	return ready, missing, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// createKwokNodes creates the kwok GPU nodes, capacity written directly.
+func createKwokNodes(ctx context.Context, client kubernetes.Interface, spec *Spec) error {
+	gpus := *resource.NewQuantity(int64(spec.KwokGPUs), resource.DecimalSI)
+	res := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("224"), corev1.ResourceMemory: resource.MustParse("2Ti"),
+		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": gpus,
+	}
+	sem := make(chan struct{}, 32)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for i := range spec.KwokNodes {
+		name := fmt.Sprintf("kwok-gpu-%d", i)
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name,
+				Labels: map[string]string{
+					corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
+					NodeKindLabel: "kwok", "type": "kwok",
+					"nvidia.com/gpu.product": spec.KwokProduct, "nvidia.com/gpu.count": strconv.Itoa(spec.KwokGPUs),
+					"nvidia.com/gpu.present": "true",
+				},
+				Annotations: map[string]string{controlplane.KwokNodeAnnotation: controlplane.KwokNodeAnnotationValue},
+			},
+			Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: controlplane.KwokNodeAnnotation, Value: controlplane.KwokNodeAnnotationValue, Effect: corev1.TaintEffectNoSchedule}}},
+			Status: corev1.NodeStatus{Capacity: res.DeepCopy(), Allocatable: res.DeepCopy()},
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("creating kwok node %s: %w", name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// stop stops the nodes (and their agents), the scheduler and the control
+// plane, and waits until every process is gone.
+func (s *supervisor) stop(ctx context.Context) error {
+	s.mu.Lock()
+	sims, sched, cp := s.sims, s.scheduler, s.cp
+	s.mu.Unlock()
+	var errs []error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, sim := range sims {
+		wg.Go(func() {
+			if err := sim.Stop(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if sched != nil {
+		if err := sched.Stop(ctx, 10*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if cp != nil {
+		if err := cp.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// labelValue makes a profile argument a valid label value.
+func labelValue(s string) string {
+	out := []rune{}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			out = append(out, r)
+		default:
+			out = append(out, '_')
+		}
+	}
+	if len(out) > 63 {
+		out = out[len(out)-63:]
+	}
+	return strings.Trim(string(out), "-_.")
+}
