@@ -210,8 +210,9 @@ func TestRunAllAndOutputs(t *testing.T) {
 			texts += string(el)
 		}
 	}
-	if paths != 2 || !strings.Contains(texts, "bestfit") || !strings.Contains(texts, "arrived demand") {
-		t.Fatalf("plot has %d curves and text %q; want 2 curves, a legend and axis labels", paths, texts)
+	// Two policies, each drawn in the whole-run panel and in the zoom.
+	if paths != 4 || !strings.Contains(texts, "bestfit") || !strings.Contains(texts, "arrived demand") || !strings.Contains(texts, "zoom") {
+		t.Fatalf("plot has %d curves and text %q; want 4 curves (2 policies x 2 panels), a legend and axis labels", paths, texts)
 	}
 }
 
