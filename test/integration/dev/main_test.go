@@ -1,0 +1,49 @@
+// Package dev_test runs `gpuplane dev up|down|status` as a user would, from
+// a built binary, against real control-plane components: the end-to-end
+// tier.
+package dev_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpuplane/gpuplane/internal/controlplane"
+)
+
+var (
+	// binDir holds gpuplane and gpuplane-agent built for the run.
+	binDir string
+	// cpBinDir holds the control-plane binaries.
+	cpBinDir string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "dev-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	for _, name := range []string{"gpuplane", "gpuplane-agent"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, name), "github.com/gpuplane/gpuplane/cmd/"+name)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n", name, err)
+			return 1
+		}
+	}
+	if cpBinDir, err = controlplane.ResolveBinDir(""); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
