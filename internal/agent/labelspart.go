@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -50,11 +49,11 @@ func labelsSink(f *runFlags, node string, log *slog.Logger) (labels.Sink, error)
 		return nil, nil
 	}
 	cfg.UserAgent = name
-	client, err := kubernetes.NewForConfig(cfg)
+	nodes, err := newNodeClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client for labels: %w", err)
 	}
-	return labels.NewNodeSink(client, node, labels.DefaultFieldManager)
+	return labels.NewNodeSink(nodes, node, labels.DefaultFieldManager)
 }
 
 // restConfig reads kubeconfig, or the pod's in-cluster config when it is

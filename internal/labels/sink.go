@@ -2,15 +2,16 @@ package labels
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Sink is where labels go.
@@ -25,22 +26,32 @@ type Sink interface {
 // DefaultFieldManager is the server-side-apply field manager of the agent.
 const DefaultFieldManager = "gpuplane-agent"
 
+// NodePatcher patches Nodes: the Patch method of client-go's typed Node
+// client (clientset.CoreV1().Nodes()), or any client that can send an
+// apply patch to the nodes resource. NodeSink takes this one method rather
+// than a clientset, or client-go's apply configurations, because both link
+// client-go's scheme of every API group, which more than doubles the
+// agent's binary and resident memory.
+type NodePatcher interface {
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Node, error)
+}
+
 // NodeSink applies labels and annotations to a Node with server-side
 // apply. Its field manager owns exactly the keys of the last apply: keys
 // it no longer produces are removed by the API server, and keys set by
 // anyone else are left alone.
 type NodeSink struct {
-	client       kubernetes.Interface
+	nodes        NodePatcher
 	node         string
 	fieldManager string
 }
 
 var _ Sink = (*NodeSink)(nil)
 
-// NewNodeSink returns a NodeSink writing to the Node named node under
-// fieldManager (DefaultFieldManager when empty).
-func NewNodeSink(client kubernetes.Interface, node, fieldManager string) (*NodeSink, error) {
-	if client == nil {
+// NewNodeSink returns a NodeSink writing to the Node named node through
+// nodes under fieldManager (DefaultFieldManager when empty).
+func NewNodeSink(nodes NodePatcher, node, fieldManager string) (*NodeSink, error) {
+	if nodes == nil {
 		return nil, errors.New("node sink: the Kubernetes client is nil")
 	}
 	if node == "" {
@@ -49,7 +60,7 @@ func NewNodeSink(client kubernetes.Interface, node, fieldManager string) (*NodeS
 	if fieldManager == "" {
 		fieldManager = DefaultFieldManager
 	}
-	return &NodeSink{client: client, node: node, fieldManager: fieldManager}, nil
+	return &NodeSink{nodes: nodes, node: node, fieldManager: fieldManager}, nil
 }
 
 // Name implements Sink.
@@ -57,14 +68,36 @@ func (s *NodeSink) Name() string { return "node/" + s.node }
 
 // Write implements Sink.
 func (s *NodeSink) Write(ctx context.Context, labels, annotations Labels) error {
-	ac := corev1ac.Node(s.node).WithLabels(labels).WithAnnotations(annotations)
+	body, err := json.Marshal(nodeApply{
+		APIVersion: "v1", Kind: "Node",
+		Metadata: applyMeta{Name: s.node, Labels: labels, Annotations: annotations},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding the labels of node %s: %w", s.node, err)
+	}
 	// Force: the agent is the authority on these keys, also when GPU
 	// Feature Discovery wrote them before.
-	_, err := s.client.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: s.fieldManager, Force: true})
+	force := true
+	_, err = s.nodes.Patch(ctx, s.node, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: s.fieldManager, Force: &force})
 	if err != nil {
 		return fmt.Errorf("applying %d labels to node %s: %w", len(labels), s.node, err)
 	}
 	return nil
+}
+
+// nodeApply is the server-side apply body of a Node: exactly the keys the
+// sink owns. An empty map is left out, which gives up every key of that
+// map the field manager owned before.
+type nodeApply struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Metadata   applyMeta `json:"metadata"`
+}
+
+type applyMeta struct {
+	Name        string `json:"name"`
+	Labels      Labels `json:"labels,omitempty"`
+	Annotations Labels `json:"annotations,omitempty"`
 }
 
 // DefaultFeatureFile is where node-feature-discovery's local source reads

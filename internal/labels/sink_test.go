@@ -22,7 +22,7 @@ func TestNodeSinkOwnsOnlyItsKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, err := NewNodeSink(client, "node-a", "")
+	sink, err := NewNodeSink(client.CoreV1().Nodes(), "node-a", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestNewSinkRejects(t *testing.T) {
 		new  func() error
 	}{
 		{name: "nil client", new: func() error { _, err := NewNodeSink(nil, "n", ""); return err }},
-		{name: "no node name", new: func() error { _, err := NewNodeSink(fake.NewClientset(), "", ""); return err }},
+		{name: "no node name", new: func() error { _, err := NewNodeSink(fake.NewClientset().CoreV1().Nodes(), "", ""); return err }},
 		{name: "no file", new: func() error { _, err := NewFeatureFileSink(""); return err }},
 	}
 	for _, tt := range tests {

@@ -56,7 +56,7 @@ func labelRunner(t *testing.T, client kubernetes.Interface, node string, cfg lab
 			ls = append(ls, l)
 		}
 	}
-	sink, err := labels.NewNodeSink(client, node, "")
+	sink, err := labels.NewNodeSink(client.CoreV1().Nodes(), node, "")
 	if err != nil {
 		t.Fatal(err)
 	}

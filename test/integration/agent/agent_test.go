@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,16 +21,34 @@ import (
 // agentProcess is a running gpuplane-agent.
 type agentProcess struct {
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *lockedBuffer
 	done chan error
+}
+
+// lockedBuffer collects the agent's output while tests read it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startAgentProcess runs the built agent with args and stops it (SIGTERM)
 // when the test ends, unless the test stopped it already.
-func startAgentProcess(t *testing.T, args ...string) *agentProcess {
+func startAgentProcess(t testing.TB, args ...string) *agentProcess {
 	t.Helper()
 	cmd := exec.Command(buildAgent(t), args...)
-	out := &bytes.Buffer{}
+	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -49,8 +68,7 @@ func startAgentProcess(t *testing.T, args ...string) *agentProcess {
 }
 
 // stop sends SIGTERM and returns the exit error (nil for exit 0).
-func (p *agentProcess) stop(t *testing.T) error {
-	t.Helper()
+func (p *agentProcess) stop() error {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return err
 	}
@@ -157,7 +175,7 @@ func TestAgentLabelsItsNode(t *testing.T) {
 			})
 		})
 	}
-	if err := p.stop(t); err != nil {
+	if err := p.stop(); err != nil {
 		t.Errorf("agent exit after SIGTERM: %v, want exit 0", err)
 	}
 }

@@ -73,7 +73,7 @@ func (e *buildError) Error() string {
 func (e *buildError) Unwrap() error { return e.err }
 
 // buildAgent builds cmd/gpuplane-agent once per test binary.
-func buildAgent(t *testing.T) string {
+func buildAgent(t testing.TB) string {
 	t.Helper()
 	bin, err := agentBinary()
 	if err != nil {
