@@ -46,8 +46,8 @@ type Config struct {
 	// detail (default 64): the per-node scan costs O(nodes).
 	DiagnoseLimit int
 	// PartialGangGrace is how long a gang may stay partly bound before
-	// its bound pods are deleted (default 30s). A gang found partly bound
-	// when the scheduler starts gets one cycle.
+	// its bound pods are deleted (default 30s), also when found so at
+	// start-up.
 	PartialGangGrace time.Duration
 	// LeaderElection: when LeaseName is empty the scheduler does not elect
 	// a leader (one replica only).

@@ -25,7 +25,6 @@ type loop struct {
 
 	// partialSince remembers when a gang was first seen partly bound.
 	partialSince map[string]time.Time
-	cycles       int
 	diag         map[string]diagnosis
 	queuesAt     time.Time
 }
@@ -92,7 +91,6 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	for _, t := range d.Timings {
 		l.metrics.phase(t.Phase, time.Duration(t.Nanos))
 	}
-	l.cycles++
 
 	// 3. Evictions first; a group that needed them waits for its victims
 	//    instead of binding now.
@@ -211,8 +209,11 @@ func (l *loop) bind(ctx context.Context, in *cycleInput, binds []model.Bind, blo
 }
 
 // reconcilePartial tears down gangs that stay partly bound: some pods
-// bound, fewer than minMember, and the rest not placed this cycle. A gang
-// found so at start-up gets one cycle; later ones PartialGangGrace.
+// bound, fewer than minMember, and the rest not placed for
+// PartialGangGrace. Gangs found so when the scheduler starts leading (a
+// predecessor died mid-gang) get the same grace: a node that is briefly
+// tainted or a cache that is briefly behind must not cost a gang its
+// running members.
 func (l *loop) reconcilePartial(ctx context.Context, in *cycleInput, placed map[string]bool, now time.Time) {
 	seen := map[string]bool{}
 	for name, g := range in.groups {
@@ -223,10 +224,6 @@ func (l *loop) reconcilePartial(ctx context.Context, in *cycleInput, placed map[
 		since, ok := l.partialSince[name]
 		if !ok {
 			since = now
-			if l.cycles == 1 {
-				// Found at start-up: the first cycle was its chance.
-				since = now.Add(-l.cfg.PartialGangGrace)
-			}
 			l.partialSince[name] = since
 		}
 		if now.Sub(since) < l.cfg.PartialGangGrace {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -119,8 +120,10 @@ func staticFit(log klog.Logger, p *corev1.Pod, n *corev1.Node) string {
 
 // build assembles the next snapshot. The caller holds c.mu.
 func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
-	in := &cycleInput{groups: map[string]*groupInfo{}, pods: c.pods, queueErrs: map[string]*BadInputError{},
-		queueObjs: c.queues, classOf: map[string]*podClass{}, startedAt: now}
+	// The cycle reads in's maps after the lock is released: they are
+	// copies (of pointers to immutable entries), never the cache's own.
+	in := &cycleInput{groups: map[string]*groupInfo{}, pods: make(map[string]*podInfo, len(c.pods)), queueErrs: map[string]*BadInputError{},
+		queueObjs: maps.Clone(c.queues), classOf: map[string]*podClass{}, startedAt: now}
 	nodesChanged := b.nodesVersion != c.nodesVersion
 	if nodesChanged {
 		b.nodesVersion = c.nodesVersion
@@ -144,7 +147,8 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 
 	// 1. Group the pods: bound ones become allocations, our pending ones
 	//    pending members of their group.
-	for _, pi := range c.pods {
+	for key, pi := range c.pods {
+		in.pods[key] = pi
 		p := pi.pod
 		_, isAssumed := c.assumed[pi.key]
 		ours := p.Spec.SchedulerName == b.schedulerName

@@ -1,0 +1,183 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+func TestLeaderFailoverWithTwoReplicas(t *testing.T) {
+	c := newCluster(t, gpuNodes(1, "failover")...)
+	replica := func(id string) func() {
+		return c.run(adapter.Config{LeaseName: "sched", LeaseNamespace: c.ns, Identity: id,
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond})
+	}
+	stops := map[string]func(){"one": replica("one"), "two": replica("two")}
+	holder := func(ctx context.Context) (string, error) {
+		l, err := env.Client.CoordinationV1().Leases(c.ns).Get(ctx, "sched", metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		if l.Spec.HolderIdentity == nil {
+			return "", nil
+		}
+		return *l.Spec.HolderIdentity, nil
+	}
+	c.create(c.pod("before").GPUs(1))
+	c.waitBound("", 1, 30*time.Second)
+	first, err := holder(t.Context())
+	if err != nil || stops[first] == nil {
+		t.Fatalf("lease holder %q (err %v), want one or two", first, err)
+	}
+	// The leader stops (and releases the Lease); the standby takes over
+	// and schedules what arrives next.
+	stops[first]()
+	framework.Eventually(t, 30*time.Second, "the other replica to lead", func(ctx context.Context) (bool, error) {
+		h, err := holder(ctx)
+		return err == nil && h != "" && h != first, fmt.Errorf("holder %q (err %w)", h, err)
+	})
+	c.create(c.pod("after").GPUs(1))
+	c.waitBound("", 2, 30*time.Second)
+}
+
+func TestRestartInTheMiddleOfAGang(t *testing.T) {
+	tests := []struct {
+		name string
+		// filler GPUs already taken on the node by another workload.
+		filler   int
+		wantGang int
+	}{
+		{name: "a partly bound gang that still fits is completed", filler: 0, wantGang: 4},
+		{name: "a partly bound gang that no longer fits is torn down", filler: 6, wantGang: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := gpuNodes(1, "restart")
+			node := nodes[0].Obj().Name
+			c := newCluster(t, nodes...)
+			if tc.filler > 0 {
+				c.createPod(framework.Pod(c.ns, "filler").GPUs(tc.filler).NodeName(node).Obj())
+			}
+			// What a scheduler that died mid-gang leaves: two of four
+			// members bound, two still pending.
+			c.podGroup("job", 4, "")
+			for i := range 4 {
+				b := c.pod(fmt.Sprintf("job-%d", i)).GPUs(1).Label(v1alpha1.PodGroupLabel, "job").Label("gang", "job")
+				if i < 2 {
+					b = b.NodeName(node)
+				}
+				c.create(b)
+			}
+			c.run(adapter.Config{})
+			c.waitBound("gang=job", tc.wantGang, 30*time.Second)
+			if tc.wantGang == 0 {
+				framework.Eventually(t, 30*time.Second, "the torn-down pods gone", func(ctx context.Context) (bool, error) {
+					ps, err := c.pods(ctx, "gang=job")
+					if err != nil {
+						return false, err
+					}
+					for _, p := range ps {
+						if p.Spec.NodeName != "" {
+							return false, fmt.Errorf("pod %s still on %s", p.Name, p.Spec.NodeName)
+						}
+					}
+					return true, nil
+				})
+				ev, err := env.Client.CoreV1().Events(c.ns).List(t.Context(), metav1.ListOptions{FieldSelector: "reason=GangIncomplete"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ev.Items) == 0 {
+					t.Error("no GangIncomplete event says why the bound pods were deleted")
+				}
+			}
+		})
+	}
+}
+
+// TestSchedulerBinary runs the built gpuplane-scheduler as a process, as a
+// Deployment would: it must report ready, schedule, and serve metrics.
+func TestSchedulerBinary(t *testing.T) {
+	c := newCluster(t, gpuNodes(1, "binary")...)
+	bin := filepath.Join(t.TempDir(), "gpuplane-scheduler")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/gpuplane-scheduler")
+	build.Dir = repoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building gpuplane-scheduler: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", env.ControlPlane.Kubeconfig(), "--scheduler-name", c.scheduler,
+		"--serve-address", addr, "--leader-elect-namespace", c.ns, "--leader-elect-identity", "binary", "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := cmd.Wait(); err != nil && ctx.Err() == nil {
+			t.Errorf("gpuplane-scheduler exited: %v", err)
+		}
+	})
+	get := func(ctx context.Context, path string) (string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		if err != nil {
+			return "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("%s: %s", path, resp.Status)
+		}
+		return string(b), err
+	}
+	framework.Eventually(t, 60*time.Second, "/readyz", func(ctx context.Context) (bool, error) {
+		_, err := get(ctx, "/readyz")
+		return err == nil, err
+	})
+	c.create(c.pod("by-binary").GPUs(2))
+	c.waitBound("", 1, 30*time.Second)
+	framework.Eventually(t, 30*time.Second, "bind metrics", func(ctx context.Context) (bool, error) {
+		body, err := get(ctx, "/metrics")
+		if err != nil {
+			return false, err
+		}
+		return strings.Contains(body, `gpuplane_scheduler_binds_total{result="bound"} 1`) &&
+			strings.Contains(body, "gpuplane_scheduler_cycle_phase_duration_seconds_bucket") &&
+			strings.Contains(body, `gpuplane_scheduler_leader 1`), errors.New("metrics lack the bind, the cycle phases or leadership")
+	})
+	p, err := env.Client.CoreV1().Pods(c.ns).Get(t.Context(), "by-binary", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Annotations[adapter.GPUsAnnotation]; got != "0,1" {
+		t.Errorf("%s = %q, want the two GPUs the scheduler chose, 0,1", adapter.GPUsAnnotation, got)
+	}
+}
