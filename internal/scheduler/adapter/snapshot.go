@@ -484,7 +484,15 @@ func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
 		}
 		return d
 	}
-	slices.SortStableFunc(names, func(x, y string) int { return cmp.Compare(depth(x), depth(y)) })
+	// Parents first; among equals the older Queue first, so that the
+	// newcomer that breaks the hierarchy is the one left out and the
+	// queues already in use keep working.
+	slices.SortStableFunc(names, func(x, y string) int {
+		if d := cmp.Compare(depth(x), depth(y)); d != 0 {
+			return d
+		}
+		return c.queues[x].CreationTimestamp.Compare(c.queues[y].CreationTimestamp.Time)
+	})
 	var out []model.Queue
 	for _, n := range names {
 		q := modelQueue(c.queues[n])

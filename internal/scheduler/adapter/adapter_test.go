@@ -1,0 +1,314 @@
+package adapter
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+func rl(kv ...string) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for i := 0; i < len(kv); i += 2 {
+		out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+	}
+	return out
+}
+
+func testPod(ns, name string, limits corev1.ResourceList) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{}, CreationTimestamp: metav1.Unix(100, 0)},
+		Spec: corev1.PodSpec{SchedulerName: v1alpha1.SchedulerName, Containers: []corev1.Container{{
+			Name: "main", Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits.DeepCopy()},
+		}}},
+	}
+}
+
+func TestPodRequest(t *testing.T) {
+	tests := []struct {
+		name       string
+		pod        *corev1.Pod
+		replicas   int
+		want       model.Request
+		wantReason string
+	}{
+		{name: "whole GPUs with cpu and memory", pod: testPod("ns", "p", rl("nvidia.com/gpu", "2", "cpu", "1500m", "memory", "3Gi")),
+			want: model.Request{GPUs: 2, MilliCPU: 1500, MemoryMiB: 3072}},
+		{name: "a shared GPU replica is a share of one GPU", pod: testPod("ns", "p", rl("nvidia.com/gpu.shared", "1")), replicas: 4,
+			want: model.Request{GPUMilli: 250}},
+		{name: "as many replicas as a GPU has is a whole GPU", pod: testPod("ns", "p", rl("nvidia.com/gpu.shared", "4")), replicas: 4,
+			want: model.Request{GPUs: 1}},
+		{name: "a MIG instance", pod: testPod("ns", "p", rl("nvidia.com/mig-3g.40gb", "1")),
+			want: model.Request{MIGSlices: 3, MIGProfile: "3g.40gb"}},
+		{name: "a fractional GPU is refused", pod: testPod("ns", "p", rl("nvidia.com/gpu", "500m")), wantReason: "FractionalGPU"},
+		{name: "two MIG instances are refused", pod: testPod("ns", "p", rl("nvidia.com/mig-1g.10gb", "2")), wantReason: "MixedGPURequest"},
+		{name: "whole and shared GPUs together are refused", pod: testPod("ns", "p", rl("nvidia.com/gpu", "1", "nvidia.com/gpu.shared", "1")), wantReason: "MixedGPURequest"},
+		{name: "an unknown MIG profile is refused", pod: testPod("ns", "p", rl("nvidia.com/mig-big", "1")), wantReason: "UnknownMIGProfile"},
+	}
+	unequal := testPod("ns", "p", rl("nvidia.com/gpu", "2"))
+	unequal.Spec.Containers[0].Resources.Requests = rl("nvidia.com/gpu", "1")
+	tests = append(tests, struct {
+		name       string
+		pod        *corev1.Pod
+		replicas   int
+		want       model.Request
+		wantReason string
+	}{name: "requests below limits are refused", pod: unequal, wantReason: "RequestsNotLimits"})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := podRequest(tc.pod, tc.replicas)
+			if tc.wantReason != "" {
+				var bad *BadInputError
+				if !errors.As(err, &bad) || bad.Reason != tc.wantReason {
+					t.Fatalf("podRequest() error = %v, want reason %s", err, tc.wantReason)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.GPUs != tc.want.GPUs || got.GPUMilli != tc.want.GPUMilli || got.MIGSlices != tc.want.MIGSlices || got.MIGProfile != tc.want.MIGProfile ||
+				got.MilliCPU != tc.want.MilliCPU || got.MemoryMiB != tc.want.MemoryMiB {
+				t.Errorf("podRequest() = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func testNode(name string, alloc corev1.ResourceList, labels, annotations map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+		Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc}}
+}
+
+func TestConvertNode(t *testing.T) {
+	topo := `{"v":1,"gpus":4,"groups":[{"gpus":[0,1],"nvlinks":12}],"numa":[0,0,1,1]}`
+	tests := []struct {
+		name      string
+		node      *corev1.Node
+		wantGPUs  int
+		wantMIG   int
+		wantModel string
+		wantWarn  string
+		check     func(t *testing.T, n model.Node)
+	}{
+		{name: "whole GPUs take model and memory from the labels",
+			node:     testNode("n", rl("nvidia.com/gpu", "8", "cpu", "64", "memory", "256Gi"), map[string]string{LabelGPUProduct: "H100", LabelGPUMemory: "81559"}, nil),
+			wantGPUs: 8, wantModel: "H100",
+			check: func(t *testing.T, n model.Node) {
+				if n.MilliCPU != 64000 || n.MemoryMiB != 256*1024 || n.GPUs[3].MemoryMiB != 81559 {
+					t.Errorf("node = %+v", n)
+				}
+			}},
+		{name: "GPUs in MIG mode are counted from gpu.count",
+			node:     testNode("n", rl("nvidia.com/gpu", "6", "nvidia.com/mig-3g.40gb", "4"), map[string]string{LabelGPUCount: "8"}, nil),
+			wantGPUs: 8, wantMIG: 2},
+		{name: "the topology annotation gives NVLink islands and NUMA nodes",
+			node:     testNode("n", rl("nvidia.com/gpu", "4"), nil, map[string]string{"gpuplane.io/gpu-topology": topo}),
+			wantGPUs: 4,
+			check: func(t *testing.T, n model.Node) {
+				if n.Topology == nil {
+					t.Fatal("no topology")
+				}
+				if l, _ := n.Topology.Between(0, 1); l.NVLinks != 12 {
+					t.Errorf("GPUs 0-1 link = %v, want NV12", l)
+				}
+				if l, _ := n.Topology.Between(0, 2); l.NVLinks != 0 || l.PCIe != gpu.PCIeSystem {
+					t.Errorf("GPUs 0-2 link = %v, want SYS", l)
+				}
+				if n.GPUs[3].NUMANode != 1 {
+					t.Errorf("GPU 3 NUMA = %d, want 1", n.GPUs[3].NUMANode)
+				}
+			}},
+		{name: "a topology for another GPU count is ignored with a warning",
+			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": topo}),
+			wantGPUs: 2, wantWarn: "describes 4 GPUs but the node has 2"},
+		{name: "an unparsable topology is ignored with a warning",
+			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": "{"}),
+			wantGPUs: 2, wantWarn: "parsing gpuplane.io/gpu-topology"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n, warn := convertNode(tc.node)
+			if len(n.GPUs) != tc.wantGPUs {
+				t.Fatalf("%d GPUs, want %d", len(n.GPUs), tc.wantGPUs)
+			}
+			mig := 0
+			for _, g := range n.GPUs {
+				if g.MIGSlices > 0 {
+					mig++
+				}
+				if g.Model != tc.wantModel && tc.wantModel != "" {
+					t.Errorf("GPU %d model %q, want %q", g.Index, g.Model, tc.wantModel)
+				}
+			}
+			if mig != tc.wantMIG {
+				t.Errorf("%d MIG GPUs, want %d", mig, tc.wantMIG)
+			}
+			if (tc.wantWarn == "") != (warn == "") || !strings.Contains(warn, tc.wantWarn) {
+				t.Errorf("warning %q, want one containing %q", warn, tc.wantWarn)
+			}
+			if tc.check != nil {
+				tc.check(t, n)
+			}
+		})
+	}
+}
+
+func TestSharesRoundTrip(t *testing.T) {
+	node := &model.Node{Name: "n", GPUs: []model.GPU{{Index: 0, MemoryMiB: 100}, {Index: 1, MemoryMiB: 100}, {Index: 2, MIGSlices: 7}}}
+	tests := []struct {
+		name   string
+		shares []model.GPUShare
+		text   string
+	}{
+		{"whole GPUs", []model.GPUShare{{Index: 0, Milli: 1000, MemoryMiB: 100}, {Index: 1, Milli: 1000, MemoryMiB: 100}}, "0,1"},
+		{"a share", []model.GPUShare{{Index: 1, Milli: 250}}, "1:250"},
+		{"a MIG instance", []model.GPUShare{{Index: 2, MIGSlices: 3}}, "2:m3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := formatShares(tc.shares); got != tc.text {
+				t.Fatalf("formatShares() = %q, want %q", got, tc.text)
+			}
+			back, err := parseShares(tc.text, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(back, tc.shares) {
+				t.Errorf("parseShares(%q) = %+v, want %+v", tc.text, back, tc.shares)
+			}
+		})
+	}
+	if _, err := parseShares("9", node); err == nil {
+		t.Error("parseShares accepted a GPU index the node does not have")
+	}
+}
+
+func gpuQueue(name, parent string, guaranteed, limit string) *v1alpha1.Queue {
+	r := v1alpha1.QueueResource{Name: "nvidia.com/gpu", Weight: 1}
+	if guaranteed != "" {
+		q := resource.MustParse(guaranteed)
+		r.Guaranteed = &q
+	}
+	if limit != "" {
+		q := resource.MustParse(limit)
+		r.Limit = &q
+	}
+	return &v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.QueueSpec{Parent: parent, Resources: []v1alpha1.QueueResource{r}}}
+}
+
+// TestBuildSnapshot checks how pods become groups: labels and aliases,
+// queues and their fallbacks, and what is held back with which reason.
+func TestBuildSnapshot(t *testing.T) {
+	c := newClusterCache()
+	c.upsertNode(testNode("n1", rl("nvidia.com/gpu", "8", "cpu", "32", "memory", "64Gi"), nil, nil))
+	for _, q := range []*v1alpha1.Queue{
+		gpuQueue("root", "", "8", ""), gpuQueue("team", "root", "4", ""),
+		// Children's guarantees above the parent's: the second child is
+		// the one that breaks the hierarchy and is left out.
+		gpuQueue("greedy", "root", "6", ""),
+		gpuQueue("over", "", "4", "2"),
+	} {
+		q.CreationTimestamp = metav1.Unix(int64(len(c.queues)), 0)
+		c.upsertQueue(q)
+	}
+	c.upsertNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", Annotations: map[string]string{v1alpha1.DefaultQueueAnnotation: "team"}}})
+	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train"}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}})
+	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "big"}, Spec: v1alpha1.PodGroupSpec{MinMember: 5}})
+	add := func(name string, labels map[string]string) {
+		p := testPod("ml", name, rl("nvidia.com/gpu", "1"))
+		p.Labels = labels
+		c.upsertPod(p)
+	}
+	add("w0", map[string]string{v1alpha1.PodGroupLabel: "train"})
+	add("w1", map[string]string{v1alpha1.SchedulerPluginsPodGroupLabel: "train"})
+	add("lone", nil)
+	add("kueue", map[string]string{v1alpha1.KueueQueueLabel: "root"})
+	add("lost", map[string]string{v1alpha1.QueueLabel: "nowhere"})
+	add("greedy", map[string]string{v1alpha1.QueueLabel: "greedy"})
+	add("big-0", map[string]string{v1alpha1.PodGroupLabel: "big"})
+	add("orphan", map[string]string{v1alpha1.PodGroupLabel: "missing"})
+	other := testPod("ml", "other", rl("nvidia.com/gpu", "1"))
+	other.Spec.SchedulerName = "default-scheduler"
+	c.upsertPod(other)
+
+	b := newBuilder(v1alpha1.SchedulerName, -1, logr.Discard())
+	c.mu.Lock()
+	in := b.build(c, time.Unix(200, 0))
+	c.mu.Unlock()
+
+	pending := map[string]model.PodGroup{}
+	for _, g := range in.snap.Pending {
+		pending[g.Name] = g
+	}
+	tests := []struct {
+		name      string
+		group     string
+		wantQueue string
+		wantPods  int
+		wantMin   int
+		wantHeld  string
+	}{
+		{name: "both pod group labels join one gang in the namespace's default queue", group: "pg/ml/train", wantQueue: "team", wantPods: 2, wantMin: 2},
+		{name: "a lone pod is a group of one", group: "pod/ml/lone", wantQueue: "team", wantPods: 1, wantMin: 1},
+		{name: "Kueue's queue label is honoured", group: "pod/ml/kueue", wantQueue: "root", wantPods: 1, wantMin: 1},
+		{name: "an unknown queue holds the pod", group: "pod/ml/lost", wantHeld: "UnknownQueue"},
+		{name: "an invalid queue holds its pods", group: "pod/ml/greedy", wantHeld: "UnknownQueue"},
+		{name: "minMember above the pods holds the gang", group: "pg/ml/big", wantHeld: "NotEnoughPods"},
+		{name: "a missing PodGroup holds its pods", group: "pg/ml/missing", wantHeld: "PodGroupNotFound"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := in.groups[tc.group]
+			if g == nil {
+				t.Fatalf("no group %s", tc.group)
+			}
+			if tc.wantHeld != "" {
+				if g.held == nil || g.held.Reason != tc.wantHeld {
+					t.Fatalf("held = %v, want %s", g.held, tc.wantHeld)
+				}
+				if _, ok := pending[tc.group]; ok {
+					t.Errorf("held group %s was offered to the core", tc.group)
+				}
+				return
+			}
+			p, ok := pending[tc.group]
+			if !ok {
+				t.Fatalf("group %s not pending (held %v)", tc.group, g.held)
+			}
+			if p.Queue != tc.wantQueue || len(p.Pods) != tc.wantPods || p.MinMember != tc.wantMin {
+				t.Errorf("group = queue %q, %d pods, min %d; want %q, %d, %d", p.Queue, len(p.Pods), p.MinMember, tc.wantQueue, tc.wantPods, tc.wantMin)
+			}
+		})
+	}
+	t.Run("bad queues are reported and the rest of the hierarchy kept", func(t *testing.T) {
+		if e := in.queueErrs["greedy"]; e == nil || !strings.Contains(e.Msg, "children's guaranteed quotas") {
+			t.Errorf("greedy: %v, want a children's guarantees error", e)
+		}
+		if e := in.queueErrs["over"]; e == nil || !strings.Contains(e.Msg, "above its own limit") {
+			t.Errorf("over: %v, want a guarantee above limit error", e)
+		}
+		var names []string
+		for _, q := range in.snap.Queues {
+			names = append(names, q.Name)
+		}
+		if !slices.Equal(names, []string{"root", "team"}) {
+			t.Errorf("queues = %v, want [root team]", names)
+		}
+	})
+	t.Run("another scheduler's pending pods are not ours", func(t *testing.T) {
+		if _, ok := in.groups["pod/ml/other"]; ok {
+			t.Error("a pending pod of default-scheduler was grouped")
+		}
+	})
+}
