@@ -29,7 +29,8 @@ import (
 // combined output and exit code.
 func gpuplane(t *testing.T, stateDir string, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	// Not the test's context: cleanups run `dev down` after it ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	args = append(args, "--state-dir", stateDir)
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "gpuplane"), args...)

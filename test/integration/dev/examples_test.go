@@ -1,0 +1,183 @@
+package dev_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuplane/gpuplane/internal/nodesim"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+// kubectl runs bin/kubectl against the dev cluster and returns its output.
+func kubectl(t *testing.T, stateDir string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(cpBinDir, "kubectl"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(stateDir, "kubeconfig"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// repoRoot is the checkout's root (this package sits two levels below
+// test/).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(wd, "..", "..", "..")
+}
+
+func yamlFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no YAML files in %s: %v", dir, err)
+	}
+	sort.Strings(files)
+	return files
+}
+
+// TestExamples applies the project's examples, and the seeds' when
+// ../shared/examples exists, to a dev cluster like the demo's.
+func TestExamples(t *testing.T) {
+	stateDir, client := cluster(t, "--nodes", "0", "--node-profiles", "dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4")
+	waitLabelled(t, client, 3)
+
+	t.Run("project examples", func(t *testing.T) {
+		dir := filepath.Join(repoRoot(t), "examples")
+		// The 4-GPU Job first, as the README says.
+		for _, args := range [][]string{{"-f", filepath.Join(dir, "06-multi-gpu-training-job.yaml")}, {"-f", dir}} {
+			if out, err := kubectl(t, stateDir, append([]string{"apply"}, args...)...); err != nil {
+				t.Fatalf("kubectl apply %v: %v\n%s", args, err, out)
+			}
+		}
+		waitPods(t, client, "default", 14, nil)
+		// Each file again through validation and admission on its own,
+		// now that the namespaces and PriorityClass it refers to exist.
+		for _, f := range yamlFiles(t, dir) {
+			if out, err := kubectl(t, stateDir, "apply", "--dry-run=server", "-f", f); err != nil {
+				t.Errorf("%s: kubectl apply --dry-run=server: %v\n%s", filepath.Base(f), err, out)
+			}
+		}
+	})
+
+	t.Run("seed examples", func(t *testing.T) {
+		dir := filepath.Join(repoRoot(t), "..", "shared", "examples")
+		if _, err := os.Stat(dir); err != nil {
+			t.Skipf("no seed examples at %s (a fresh clone has none): %v", dir, err)
+		}
+		// Examples that need other projects' CRDs.
+		needCRD := map[string]string{"14-pytorchjob.yaml": "Kubeflow's training operator", "15-gpu-alerts.yaml": "the Prometheus operator"}
+		// Pods whose node selection no dev node meets: they must be
+		// refused by the scheduler, not run.
+		unschedulable := map[string]string{
+			"03-gpu-affinity-pod.yaml":       "a gpu-type=tesla-t4 label",
+			"06-multi-gpu-training-job.yaml": "an A100 80GB node",
+			"07-inference-deployment.yaml":   "T4 or V100 nodes",
+			"08-mig-pod.yaml":                "an A100 40GB MIG slice (nvidia.com/mig-1g.5gb)",
+		}
+		for _, ns := range []string{"seeds", "gpu-operator", "nvidia-device-plugin", "ml-team"} {
+			if out, err := kubectl(t, stateDir, "create", "namespace", ns); err != nil && !strings.Contains(out, "AlreadyExists") {
+				t.Fatalf("creating namespace %s: %v\n%s", ns, err, out)
+			}
+		}
+		env := &framework.Env{Client: client}
+		env.WaitServiceAccount(t, "seeds", "default", 30*time.Second)
+		for _, f := range yamlFiles(t, dir) {
+			name := filepath.Base(f)
+			if why, ok := needCRD[name]; ok {
+				t.Logf("%s needs %s; not applied", name, why)
+				continue
+			}
+			args := []string{"apply", "-f", f}
+			if !strings.Contains(readFile(f), "namespace:") {
+				args = append(args, "-n", "seeds")
+			}
+			if out, err := kubectl(t, stateDir, append(args, "--dry-run=server")...); err != nil {
+				t.Errorf("%s: kubectl apply --dry-run=server: %v\n%s", name, err, out)
+				continue
+			}
+			if out, err := kubectl(t, stateDir, args...); err != nil {
+				t.Errorf("%s: kubectl apply: %v\n%s", name, err, out)
+			}
+		}
+		// 01, 02, 04, 05 (its Job's pod) and 12 run; 03, 06, 07 (2
+		// replicas) and 08 wait for nodes the dev cluster does not have.
+		waitPods(t, client, "seeds", 10, func(p *corev1.Pod) bool {
+			for _, owner := range []string{"gpu-affinity-pod", "pytorch-training", "ml-inference", "mig-workload"} {
+				if strings.HasPrefix(p.Name, owner) {
+					return true
+				}
+			}
+			return false
+		})
+		t.Logf("seed pods left Pending by design: %v", unschedulable)
+	})
+}
+
+// waitLabelled waits until n agent nodes carry their GPU product label, so
+// examples that select on it can be scheduled.
+func waitLabelled(t *testing.T, client kubernetes.Interface, n int) {
+	t.Helper()
+	framework.Eventually(t, 60*time.Second, "GPU labels on the nodes", func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "nvidia.com/gpu.product"})
+		return err == nil && len(list.Items) == n, err
+	})
+}
+
+// waitPods waits until the namespace has want pods, each Running with an
+// allocation, except those pending(p) says must stay unschedulable.
+func waitPods(t *testing.T, client kubernetes.Interface, ns string, want int, pending func(*corev1.Pod) bool) {
+	t.Helper()
+	framework.Eventually(t, 90*time.Second, fmt.Sprintf("%d pods of %s settled", want, ns), func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		if len(list.Items) != want {
+			return false, fmt.Errorf("%d pods", len(list.Items))
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if pending != nil && pending(p) {
+				if !unschedulableNow(p) {
+					return false, fmt.Errorf("pod %s: phase %s, want Pending and Unschedulable", p.Name, p.Status.Phase)
+				}
+				continue
+			}
+			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodSucceeded {
+				return false, fmt.Errorf("pod %s: %s %s", p.Name, p.Status.Phase, p.Status.Message)
+			}
+			if a, err := nodesim.ReadAllocation(p); err != nil || a == nil {
+				return false, fmt.Errorf("pod %s has no allocation: %v", p.Name, err)
+			}
+		}
+		return true, nil
+	})
+}
+
+func unschedulableNow(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return p.Status.Phase == corev1.PodPending && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}
+	}
+	return false
+}
