@@ -166,7 +166,7 @@ func waitPods(t *testing.T, client kubernetes.Interface, ns string, want int, pe
 				return false, fmt.Errorf("pod %s: %s %s", p.Name, p.Status.Phase, p.Status.Message)
 			}
 			if a, err := nodesim.ReadAllocation(p); err != nil || a == nil {
-				return false, fmt.Errorf("pod %s has no allocation: %v", p.Name, err)
+				return false, fmt.Errorf("pod %s has no allocation: %w", p.Name, err)
 			}
 		}
 		return true, nil
