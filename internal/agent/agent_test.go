@@ -308,3 +308,33 @@ func TestRunPartsStopsAll(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestAgentStopsWhenAPartCannotRun occupies the metrics port: the agent
+// must stop its other parts and return an error naming the part and the
+// flag to change.
+func TestAgentStopsWhenAPartCannotRun(t *testing.T) {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	dir := t.TempDir()
+	f := &runFlags{}
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	f.add(fs)
+	if err := fs.Parse([]string{"--simulate", "dgxh100", "--kubelet-dir", filepath.Join(dir, "kubelet"), "--cdi-dir", "",
+		"--labels", "none", "--metrics-addr", ln.Addr().String()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = runAgent(ctx, f, &syncBuffer{})
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("runAgent = %v (context %v), want an error before the deadline", err, ctx.Err())
+	}
+	for _, want := range []string{"metrics", "--metrics-addr"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}

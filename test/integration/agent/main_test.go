@@ -1,6 +1,7 @@
 // Package agent_test checks gpuplane-agent against a real API server: the
 // built agent process labels its Node and annotates its GPU topology,
-// following device-plugin config reloads; the deployment manifests in
+// following device-plugin config reloads, and waits out an unreachable API
+// server without stopping; the deployment manifests in
 // deploy/agent pass the API server's validation; and their admission
 // policy lets the agent's ServiceAccount patch only its own Node.
 package agent_test
