@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,6 +241,40 @@ func TestStaleState(t *testing.T) {
 			out, _ := gpuplane(t, stateDir, tt.args...)
 			if !strings.Contains(out, tt.want) {
 				t.Errorf("gpuplane %v:\n%s\nwant it to say %q", tt.args, out, tt.want)
+			}
+		})
+	}
+}
+
+// TestCrashedSupervisor kills the supervisor outright: every process it
+// started must die with it, and the next command must notice the stale
+// state and clean it.
+func TestCrashedSupervisor(t *testing.T) {
+	stateDir, _ := cluster(t, "--nodes", "1")
+	pids := recordedPids(t, stateDir)
+	if err := syscall.Kill(pids["supervisor"], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "every process of the cluster gone", func(context.Context) (bool, error) {
+		for name, pid := range pids {
+			if alive(pid) {
+				return false, fmt.Errorf("%s (pid %d) still alive", name, pid)
+			}
+		}
+		return true, nil
+	})
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"status", []string{"dev", "status"}, "no dev cluster is running"},
+		{"down", []string{"dev", "down"}, "removed the stale state"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, code := gpuplane(t, stateDir, tt.args...)
+			if code != 0 || !strings.Contains(out, tt.want) {
+				t.Errorf("gpuplane %v exited %d:\n%s\nwant it to say %q", tt.args, code, out, tt.want)
 			}
 		})
 	}
