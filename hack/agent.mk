@@ -1,0 +1,16 @@
+# The node agent's whole-process benchmark, included by the top-level
+# Makefile. The agent's integration tests (test/integration/agent) already
+# run under test-integration.
+#
+#   make bench-agent   build gpuplane-agent and measure its resident memory
+#                      with labels, metrics and the device plugin running,
+#                      over 10,000 scrapes (results: docs/benchmarks-metrics.md)
+
+GO ?= go
+BIN ?= $(CURDIR)/bin
+
+.PHONY: bench-agent
+
+bench-agent: controlplane-bins ## the whole agent's RSS over 10,000 scrapes, against a real API server
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test -run '^$$' \
+		-bench BenchmarkAgentRSSOver10000Scrapes -benchtime 1x -count 3 -benchmem ./test/integration/agent/
