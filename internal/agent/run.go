@@ -231,6 +231,9 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		return fmt.Errorf("listing GPUs: %w", err)
 	}
 
+	// Ends the SIGHUP watch also when a part fails.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	reload := watchReload(ctx, configFile, log)
 	healthSrc := newMonitorHealth(devices)
 	plugin := PluginOptions{
