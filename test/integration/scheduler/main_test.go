@@ -5,11 +5,9 @@
 package scheduler_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,12 +18,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -43,8 +39,6 @@ func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, controlplane.DefaultConfig(), &env))
 }
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
 // repoRoot finds the repository root from this file's location.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
@@ -55,59 +49,10 @@ func repoRoot() string {
 // returns a dynamic client.
 func setup(t *testing.T) dynamic.Interface {
 	t.Helper()
-	if dyn != nil {
-		return dyn
+	if dyn == nil {
+		dyn = env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
 	}
-	d, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob(filepath.Join(repoRoot(), "deploy", "crds", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in deploy/crds (%v)", err)
-	}
-	var names []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yamlutil.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-		for {
-			var u unstructured.Unstructured
-			if err := dec.Decode(&u.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				t.Fatalf("decoding %s: %v", f, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			if _, err := d.Resource(crdGVR).Create(t.Context(), &u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("installing %s: %v", f, err)
-			}
-			names = append(names, u.GetName())
-		}
-	}
-	for _, n := range names {
-		framework.Eventually(t, 30*time.Second, "CRD "+n+" established", func(ctx context.Context) (bool, error) {
-			u, err := d.Resource(crdGVR).Get(ctx, n, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-	}
-	dyn = d
-	return d
+	return dyn
 }
 
 var nodeSeq atomic.Int64
