@@ -5,11 +5,13 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/cli/dev"
 	"github.com/gpuplane/gpuplane/internal/cli/simulate"
+	"github.com/gpuplane/gpuplane/internal/cli/status"
 )
 
 // subcommands lists the gpuplane sub-commands in the order --help shows them.
 func subcommands() []*cobra.Command {
 	return []*cobra.Command{
+		status.NewCommand(),
 		simulate.NewCommand(),
 		dev.NewCommand(),
 	}

@@ -1,0 +1,364 @@
+package status
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/nodesim"
+	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
+)
+
+// Status is what `gpuplane status` shows; -o json and -o yaml print it as
+// is.
+type Status struct {
+	Nodes  []Node  `json:"nodes"`
+	Queues []Queue `json:"queues"`
+	// Waiting lists the pod groups that are not placed, with why.
+	Waiting []Gang `json:"waiting"`
+}
+
+// Node is one node's GPUs.
+type Node struct {
+	Name        string `json:"name"`
+	Ready       bool   `json:"ready"`
+	Model       string `json:"model,omitempty"`
+	MemoryMiB   int64  `json:"memoryMiB,omitempty"`
+	Capacity    int64  `json:"capacity"`
+	Allocatable int64  `json:"allocatable"`
+	// Used counts the GPUs that pods on the node ask for.
+	Used int64 `json:"used"`
+	// MIG is the MIG strategy and the MIG devices the node offers.
+	MIG string `json:"mig,omitempty"`
+	// Sharing is the sharing strategy and replicas per GPU.
+	Sharing string   `json:"sharing,omitempty"`
+	Holders []Holder `json:"holders,omitempty"`
+}
+
+// Holder is a pod and the GPUs it holds.
+type Holder struct {
+	Pod  string `json:"pod"`
+	GPUs string `json:"gpus"`
+	// Source says where GPUs came from: "allocation" (the devices the node
+	// gave the pod), "scheduler" (the indexes gpuplane-scheduler chose) or
+	// "request" (only the count the pod asks for is known).
+	Source string `json:"source"`
+}
+
+// Queue is one scheduling queue's GPU share.
+type Queue struct {
+	Name       string `json:"name"`
+	Parent     string `json:"parent,omitempty"`
+	Usage      string `json:"usage"`
+	Guaranteed string `json:"guaranteed,omitempty"`
+	Limit      string `json:"limit,omitempty"`
+	FairShare  string `json:"fairShare"`
+	Pending    int32  `json:"pending"`
+	Admitted   int32  `json:"admitted"`
+	// Problem is the Valid condition's message when the queue is invalid.
+	Problem string `json:"problem,omitempty"`
+}
+
+// Gang is a pod group that waits.
+type Gang struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Queue     string `json:"queue,omitempty"`
+	Phase     string `json:"phase"`
+	MinMember int32  `json:"minMember"`
+	Scheduled int32  `json:"scheduled"`
+	Why       string `json:"why,omitempty"`
+}
+
+type options struct {
+	kubeconfig, output string
+}
+
+// NewCommand returns the status command.
+func NewCommand() *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster's GPUs, who holds them, queues and waiting gangs",
+		Long: `status reads the cluster through the API server and shows:
+
+  NODES    each node's GPU model, GPUs used/allocatable/capacity, MIG and
+           sharing (from the feature labels) and readiness; -o wide adds
+           which pod holds which GPU (the devices the node recorded in the
+           gpuplane.io/allocation annotation, else the indexes
+           gpuplane-scheduler chose, else the pod's GPU count);
+  QUEUES   each Queue's GPU usage against its guarantee, limit and fair
+           share, with pending and admitted pod groups (from Queue status);
+  WAITING  pod groups that are not placed and why (their Schedulable
+           condition, e.g. "gang 2/8 placeable; 0/1000 nodes available").
+
+The Queue and PodGroup sections are empty when the CRDs are not installed.`,
+		Example: `  gpuplane status
+  gpuplane status -o wide
+  gpuplane status -o json --kubeconfig ~/.kube/config`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := cliutil.ParseFormat(o.output, cliutil.Table, cliutil.Wide, cliutil.JSON, cliutil.YAML)
+			if err != nil {
+				return err
+			}
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = o.kubeconfig
+			rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+			if err != nil {
+				return fmt.Errorf("loading the kubeconfig: %w (give --kubeconfig or set KUBECONFIG)", err)
+			}
+			st, err := Collect(cmd.Context(), rc)
+			if err != nil {
+				return err
+			}
+			if format == cliutil.JSON || format == cliutil.YAML {
+				return cliutil.Encode(cmd.OutOrStdout(), format, st)
+			}
+			return Print(cmd.OutOrStdout(), st, format == cliutil.Wide)
+		},
+	}
+	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then ~/.kube/config")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: table (default), wide, json or yaml")
+	return cmd
+}
+
+// Collect reads the cluster's status.
+func Collect(ctx context.Context, rc *rest.Config) (*Status, error) {
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("creating an API client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("creating an API client: %w", err)
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	st := &Status{Nodes: []Node{}, Queues: []Queue{}, Waiting: []Gang{}}
+	byNode := map[string][]*corev1.Pod{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
+		}
+	}
+	for i := range nodes.Items {
+		if n := nodeStatus(&nodes.Items[i], byNode[nodes.Items[i].Name]); n.Capacity > 0 || n.MIG != "" {
+			st.Nodes = append(st.Nodes, n)
+		}
+	}
+	slices.SortFunc(st.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
+
+	if ql, err := dyn.Resource(adapter.QueuesResource).List(ctx, metav1.ListOptions{}); err == nil {
+		for i := range ql.Items {
+			var q v1alpha1.Queue
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ql.Items[i].Object, &q); err != nil {
+				return nil, fmt.Errorf("decoding queue %s: %w", ql.Items[i].GetName(), err)
+			}
+			st.Queues = append(st.Queues, queueStatus(&q))
+		}
+	} else if !meta.IsNoMatchError(err) && !isNotFound(err) {
+		return nil, fmt.Errorf("listing queues: %w", err)
+	}
+	slices.SortFunc(st.Queues, func(a, b Queue) int { return cmp.Compare(a.Name, b.Name) })
+	if gl, err := dyn.Resource(adapter.PodGroupsResource).List(ctx, metav1.ListOptions{}); err == nil {
+		for i := range gl.Items {
+			var g v1alpha1.PodGroup
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(gl.Items[i].Object, &g); err != nil {
+				return nil, fmt.Errorf("decoding pod group %s: %w", gl.Items[i].GetName(), err)
+			}
+			switch g.Status.Phase {
+			case v1alpha1.PodGroupRunning, v1alpha1.PodGroupScheduled, v1alpha1.PodGroupSucceeded, v1alpha1.PodGroupFailed:
+				continue
+			}
+			gang := Gang{Namespace: g.Namespace, Name: g.Name, Queue: g.Spec.Queue, Phase: string(g.Status.Phase),
+				MinMember: g.Spec.MinMember, Scheduled: g.Status.Scheduled}
+			if gang.Phase == "" {
+				gang.Phase = "Unknown"
+			}
+			if c := meta.FindStatusCondition(g.Status.Conditions, adapter.ConditionSchedulable); c != nil {
+				gang.Why = c.Message
+			}
+			st.Waiting = append(st.Waiting, gang)
+		}
+	} else if !meta.IsNoMatchError(err) && !isNotFound(err) {
+		return nil, fmt.Errorf("listing pod groups: %w", err)
+	}
+	slices.SortFunc(st.Waiting, func(a, b Gang) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return st, nil
+}
+
+func nodeStatus(n *corev1.Node, pods []*corev1.Pod) Node {
+	out := Node{Name: n.Name, Model: n.Labels[adapter.LabelGPUProduct]}
+	out.MemoryMiB, _ = strconv.ParseInt(n.Labels[adapter.LabelGPUMemory], 10, 64)
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	capQ := n.Status.Capacity[adapter.ResourceGPU]
+	allocQ := n.Status.Allocatable[adapter.ResourceGPU]
+	out.Capacity, out.Allocatable = capQ.Value(), allocQ.Value()
+	var mig []string
+	for name, q := range n.Status.Allocatable {
+		if p, ok := strings.CutPrefix(string(name), "nvidia.com/mig-"); ok && !q.IsZero() {
+			mig = append(mig, fmt.Sprintf("%s x%d", p, q.Value()))
+		}
+	}
+	slices.Sort(mig)
+	if s := n.Labels["nvidia.com/mig.strategy"]; s != "" || len(mig) > 0 {
+		out.MIG = strings.TrimSpace(s + " " + strings.Join(mig, ", "))
+	}
+	if s := n.Labels["nvidia.com/gpu.sharing-strategy"]; s != "" && s != "none" {
+		out.Sharing = s
+		if r := n.Labels[adapter.LabelGPUReplicas]; r != "" {
+			out.Sharing += " x" + r
+		}
+	}
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	for _, p := range pods {
+		count := gpuRequest(p)
+		if count == 0 {
+			continue
+		}
+		out.Used += count
+		h := Holder{Pod: p.Namespace + "/" + p.Name, GPUs: strconv.FormatInt(count, 10) + " GPU(s)", Source: "request"}
+		if a, err := nodesim.ReadAllocation(p); err == nil && a != nil {
+			var ids []string
+			for _, c := range a.Containers {
+				for res, devs := range c.Devices {
+					if strings.HasPrefix(res, "nvidia.com/") {
+						ids = append(ids, devs...)
+					}
+				}
+			}
+			if len(ids) > 0 {
+				h.GPUs, h.Source = strings.Join(ids, ","), "allocation"
+			}
+		} else if s := p.Annotations[adapter.GPUsAnnotation]; s != "" {
+			h.GPUs, h.Source = "GPU "+s, "scheduler"
+		}
+		out.Holders = append(out.Holders, h)
+	}
+	return out
+}
+
+func gpuRequest(p *corev1.Pod) int64 {
+	var n int64
+	for _, c := range p.Spec.Containers {
+		if q, ok := c.Resources.Limits[adapter.ResourceGPU]; ok {
+			n += q.Value()
+		}
+	}
+	return n
+}
+
+func queueStatus(q *v1alpha1.Queue) Queue {
+	out := Queue{Name: q.Name, Parent: q.Spec.Parent, Pending: q.Status.Pending, Admitted: q.Status.Admitted,
+		Usage: gpus(q.Status.Usage), FairShare: gpus(q.Status.FairShare)}
+	for _, r := range q.Spec.Resources {
+		if corev1.ResourceName(r.Name) != adapter.ResourceGPU {
+			continue
+		}
+		if r.Guaranteed != nil {
+			out.Guaranteed = r.Guaranteed.String()
+		}
+		if r.Limit != nil {
+			out.Limit = r.Limit.String()
+		}
+	}
+	if c := meta.FindStatusCondition(q.Status.Conditions, adapter.ConditionValid); c != nil && c.Status == metav1.ConditionFalse {
+		out.Problem = c.Message
+	}
+	return out
+}
+
+func gpus(rl corev1.ResourceList) string {
+	q, ok := rl[adapter.ResourceGPU]
+	if !ok {
+		return "0"
+	}
+	return q.String()
+}
+
+func isNotFound(err error) bool {
+	return strings.Contains(err.Error(), "the server could not find the requested resource")
+}
+
+// Print writes the human tables; wide adds the GPU holders.
+func Print(w io.Writer, st *Status, wide bool) error {
+	fmt.Fprintln(w, "NODES")
+	t := cliutil.NewTable(w)
+	header := "NAME\tREADY\tMODEL\tGPUS USED/ALLOC/CAP\tMIG\tSHARING"
+	if wide {
+		header += "\tHOLDERS"
+	}
+	fmt.Fprintln(t, header)
+	for _, n := range st.Nodes {
+		model := n.Model
+		if n.MemoryMiB > 0 {
+			model += " (" + resource.NewQuantity(n.MemoryMiB<<20, resource.BinarySI).String() + ")"
+		}
+		line := fmt.Sprintf("%s\t%t\t%s\t%d/%d/%d\t%s\t%s", n.Name, n.Ready, dash(model), n.Used, n.Allocatable, n.Capacity, dash(n.MIG), dash(n.Sharing))
+		if wide {
+			var hs []string
+			for _, h := range n.Holders {
+				hs = append(hs, h.Pod+"="+h.GPUs)
+			}
+			line += "\t" + dash(strings.Join(hs, " "))
+		}
+		fmt.Fprintln(t, line)
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nQUEUES")
+	t = cliutil.NewTable(w)
+	fmt.Fprintln(t, "NAME\tPARENT\tGPU USAGE\tGUARANTEED\tLIMIT\tFAIR SHARE\tPENDING\tADMITTED\tPROBLEM")
+	for _, q := range st.Queues {
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", q.Name, dash(q.Parent), q.Usage, dash(q.Guaranteed), dash(q.Limit), q.FairShare, q.Pending, q.Admitted, dash(q.Problem))
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nWAITING GANGS")
+	t = cliutil.NewTable(w)
+	fmt.Fprintln(t, "NAMESPACE/NAME\tQUEUE\tPHASE\tBOUND/MIN\tWHY")
+	for _, g := range st.Waiting {
+		fmt.Fprintf(t, "%s/%s\t%s\t%s\t%d/%d\t%s\n", g.Namespace, g.Name, dash(g.Queue), g.Phase, g.Scheduled, g.MinMember, dash(g.Why))
+	}
+	return t.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,77 @@
+package scheduler_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/cli/status"
+	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+// TestGpuplaneStatus reads a scheduled cluster back with `gpuplane
+// status`: GPUs per node with their holders, queues with usage and fair
+// share, and a waiting gang with the scheduler's reason.
+func TestGpuplaneStatus(t *testing.T) {
+	nodes := gpuNodes(1, "status")
+	nodes[0].Label("nvidia.com/gpu.sharing-strategy", "time-slicing").Label("nvidia.com/gpu.replicas", "1")
+	node := nodes[0].Obj().Name
+	c := newCluster(t, nodes...)
+	q := "status-" + c.ns
+	c.queue(q, "", 4, 0)
+	c.run(adapter.Config{})
+	c.podGroup("runs", 2, q)
+	c.podGroup("waits", 2, q)
+	for i := range 2 {
+		c.create(c.pod(fmt.Sprintf("runs-%d", i)).GPUs(2).Label(v1alpha1.PodGroupLabel, "runs").Label("gang", "runs"))
+		c.create(c.pod(fmt.Sprintf("waits-%d", i)).GPUs(4).Label(v1alpha1.PodGroupLabel, "waits").Label("gang", "waits"))
+	}
+	c.waitBound("gang=runs", 2, 30*time.Second)
+
+	var st *status.Status
+	framework.Eventually(t, 30*time.Second, "status shows the queue's usage and the waiting gang", func(ctx context.Context) (bool, error) {
+		var err error
+		if st, err = status.Collect(ctx, env.Config); err != nil {
+			return false, err
+		}
+		var usage string
+		for _, qs := range st.Queues {
+			if qs.Name == q {
+				usage = qs.Usage
+			}
+		}
+		var why string
+		for _, g := range st.Waiting {
+			if g.Namespace == c.ns && g.Name == "waits" {
+				why = g.Why
+			}
+		}
+		return usage == "4" && strings.Contains(why, "gang"), fmt.Errorf("queue usage %q, waiting gang reason %q", usage, why)
+	})
+	var n *status.Node
+	for i := range st.Nodes {
+		if st.Nodes[i].Name == node {
+			n = &st.Nodes[i]
+		}
+	}
+	if n == nil {
+		t.Fatalf("node %s missing from %+v", node, st.Nodes)
+	}
+	if n.Used != 4 || n.Capacity != 8 || n.Sharing != "time-slicing x1" || len(n.Holders) != 2 || n.Holders[0].Source != "scheduler" {
+		t.Errorf("node = %+v, want 4/8 GPUs used by two pods placed by the scheduler, time-slicing x1", *n)
+	}
+	var out bytes.Buffer
+	if err := status.Print(&out, st, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"NODES", node, c.ns + "/runs-0=GPU ", "QUEUES", q, "WAITING GANGS", c.ns + "/waits"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status -o wide lacks %q:\n%s", want, out.String())
+		}
+	}
+}
