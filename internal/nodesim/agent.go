@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuplane/gpuplane/internal/controlplane"
@@ -43,6 +44,106 @@ type AgentConfig struct {
 type agentProcess struct {
 	child       *controlplane.Child
 	metricsAddr string
+}
+
+// Backoff between agent restarts, doubling up to the maximum, as the
+// kubelet restarts a DaemonSet's crashed container.
+const (
+	agentRestartDelay    = time.Second
+	agentRestartMaxDelay = 30 * time.Second
+)
+
+// agentSupervisor keeps the agent running: when it exits while the
+// simulator runs, it is started again after a backoff.
+type agentSupervisor struct {
+	cfg         Config
+	log         *slog.Logger
+	metricsAddr string
+	cancel      context.CancelFunc
+	done        chan struct{}
+
+	mu       sync.Mutex
+	proc     *agentProcess
+	restarts int
+	lastExit error
+}
+
+// superviseAgent starts the agent and keeps it running until stop.
+func superviseAgent(ctx context.Context, cfg Config, log *slog.Logger) (*agentSupervisor, error) {
+	p, err := startAgent(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	// Restarts keep the metrics address, so scrapers keep finding it.
+	agentCfg := *cfg.Agent
+	agentCfg.MetricsAddr = p.metricsAddr
+	cfg.Agent = &agentCfg
+	runCtx, cancel := context.WithCancel(context.Background())
+	a := &agentSupervisor{cfg: cfg, log: log, metricsAddr: p.metricsAddr, cancel: cancel, done: make(chan struct{}), proc: p}
+	go a.run(runCtx)
+	return a, nil
+}
+
+func (a *agentSupervisor) current() *agentProcess {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proc
+}
+
+func (a *agentSupervisor) restartCount() (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.restarts, a.lastExit
+}
+
+func (a *agentSupervisor) run(ctx context.Context) {
+	defer close(a.done)
+	delay := agentRestartDelay
+	for {
+		p := a.current()
+		started := time.Now()
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.child.Exited():
+		}
+		exitErr := p.child.ExitError()
+		// Whatever the agent left in its process group goes too.
+		if err := p.child.Stop(ctx, time.Second); err != nil {
+			a.log.Warn("cleaning up after the agent", "err", err)
+		}
+		if time.Since(started) > 2*agentRestartMaxDelay {
+			delay = agentRestartDelay
+		}
+		a.mu.Lock()
+		a.lastExit = exitErr
+		a.mu.Unlock()
+		a.log.Warn("gpuplane-agent exited; restarting it", "err", exitErr, "in", delay)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, agentRestartMaxDelay)
+			next, err := startAgent(ctx, a.cfg, a.log)
+			if err == nil {
+				a.mu.Lock()
+				a.proc = next
+				a.restarts++
+				a.mu.Unlock()
+				break
+			}
+			a.log.Error("restarting gpuplane-agent", "err", err, "retryIn", delay)
+		}
+	}
+}
+
+// stop ends supervision and stops the running agent.
+func (a *agentSupervisor) stop(ctx context.Context) error {
+	a.cancel()
+	<-a.done
+	return a.current().child.Stop(ctx, 10*time.Second)
 }
 
 // startAgent starts the agent as a child process of its own process group,

@@ -102,7 +102,7 @@ type Simulator struct {
 
 	registrationServer *grpc.Server
 	podResourcesServer *grpc.Server
-	agent              *agentProcess
+	agent              *agentSupervisor
 
 	nodeDirty chan struct{}
 	podLister listersv1.PodLister
@@ -125,7 +125,7 @@ type Simulator struct {
 
 // Start creates or adopts the Node, serves the kubelet's sockets, starts the
 // agent if configured, and returns once the Node exists. It does not wait
-// for the agent's resources: use WaitForResource.
+// for the agent's resources to reach the Node.
 func Start(ctx context.Context, cfg Config) (*Simulator, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -168,7 +168,7 @@ func (s *Simulator) start(ctx context.Context) error {
 		return err
 	}
 	if s.cfg.Agent != nil {
-		a, err := startAgent(ctx, s.cfg, s.log)
+		a, err := superviseAgent(ctx, s.cfg, s.log)
 		if err != nil {
 			return err
 		}
@@ -237,17 +237,17 @@ func (s *Simulator) PodResourcesSocket() string {
 	return filepath.Join(s.cfg.Dir, "pod-resources", "kubelet.sock")
 }
 
-// AgentPid returns the started agent's process id, or 0 when the
+// AgentPid returns the running agent's process id, or 0 when the
 // simulator started none.
 func (s *Simulator) AgentPid() int {
 	if s.agent == nil {
 		return 0
 	}
-	return s.agent.child.Pid()
+	return s.agent.current().child.Pid()
 }
 
 // AgentMetricsURL returns the URL of the started agent's /metrics, or ""
-// when there is none.
+// when there is none. It stays the same across agent restarts.
 func (s *Simulator) AgentMetricsURL() string {
 	if s.agent == nil || s.agent.metricsAddr == "" {
 		return ""
@@ -255,12 +255,13 @@ func (s *Simulator) AgentMetricsURL() string {
 	return "http://" + s.agent.metricsAddr + "/metrics"
 }
 
-// AgentExited is closed when the started agent exits; nil without one.
-func (s *Simulator) AgentExited() <-chan struct{} {
+// AgentRestarts returns how often the agent exited and was started again,
+// and why it last exited (nil when it never did).
+func (s *Simulator) AgentRestarts() (int, error) {
 	if s.agent == nil {
-		return nil
+		return 0, nil
 	}
-	return s.agent.child.Exited()
+	return s.agent.restartCount()
 }
 
 // Resources returns, per registered resource, the number of devices and of
@@ -285,7 +286,7 @@ func (s *Simulator) Stop(ctx context.Context) error {
 func (s *Simulator) stop(ctx context.Context) error {
 	var errs []error
 	if s.agent != nil {
-		if err := s.agent.child.Stop(ctx, 10*time.Second); err != nil {
+		if err := s.agent.stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -241,10 +241,9 @@ func (s *supervisor) waitNodes(ctx context.Context, client kubernetes.Interface)
 			last = fmt.Sprintf("%d of %d nodes Ready%s", ready, want, missing)
 		}
 		for _, sim := range s.sims {
-			select {
-			case <-sim.AgentExited():
-				return fmt.Errorf("the gpuplane-agent of node %s exited; see %s", sim.NodeName(), s.dir.path("agent-"+sim.NodeName()+".log"))
-			default:
+			if n, exit := sim.AgentRestarts(); n > 0 || exit != nil {
+				return fmt.Errorf("the gpuplane-agent of node %s exited during start-up (%w); see %s",
+					sim.NodeName(), exit, s.dir.path("agent-"+sim.NodeName()+".log"))
 			}
 		}
 		select {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,5 +263,38 @@ topology:
 				t.Errorf("PodResources p0 = %v, want %v", got[ns+"/p0"], ids0)
 			}
 		})
+	}
+}
+
+// TestAgentRestart kills the agent: the simulator starts it again, as the
+// kubelet restarts a DaemonSet's container, the plugin registers again,
+// and the node keeps the allocations it made before.
+func TestAgentRestart(t *testing.T) {
+	const nodeName = "sim-h100-restart"
+	s := node(t, nodeName, "dgxh100", "")
+	waitCapacity(t, nodeName, map[string]int64{gpuRes: 8})
+	ns := env.CreateNamespace(t)
+	createPod(t, framework.Pod(ns, "before").GPUs(2).NodeName(nodeName).Obj())
+	before := allocation(t, ns, "before").DeviceIDs(gpuRes)
+
+	pid := s.AgentPid()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "the agent restarted", func(context.Context) (bool, error) {
+		n, exit := s.AgentRestarts()
+		return n == 1 && exit != nil && s.AgentPid() != pid, nil
+	})
+	waitCapacity(t, nodeName, map[string]int64{gpuRes: 8})
+
+	createPod(t, framework.Pod(ns, "after").GPUs(6).NodeName(nodeName).Obj())
+	after := allocation(t, ns, "after").DeviceIDs(gpuRes)
+	for _, id := range after {
+		if slices.Contains(before, id) {
+			t.Errorf("GPU %s of pod before was handed out again after the restart", id)
+		}
+	}
+	if got := listPodResources(t, s)[ns+"/before"][gpuRes]; !sameSet(got, before) {
+		t.Errorf("PodResources for pod before = %v, want %v", got, before)
 	}
 }
