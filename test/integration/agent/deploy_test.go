@@ -2,13 +2,13 @@ package agent_test
 
 import (
 	"context"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,9 +27,10 @@ const (
 )
 
 // kubectl runs the control plane's kubectl against the admin kubeconfig.
+// It does not use the test's context, so that cleanups can call it.
 func kubectl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	args = append([]string{"--kubeconfig", env.ControlPlane.Kubeconfig()}, args...)
 	out, err := exec.CommandContext(ctx, filepath.Join(env.ControlPlane.BinDir(), "kubectl"), args...).CombinedOutput()
@@ -85,6 +86,43 @@ func agentClient(t *testing.T, node string) kubernetes.Interface {
 	return c
 }
 
+// boundTokenClient acts as the agent's ServiceAccount with a real token
+// bound to a pod on node, as the kubelet would mount into the agent's pod:
+// the API server itself puts the node's name into the token's user.
+func boundTokenClient(t *testing.T, node string) kubernetes.Interface {
+	t.Helper()
+	ctx := t.Context()
+	no := false
+	pod := framework.Pod(agentNamespace, "gpuplane-agent-"+node).NodeName(node).Obj()
+	pod.Spec.ServiceAccountName = "gpuplane-agent"
+	pod.Spec.AutomountServiceAccountToken = &no
+	pod, err := env.Client.CoreV1().Pods(agentNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the agent's pod on %s: %v", node, err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = env.Client.CoreV1().Pods(agentNamespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	expiry := int64(600)
+	tr, err := env.Client.CoreV1().ServiceAccounts(agentNamespace).CreateToken(ctx, "gpuplane-agent", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: &expiry,
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("requesting a token bound to pod %s: %v", pod.Name, err)
+	}
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = tr.Status.Token
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestAgentMayPatchOnlyItsOwnNode applies the RBAC and the admission
 // policy for real and patches Nodes as the agent's ServiceAccount.
 func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
@@ -92,9 +130,17 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 	applyNamespace(t)
 	root := repoRoot(t)
 	for _, f := range []string{"rbac.yaml", "policy.yaml"} {
-		if out, err := kubectl(t, "apply", "--server-side", "-f", filepath.Join(root, "deploy", "agent", f)); err != nil {
+		path := filepath.Join(root, "deploy", "agent", f)
+		if out, err := kubectl(t, "apply", "--server-side", "-f", path); err != nil {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", f, err, out)
 		}
+		t.Cleanup(func() {
+			// The namespace stays: without a namespace controller, a
+			// deleted namespace never finishes terminating.
+			if out, err := kubectl(t, "delete", "--ignore-not-found", "-f", path, "--wait=false"); err != nil {
+				t.Errorf("kubectl delete -f %s: %v\n%s", f, err, out)
+			}
+		})
 	}
 	for _, n := range []string{"policy-node-a", "policy-node-b"} {
 		if _, err := env.Client.CoreV1().Nodes().Create(ctx, framework.GPUNode(n).NotKwok().Obj(), metav1.CreateOptions{}); err != nil {
@@ -104,36 +150,49 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 	}
 	labelPatch := []byte(`{"metadata":{"labels":{"nvidia.com/gpu.product":"NVIDIA-H100-80GB-HBM3"}}}`)
 	specPatch := []byte(`{"spec":{"unschedulable":true}}`)
-	tests := []struct {
-		name      string
-		tokenNode string
-		target    string
-		patch     []byte
-		allowed   bool
-	}{
-		{"own node's labels", "policy-node-a", "policy-node-a", labelPatch, true},
-		{"another node's labels", "policy-node-a", "policy-node-b", labelPatch, false},
-		{"token without a node", "", "policy-node-a", labelPatch, false},
-		{"own node's spec", "policy-node-a", "policy-node-a", specPatch, false},
+	// A real token bound to the agent's pod on node a, and impersonation
+	// with what such a token carries (or a token that carries no node).
+	bound := boundTokenClient(t, "policy-node-a")
+	impersonated := func(node string) func(*testing.T) kubernetes.Interface {
+		return func(t *testing.T) kubernetes.Interface { return agentClient(t, node) }
 	}
+	tests := []struct {
+		name    string
+		client  func(*testing.T) kubernetes.Interface
+		target  string
+		patch   []byte
+		allowed bool
+	}{
+		{"bound token: own node's labels", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-a", labelPatch, true},
+		{"bound token: another node's labels", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-b", labelPatch, false},
+		{"own node's labels", impersonated("policy-node-a"), "policy-node-a", labelPatch, true},
+		{"another node's labels", impersonated("policy-node-a"), "policy-node-b", labelPatch, false},
+		{"token without a node", impersonated(""), "policy-node-a", labelPatch, false},
+		{"own node's spec", impersonated("policy-node-a"), "policy-node-a", specPatch, false},
+	}
+	// Admission picks a new policy up asynchronously: wait until it denies
+	// before checking what it allows. A denial must come from a validation
+	// that evaluated to false, not from an expression that failed.
+	denied := func(err error) bool {
+		return (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) &&
+			strings.Contains(err.Error(), "gpuplane-agent-own-node") && !strings.Contains(err.Error(), "resulted in error")
+	}
+	other := agentClient(t, "policy-node-a")
+	framework.Eventually(t, 30*time.Second, "the admission policy in force", func(ctx context.Context) (bool, error) {
+		_, err := other.CoreV1().Nodes().Patch(ctx, "policy-node-b", types.StrategicMergePatchType, labelPatch, metav1.PatchOptions{})
+		return denied(err), err
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := agentClient(t, tc.tokenNode)
-			// The policy is enforced once the API server's admission has
-			// loaded it: poll until the first decision is the expected one.
-			framework.Eventually(t, 30*time.Second, "the admission decision", func(ctx context.Context) (bool, error) {
-				_, err := c.CoreV1().Nodes().Patch(ctx, tc.target, types.StrategicMergePatchType, tc.patch, metav1.PatchOptions{FieldManager: "gpuplane-agent"})
-				switch {
-				case tc.allowed && err == nil:
-					return true, nil
-				case !tc.allowed && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), "gpuplane-agent-own-node"):
-					return true, nil
-				case err == nil:
-					return false, errors.New("patch allowed, want it denied")
-				default:
-					return false, err
-				}
-			})
+			_, err := tc.client(t).CoreV1().Nodes().Patch(ctx, tc.target, types.StrategicMergePatchType, tc.patch, metav1.PatchOptions{FieldManager: "gpuplane-agent"})
+			switch {
+			case tc.allowed && err != nil:
+				t.Errorf("patch of %s denied: %v; want it allowed", tc.target, err)
+			case !tc.allowed && err == nil:
+				t.Errorf("patch of %s allowed; want the admission policy to deny it", tc.target)
+			case !tc.allowed && !denied(err):
+				t.Errorf("patch of %s failed with %v; want a denial by gpuplane-agent-own-node", tc.target, err)
+			}
 		})
 	}
 	// RBAC alone: the agent may not create or delete Nodes at all.
