@@ -14,7 +14,7 @@ COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 .PHONY: help build test test-unit lint verify generate demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
-include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk
+include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -62,8 +62,8 @@ verify: generate ## fail when formatting, go.mod or generated files are stale
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
 
-demo: build ## run gpuplane on a simulated DGX H100
-	$(BIN)/gpuplane-agent inventory --simulate dgxh100
+demo: build controlplane-bins ## a local cluster of simulated DGX H100 nodes running the agent: examples/ scheduled, allocations, labels, metrics
+	hack/demo.sh
 
 bench: ## Go benchmarks of the hardware layer (results: docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/gpu/...
