@@ -97,3 +97,14 @@ func TestTwoGangsThatCannotBothFitNeverDeadlock(t *testing.T) {
 	}
 	c.waitBound("gang="+loser, 3, 30*time.Second)
 }
+
+func pollPodGroupPhase(t *testing.T, c *cluster, name string, want v1alpha1.PodGroupPhase) {
+	t.Helper()
+	framework.Eventually(t, 30*time.Second, "PodGroup "+name+" "+string(want), func(ctx context.Context) (bool, error) {
+		pg, err := c.getPodGroup(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		return pg.Status.Phase == want, fmt.Errorf("phase %q", pg.Status.Phase)
+	})
+}

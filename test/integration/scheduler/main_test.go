@@ -119,7 +119,9 @@ func newCluster(t *testing.T, nodes ...*framework.NodeBuilder) *cluster {
 // ends.
 func (c *cluster) run(cfg adapter.Config) (stop func()) {
 	c.t.Helper()
-	cfg.RESTConfig = env.Config
+	if cfg.RESTConfig == nil {
+		cfg.RESTConfig = env.Config
+	}
 	if cfg.SchedulerName == "" {
 		cfg.SchedulerName = c.scheduler
 	}
