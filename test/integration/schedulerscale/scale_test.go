@@ -12,6 +12,7 @@ package schedulerscale_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -47,6 +48,13 @@ const (
 var env *framework.Env
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		// Only benchmarks here: without -bench there is nothing to start
+		// a control plane for.
+		fmt.Println("skipping: this package holds only benchmarks (run with -bench)")
+		os.Exit(0)
+	}
 	cfg := controlplane.DefaultConfig()
 	cfg.Scheduler = true
 	cfg.ComponentQPS, cfg.ComponentBurst = qps, burst
