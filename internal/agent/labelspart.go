@@ -23,6 +23,10 @@ const (
 	labelsNone = "none"
 )
 
+// defaultLabelsInterval is how often labels are rewritten when neither the
+// flag nor the config file says.
+const defaultLabelsInterval = time.Minute
+
 // DefaultFeatureFile is where --labels=file writes by default: gpuplane's
 // own file in node-feature-discovery's local features directory.
 const DefaultFeatureFile = "/etc/kubernetes/node-feature-discovery/features.d/gpuplane"
@@ -104,26 +108,48 @@ func labelsConfig(cfg *configv1.Config) labels.Config {
 	return lc
 }
 
+// labelsInterval is the time between labelling passes: the flag when
+// given, else GPU Feature Discovery's settings in the config file
+// (flags.gfd.oneshot, flags.gfd.sleepInterval), else def. 0 means once.
+func labelsInterval(flag *time.Duration, cfg *configv1.Config, def time.Duration) time.Duration {
+	switch gfd := cfg.Flags.GFD; {
+	case flag != nil:
+		return *flag
+	case gfd.Oneshot != nil && *gfd.Oneshot:
+		return 0
+	case gfd.SleepInterval != nil && gfd.SleepInterval.Duration > 0:
+		return gfd.SleepInterval.Duration
+	}
+	return def
+}
+
+// labelsRun is what one labelling run needs from the config.
+type labelsRun struct {
+	cfg      labels.Config
+	interval time.Duration // 0: once per config
+}
+
 // labelsPart labels the node with the config the device plugin serves:
 // it waits for the plugin's first config, then labels once or on an
 // interval, and starts over with a new labeler set whenever a reload
 // changes the config. Failures to write are retried with backoff by the
 // labels Runner, so an unreachable API server never stops the agent.
 type labelsPart struct {
-	inv      gpu.Inventory
-	sink     labels.Sink
-	interval time.Duration // 0: once per config
-	log      *slog.Logger
-	configs  chan labels.Config
+	inv  gpu.Inventory
+	sink labels.Sink
+	// flagInterval is --labels-interval when given, nil otherwise.
+	flagInterval *time.Duration
+	log          *slog.Logger
+	configs      chan labelsRun
 }
 
-func newLabelsPart(inv gpu.Inventory, sink labels.Sink, interval time.Duration, log *slog.Logger) *labelsPart {
-	return &labelsPart{inv: inv, sink: sink, interval: interval, log: log, configs: make(chan labels.Config, 1)}
+func newLabelsPart(inv gpu.Inventory, sink labels.Sink, flagInterval *time.Duration, log *slog.Logger) *labelsPart {
+	return &labelsPart{inv: inv, sink: sink, flagInterval: flagInterval, log: log, configs: make(chan labelsRun, 1)}
 }
 
 // setConfig hands the part a new config; only the latest one is kept.
 func (p *labelsPart) setConfig(cfg *configv1.Config) {
-	lc := labelsConfig(cfg)
+	lc := labelsRun{cfg: labelsConfig(cfg), interval: labelsInterval(p.flagInterval, cfg, defaultLabelsInterval)}
 	for {
 		select {
 		case p.configs <- lc:
@@ -138,25 +164,25 @@ func (p *labelsPart) setConfig(cfg *configv1.Config) {
 }
 
 func (p *labelsPart) run(ctx context.Context) error {
-	var cfg labels.Config
+	var run labelsRun
 	select {
 	case <-ctx.Done():
 		return nil
-	case cfg = <-p.configs:
+	case run = <-p.configs:
 	}
 	for {
-		ls, err := labels.New(cfg)
+		ls, err := labels.New(run.cfg)
 		if err != nil {
 			return fmt.Errorf("building the labelers from the device plugin config: %w", err)
 		}
-		r, err := labels.NewRunner(labels.RunnerOptions{Inventory: p.inv, Labelers: ls, Sink: p.sink, Interval: p.interval, Logger: p.log})
+		r, err := labels.NewRunner(labels.RunnerOptions{Inventory: p.inv, Labelers: ls, Sink: p.sink, Interval: run.interval, Logger: p.log})
 		if err != nil {
 			return err
 		}
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			if p.interval == 0 {
+			if run.interval == 0 {
 				done <- r.Once(runCtx)
 				return
 			}
@@ -170,7 +196,7 @@ func (p *labelsPart) run(ctx context.Context) error {
 				p.log.Debug("labels runner stopped", "err", err)
 			}
 			return nil
-		case cfg = <-p.configs:
+		case run = <-p.configs:
 			cancel()
 			if err := <-done; err != nil {
 				p.log.Debug("labels runner replaced", "err", err)
@@ -185,14 +211,14 @@ func (p *labelsPart) run(ctx context.Context) error {
 			return nil
 		case runErr != nil:
 			return runErr
-		case p.interval != 0:
+		case run.interval != 0:
 			return errors.New("the labels runner stopped unexpectedly")
 		}
 		// Labelled once: wait for the next config or the end.
 		select {
 		case <-ctx.Done():
 			return nil
-		case cfg = <-p.configs:
+		case run = <-p.configs:
 			p.log.Info("device plugin config changed; relabelling")
 		}
 	}

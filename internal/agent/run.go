@@ -81,7 +81,7 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.procfs, "procfs", "/proc", "where the host's /proc is mounted; GPU processes are mapped to pods through /proc/<pid>/cgroup")
 	fs.StringVar(&f.labels, "labels", "", "where GPU feature labels go: node (the Node, by server-side apply), file (a node-feature-discovery features file) or none; default node when --kubeconfig or an in-cluster config is available, else none")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file for labelling the Node (default: the pod's in-cluster config)")
-	fs.DurationVar(&f.labelsInterval, "labels-interval", time.Minute, "how often the labels are rewritten; 0 labels once at start and after each config reload")
+	fs.DurationVar(&f.labelsInterval, "labels-interval", defaultLabelsInterval, "how often the labels are rewritten; 0 labels once at start and after each config reload (config flags.gfd.sleepInterval, flags.gfd.oneshot)")
 	fs.StringVar(&f.labelsFile, "labels-file", DefaultFeatureFile, "node-feature-discovery features file written by --labels=file")
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
 }
@@ -243,7 +243,11 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 	parts := []part{}
 	if sink != nil {
-		lp := newLabelsPart(backend, sink, f.labelsInterval, log.With("part", "labels"))
+		var interval *time.Duration
+		if f.changedConfig("labels-interval") {
+			interval = &f.labelsInterval
+		}
+		lp := newLabelsPart(backend, sink, interval, log.With("part", "labels"))
 		plugin.OnConfig = lp.setConfig
 		parts = append(parts, part{name: "labels", run: lp.run})
 	}
