@@ -31,6 +31,7 @@ type podInfo struct {
 	bad   *BadInputError
 	group string // the core's group name
 	pg    string // the PodGroup's namespace/name, "" for a lone pod
+	class string // classKey of a pending pod of ours
 }
 
 func (p *podInfo) bound() bool { return p.pod.Spec.NodeName != "" }
@@ -188,6 +189,9 @@ func (c *clusterCache) upsertPod(p *corev1.Pod) {
 		pi.bad = bad
 	}
 	pi.req = req
+	if p.Spec.NodeName == "" {
+		pi.class = classKey(p)
+	}
 	c.pods[key] = pi
 	if p.Spec.NodeName != "" {
 		delete(c.assumed, key)

@@ -48,7 +48,9 @@ type cycleInput struct {
 	snap   model.Snapshot
 	nodes  []*nodeInfo
 	groups map[string]*groupInfo
-	pods   map[string]*podInfo
+	// pods holds the pending pods offered to the core and the running
+	// pods the core may evict, by key.
+	pods map[string]*podInfo
 	// badPods are pods held back by their own spec.
 	badPods []*podInfo
 	// queueErrs says why a Queue was left out of the hierarchy.
@@ -122,7 +124,7 @@ func staticFit(log klog.Logger, p *corev1.Pod, n *corev1.Node) string {
 func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 	// The cycle reads in's maps after the lock is released: they are
 	// copies (of pointers to immutable entries), never the cache's own.
-	in := &cycleInput{groups: map[string]*groupInfo{}, pods: make(map[string]*podInfo, len(c.pods)), queueErrs: map[string]*BadInputError{},
+	in := &cycleInput{groups: map[string]*groupInfo{}, pods: map[string]*podInfo{}, queueErrs: map[string]*BadInputError{},
 		queueObjs: maps.Clone(c.queues), classOf: map[string]*podClass{}, startedAt: now}
 	nodesChanged := b.nodesVersion != c.nodesVersion
 	if nodesChanged {
@@ -147,8 +149,7 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 
 	// 1. Group the pods: bound ones become allocations, our pending ones
 	//    pending members of their group.
-	for key, pi := range c.pods {
-		in.pods[key] = pi
+	for _, pi := range c.pods {
 		p := pi.pod
 		_, isAssumed := c.assumed[pi.key]
 		ours := p.Spec.SchedulerName == b.schedulerName
@@ -207,13 +208,14 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 		slices.SortFunc(g.pending, func(x, y *podInfo) int { return cmp.Compare(x.key, y.key) })
 		first := true
 		for _, pi := range g.pending {
-			cl := b.class(pi.pod, &used)
+			cl := b.class(pi, &used)
 			in.classOf[pi.key] = cl
 			req := pi.req
 			if !cl.all {
 				req.NodeSelector = map[string]string{classLabelPrefix + strconv.Itoa(cl.id): "true"}
 			}
 			pg.Pods = append(pg.Pods, model.Pod{Name: pi.key, Request: req})
+			in.pods[pi.key] = pi
 			created := pi.pod.CreationTimestamp.UnixMilli()
 			if first || created < pg.CreatedAt {
 				pg.CreatedAt = created
@@ -272,8 +274,11 @@ func (b *builder) newGroup(c *clusterCache, pi *podInfo, valid map[string]bool) 
 
 // class returns the pod's predicate class, computing its node membership
 // the first time it is seen since the nodes last changed.
-func (b *builder) class(p *corev1.Pod, used *map[string]bool) *podClass {
-	key := classKey(p)
+func (b *builder) class(pi *podInfo, used *map[string]bool) *podClass {
+	p, key := pi.pod, pi.class
+	if key == "" {
+		key = classKey(p)
+	}
 	cl := b.classes[key]
 	if cl == nil {
 		cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true}
@@ -403,16 +408,16 @@ func (b *builder) running(c *clusterCache, in *cycleInput, index map[string]int,
 		keep = append(keep, e)
 	}
 	entries = keep
-	// Known shares first, then the rest on the lowest free GPUs.
-	slices.SortFunc(entries, func(x, y entry) int {
-		if x.known != y.known {
-			if x.known {
-				return -1
-			}
-			return 1
+	// Known shares first, then the rest on the lowest free GPUs, in a
+	// stable order (only that part needs sorting).
+	known := 0
+	for i := range entries {
+		if entries[i].known {
+			entries[known], entries[i] = entries[i], entries[known]
+			known++
 		}
-		return cmp.Compare(x.pi.key, y.pi.key)
-	})
+	}
+	slices.SortFunc(entries[known:], func(x, y entry) int { return cmp.Compare(x.pi.key, y.pi.key) })
 	for _, e := range entries {
 		f := get(e.node)
 		req := e.pi.req
@@ -428,11 +433,14 @@ func (b *builder) running(c *clusterCache, in *cycleInput, index map[string]int,
 		if g != nil {
 			q = g.queue
 		}
+		nonPreemptible := e.pi.pod.Spec.SchedulerName != b.schedulerName || e.pi.pod.DeletionTimestamp != nil ||
+			c.refused[e.pi.key].After(now) || c.protectedByPDB(e.pi.pod)
+		if !nonPreemptible {
+			in.pods[e.pi.key] = e.pi
+		}
 		out = append(out, model.Allocation{
 			Pod: e.pi.key, Group: e.pi.group, Queue: q, Priority: prio, Node: b.nodes[e.node].node.Name,
-			Request: req, GPUs: e.shares, StartedAt: e.pi.pod.CreationTimestamp.UnixMilli(),
-			NonPreemptible: e.pi.pod.Spec.SchedulerName != b.schedulerName || e.pi.pod.DeletionTimestamp != nil ||
-				c.refused[e.pi.key].After(now) || c.protectedByPDB(e.pi.pod),
+			Request: req, GPUs: e.shares, StartedAt: e.pi.pod.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
 		})
 	}
 	return out
