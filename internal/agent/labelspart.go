@@ -181,8 +181,9 @@ func (p *labelsPart) run(ctx context.Context) error {
 		}
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
+		once := run.interval == 0 // run is reassigned below while r runs
 		go func() {
-			if run.interval == 0 {
+			if once {
 				done <- r.Once(runCtx)
 				return
 			}
