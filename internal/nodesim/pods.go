@@ -123,6 +123,13 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 		return s.startPod(ctx, key, pod)
 	case st.terminal:
 		return nil
+	case pod.Status.Phase == corev1.PodPending:
+		// Admitted, but reporting it Running failed: try again.
+		if err := s.updateStatus(ctx, pod, s.runningStatus); err != nil {
+			return err
+		}
+		s.scheduleEnd(key, pod)
+		return nil
 	}
 	end, ok, err := endTime(pod)
 	if err != nil || !ok || time.Now().Before(end) {
@@ -337,6 +344,9 @@ func (s *Simulator) updateStatus(ctx context.Context, pod *corev1.Pod, mutate fu
 
 // runningStatus is the status of a pod whose containers all started.
 func (s *Simulator) runningStatus(st *corev1.PodStatus, pod *corev1.Pod) {
+	if st.Phase == corev1.PodRunning {
+		return
+	}
 	now := metav1.Now()
 	st.Phase = corev1.PodRunning
 	st.Reason, st.Message = "", ""

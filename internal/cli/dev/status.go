@@ -20,14 +20,16 @@ import (
 
 // Status is what `dev status` reports.
 type Status struct {
-	Running    bool              `json:"running"`
-	Phase      string            `json:"phase,omitempty"`
-	StateDir   string            `json:"stateDir"`
-	Pid        int               `json:"pid,omitempty"`
-	Kubeconfig string            `json:"kubeconfig,omitempty"`
-	APIServer  string            `json:"apiServer,omitempty"`
-	Components []ComponentStatus `json:"components,omitempty"`
-	Nodes      []NodeStatus      `json:"nodes,omitempty"`
+	Running    bool   `json:"running"`
+	Phase      string `json:"phase,omitempty"`
+	StateDir   string `json:"stateDir"`
+	Pid        int    `json:"pid,omitempty"`
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	APIServer  string `json:"apiServer,omitempty"`
+	// APIServerReady says whether the API server answered /readyz.
+	APIServerReady bool              `json:"apiServerReady"`
+	Components     []ComponentStatus `json:"components,omitempty"`
+	Nodes          []NodeStatus      `json:"nodes,omitempty"`
 	// Allocations are filled with --allocations.
 	Allocations []AllocationRow `json:"allocations,omitempty"`
 }
@@ -142,6 +144,8 @@ func collectStatus(ctx context.Context, dir stateDir, allocations bool) (*Status
 	if err != nil {
 		return nil, fmt.Errorf("creating a client for the dev cluster: %w", err)
 	}
+	_, err = client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	st.APIServerReady = err == nil
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing the dev cluster's nodes: %w", err)
@@ -216,7 +220,11 @@ func printStatus(w io.Writer, st *Status, allocations bool) error {
 	}
 	fmt.Fprintf(w, "dev cluster %s (supervisor pid %d)\n", st.Phase, st.Pid)
 	if st.Kubeconfig != "" {
-		fmt.Fprintf(w, "  export KUBECONFIG=%s   # API server %s\n", st.Kubeconfig, st.APIServer)
+		ready := "ready"
+		if !st.APIServerReady {
+			ready = "NOT ready"
+		}
+		fmt.Fprintf(w, "  export KUBECONFIG=%s   # API server %s (%s)\n", st.Kubeconfig, st.APIServer, ready)
 	}
 	fmt.Fprintln(w)
 	tw := cliutil.NewTable(w)

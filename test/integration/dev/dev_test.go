@@ -159,7 +159,7 @@ func TestUpStatusDown(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("dev status -o json: %v\n%s", err, out)
 		}
-		if !st.Running || st.Phase != dev.PhaseReady || len(st.Nodes) != 1 {
+		if !st.Running || st.Phase != dev.PhaseReady || !st.APIServerReady || len(st.Nodes) != 1 {
 			t.Fatalf("status %+v, want running, ready, one node", st)
 		}
 		if r := st.Nodes[0].Resources; len(r) != 1 || r[0].Name != "nvidia.com/gpu" || r[0].Capacity != 8 {
