@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -271,6 +272,11 @@ func (l *loop) queueStatus(in *cycleInput) {
 			pendingCount[g.queue]++
 		} else if len(g.bound) > 0 {
 			admitted[g.queue]++
+		}
+	}
+	for i := range in.snap.Running {
+		if a := &in.snap.Running[i]; strings.HasPrefix(a.Group, "pod/") && in.groups[a.Group] == nil {
+			admitted[a.Queue]++
 		}
 	}
 	for i := range in.snap.Pending {

@@ -53,6 +53,8 @@ type cycleInput struct {
 	pods map[string]*podInfo
 	// badPods are pods held back by their own spec.
 	badPods []*podInfo
+	// loneBound are our bound (or being bound) pods without a PodGroup.
+	loneBound []*podInfo
 	// queueErrs says why a Queue was left out of the hierarchy.
 	queueErrs map[string]*BadInputError
 	queueObjs map[string]*v1alpha1.Queue
@@ -156,6 +158,14 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 		if !ours && !pi.bound() {
 			continue
 		}
+		if pi.pg == "" && (pi.bound() || isAssumed || pi.terminal()) {
+			// A lone pod that is placed needs no group: it is an
+			// allocation (or nothing, once finished).
+			if ours && !pi.terminal() {
+				in.loneBound = append(in.loneBound, pi)
+			}
+			continue
+		}
 		g := in.groups[pi.group]
 		if g == nil && (ours || pi.pg != "") {
 			g = b.newGroup(c, pi, valid)
@@ -252,15 +262,7 @@ func (b *builder) newGroup(c *clusterCache, pi *podInfo, valid map[string]bool) 
 			q = g.pg.Spec.Queue
 		}
 	}
-	for _, v := range []string{q, p.Labels[v1alpha1.QueueLabel], p.Labels[v1alpha1.KueueQueueLabel], c.nsQueue[p.Namespace]} {
-		if v != "" {
-			q = v
-			break
-		}
-	}
-	if q == "" {
-		q = queue.DefaultQueue
-	}
+	q = podQueue(c, p, q)
 	g.queue = q
 	if !valid[q] && g.held == nil {
 		why := "does not exist"
@@ -270,6 +272,17 @@ func (b *builder) newGroup(c *clusterCache, pi *podInfo, valid map[string]bool) 
 		g.held = badInput("UnknownQueue", "queue %q %s: create it, fix it, or set the pod's %s label to an existing queue", q, why, v1alpha1.QueueLabel)
 	}
 	return g
+}
+
+// podQueue resolves a pod's queue: its PodGroup's (pgQueue), its label,
+// Kueue's label, its namespace's default, the built-in default.
+func podQueue(c *clusterCache, p *corev1.Pod, pgQueue string) string {
+	for _, v := range []string{pgQueue, p.Labels[v1alpha1.QueueLabel], p.Labels[v1alpha1.KueueQueueLabel], c.nsQueue[p.Namespace]} {
+		if v != "" {
+			return v
+		}
+	}
+	return queue.DefaultQueue
 }
 
 // class returns the pod's predicate class, computing its node membership
@@ -374,18 +387,21 @@ func (b *builder) running(c *clusterCache, in *cycleInput, index map[string]int,
 		shares []model.GPUShare
 		known  bool
 	}
-	var entries []entry
+	entries := make([]entry, 0, len(in.loneBound)+len(in.groups))
 	for _, g := range in.groups {
 		for _, pi := range g.bound {
 			entries = append(entries, entry{pi: pi})
 		}
+	}
+	for _, pi := range in.loneBound {
+		entries = append(entries, entry{pi: pi})
 	}
 	for _, pi := range c.pods {
 		if pi.pod.Spec.SchedulerName != b.schedulerName && pi.bound() && !pi.terminal() && pi.pg == "" {
 			entries = append(entries, entry{pi: pi})
 		}
 	}
-	var out []model.Allocation
+	out := make([]model.Allocation, 0, len(entries))
 	keep := entries[:0]
 	for _, e := range entries {
 		nodeName := e.pi.pod.Spec.NodeName
@@ -428,10 +444,11 @@ func (b *builder) running(c *clusterCache, in *cycleInput, index map[string]int,
 			b.log.V(2).Info("running pod over-allocates its node; left out of the snapshot", "pod", e.pi.key, "node", b.nodes[e.node].node.Name)
 			continue
 		}
-		g := in.groups[e.pi.group]
 		q, prio := queue.DefaultQueue, podPriority(e.pi.pod)
-		if g != nil {
+		if g := in.groups[e.pi.group]; g != nil {
 			q = g.queue
+		} else if e.pi.pod.Spec.SchedulerName == b.schedulerName {
+			q = podQueue(c, e.pi.pod, "")
 		}
 		nonPreemptible := e.pi.pod.Spec.SchedulerName != b.schedulerName || e.pi.pod.DeletionTimestamp != nil ||
 			c.refused[e.pi.key].After(now) || c.protectedByPDB(e.pi.pod)
