@@ -1,0 +1,20 @@
+# gpuplane-scheduler's scale benchmark, included by the top-level Makefile.
+# The scheduler's integration tests (test/integration/scheduler) already run
+# under test-integration; test/integration/schedulerscale holds only this
+# benchmark and starts nothing without -bench.
+#
+#   make bench-scheduler-scale   gpuplane-scheduler against kube-scheduler on one
+#                                API server: SCALE_NODES kwok nodes x 8 GPUs,
+#                                8 single-GPU pods per node created at once, then
+#                                gangs of 8 (results: docs/benchmarks.md,
+#                                "Scheduler at scale")
+
+GO ?= go
+BIN ?= $(CURDIR)/bin
+SCALE_NODES ?= 1000
+
+.PHONY: bench-scheduler-scale
+
+bench-scheduler-scale: controlplane-bins ## gpuplane-scheduler vs kube-scheduler: throughput and creation-to-binding latency at scale
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_NODES=$(SCALE_NODES) $(GO) test -run '^$$' \
+		-bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 60m ./test/integration/schedulerscale/
