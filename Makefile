@@ -14,7 +14,7 @@ COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 .PHONY: help build test test-unit lint verify generate demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
-include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk
+include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -65,8 +65,8 @@ verify: generate ## fail when formatting, go.mod or generated files are stale
 demo: build controlplane-bins ## a local cluster of simulated DGX H100 nodes running the agent: examples/ scheduled, allocations, labels, metrics
 	hack/demo.sh
 
-bench: ## Go benchmarks of the hardware layer (results: docs/benchmarks.md)
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/gpu/...
+bench: ## Go benchmarks of the product module's packages (results and the other benchmark targets: docs/benchmarks.md)
+	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
 
 clean: ## remove built binaries
 	rm -rf $(BIN)
