@@ -64,6 +64,7 @@ type upFlags struct {
 	scheduler    string
 	binDir       string
 	agentBinary  string
+	crdDir       string
 	timeout      time.Duration
 }
 
@@ -106,7 +107,8 @@ dgxh100, dgxh200, dgxb200, or a profile file), MODE one of
 	fs.IntVar(&f.kwokNodes, "kwok-nodes", 0, "number of kwok GPU nodes (capacity written directly, no agent; tainted kwok.x-k8s.io/node=fake:NoSchedule)")
 	fs.StringVar(&f.kwokProduct, "kwok-product", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.product label of the kwok nodes")
 	fs.IntVar(&f.kwokGPUs, "kwok-gpus", 8, "nvidia.com/gpu capacity of each kwok node")
-	fs.StringVar(&f.scheduler, "scheduler", SchedulerKube, "scheduler to run: kube-scheduler, gpuplane (gpuplane-scheduler) or none")
+	fs.StringVar(&f.scheduler, "scheduler", SchedulerKube, "scheduler to run: kube-scheduler, gpuplane (gpuplane-scheduler for pods with schedulerName gpuplane-scheduler, kube-scheduler for the rest) or none")
+	fs.StringVar(&f.crdDir, "crd-dir", "", "with --scheduler gpuplane: directory of the Queue and PodGroup CRDs (default: deploy/crds beside bin/)")
 	fs.StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default $"+controlplane.BinDirEnv+", else the checkout's bin/)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "gpuplane-agent to run on the simulated nodes (default: beside this binary, else on $PATH)")
 	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "how long to wait for the cluster to come up")
@@ -194,6 +196,9 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 		cpCfg.Scheduler = true
 	case SchedulerNone:
 	case SchedulerGPUPlane:
+		// gpuplane-scheduler serves the pods that name it; kube-scheduler
+		// stays the default scheduler, as in a real cluster.
+		cpCfg.Scheduler = true
 		bin, err := findBinary("gpuplane-scheduler", "")
 		if err != nil {
 			return nil, fmt.Errorf("--scheduler gpuplane: %w; build it with `make build` or use --scheduler kube-scheduler", err)
@@ -207,6 +212,19 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 		return nil, err
 	}
 	spec.BinDir = binDir
+	if f.scheduler == SchedulerGPUPlane {
+		crds := f.crdDir
+		if crds == "" {
+			// bin/ sits at the checkout's root, beside deploy/.
+			crds = filepath.Join(binDir, "..", "deploy", "crds")
+		}
+		if _, err := os.Stat(filepath.Join(crds, "scheduling.gpuplane.io_queues.yaml")); err != nil {
+			return nil, cliutil.Usagef("--scheduler gpuplane needs the Queue and PodGroup CRDs: %v; pass --crd-dir (the checkout's deploy/crds)", err)
+		}
+		if spec.CRDDir, err = filepath.Abs(crds); err != nil {
+			return nil, err
+		}
+	}
 	if f.nodes+len(f.nodeProfiles) > 0 {
 		if spec.AgentBinary, err = findBinary("gpuplane-agent", f.agentBinary); err != nil {
 			return nil, fmt.Errorf("%w; build it with `make build` or pass --agent-binary", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -114,7 +115,7 @@ func (s *supervisor) writeState() error {
 // its GPU resources.
 func (s *supervisor) start(ctx context.Context) error {
 	started := time.Now()
-	sched := s.spec.Scheduler == SchedulerKube
+	sched := s.spec.Scheduler != SchedulerNone
 	s.step("starting the control plane (etcd, kube-apiserver, kube-controller-manager%s%s)",
 		map[bool]string{true: ", kube-scheduler"}[sched], map[bool]string{true: ", kwok"}[s.spec.KwokNodes > 0])
 	cp, err := controlplane.Start(ctx, controlplane.Config{
@@ -153,7 +154,7 @@ func (s *supervisor) start(ctx context.Context) error {
 		return fmt.Errorf("creating a client: %w", err)
 	}
 	if s.spec.Scheduler == SchedulerGPUPlane {
-		if err := s.startGPUPlaneScheduler(cp); err != nil {
+		if err := s.startGPUPlaneScheduler(ctx, cp); err != nil {
 			return err
 		}
 	}
@@ -198,10 +199,22 @@ func (s *supervisor) start(ctx context.Context) error {
 }
 
 // startGPUPlaneScheduler runs gpuplane-scheduler against the cluster.
-func (s *supervisor) startGPUPlaneScheduler(cp *controlplane.ControlPlane) error {
+func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *controlplane.ControlPlane) error {
+	s.step("installing the Queue and PodGroup CRDs")
+	kubectl := filepath.Join(s.spec.BinDir, controlplane.BinKubectl)
+	for _, args := range [][]string{
+		{"apply", "-f", s.spec.CRDDir},
+		{"wait", "--for", "condition=established", "--timeout", "60s", "crd", "queues.scheduling.gpuplane.io", "podgroups.scheduling.gpuplane.io"},
+	} {
+		cmd := exec.CommandContext(ctx, kubectl, append(args, "--kubeconfig", cp.Kubeconfig())...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
 	s.step("starting gpuplane-scheduler")
 	logPath := s.dir.path("gpuplane-scheduler.log")
-	child, err := controlplane.StartChild("gpuplane-scheduler", s.spec.SchedulerBinary, []string{"--kubeconfig", cp.Kubeconfig()}, logPath)
+	child, err := controlplane.StartChild("gpuplane-scheduler", s.spec.SchedulerBinary,
+		[]string{"--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "--serve-address", ""}, logPath)
 	if err != nil {
 		return err
 	}

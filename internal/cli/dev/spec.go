@@ -33,6 +33,8 @@ type Spec struct {
 	AgentBinary     string     `json:"agentBinary"`
 	Scheduler       string     `json:"scheduler"`
 	SchedulerBinary string     `json:"schedulerBinary,omitempty"`
+	// CRDDir holds the Queue and PodGroup CRDs gpuplane-scheduler needs.
+	CRDDir string `json:"crdDir,omitempty"`
 	Nodes           []NodeSpec `json:"nodes"`
 	KwokNodes       int        `json:"kwokNodes"`
 	KwokProduct     string     `json:"kwokProduct"`

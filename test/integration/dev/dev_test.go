@@ -279,3 +279,32 @@ func TestCrashedSupervisor(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUPlaneScheduler runs gpuplane-scheduler beside kube-scheduler: a pod
+// that names it is placed by it and runs on a simulated node.
+func TestGPUPlaneScheduler(t *testing.T) {
+	stateDir, client := cluster(t, "--nodes", "1", "--scheduler", "gpuplane")
+	pods := []struct{ name, scheduler string }{{"by-gpuplane", "gpuplane-scheduler"}, {"by-default", ""}}
+	for _, p := range pods {
+		t.Run(p.name, func(t *testing.T) {
+			b := framework.Pod("default", p.name).GPUs(2)
+			if p.scheduler != "" {
+				b = b.SchedulerName(p.scheduler)
+			}
+			if _, err := client.CoreV1().Pods("default").Create(t.Context(), b.Obj(), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			framework.Eventually(t, 60*time.Second, "pod "+p.name+" Running with 2 GPUs", func(ctx context.Context) (bool, error) {
+				got, err := client.CoreV1().Pods("default").Get(ctx, p.name, metav1.GetOptions{})
+				if err != nil || got.Status.Phase != corev1.PodRunning {
+					return false, err
+				}
+				a, err := nodesim.ReadAllocation(got)
+				return err == nil && a != nil && len(a.DeviceIDs("nvidia.com/gpu")) == 2, err
+			})
+		})
+	}
+	if pids := recordedPids(t, stateDir); pids["gpuplane-scheduler"] == 0 || pids["kube-scheduler"] == 0 {
+		t.Errorf("recorded pids %v, want gpuplane-scheduler and kube-scheduler", pids)
+	}
+}

@@ -14,7 +14,8 @@ import (
 )
 
 var (
-	// binDir holds gpuplane and gpuplane-agent built for the run.
+	// binDir holds gpuplane, gpuplane-agent and gpuplane-scheduler built
+	// for the run.
 	binDir string
 	// cpBinDir holds the control-plane binaries.
 	cpBinDir string
@@ -32,7 +33,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binDir = dir
-	for _, name := range []string{"gpuplane", "gpuplane-agent"} {
+	for _, name := range []string{"gpuplane", "gpuplane-agent", "gpuplane-scheduler"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(dir, name), "github.com/gpuplane/gpuplane/cmd/"+name)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
