@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -164,6 +165,22 @@ func TestAgentServesMetricsWithoutKubelet(t *testing.T) {
 			if v, reason, ok := gauge(fams, "gpuplane_podresources_up"); !ok || v != 0 || reason != tc.podsReason {
 				t.Errorf("gpuplane_podresources_up = %v{reason=%q} (present %v), want 0{reason=%q}", v, reason, ok, tc.podsReason)
 			}
+			// The device plugin's health monitor reaches the exporter once
+			// the plugin has started it.
+			pollUntil(t, 20*time.Second, "gpuplane_health_monitor_up 1", func() (bool, string) {
+				fams = scrape(t, addr)
+				v, reason, ok := gauge(fams, "gpuplane_health_monitor_up")
+				return v == 1, fmt.Sprintf("gpuplane_health_monitor_up = %v{reason=%q} (present %v)", v, reason, ok)
+			})
+			healthy := 0
+			for _, m := range fams["gpuplane_device_healthy"].GetMetric() {
+				if m.GetGauge().GetValue() == 1 {
+					healthy++
+				}
+			}
+			if healthy != 8 {
+				t.Errorf("gpuplane_device_healthy: %d healthy GPUs, want 8", healthy)
+			}
 			if err := stop(); err != nil {
 				t.Errorf("the agent stopped with %v, want a clean stop", err)
 			}
@@ -205,23 +222,35 @@ func TestAgentLabelsFollowConfigReload(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var last string
-			deadline := time.Now().Add(20 * time.Second)
-			for {
+			pollUntil(t, 20*time.Second, "the labels in "+features, func() (bool, string) {
 				data, err := os.ReadFile(features)
-				last = string(data)
-				if err == nil && containsLines(last, st.want) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("features file after 20s:\n%s\nwant lines %v", last, st.want)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return err == nil && containsLines(string(data), st.want), fmt.Sprintf("features file:\n%s\nwant lines %v", data, st.want)
+			})
 		})
 	}
 	if err := stop(); err != nil {
 		t.Errorf("the agent stopped with %v, want a clean stop", err)
+	}
+}
+
+// pollUntil checks cond every 20ms until it holds, and fails the test
+// with cond's last explanation when timeout passes first.
+func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-deadline.C:
+			t.Fatalf("waiting %v for %s: %s", timeout, what, why)
+		case <-tick.C:
+		}
 	}
 }
 
