@@ -29,16 +29,16 @@ const (
 // Spec is the resolved description of a dev cluster: written by `up`, read
 // by the supervisor.
 type Spec struct {
-	BinDir          string     `json:"binDir"`
-	AgentBinary     string     `json:"agentBinary"`
-	Scheduler       string     `json:"scheduler"`
-	SchedulerBinary string     `json:"schedulerBinary,omitempty"`
+	BinDir          string `json:"binDir"`
+	AgentBinary     string `json:"agentBinary"`
+	Scheduler       string `json:"scheduler"`
+	SchedulerBinary string `json:"schedulerBinary,omitempty"`
 	// CRDDir holds the Queue and PodGroup CRDs gpuplane-scheduler needs.
-	CRDDir string `json:"crdDir,omitempty"`
-	Nodes           []NodeSpec `json:"nodes"`
-	KwokNodes       int        `json:"kwokNodes"`
-	KwokProduct     string     `json:"kwokProduct"`
-	KwokGPUs        int        `json:"kwokGPUs"`
+	CRDDir      string     `json:"crdDir,omitempty"`
+	Nodes       []NodeSpec `json:"nodes"`
+	KwokNodes   int        `json:"kwokNodes"`
+	KwokProduct string     `json:"kwokProduct"`
+	KwokGPUs    int        `json:"kwokGPUs"`
 }
 
 // NodeSpec is one simulated node.
