@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -252,7 +253,12 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		parts = append(parts, part{name: "labels", run: lp.run})
 	}
 	if f.metricsAddr != "" {
-		handler, err := newMetricsHandler(f, backend, node, healthSrc, log.With("part", "metrics"))
+		// The health monitor's own series (critical events by kind and
+		// XID) are served beside the exporter's.
+		healthReg := prometheus.NewRegistry()
+		plugin.Registerer = healthReg
+		handler, err := newMetricsHandler(f, backend, node, healthSrc, log.With("part", "metrics"),
+			withoutFamilies{g: healthReg, drop: map[string]bool{monitorUpMetric: true}})
 		if err != nil {
 			return err
 		}
@@ -296,7 +302,7 @@ func watchReload(ctx context.Context, configFile string, log *slog.Logger) <-cha
 // newMetricsHandler builds the exporter over the shared backend, with pod
 // attribution from the kubelet's PodResources socket and device checkpoint
 // and process-to-pod mapping under --procfs.
-func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, log *slog.Logger) (http.Handler, error) {
+func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, log *slog.Logger, extra ...prometheus.Gatherer) (http.Handler, error) {
 	var pods metrics.PodResourcesLister
 	if f.podResourcesSocket != "" {
 		pods = metrics.NewSocketPodResources(f.podResourcesSocket)
@@ -310,7 +316,7 @@ func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.
 	if err != nil {
 		return nil, err
 	}
-	return metrics.NewHandler(e)
+	return metrics.NewHandler(e, extra...)
 }
 
 // nodeName is the flag's value, else $NODE_NAME, else the host name: the

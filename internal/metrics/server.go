@@ -21,14 +21,15 @@ const Path = "/metrics"
 
 // NewHandler returns an HTTP handler serving e at Path on a registry of
 // its own (no process-wide default registry), with /healthz answering
-// "ok".
-func NewHandler(e *Exporter) (http.Handler, error) {
+// "ok". The series of extra gatherers (other parts' own registries) are
+// served alongside; their names must not clash with the exporter's.
+func NewHandler(e *Exporter, extra ...prometheus.Gatherer) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(e); err != nil {
 		return nil, fmt.Errorf("registering the GPU exporter: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(Path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+	mux.Handle(Path, promhttp.HandlerFor(append(prometheus.Gatherers{reg}, extra...), promhttp.HandlerOpts{
 		// A failing collector must not cost the other series.
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: 4,
