@@ -144,16 +144,19 @@ func writeMIGProfile(ctx context.Context, builtin, path string) (string, []strin
 	if err != nil {
 		return "", nil, fmt.Errorf("reading the MIG profiles of %s: %w", builtin, err)
 	}
+	// The plain profiles (no media extensions) with the least memory for
+	// their slice count: 1g.10gb and 3g.40gb on an H100 80GB.
 	small, big := "", ""
+	var smallMiB, bigMiB uint64
 	for _, mp := range profiles {
 		if strings.ContainsAny(mp.Name, "+-") {
 			continue
 		}
-		if mp.SliceCount == 1 && small == "" {
-			small = mp.Name
+		if mp.SliceCount == 1 && (small == "" || mp.MemoryMiB < smallMiB) {
+			small, smallMiB = mp.Name, mp.MemoryMiB
 		}
-		if mp.SliceCount == 3 && big == "" {
-			big = mp.Name
+		if mp.SliceCount == 3 && (big == "" || mp.MemoryMiB < bigMiB) {
+			big, bigMiB = mp.Name, mp.MemoryMiB
 		}
 	}
 	if small == "" || big == "" {
