@@ -192,11 +192,19 @@ func (c *clusterCache) upsertPod(p *corev1.Pod) {
 	if p.Spec.NodeName == "" {
 		pi.class = classKey(p)
 	}
+	old := c.pods[key]
 	c.pods[key] = pi
 	if p.Spec.NodeName != "" {
 		delete(c.assumed, key)
 	}
-	c.poke()
+	// Status-only updates (a pod turning Running, its IP) change nothing
+	// a cycle decides on; PodGroup status catches up on the periodic
+	// cycle. Skipping them keeps thousands of kubelet updates from each
+	// costing a cycle.
+	if old == nil || old.pod.Spec.NodeName != p.Spec.NodeName || old.terminal() != pi.terminal() ||
+		(old.pod.DeletionTimestamp == nil) != (p.DeletionTimestamp == nil) || !maps2Equal(old.pod.Labels, p.Labels) {
+		c.poke()
+	}
 }
 
 func (c *clusterCache) deletePod(p *corev1.Pod) {

@@ -30,7 +30,10 @@ type Config struct {
 	// the last. Defaults 1s and 10ms.
 	CycleInterval    time.Duration
 	MinCycleInterval time.Duration
-	// BindWorkers is how many bindings are in flight at once (default 32).
+	// BindWorkers is how many bindings are in flight at once (default
+	// 256): a bind is one API round trip, so this, not the CPU, bounds the
+	// bind rate when the API server is slow to answer (32 workers at 150 ms
+	// each cap it near 200 pods/s); QPS still caps the total.
 	BindWorkers int
 	// EvictionQPS bounds evictions per second (default 10);
 	// MaxEvictionsPerCycle bounds those one cycle may decide (default 64).
@@ -85,7 +88,7 @@ func (c Config) Defaults() Config {
 	set(&c.CycleInterval, time.Second)
 	set(&c.MinCycleInterval, 10*time.Millisecond)
 	if c.BindWorkers == 0 {
-		c.BindWorkers = 32
+		c.BindWorkers = 256
 	}
 	if c.EvictionQPS == 0 {
 		c.EvictionQPS = 10
