@@ -283,6 +283,7 @@ func TestAgentFlags(t *testing.T) {
 		{"metrics address without a port", []string{"--simulate", "dgxh100", "--metrics-addr", "localhost"}, 2, []string{"--metrics-addr", "host:port"}},
 		{"metrics port out of range", []string{"--simulate", "dgxh100", "--metrics-addr", "127.0.0.1:99999"}, 2, []string{"--metrics-addr", "99999"}},
 		{"labels on the node without an API server", []string{"--simulate", "dgxh100", "--labels", "node"}, 2, []string{"--labels=node", "--kubeconfig"}},
+		{"procfs missing", []string{"--simulate", "dgxh100", "--procfs", "/nonexistent/proc"}, 2, []string{"--procfs", "/nonexistent/proc"}},
 		{"unknown simulated profile", []string{"--simulate", "dgx-nonesuch", "--labels", "none", "--metrics-addr", ""}, 2, []string{"--simulate"}},
 	}
 	for _, tc := range tests {

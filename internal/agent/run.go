@@ -98,6 +98,11 @@ func (f *runFlags) validate() error {
 			return cliutil.Usagef("--metrics-addr: port %q is not a number from 0 to 65535", port)
 		}
 	}
+	if f.metricsAddr != "" {
+		if st, err := os.Stat(f.procfs); err != nil || !st.IsDir() {
+			return cliutil.Usagef("--procfs: %s is not a directory; point it at the host's /proc (mounted into the agent's pod)", f.procfs)
+		}
+	}
 	switch f.labels {
 	case "", labelsNode, labelsFile, labelsNone:
 	default:
