@@ -56,7 +56,7 @@ func TestManifestsPassServerDryRun(t *testing.T) {
 	}
 	for _, want := range []string{
 		"namespace/gpuplane-system", "serviceaccount/gpuplane-agent", "clusterrole.rbac.authorization.k8s.io/gpuplane-agent",
-		"clusterrolebinding.rbac.authorization.k8s.io/gpuplane-agent", "configmap/gpuplane-agent-config", "daemonset.apps/gpuplane-agent",
+		"clusterrolebinding.rbac.authorization.k8s.io/gpuplane-agent", "configmap/gpuplane-agent-config", "daemonset.apps/gpuplane-agent", "service/gpuplane-agent-metrics",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/gpuplane-agent-own-node",
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/gpuplane-agent-own-node",
 	} {
