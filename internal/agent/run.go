@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -170,7 +171,7 @@ variable, then the config file (--config, NVIDIA's v1 format), then defaults.
 SIGHUP reloads the config file, keeping the last good config when the new one
 is invalid; SIGTERM stops cleanly and removes the plugin sockets.`
 	root.Example = `  gpuplane-agent --simulate dgxh100 --kubelet-dir /tmp/dp --cdi-dir /tmp/cdi
-  gpuplane-agent --simulate dgxh100 --kubelet-dir /tmp/dp --metrics-addr 127.0.0.1:9400 --labels none
+  gpuplane-agent --simulate dgxh100 --kubelet-dir /tmp/dp --cdi-dir "" --metrics-addr 127.0.0.1:9400 --labels none
   gpuplane-agent --kubeconfig ~/.kube/config --node-name gpu-node-1 --labels-interval 0
   gpuplane-agent --config /etc/gpuplane/config.yaml
   MIG_STRATEGY=mixed gpuplane-agent --simulate dgxa100`
@@ -273,7 +274,13 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	} else {
 		log.Info("metrics are off (--metrics-addr is empty)")
 	}
-	parts = append(parts, part{name: "device plugin", run: func(ctx context.Context) error { return RunPlugin(ctx, plugin) }})
+	parts = append(parts, part{name: "device plugin", run: func(ctx context.Context) error {
+		err := RunPlugin(ctx, plugin)
+		if errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("%w (the agent runs as root on a node; elsewhere point --kubelet-dir and --cdi-dir at writable directories, or set --cdi-dir \"\" to write no CDI specs)", err)
+		}
+		return err
+	}})
 	if err := runParts(ctx, log, parts); err != nil {
 		return fmt.Errorf("agent stopped: %w", err)
 	}
