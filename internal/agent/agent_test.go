@@ -23,9 +23,9 @@ import (
 )
 
 // startAgent runs the agent in-process with args and returns the metrics
-// address (nil when metrics are off) and a function that stops it and
-// returns its error.
-func startAgent(t *testing.T, args []string) (net.Addr, func() error) {
+// address (nil when metrics are off), a function that stops it and returns
+// its error, and its log.
+func startAgent(t *testing.T, args []string) (net.Addr, func() error, *syncBuffer) {
 	t.Helper()
 	f := &runFlags{}
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
@@ -55,17 +55,17 @@ func startAgent(t *testing.T, args []string) (net.Addr, func() error) {
 		}
 	})
 	if f.metricsAddr == "" {
-		return nil, stop
+		return nil, stop, log
 	}
 	select {
 	case a := <-ready:
-		return a, stop
+		return a, stop, log
 	case err := <-done:
 		t.Fatalf("the agent stopped before serving metrics: %v", err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the agent did not serve metrics within 20s")
 	}
-	return nil, stop
+	return nil, stop, log
 }
 
 // scrape reads /metrics at addr and parses it.
@@ -125,17 +125,25 @@ func TestAgentServesMetricsWithoutKubelet(t *testing.T) {
 		name       string
 		extra      []string
 		podsReason string
+		labelsLog  string
 	}{
-		{"socket absent", []string{"--pod-resources-socket", filepath.Join(dir, "absent.sock")}, "socket-absent"},
-		{"attribution off", []string{"--pod-resources-socket", ""}, "disabled"},
+		{
+			"socket absent, no API server", []string{"--pod-resources-socket", filepath.Join(dir, "absent.sock")}, "socket-absent",
+			"GPU feature labels are off: the API server is not configured",
+		},
+		{"attribution and labels off", []string{"--pod-resources-socket", "", "--labels", "none"}, "disabled", "GPU feature labels are off (--labels=none)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("KUBERNETES_SERVICE_HOST", "")
 			args := append([]string{
 				"--simulate", "dgxh100", "--node-name", "metrics-node", "--kubelet-dir", filepath.Join(dir, "kubelet"),
-				"--cdi-dir", "", "--metrics-addr", "127.0.0.1:0", "--labels", "none", "--procfs", procfs,
+				"--cdi-dir", "", "--metrics-addr", "127.0.0.1:0", "--procfs", procfs,
 			}, tc.extra...)
-			addr, stop := startAgent(t, args)
+			addr, stop, log := startAgent(t, args)
+			if !strings.Contains(log.String(), tc.labelsLog) {
+				t.Errorf("the log does not say %q:\n%s", tc.labelsLog, log.String())
+			}
 			fams := scrape(t, addr)
 			util := fams["DCGM_FI_DEV_GPU_UTIL"]
 			if util == nil {
@@ -199,7 +207,7 @@ func TestAgentLabelsFollowConfigReload(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(shared), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, stop := startAgent(t, []string{
+	_, stop, _ := startAgent(t, []string{
 		"--simulate", "dgxh100", "--node-name", "labels-node", "--kubelet-dir", filepath.Join(dir, "kubelet"),
 		"--cdi-dir", "", "--metrics-addr", "", "--labels", "file", "--labels-file", features, "--labels-interval", "0",
 		"--config", cfgPath,
