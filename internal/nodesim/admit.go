@@ -66,9 +66,9 @@ func podDeviceNeeds(pod *corev1.Pod) map[string]int {
 }
 
 // admit checks that the node has the devices the pod needs, then runs the
-// device manager's allocation for every container. It is called from the
-// single pod worker, so allocations never race each other. On success the
-// devices are reserved for key.
+// device manager's allocation for every container. Callers hold admitMu,
+// so allocations never race each other. On success the devices are
+// reserved for key.
 func (s *Simulator) admit(ctx context.Context, key string, pod *corev1.Pod) (*PodAllocation, error) {
 	needs := podDeviceNeeds(pod)
 	if err := s.checkFit(needs); err != nil {

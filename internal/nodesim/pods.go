@@ -66,9 +66,16 @@ func (s *Simulator) startPods(ctx context.Context) error {
 		s.queue.ShutDown()
 		factory.Shutdown()
 	})
-	s.wg.Go(s.runPodWorker)
+	for range podWorkers {
+		s.wg.Go(s.runPodWorker)
+	}
 	return nil
 }
+
+// podWorkers is how many pods are synced at once. Admission itself (device
+// choice, Allocate) is serialized by admitMu, as the kubelet admits one pod
+// at a time; status writes run in parallel.
+const podWorkers = 4
 
 func (s *Simulator) runPodWorker() {
 	for {
@@ -153,7 +160,9 @@ func (s *Simulator) startPod(ctx context.Context, key string, pod *corev1.Pod) e
 			}
 		}
 	} else {
+		s.admitMu.Lock()
 		alloc, err = s.admit(ctx, key, pod)
+		s.admitMu.Unlock()
 		var refused *admissionError
 		if errors.As(err, &refused) {
 			return s.refusePod(ctx, key, pod, refused)
@@ -162,10 +171,14 @@ func (s *Simulator) startPod(ctx context.Context, key string, pod *corev1.Pod) e
 			s.release(key)
 			return err
 		}
-		if err := s.writeAllocation(ctx, pod, alloc); err != nil {
+		patched, err := s.writeAllocation(ctx, pod, alloc)
+		if err != nil {
 			s.release(key)
 			return err
 		}
+		// The patch answered the pod as it is now: write the status on
+		// it without reading it again.
+		pod = patched
 	}
 	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, allocation: alloc}
 	s.mu.Lock()
@@ -307,27 +320,39 @@ func (s *Simulator) forget(key string, uid types.UID) {
 }
 
 // writeAllocation records the allocation on the pod.
-func (s *Simulator) writeAllocation(ctx context.Context, pod *corev1.Pod, alloc *PodAllocation) error {
+func (s *Simulator) writeAllocation(ctx context.Context, pod *corev1.Pod, alloc *PodAllocation) (*corev1.Pod, error) {
 	raw, err := json.Marshal(alloc)
 	if err != nil {
-		return fmt.Errorf("encoding the allocation of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return nil, fmt.Errorf("encoding the allocation of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"annotations": map[string]string{AllocationAnnotation: string(raw)},
 		"uid":         pod.UID,
 	}})
 	if err != nil {
-		return fmt.Errorf("encoding the allocation patch of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return nil, fmt.Errorf("encoding the allocation patch of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	if _, err := s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("recording the allocation on pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	patched, err := s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("recording the allocation on pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	return nil
+	return patched, nil
 }
 
-// updateStatus applies mutate to the pod's latest status and writes it.
+// updateStatus applies mutate to the pod's status and writes it: first on
+// pod as given (the informer's copy, or a write's answer), and when that
+// copy turns out stale, on the pod read again.
 func (s *Simulator) updateStatus(ctx context.Context, pod *corev1.Pod, mutate func(*corev1.PodStatus, *corev1.Pod)) error {
 	pods := s.client.CoreV1().Pods(pod.Namespace)
+	next := pod.DeepCopy()
+	mutate(&next.Status, next)
+	_, err := pods.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	if !apierrors.IsConflict(err) {
+		if err != nil {
+			return fmt.Errorf("updating the status of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		return nil
+	}
 	latest, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading pod %s/%s: %w", pod.Namespace, pod.Name, err)

@@ -105,6 +105,8 @@ type Simulator struct {
 	agent              *agentSupervisor
 
 	nodeDirty chan struct{}
+	// admitMu serializes pod admission.
+	admitMu   sync.Mutex
 	podLister listersv1.PodLister
 	queue     workqueue.TypedRateLimitingInterface[string]
 

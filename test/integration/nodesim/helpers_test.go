@@ -23,7 +23,7 @@ import (
 
 // node starts a simulated node running the agent with the given profile and
 // agent config (empty for none), stopped and deleted when the test ends.
-func node(t *testing.T, name, profile, agentConfig string) *nodesim.Simulator {
+func node(t testing.TB, name, profile, agentConfig string) *nodesim.Simulator {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ns-")
 	if err != nil {
@@ -80,7 +80,7 @@ func tail(s string, n int) string {
 
 // waitCapacity waits until the Node reports want capacity and allocatable
 // for each resource, and is Ready.
-func waitCapacity(t *testing.T, name string, want map[string]int64) {
+func waitCapacity(t testing.TB, name string, want map[string]int64) {
 	t.Helper()
 	framework.Eventually(t, 60*time.Second, fmt.Sprintf("node %s Ready with %v", name, want), func(ctx context.Context) (bool, error) {
 		n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
