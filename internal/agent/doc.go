@@ -1,5 +1,8 @@
 // Package agent builds the gpuplane-agent command: flags become a config,
 // the config builds the node's parts (GPU backend, device plugin, health,
-// labels, metrics), and this package connects them. It holds wiring only;
-// each part lives in its own package.
+// labels, metrics), and this package connects them and runs them on one
+// context. It holds wiring and the small adapters between parts (the
+// health monitor as a metrics source, the device plugin's config as the
+// labels' config, a core/v1-only Node client for the labels); it must not
+// implement a part itself: each part lives in its own package.
 package agent
