@@ -1,8 +1,10 @@
 // Package schedulerscale_test measures gpuplane-scheduler against
 // kube-scheduler on the same API server in the same run: many kwok GPU
 // nodes, thousands of single-GPU pods created at once, throughput and
-// creation-to-binding latency for each. Both schedulers get the same client
-// budget (500 QPS, burst 1000).
+// creation-to-binding latency for each, and each scheduler's resident
+// memory once every pod is bound. Both run as processes of their own (the
+// benchmark builds cmd/gpuplane-scheduler) with the same client budget
+// (500 QPS, burst 1000).
 //
 //	GPUPLANE_CONTROLPLANE_BIN=$PWD/bin go test -run '^$' -bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 60m ./test/integration/schedulerscale/
 //
@@ -14,12 +16,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,7 +48,28 @@ const (
 	burst = 1000
 )
 
-var env *framework.Env
+var (
+	env          *framework.Env
+	schedulerBin string
+)
+
+// rssMiB reads a process's resident memory from /proc.
+func rssMiB(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				return 0, fmt.Errorf("parsing VmRSS %q: %w", v, err)
+			}
+			return float64(kb) / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -96,7 +120,14 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 	env.WaitNodesReady(b, "bench="+label, nodes, 10*time.Minute)
 	waitUntainted(b, "bench="+label)
 	_, file, _, _ := runtime.Caller(0)
-	dyn := env.InstallCRDs(b, filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "crds"))
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	dyn := env.InstallCRDs(b, filepath.Join(root, "deploy", "crds"))
+	schedulerBin = filepath.Join(b.TempDir(), "gpuplane-scheduler")
+	build := exec.CommandContext(b.Context(), "go", "build", "-o", schedulerBin, "./cmd/gpuplane-scheduler")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("building gpuplane-scheduler: %v\n%s", err, out)
+	}
 	for _, tc := range []struct {
 		scheduler string
 		pods      int
@@ -152,21 +183,23 @@ func round(b *testing.B, dyn dynamic.Interface, scheduler string, pods, gang int
 	}()
 	env.WaitServiceAccount(b, ns, "default", time.Minute)
 	schedName := corev1.DefaultSchedulerName
+	pid := env.ControlPlane.Pids()["kube-scheduler"]
 	if scheduler == "gpuplane-scheduler" {
+		// A process of its own, like kube-scheduler, with the same budget.
 		schedName = v1alpha1.SchedulerName
 		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		var log *slog.Logger
-		if testing.Verbose() {
-			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		cmd := exec.CommandContext(ctx, schedulerBin, "--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
+			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(burst), "--serve-address", "", "--log-level", "warn")
+		cmd.Stderr = os.Stderr
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
 		}
-		go func() {
-			done <- adapter.Run(ctx, adapter.Config{RESTConfig: env.Config, QPS: qps, Burst: burst, Logger: log})
-		}()
+		pid = cmd.Process.Pid
 		defer func() {
 			cancel()
-			if err := <-done; err != nil {
-				b.Error(err)
+			if err := cmd.Wait(); err != nil && ctx.Err() == nil {
+				b.Errorf("gpuplane-scheduler: %v", err)
 			}
 		}()
 	}
@@ -292,10 +325,18 @@ func round(b *testing.B, dyn dynamic.Interface, scheduler string, pods, gang int
 	b.Logf("%s: %d pods, created in %.1fs, last bound at %.1fs: %.0f pods/s, p50 %.0f ms, p99 %.0f ms",
 		scheduler, pods, created.Seconds(), last.Sub(start).Seconds(), float64(pods)/last.Sub(start).Seconds(), lat[len(lat)/2], lat[len(lat)*99/100])
 	b.ReportMetric(float64(pods)/last.Sub(start).Seconds(), "pods/s")
+	if rss, err := rssMiB(pid); err == nil {
+		b.ReportMetric(rss, "sched-rss-MiB")
+	} else {
+		b.Logf("reading the scheduler's memory: %v", err)
+	}
 	b.ReportMetric(lat[len(lat)/2], "p50-ms")
 	b.ReportMetric(lat[len(lat)*99/100], "p99-ms")
 	b.ReportMetric(created.Seconds(), "create-s")
 	b.ReportMetric(last.Sub(start).Seconds(), "last-bind-s")
+	// What the scheduler still had to do once every pod existed: creation
+	// speed varies with the machine's load, this does much less.
+	b.ReportMetric(last.Sub(start).Seconds()-created.Seconds(), "drain-s")
 	if gang > 1 {
 		b.ReportMetric(float64(maxPartial), "mid-bind-gangs")
 		partial := 0
