@@ -238,6 +238,9 @@ func TestBuildSnapshot(t *testing.T) {
 	add("greedy", map[string]string{v1alpha1.QueueLabel: "greedy"})
 	add("big-0", map[string]string{v1alpha1.PodGroupLabel: "big"})
 	add("orphan", map[string]string{v1alpha1.PodGroupLabel: "missing"})
+	gated := testPod("ml", "gated", rl("nvidia.com/gpu", "1"))
+	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/wait"}}
+	c.upsertPod(gated)
 	other := testPod("ml", "other", rl("nvidia.com/gpu", "1"))
 	other.Spec.SchedulerName = "default-scheduler"
 	c.upsertPod(other)
@@ -304,6 +307,11 @@ func TestBuildSnapshot(t *testing.T) {
 		}
 		if !slices.Equal(names, []string{"root", "team"}) {
 			t.Errorf("queues = %v, want [root team]", names)
+		}
+	})
+	t.Run("a pod with scheduling gates is not offered", func(t *testing.T) {
+		if g := in.groups["pod/ml/gated"]; g != nil && len(g.pending) > 0 {
+			t.Error("a gated pod was offered to the core")
 		}
 	})
 	t.Run("another scheduler's pending pods are not ours", func(t *testing.T) {

@@ -202,7 +202,8 @@ func (c *clusterCache) upsertPod(p *corev1.Pod) {
 	// cycle. Skipping them keeps thousands of kubelet updates from each
 	// costing a cycle.
 	if old == nil || old.pod.Spec.NodeName != p.Spec.NodeName || old.terminal() != pi.terminal() ||
-		(old.pod.DeletionTimestamp == nil) != (p.DeletionTimestamp == nil) || !maps2Equal(old.pod.Labels, p.Labels) {
+		(old.pod.DeletionTimestamp == nil) != (p.DeletionTimestamp == nil) || !maps2Equal(old.pod.Labels, p.Labels) ||
+		len(old.pod.Spec.SchedulingGates) != len(p.Spec.SchedulingGates) {
 		c.poke()
 	}
 }

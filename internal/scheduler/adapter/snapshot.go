@@ -181,6 +181,9 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 				g.bound = append(g.bound, pi)
 			}
 		case p.DeletionTimestamp != nil:
+		case len(p.Spec.SchedulingGates) > 0:
+			// Gated pods are not ready to be scheduled; the API server
+			// already says so on the pod (SchedulingGated).
 		case pi.bad != nil:
 			in.badPods = append(in.badPods, pi)
 		default:
