@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,37 +145,96 @@ func TestAgentLabelsItsNode(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			framework.Eventually(t, 60*time.Second, "labels on node "+node, func(ctx context.Context) (bool, error) {
-				n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-				if err != nil {
-					return false, err
-				}
-				for k, v := range st.want {
-					if n.Labels[k] != v {
-						return false, errors.New(k + "=" + n.Labels[k] + ", want " + v)
-					}
-				}
-				for _, k := range st.present {
-					if _, ok := n.Labels[k]; !ok {
-						return false, errors.New(k + " missing")
-					}
-				}
-				for _, k := range st.missing {
-					if _, ok := n.Labels[k]; ok {
-						return false, errors.New(k + " still present")
-					}
-				}
-				topo, err := labels.ParseTopology(n.Annotations[labels.TopologyAnnotation])
-				if err != nil {
-					return false, err
-				}
-				if topo.GPUs != 8 || len(topo.Groups) != 1 || len(topo.Groups[0].GPUs) != 8 {
-					return false, errors.New("topology annotation " + n.Annotations[labels.TopologyAnnotation] + " is not one NVLink group of 8 GPUs")
-				}
-				return true, nil
-			})
+			waitNodeLabels(t, node, st.want, st.present, st.missing, 8)
 		})
 	}
+	if err := p.stop(); err != nil {
+		t.Errorf("agent exit after SIGTERM: %v, want exit 0", err)
+	}
+}
+
+// waitNodeLabels waits until node has the wanted label values, has the
+// present keys, lacks the missing ones, and carries a topology annotation
+// of one NVLink group of gpus GPUs.
+func waitNodeLabels(t *testing.T, node string, want map[string]string, present, missing []string, gpus int) {
+	t.Helper()
+	framework.Eventually(t, 60*time.Second, "labels on node "+node, func(ctx context.Context) (bool, error) {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for k, v := range want {
+			if n.Labels[k] != v {
+				return false, errors.New(k + "=" + n.Labels[k] + ", want " + v)
+			}
+		}
+		for _, k := range present {
+			if _, ok := n.Labels[k]; !ok {
+				return false, errors.New(k + " missing")
+			}
+		}
+		for _, k := range missing {
+			if _, ok := n.Labels[k]; ok {
+				return false, errors.New(k + " still present")
+			}
+		}
+		topo, err := labels.ParseTopology(n.Annotations[labels.TopologyAnnotation])
+		if err != nil {
+			return false, err
+		}
+		if topo.GPUs != gpus || len(topo.Groups) != 1 || len(topo.Groups[0].GPUs) != gpus {
+			return false, fmt.Errorf("topology annotation %s is not one NVLink group of %d GPUs", n.Annotations[labels.TopologyAnnotation], gpus)
+		}
+		return true, nil
+	})
+}
+
+// TestAgentMIGLabelsFollowReload runs the agent on a simulated node whose
+// H100s are in MIG mode and switches the MIG strategy from mixed to none
+// by a config reload: the per-profile MIG labels must leave the Node.
+func TestAgentMIGLabelsFollowReload(t *testing.T) {
+	ctx := t.Context()
+	const node = "agent-mig-node"
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, framework.GPUNode(node).NotKwok().Obj(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "node.yaml")
+	const twoMIGGPUs = `version: v1
+name: mig-node
+gpus:
+  - model: H100-SXM5-80GB
+    count: 2
+    migEnabled: true
+    migDevices: ["3g.40gb", "3g.40gb"]
+topology:
+  pairs:
+    - gpus: [0, 1]
+      nvlink: 18
+`
+	cfgPath := filepath.Join(dir, "config.yaml")
+	for path, text := range map[string]string{profile: twoMIGGPUs, cfgPath: "version: v1\nflags:\n  migStrategy: mixed\n"} {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startAgentProcess(t, "--simulate", profile, "--node-name", node, "--kubeconfig", env.ControlPlane.Kubeconfig(),
+		"--config", cfgPath, "--kubelet-dir", filepath.Join(dir, "kubelet"), "--cdi-dir", "", "--metrics-addr", "",
+		"--labels-interval", "0")
+	migKeys := []string{"nvidia.com/mig-3g.40gb.count", "nvidia.com/mig-3g.40gb.memory", "nvidia.com/mig-3g.40gb.multiprocessors"}
+	t.Run("mixed", func(t *testing.T) {
+		waitNodeLabels(t, node, map[string]string{"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-3g.40gb.count": "4", "nvidia.com/mig.capable": "true"}, migKeys, nil, 2)
+	})
+	t.Run("reload to none", func(t *testing.T) {
+		if err := os.WriteFile(cfgPath, []byte("version: v1\nflags:\n  migStrategy: none\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitNodeLabels(t, node, map[string]string{"nvidia.com/mig.strategy": "none", "nvidia.com/gpu.count": "2"}, nil, migKeys, 2)
+	})
 	if err := p.stop(); err != nil {
 		t.Errorf("agent exit after SIGTERM: %v, want exit 0", err)
 	}
