@@ -94,7 +94,7 @@ func (s *Simulator) admit(ctx context.Context, key string, pod *corev1.Pod) (*Po
 		if len(reqs) == 0 {
 			continue
 		}
-		ca := ContainerAllocation{Name: c.c.Name, Devices: map[string][]string{}}
+		ca := ContainerAllocation{Name: c.c.Name, Init: c.init, Devices: map[string][]string{}}
 		resources := make([]string, 0, len(reqs))
 		for r := range reqs {
 			resources = append(resources, r)

@@ -34,6 +34,9 @@ type PodAllocation struct {
 type ContainerAllocation struct {
 	// Name is the container's name.
 	Name string `json:"name"`
+	// Init marks an init container; the containers after it reuse its
+	// devices, and PodResources does not list it (as the kubelet does not).
+	Init bool `json:"init,omitempty"`
 	// Devices maps each device-plugin resource to the device IDs allocated.
 	Devices map[string][]string `json:"devices"`
 	// Env holds the environment the plugins asked for, e.g.

@@ -76,6 +76,9 @@ func (p *podResources) podEntry(key string, a *PodAllocation) *podresourcesv1.Po
 		entry.Name, entry.Namespace = st.name, st.namespace
 	}
 	for _, c := range a.Containers {
+		if c.Init {
+			continue
+		}
 		cr := &podresourcesv1.ContainerResources{Name: c.Name}
 		resources := make([]string, 0, len(c.Devices))
 		for r := range c.Devices {

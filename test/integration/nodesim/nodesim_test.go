@@ -9,10 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
@@ -297,4 +301,92 @@ func TestAgentRestart(t *testing.T) {
 	if got := listPodResources(t, s)[ns+"/before"][gpuRes]; !sameSet(got, before) {
 		t.Errorf("PodResources for pod before = %v, want %v", got, before)
 	}
+}
+
+// TestInitContainers checks the kubelet's reuse of an init container's
+// devices by the containers after it, and the node's allocatable devices
+// through PodResources.
+func TestInitContainers(t *testing.T) {
+	const nodeName = "sim-h100-init"
+	s := node(t, nodeName, "dgxh100", "")
+	waitCapacity(t, nodeName, map[string]int64{gpuRes: 8})
+	ns := env.CreateNamespace(t)
+
+	t.Run("allocatable devices carry their NUMA node", func(t *testing.T) {
+		conn, err := grpc.NewClient("unix://"+s.PodResourcesSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		resp, err := podresourcesv1.NewPodResourcesListerClient(conn).GetAllocatableResources(t.Context(), &podresourcesv1.AllocatableResourcesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		numa := map[int64]int{}
+		for _, d := range resp.GetDevices() {
+			if d.GetResourceName() == gpuRes && len(d.GetTopology().GetNodes()) == 1 {
+				numa[d.GetTopology().GetNodes()[0].GetID()]++
+			}
+		}
+		if numa[0] != 4 || numa[1] != 4 {
+			t.Errorf("allocatable GPUs per NUMA node %v, want 4 and 4", numa)
+		}
+	})
+
+	tests := []struct {
+		name      string
+		init, app []int
+		wantTotal int
+	}{
+		{"app container reuses the init container's GPUs", []int{2}, []int{2}, 2},
+		{"two app containers share out a larger init container's GPUs", []int{3}, []int{1, 1}, 2},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("init-%d", i)
+			pod := framework.Pod(ns, name).NodeName(nodeName).Obj()
+			main := pod.Spec.Containers[0]
+			pod.Spec.Containers = nil
+			for j, n := range tt.init {
+				c := *main.DeepCopy()
+				c.Name = fmt.Sprintf("init%d", j)
+				c.Resources.Limits = corev1.ResourceList{gpuRes: *resource.NewQuantity(int64(n), resource.DecimalSI)}
+				pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
+			}
+			for j, n := range tt.app {
+				c := *main.DeepCopy()
+				c.Name = fmt.Sprintf("app%d", j)
+				c.Resources.Limits = corev1.ResourceList{gpuRes: *resource.NewQuantity(int64(n), resource.DecimalSI)}
+				pod.Spec.Containers = append(pod.Spec.Containers, c)
+			}
+			createPod(t, pod)
+			a := allocation(t, ns, name)
+			initIDs, appIDs := []string{}, []string{}
+			for _, c := range a.Containers {
+				if c.Init != strings.HasPrefix(c.Name, "init") {
+					t.Errorf("container %s recorded with init=%v", c.Name, c.Init)
+				}
+				if c.Init {
+					initIDs = append(initIDs, c.Devices[gpuRes]...)
+				} else {
+					appIDs = append(appIDs, c.Devices[gpuRes]...)
+				}
+			}
+			for _, id := range appIDs {
+				if !slices.Contains(initIDs, id) {
+					t.Errorf("app container got %s, not one of the init container's %v", id, initIDs)
+				}
+			}
+			// PodResources lists the app containers only, as the kubelet does.
+			if got := listPodResources(t, s)[ns+"/"+name][gpuRes]; len(uniq(got)) != tt.wantTotal || !sameSet(uniq(got), uniq(appIDs)) {
+				t.Errorf("PodResources lists %v, want the app containers' %d distinct GPUs %v", got, tt.wantTotal, appIDs)
+			}
+		})
+	}
+}
+
+func uniq(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
