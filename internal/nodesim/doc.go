@@ -19,7 +19,9 @@
 //   - serves the kubelet PodResources API v1 on
 //     <dir>/pod-resources/kubelet.sock from its allocation records;
 //   - optionally starts gpuplane-agent as a child process against that
-//     directory.
+//     directory (its own process group, killed with the simulator's
+//     process), and starts it again with backoff when it exits, as the
+//     kubelet restarts a DaemonSet's container.
 //
 // It must not run containers, schedule pods, manage nodes other than its
 // own, or reach into the agent: it talks to plugins only over the device
