@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/health"
 	"github.com/gpuplane/gpuplane/internal/metrics"
@@ -99,29 +96,4 @@ func (h *monitorHealth) HealthState() metrics.HealthState {
 		}
 	}
 	return out
-}
-
-// monitorUpMetric is the health monitor's own state gauge. The exporter
-// reports the same state under this name with a reason label (through
-// monitorHealth), so the monitor's copy is not served.
-const monitorUpMetric = "gpuplane_health_monitor_up"
-
-// withoutFamilies gathers g's series except the families named in drop.
-type withoutFamilies struct {
-	g    prometheus.Gatherer
-	drop map[string]bool
-}
-
-var _ prometheus.Gatherer = withoutFamilies{}
-
-// Gather implements prometheus.Gatherer.
-func (w withoutFamilies) Gather() ([]*dto.MetricFamily, error) {
-	fams, err := w.g.Gather()
-	kept := fams[:0]
-	for _, f := range fams {
-		if !w.drop[f.GetName()] {
-			kept = append(kept, f)
-		}
-	}
-	return kept, err
 }

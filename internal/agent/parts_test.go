@@ -35,8 +35,7 @@ func TestHealthReachesMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filtered := withoutFamilies{g: healthReg, drop: map[string]bool{monitorUpMetric: true}}
-	h, err := metrics.NewHandler(e, filtered)
+	h, err := metrics.NewHandler(e, healthReg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +52,8 @@ func TestHealthReachesMetrics(t *testing.T) {
 		}
 		return fams
 	}
-	if v, reason, _ := gauge(scrapeHandler(), monitorUpMetric); v != 0 || reason != "starting" {
-		t.Errorf("before the monitor exists: %s = %v{reason=%q}, want 0{reason=\"starting\"}", monitorUpMetric, v, reason)
+	if v, reason, _ := gauge(scrapeHandler(), "gpuplane_health_monitor_up"); v != 0 || reason != "starting" {
+		t.Errorf("before the monitor exists: gpuplane_health_monitor_up = %v{reason=%q}, want 0{reason=\"starting\"}", v, reason)
 	}
 
 	policy, err := health.NewPolicy(loadConfig(t, "version: v1\n").Health, func(string) (string, bool) { return "", false })
@@ -92,11 +91,11 @@ func TestHealthReachesMetrics(t *testing.T) {
 	// it does to see that nothing clashes.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(e)
-	if _, err := (prometheus.Gatherers{reg, filtered}).Gather(); err != nil {
+	if _, err := (prometheus.Gatherers{reg, healthReg}).Gather(); err != nil {
 		t.Errorf("gathering the exporter with the health monitor's series: %v", err)
 	}
-	up := fams[monitorUpMetric].GetMetric()
+	up := fams["gpuplane_health_monitor_up"].GetMetric()
 	if len(up) != 1 || up[0].GetGauge().GetValue() != 1 || len(up[0].GetLabel()) != 1 {
-		t.Errorf("%s: %v, want one series with its reason label, value 1", monitorUpMetric, up)
+		t.Errorf("gpuplane_health_monitor_up: %v, want one series with its reason label, value 1", up)
 	}
 }

@@ -263,8 +263,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		// XID) are served beside the exporter's.
 		healthReg := prometheus.NewRegistry()
 		plugin.Registerer = healthReg
-		handler, err := newMetricsHandler(f, backend, node, healthSrc, log.With("part", "metrics"),
-			withoutFamilies{g: healthReg, drop: map[string]bool{monitorUpMetric: true}})
+		handler, err := newMetricsHandler(f, backend, node, healthSrc, log.With("part", "metrics"), healthReg)
 		if err != nil {
 			return err
 		}

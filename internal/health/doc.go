@@ -7,9 +7,9 @@
 // probation time without a critical event and answers the backend again.
 //
 // When the event subscription cannot start or keeps failing, the Monitor
-// says so loudly: an error log, Status().Monitoring false with the reason,
-// and the gpuplane_health_monitor_up gauge at 0. It never reports devices
-// as watched when they are not.
+// says so loudly: an error log and Status().Monitoring false with the
+// reason, which the agent's exporter serves as gpuplane_health_monitor_up 0
+// with that reason. It never reports devices as watched when they are not.
 //
 // It must not talk to the kubelet; the device plugin reads Healthy and
 // listens for changes.

@@ -69,7 +69,6 @@ type Monitor struct {
 	backend gpu.Backend
 	opts    Options
 	log     *slog.Logger
-	up      prometheus.Gauge
 	events  *prometheus.CounterVec
 
 	mu        sync.Mutex
@@ -99,10 +98,6 @@ func NewMonitor(backend gpu.Backend, devices []gpu.Device, opts Options) (*Monit
 	}
 	m := &Monitor{
 		backend: backend, opts: opts, log: opts.Logger,
-		up: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gpuplane_health_monitor_up",
-			Help: "1 while GPU health events are being received, 0 when event monitoring failed.",
-		}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuplane_health_critical_events_total",
 			Help: "Critical GPU events that made a device unhealthy, by kind and XID.",
@@ -113,7 +108,7 @@ func NewMonitor(backend gpu.Backend, devices []gpu.Device, opts Options) (*Monit
 		status:    Status{Disabled: opts.Policy.Disabled},
 	}
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.up, m.events} {
+		for _, c := range []prometheus.Collector{m.events} {
 			if err := opts.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("health monitor: registering metrics: %w", err)
 			}
@@ -261,7 +256,6 @@ func (m *Monitor) setDown(err error) {
 	m.mu.Lock()
 	m.status.Monitoring, m.status.Err = false, err.Error()
 	m.mu.Unlock()
-	m.up.Set(0)
 	m.log.Error("GPU health monitoring is NOT working; device health is unknown until it recovers", "err", err)
 }
 
@@ -276,7 +270,6 @@ func (m *Monitor) setUp(unmonitored map[string]error) {
 		m.status.Unmonitored[uuid] = err.Error()
 	}
 	m.mu.Unlock()
-	m.up.Set(1)
 	for uuid, err := range unmonitored {
 		m.log.Error("GPU events cannot be watched on this GPU; its health is not monitored", "uuid", uuid, "err", err)
 	}
@@ -297,7 +290,6 @@ func (m *Monitor) handle(ev gpu.Event) {
 		m.mu.Lock()
 		m.status.Monitoring, m.status.Err = true, ""
 		m.mu.Unlock()
-		m.up.Set(1)
 		m.log.Info("GPU health monitoring recovered")
 		return
 	case gpu.EventXID:
