@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -142,8 +143,14 @@ func (l *loop) evict(ctx context.Context, in *cycleInput, evs []model.Eviction, 
 	}
 	byFor := map[string][]model.Eviction{}
 	for _, e := range evs {
-		byFor[e.For] = append(byFor[e.For], e)
 		blocked[e.For] = true
+		if why := l.mayEvict(in, e); why != "" {
+			if g := in.groups[e.For]; g != nil && g.held == nil {
+				g.held = badInput("PreemptionDisabled", "%s", why)
+			}
+			continue
+		}
+		byFor[e.For] = append(byFor[e.For], e)
 	}
 	l.cache.mu.Lock()
 	for g, es := range byFor {
@@ -174,6 +181,30 @@ func (l *loop) evict(ctx context.Context, in *cycleInput, evs []model.Eviction, 
 		}
 	}
 	return blocked
+}
+
+// mayEvict applies the preemptor's Queue policy, which the core does not
+// model: spec.preemption Never forbids evicting for priority within the
+// queue, spec.reclaim Never forbids taking lent resources back. A group
+// refused so keeps waiting (its placement needed the evictions), held with
+// the reason.
+// It returns "" or why the eviction may not happen.
+func (l *loop) mayEvict(in *cycleInput, e model.Eviction) string {
+	g := in.groups[e.For]
+	if g == nil {
+		return ""
+	}
+	q := in.queueObjs[g.queue]
+	if q == nil {
+		return ""
+	}
+	switch {
+	case e.Reason == "preempt" && q.Spec.Preemption == v1alpha1.PreemptNever:
+		return fmt.Sprintf("fits only by preempting lower-priority pods, and queue %q has spec.preemption: Never", q.Name)
+	case e.Reason == "reclaim" && q.Spec.Reclaim == v1alpha1.ReclaimNever:
+		return fmt.Sprintf("fits only by reclaiming GPUs lent to other queues, and queue %q has spec.reclaim: Never", q.Name)
+	}
+	return ""
 }
 
 // bind sends the binds of every group not blocked on evictions and returns

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -167,4 +168,44 @@ func unstructuredString(obj map[string]any, fields ...string) (string, bool, err
 	}
 	s, ok := cur.(string)
 	return s, ok, nil
+}
+
+func TestQueueWithPreemptionNeverDoesNotEvict(t *testing.T) {
+	c := newCluster(t, gpuNodes(1, "nopreempt")...)
+	q := "nopreempt-" + c.ns
+	c.queue(q, "", 0, 0)
+	u, err := c.dyn.Resource(adapter.QueuesResource).Get(t.Context(), q, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u.Object, string(v1alpha1.PreemptNever), "spec", "preemption"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.dyn.Resource(adapter.QueuesResource).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	low, high := "np-low-"+c.ns, "np-high-"+c.ns
+	for name, v := range map[string]int32{low: 100, high: 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
+		if _, err := env.Client.SchedulingV1().PriorityClasses().Create(t.Context(), pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	for i := range 8 {
+		p := c.pod(fmt.Sprintf("low-%d", i)).GPUs(1).Label("app", "low").Label(v1alpha1.QueueLabel, q).Obj()
+		p.Spec.PriorityClassName = low
+		c.createPod(p)
+	}
+	c.run(adapter.Config{})
+	c.waitBound("app=low", 8, 30*time.Second)
+	hp := c.pod("urgent").GPUs(1).Label("app", "high").Label(v1alpha1.QueueLabel, q).Obj()
+	hp.Spec.PriorityClassName = high
+	c.createPod(hp)
+	c.waitCondition("urgent", "PreemptionDisabled", "spec.preemption: Never", 30*time.Second)
+	if n, _, err := c.bound(t.Context(), "app=low"); err != nil || n != 8 {
+		t.Fatalf("%d low-priority pods bound (err %v), want all 8: the queue forbids preemption", n, err)
+	}
 }
