@@ -34,6 +34,37 @@ const (
 	ProfileLabel = "gpuplane.io/dev-profile"
 )
 
+// LifelineEnv, when set to a pid, makes the supervisor stop the cluster as
+// soon as that process is gone. Tests set it to their own pid, so that a
+// test binary killed mid-way (a timeout) leaves no cluster behind.
+const LifelineEnv = "GPUPLANE_DEV_LIFELINE_PID"
+
+// watchLifeline returns a context that ends with ctx or when the process
+// pid (when not empty) exits.
+func watchLifeline(ctx context.Context, pid string) (context.Context, error) {
+	if pid == "" {
+		return ctx, nil
+	}
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return nil, fmt.Errorf("%s=%q: want a process id", LifelineEnv, pid)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer cancel()
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for processAlive(n) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return ctx, nil
+}
+
 // supervisor runs the cluster for `dev serve`.
 type supervisor struct {
 	dir      stateDir
@@ -52,6 +83,10 @@ type supervisor struct {
 func serve(dir stateDir) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	ctx, err := watchLifeline(ctx, os.Getenv(LifelineEnv))
+	if err != nil {
+		return err
+	}
 	spec, err := dir.readSpec()
 	if err != nil {
 		return err

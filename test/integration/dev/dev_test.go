@@ -30,11 +30,20 @@ import (
 // combined output and exit code.
 func gpuplane(t *testing.T, stateDir string, args ...string) (string, int) {
 	t.Helper()
+	return gpuplaneWithLifeline(t, stateDir, os.Getpid(), args...)
+}
+
+// gpuplaneWithLifeline is gpuplane with the cluster tied to process
+// lifeline instead of this test binary.
+func gpuplaneWithLifeline(t *testing.T, stateDir string, lifeline int, args ...string) (string, int) {
+	t.Helper()
 	// Not the test's context: cleanups run `dev down` after it ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	args = append(args, "--state-dir", stateDir)
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "gpuplane"), args...)
+	// A cluster must not outlive this test binary, even when it is killed.
+	cmd.Env = append(os.Environ(), dev.LifelineEnv+"="+strconv.Itoa(lifeline))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -307,4 +316,45 @@ func TestGPUPlaneScheduler(t *testing.T) {
 	if pids := recordedPids(t, stateDir); pids["gpuplane-scheduler"] == 0 || pids["kube-scheduler"] == 0 {
 		t.Errorf("recorded pids %v, want gpuplane-scheduler and kube-scheduler", pids)
 	}
+}
+
+// TestLifeline ties a cluster to a process and ends that process: the
+// supervisor must stop the cluster on its own, as it does when a test
+// binary that started it is killed.
+func TestLifeline(t *testing.T) {
+	framework.RequireBinaries(t, controlplane.Config{BinDir: cpBinDir, ControllerManager: true, Scheduler: true})
+	holder := exec.Command("sleep", "600")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	base, err := os.MkdirTemp("", "dev-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir := filepath.Join(base, "s")
+	t.Cleanup(func() {
+		if _, err := os.Stat(stateDir); err == nil {
+			_, _ = gpuplane(t, stateDir, "dev", "down")
+		}
+		_ = os.RemoveAll(base)
+	})
+	out, code := gpuplaneWithLifeline(t, stateDir, holder.Process.Pid, "dev", "up", "--nodes", "1", "--bin-dir", cpBinDir,
+		"--agent-binary", filepath.Join(binDir, "gpuplane-agent"))
+	if code != 0 {
+		t.Fatalf("dev up exited %d:\n%s", code, out)
+	}
+	pids := recordedPids(t, stateDir)
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+	framework.Eventually(t, time.Minute, "the cluster stopped after its lifeline ended", func(context.Context) (bool, error) {
+		for name, pid := range pids {
+			if alive(pid) {
+				return false, fmt.Errorf("%s (pid %d) still alive", name, pid)
+			}
+		}
+		return true, nil
+	})
 }
