@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -181,7 +182,7 @@ func Collect(ctx context.Context, rc *rest.Config) (*Status, error) {
 			}
 			st.Queues = append(st.Queues, queueStatus(&q))
 		}
-	} else if !meta.IsNoMatchError(err) && !isNotFound(err) {
+	} else if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("listing queues: %w", err)
 	}
 	slices.SortFunc(st.Queues, func(a, b Queue) int { return cmp.Compare(a.Name, b.Name) })
@@ -205,7 +206,7 @@ func Collect(ctx context.Context, rc *rest.Config) (*Status, error) {
 			}
 			st.Waiting = append(st.Waiting, gang)
 		}
-	} else if !meta.IsNoMatchError(err) && !isNotFound(err) {
+	} else if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("listing pod groups: %w", err)
 	}
 	slices.SortFunc(st.Waiting, func(a, b Gang) int {
@@ -305,10 +306,6 @@ func gpus(rl corev1.ResourceList) string {
 		return "0"
 	}
 	return q.String()
-}
-
-func isNotFound(err error) bool {
-	return strings.Contains(err.Error(), "the server could not find the requested resource")
 }
 
 // Print writes the human tables; wide adds the GPU holders.
