@@ -248,7 +248,9 @@ func (l *loop) bind(ctx context.Context, in *cycleInput, binds []model.Bind, blo
 func (l *loop) reconcilePartial(ctx context.Context, in *cycleInput, placed map[string]bool, now time.Time) {
 	seen := map[string]bool{}
 	for name, g := range in.groups {
-		if g.pg == nil || len(g.bound) == 0 || len(g.bound) >= g.minMember || placed[name] {
+		// Members that already finished count as placed: a gang whose
+		// first pods completed is not half-placed.
+		if g.pg == nil || len(g.pending) == 0 || len(g.bound) == 0 || len(g.bound)+len(g.finished) >= g.minMember || placed[name] {
 			continue
 		}
 		seen[name] = true

@@ -212,12 +212,12 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 		if g.held != nil {
 			continue
 		}
-		total := len(g.pending) + len(g.bound)
+		total := len(g.pending) + len(g.bound) + len(g.finished)
 		if g.minMember > total {
 			g.held = badInput("NotEnoughPods", "PodGroup %s needs minMember %d pods but has %d: lower spec.minMember or create the missing pods", g.pgKey, g.minMember, total)
 			continue
 		}
-		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember-len(g.bound)), CreatedAt: 0}
+		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember-len(g.bound)-len(g.finished)), CreatedAt: 0}
 		slices.SortFunc(g.pending, func(x, y *podInfo) int { return cmp.Compare(x.key, y.key) })
 		first := true
 		for _, pi := range g.pending {
