@@ -238,6 +238,12 @@ func TestBuildSnapshot(t *testing.T) {
 	add("greedy", map[string]string{v1alpha1.QueueLabel: "greedy"})
 	add("big-0", map[string]string{v1alpha1.PodGroupLabel: "big"})
 	add("orphan", map[string]string{v1alpha1.PodGroupLabel: "missing"})
+	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "half-done"}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}})
+	done := testPod("ml", "half-done-0", rl("nvidia.com/gpu", "1"))
+	done.Labels = map[string]string{v1alpha1.PodGroupLabel: "half-done"}
+	done.Spec.NodeName, done.Status.Phase = "n1", corev1.PodSucceeded
+	c.upsertPod(done)
+	add("half-done-1", map[string]string{v1alpha1.PodGroupLabel: "half-done"})
 	gated := testPod("ml", "gated", rl("nvidia.com/gpu", "1"))
 	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/wait"}}
 	c.upsertPod(gated)
@@ -263,6 +269,7 @@ func TestBuildSnapshot(t *testing.T) {
 		wantHeld  string
 	}{
 		{name: "both pod group labels join one gang in the namespace's default queue", group: "pg/ml/train", wantQueue: "team", wantPods: 2, wantMin: 2},
+		{name: "a finished member counts toward minMember", group: "pg/ml/half-done", wantQueue: "team", wantPods: 1, wantMin: 1},
 		{name: "a lone pod is a group of one", group: "pod/ml/lone", wantQueue: "team", wantPods: 1, wantMin: 1},
 		{name: "Kueue's queue label is honoured", group: "pod/ml/kueue", wantQueue: "root", wantPods: 1, wantMin: 1},
 		{name: "an unknown queue holds the pod", group: "pod/ml/lost", wantHeld: "UnknownQueue"},
