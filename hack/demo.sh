@@ -33,9 +33,13 @@ start=$(date +%s.%N)
 cleanup() {
 	local code=$?
 	trap - EXIT INT TERM
-	echo
-	echo "== stopping the cluster"
-	"$bin/gpuplane" dev down || code=1
+	# Stop the cluster even when stdout is a closed pipe (demo | head).
+	trap '' PIPE
+	# Its output goes to a file first: a closed stdout must not kill it
+	# before the cluster is down.
+	"$bin/gpuplane" dev down >"$state/down.log" 2>&1 || code=1
+	printf '\n== stopping the cluster\n' || true
+	cat "$state/down.log" || true
 	rm -rf "$state"
 	exit "$code"
 }

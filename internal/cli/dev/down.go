@@ -49,10 +49,12 @@ func down(ctx context.Context, dir stateDir, out io.Writer, timeout time.Duratio
 		return cleanStale(dir, out)
 	}
 	st, _ := dir.readState()
-	fmt.Fprintf(out, "stopping the dev cluster (supervisor pid %d)\n", pid)
+	// Signal first, then talk: whatever happens to this process's output,
+	// the supervisor has been told to stop.
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signalling the supervisor (pid %d): %w", pid, err)
 	}
+	fmt.Fprintf(out, "stopping the dev cluster (supervisor pid %d)\n", pid)
 	if !waitGone(ctx, []int{pid}, timeout) {
 		fmt.Fprintf(out, "the supervisor did not stop within %v; killing it\n", timeout)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
