@@ -25,12 +25,19 @@ const (
 // reports a little less than the nominal size (4864 MiB for a "5gb" slice of
 // an A100 40GB), so the size is taken as the profile's fraction of the whole
 // GPU, rounded up to eighths, times the GPU's size in whole GB.
+//
+// A profile a few percent of an eighth above a whole eighth counts as that
+// eighth: tables that give nominal sizes in GiB against a total in GB (an
+// H200's 1-slice profile as 18432 of 144384 MiB) would otherwise name it
+// after the next eighth ("1g.35gb" instead of "1g.18gb"). Sizes the driver
+// reports are below nominal and never meet this tolerance.
 func MIGMemoryGB(profileMiB, totalMiB uint64) uint64 {
 	if totalMiB == 0 {
 		return (profileMiB + 1023) / 1024
 	}
+	const tolerance = 0.05 // of an eighth
 	frac := float64(profileMiB) / float64(totalMiB)
-	frac = math.Ceil(frac*8) / 8
+	frac = math.Ceil(frac*8-tolerance) / 8
 	totalGB := float64((totalMiB + 1023) / 1024)
 	return uint64(math.Round(frac * totalGB))
 }

@@ -103,6 +103,14 @@ func newMIGState(t *gpus.MIGProfileConfig, totalMiB uint64) migState {
 			for _, pl := range t.ComputeInstancePlacements[id][ciID] {
 				cp.placements = append(cp.placements, gpu.Placement{Start: int(pl.Start), Size: int(pl.Size)})
 			}
+			if len(cp.placements) == 0 && cp.slices > 0 {
+				// Some tables (the A100's) list no compute-instance
+				// placements. NVML places a compute instance of c slices at
+				// multiples of c inside its GPU instance.
+				for start := 0; start+cp.slices <= p.SliceCount; start += cp.slices {
+					cp.placements = append(cp.placements, gpu.Placement{Start: start, Size: cp.slices})
+				}
+			}
 			p.cis = append(p.cis, cp)
 		}
 		s.profiles = append(s.profiles, p)

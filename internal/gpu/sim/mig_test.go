@@ -227,6 +227,45 @@ func TestMIGPlacementsNeverOverlap(t *testing.T) {
 	}
 }
 
+// TestEveryProfileGetsADevice creates each GPU-instance profile alone on a
+// GPU of every built-in node, with a full-size compute instance in it: the
+// MIG device a user gets from that profile. go-nvml's A100 table lists no
+// compute-instance placements, which must not make its GPUs unusable.
+func TestEveryProfileGetsADevice(t *testing.T) {
+	ctx := context.Background()
+	for _, node := range []string{"dgxa100", "dgxh100", "dgxh200", "dgxb200"} {
+		t.Run(node, func(t *testing.T) {
+			b, _ := newTestBackend(t, node)
+			if err := b.SetMIGMode(ctx, 0, true); err != nil {
+				t.Fatal(err)
+			}
+			profs, err := b.MIGProfiles(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range profs {
+				gi, err := b.CreateGPUInstance(ctx, 0, p.Name, nil)
+				if err != nil {
+					t.Fatalf("%s: creating the GPU instance: %v", p.Name, err)
+				}
+				ci, err := b.CreateComputeInstance(ctx, 0, gi.ID, "")
+				if err != nil {
+					t.Fatalf("%s: creating its full-size compute instance: %v", p.Name, err)
+				}
+				if ci.Profile != p.Name {
+					t.Errorf("%s: compute instance profile %q, want the GPU instance's own", p.Name, ci.Profile)
+				}
+				if err := b.DestroyComputeInstance(ctx, 0, gi.ID, ci.ID); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.DestroyGPUInstance(ctx, 0, gi.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func TestComputeInstances(t *testing.T) {
 	ctx := context.Background()
 	b := migBackend(t)
