@@ -99,17 +99,23 @@ func hasKnownLinks(topo *gpu.Topology, i int) bool {
 	return false
 }
 
-// setScore sums the link scores of every pair in the set.
+// setScore sums the link scores of every pair in the set. Between sets
+// whose links score the same (all NVLink through NVSwitch, as on a DGX
+// H100), the one whose pairs are closer on PCIe wins, which keeps a set on
+// one NUMA node when it fits there: the PCIe term of all pairs together
+// stays below one step of the link score.
 func setScore(topo *gpu.Topology, set []int) int {
-	s := 0
+	links, pcie := 0, 0
 	for a := range set {
 		for b := a + 1; b < len(set); b++ {
 			if l, ok := topo.Between(set[a], set[b]); ok {
-				s += l.Score()
+				links += l.Score()
+				pcie += int(gpu.PCIeSystem - l.PCIe)
 			}
 		}
 	}
-	return s
+	pairs := len(set) * (len(set) - 1) / 2
+	return links*(int(gpu.PCIeSystem)*pairs+1) + pcie
 }
 
 // bestSet returns positions in cand of the need GPUs that, with must, have

@@ -32,6 +32,22 @@ func twoQuads(unreadable ...int) *gpu.Topology {
 	return t
 }
 
+// nvswitch is a DGX H100: every pair joined by 18 NVLinks through
+// NVSwitch, GPUs 0-3 on NUMA node 0 and 4-7 on node 1.
+func nvswitch() *gpu.Topology {
+	t := gpu.NewTopology(8)
+	for i := range 8 {
+		for j := i + 1; j < 8; j++ {
+			l := gpu.Link{NVLinks: 18, PCIe: gpu.PCIeSystem}
+			if i/4 == j/4 {
+				l.PCIe = gpu.PCIeNode
+			}
+			t.Set(i, j, l)
+		}
+	}
+	return t
+}
+
 func ids(prefix string, idx ...int) []string {
 	out := make([]string, len(idx))
 	for i, x := range idx {
@@ -65,6 +81,8 @@ func TestPreferredWholeGPUs(t *testing.T) {
 		{"unreadable GPU used when nothing else is left", ids("GPU-", 1, 2), nil, 2, twoQuads(1), ids("GPU-", 2, 1)},
 		{"no topology at all", ids("GPU-", 5, 3), nil, 1, nil, ids("GPU-", 3)},
 		{"size smaller than must include", all, ids("GPU-", 6, 7), 1, twoQuads(), ids("GPU-", 6)},
+		{"NVSwitch: four stay on one NUMA node", ids("GPU-", 2, 3, 4, 5, 6, 7), nil, 4, nvswitch(), ids("GPU-", 4, 5, 6, 7)},
+		{"NVSwitch: two follow must include's NUMA node", ids("GPU-", 1, 2, 5, 6), ids("GPU-", 5), 2, nvswitch(), ids("GPU-", 5, 6)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
