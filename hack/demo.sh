@@ -48,9 +48,14 @@ trap 'exit 130' INT TERM
 
 section() { printf '\n== %s\n' "$*"; }
 
-section "starting a local cluster: 3 simulated DGX H100 nodes running gpuplane-agent"
-"$bin/gpuplane" dev up --node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4
+section "starting a local cluster: 4 simulated DGX H100 nodes running gpuplane-agent, gpuplane-scheduler"
+"$bin/gpuplane" dev up --scheduler gpuplane \
+	--node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,dgxh100
 export KUBECONFIG="$GPUPLANE_DEV_DIR/kubeconfig"
+# The fourth node is the teams' batch pool: only work that asks for it lands
+# there, so the queues below compete for exactly its 8 GPUs.
+"$kubectl" label node gpu-node-4 gpuplane.io/pool=batch >/dev/null
+"$kubectl" taint node gpu-node-4 gpuplane.io/pool=batch:NoSchedule >/dev/null
 
 section "nodes and the GPU labels gpuplane-agent wrote"
 "$kubectl" get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.memory,nvidia.com/gpu.count,nvidia.com/mig.strategy
@@ -93,5 +98,59 @@ if [[ -n "$metrics" ]]; then
 	section "a few metrics from gpu-node-1's agent ($metrics)"
 	curl -fsS "$metrics" | grep -E '^(DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_TEMP)\{' | head -6 || true
 fi
+
+section "two teams' queues on the batch pool (examples/queues): team B borrows, team A's gang waits whole"
+"$kubectl" apply -f examples/queues/01-queues.yaml
+"$kubectl" apply -f examples/queues/02-team-b-inference.yaml
+wait_running() { # label-selector count timeout-seconds
+	local deadline=$((SECONDS + $3)) n
+	while :; do
+		n=$("$kubectl" get pods -l "$1" --field-selector=status.phase=Running --no-headers 2>/dev/null | wc -l)
+		((n >= $2)) && return 0
+		if ((SECONDS > deadline)); then
+			echo "demo: $n of $2 pods ($1) Running after $3 s" >&2
+			"$kubectl" get pods -l "$1" -o wide >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+# Queue status trails the cluster by a second or two (the scheduler writes it
+# at a bounded rate); wait for it before showing it.
+wait_queue_usage() { # queue gpus
+	local deadline=$((SECONDS + 30))
+	until [[ $("$kubectl" get queue "$1" -o jsonpath='{.status.usage.nvidia\.com/gpu}') == "$2" ]]; do
+		if ((SECONDS > deadline)); then
+			echo "demo: queue $1's status does not show $2 GPUs in use after 30 s" >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+wait_running app=team-b-inference 6 60
+wait_queue_usage team-b 6
+echo "team B runs 6 workers on the pool: 4 guaranteed, 2 borrowed from team A's idle guarantee"
+"$kubectl" apply -f examples/queues/03-team-a-training-gang.yaml
+# Two of the gang's four fit beside team B; the gang waits whole, and says so.
+deadline=$((SECONDS + 60))
+until "$bin/gpuplane" status -o json | grep -q 'gang 2/4 placeable'; do
+	if ((SECONDS > deadline)); then
+		echo "demo: the gang's wait was not reported within 60 s" >&2
+		"$bin/gpuplane" status >&2
+		exit 1
+	fi
+	sleep 0.5
+done
+"$bin/gpuplane" status
+echo
+echo "team B scales down to its guarantee of 4; the gang binds whole:"
+"$kubectl" scale deployment team-b-inference --replicas 4
+wait_running scheduling.gpuplane.io/pod-group=team-a-training 4 60
+wait_queue_usage team-a 4
+wait_queue_usage team-b 4
+"$kubectl" get pods -l 'scheduling.gpuplane.io/queue in (team-a,team-b)' -o wide
+
+section "gpuplane status"
+"$bin/gpuplane" status -o wide
 
 printf '\n== demo finished in %.1f s (before stopping the cluster)\n' "$(echo "$(date +%s.%N) - $start" | bc)"

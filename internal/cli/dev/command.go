@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuplane/gpuplane/deploy/crds"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
 	"github.com/gpuplane/gpuplane/internal/controlplane"
 )
@@ -107,8 +108,8 @@ dgxh100, dgxh200, dgxb200, or a profile file), MODE one of
 	fs.IntVar(&f.kwokNodes, "kwok-nodes", 0, "number of kwok GPU nodes (capacity written directly, no agent; tainted kwok.x-k8s.io/node=fake:NoSchedule)")
 	fs.StringVar(&f.kwokProduct, "kwok-product", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.product label of the kwok nodes")
 	fs.IntVar(&f.kwokGPUs, "kwok-gpus", 8, "nvidia.com/gpu capacity of each kwok node")
-	fs.StringVar(&f.scheduler, "scheduler", SchedulerKube, "scheduler to run: kube-scheduler, gpuplane (gpuplane-scheduler for pods with schedulerName gpuplane-scheduler, kube-scheduler for the rest) or none")
-	fs.StringVar(&f.crdDir, "crd-dir", "", "with --scheduler gpuplane: directory of the Queue and PodGroup CRDs (default: deploy/crds beside bin/)")
+	fs.StringVar(&f.scheduler, "scheduler", SchedulerGPUPlane, "scheduler to run: gpuplane (gpuplane-scheduler for pods with schedulerName gpuplane-scheduler, kube-scheduler for the rest), kube-scheduler (alone) or none")
+	fs.StringVar(&f.crdDir, "crd-dir", "", "with --scheduler gpuplane: directory of the Queue and PodGroup CRDs (default: deploy/crds beside bin/, else the ones built into gpuplane)")
 	fs.StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default $"+controlplane.BinDirEnv+", else the checkout's bin/)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "gpuplane-agent to run on the simulated nodes (default: beside this binary, else on $PATH)")
 	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "how long to wait for the cluster to come up")
@@ -137,6 +138,12 @@ func up(ctx context.Context, dir stateDir, f *upFlags, out io.Writer) error {
 	}
 	if err := os.MkdirAll(string(dir), 0o750); err != nil {
 		return fmt.Errorf("creating the state directory: %w", err)
+	}
+	if spec.Scheduler == SchedulerGPUPlane && spec.CRDDir == "" {
+		if spec.CRDDir, err = writeEmbeddedCRDs(dir.path("crds")); err != nil {
+			_ = os.RemoveAll(string(dir))
+			return err
+		}
 	}
 	for i, arg := range nodeArgs(f) {
 		name := fmt.Sprintf("gpu-node-%d", i+1)
@@ -215,14 +222,20 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 	if f.scheduler == SchedulerGPUPlane {
 		crds := f.crdDir
 		if crds == "" {
-			// bin/ sits at the checkout's root, beside deploy/.
+			// bin/ sits at the checkout's root, beside deploy/. Without a
+			// checkout, up writes the CRDs built into this binary.
 			crds = filepath.Join(binDir, "..", "deploy", "crds")
+			if _, err := os.Stat(filepath.Join(crds, queueCRDFile)); err != nil {
+				crds = ""
+			}
 		}
-		if _, err := os.Stat(filepath.Join(crds, "scheduling.gpuplane.io_queues.yaml")); err != nil {
-			return nil, cliutil.Usagef("--scheduler gpuplane needs the Queue and PodGroup CRDs: %v; pass --crd-dir (the checkout's deploy/crds)", err)
-		}
-		if spec.CRDDir, err = filepath.Abs(crds); err != nil {
-			return nil, err
+		if crds != "" {
+			if _, err := os.Stat(filepath.Join(crds, queueCRDFile)); err != nil {
+				return nil, cliutil.Usagef("--crd-dir: %v; want the directory of the Queue and PodGroup CRDs (the checkout's deploy/crds)", err)
+			}
+			if spec.CRDDir, err = filepath.Abs(crds); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if f.nodes+len(f.nodeProfiles) > 0 {
@@ -384,4 +397,29 @@ func newServeCommand(resolve func() (stateDir, error)) *cobra.Command {
 			return serve(dir)
 		},
 	}
+}
+
+// queueCRDFile is the Queue CRD's file in a CRD directory.
+const queueCRDFile = "scheduling.gpuplane.io_queues.yaml"
+
+// writeEmbeddedCRDs writes the CRDs built into the binary to dir and
+// returns it.
+func writeEmbeddedCRDs(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("writing the CRDs: %w", err)
+	}
+	entries, err := crds.Files.ReadDir(".")
+	if err != nil {
+		return "", fmt.Errorf("reading the built-in CRDs: %w", err)
+	}
+	for _, e := range entries {
+		b, err := crds.Files.ReadFile(e.Name())
+		if err != nil {
+			return "", fmt.Errorf("reading the built-in CRD %s: %w", e.Name(), err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o600); err != nil {
+			return "", fmt.Errorf("writing the CRDs: %w", err)
+		}
+	}
+	return dir, nil
 }

@@ -101,10 +101,11 @@ func NewCommand() *cobra.Command {
 		Long: `status reads the cluster through the API server and shows:
 
   NODES    each node's GPU model, GPUs used/allocatable/capacity, MIG and
-           sharing (from the feature labels) and readiness; -o wide adds
-           which pod holds which GPU (the devices the node recorded in the
-           gpuplane.io/allocation annotation, else the indexes
-           gpuplane-scheduler chose, else the pod's GPU count);
+           sharing (from the feature labels) and readiness;
+  GPU HOLDERS  with -o wide, which pod holds which GPU on each node (the
+           devices the node recorded in the gpuplane.io/allocation
+           annotation, else the indexes gpuplane-scheduler chose, else the
+           pod's GPU count);
   QUEUES   each Queue's GPU usage against its guarantee, limit and fair
            share, with pending and admitted pod groups (from Queue status);
   WAITING  pod groups that are not placed and why (their Schedulable
@@ -312,28 +313,31 @@ func gpus(rl corev1.ResourceList) string {
 func Print(w io.Writer, st *Status, wide bool) error {
 	fmt.Fprintln(w, "NODES")
 	t := cliutil.NewTable(w)
-	header := "NAME\tREADY\tMODEL\tGPUS USED/ALLOC/CAP\tMIG\tSHARING"
-	if wide {
-		header += "\tHOLDERS"
-	}
-	fmt.Fprintln(t, header)
+	fmt.Fprintln(t, "NAME\tREADY\tMODEL\tGPUS USED/ALLOC/CAP\tMIG\tSHARING")
 	for _, n := range st.Nodes {
 		model := n.Model
 		if n.MemoryMiB > 0 {
 			model += " (" + resource.NewQuantity(n.MemoryMiB<<20, resource.BinarySI).String() + ")"
 		}
-		line := fmt.Sprintf("%s\t%t\t%s\t%d/%d/%d\t%s\t%s", n.Name, n.Ready, dash(model), n.Used, n.Allocatable, n.Capacity, dash(n.MIG), dash(n.Sharing))
-		if wide {
-			var hs []string
-			for _, h := range n.Holders {
-				hs = append(hs, h.Pod+"="+h.GPUs)
-			}
-			line += "\t" + dash(strings.Join(hs, " "))
-		}
-		fmt.Fprintln(t, line)
+		fmt.Fprintf(t, "%s\t%t\t%s\t%d/%d/%d\t%s\t%s\n", n.Name, n.Ready, dash(model), n.Used, n.Allocatable, n.Capacity, dash(n.MIG), dash(n.Sharing))
 	}
 	if err := t.Flush(); err != nil {
 		return err
+	}
+	if wide {
+		// One row per pod: a node's holders side by side would make the
+		// node table too wide to read.
+		fmt.Fprintln(w, "\nGPU HOLDERS")
+		t = cliutil.NewTable(w)
+		fmt.Fprintln(t, "NODE\tPOD\tGPUS")
+		for _, n := range st.Nodes {
+			for _, h := range n.Holders {
+				fmt.Fprintf(t, "%s\t%s\t%s\n", n.Name, h.Pod, h.GPUs)
+			}
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(w, "\nQUEUES")
 	t = cliutil.NewTable(w)

@@ -69,9 +69,17 @@ func TestGpuplaneStatus(t *testing.T) {
 	if err := status.Print(&out, st, true); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"NODES", node, c.ns + "/runs-0=GPU ", "QUEUES", q, "WAITING GANGS", c.ns + "/waits"} {
+	for _, want := range []string{"NODES", node, "GPU HOLDERS", "QUEUES", q, "WAITING GANGS", c.ns + "/waits"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status -o wide lacks %q:\n%s", want, out.String())
 		}
+	}
+	holder := false
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		holder = holder || len(f) >= 3 && f[0] == node && f[1] == c.ns+"/runs-0" && f[2] == "GPU"
+	}
+	if !holder {
+		t.Errorf("status -o wide has no GPU HOLDERS row for %s/runs-0 on %s:\n%s", c.ns, node, out.String())
 	}
 }
