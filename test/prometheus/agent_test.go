@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 // lockedOutput collects the agent's output while the test may read it.
@@ -38,14 +39,11 @@ func (l *lockedOutput) String() string {
 func startAgentBinary(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "gpuplane-agent")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/gpuplane/gpuplane/cmd/gpuplane-agent")
-	build.Dir = repoRoot(t)
-	build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building gpuplane-agent: %v\n%s", err, out)
+	bin, err := framework.BuildCommand(ctx, dir, "gpuplane-agent")
+	if err != nil {
+		t.Fatal(err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	cmd := exec.Command(bin, "--simulate", "dgxh100", "--node-name", "prom-node", "--metrics-addr", addr,

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -52,26 +51,10 @@ func repoRoot(t *testing.T) string {
 }
 
 var agentBinary = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(binDir, "gpuplane-agent")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/gpuplane/gpuplane/cmd/gpuplane-agent")
-	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", &buildError{out: string(out), err: err}
-	}
-	return bin, nil
+	return framework.BuildCommand(ctx, binDir, "gpuplane-agent")
 })
-
-type buildError struct {
-	out string
-	err error
-}
-
-func (e *buildError) Error() string {
-	return "building gpuplane-agent: " + e.err.Error() + "\n" + e.out
-}
-func (e *buildError) Unwrap() error { return e.err }
 
 // buildAgent builds cmd/gpuplane-agent once per test binary.
 func buildAgent(t testing.TB) string {

@@ -4,13 +4,13 @@
 package dev_test
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 var (
@@ -34,11 +34,8 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	binDir = dir
 	for _, name := range []string{"gpuplane", "gpuplane-agent", "gpuplane-scheduler"} {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, name), "github.com/gpuplane/gpuplane/cmd/"+name)
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-		if err := build.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n", name, err)
+		if _, err := framework.BuildCommand(context.Background(), dir, name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}

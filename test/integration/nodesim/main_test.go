@@ -5,10 +5,9 @@
 package nodesim_test
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/controlplane"
@@ -32,12 +31,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	agentBinary = filepath.Join(dir, "gpuplane-agent")
-	build := exec.Command("go", "build", "-o", agentBinary, "github.com/gpuplane/gpuplane/cmd/gpuplane-agent")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "building gpuplane-agent: %v\n", err)
+	if agentBinary, err = framework.BuildCommand(context.Background(), dir, "gpuplane-agent"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return framework.Main(m, controlplane.Config{ControllerManager: true}, &env)

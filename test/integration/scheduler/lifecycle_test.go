@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -114,11 +113,9 @@ func TestRestartInTheMiddleOfAGang(t *testing.T) {
 // Deployment would: it must report ready, schedule, and serve metrics.
 func TestSchedulerBinary(t *testing.T) {
 	c := newCluster(t, gpuNodes(1, "binary")...)
-	bin := filepath.Join(t.TempDir(), "gpuplane-scheduler")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/gpuplane-scheduler")
-	build.Dir = repoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building gpuplane-scheduler: %v\n%s", err, out)
+	bin, err := framework.BuildCommand(t.Context(), t.TempDir(), "gpuplane-scheduler")
+	if err != nil {
+		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

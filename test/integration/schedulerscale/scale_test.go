@@ -122,11 +122,9 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 	dyn := env.InstallCRDs(b, filepath.Join(root, "deploy", "crds"))
-	schedulerBin = filepath.Join(b.TempDir(), "gpuplane-scheduler")
-	build := exec.CommandContext(b.Context(), "go", "build", "-o", schedulerBin, "./cmd/gpuplane-scheduler")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("building gpuplane-scheduler: %v\n%s", err, out)
+	var err error
+	if schedulerBin, err = framework.BuildCommand(b.Context(), b.TempDir(), "gpuplane-scheduler"); err != nil {
+		b.Fatal(err)
 	}
 	for _, tc := range []struct {
 		scheduler string
