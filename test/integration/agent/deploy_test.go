@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,22 +25,11 @@ const (
 	nodeNameExtra = "authentication.kubernetes.io/node-name"
 )
 
-// kubectl runs the control plane's kubectl against the admin kubeconfig.
-// It does not use the test's context, so that cleanups can call it.
-func kubectl(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	args = append([]string{"--kubeconfig", env.ControlPlane.Kubeconfig()}, args...)
-	out, err := exec.CommandContext(ctx, filepath.Join(env.ControlPlane.BinDir(), "kubectl"), args...).CombinedOutput()
-	return string(out), err
-}
-
 // applyNamespace creates the agent's namespace for real: the server-side
 // dry run of the namespaced objects needs it to exist.
 func applyNamespace(t *testing.T) {
 	t.Helper()
-	if out, err := kubectl(t, "apply", "--server-side", "-f", filepath.Join(repoRoot(t), "deploy", "agent", "00-namespace.yaml")); err != nil {
+	if out, err := env.Kubectl("apply", "--server-side", "-f", filepath.Join(repoRoot(t), "deploy", "agent", "00-namespace.yaml")); err != nil {
 		t.Fatalf("kubectl apply of the namespace: %v\n%s", err, out)
 	}
 }
@@ -50,7 +38,7 @@ func applyNamespace(t *testing.T) {
 // through the API server's validation and admission without persisting.
 func TestManifestsPassServerDryRun(t *testing.T) {
 	applyNamespace(t)
-	out, err := kubectl(t, "apply", "--dry-run=server", "-f", filepath.Join(repoRoot(t), "deploy", "agent"))
+	out, err := env.Kubectl("apply", "--dry-run=server", "-f", filepath.Join(repoRoot(t), "deploy", "agent"))
 	if err != nil {
 		t.Fatalf("kubectl apply --dry-run=server -f deploy/agent: %v\n%s", err, out)
 	}
@@ -131,13 +119,13 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 	root := repoRoot(t)
 	for _, f := range []string{"rbac.yaml", "policy.yaml"} {
 		path := filepath.Join(root, "deploy", "agent", f)
-		if out, err := kubectl(t, "apply", "--server-side", "-f", path); err != nil {
+		if out, err := env.Kubectl("apply", "--server-side", "-f", path); err != nil {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", f, err, out)
 		}
 		t.Cleanup(func() {
 			// The namespace stays: without a namespace controller, a
 			// deleted namespace never finishes terminating.
-			if out, err := kubectl(t, "delete", "--ignore-not-found", "-f", path, "--wait=false"); err != nil {
+			if out, err := env.Kubectl("delete", "--ignore-not-found", "-f", path, "--wait=false"); err != nil {
 				t.Errorf("kubectl delete -f %s: %v\n%s", f, err, out)
 			}
 		})

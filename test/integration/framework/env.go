@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuplane/gpuplane/internal/controlplane"
 )
 
 // CreateNamespace creates a namespace for the test, waits until the
@@ -140,4 +144,15 @@ func (e *Env) PodPhase(namespace, name string, phase corev1.PodPhase) Condition 
 func (e *Env) WaitPodPhase(t TB, namespace, name string, phase corev1.PodPhase, timeout time.Duration) {
 	t.Helper()
 	Eventually(t, timeout, fmt.Sprintf("pod %s/%s %s", namespace, name, phase), e.PodPhase(namespace, name, phase))
+}
+
+// Kubectl runs the control plane's kubectl with the admin kubeconfig and
+// returns its combined output. It does not take a test's context, so that
+// cleanups can call it; it gives up after two minutes.
+func (e *Env) Kubectl(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args = append([]string{"--kubeconfig", e.ControlPlane.Kubeconfig()}, args...)
+	out, err := exec.CommandContext(ctx, filepath.Join(e.ControlPlane.BinDir(), controlplane.BinKubectl), args...).CombinedOutput()
+	return string(out), err
 }

@@ -1,8 +1,6 @@
 package scheduler_test
 
 import (
-	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,15 +15,6 @@ import (
 
 const schedulerUser = "system:serviceaccount:gpuplane-system:gpuplane-scheduler"
 
-func kubectl(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	args = append([]string{"--kubeconfig", env.ControlPlane.Kubeconfig()}, args...)
-	out, err := exec.CommandContext(ctx, filepath.Join(env.ControlPlane.BinDir(), "kubectl"), args...).CombinedOutput()
-	return string(out), err
-}
-
 // TestDeployManifests checks deploy/scheduler twice: every object passes
 // the API server's validation and admission (server-side dry run), and the
 // RBAC it grants is enough to schedule: the scheduler runs as its
@@ -34,11 +23,11 @@ func kubectl(t *testing.T, args ...string) (string, error) {
 func TestDeployManifests(t *testing.T) {
 	dir := filepath.Join(repoRoot(), "deploy", "scheduler")
 	for _, f := range []string{"00-namespace.yaml", "rbac.yaml"} {
-		if out, err := kubectl(t, "apply", "--server-side", "-f", filepath.Join(dir, f)); err != nil {
+		if out, err := env.Kubectl("apply", "--server-side", "-f", filepath.Join(dir, f)); err != nil {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", f, err, out)
 		}
 	}
-	out, err := kubectl(t, "apply", "--dry-run=server", "-f", dir)
+	out, err := env.Kubectl("apply", "--dry-run=server", "-f", dir)
 	if err != nil {
 		t.Fatalf("kubectl apply --dry-run=server -f deploy/scheduler: %v\n%s", err, out)
 	}
