@@ -251,3 +251,24 @@ func TestParseTopologyRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestReadKeysWritten checks that the keys other parts read are ones the
+// labelers write.
+func TestReadKeysWritten(t *testing.T) {
+	cfg := Config{Sharing: map[string]Sharing{ResourceGPU: {Strategy: SharingTimeSlicing, Replicas: 4}}}
+	n := dgxH100()
+	cfg.MachineTypeFile, cfg.SysfsRoot = sysfs(t, n, "0x030200")
+	ls, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := Compute(ls, n.in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{GPUProduct, GPUMemory, GPUCount, GPUReplicas, GPUSharingStrategy, MIGStrategy} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("no labeler writes %s", k)
+		}
+	}
+}

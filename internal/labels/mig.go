@@ -40,7 +40,7 @@ func (m *MIGLabeler) Label(in *Input, out Labels) error {
 		capable = capable || in.Devices[i].MIG.Capable
 	}
 	out[Prefix+"mig.capable"] = strconv.FormatBool(capable)
-	out[Prefix+"mig.strategy"] = m.strategy
+	out[MIGStrategy] = m.strategy
 	if m.strategy != MIGStrategyMixed {
 		return nil
 	}

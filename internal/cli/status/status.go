@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/labels"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 )
@@ -234,10 +235,10 @@ func nodeStatus(n *corev1.Node, pods []*corev1.Pod) Node {
 		}
 	}
 	slices.Sort(mig)
-	if s := n.Labels["nvidia.com/mig.strategy"]; s != "" || len(mig) > 0 {
+	if s := n.Labels[labels.MIGStrategy]; s != "" || len(mig) > 0 {
 		out.MIG = strings.TrimSpace(s + " " + strings.Join(mig, ", "))
 	}
-	if s := n.Labels["nvidia.com/gpu.sharing-strategy"]; s != "" && s != "none" {
+	if s := n.Labels[labels.GPUSharingStrategy]; s != "" && s != "none" {
 		out.Sharing = s
 		if r := n.Labels[adapter.LabelGPUReplicas]; r != "" {
 			out.Sharing += " x" + r

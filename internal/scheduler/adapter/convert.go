@@ -19,10 +19,10 @@ const (
 	ResourceGPUShared corev1.ResourceName = "nvidia.com/gpu.shared"
 	migResourcePrefix                     = "nvidia.com/mig-"
 
-	LabelGPUProduct  = "nvidia.com/gpu.product"
-	LabelGPUMemory   = "nvidia.com/gpu.memory"
-	LabelGPUCount    = "nvidia.com/gpu.count"
-	LabelGPUReplicas = "nvidia.com/gpu.replicas"
+	LabelGPUProduct  = labels.GPUProduct
+	LabelGPUMemory   = labels.GPUMemory
+	LabelGPUCount    = labels.GPUCount
+	LabelGPUReplicas = labels.GPUReplicas
 
 	// GPUsAnnotation records on a bound pod which GPU indexes (and, for
 	// shares, how much of each) the scheduler gave it: "0,1" for whole
