@@ -96,10 +96,11 @@ func TestQueueLimitBorrowingAndReclaim(t *testing.T) {
 	})
 }
 
-func TestPriorityPreemptionHonoursPodDisruptionBudget(t *testing.T) {
-	c := newCluster(t, gpuNodes(1, "pdb")...)
-	low, high := "low-"+c.ns, "high-"+c.ns
-	for name, v := range map[string]int32{low: 100, high: 1000} {
+// priorityClasses creates PriorityClasses by name and value, deleted when
+// the test ends.
+func priorityClasses(t *testing.T, values map[string]int32) {
+	t.Helper()
+	for name, v := range values {
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
 		if _, err := env.Client.SchedulingV1().PriorityClasses().Create(t.Context(), pc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -108,6 +109,12 @@ func TestPriorityPreemptionHonoursPodDisruptionBudget(t *testing.T) {
 			_ = env.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
 		})
 	}
+}
+
+func TestPriorityPreemptionHonoursPodDisruptionBudget(t *testing.T) {
+	c := newCluster(t, gpuNodes(1, "pdb")...)
+	low, high := "low-"+c.ns, "high-"+c.ns
+	priorityClasses(t, map[string]int32{low: 100, high: 1000})
 	for i := range 8 {
 		p := c.pod(fmt.Sprintf("low-%d", i)).GPUs(1).Label("app", "low").Obj()
 		p.Spec.PriorityClassName = low
@@ -185,15 +192,7 @@ func TestQueueWithPreemptionNeverDoesNotEvict(t *testing.T) {
 		t.Fatal(err)
 	}
 	low, high := "np-low-"+c.ns, "np-high-"+c.ns
-	for name, v := range map[string]int32{low: 100, high: 1000} {
-		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
-		if _, err := env.Client.SchedulingV1().PriorityClasses().Create(t.Context(), pc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = env.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
-		})
-	}
+	priorityClasses(t, map[string]int32{low: 100, high: 1000})
 	for i := range 8 {
 		p := c.pod(fmt.Sprintf("low-%d", i)).GPUs(1).Label("app", "low").Label(v1alpha1.QueueLabel, q).Obj()
 		p.Spec.PriorityClassName = low
