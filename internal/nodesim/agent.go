@@ -1,12 +1,10 @@
 package nodesim
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,11 +26,11 @@ type AgentConfig struct {
 	ConfigFile string
 	// MIGStrategy is passed as --mig-strategy when not empty.
 	MIGStrategy string
-	// Kubeconfig is passed as --kubeconfig when the agent has the flag, so
-	// it can label its Node.
+	// Kubeconfig is passed as --kubeconfig, so the agent can label its
+	// Node; empty leaves labels off.
 	Kubeconfig string
-	// MetricsAddr is passed as --metrics-addr when the agent has the flag;
-	// empty picks a free loopback port.
+	// MetricsAddr is passed as --metrics-addr; empty picks a free loopback
+	// port.
 	MetricsAddr string
 	// ExtraArgs are appended to the agent's command line.
 	ExtraArgs []string
@@ -69,8 +67,8 @@ type agentSupervisor struct {
 }
 
 // superviseAgent starts the agent and keeps it running until stop.
-func superviseAgent(ctx context.Context, cfg Config, log *slog.Logger) (*agentSupervisor, error) {
-	p, err := startAgent(ctx, cfg, log)
+func superviseAgent(cfg Config, log *slog.Logger) (*agentSupervisor, error) {
+	p, err := startAgent(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +124,7 @@ func (a *agentSupervisor) run(ctx context.Context) {
 			case <-time.After(delay):
 			}
 			delay = min(2*delay, agentRestartMaxDelay)
-			next, err := startAgent(ctx, a.cfg, a.log)
+			next, err := startAgent(a.cfg, a.log)
 			if err == nil {
 				a.mu.Lock()
 				a.proc = next
@@ -148,14 +146,10 @@ func (a *agentSupervisor) stop(ctx context.Context) error {
 
 // startAgent starts the agent as a child process of its own process group,
 // pointed at the simulator's directory.
-func startAgent(ctx context.Context, cfg Config, log *slog.Logger) (*agentProcess, error) {
+func startAgent(cfg Config, log *slog.Logger) (*agentProcess, error) {
 	a := cfg.Agent
 	if a.Binary == "" || a.Profile == "" {
 		return nil, fmt.Errorf("nodesim config: Agent: Binary and Profile are required")
-	}
-	flags, err := agentFlags(ctx, a.Binary)
-	if err != nil {
-		return nil, err
 	}
 	args := []string{
 		"--simulate", a.Profile,
@@ -173,9 +167,10 @@ func startAgent(ctx context.Context, cfg Config, log *slog.Logger) (*agentProces
 		args = append(args, "--mig-strategy", a.MIGStrategy)
 	}
 	proc := &agentProcess{}
-	if flags["metrics-addr"] && !hasFlag(a.ExtraArgs, "metrics-addr") {
+	if !hasFlag(a.ExtraArgs, "metrics-addr") {
 		addr := a.MetricsAddr
 		if addr == "" {
+			var err error
 			if addr, err = freeLoopbackAddr(); err != nil {
 				return nil, err
 			}
@@ -183,10 +178,10 @@ func startAgent(ctx context.Context, cfg Config, log *slog.Logger) (*agentProces
 		proc.metricsAddr = addr
 		args = append(args, "--metrics-addr", addr)
 	}
-	if flags["kubeconfig"] && a.Kubeconfig != "" && !hasFlag(a.ExtraArgs, "kubeconfig") {
+	if a.Kubeconfig != "" && !hasFlag(a.ExtraArgs, "kubeconfig") {
 		args = append(args, "--kubeconfig", a.Kubeconfig)
 	}
-	if flags["pod-resources-socket"] && !hasFlag(a.ExtraArgs, "pod-resources-socket") {
+	if !hasFlag(a.ExtraArgs, "pod-resources-socket") {
 		args = append(args, "--pod-resources-socket", filepath.Join(cfg.Dir, "pod-resources", "kubelet.sock"))
 	}
 	args = append(args, a.ExtraArgs...)
@@ -201,24 +196,6 @@ func startAgent(ctx context.Context, cfg Config, log *slog.Logger) (*agentProces
 	proc.child = child
 	log.Info("agent started", "pid", child.Pid(), "profile", a.Profile, "log", logPath, "args", strings.Join(args, " "))
 	return proc, nil
-}
-
-// agentFlags returns the long flags the agent binary has, read from its
-// --help, so the simulator passes only flags the agent understands.
-func agentFlags(ctx context.Context, binary string) (map[string]bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, "--help").CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("running %s --help: %w: %s", binary, err, bytes.TrimSpace(out))
-	}
-	flags := map[string]bool{}
-	for _, f := range strings.Fields(string(out)) {
-		if name, ok := strings.CutPrefix(f, "--"); ok {
-			flags[strings.TrimRight(name, ",=")] = true
-		}
-	}
-	return flags, nil
 }
 
 func hasFlag(args []string, name string) bool {

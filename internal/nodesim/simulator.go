@@ -170,7 +170,7 @@ func (s *Simulator) start(ctx context.Context) error {
 		return err
 	}
 	if s.cfg.Agent != nil {
-		a, err := superviseAgent(ctx, s.cfg, s.log)
+		a, err := superviseAgent(s.cfg, s.log)
 		if err != nil {
 			return err
 		}
