@@ -1,15 +1,12 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,23 +103,11 @@ func scrapeAgent(b *testing.B, client *http.Client, url string) string {
 }
 
 // vmKiB reads a field (VmRSS, VmHWM, RssAnon) of /proc/<pid>/status in KiB.
-func vmKiB(b *testing.B, pid int, field string) int {
+func vmKiB(b *testing.B, pid int, field string) int64 {
 	b.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := framework.ProcStatusKiB(pid, field)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			v, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			return v
-		}
-	}
-	b.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return v
 }

@@ -22,7 +22,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,24 +51,6 @@ var (
 	env          *framework.Env
 	schedulerBin string
 )
-
-// rssMiB reads a process's resident memory from /proc.
-func rssMiB(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			if err != nil {
-				return 0, fmt.Errorf("parsing VmRSS %q: %w", v, err)
-			}
-			return float64(kb) / 1024, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
-}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -323,8 +304,8 @@ func round(b *testing.B, dyn dynamic.Interface, scheduler string, pods, gang int
 	b.Logf("%s: %d pods, created in %.1fs, last bound at %.1fs: %.0f pods/s, p50 %.0f ms, p99 %.0f ms",
 		scheduler, pods, created.Seconds(), last.Sub(start).Seconds(), float64(pods)/last.Sub(start).Seconds(), lat[len(lat)/2], lat[len(lat)*99/100])
 	b.ReportMetric(float64(pods)/last.Sub(start).Seconds(), "pods/s")
-	if rss, err := rssMiB(pid); err == nil {
-		b.ReportMetric(rss, "sched-rss-MiB")
+	if rss, err := framework.ProcStatusKiB(pid, "VmRSS"); err == nil {
+		b.ReportMetric(float64(rss)/1024, "sched-rss-MiB")
 	} else {
 		b.Logf("reading the scheduler's memory: %v", err)
 	}
