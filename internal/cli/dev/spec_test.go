@@ -58,6 +58,7 @@ func TestPrepareNode(t *testing.T) {
 		{arg: "dgxh100", wantResources: []string{"nvidia.com/gpu"}},
 		{arg: "dgxh100:time-slicing=3", wantResources: []string{"nvidia.com/gpu"}, wantConfig: "replicas: 3"},
 		{arg: "dgxh100:mig-mixed", wantResources: []string{"nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"}, wantConfig: "migStrategy: mixed"},
+		{arg: "dgxa100:mig-mixed", wantResources: []string{"nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/mig-3g.20gb"}, wantConfig: "migStrategy: mixed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.arg, func(t *testing.T) {
