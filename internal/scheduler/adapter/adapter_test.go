@@ -210,7 +210,7 @@ func gpuQueue(name, parent string, guaranteed, limit string) *v1alpha1.Queue {
 // TestBuildSnapshot checks how pods become groups: labels and aliases,
 // queues and their fallbacks, and what is held back with which reason.
 func TestBuildSnapshot(t *testing.T) {
-	c := newClusterCache()
+	c := newClusterCache(v1alpha1.SchedulerName)
 	c.upsertNode(testNode("n1", rl("nvidia.com/gpu", "8", "cpu", "32", "memory", "64Gi"), nil, nil))
 	for _, q := range []*v1alpha1.Queue{
 		gpuQueue("root", "", "8", ""), gpuQueue("team", "root", "4", ""),

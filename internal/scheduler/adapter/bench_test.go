@@ -13,9 +13,10 @@ import (
 // BenchmarkSnapshotAndCycle measures what one adapter cycle costs before
 // any API call: building the snapshot from the cache and running the core,
 // on 1,000 nodes x 8 GPUs with 4,000 running and 4,000 pending single-GPU
-// pods.
+// pods. The pending pods are placed afresh every iteration (the worst
+// case: a scheduler that just started with a backlog).
 func BenchmarkSnapshotAndCycle(b *testing.B) {
-	c := newClusterCache()
+	c := newClusterCache("gpuplane-scheduler")
 	for i := range 1000 {
 		c.upsertNode(testNode(fmt.Sprintf("n%04d", i), rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "1Ti"), nil, nil))
 	}
@@ -37,6 +38,64 @@ func BenchmarkSnapshotAndCycle(b *testing.B) {
 		c.mu.Unlock()
 		if _, err := core.Cycle(&in.snap); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCycleAtScale measures a cycle of a scheduler that has caught up:
+// nodes x 8 GPUs with 7 of 8 GPUs held by bound pods, and between cycles
+// churn pods finishing and as many new ones arriving, which the cycle
+// places. Its cost should follow the churn, not the cluster's size.
+func BenchmarkCycleAtScale(b *testing.B) {
+	for _, nodes := range []int{1000, 5000} {
+		for _, churn := range []int{0, 100} {
+			b.Run(fmt.Sprintf("nodes=%d/churn=%d", nodes, churn), func(b *testing.B) {
+				c := newClusterCache("gpuplane-scheduler")
+				for i := range nodes {
+					c.upsertNode(testNode(fmt.Sprintf("n%05d", i), rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "1Ti"), nil, nil))
+				}
+				for i := range nodes * 7 {
+					p := testPod("bench", fmt.Sprintf("p%06d", i), rl("nvidia.com/gpu", "1"))
+					p.Spec.NodeName = fmt.Sprintf("n%05d", i/7)
+					p.Annotations = map[string]string{GPUsAnnotation: fmt.Sprint(i % 7)}
+					c.upsertPod(p)
+				}
+				bld := newBuilder("gpuplane-scheduler", 64, logr.Discard())
+				core, err := scheduler.New(scheduler.Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				cycle := func() {
+					c.mu.Lock()
+					in := bld.build(c, time.Unix(0, 0))
+					c.mu.Unlock()
+					d, err := core.Cycle(&in.snap)
+					if err != nil {
+						b.Fatal(err)
+					}
+					c.mu.Lock()
+					for _, bd := range d.Binds {
+						c.assume(bd.Pod, assumption{node: bd.Node, shares: bd.GPUs})
+					}
+					c.mu.Unlock()
+				}
+				cycle()
+				cycle()
+				next := nodes * 7
+				for b.Loop() {
+					b.StopTimer()
+					for k := range churn {
+						old := c.pods[fmt.Sprintf("bench/p%06d", next-nodes*7+k)]
+						done := old.pod.DeepCopy()
+						done.Status.Phase = "Succeeded"
+						c.upsertPod(done)
+						c.upsertPod(testPod("bench", fmt.Sprintf("p%06d", next+k), rl("nvidia.com/gpu", "1")))
+					}
+					next += churn
+					b.StartTimer()
+					cycle()
+				}
+			})
 		}
 	}
 }

@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -32,6 +33,11 @@ type podInfo struct {
 	group string // the core's group name
 	pg    string // the PodGroup's namespace/name, "" for a lone pod
 	class string // classKey of a pending pod of ours
+
+	// cls caches the pod's predicate class for the builder generation
+	// clsGen; only the builder touches them, under the cache's lock.
+	cls    *podClass
+	clsGen int
 }
 
 func (p *podInfo) bound() bool { return p.pod.Spec.NodeName != "" }
@@ -48,10 +54,14 @@ type assumption struct {
 }
 
 // clusterCache is the informers' view, kept up to date by their event
-// handlers: each object is converted once when it changes, so building a
-// snapshot costs a pass over converted entries, not a conversion of the
-// cluster.
+// handlers: each object is converted once when it changes, and the pods are
+// indexed by group and by node as they change, so that a cycle reads the
+// pending groups and recomputes only the nodes whose pods changed: its cost
+// follows the change and the pending work, not the size of the cluster.
 type clusterCache struct {
+	// schedulerName is the spec.schedulerName whose pending pods are ours.
+	schedulerName string
+
 	mu sync.Mutex
 	// changed receives a token when anything the next cycle reads changes.
 	changed chan struct{}
@@ -73,6 +83,18 @@ type clusterCache struct {
 	// waiting maps a preemptor group to the victims it waits for and when
 	// it started waiting.
 	waiting map[string]*victimWait
+
+	// members indexes the pods a cycle groups, by core group name: every
+	// pod of a PodGroup (ours, or bound by anyone) and our lone pods that
+	// are not placed yet.
+	members map[string]map[string]*podInfo
+	// onNode indexes the pods that hold a node's resources: bound and not
+	// finished, or assumed there.
+	onNode map[string]map[string]*podInfo
+	// dirty lists the nodes whose allocations the next cycle recomputes;
+	// allDirty all of them (a change every allocation may depend on).
+	dirty    map[string]bool
+	allDirty bool
 }
 
 type victimWait struct {
@@ -80,13 +102,15 @@ type victimWait struct {
 	since   time.Time
 }
 
-func newClusterCache() *clusterCache {
+func newClusterCache(schedulerName string) *clusterCache {
 	return &clusterCache{
-		changed: make(chan struct{}, 1),
-		nodes:   map[string]*nodeInfo{}, replicas: 1,
+		schedulerName: schedulerName,
+		changed:       make(chan struct{}, 1),
+		nodes:         map[string]*nodeInfo{}, replicas: 1,
 		pods: map[string]*podInfo{}, queues: map[string]*v1alpha1.Queue{}, podGroups: map[string]*v1alpha1.PodGroup{},
 		nsQueue: map[string]string{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		assumed: map[string]assumption{}, refused: map[string]time.Time{}, waiting: map[string]*victimWait{},
+		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 	}
 }
 
@@ -129,26 +153,17 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 	old := c.nodes[n.Name]
 	if old == nil || !sameModelNode(&old.m, &m) || !slices.EqualFunc(old.node.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool {
 		return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect
-	}) || !maps2Equal(old.node.Labels, n.Labels) {
+	}) || !maps.Equal(old.node.Labels, n.Labels) {
 		c.nodesVersion++
+	}
+	if old == nil || !sameModelNode(&old.m, &m) {
+		c.dirty[n.Name] = true
 	}
 	c.nodes[n.Name] = &nodeInfo{node: n, m: m, warn: warn}
 	if r, err := strconv.Atoi(n.Labels[LabelGPUReplicas]); err == nil && r > c.replicas {
 		c.replicas = r
 	}
 	c.poke()
-}
-
-func maps2Equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func sameModelNode(a, b *model.Node) bool {
@@ -160,6 +175,7 @@ func (c *clusterCache) deleteNode(n *corev1.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.nodes, n.Name)
+	c.dirty[n.Name] = true
 	c.nodesVersion++
 	c.poke()
 }
@@ -172,6 +188,97 @@ func podGroupOf(p *corev1.Pod) string {
 		return g
 	}
 	return p.Labels[v1alpha1.SchedulerPluginsPodGroupLabel]
+}
+
+// nodeOf is the node whose resources pi holds ("" for none): its own once
+// bound (until it finishes), else the one a bind in flight names.
+func (c *clusterCache) nodeOf(pi *podInfo) string {
+	if pi.bound() {
+		if pi.terminal() {
+			return ""
+		}
+		return pi.pod.Spec.NodeName
+	}
+	if a, ok := c.assumed[pi.key]; ok {
+		return a.node
+	}
+	return ""
+}
+
+// grouped reports whether a cycle groups pi: a PodGroup member that is ours
+// or bound, or a lone pod of ours that is not placed yet.
+func (c *clusterCache) grouped(pi *podInfo) bool {
+	ours := pi.pod.Spec.SchedulerName == c.schedulerName
+	if pi.pg != "" {
+		return ours || pi.bound()
+	}
+	_, assumed := c.assumed[pi.key]
+	return ours && !pi.bound() && !assumed && !pi.terminal()
+}
+
+// index adds pi to the group and node indexes, unindex takes it out; every
+// change to a pod or its assumption goes unindex, change, index.
+func (c *clusterCache) index(pi *podInfo) {
+	if c.grouped(pi) {
+		m := c.members[pi.group]
+		if m == nil {
+			m = map[string]*podInfo{}
+			c.members[pi.group] = m
+		}
+		m[pi.key] = pi
+	}
+	if n := c.nodeOf(pi); n != "" {
+		m := c.onNode[n]
+		if m == nil {
+			m = map[string]*podInfo{}
+			c.onNode[n] = m
+		}
+		m[pi.key] = pi
+		c.dirty[n] = true
+	}
+}
+
+func (c *clusterCache) unindex(pi *podInfo) {
+	if m := c.members[pi.group]; m != nil {
+		delete(m, pi.key)
+		if len(m) == 0 {
+			delete(c.members, pi.group)
+		}
+	}
+	if n := c.nodeOf(pi); n != "" {
+		if m := c.onNode[n]; m != nil {
+			delete(m, pi.key)
+			if len(m) == 0 {
+				delete(c.onNode, n)
+			}
+		}
+		c.dirty[n] = true
+	}
+}
+
+// allocationChanged reports whether a pod update changes what the pod holds
+// or how the core may treat it (queue, group, preemptibility).
+func allocationChanged(old, p *podInfo) bool {
+	o, n := old.pod, p.pod
+	a, b := &old.req, &p.req
+	return o.UID != n.UID || o.Spec.SchedulerName != n.Spec.SchedulerName || o.Spec.NodeName != n.Spec.NodeName || old.terminal() != p.terminal() ||
+		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || !maps.Equal(o.Labels, n.Labels) ||
+		o.Annotations[GPUsAnnotation] != n.Annotations[GPUsAnnotation] || (old.bad == nil) != (p.bad == nil) ||
+		a.MilliCPU != b.MilliCPU || a.MemoryMiB != b.MemoryMiB || a.GPUs != b.GPUs || a.GPUMilli != b.GPUMilli ||
+		a.GPUMemoryMiB != b.GPUMemoryMiB || a.MIGSlices != b.MIGSlices || a.MIGProfile != b.MIGProfile
+}
+
+// replaceIndexed puts p where old is in the indexes, for an update that
+// changes neither the pod's group nor what it holds.
+func (c *clusterCache) replaceIndexed(old, p *podInfo) {
+	if m := c.members[old.group]; m != nil && m[old.key] == old {
+		m[p.key] = p
+	}
+	if n := c.nodeOf(old); n != "" {
+		if m := c.onNode[n]; m != nil && m[old.key] == old {
+			m[p.key] = p
+		}
+	}
 }
 
 func (c *clusterCache) upsertPod(p *corev1.Pod) {
@@ -193,16 +300,29 @@ func (c *clusterCache) upsertPod(p *corev1.Pod) {
 		pi.class = classKey(p)
 	}
 	old := c.pods[key]
-	c.pods[key] = pi
-	if p.Spec.NodeName != "" {
-		delete(c.assumed, key)
+	if old != nil && old.class == pi.class {
+		pi.cls, pi.clsGen = old.cls, old.clsGen
 	}
-	// Status-only updates (a pod turning Running, its IP) change nothing
-	// a cycle decides on; PodGroup status catches up on the periodic
-	// cycle. Skipping them keeps thousands of kubelet updates from each
-	// costing a cycle.
+	if old != nil && !allocationChanged(old, pi) {
+		// A status-only update (a pod turning Running, its IP) leaves the
+		// pod's group and its node's allocations as they were.
+		c.replaceIndexed(old, pi)
+		c.pods[key] = pi
+	} else {
+		if old != nil {
+			c.unindex(old)
+		}
+		c.pods[key] = pi
+		if p.Spec.NodeName != "" {
+			delete(c.assumed, key)
+		}
+		c.index(pi)
+	}
+	// Status-only updates change nothing a cycle decides on; PodGroup
+	// status catches up on the periodic cycle. Skipping them keeps
+	// thousands of kubelet updates from each costing a cycle.
 	if old == nil || old.pod.Spec.NodeName != p.Spec.NodeName || old.terminal() != pi.terminal() ||
-		(old.pod.DeletionTimestamp == nil) != (p.DeletionTimestamp == nil) || !maps2Equal(old.pod.Labels, p.Labels) ||
+		(old.pod.DeletionTimestamp == nil) != (p.DeletionTimestamp == nil) || !maps.Equal(old.pod.Labels, p.Labels) ||
 		len(old.pod.Spec.SchedulingGates) != len(p.Spec.SchedulingGates) {
 		c.poke()
 	}
@@ -212,10 +332,61 @@ func (c *clusterCache) deletePod(p *corev1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := podKey(p)
+	if old := c.pods[key]; old != nil {
+		c.unindex(old)
+	}
 	delete(c.pods, key)
 	delete(c.assumed, key)
 	delete(c.refused, key)
 	c.poke()
+}
+
+// assume records binds in flight: the pods hold their nodes from now on.
+// Caller holds mu.
+func (c *clusterCache) assume(pod string, a assumption) {
+	pi := c.pods[pod]
+	if pi == nil {
+		return
+	}
+	c.unindex(pi)
+	c.assumed[pod] = a
+	c.index(pi)
+}
+
+// forget drops the assumption of a bind that failed.
+func (c *clusterCache) forget(pod string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pi := c.pods[pod]; pi != nil {
+		c.unindex(pi)
+		delete(c.assumed, pod)
+		c.index(pi)
+	} else {
+		delete(c.assumed, pod)
+	}
+	c.poke()
+}
+
+func (c *clusterCache) refuse(pod string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refused[pod] = until
+	if pi := c.pods[pod]; pi != nil {
+		if n := c.nodeOf(pi); n != "" {
+			c.dirty[n] = true
+		}
+	}
+	c.poke()
+}
+
+// markMembers marks the nodes of a group's placed members dirty: their
+// allocations name the group's queue.
+func (c *clusterCache) markMembers(group string) {
+	for _, pi := range c.members[group] {
+		if n := c.nodeOf(pi); n != "" {
+			c.dirty[n] = true
+		}
+	}
 }
 
 func (c *clusterCache) upsertQueue(q *v1alpha1.Queue) {
@@ -241,6 +412,9 @@ func (c *clusterCache) upsertPodGroup(g *v1alpha1.PodGroup) {
 	key := g.Namespace + "/" + g.Name
 	old := c.podGroups[key]
 	c.podGroups[key] = g
+	if old == nil || old.Spec.Queue != g.Spec.Queue {
+		c.markMembers("pg/" + key)
+	}
 	if old == nil || old.Generation != g.Generation {
 		c.poke()
 	}
@@ -249,7 +423,9 @@ func (c *clusterCache) upsertPodGroup(g *v1alpha1.PodGroup) {
 func (c *clusterCache) deletePodGroup(g *v1alpha1.PodGroup) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.podGroups, g.Namespace+"/"+g.Name)
+	key := g.Namespace + "/" + g.Name
+	delete(c.podGroups, key)
+	c.markMembers("pg/" + key)
 	c.poke()
 }
 
@@ -259,6 +435,9 @@ func (c *clusterCache) upsertNamespace(ns *corev1.Namespace) {
 	q := ns.Annotations[v1alpha1.DefaultQueueAnnotation]
 	if c.nsQueue[ns.Name] != q {
 		c.nsQueue[ns.Name] = q
+		// Allocations of the namespace's pods name the queue; namespaces
+		// change rarely enough to recompute every node.
+		c.allDirty = true
 		c.poke()
 	}
 }
@@ -284,7 +463,13 @@ func (c *clusterCache) deletePriorityClass(pc *schedulingv1.PriorityClass) {
 func (c *clusterCache) upsertPDB(p *policyv1.PodDisruptionBudget) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.pdbs[p.Namespace+"/"+p.Name] = p
+	key := p.Namespace + "/" + p.Name
+	old := c.pdbs[key]
+	c.pdbs[key] = p
+	if old == nil || blocks(old) != blocks(p) || !equalSelectors(old.Spec.Selector, p.Spec.Selector) {
+		c.markCovered(old)
+		c.markCovered(p)
+	}
 	c.poke()
 }
 
@@ -292,7 +477,41 @@ func (c *clusterCache) deletePDB(p *policyv1.PodDisruptionBudget) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.pdbs, p.Namespace+"/"+p.Name)
+	c.markCovered(p)
 	c.poke()
+}
+
+// blocks reports whether a PodDisruptionBudget allows no disruption now.
+func blocks(p *policyv1.PodDisruptionBudget) bool { return p.Status.DisruptionsAllowed <= 0 }
+
+func equalSelectors(a, b *metav1.LabelSelector) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return maps.Equal(a.MatchLabels, b.MatchLabels) && slices.EqualFunc(a.MatchExpressions, b.MatchExpressions,
+		func(x, y metav1.LabelSelectorRequirement) bool {
+			return x.Key == y.Key && x.Operator == y.Operator && slices.Equal(x.Values, y.Values)
+		})
+}
+
+// markCovered marks dirty the nodes of the placed pods a budget selects:
+// whether they may be offered as victims changed.
+func (c *clusterCache) markCovered(p *policyv1.PodDisruptionBudget) {
+	if p == nil {
+		return
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+	if err != nil {
+		return
+	}
+	for n, pods := range c.onNode {
+		for _, pi := range pods {
+			if pi.pod.Namespace == p.Namespace && sel.Matches(labels.Set(pi.pod.Labels)) {
+				c.dirty[n] = true
+				break
+			}
+		}
+	}
 }
 
 // protectedByPDB reports whether a PodDisruptionBudget covering the pod
@@ -300,7 +519,7 @@ func (c *clusterCache) deletePDB(p *policyv1.PodDisruptionBudget) {
 // victims (the Eviction API would refuse them anyway). Caller holds mu.
 func (c *clusterCache) protectedByPDB(p *corev1.Pod) bool {
 	for _, pdb := range c.pdbs {
-		if pdb.Namespace != p.Namespace || pdb.Status.DisruptionsAllowed > 0 {
+		if pdb.Namespace != p.Namespace || !blocks(pdb) {
 			continue
 		}
 		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
@@ -312,19 +531,4 @@ func (c *clusterCache) protectedByPDB(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// forget drops the assumption of a bind that failed.
-func (c *clusterCache) forget(pod string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.assumed, pod)
-	c.poke()
-}
-
-func (c *clusterCache) refuse(pod string, until time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.refused[pod] = until
-	c.poke()
 }

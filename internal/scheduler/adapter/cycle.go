@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -161,13 +162,23 @@ func (l *loop) evict(ctx context.Context, in *cycleInput, evs []model.Eviction, 
 		l.cache.waiting[g] = w
 	}
 	l.cache.mu.Unlock()
+	victims := map[string]*corev1.Pod{}
+	l.cache.mu.Lock()
+	for _, es := range byFor {
+		for _, e := range es {
+			if pi := l.cache.pods[e.Pod]; pi != nil {
+				victims[e.Pod] = pi.pod
+			}
+		}
+	}
+	l.cache.mu.Unlock()
 	for g, es := range byFor {
 		for _, e := range es {
-			pi := in.pods[e.Pod]
-			if pi == nil {
+			pod := victims[e.Pod]
+			if pod == nil {
 				continue
 			}
-			l.api.evict(ctx, pi.pod, g, e.Reason, func(refused bool) {
+			l.api.evict(ctx, pod, g, e.Reason, func(refused bool) {
 				if refused {
 					// The victim stays; the preemptor waits for another
 					// way in, and the victim is not offered again for a
@@ -211,24 +222,33 @@ func (l *loop) mayEvict(in *cycleInput, e model.Eviction) string {
 // the groups it placed.
 func (l *loop) bind(ctx context.Context, in *cycleInput, binds []model.Bind, blocked map[string]bool) map[string]bool {
 	placed := map[string]bool{}
-	var todo []model.Bind
+	type task struct {
+		b  model.Bind
+		pi *podInfo
+	}
+	var todo []task
 	for _, b := range binds {
-		if blocked[b.Group] || in.pods[b.Pod] == nil {
+		g := in.groups[b.Group]
+		if blocked[b.Group] || g == nil {
+			continue
+		}
+		pi := g.pendingPod(b.Pod)
+		if pi == nil {
 			continue
 		}
 		placed[b.Group] = true
-		todo = append(todo, b)
+		todo = append(todo, task{b, pi})
 	}
 	if len(todo) == 0 {
 		return placed
 	}
 	l.cache.mu.Lock()
-	for _, b := range todo {
-		l.cache.assumed[b.Pod] = assumption{node: b.Node, shares: b.GPUs}
+	for _, t := range todo {
+		l.cache.assume(t.b.Pod, assumption{node: t.b.Node, shares: t.b.GPUs})
 	}
 	l.cache.mu.Unlock()
-	for _, b := range todo {
-		pi := in.pods[b.Pod]
+	for _, t := range todo {
+		b, pi := t.b, t.pi
 		l.api.bind(ctx, pi.pod, b.Node, formatShares(b.GPUs), func(err error) {
 			if err != nil {
 				l.cache.forget(b.Pod)

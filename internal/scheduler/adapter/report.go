@@ -115,7 +115,11 @@ func (l *loop) explain(in *cycleInput, pg *model.PodGroup, coreReason string, g 
 		return coreReason
 	}
 	first := &pg.Pods[0]
-	cl := in.classOf[first.Name]
+	firstPod := g.pendingPod(first.Name)
+	if firstPod == nil {
+		return coreReason
+	}
+	cl := firstPod.cls
 	counts := map[string]int{}
 	var order []string
 	add := func(r string) {
@@ -131,7 +135,7 @@ func (l *loop) explain(in *cycleInput, pg *model.PodGroup, coreReason string, g 
 		case ns.Node.Unschedulable:
 			add("node unschedulable")
 		case cl != nil && !cl.all && i < len(cl.match) && !cl.match[i] && i < len(in.nodes):
-			add(staticFit(l.log, in.pods[first.Name].pod, in.nodes[i].node))
+			add(staticFit(l.log, firstPod.pod, in.nodes[i].node))
 		case ns.FreeCPU < first.Request.MilliCPU:
 			add("insufficient cpu")
 		case ns.FreeMem < first.Request.MemoryMiB:

@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("creating the API client for CRDs: %w", err)
 	}
 	m := newMetrics()
-	c := newClusterCache()
+	c := newClusterCache(cfg.SchedulerName)
 
 	// Informers feed the cache; managed fields are dropped to save memory.
 	strip := func(obj any) (any, error) {

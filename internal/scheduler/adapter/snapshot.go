@@ -42,23 +42,27 @@ type groupInfo struct {
 	held *BadInputError
 }
 
+// pendingPod returns the group's pending pod with the given key, or nil.
+func (g *groupInfo) pendingPod(key string) *podInfo {
+	for _, pi := range g.pending {
+		if pi.key == key {
+			return pi
+		}
+	}
+	return nil
+}
+
 // cycleInput is a snapshot plus what the adapter needs to act on the
 // decisions.
 type cycleInput struct {
 	snap   model.Snapshot
 	nodes  []*nodeInfo
 	groups map[string]*groupInfo
-	// pods holds the pending pods offered to the core and the running
-	// pods the core may evict, by key.
-	pods map[string]*podInfo
 	// badPods are pods held back by their own spec.
 	badPods []*podInfo
-	// loneBound are our bound (or being bound) pods without a PodGroup.
-	loneBound []*podInfo
 	// queueErrs says why a Queue was left out of the hierarchy.
 	queueErrs map[string]*BadInputError
 	queueObjs map[string]*v1alpha1.Queue
-	classOf   map[string]*podClass // by pod key
 	startedAt time.Time
 }
 
@@ -70,8 +74,9 @@ type podClass struct {
 }
 
 // builder turns the cache into snapshots; it lives on the cycle goroutine
-// and keeps the converted node list and the class memberships between
-// cycles so that an unchanged cluster costs no recomputation.
+// and keeps, between cycles, the converted node list, the class
+// memberships and each node's allocations, so that a cycle recomputes only
+// what changed since the last one.
 type builder struct {
 	schedulerName string
 	budget        int
@@ -81,12 +86,20 @@ type builder struct {
 	nodes        []*nodeInfo
 	modelNodes   []model.Node
 	classes      map[string]*podClass
+	classGen     int      // bumped when classes are recomputed
 	classKeys    []string // active class keys with a label, sorted
 	nextClass    int
+
+	// nodeAllocs holds each node's allocations; a node's slice is
+	// replaced, never changed, when its pods change. running is their
+	// concatenation in node order, rebuilt only when one changed.
+	nodeAllocs map[string][]model.Allocation
+	running    []model.Allocation
 }
 
 func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
-	return &builder{schedulerName: schedulerName, budget: budget, log: log, nodesVersion: -1, classes: map[string]*podClass{}}
+	return &builder{schedulerName: schedulerName, budget: budget, log: log, nodesVersion: -1, classes: map[string]*podClass{},
+		nodeAllocs: map[string][]model.Allocation{}}
 }
 
 func classKey(p *corev1.Pod) string {
@@ -126,8 +139,8 @@ func staticFit(log klog.Logger, p *corev1.Pod, n *corev1.Node) string {
 func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 	// The cycle reads in's maps after the lock is released: they are
 	// copies (of pointers to immutable entries), never the cache's own.
-	in := &cycleInput{groups: map[string]*groupInfo{}, pods: map[string]*podInfo{}, queueErrs: map[string]*BadInputError{},
-		queueObjs: maps.Clone(c.queues), classOf: map[string]*podClass{}, startedAt: now}
+	in := &cycleInput{groups: map[string]*groupInfo{}, queueErrs: map[string]*BadInputError{},
+		queueObjs: maps.Clone(c.queues), startedAt: now}
 	nodesChanged := b.nodesVersion != c.nodesVersion
 	if nodesChanged {
 		b.nodesVersion = c.nodesVersion
@@ -137,74 +150,52 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 		}
 		slices.SortFunc(b.nodes, func(x, y *nodeInfo) int { return cmp.Compare(x.node.Name, y.node.Name) })
 		b.classes = map[string]*podClass{}
+		b.classGen++
 	}
 	in.nodes = b.nodes
-	index := make(map[string]int, len(b.nodes))
-	for i, n := range b.nodes {
-		index[n.node.Name] = i
-	}
 	in.snap.Queues = b.queues(c, in)
 	valid := map[string]bool{queue.DefaultQueue: true}
 	for _, q := range in.snap.Queues {
 		valid[q.Name] = true
 	}
 
-	// 1. Group the pods: bound ones become allocations, our pending ones
-	//    pending members of their group.
-	for _, pi := range c.pods {
-		p := pi.pod
-		_, isAssumed := c.assumed[pi.key]
-		ours := p.Spec.SchedulerName == b.schedulerName
-		if !ours && !pi.bound() {
-			continue
-		}
-		if pi.pg == "" && (pi.bound() || isAssumed || pi.terminal()) {
-			// A lone pod that is placed needs no group: it is an
-			// allocation (or nothing, once finished).
-			if ours && !pi.terminal() {
-				in.loneBound = append(in.loneBound, pi)
+	// 1. Groups from the cache's group index: placed members count toward
+	//    the gang, our pending ones are offered to the core.
+	for name, members := range c.members {
+		var g *groupInfo
+		for _, pi := range members {
+			if g == nil {
+				g = b.newGroup(c, pi, valid)
+				in.groups[name] = g
 			}
-			continue
-		}
-		g := in.groups[pi.group]
-		if g == nil && (ours || pi.pg != "") {
-			g = b.newGroup(c, pi, valid)
-			in.groups[pi.group] = g
-		}
-		switch {
-		case pi.terminal():
-			if g != nil {
+			_, isAssumed := c.assumed[pi.key]
+			switch p := pi.pod; {
+			case pi.terminal():
 				g.finished = append(g.finished, pi)
-			}
-		case pi.bound() || isAssumed:
-			if g != nil {
+			case pi.bound() || isAssumed:
 				g.bound = append(g.bound, pi)
+			case p.Spec.SchedulerName != b.schedulerName, p.DeletionTimestamp != nil:
+			case len(p.Spec.SchedulingGates) > 0:
+				// Gated pods are not ready to be scheduled; the API server
+				// already says so on the pod (SchedulingGated).
+			case pi.bad != nil:
+				in.badPods = append(in.badPods, pi)
+			default:
+				g.pending = append(g.pending, pi)
 			}
-		case p.DeletionTimestamp != nil:
-		case len(p.Spec.SchedulingGates) > 0:
-			// Gated pods are not ready to be scheduled; the API server
-			// already says so on the pod (SchedulingGated).
-		case pi.bad != nil:
-			in.badPods = append(in.badPods, pi)
-		default:
-			g.pending = append(g.pending, pi)
 		}
 	}
 
-	// 2. Running allocations, with the GPUs each holds.
-	in.snap.Running = b.running(c, in, index, now)
+	// 2. Running allocations, recomputed for the nodes whose pods changed.
+	in.snap.Running = b.runningAllocations(c, now, nodesChanged)
 
-	// 3. Pending groups, in a stable order; held groups stay out.
-	names := make([]string, 0, len(in.groups))
-	for name, g := range in.groups {
-		if len(g.pending) > 0 {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
+	// 3. Pending groups; held groups stay out. The core orders them
+	//    itself (priority, age, name), so map order is fine here.
 	used := map[string]bool{}
-	for _, name := range names {
-		g := in.groups[name]
+	for name, g := range in.groups {
+		if len(g.pending) == 0 {
+			continue
+		}
 		if w := c.waiting[name]; w != nil {
 			g.held = badInput("WaitingForPreemption", "waiting for %d preempted pod(s) to exit", len(w.victims))
 			continue
@@ -218,22 +209,21 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 			continue
 		}
 		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember-len(g.bound)-len(g.finished)), CreatedAt: 0}
-		slices.SortFunc(g.pending, func(x, y *podInfo) int { return cmp.Compare(x.key, y.key) })
-		first := true
-		for _, pi := range g.pending {
-			cl := b.class(pi, &used)
-			in.classOf[pi.key] = cl
+		if len(g.pending) > 1 {
+			slices.SortFunc(g.pending, func(x, y *podInfo) int { return cmp.Compare(x.key, y.key) })
+		}
+		pg.Pods = make([]model.Pod, 0, len(g.pending))
+		for i, pi := range g.pending {
+			cl := b.class(pi, used)
 			req := pi.req
 			if !cl.all {
 				req.NodeSelector = map[string]string{classLabelPrefix + strconv.Itoa(cl.id): "true"}
 			}
 			pg.Pods = append(pg.Pods, model.Pod{Name: pi.key, Request: req})
-			in.pods[pi.key] = pi
 			created := pi.pod.CreationTimestamp.UnixMilli()
-			if first || created < pg.CreatedAt {
+			if i == 0 || created < pg.CreatedAt {
 				pg.CreatedAt = created
 			}
-			first = false
 			pg.Priority = max(pg.Priority, podPriority(pi.pod))
 		}
 		if g.pg != nil {
@@ -289,27 +279,32 @@ func podQueue(c *clusterCache, p *corev1.Pod, pgQueue string) string {
 }
 
 // class returns the pod's predicate class, computing its node membership
-// the first time it is seen since the nodes last changed.
-func (b *builder) class(pi *podInfo, used *map[string]bool) *podClass {
-	p, key := pi.pod, pi.class
+// the first time a pod of the class is seen since the nodes last changed.
+func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
+	key := pi.class
 	if key == "" {
-		key = classKey(p)
+		key = classKey(pi.pod)
 	}
-	cl := b.classes[key]
-	if cl == nil {
-		cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true}
-		for i, n := range b.nodes {
-			cl.match[i] = staticFit(b.log, p, n.node) == ""
-			cl.all = cl.all && cl.match[i]
+	cl := pi.cls
+	if cl == nil || pi.clsGen != b.classGen {
+		cl = b.classes[key]
+		if cl == nil {
+			p := pi.pod
+			cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true}
+			for i, n := range b.nodes {
+				cl.match[i] = staticFit(b.log, p, n.node) == ""
+				cl.all = cl.all && cl.match[i]
+			}
+			if !cl.all {
+				cl.id = b.nextClass
+				b.nextClass++
+			}
+			b.classes[key] = cl
 		}
-		if !cl.all {
-			cl.id = b.nextClass
-			b.nextClass++
-		}
-		b.classes[key] = cl
+		pi.cls, pi.clsGen = cl, b.classGen
 	}
 	if !cl.all {
-		(*used)[key] = true
+		used[key] = true
 	}
 	return cl
 }
@@ -345,125 +340,147 @@ func (b *builder) modelNodesFor(used map[string]bool, nodesChanged bool) []model
 	return b.modelNodes
 }
 
-// running lists allocations: GPU shares from the scheduler's own
-// annotation or assumption, else the lowest free GPUs; a pod that would
-// over-allocate its node is left out with a log line (the core refuses
-// over-allocated snapshots).
-func (b *builder) running(c *clusterCache, in *cycleInput, index map[string]int, now time.Time) []model.Allocation {
-	type nodeFree struct {
-		cpu, mem int64
-		gpu      []int64
-		slices   []int
-	}
-	free := make([]*nodeFree, len(b.nodes))
-	get := func(i int) *nodeFree {
-		if free[i] == nil {
-			m := &b.nodes[i].m
-			f := &nodeFree{cpu: m.MilliCPU, mem: m.MemoryMiB, gpu: make([]int64, len(m.GPUs)), slices: make([]int, len(m.GPUs))}
-			for g := range m.GPUs {
-				f.gpu[g], f.slices[g] = m.GPUs[g].Capacity(), m.GPUs[g].MIGSlices
+// runningAllocations returns every allocation, recomputing only the nodes
+// the cache marked dirty (and those whose refusals expired). Caller holds
+// c.mu.
+func (b *builder) runningAllocations(c *clusterCache, now time.Time, nodesChanged bool) []model.Allocation {
+	for pod, until := range c.refused {
+		if !until.After(now) {
+			delete(c.refused, pod)
+			if pi := c.pods[pod]; pi != nil {
+				if n := c.nodeOf(pi); n != "" {
+					c.dirty[n] = true
+				}
 			}
-			free[i] = f
 		}
-		return free[i]
 	}
-	take := func(f *nodeFree, req *model.Request, shares []model.GPUShare) bool {
-		if f.cpu < req.MilliCPU || f.mem < req.MemoryMiB {
+	if c.allDirty {
+		c.allDirty = false
+		for n := range c.nodes {
+			c.dirty[n] = true
+		}
+	}
+	changed := nodesChanged || len(c.dirty) > 0
+	for n := range c.dirty {
+		if ni := c.nodes[n]; ni != nil {
+			b.nodeAllocs[n] = b.nodeAllocations(c, ni, now)
+		} else {
+			delete(b.nodeAllocs, n)
+		}
+	}
+	clear(c.dirty)
+	if !changed && b.running != nil {
+		return b.running
+	}
+	total := 0
+	for _, a := range b.nodeAllocs {
+		total += len(a)
+	}
+	out := make([]model.Allocation, 0, total)
+	for _, n := range b.nodes {
+		out = append(out, b.nodeAllocs[n.node.Name]...)
+	}
+	b.running = out
+	return out
+}
+
+// nodeAllocations lists the allocations of the pods holding one node: GPU
+// shares from the scheduler's own annotation or assumption, else the lowest
+// free GPUs; a pod that would over-allocate the node is left out with a log
+// line (the core refuses over-allocated snapshots). Caller holds c.mu.
+func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) []model.Allocation {
+	pods := c.onNode[ni.node.Name]
+	if len(pods) == 0 {
+		return nil
+	}
+	m := &ni.m
+	freeCPU, freeMem := m.MilliCPU, m.MemoryMiB
+	gpuFree, sliceFree := make([]int64, len(m.GPUs)), make([]int, len(m.GPUs))
+	for g := range m.GPUs {
+		gpuFree[g], sliceFree[g] = m.GPUs[g].Capacity(), m.GPUs[g].MIGSlices
+	}
+	take := func(req *model.Request, shares []model.GPUShare) bool {
+		if freeCPU < req.MilliCPU || freeMem < req.MemoryMiB {
 			return false
 		}
 		for _, s := range shares {
-			if s.Index >= len(f.gpu) || f.gpu[s.Index] < s.Milli || f.slices[s.Index] < s.MIGSlices {
+			if s.Index < 0 || s.Index >= len(gpuFree) || gpuFree[s.Index] < s.Milli || sliceFree[s.Index] < s.MIGSlices {
 				return false
 			}
 		}
-		f.cpu -= req.MilliCPU
-		f.mem -= req.MemoryMiB
+		freeCPU -= req.MilliCPU
+		freeMem -= req.MemoryMiB
 		for _, s := range shares {
-			f.gpu[s.Index] -= s.Milli
-			f.slices[s.Index] -= s.MIGSlices
+			gpuFree[s.Index] -= s.Milli
+			sliceFree[s.Index] -= s.MIGSlices
 		}
 		return true
 	}
 	type entry struct {
 		pi     *podInfo
-		node   int
 		shares []model.GPUShare
 		known  bool
 	}
-	entries := make([]entry, 0, len(in.loneBound)+len(in.groups))
-	for _, g := range in.groups {
-		for _, pi := range g.bound {
-			entries = append(entries, entry{pi: pi})
-		}
-	}
-	for _, pi := range in.loneBound {
-		entries = append(entries, entry{pi: pi})
-	}
-	for _, pi := range c.pods {
-		if pi.pod.Spec.SchedulerName != b.schedulerName && pi.bound() && !pi.terminal() && pi.pg == "" {
-			entries = append(entries, entry{pi: pi})
-		}
-	}
-	out := make([]model.Allocation, 0, len(entries))
-	keep := entries[:0]
-	for _, e := range entries {
-		nodeName := e.pi.pod.Spec.NodeName
-		if a, ok := c.assumed[e.pi.key]; ok && nodeName == "" {
-			nodeName, e.shares, e.known = a.node, a.shares, true
-		}
-		i, ok := index[nodeName]
-		if !ok {
-			continue
-		}
-		e.node = i
-		if !e.known {
-			if s, ok := e.pi.pod.Annotations[GPUsAnnotation]; ok {
-				if sh, err := parseShares(s, &b.nodes[i].m); err == nil {
-					e.shares, e.known = sh, true
-				}
+	entries := make([]entry, 0, len(pods))
+	for _, pi := range pods {
+		e := entry{pi: pi}
+		if a, ok := c.assumed[pi.key]; ok && !pi.bound() {
+			e.shares, e.known = a.shares, true
+		} else if s, ok := pi.pod.Annotations[GPUsAnnotation]; ok {
+			if sh, err := parseShares(s, m); err == nil {
+				e.shares, e.known = sh, true
 			}
 		}
-		e.known = e.known || !e.pi.req.UsesGPU()
-		keep = append(keep, e)
+		e.known = e.known || !pi.req.UsesGPU()
+		entries = append(entries, e)
 	}
-	entries = keep
-	// Known shares first, then the rest on the lowest free GPUs, in a
-	// stable order (only that part needs sorting).
-	known := 0
-	for i := range entries {
-		if entries[i].known {
-			entries[known], entries[i] = entries[i], entries[known]
-			known++
+	// Known shares first, then the rest on the lowest free GPUs; by key
+	// within each, so that the same pods always give the same result.
+	slices.SortFunc(entries, func(x, y entry) int {
+		if x.known != y.known {
+			if x.known {
+				return -1
+			}
+			return 1
 		}
-	}
-	slices.SortFunc(entries[known:], func(x, y entry) int { return cmp.Compare(x.pi.key, y.pi.key) })
+		return cmp.Compare(x.pi.key, y.pi.key)
+	})
+	out := make([]model.Allocation, 0, len(entries))
 	for _, e := range entries {
-		f := get(e.node)
 		req := e.pi.req
 		if !e.known {
-			e.shares = autoShares(&b.nodes[e.node].m, f.gpu, f.slices, &req)
+			e.shares = autoShares(m, gpuFree, sliceFree, &req)
 		}
-		if !take(f, &req, e.shares) {
-			b.log.V(2).Info("running pod over-allocates its node; left out of the snapshot", "pod", e.pi.key, "node", b.nodes[e.node].node.Name)
+		if !take(&req, e.shares) {
+			b.log.V(2).Info("running pod over-allocates its node; left out of the snapshot", "pod", e.pi.key, "node", ni.node.Name)
 			continue
 		}
-		q, prio := queue.DefaultQueue, podPriority(e.pi.pod)
-		if g := in.groups[e.pi.group]; g != nil {
-			q = g.queue
-		} else if e.pi.pod.Spec.SchedulerName == b.schedulerName {
-			q = podQueue(c, e.pi.pod, "")
-		}
-		nonPreemptible := e.pi.pod.Spec.SchedulerName != b.schedulerName || e.pi.pod.DeletionTimestamp != nil ||
-			c.refused[e.pi.key].After(now) || c.protectedByPDB(e.pi.pod)
-		if !nonPreemptible {
-			in.pods[e.pi.key] = e.pi
-		}
+		p := e.pi.pod
+		nonPreemptible := p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
+			c.refused[e.pi.key].After(now) || c.protectedByPDB(p)
 		out = append(out, model.Allocation{
-			Pod: e.pi.key, Group: e.pi.group, Queue: q, Priority: prio, Node: b.nodes[e.node].node.Name,
-			Request: req, GPUs: e.shares, StartedAt: e.pi.pod.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
+			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
+			Request: req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
 		})
 	}
 	return out
+}
+
+// allocationQueue is the queue a placed pod's usage counts against: its
+// group's, resolved as for pending pods; the default queue for another
+// scheduler's lone pods.
+func (b *builder) allocationQueue(c *clusterCache, pi *podInfo) string {
+	if pi.pg != "" {
+		pgQueue := ""
+		if pg := c.podGroups[pi.pg]; pg != nil {
+			pgQueue = pg.Spec.Queue
+		}
+		return podQueue(c, pi.pod, pgQueue)
+	}
+	if pi.pod.Spec.SchedulerName == b.schedulerName {
+		return podQueue(c, pi.pod, "")
+	}
+	return queue.DefaultQueue
 }
 
 // autoShares picks GPUs for a running pod the scheduler did not place.
