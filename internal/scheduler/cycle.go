@@ -24,6 +24,7 @@ type runningGroup struct {
 	started        int64
 	nonPreemptible bool
 	allocs         []*model.Allocation
+	nodes          []int // allocs' node indexes (-1: unknown); nil until needed
 	use            model.Resources
 	evicted        bool
 }
@@ -37,6 +38,9 @@ type cycle struct {
 	queues   [][]*pending // per queue, in order
 	running  []*runningGroup
 	budget   int // evictions left; negative: unbounded
+	// feasible and victimBuf are scratch space for evictions.
+	feasible  nodeFilter
+	victimBuf victimQueue
 }
 
 func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, error) {
@@ -223,96 +227,6 @@ func (c *cycle) backfill() {
 			}
 		}
 	}
-}
-
-// evictFor runs preempt (across false: within a queue, strictly lower
-// priority) or reclaim (across true: other branches above fair share).
-func (c *cycle) evictFor(across bool) {
-	for q, qs := range c.queues {
-		for _, p := range qs {
-			if p.placed || c.budget == 0 {
-				continue
-			}
-			if across && !c.tree.FitsFairShare(q, p.demand) {
-				continue // reclaim only up to the fair share
-			}
-			var victims []*runningGroup
-			for _, rg := range c.running {
-				if rg.evicted || rg.nonPreemptible {
-					continue
-				}
-				if !across && rg.q == q && rg.priority < p.g.Priority {
-					victims = append(victims, rg)
-				}
-				if across && !c.tree.Related(rg.q, q) && c.tree.KeepsFairShare(rg.q, rg.use) {
-					victims = append(victims, rg)
-				}
-			}
-			slices.SortStableFunc(victims, func(a, b *runningGroup) int {
-				if across {
-					if x := cmp.Compare(c.tree.Over(b.q, model.Resources{}), c.tree.Over(a.q, model.Resources{})); x != 0 {
-						return x
-					}
-				}
-				if x := cmp.Compare(a.priority, b.priority); x != 0 {
-					return x
-				}
-				if x := cmp.Compare(b.started, a.started); x != 0 {
-					return x
-				}
-				return cmp.Compare(a.name, b.name)
-			})
-			c.tryEvict(p, victims, across)
-		}
-	}
-}
-
-// tryEvict releases victims one at a time until p fits, then commits the
-// evictions and binds as one statement, or rolls everything back.
-func (c *cycle) tryEvict(p *pending, victims []*runningGroup, across bool) {
-	st := c.s.st
-	mark := st.Checkpoint()
-	var taken []*runningGroup
-	pods := 0
-	for _, v := range victims {
-		if len(taken) >= 64 {
-			break
-		}
-		if across && !c.tree.KeepsFairShare(v.q, v.use) {
-			continue // the victim's queue would drop below its fair share
-		}
-		if c.budget >= 0 && pods+len(v.allocs) > c.budget {
-			break
-		}
-		c.release(v)
-		c.tree.AddUsage(v.q, model.Resources{}.Sub(v.use))
-		taken = append(taken, v)
-		pods += len(v.allocs)
-		if !c.tree.Admits(p.q, p.demand) {
-			continue
-		}
-		if binds, ok := c.place(p, nil); ok {
-			reason := "preempt"
-			if across {
-				reason = "reclaim"
-			}
-			for _, t := range taken {
-				t.evicted = true
-				for _, a := range t.allocs {
-					c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, For: p.g.Name, Reason: reason})
-				}
-			}
-			if c.budget > 0 {
-				c.budget -= pods
-			}
-			c.commit(p, binds)
-			return
-		}
-	}
-	for _, t := range taken {
-		c.tree.AddUsage(t.q, t.use)
-	}
-	st.Rollback(mark)
 }
 
 // finish records unplaced groups and keeps binds and evictions in the

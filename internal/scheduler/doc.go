@@ -8,8 +8,10 @@
 // A cycle runs these actions, each as statements over a checkpointed
 // placement.State so that what-if work is rolled back exactly:
 //
-//  1. allocate: queues take turns by weighted dominant share (lowest first);
-//     within a queue groups go by priority, then age, then name. A gang is
+//  1. allocate: queues take turns by weighted dominant share, the largest
+//     usage/(capacity*weight) over resources, lowest first (a queue may
+//     weigh each resource differently, model.Queue.Weights); within a
+//     queue groups go by priority, then age, then name. A gang is
 //     placed whole (at least minMember pods) or not at all. A queue whose
 //     head group does not fit stops there for this phase.
 //  2. backfill: later groups of a blocked queue may use free capacity, but
@@ -19,30 +21,55 @@
 //     of strictly lower priority, fewest first (lowest priority, newest).
 //  4. reclaim: a queue that stays at or below its fair share after placing
 //     a group may evict groups of queues outside its own branch that stay at
-//     or above their fair share after the eviction.
+//     or above their fair share after the eviction. A group this does not
+//     place may still reclaim its queue's guarantee (Kueue's reclaim within
+//     a cohort): a leaf queue that stays within its GPU guarantee may evict
+//     GPU-using groups of leaf queues outside its branch that stay at or
+//     above their GPU guarantee. Fair shares are cluster-wide, so without
+//     this a guarantee only a pool of nodes can serve (a node selector,
+//     taints) is never taken back while GPUs the queue cannot use idle
+//     elsewhere.
 //
-// Evictions take whole groups and never exceed Snapshot.Budget.
+// Each eviction action considers only victims that hold something on a
+// node where a pod of the group could run at all (placement.StaticFits):
+// room freed anywhere else is of no use to it. It takes victims one at a
+// time until the group fits, then gives back, from the most valuable
+// (highest priority, then oldest) to the cheapest, every victim without
+// which the group still fits (kube-scheduler's reprieve), and binds the
+// group where it fits with exactly the evictions left. Evictions take whole
+// groups, at most 64 per placed group, and never exceed Snapshot.Budget.
 //
 // Why preemption cannot cycle. Fair shares depend only on each queue's
 // usage plus pending demand, which an eviction does not change (the evicted
 // pods become demand again), so they are fixed while work moves between
-// running and pending. Call a resource scarce when the queues want more of
-// it than the cluster has. The rule: a reclaim needs a scarce resource; the
-// reclaiming queue must end at or below its fair share in every scarce
-// resource its group uses, and every victim's queue must stay at or above
-// its fair share in every scarce resource the victim uses. So each reclaim
-// strictly lowers
+// running and pending; guarantees are fixed too. Call a resource scarce
+// when the queues want more of it than the cluster has. Over the leaf
+// queues q, where groups run, take
 //
-//	Phi = sum over queues q and scarce resources r of max(0, usage(q,r) - fair(q,r))
+//	Phi = sum over q and scarce resources r of max(0, usage(q,r) - fair(q,r))
+//	Psi = sum over q of max(0, gpuUsage(q) - gpuGuaranteed(q))
 //
-// (the victim's excess shrinks by what it gave up, the reclaimer gains no
-// excess), and a victim's queue can never reclaim back: it would have to
-// take from a queue that is not above its fair share. A preemption happens
-// inside one queue, for strictly higher priority only, so the multiset of
-// running priorities in that queue grows in the lexicographic order and the
-// victim can never preempt its preemptor. Both orders are well founded on a
+// Fair-share reclaim needs a scarce resource: the reclaiming queue must end
+// at or below its fair share in every scarce resource its group uses, and
+// every victim's queue must stay at or above its fair share in every scarce
+// resource the victim uses, one of which it must use. So each such reclaim
+// strictly lowers Phi (the victim's excess shrinks by what it gave up, the
+// reclaimer gains no excess). Guarantee reclaim needs a group that uses
+// GPUs: the reclaiming leaf queue must end within its GPU guarantee and at
+// or below its fair share in every scarce resource the group uses, and
+// every victim must use GPUs and leave its leaf queue at or above its GPU
+// guarantee. So each such reclaim leaves Phi no larger (the reclaimer gains
+// no excess, victims only lose usage) and strictly lowers Psi (every
+// victim's queue was borrowing at least what it gave up, and the reclaimer
+// stays within its guarantee). Either way (Phi, Psi) decreases
+// lexicographically. Checking the reclaimer's bounds against its group's
+// whole demand covers a gang placed with fewer pods, and the reprieve only
+// gives victims back, which keeps every bound. A preemption happens inside
+// one queue, for strictly higher priority only, so the multiset of running
+// priorities in that queue grows in the lexicographic order and the victim
+// can never preempt its preemptor. These orders are well founded on a
 // finite workload, so repeated cycles on an unchanged workload reach a
 // fixed point with no evictions; TestPropertyInvariantsAndFixedPoint checks
-// this on random workloads (an earlier rule that compared only dominant
-// shares failed it).
+// this on random workloads with guarantees and node pools (an earlier rule
+// that compared only dominant shares failed it).
 package scheduler

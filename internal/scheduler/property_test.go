@@ -3,23 +3,31 @@ package scheduler_test
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
 	"github.com/gpuplane/gpuplane/internal/scheduler/schedtest"
 )
 
 // genWorkload draws a small cluster, a queue tree and pending groups; the
-// second return is a batch that arrives after the first cycle.
+// second return is a batch that arrives after the first cycle. Some nodes
+// form a pool (labelled and tainted pool=batch) that only groups confined
+// to it or tolerating its taint use, and GPUs come in two models.
 func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 	var snap model.Snapshot
 	for i := range rapid.IntRange(1, 5).Draw(t, "nodes") {
-		n := schedtest.Node(fmt.Sprintf("n%d", i), rapid.Int64Range(8, 64).Draw(t, "cpu")*1000, 1<<20).
-			GPUs(rapid.IntRange(0, 4).Draw(t, "gpus"), "A100").Obj()
+		b := schedtest.Node(fmt.Sprintf("n%d", i), rapid.Int64Range(8, 64).Draw(t, "cpu")*1000, 1<<20).
+			GPUs(rapid.IntRange(0, 4).Draw(t, "gpus"), rapid.SampledFrom([]string{"A100", "A100", "V100"}).Draw(t, "model"))
+		if rapid.Bool().Draw(t, "pool") {
+			b.Label("pool", "batch").Taint("pool", "batch", "NoSchedule")
+		}
+		n := b.Obj()
 		if rapid.Bool().Draw(t, "mig") {
 			for g := range n.GPUs {
 				if g%2 == 0 {
@@ -33,9 +41,10 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 	snap.Queues = []model.Queue{{Name: "org"}}
 	for _, q := range queues {
 		snap.Queues = append(snap.Queues, model.Queue{Name: q, Parent: "org",
-			Guaranteed: model.Resources{GPUMilli: rapid.Int64Range(0, 2).Draw(t, "guar") * 1000},
-			Limit:      model.Resources{GPUMilli: rapid.SampledFrom([]int64{0, 3000, 6000}).Draw(t, "limit")},
-			Weight:     float64(rapid.IntRange(1, 3).Draw(t, "weight"))})
+			Guaranteed: model.Resources{GPUMilli: rapid.Int64Range(0, 4).Draw(t, "guar") * 1000},
+			Limit:      model.Resources{GPUMilli: rapid.SampledFrom([]int64{0, 4000, 8000}).Draw(t, "limit")},
+			Weight:     float64(rapid.IntRange(1, 3).Draw(t, "weight")),
+			Weights:    model.ResourceWeights{GPUMilli: float64(rapid.IntRange(0, 3).Draw(t, "gpuWeight"))}})
 	}
 	snap.Budget.MaxEvictions = rapid.SampledFrom([]int{-1, 0, 2, 8}).Draw(t, "budget")
 	group := func(i int, prefix string, created int64) model.PodGroup {
@@ -51,6 +60,15 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 			req = schedtest.GPU(rapid.IntRange(1, 2).Draw(t, "whole"), 2000)
 		default:
 			req = model.Request{MilliCPU: 4000}
+		}
+		switch rapid.IntRange(0, 3).Draw(t, "placement") {
+		case 0:
+			req = schedtest.Confined(req, "pool", "batch")
+		case 1:
+			req.Tolerations = []model.Toleration{{Key: "pool", Exists: true}}
+		}
+		if req.UsesGPU() && rapid.IntRange(0, 3).Draw(t, "pickModel") == 0 {
+			req.GPUModels = []string{rapid.SampledFrom([]string{"A100", "V100"}).Draw(t, "gpuModel")}
 		}
 		size := rapid.IntRange(1, 3).Draw(t, "size")
 		b.Pods(size, req)
@@ -69,8 +87,8 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 	return snap, later
 }
 
-// checkInvariants fails t if snap over-allocates anything or a queue is
-// above its limit.
+// checkInvariants fails t if snap over-allocates anything, runs a pod on
+// a node it cannot use or has a queue above its limit.
 func checkInvariants(t *rapid.T, snap *model.Snapshot) {
 	type key struct {
 		node string
@@ -78,12 +96,19 @@ func checkInvariants(t *rapid.T, snap *model.Snapshot) {
 	}
 	cpu := map[string]int64{}
 	gpuUse := map[key]int64{}
-	slices := map[key]int{}
+	migSlices := map[key]int{}
+	nodes := map[string]*model.Node{}
+	for i := range snap.Nodes {
+		nodes[snap.Nodes[i].Name] = &snap.Nodes[i]
+	}
 	for _, a := range snap.Running {
+		if !placement.StaticFits(nodes[a.Node], &a.Request) {
+			t.Fatalf("pod %s runs on %s, which its selector, tolerations or GPU kind rule out", a.Pod, a.Node)
+		}
 		cpu[a.Node] += a.Request.MilliCPU
 		for _, sh := range a.GPUs {
 			gpuUse[key{a.Node, sh.Index}] += sh.Milli
-			slices[key{a.Node, sh.Index}] += sh.MIGSlices
+			migSlices[key{a.Node, sh.Index}] += sh.MIGSlices
 		}
 		if a.Request.MIGSlices > 0 && (len(a.GPUs) != 1 || a.GPUs[0].MIGSlices != a.Request.MIGSlices) {
 			t.Fatalf("pod %s asked for a %d-slice MIG instance, got %+v", a.Pod, a.Request.MIGSlices, a.GPUs)
@@ -97,7 +122,7 @@ func checkInvariants(t *rapid.T, snap *model.Snapshot) {
 			if u := gpuUse[key{n.Name, g.Index}]; u > g.Capacity() {
 				t.Fatalf("node %s GPU %d: %d milli allocated of %d", n.Name, g.Index, u, g.Capacity())
 			}
-			if u := slices[key{n.Name, g.Index}]; u > g.MIGSlices || (u > 0 && gpuUse[key{n.Name, g.Index}] > 0) {
+			if u := migSlices[key{n.Name, g.Index}]; u > g.MIGSlices || (u > 0 && gpuUse[key{n.Name, g.Index}] > 0) {
 				t.Fatalf("node %s GPU %d: %d MIG slices of %d, %d milli shared beside them", n.Name, g.Index, u, g.MIGSlices, gpuUse[key{n.Name, g.Index}])
 			}
 		}
@@ -116,13 +141,20 @@ func checkInvariants(t *rapid.T, snap *model.Snapshot) {
 	}
 }
 
+// checkDecisions fails t if d places part of a gang, splits a group's
+// binds, evicts for a group it did not place, preempts what it may not,
+// evicts a victim with nothing on a node the preemptor could use, or
+// exceeds the disruption budget.
 func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 	groups := map[string]*model.PodGroup{}
 	for i := range before.Pending {
 		groups[before.Pending[i].Name] = &before.Pending[i]
 	}
 	count := map[string]int{}
-	for _, b := range d.Binds {
+	for i, b := range d.Binds {
+		if count[b.Group] > 0 && d.Binds[i-1].Group != b.Group {
+			t.Fatalf("binds of group %s are not adjacent", b.Group)
+		}
 		count[b.Group]++
 	}
 	for name, n := range count {
@@ -132,8 +164,24 @@ func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 	}
 	prio := map[string]int32{}
 	queueOf := map[string]string{}
-	for _, a := range before.Running {
+	allocs := map[string][]*model.Allocation{}
+	for i, a := range before.Running {
 		prio[a.Pod], queueOf[a.Pod] = a.Priority, a.Queue
+		allocs[a.Group] = append(allocs[a.Group], &before.Running[i])
+	}
+	nodes := map[string]*model.Node{}
+	for i := range before.Nodes {
+		nodes[before.Nodes[i].Name] = &before.Nodes[i]
+	}
+	// usable reports whether a pod of g could ever run where a holds
+	// resources.
+	usable := func(g *model.PodGroup, a *model.Allocation) bool {
+		for _, p := range g.Pods {
+			if placement.StaticFits(nodes[a.Node], &p.Request) {
+				return true
+			}
+		}
+		return false
 	}
 	evicted := map[string]bool{}
 	for _, e := range d.Evictions {
@@ -143,6 +191,9 @@ func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 		}
 		if e.Reason == "preempt" && (prio[e.Pod] >= g.Priority || queueOf[e.Pod] != g.Queue) {
 			t.Fatalf("preempted %s (priority %d, queue %q) for %s (priority %d, queue %q)", e.Pod, prio[e.Pod], queueOf[e.Pod], g.Name, g.Priority, g.Queue)
+		}
+		if !slices.ContainsFunc(allocs[e.Group], func(a *model.Allocation) bool { return usable(g, a) }) {
+			t.Fatalf("evicted group %s for %s, though no pod of %s can use its nodes", e.Group, g.Name, g.Name)
 		}
 		evicted[e.Pod] = true
 	}

@@ -94,7 +94,8 @@ func (s *Scheduler) Cycle(snap *model.Snapshot) (model.Decisions, error) {
 	// 5. Preempt: within a queue, by strictly higher priority.
 	c.evictFor(false)
 	t.phase("preempt")
-	// 6. Reclaim: across queues, up to the reclaimer's fair share.
+	// 6. Reclaim: across queues, up to the reclaimer's fair share, else
+	//    within its GPU guarantee.
 	c.evictFor(true)
 	t.phase("reclaim")
 	// 7. Record what stays pending and keep the plan in our state.
@@ -124,7 +125,7 @@ func sameNodes(a, b []model.Node) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.Name != y.Name || x.MilliCPU != y.MilliCPU || x.MemoryMiB != y.MemoryMiB || x.Unschedulable != y.Unschedulable ||
-			!slices.Equal(x.GPUs, y.GPUs) || len(x.Taints) != len(y.Taints) || len(x.Labels) != len(y.Labels) {
+			!slices.Equal(x.GPUs, y.GPUs) || !slices.Equal(x.Taints, y.Taints) || len(x.Labels) != len(y.Labels) {
 			return false
 		}
 		for k, v := range x.Labels {

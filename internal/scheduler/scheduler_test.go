@@ -180,3 +180,38 @@ func TestIncrementalSync(t *testing.T) {
 		t.Fatalf("3-GPU pod not placed after a GPU was freed: %+v", d)
 	}
 }
+
+func TestSyncSeesChangedTaints(t *testing.T) {
+	tainted := func(value string) []model.Node {
+		return []model.Node{schedtest.Node("n", 64000, 1<<20).GPUs(1, "A100").Taint("pool", value, "NoSchedule").Obj()}
+	}
+	tests := []struct {
+		name      string
+		before    string // the taint's value in the first snapshot
+		wantBinds int
+	}{
+		{"taint value now tolerated", "other", 1},
+		{"taint value unchanged", "batch", 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := scheduler.New(scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := schedtest.GPU(1, 1000)
+			req.Tolerations = []model.Toleration{{Key: "pool", Value: "batch"}}
+			pending := []model.PodGroup{schedtest.Group("g").Pods(1, req).Obj()}
+			if _, err := s.Cycle(&model.Snapshot{Nodes: tainted(tc.before)}); err != nil {
+				t.Fatal(err)
+			}
+			d, err := s.Cycle(&model.Snapshot{Nodes: tainted("batch"), Pending: pending})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Binds) != tc.wantBinds {
+				t.Fatalf("%d binds, want %d: the scheduler kept a stale taint", len(d.Binds), tc.wantBinds)
+			}
+		})
+	}
+}

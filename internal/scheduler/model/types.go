@@ -194,8 +194,20 @@ type Queue struct {
 	// Limit caps the queue's usage including borrowing; a zero component
 	// means no limit for that resource.
 	Limit Resources `json:"limit,omitempty"`
-	// Weight divides idle capacity among siblings; 0 means 1.
+	// Weight divides idle capacity among siblings; 0 means 1. It is the
+	// weight of every resource Weights leaves at 0.
 	Weight float64 `json:"weight,omitempty"`
+	// Weights overrides Weight per resource (the Queue API's weight of
+	// cpu, memory and nvidia.com/gpu).
+	Weights ResourceWeights `json:"weights,omitzero"`
+}
+
+// ResourceWeights is a queue's weight per resource; a zero field means the
+// queue's Weight.
+type ResourceWeights struct {
+	MilliCPU  float64 `json:"milliCPU,omitempty"`
+	MemoryMiB float64 `json:"memoryMiB,omitempty"`
+	GPUMilli  float64 `json:"gpuMilli,omitempty"`
 }
 
 // DisruptionBudget bounds the evictions of one cycle.

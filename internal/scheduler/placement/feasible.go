@@ -19,9 +19,50 @@ func modelAllowed(req *model.Request, g *model.GPU) bool {
 	return len(req.GPUModels) == 0 || slices.Contains(req.GPUModels, g.Model)
 }
 
-// staticFits checks what never changes for a node: schedulability,
+// StaticFits reports whether req could run on node n were n empty: n is
+// schedulable, its labels match req's node selector, req tolerates its
+// taints, n has the CPU and memory, and when req uses GPUs n has GPUs of an
+// allowed model, in the mode and of the size req needs (MIG GPUs with
+// enough slices for a MIG instance, non-MIG GPUs otherwise). It reads only
+// what never changes for a node: room freed on a node req does not
+// statically fit is of no use to req.
+func StaticFits(n *model.Node, req *model.Request) bool {
+	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB {
+		return false
+	}
+	if !req.UsesGPU() {
+		return true
+	}
+	whole := 0
+	for g := range n.GPUs {
+		gp := &n.GPUs[g]
+		if !modelAllowed(req, gp) {
+			continue
+		}
+		switch {
+		case req.GPUs > 0:
+			if gp.MIGSlices == 0 {
+				whole++
+			}
+			if whole >= req.GPUs {
+				return true
+			}
+		case req.MIGSlices > 0:
+			if gp.MIGSlices >= req.MIGSlices {
+				return true
+			}
+		default:
+			if gp.MIGSlices == 0 && gp.Capacity() >= req.GPUMilli && (gp.MemoryMiB == 0 || gp.MemoryMiB >= req.GPUMemoryMiB) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// nodeAccepts checks the node-level part of StaticFits: schedulability,
 // selector, taints.
-func staticFits(n *model.Node, req *model.Request) bool {
+func nodeAccepts(n *model.Node, req *model.Request) bool {
 	if n.Unschedulable {
 		return false
 	}
@@ -60,7 +101,7 @@ func tolerates(tols []model.Toleration, t model.Taint) bool {
 // topology, and topology only ranks whole-GPU sets.
 func (s *State) Options(i int, req *model.Request) []Option {
 	ns := &s.Nodes[i]
-	if !staticFits(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB {
+	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB {
 		return nil
 	}
 	gpus := ns.Node.GPUs

@@ -223,3 +223,52 @@ func TestMemoryOnlyShareBlocksWholeGPU(t *testing.T) {
 		t.Fatalf("whole GPU offered while 4 GiB of it are taken: %+v", got)
 	}
 }
+
+func TestStaticFits(t *testing.T) {
+	pool := gpuNode("pool", 8000, 2)
+	pool.Labels = map[string]string{"pool": "batch"}
+	pool.Taints = []model.Taint{{Key: "pool", Value: "batch", Effect: "NoSchedule"}}
+	mig := gpuNode("mig", 8000, 2)
+	for g := range mig.GPUs {
+		mig.GPUs[g].MIGSlices = 7
+	}
+	plain := gpuNode("plain", 8000, 2)
+	cordoned := gpuNode("cordoned", 8000, 2)
+	cordoned.Unschedulable = true
+	inPool := func(r model.Request) model.Request {
+		r.NodeSelector = map[string]string{"pool": "batch"}
+		r.Tolerations = []model.Toleration{{Key: "pool", Exists: true}}
+		return r
+	}
+	tests := []struct {
+		name string
+		node model.Node
+		req  model.Request
+		want bool
+	}{
+		{"whole GPUs", plain, model.Request{GPUs: 2}, true},
+		{"more GPUs than the node has", plain, model.Request{GPUs: 3}, false},
+		{"more CPU than the node has", plain, model.Request{MilliCPU: 9000}, false},
+		{"unschedulable node", cordoned, model.Request{GPUs: 1}, false},
+		{"selector does not match", plain, inPool(model.Request{GPUs: 1}), false},
+		{"taint not tolerated", pool, model.Request{GPUs: 1}, false},
+		{"selector and toleration", pool, inPool(model.Request{GPUs: 1}), true},
+		{"PreferNoSchedule taint ignored", model.Node{Name: "soft", MilliCPU: 1000, Taints: []model.Taint{{Key: "k", Effect: "PreferNoSchedule"}}}, model.Request{MilliCPU: 100}, true},
+		{"GPU model excluded", plain, model.Request{GPUs: 1, GPUModels: []string{"A100"}}, false},
+		{"GPU model allowed", plain, model.Request{GPUs: 1, GPUModels: []string{"A100", "T4"}}, true},
+		{"whole GPU on MIG GPUs", mig, model.Request{GPUs: 1}, false},
+		{"share on MIG GPUs", mig, model.Request{GPUMilli: 500}, false},
+		{"MIG instance on MIG GPUs", mig, model.Request{MIGSlices: 3}, true},
+		{"MIG instance larger than a GPU", mig, model.Request{MIGSlices: 8}, false},
+		{"MIG instance on non-MIG GPUs", plain, model.Request{MIGSlices: 1}, false},
+		{"share on non-MIG GPUs", plain, model.Request{GPUMilli: 500}, true},
+		{"CPU-only pod on a MIG node", mig, model.Request{MilliCPU: 100}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := StaticFits(&tc.node, &tc.req); got != tc.want {
+				t.Fatalf("StaticFits(%s, %+v) = %v, want %v", tc.node.Name, tc.req, got, tc.want)
+			}
+		})
+	}
+}

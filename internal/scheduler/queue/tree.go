@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -43,8 +42,13 @@ func New(queues []model.Queue) (*Tree, error) {
 		if _, dup := t.byName[q.Name]; dup {
 			return nil, fmt.Errorf("%w: queue %q: defined twice", ErrInvalid, q.Name)
 		}
-		if q.Weight < 0 || math.IsNaN(q.Weight) || math.IsInf(q.Weight, 0) {
-			return nil, fmt.Errorf("%w: queue %q: weight must be a number >= 0, got %g", ErrInvalid, q.Name, q.Weight)
+		for _, w := range []struct {
+			field string
+			v     float64
+		}{{"weight", q.Weight}, {"weights.milliCPU", q.Weights.MilliCPU}, {"weights.memoryMiB", q.Weights.MemoryMiB}, {"weights.gpuMilli", q.Weights.GPUMilli}} {
+			if w.v < 0 || math.IsNaN(w.v) || math.IsInf(w.v, 0) {
+				return nil, fmt.Errorf("%w: queue %q: %s must be a number >= 0, got %g", ErrInvalid, q.Name, w.field, w.v)
+			}
 		}
 		if neg(q.Guaranteed) || neg(q.Limit) {
 			return nil, fmt.Errorf("%w: queue %q: quotas must be >= 0", ErrInvalid, q.Name)
@@ -157,7 +161,9 @@ func (t *Tree) Admits(i int, r model.Resources) bool {
 }
 
 // ComputeFairShares divides capacity among the roots, then each queue's
-// share among its children, by water filling per resource.
+// share among its children, by water filling per resource: guarantees
+// first, then what is left in proportion to the queues' weights for that
+// resource, up to what each wants.
 func (t *Tree) ComputeFairShares(capacity model.Resources) {
 	var want [3]int64
 	for _, r := range t.roots {
@@ -208,7 +214,7 @@ func (t *Tree) divide(kids []int, pool model.Resources) {
 			var wsum float64
 			for k, c := range kids {
 				if give[k] < want[k]-1e-9 {
-					wsum += weight(t.nodes[c].q)
+					wsum += weight(&t.nodes[c].q, d)
 				}
 			}
 			if wsum == 0 {
@@ -217,7 +223,7 @@ func (t *Tree) divide(kids []int, pool model.Resources) {
 			used := 0.0
 			for k, c := range kids {
 				if give[k] < want[k]-1e-9 {
-					add := math.Min(left*weight(t.nodes[c].q)/wsum, want[k]-give[k])
+					add := math.Min(left*weight(&t.nodes[c].q, d)/wsum, want[k]-give[k])
 					give[k] += add
 					used += add
 				}
@@ -237,11 +243,16 @@ func (t *Tree) divide(kids []int, pool model.Resources) {
 	}
 }
 
-func weight(q model.Queue) float64 {
-	if q.Weight == 0 {
-		return 1
+// weight returns q's weight for resource k (comps order: milli-CPU,
+// memory, milli-GPU): its per-resource weight, else its Weight, else 1.
+func weight(q *model.Queue, k int) float64 {
+	switch w := [3]float64{q.Weights.MilliCPU, q.Weights.MemoryMiB, q.Weights.GPUMilli}; {
+	case w[k] != 0:
+		return w[k]
+	case q.Weight != 0:
+		return q.Weight
 	}
-	return q.Weight
+	return 1
 }
 
 // Over is how far queue i's usage plus extra is above its fair share: the
@@ -263,16 +274,17 @@ func (t *Tree) Over(i int, extra model.Resources) float64 {
 }
 
 // DominantShare is queue i's weighted dominant resource share of capacity:
-// max over resources of usage/capacity, divided by the queue's weight.
+// max over resources r of usage(r) / (capacity(r) * weight(r)).
 func (t *Tree) DominantShare(i int, capacity model.Resources) float64 {
-	u := t.nodes[i].usage
+	q := &t.nodes[i].q
+	u, c := comps(t.nodes[i].usage), comps(capacity)
 	s := 0.0
-	for _, p := range [][2]int64{{u.MilliCPU, capacity.MilliCPU}, {u.MemoryMiB, capacity.MemoryMiB}, {u.GPUMilli, capacity.GPUMilli}} {
-		if p[1] > 0 {
-			s = math.Max(s, float64(p[0])/float64(p[1]))
+	for k := range u {
+		if c[k] > 0 {
+			s = math.Max(s, float64(u[k])/(float64(c[k])*weight(q, k)))
 		}
 	}
-	return s / weight(t.nodes[i].q)
+	return s
 }
 
 // Path returns queue i and its ancestors, leaf first.
@@ -286,8 +298,16 @@ func (t *Tree) Path(i int) []int {
 
 // Related reports whether queues a and b are the same or one is an
 // ancestor of the other.
-func (t *Tree) Related(a, b int) bool {
-	return slices.Contains(t.Path(a), b) || slices.Contains(t.Path(b), a)
+func (t *Tree) Related(a, b int) bool { return t.within(a, b) || t.within(b, a) }
+
+// within reports whether queue a is b or one of b's ancestors.
+func (t *Tree) within(a, b int) bool {
+	for j := b; j >= 0; j = t.nodes[j].parent {
+		if j == a {
+			return true
+		}
+	}
+	return false
 }
 
 func comps(r model.Resources) [3]int64 { return [3]int64{r.MilliCPU, r.MemoryMiB, r.GPUMilli} }
@@ -324,4 +344,40 @@ func (t *Tree) KeepsFairShare(i int, gone model.Resources) bool {
 		}
 	}
 	return contended
+}
+
+// IsLeaf reports whether queue i has no child queues.
+func (t *Tree) IsLeaf(i int) bool { return len(t.nodes[i].children) == 0 }
+
+// BorrowedGPU is how far leaf queue i's GPU usage is above its GPU
+// guarantee (negative when below).
+func (t *Tree) BorrowedGPU(i int) int64 {
+	return t.nodes[i].usage.GPUMilli - t.nodes[i].q.Guaranteed.GPUMilli
+}
+
+// FitsGuarantee reports whether leaf queue i may reclaim its GPU guarantee
+// for extra: extra uses GPUs, i's GPU usage after taking extra stays within
+// its GPU guarantee, and i stays at or below its fair share in every scarce
+// resource extra uses (so that taking extra adds to no queue's excess over
+// its fair share).
+func (t *Tree) FitsGuarantee(i int, extra model.Resources) bool {
+	n := &t.nodes[i]
+	if !t.IsLeaf(i) || extra.GPUMilli <= 0 || n.usage.GPUMilli+extra.GPUMilli > n.q.Guaranteed.GPUMilli {
+		return false
+	}
+	u, f, e := comps(n.usage), comps(n.fair), comps(extra)
+	for k := range e {
+		if e[k] > 0 && t.scarce[k] && u[k]+e[k] > f[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// KeepsGuarantee reports whether leaf queue i may give up gone to a
+// guarantee reclaim: gone uses GPUs and i's GPU usage after giving it up
+// stays at or above i's GPU guarantee (i was borrowing at least gone).
+func (t *Tree) KeepsGuarantee(i int, gone model.Resources) bool {
+	n := &t.nodes[i]
+	return t.IsLeaf(i) && gone.GPUMilli > 0 && n.usage.GPUMilli-gone.GPUMilli >= n.q.Guaranteed.GPUMilli
 }

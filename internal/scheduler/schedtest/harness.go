@@ -32,6 +32,20 @@ func (b *NodeBuilder) Label(k, v string) *NodeBuilder {
 	return b
 }
 
+// MIG adds count GPUs of a model in MIG mode with slices compute slices.
+func (b *NodeBuilder) MIG(count, slices int, gpuModel string) *NodeBuilder {
+	for range count {
+		b.n.GPUs = append(b.n.GPUs, model.GPU{Index: len(b.n.GPUs), Model: gpuModel, MIGSlices: slices})
+	}
+	return b
+}
+
+// Taint adds a taint.
+func (b *NodeBuilder) Taint(key, value, effect string) *NodeBuilder {
+	b.n.Taints = append(b.n.Taints, model.Taint{Key: key, Value: value, Effect: effect})
+	return b
+}
+
 // Obj returns the node.
 func (b *NodeBuilder) Obj() model.Node { return b.n }
 
@@ -81,6 +95,18 @@ func GPU(n int, cpu int64) model.Request { return model.Request{GPUs: n, MilliCP
 
 // Share returns a request for milli of one GPU.
 func Share(milli, cpu int64) model.Request { return model.Request{GPUMilli: milli, MilliCPU: cpu} }
+
+// Confined returns req limited to nodes labelled key=value, tolerating a
+// key=value taint (a pool of nodes reserved that way).
+func Confined(req model.Request, key, value string) model.Request {
+	sel := map[string]string{key: value}
+	for k, v := range req.NodeSelector {
+		sel[k] = v
+	}
+	req.NodeSelector = sel
+	req.Tolerations = append(append([]model.Toleration(nil), req.Tolerations...), model.Toleration{Key: key, Value: value})
+	return req
+}
 
 // Harness runs cycles on a snapshot it keeps up to date.
 type Harness struct {

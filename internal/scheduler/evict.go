@@ -1,0 +1,364 @@
+package scheduler
+
+import (
+	"cmp"
+	"container/heap"
+	"reflect"
+	"slices"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+)
+
+// maxVictims caps the victim groups one pending group may take in a cycle.
+const maxVictims = 64
+
+// evictMode says which running groups a pending group may evict.
+type evictMode int
+
+const (
+	// preempt: preemptible groups of the pending group's own queue with a
+	// strictly lower priority.
+	preempt evictMode = iota
+	// reclaimFair: groups of queues outside the pending group's branch
+	// that stay at or above their fair share (doc.go).
+	reclaimFair
+	// reclaimGuarantee: groups of leaf queues outside the pending group's
+	// branch that stay at or above their GPU guarantee, for a leaf queue
+	// that stays within its own (doc.go).
+	reclaimGuarantee
+)
+
+// reason is the Eviction.Reason of the mode.
+func (m evictMode) reason() string {
+	if m == preempt {
+		return "preempt"
+	}
+	return "reclaim"
+}
+
+// evictFor runs preempt (across false) or reclaim (across true) for every
+// group still pending. Reclaim tries the fair-share rule first and the
+// guarantee rule only for a group the first one did not place.
+func (c *cycle) evictFor(across bool) {
+	for q, qs := range c.queues {
+		for _, p := range qs {
+			if p.placed || c.budget == 0 {
+				continue
+			}
+			if !across {
+				c.tryEvict(p, preempt)
+				continue
+			}
+			if c.tree.FitsFairShare(q, p.demand) && c.tryEvict(p, reclaimFair) {
+				continue
+			}
+			if c.tree.FitsGuarantee(q, p.demand) {
+				c.tryEvict(p, reclaimGuarantee)
+			}
+		}
+	}
+}
+
+// allowed reports whether p may evict rg under m with the queues' usage
+// as it is now.
+func (c *cycle) allowed(p *pending, rg *runningGroup, m evictMode) bool {
+	if rg.evicted || rg.nonPreemptible {
+		return false
+	}
+	switch m {
+	case preempt:
+		return rg.q == p.q && rg.priority < p.g.Priority
+	case reclaimFair:
+		return !c.tree.Related(rg.q, p.q) && c.tree.KeepsFairShare(rg.q, rg.use)
+	default:
+		return !c.tree.Related(rg.q, p.q) && c.tree.KeepsGuarantee(rg.q, rg.use)
+	}
+}
+
+// victims returns the running groups p may evict under m, to be taken in
+// the queue's order. A group none of whose pods runs on a node where a pod
+// of p could ever run is left out: evicting it frees nothing p can use.
+func (c *cycle) victims(p *pending, m evictMode) *victimQueue {
+	h := &c.victimBuf
+	h.items = h.items[:0]
+	c.feasible.reset(c.s.nodes, p.g)
+	for _, rg := range c.running {
+		if !c.allowed(p, rg, m) || !c.useful(rg) {
+			continue
+		}
+		// The queues' usage changes as victims are taken; the order
+		// is fixed by the usage before.
+		var key float64
+		switch m {
+		case reclaimFair:
+			key = c.tree.Over(rg.q, model.Resources{})
+		case reclaimGuarantee:
+			key = float64(c.tree.BorrowedGPU(rg.q))
+		}
+		h.items = append(h.items, victim{rg: rg, key: key})
+	}
+	heap.Init(h)
+	return h
+}
+
+// victim is a candidate victim and its queue's ordering key: how far the
+// queue is above its fair share (fair-share reclaim) or its GPU guarantee
+// (guarantee reclaim); 0 for preemption.
+type victim struct {
+	rg  *runningGroup
+	key float64
+}
+
+// victimQueue yields victims from the largest key, then the cheapest
+// (lowest priority, then newest), without sorting them all: a group
+// usually needs the first few. Names are unique, so the order is total.
+type victimQueue struct{ items []victim }
+
+func (h *victimQueue) Len() int { return len(h.items) }
+func (h *victimQueue) Less(i, j int) bool {
+	a, b := &h.items[i], &h.items[j]
+	if a.key != b.key {
+		return a.key > b.key
+	}
+	return cheaper(a.rg, b.rg) < 0
+}
+func (h *victimQueue) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *victimQueue) Push(x any)    { h.items = append(h.items, x.(victim)) }
+func (h *victimQueue) Pop() any {
+	v := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return v
+}
+
+// next returns the next victim, or nil when none is left.
+func (h *victimQueue) next() *runningGroup {
+	if len(h.items) == 0 {
+		return nil
+	}
+	return heap.Pop(h).(victim).rg
+}
+
+// cheaper orders running groups from the cheapest to evict to the most
+// valuable: lowest priority first, then the most recently started.
+func cheaper(a, b *runningGroup) int {
+	if x := cmp.Compare(a.priority, b.priority); x != 0 {
+		return x
+	}
+	if x := cmp.Compare(b.started, a.started); x != 0 {
+		return x
+	}
+	return cmp.Compare(a.name, b.name)
+}
+
+// useful reports whether rg holds anything on a node the filter's group
+// statically fits.
+func (c *cycle) useful(rg *runningGroup) bool {
+	if rg.nodes == nil {
+		rg.nodes = make([]int, len(rg.allocs))
+		for k, a := range rg.allocs {
+			if n, ok := c.s.index[a.Node]; ok {
+				rg.nodes[k] = n
+			} else {
+				rg.nodes[k] = -1
+			}
+		}
+	}
+	for _, n := range rg.nodes {
+		if n >= 0 && c.feasible.fits(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// tryEvict takes p's victims under m one at a time until p fits, gives
+// back every victim p can do without (reprieve), and then commits the
+// remaining evictions and p's binds as one statement; or it rolls
+// everything back. It reports whether p was placed.
+func (c *cycle) tryEvict(p *pending, m evictMode) bool {
+	victims := c.victims(p, m)
+	if victims.Len() == 0 {
+		return false
+	}
+	st := c.s.st
+	mark := st.Checkpoint()
+	var taken []*runningGroup
+	var binds []model.Bind
+	pods := 0
+	for v := victims.next(); v != nil && len(taken) < maxVictims; v = victims.next() {
+		if !c.allowed(p, v, m) {
+			continue // an earlier victim of its queue used up what it could give
+		}
+		if c.budget >= 0 && pods+len(v.allocs) > c.budget {
+			break
+		}
+		c.release(v)
+		c.tree.AddUsage(v.q, model.Resources{}.Sub(v.use))
+		taken = append(taken, v)
+		pods += len(v.allocs)
+		if b, ok := c.fits(p); ok {
+			binds = b
+			break
+		}
+	}
+	if binds == nil {
+		c.undo(mark, taken)
+		return false
+	}
+	binds, spared := c.reprieve(p, taken, binds)
+	var evicted []*runningGroup
+	for k, v := range taken {
+		if !spared[k] {
+			evicted = append(evicted, v)
+		}
+	}
+	if !c.assign(p, binds) {
+		c.undo(mark, evicted)
+		return false
+	}
+	pods = 0
+	for _, v := range evicted {
+		v.evicted = true
+		pods += len(v.allocs)
+		for _, a := range v.allocs {
+			c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, For: p.g.Name, Reason: m.reason()})
+		}
+	}
+	if c.budget > 0 {
+		c.budget -= pods
+	}
+	c.commit(p, binds)
+	return true
+}
+
+// undo rolls the state back to mark and gives the queues back the usage
+// of the victims released since.
+func (c *cycle) undo(mark placement.Mark, released []*runningGroup) {
+	for _, v := range released {
+		c.tree.AddUsage(v.q, v.use)
+	}
+	c.s.st.Rollback(mark)
+}
+
+// fits reports whether p places on the state as it is, and with which
+// binds, leaving the state as it was.
+func (c *cycle) fits(p *pending) ([]model.Bind, bool) {
+	if !c.tree.Admits(p.q, p.demand) {
+		return nil, false
+	}
+	mark := c.s.st.Checkpoint()
+	binds, ok := c.place(p, nil)
+	c.s.st.Rollback(mark)
+	return binds, ok
+}
+
+// reprieve goes over the taken victims from the most valuable to the
+// cheapest, puts each one's allocations back and keeps it running when p
+// still places. It returns which victims are spared and p's binds computed
+// with exactly the others evicted; the state is left with those released.
+func (c *cycle) reprieve(p *pending, taken []*runningGroup, binds []model.Bind) ([]model.Bind, []bool) {
+	spared := make([]bool, len(taken))
+	order := make([]int, len(taken))
+	for k := range order {
+		order[k] = k
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cheaper(taken[b], taken[a]) })
+	st := c.s.st
+	for _, k := range order {
+		v := taken[k]
+		mark := st.Checkpoint()
+		if !c.restore(v) {
+			st.Rollback(mark)
+			continue
+		}
+		c.tree.AddUsage(v.q, v.use)
+		if b, ok := c.fits(p); ok {
+			binds, spared[k] = b, true
+			continue
+		}
+		c.tree.AddUsage(v.q, model.Resources{}.Sub(v.use))
+		st.Rollback(mark)
+	}
+	return binds, spared
+}
+
+// restore assigns rg's allocations back to the state; on false the caller
+// rolls back what it did assign.
+func (c *cycle) restore(rg *runningGroup) bool {
+	for _, a := range rg.allocs {
+		n, ok := c.s.index[a.Node]
+		if !ok || c.s.st.Assign(n, &a.Request, a.GPUs) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// assign applies binds of p, computed on the state as it is, to the state;
+// on false nothing of them is left assigned.
+func (c *cycle) assign(p *pending, binds []model.Bind) bool {
+	st := c.s.st
+	mark := st.Checkpoint()
+	// place binds pods in the group's order, so one pass matches them.
+	k := 0
+	for _, b := range binds {
+		for k < len(p.g.Pods) && p.g.Pods[k].Name != b.Pod {
+			k++
+		}
+		if k == len(p.g.Pods) || st.Assign(b.NodeIndex, &p.g.Pods[k].Request, b.GPUs) != nil {
+			st.Rollback(mark)
+			return false
+		}
+		k++
+	}
+	return true
+}
+
+// nodeFilter answers, for one pending group at a time, whether any of the
+// group's pods statically fits a node (placement.StaticFits), working out
+// each node once.
+type nodeFilter struct {
+	nodes []model.Node
+	g     *model.PodGroup
+	reqs  []*model.Request // g's requests, consecutive repeats dropped; nil until needed
+	gen   uint32
+	seen  []uint32 // seen[i] == gen: ok[i] holds for g
+	ok    []bool
+}
+
+// reset points the filter at group g on nodes.
+func (f *nodeFilter) reset(nodes []model.Node, g *model.PodGroup) {
+	if len(f.seen) != len(nodes) {
+		f.seen, f.ok, f.gen = make([]uint32, len(nodes)), make([]bool, len(nodes)), 0
+	}
+	if f.gen++; f.gen == 0 {
+		clear(f.seen)
+		f.gen = 1
+	}
+	f.nodes, f.g, f.reqs = nodes, g, f.reqs[:0]
+}
+
+// fits reports whether a pod of the group statically fits node i.
+func (f *nodeFilter) fits(i int) bool {
+	if f.seen[i] == f.gen {
+		return f.ok[i]
+	}
+	if len(f.reqs) == 0 {
+		for k := range f.g.Pods {
+			r := &f.g.Pods[k].Request
+			if k == 0 || !reflect.DeepEqual(r, &f.g.Pods[k-1].Request) {
+				f.reqs = append(f.reqs, r)
+			}
+		}
+	}
+	ok := false
+	for _, r := range f.reqs {
+		if placement.StaticFits(&f.nodes[i], r) {
+			ok = true
+			break
+		}
+	}
+	f.seen[i], f.ok[i] = f.gen, ok
+	return ok
+}

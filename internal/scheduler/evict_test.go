@@ -1,0 +1,252 @@
+package scheduler_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/schedtest"
+)
+
+// poolNode is a node reserved for pods that select pool=batch and tolerate
+// its pool=batch taint.
+func poolNode(name string, gpus int) model.Node {
+	return schedtest.Node(name, 128000, 1<<20).GPUs(gpus, "A100").Label("pool", "batch").Taint("pool", "batch", "NoSchedule").Obj()
+}
+
+func inPool(req model.Request) model.Request { return schedtest.Confined(req, "pool", "batch") }
+
+// groupsOf returns the sorted distinct groups of evictions and binds.
+func groupsOf(d model.Decisions) (evicted, bound []string) {
+	for _, e := range d.Evictions {
+		evicted = append(evicted, e.Group)
+	}
+	for _, b := range d.Binds {
+		bound = append(bound, b.Group)
+	}
+	slices.Sort(evicted)
+	slices.Sort(bound)
+	return slices.Compact(evicted), slices.Compact(bound)
+}
+
+// evictionCase runs first on an empty cluster, then adds arrive; the
+// second cycle's decisions are checked, and a third cycle on the result
+// must neither fail (the binds fit beside what still runs) nor evict.
+type evictionCase struct {
+	name          string
+	nodes         []model.Node
+	queues        []model.Queue
+	first, arrive []model.PodGroup
+	budget        int
+	wantEvicted   []string
+	wantBound     []string
+	// wantNode, when set, is the only node evictions and binds may name.
+	wantNode string
+}
+
+func runEvictionCase(t *testing.T, tc evictionCase) model.Decisions {
+	t.Helper()
+	h, err := schedtest.NewHarness(model.Snapshot{Nodes: tc.nodes, Queues: tc.queues, Pending: tc.first, Budget: model.DisruptionBudget{MaxEvictions: tc.budget}}, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(h, t)
+	if len(h.Snap.Pending) != 0 {
+		t.Fatalf("setup left groups pending: %+v", h.Snap.Pending)
+	}
+	h.Snap.Pending = append(h.Snap.Pending, tc.arrive...)
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted, bound := groupsOf(d)
+	if !slices.Equal(evicted, tc.wantEvicted) || !slices.Equal(bound, tc.wantBound) {
+		t.Fatalf("evicted %v and bound %v, want %v and %v (evictions %+v)", evicted, bound, tc.wantEvicted, tc.wantBound, d.Evictions)
+	}
+	if tc.wantNode != "" {
+		for _, e := range d.Evictions {
+			if e.Node != tc.wantNode {
+				t.Fatalf("evicted %s on %s, want only %s", e.Pod, e.Node, tc.wantNode)
+			}
+		}
+		for _, b := range d.Binds {
+			if b.Node != tc.wantNode {
+				t.Fatalf("bound %s on %s, want only %s", b.Pod, b.Node, tc.wantNode)
+			}
+		}
+	}
+	again, err := h.Cycle()
+	if err != nil {
+		t.Fatalf("cycle after the evictions: %v", err)
+	}
+	if len(again.Evictions) != 0 {
+		t.Fatalf("the next cycle evicts again: %+v", again.Evictions)
+	}
+	return d
+}
+
+func TestEvictionsSpareUselessVictims(t *testing.T) {
+	a := []model.Queue{{Name: "a"}}
+	g := func(name string, prio int32, pods int, req model.Request) model.PodGroup {
+		return schedtest.Group(name).Queue("a").Priority(prio).Pods(pods, req).Obj()
+	}
+	tests := []evictionCase{
+		{
+			name: "victim on a node the preemptor's selector and taint rule out",
+			// low runs off the pool (it cannot tolerate the taint) and is
+			// the cheaper victim, but only mid's room helps high.
+			nodes:       []model.Node{poolNode("pool", 2), schedtest.Node("free", 128000, 1<<20).GPUs(2, "A100").Obj()},
+			queues:      a,
+			first:       []model.PodGroup{g("low", 1, 1, schedtest.GPU(2, 1000)), g("mid", 2, 1, inPool(schedtest.GPU(2, 1000)))},
+			arrive:      []model.PodGroup{g("high", 5, 1, inPool(schedtest.GPU(2, 1000)))},
+			budget:      -1,
+			wantEvicted: []string{"mid"},
+			wantBound:   []string{"high"},
+			wantNode:    "pool",
+		},
+		{
+			name: "useless victim would use up the disruption budget",
+			// The budget allows one pod: low's would leave none for mid's.
+			nodes:       []model.Node{poolNode("pool", 2), schedtest.Node("free", 128000, 1<<20).GPUs(2, "A100").Obj()},
+			queues:      a,
+			first:       []model.PodGroup{g("low", 1, 1, schedtest.GPU(2, 1000)), g("mid", 2, 1, inPool(schedtest.GPU(2, 1000)))},
+			arrive:      []model.PodGroup{g("high", 5, 1, inPool(schedtest.GPU(2, 1000)))},
+			budget:      1,
+			wantEvicted: []string{"mid"},
+			wantBound:   []string{"high"},
+			wantNode:    "pool",
+		},
+		{
+			name:        "victim on MIG GPUs when the preemptor wants whole GPUs",
+			nodes:       []model.Node{schedtest.Node("mig", 128000, 1<<20).MIG(2, 7, "A100").Obj(), schedtest.Node("whole", 128000, 1<<20).GPUs(2, "A100").Obj()},
+			queues:      a,
+			first:       []model.PodGroup{g("low", 1, 2, model.Request{MIGSlices: 7, MilliCPU: 1000}), g("mid", 2, 1, schedtest.GPU(2, 1000))},
+			arrive:      []model.PodGroup{g("high", 5, 1, schedtest.GPU(2, 1000))},
+			budget:      -1,
+			wantEvicted: []string{"mid"},
+			wantBound:   []string{"high"},
+			wantNode:    "whole",
+		},
+		{
+			name:   "victim on a GPU model the preemptor excludes",
+			nodes:  []model.Node{schedtest.Node("v100", 128000, 1<<20).GPUs(2, "V100").Obj(), schedtest.Node("a100", 128000, 1<<20).GPUs(2, "A100").Obj()},
+			queues: a,
+			first: []model.PodGroup{g("low", 1, 1, model.Request{GPUs: 2, GPUModels: []string{"V100"}}),
+				g("mid", 2, 1, model.Request{GPUs: 2, GPUModels: []string{"A100"}})},
+			arrive:      []model.PodGroup{g("high", 5, 1, model.Request{GPUs: 2, GPUModels: []string{"A100"}})},
+			budget:      -1,
+			wantEvicted: []string{"mid"},
+			wantBound:   []string{"high"},
+			wantNode:    "a100",
+		},
+		{
+			name: "cheaper victim reprieved once a larger one made room",
+			// low is taken first, but mid alone frees the two GPUs.
+			nodes:       schedtest.Cluster("n", 1, 4, 128000, 1<<20),
+			queues:      a,
+			first:       []model.PodGroup{g("low", 1, 1, schedtest.GPU(1, 1000)), g("mid", 2, 1, schedtest.GPU(2, 1000)), g("top", 3, 1, schedtest.GPU(1, 1000))},
+			arrive:      []model.PodGroup{g("high", 5, 1, schedtest.GPU(2, 1000))},
+			budget:      -1,
+			wantEvicted: []string{"mid"},
+			wantBound:   []string{"high"},
+		},
+		{
+			name: "room left by an earlier preemption needs no victim",
+			// high1 evicts a 2-GPU victim for 1 GPU; high2 takes the rest.
+			nodes:       schedtest.Cluster("n", 1, 4, 128000, 1<<20),
+			queues:      a,
+			first:       []model.PodGroup{g("low1", 1, 1, schedtest.GPU(2, 1000)), g("low2", 1, 1, schedtest.GPU(2, 1000))},
+			arrive:      []model.PodGroup{g("high1", 5, 1, schedtest.GPU(1, 1000)), g("high2", 5, 1, schedtest.GPU(1, 1000))},
+			budget:      -1,
+			wantEvicted: []string{"low1"},
+			wantBound:   []string{"high1", "high2"},
+		},
+		{
+			name: "fair-share reclaim skips borrowed GPUs the reclaimer cannot use",
+			// b borrows a's guarantee on both nodes; a's gang can only
+			// use the pool, and b may give up only two pods.
+			nodes: []model.Node{poolNode("pool", 2), schedtest.Node("free", 128000, 1<<20).GPUs(2, "A100").Obj()},
+			queues: []model.Queue{{Name: "org"}, {Name: "a", Parent: "org", Guaranteed: model.Resources{GPUMilli: 2000}},
+				{Name: "b", Parent: "org", Guaranteed: model.Resources{GPUMilli: 2000}}},
+			first: []model.PodGroup{
+				schedtest.Group("b1").Queue("b").Pods(1, schedtest.GPU(1, 1000)).Obj(), schedtest.Group("b2").Queue("b").Pods(1, schedtest.GPU(1, 1000)).Obj(),
+				schedtest.Group("b3").Queue("b").Pods(1, inPool(schedtest.GPU(1, 1000))).Obj(), schedtest.Group("b4").Queue("b").Pods(1, inPool(schedtest.GPU(1, 1000))).Obj()},
+			arrive:      []model.PodGroup{schedtest.Group("a1").Queue("a").Pods(2, inPool(schedtest.GPU(1, 1000))).Obj()},
+			budget:      -1,
+			wantEvicted: []string{"b3", "b4"},
+			wantBound:   []string{"a1"},
+			wantNode:    "pool",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := runEvictionCase(t, tc)
+			for _, e := range d.Evictions {
+				if e.Reason == "" || e.For == "" {
+					t.Fatalf("eviction %+v lacks a reason or a beneficiary", e)
+				}
+			}
+		})
+	}
+}
+
+func TestGuaranteeReclaim(t *testing.T) {
+	queues := func(guarA, guarB int64) []model.Queue {
+		return []model.Queue{{Name: "org"},
+			{Name: "a", Parent: "org", Guaranteed: model.Resources{GPUMilli: guarA}},
+			{Name: "b", Parent: "org", Guaranteed: model.Resources{GPUMilli: guarB}}}
+	}
+	// b runs 8 single-GPU pods in the 8-GPU pool, all started at once (so
+	// victims go by name); the other node is idle.
+	var bPods []model.PodGroup
+	for i := range 8 {
+		bPods = append(bPods, schedtest.Group("b"+string(rune('0'+i))).Queue("b").Created(int64(i)).Pods(1, inPool(schedtest.GPU(1, 1000))).Obj())
+	}
+	split := []model.Node{poolNode("pool", 8), schedtest.Node("free", 128000, 1<<20).GPUs(8, "A100").Obj()}
+	gang := func(size int) []model.PodGroup {
+		return []model.PodGroup{schedtest.Group("a1").Queue("a").Created(100).Pods(size, inPool(schedtest.GPU(1, 1000))).Obj()}
+	}
+	tests := []struct {
+		evictionCase
+		wantPods int
+	}{
+		{
+			evictionCase: evictionCase{name: "gang within its guarantee reclaims in the pool", nodes: split, queues: queues(4000, 4000),
+				first: bPods, arrive: gang(4), budget: -1, wantEvicted: []string{"b0", "b1", "b2", "b3"}, wantBound: []string{"a1"}, wantNode: "pool"},
+			wantPods: 4,
+		},
+		{
+			evictionCase: evictionCase{name: "gang above its guarantee does not reclaim", nodes: split, queues: queues(4000, 4000),
+				first: bPods, arrive: gang(5), budget: -1},
+		},
+		{
+			evictionCase: evictionCase{name: "victim's queue would drop below its guarantee", nodes: split, queues: queues(4000, 6000),
+				first: bPods, arrive: gang(4), budget: -1},
+		},
+		{
+			evictionCase: evictionCase{name: "disruption budget too small", nodes: split, queues: queues(4000, 4000),
+				first: bPods, arrive: gang(4), budget: 3},
+		},
+		{
+			// Without the idle node GPUs are scarce: the fair-share rule
+			// reclaims the same pods and the guarantee rule is not needed.
+			evictionCase: evictionCase{name: "scarce GPUs reclaim by fair share", nodes: split[:1], queues: queues(4000, 4000),
+				first: bPods, arrive: gang(4), budget: -1, wantEvicted: []string{"b0", "b1", "b2", "b3"}, wantBound: []string{"a1"}, wantNode: "pool"},
+			wantPods: 4,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := runEvictionCase(t, tc.evictionCase)
+			if len(d.Evictions) != tc.wantPods || len(d.Binds) != tc.wantPods {
+				t.Fatalf("%d evictions and %d binds, want %d of each", len(d.Evictions), len(d.Binds), tc.wantPods)
+			}
+			for _, e := range d.Evictions {
+				if e.Reason != "reclaim" || e.For != "a1" {
+					t.Fatalf("eviction %+v, want a reclaim for a1", e)
+				}
+			}
+		})
+	}
+}
