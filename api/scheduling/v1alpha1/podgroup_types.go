@@ -90,6 +90,35 @@ type PodGroupStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Placement is the gang's committed placement: where each member goes.
+	// The scheduler writes it in one update before it binds any member, so
+	// a gang with some members bound always has a whole placement on
+	// record; a scheduler that takes over after a crash finishes the binds
+	// from it rather than tearing the gang down.
+	// +optional
+	// +listType=map
+	// +listMapKey=pod
+	// +kubebuilder:validation:MaxItems=100000
+	Placement []MemberPlacement `json:"placement,omitempty"`
+}
+
+// MemberPlacement is where one member of a gang goes.
+type MemberPlacement struct {
+	// Pod is the member's name.
+	// +kubebuilder:validation:MaxLength=253
+	Pod string `json:"pod"`
+	// UID is the member's UID, so that a pod recreated under the same name
+	// is not taken for the placed one.
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid"`
+	// Node is the node the member is bound to.
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+	// GPUs are the GPUs it gets there, as in the pod's gpuplane.io/gpus
+	// annotation ("0,1"; "3:250" for a share; "2:m3" for a MIG slice).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	GPUs string `json:"gpus,omitempty"`
 }
 
 // PodGroupList is a list of PodGroups.

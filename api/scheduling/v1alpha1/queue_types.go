@@ -84,11 +84,11 @@ type QueueResource struct {
 	// +optional
 	Limit *resource.Quantity `json:"limit,omitempty"`
 
-	// Weight is the queue's share, relative to its siblings, of whatever is
-	// left once every guarantee is met.
+	// Weight is the queue's share of this resource, relative to its
+	// siblings, of whatever is left once every guarantee is met.
 	// +optional
 	// +kubebuilder:default=1
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000
 	Weight int32 `json:"weight,omitempty"`
 }

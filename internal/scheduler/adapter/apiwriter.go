@@ -2,6 +2,8 @@ package adapter
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
@@ -9,33 +11,32 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
-// apiWriter carries out the core's decisions: binds on a pool of workers,
-// evictions at a bounded rate, and the deletes that tear down partly bound
-// gangs.
+// apiWriter carries out the core's decisions: gang commits and binds on a
+// pool of workers, evictions at a bounded rate, and the deletes that tear
+// down partly bound gangs.
 type apiWriter struct {
 	client  kubernetes.Interface
+	dyn     dynamic.Interface
 	log     klog.Logger
 	metrics *metrics
 	events  *statusWriter
-	binds   chan bindTask
+	tasks   chan func(context.Context)
 	evictRL flowcontrol.RateLimiter
 	wg      sync.WaitGroup
 }
 
-type bindTask struct {
-	pod    *corev1.Pod
-	node   string
-	shares string
-	done   func(error)
-}
-
-func newAPIWriter(ctx context.Context, client kubernetes.Interface, cfg Config, log klog.Logger, m *metrics, events *statusWriter) *apiWriter {
-	w := &apiWriter{client: client, log: log, metrics: m, events: events, binds: make(chan bindTask, 4096),
+func newAPIWriter(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, cfg Config, log klog.Logger, m *metrics, events *statusWriter) *apiWriter {
+	w := &apiWriter{client: client, dyn: dyn, log: log, metrics: m, events: events, tasks: make(chan func(context.Context), 4096),
 		evictRL: flowcontrol.NewTokenBucketRateLimiter(cfg.EvictionQPS, max(1, int(cfg.EvictionQPS)))}
 	for range cfg.BindWorkers {
 		w.wg.Go(func() {
@@ -43,8 +44,8 @@ func newAPIWriter(ctx context.Context, client kubernetes.Interface, cfg Config, 
 				select {
 				case <-ctx.Done():
 					return
-				case t := <-w.binds:
-					t.done(w.doBind(ctx, t))
+				case t := <-w.tasks:
+					t(ctx)
 				}
 			}
 		})
@@ -55,13 +56,85 @@ func newAPIWriter(ctx context.Context, client kubernetes.Interface, cfg Config, 
 // wait blocks until the workers stopped (after their context ended).
 func (w *apiWriter) wait() { w.wg.Wait() }
 
-// bind queues a binding; done runs with its result on a worker.
-func (w *apiWriter) bind(ctx context.Context, pod *corev1.Pod, node, shares string, done func(error)) {
+// submit queues a task for the workers; it blocks while the queue is full,
+// which holds the cycle back when the API server falls behind.
+func (w *apiWriter) submit(ctx context.Context, t func(context.Context)) bool {
 	select {
-	case w.binds <- bindTask{pod: pod, node: node, shares: shares, done: done}:
+	case w.tasks <- t:
+		return true
 	case <-ctx.Done():
-		done(ctx.Err())
+		return false
 	}
+}
+
+// bindTask is one pod's binding; done runs with its result on a worker.
+type bindTask struct {
+	pod  *corev1.Pod
+	node string
+	gpus []model.GPUShare
+	done func(error)
+}
+
+// bind queues a binding.
+func (w *apiWriter) bind(ctx context.Context, t bindTask) {
+	if !w.submit(ctx, func(ctx context.Context) { t.done(w.doBind(ctx, t)) }) {
+		t.done(ctx.Err())
+	}
+}
+
+// bindGang commits a gang's placement to its PodGroup's status in one
+// update and, once that succeeded, binds the members all at once. A gang
+// therefore never has a member bound without its whole placement on
+// record, and a scheduler that dies between the binds leaves its successor
+// the placement to finish. committed runs with the commit's result before
+// any bind is sent.
+func (w *apiWriter) bindGang(ctx context.Context, pg *v1alpha1.PodGroup, placement []v1alpha1.MemberPlacement, members []bindTask, committed func(error)) {
+	run := func(ctx context.Context) {
+		err := w.commit(ctx, pg, placement)
+		committed(err)
+		if err != nil {
+			for _, m := range members {
+				m.done(fmt.Errorf("committing the gang's placement: %w", err))
+			}
+			return
+		}
+		for _, m := range members {
+			// The worker that committed must not wait on the queue it
+			// drains: a member that finds the queue full is bound here.
+			select {
+			case w.tasks <- func(ctx context.Context) { m.done(w.doBind(ctx, m)) }:
+			default:
+				m.done(w.doBind(ctx, m))
+			}
+		}
+	}
+	if !w.submit(ctx, run) {
+		committed(ctx.Err())
+		for _, m := range members {
+			m.done(ctx.Err())
+		}
+	}
+}
+
+// commit writes a gang's placement and the Scheduled phase to its PodGroup's
+// status with a merge patch; the UID makes it fail for a PodGroup that was
+// deleted and recreated meanwhile.
+func (w *apiWriter) commit(ctx context.Context, pg *v1alpha1.PodGroup, placement []v1alpha1.MemberPlacement) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pg.UID},
+		"status":   map[string]any{"phase": v1alpha1.PodGroupScheduled, "placement": placement},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding the placement of %s/%s: %w", pg.Namespace, pg.Name, err)
+	}
+	start := time.Now()
+	_, err = w.dyn.Resource(PodGroupsResource).Namespace(pg.Namespace).Patch(ctx, pg.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	w.metrics.commitDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.log.V(2).Info("committing a gang's placement failed", "podGroup", klog.KObj(pg), "err", err)
+		return fmt.Errorf("writing the placement of %s/%s: %w", pg.Namespace, pg.Name, err)
+	}
+	return nil
 }
 
 func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
@@ -69,8 +142,8 @@ func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
 		ObjectMeta: metav1.ObjectMeta{Namespace: t.pod.Namespace, Name: t.pod.Name, UID: t.pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: t.node},
 	}
-	if t.shares != "" {
-		b.Annotations = map[string]string{GPUsAnnotation: t.shares}
+	if len(t.gpus) > 0 {
+		b.Annotations = map[string]string{GPUsAnnotation: formatShares(t.gpus)}
 	}
 	start := time.Now()
 	err := w.client.CoreV1().Pods(t.pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
@@ -82,7 +155,7 @@ func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
 	}
 	w.metrics.binds.WithLabelValues("bound").Inc()
 	w.metrics.e2e.Observe(time.Since(t.pod.CreationTimestamp.Time).Seconds())
-	w.log.V(4).Info("bound", "pod", klog.KObj(t.pod), "node", t.node, "gpus", t.shares)
+	w.log.V(4).Info("bound", "pod", klog.KObj(t.pod), "node", t.node, "gpus", formatShares(t.gpus))
 	return nil
 }
 

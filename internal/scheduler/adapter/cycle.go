@@ -27,6 +27,10 @@ type loop struct {
 
 	// partialSince remembers when a gang was first seen partly bound.
 	partialSince map[string]time.Time
+	// started is set by the first cycle; resuming holds the committed
+	// gangs' binds it resumes (resumeCommitted).
+	started  bool
+	resuming map[string][]bindTask
 	diag         map[string]diagnosis
 	queuesAt     time.Time
 }
@@ -79,10 +83,15 @@ func (l *loop) run(ctx context.Context) {
 func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	// 1. Snapshot: the cache's converted objects, under its lock.
 	l.cache.mu.Lock()
+	if !l.started {
+		l.started = true
+		l.resumeCommitted()
+	}
 	l.expireWaits(now)
 	in := l.build.build(l.cache, now)
 	l.cache.mu.Unlock()
 	l.metrics.phase("snapshot", time.Since(now))
+	l.finishResumed(ctx, in)
 
 	// 2. Core: decisions from the snapshot alone.
 	d, err := l.core.Cycle(&in.snap)
@@ -216,47 +225,6 @@ func (l *loop) mayEvict(in *cycleInput, e model.Eviction) string {
 		return fmt.Sprintf("fits only by reclaiming GPUs lent to other queues, and queue %q has spec.reclaim: Never", q.Name)
 	}
 	return ""
-}
-
-// bind sends the binds of every group not blocked on evictions and returns
-// the groups it placed.
-func (l *loop) bind(ctx context.Context, in *cycleInput, binds []model.Bind, blocked map[string]bool) map[string]bool {
-	placed := map[string]bool{}
-	type task struct {
-		b  model.Bind
-		pi *podInfo
-	}
-	var todo []task
-	for _, b := range binds {
-		g := in.groups[b.Group]
-		if blocked[b.Group] || g == nil {
-			continue
-		}
-		pi := g.pendingPod(b.Pod)
-		if pi == nil {
-			continue
-		}
-		placed[b.Group] = true
-		todo = append(todo, task{b, pi})
-	}
-	if len(todo) == 0 {
-		return placed
-	}
-	l.cache.mu.Lock()
-	for _, t := range todo {
-		l.cache.assume(t.b.Pod, assumption{node: t.b.Node, shares: t.b.GPUs})
-	}
-	l.cache.mu.Unlock()
-	for _, t := range todo {
-		b, pi := t.b, t.pi
-		l.api.bind(ctx, pi.pod, b.Node, formatShares(b.GPUs), func(err error) {
-			if err != nil {
-				l.cache.forget(b.Pod)
-				l.status.event(pi.pod, "Warning", "FailedBinding", fmt.Sprintf("binding to %s: %v", b.Node, err))
-			}
-		})
-	}
-	return placed
 }
 
 // reconcilePartial tears down gangs that stay partly bound: some pods

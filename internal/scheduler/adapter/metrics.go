@@ -11,17 +11,18 @@ import (
 
 // metrics are the scheduler's Prometheus series, on a registry of its own.
 type metrics struct {
-	reg          *prometheus.Registry
-	attempts     *prometheus.CounterVec
-	phases       *prometheus.HistogramVec
-	bindDuration prometheus.Histogram
-	e2e          prometheus.Histogram
-	binds        *prometheus.CounterVec
-	evictions    *prometheus.CounterVec
-	usage        *prometheus.GaugeVec
-	fairShare    *prometheus.GaugeVec
-	pending      *prometheus.GaugeVec
-	leader       prometheus.Gauge
+	reg            *prometheus.Registry
+	attempts       *prometheus.CounterVec
+	phases         *prometheus.HistogramVec
+	bindDuration   prometheus.Histogram
+	commitDuration prometheus.Histogram
+	e2e            prometheus.Histogram
+	binds          *prometheus.CounterVec
+	evictions      *prometheus.CounterVec
+	usage          *prometheus.GaugeVec
+	fairShare      *prometheus.GaugeVec
+	pending        *prometheus.GaugeVec
+	leader         prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -34,6 +35,8 @@ func newMetrics() *metrics {
 			Help: "Time spent in each phase of a scheduling cycle.", Buckets: buckets}, []string{"phase"}),
 		bindDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuplane_scheduler_bind_duration_seconds",
 			Help: "Latency of pods/binding calls.", Buckets: buckets}),
+		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuplane_scheduler_gang_commit_duration_seconds",
+			Help: "Latency of writing a gang's placement to its PodGroup before its members are bound.", Buckets: buckets}),
 		e2e: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuplane_scheduler_pod_scheduling_duration_seconds",
 			Help: "Time from a pod's creation to its binding.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
 		binds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuplane_scheduler_binds_total",
@@ -49,7 +52,7 @@ func newMetrics() *metrics {
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpuplane_scheduler_leader",
 			Help: "1 while this replica leads and schedules, 0 while it stands by."}),
 	}
-	m.reg.MustRegister(m.attempts, m.phases, m.bindDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader,
+	m.reg.MustRegister(m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -189,7 +189,7 @@ func placeable(st *placement.State, pg *model.PodGroup) int {
 // podGroupStatus writes phase, counts and the Schedulable condition.
 func (l *loop) podGroupStatus(g *groupInfo, waitMsg string, placed bool, now time.Time) {
 	pg := g.pg
-	st := v1alpha1.PodGroupStatus{Conditions: slices.Clone(pg.Status.Conditions)}
+	st := v1alpha1.PodGroupStatus{Conditions: slices.Clone(pg.Status.Conditions), Placement: pg.Status.Placement}
 	for _, pi := range g.bound {
 		st.Scheduled++
 		if pi.pod.Status.Phase == corev1.PodRunning {
@@ -216,6 +216,10 @@ func (l *loop) podGroupStatus(g *groupInfo, waitMsg string, placed bool, now tim
 		st.Phase = v1alpha1.PodGroupScheduled
 	default:
 		st.Phase = v1alpha1.PodGroupPending
+		if len(g.bound) == 0 {
+			// Nothing of an earlier placement holds any more.
+			st.Placement = nil
+		}
 		cond = metav1.Condition{Type: ConditionSchedulable, Status: metav1.ConditionFalse, Reason: "Waiting", Message: waitMsg, ObservedGeneration: pg.Generation}
 		if g.held != nil {
 			cond.Reason = g.held.Reason
@@ -230,7 +234,7 @@ func (l *loop) podGroupStatus(g *groupInfo, waitMsg string, placed bool, now tim
 	meta.SetStatusCondition(&st.Conditions, cond)
 	if equality.Semantic.DeepEqual(stripTimes(st.Conditions), stripTimes(pg.Status.Conditions)) &&
 		st.Phase == pg.Status.Phase && st.Scheduled == pg.Status.Scheduled && st.Running == pg.Status.Running &&
-		st.Succeeded == pg.Status.Succeeded && st.Failed == pg.Status.Failed {
+		st.Succeeded == pg.Status.Succeeded && st.Failed == pg.Status.Failed && len(st.Placement) == len(pg.Status.Placement) {
 		return
 	}
 	out := pg.DeepCopy()

@@ -128,7 +128,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer m.leader.Set(0)
 		log.Info("leading: scheduling", "identity", cfg.Identity)
 		st := newStatusWriter(client, dyn, recorder, cfg.StatusQPS, log)
-		api := newAPIWriter(ctx, client, cfg, log, m, st)
+		api := newAPIWriter(ctx, client, dyn, cfg, log, m, st)
 		l, err := newLoop(cfg, log, c, api, st, m)
 		if err != nil {
 			log.Error(err, "starting the scheduling loop")

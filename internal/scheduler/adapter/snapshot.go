@@ -552,7 +552,6 @@ func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
 
 func modelQueue(q *v1alpha1.Queue) model.Queue {
 	out := model.Queue{Name: q.Name, Parent: q.Spec.Parent}
-	var weight float64
 	for _, r := range q.Spec.Resources {
 		set := func(dst *model.Resources, v *resource.Quantity) {
 			if v == nil {
@@ -569,10 +568,15 @@ func modelQueue(q *v1alpha1.Queue) model.Queue {
 		}
 		set(&out.Guaranteed, r.Guaranteed)
 		set(&out.Limit, r.Limit)
-		if corev1.ResourceName(r.Name) == ResourceGPU || weight == 0 {
-			weight = float64(r.Weight)
+		// A resource not listed keeps the default weight, 1.
+		switch w := float64(r.Weight); corev1.ResourceName(r.Name) {
+		case corev1.ResourceCPU:
+			out.Weights.MilliCPU = w
+		case corev1.ResourceMemory:
+			out.Weights.MemoryMiB = w
+		case ResourceGPU:
+			out.Weights.GPUMilli = w
 		}
 	}
-	out.Weight = weight
 	return out
 }

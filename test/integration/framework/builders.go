@@ -180,6 +180,15 @@ func (b *PodBuilder) Label(key, value string) *PodBuilder {
 	return b
 }
 
+// Annotation sets an annotation.
+func (b *PodBuilder) Annotation(key, value string) *PodBuilder {
+	if b.pod.Annotations == nil {
+		b.pod.Annotations = map[string]string{}
+	}
+	b.pod.Annotations[key] = value
+	return b
+}
+
 // RestartPolicy sets the pod's restart policy (Never or OnFailure make kwok's
 // pod stages complete it, as for Jobs).
 func (b *PodBuilder) RestartPolicy(p corev1.RestartPolicy) *PodBuilder {

@@ -50,6 +50,26 @@ func TestGangAllOrNothing(t *testing.T) {
 		return ok, fmt.Errorf("first %s/%d, second %s %v", first.Status.Phase, first.Status.Scheduled, second.Status.Phase, second.Status.Conditions)
 	})
 
+	t.Run("the placed gang's placement is on record", func(t *testing.T) {
+		pg, err := c.getPodGroup(t.Context(), "first")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := c.pods(t.Context(), "gang=first")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pg.Status.Placement) != 3 {
+			t.Fatalf("placement has %d members, want 3: %+v", len(pg.Status.Placement), pg.Status.Placement)
+		}
+		for _, m := range pg.Status.Placement {
+			p := ps[m.Pod]
+			if p == nil || string(p.UID) != m.UID || p.Spec.NodeName != m.Node || p.Annotations[adapter.GPUsAnnotation] != m.GPUs {
+				t.Errorf("record %+v does not match the pod", m)
+			}
+		}
+	})
+
 	// When the first gang goes away, the second fits whole.
 	if err := env.Client.CoreV1().Pods(c.ns).DeleteCollection(t.Context(), deleteNow(), listBy("gang=first")); err != nil {
 		t.Fatal(err)

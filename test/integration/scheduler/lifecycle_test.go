@@ -109,6 +109,57 @@ func TestRestartInTheMiddleOfAGang(t *testing.T) {
 	}
 }
 
+// TestRestartResumesACommittedGang starts the scheduler on what a
+// predecessor leaves when it dies after committing a gang's placement and
+// binding half of it: the rest is bound where the record says, on the GPUs
+// it names, not re-placed.
+func TestRestartResumesACommittedGang(t *testing.T) {
+	nodes := gpuNodes(2, "resume")
+	first, second := nodes[0].Obj().Name, nodes[1].Obj().Name
+	c := newCluster(t, nodes...)
+	c.podGroup("job", 4, "")
+	var placement []v1alpha1.MemberPlacement
+	for i := range 4 {
+		name := fmt.Sprintf("job-%d", i)
+		b := c.pod(name).GPUs(2).Label(v1alpha1.PodGroupLabel, "job").Label("gang", "job")
+		node, gpus := first, fmt.Sprintf("%d,%d", 2*i, 2*i+1)
+		if i >= 2 {
+			// The unbound half goes to the second node's last GPUs; the
+			// core, packing, would put it beside the bound half.
+			node = second
+		}
+		if i < 2 {
+			b = b.NodeName(node).Annotation(adapter.GPUsAnnotation, gpus)
+		}
+		p := b.Obj()
+		c.createPod(p)
+		created, err := env.Client.CoreV1().Pods(c.ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		placement = append(placement, v1alpha1.MemberPlacement{Pod: name, UID: string(created.UID), Node: node, GPUs: gpus})
+	}
+	pg, err := c.getPodGroup(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg.Status.Phase, pg.Status.Placement = v1alpha1.PodGroupScheduled, placement
+	c.updatePodGroupStatus(pg)
+
+	c.run(adapter.Config{})
+	c.waitBound("gang=job", 4, 30*time.Second)
+	ps, err := c.pods(t.Context(), "gang=job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range placement {
+		p := ps[m.Pod]
+		if p.Spec.NodeName != m.Node || p.Annotations[adapter.GPUsAnnotation] != m.GPUs {
+			t.Errorf("%s on %s GPUs %q, want where the record put it: %s GPUs %q", m.Pod, p.Spec.NodeName, p.Annotations[adapter.GPUsAnnotation], m.Node, m.GPUs)
+		}
+	}
+}
+
 // TestSchedulerBinary runs the built gpuplane-scheduler as a process, as a
 // Deployment would: it must report ready, schedule, and serve metrics.
 func TestSchedulerBinary(t *testing.T) {

@@ -206,6 +206,18 @@ func (c *cluster) getPodGroup(ctx context.Context, name string) (*v1alpha1.PodGr
 	return &pg, nil
 }
 
+func (c *cluster) updatePodGroupStatus(pg *v1alpha1.PodGroup) {
+	c.t.Helper()
+	pg.APIVersion, pg.Kind = v1alpha1.SchemeGroupVersion.String(), "PodGroup"
+	u, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(pg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.dyn.Resource(adapter.PodGroupsResource).Namespace(c.ns).UpdateStatus(c.t.Context(), &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatalf("updating PodGroup %s status: %v", pg.Name, err)
+	}
+}
+
 // pods lists the test's pods by name.
 func (c *cluster) pods(ctx context.Context, selector string) (map[string]*corev1.Pod, error) {
 	list, err := env.Client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
