@@ -2,6 +2,8 @@ package scheduler_test
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
@@ -96,4 +98,128 @@ func BenchmarkCyclePreempt(b *testing.B) {
 		evictions = len(d.Evictions)
 	}
 	b.ReportMetric(float64(evictions), "evictions/cycle")
+}
+
+// benchQueues are three equal queues under no parent.
+var benchQueues = []model.Queue{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+
+// fullChunks returns, per node, perNode single-GPU pods on GPUs
+// 0..perNode-1, spread over the bench queues round-robin with priority
+// prio(i) for the i-th pod.
+func fullChunks(nodes []model.Node, perNode int, prio func(i int) int32) [][]model.Allocation {
+	chunks := make([][]model.Allocation, len(nodes))
+	i := 0
+	for n := range nodes {
+		for g := range perNode {
+			chunks[n] = append(chunks[n], model.Allocation{Pod: fmt.Sprintf("r%d", i), Group: fmt.Sprintf("r%d", i),
+				Queue: benchQueues[i%3].Name, Priority: prio(i), Node: nodes[n].Name, Request: schedtest.GPU(1, 4000),
+				GPUs: []model.GPUShare{{Index: g, Milli: model.MilliPerGPU}}, StartedAt: int64(i)})
+			i++
+		}
+	}
+	return chunks
+}
+
+// setRunning gives snap the running allocations of chunks, chunk by
+// chunk.
+func setRunning(snap *model.Snapshot, chunks [][]model.Allocation) {
+	snap.RunningByNode = slices.Clone(chunks)
+}
+
+// steadyDriver plays the cluster between cycles: it carries out the last
+// cycle's binds, ends churn random pods and queues churn new single-GPU
+// pods. A node's chunk is replaced by a new slice only when it changes.
+type steadyDriver struct {
+	snap   model.Snapshot
+	chunks [][]model.Allocation
+	rng    *rand.Rand
+	churn  int
+	next   int
+}
+
+func (d *steadyDriver) step(dec model.Decisions) {
+	for _, b := range dec.Binds {
+		c := d.chunks[b.NodeIndex]
+		d.chunks[b.NodeIndex] = append(c[:len(c):len(c)], model.Allocation{Pod: b.Pod, Group: b.Group, Queue: benchQueues[d.next%3].Name,
+			Node: b.Node, Request: schedtest.GPU(1, 4000), GPUs: b.GPUs, StartedAt: int64(d.next)})
+	}
+	for range d.churn {
+		n := d.rng.IntN(len(d.chunks))
+		c := d.chunks[n]
+		if len(c) == 0 {
+			continue
+		}
+		k := d.rng.IntN(len(c))
+		d.chunks[n] = append(c[:k:k], c[k+1:]...)
+	}
+	d.snap.Pending = d.snap.Pending[:0]
+	for range d.churn {
+		d.next++
+		name := fmt.Sprintf("new%d", d.next)
+		d.snap.Pending = append(d.snap.Pending, schedtest.Group(name).Queue(benchQueues[d.next%3].Name).Created(int64(d.next)).Pods(1, schedtest.GPU(1, 4000)).Obj())
+	}
+	setRunning(&d.snap, d.chunks)
+}
+
+// BenchmarkCycleSteady: 5,000 nodes x 8 GPUs running 35,000 single-GPU
+// pods; between cycles churn pods end and as many new ones arrive. The
+// driver hands the core the same chunk for every node nothing changed on.
+func BenchmarkCycleSteady(b *testing.B) {
+	for _, churn := range []int{0, 100} {
+		b.Run(fmt.Sprintf("churn=%d", churn), func(b *testing.B) {
+			nodes := schedtest.Cluster("n", 5000, 8, 128000, 1<<20)
+			d := &steadyDriver{chunks: fullChunks(nodes, 7, func(int) int32 { return 0 }), rng: rand.New(rand.NewPCG(1, 2)), churn: churn, next: 35000}
+			d.snap = model.Snapshot{Nodes: nodes, Queues: benchQueues, Budget: model.DisruptionBudget{MaxEvictions: -1}}
+			d.step(model.Decisions{})
+			s, err := scheduler.New(scheduler.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dec, err := s.Cycle(&d.snap)
+			if err != nil {
+				b.Fatal(err)
+			}
+			binds := 0
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				d.step(dec)
+				b.StartTimer()
+				if dec, err = s.Cycle(&d.snap); err != nil {
+					b.Fatal(err)
+				}
+				binds = len(dec.Binds)
+			}
+			b.ReportMetric(float64(binds), "binds/cycle")
+		})
+	}
+}
+
+// BenchmarkCycleBacklog: 1,000 nodes x 8 GPUs full of single-GPU pods of
+// three equal queues at their fair share (priorities 2 to 4), and 2,000
+// pending groups of those queues (priorities 0 to 2) that can neither fit
+// nor preempt nor reclaim.
+func BenchmarkCycleBacklog(b *testing.B) {
+	nodes := schedtest.Cluster("n", 1000, 8, 128000, 1<<20)
+	chunks := fullChunks(nodes, 8, func(i int) int32 { return int32(2 + i%5%3) })
+	snap := model.Snapshot{Nodes: nodes, Queues: benchQueues, Budget: model.DisruptionBudget{MaxEvictions: -1}}
+	setRunning(&snap, chunks)
+	for i := range 2000 {
+		snap.Pending = append(snap.Pending, schedtest.Group(fmt.Sprintf("p%d", i)).Queue(benchQueues[i%3].Name).Priority(int32(i%7%3)).
+			Created(int64(i)).Pods(1+i%2, schedtest.GPU(1, 4000)).Obj())
+	}
+	s, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var d model.Decisions
+	b.ResetTimer()
+	for b.Loop() {
+		if d, err = s.Cycle(&snap); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(d.Binds)+len(d.Evictions) != 0 || len(d.Unplaced) != 2000 {
+		b.Fatalf("%d binds, %d evictions, %d unplaced: want 0, 0 and 2000", len(d.Binds), len(d.Evictions), len(d.Unplaced))
+	}
 }

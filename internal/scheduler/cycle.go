@@ -10,23 +10,20 @@ import (
 )
 
 type pending struct {
-	g       *model.PodGroup
-	q       int
-	demand  model.Resources
+	g      *model.PodGroup
+	q      int
+	demand model.Resources
+	// admit is what the queue must admit: demand, or the group's
+	// MinResources where larger.
+	admit   model.Resources
 	placed  bool
 	blocked bool
 }
 
-type runningGroup struct {
-	name           string
-	q              int
-	priority       int32
-	started        int64
-	nonPreemptible bool
-	allocs         []*model.Allocation
-	nodes          []int // allocs' node indexes (-1: unknown); nil until needed
-	use            model.Resources
-	evicted        bool
+// bound is the group and pod of one bind.
+type bound struct {
+	g   *model.PodGroup
+	pod *model.Pod
 }
 
 type cycle struct {
@@ -36,8 +33,15 @@ type cycle struct {
 	tree     *queue.Tree
 	capacity model.Resources
 	queues   [][]*pending // per queue, in order
-	running  []*runningGroup
-	budget   int // evictions left; negative: unbounded
+	// epoch stamps the running groups this cycle evicts.
+	epoch uint64
+	// leaves lists, per queue of the tree, the queue entries whose
+	// running groups count in it; minPrio is the lowest priority of a
+	// preemptible one (math.MaxInt64 when none).
+	leaves  [][]*queueEntry
+	minPrio []int64
+	bound   []bound // per bind in d.Binds
+	budget  int     // evictions left; negative: unbounded
 	// feasible and victimBuf are scratch space for evictions.
 	feasible  nodeFilter
 	victimBuf victimQueue
@@ -48,27 +52,20 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 	if err != nil {
 		return nil, err
 	}
-	c := &cycle{s: s, snap: snap, d: d, tree: tree, capacity: capacityOf(snap.Nodes), budget: snap.Budget.MaxEvictions,
-		queues: make([][]*pending, tree.Len())}
-	byGroup := map[string]*runningGroup{}
-	for i := range snap.Running {
-		a := &snap.Running[i]
-		q := tree.Leaf(a.Queue)
-		tree.AddUsage(q, model.Of(&a.Request))
-		key := a.Group
-		if key == "" {
-			key = "pod/" + a.Pod
+	c := &cycle{s: s, snap: snap, d: d, tree: tree, capacity: s.capacity, budget: snap.Budget.MaxEvictions, epoch: s.epoch,
+		queues: make([][]*pending, tree.Len()), leaves: make([][]*queueEntry, tree.Len()), minPrio: make([]int64, tree.Len())}
+	for q := range c.minPrio {
+		c.minPrio[q] = math.MaxInt64
+	}
+	for _, e := range s.run.queues {
+		e.q = tree.Leaf(e.name)
+		tree.AddUsage(e.q, e.usage)
+		if len(e.groups) > 0 {
+			c.leaves[e.q] = append(c.leaves[e.q], e)
 		}
-		rg := byGroup[key]
-		if rg == nil {
-			rg = &runningGroup{name: key, q: q, priority: a.Priority, started: a.StartedAt}
-			byGroup[key] = rg
-			c.running = append(c.running, rg)
+		for prio := range e.prios {
+			c.minPrio[e.q] = min(c.minPrio[e.q], int64(prio))
 		}
-		rg.nonPreemptible = rg.nonPreemptible || a.NonPreemptible
-		rg.started = max(rg.started, a.StartedAt)
-		rg.allocs = append(rg.allocs, a)
-		rg.use = rg.use.Add(model.Of(&a.Request))
 	}
 	for i := range snap.Pending {
 		g := &snap.Pending[i]
@@ -79,6 +76,7 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 		for _, pod := range g.Pods {
 			p.demand = p.demand.Add(model.Of(&pod.Request))
 		}
+		p.admit = p.demand.Max(g.MinResources)
 		tree.AddDemand(p.q, p.demand)
 		c.queues[p.q] = append(c.queues[p.q], p)
 	}
@@ -95,6 +93,15 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 		})
 	}
 	return c, nil
+}
+
+// groups calls f for every running group counted in queue q.
+func (c *cycle) groups(q int, f func(*runningGroup)) {
+	for _, e := range c.leaves[q] {
+		for _, rg := range e.groups {
+			f(rg)
+		}
+	}
 }
 
 // place tries to put group p on the state as one statement: all of it (at
@@ -120,21 +127,22 @@ func (c *cycle) place(p *pending, avoid map[int]bool) ([]model.Bind, bool) {
 	return binds, true
 }
 
-func (c *cycle) used(binds []model.Bind, g *model.PodGroup) model.Resources {
-	var r model.Resources
-	for _, b := range binds {
-		for _, pod := range g.Pods {
-			if pod.Name == b.Pod {
-				r = r.Add(model.Of(&pod.Request))
-			}
-		}
-	}
-	return r
-}
-
+// commit records p as placed with binds, made by place in the order of
+// p's pods, and moves their usage from its queue's demand to its usage.
 func (c *cycle) commit(p *pending, binds []model.Bind) {
 	p.placed = true
-	c.tree.AddUsage(p.q, c.used(binds, p.g))
+	var used model.Resources
+	k := 0
+	for _, b := range binds {
+		for k < len(p.g.Pods) && p.g.Pods[k].Name != b.Pod {
+			k++
+		}
+		pod := &p.g.Pods[k]
+		used = used.Add(model.Of(&pod.Request))
+		c.bound = append(c.bound, bound{g: p.g, pod: pod})
+		k++
+	}
+	c.tree.AddUsage(p.q, used)
 	c.tree.AddDemand(p.q, model.Resources{}.Sub(p.demand))
 	c.d.Binds = append(c.d.Binds, binds...)
 }
@@ -157,7 +165,7 @@ func (c *cycle) allocate() {
 		}
 		p := c.queues[best][next[best]]
 		next[best]++
-		if !c.tree.Admits(p.q, p.demand) {
+		if !c.tree.Admits(p.q, p.admit) {
 			p.blocked = true
 			continue
 		}
@@ -175,15 +183,23 @@ func (c *cycle) reservation(head *pending) map[int]bool {
 	st := c.s.st
 	mark := st.Checkpoint()
 	defer st.Rollback(mark)
-	for _, rg := range c.running {
-		if rg.evicted || rg.nonPreemptible {
+	free := func(rg *runningGroup) bool { return rg.evicted != c.epoch && !rg.nonPreemptible }
+	if c.minPrio[head.q] < int64(head.g.Priority) {
+		c.groups(head.q, func(rg *runningGroup) {
+			if free(rg) && rg.priority < head.g.Priority {
+				c.release(rg)
+			}
+		})
+	}
+	for q := range c.leaves {
+		if len(c.leaves[q]) == 0 || c.tree.Related(q, head.q) || c.tree.Over(q, model.Resources{}) <= 1 {
 			continue
 		}
-		lower := rg.q == head.q && rg.priority < head.g.Priority
-		borrowed := rg.q != head.q && !c.tree.Related(rg.q, head.q) && c.tree.Over(rg.q, model.Resources{}) > 1
-		if lower || borrowed {
-			c.release(rg)
-		}
+		c.groups(q, func(rg *runningGroup) {
+			if free(rg) {
+				c.release(rg)
+			}
+		})
 	}
 	binds, ok := c.place(head, nil)
 	if !ok {
@@ -197,10 +213,8 @@ func (c *cycle) reservation(head *pending) map[int]bool {
 }
 
 func (c *cycle) release(rg *runningGroup) {
-	for _, a := range rg.allocs {
-		if n, ok := c.s.index[a.Node]; ok {
-			c.s.st.Release(n, &a.Request, a.GPUs)
-		}
+	for _, ps := range rg.members {
+		c.s.st.Release(ps.node, &ps.a.Request, ps.a.GPUs)
 	}
 }
 
@@ -219,7 +233,7 @@ func (c *cycle) backfill() {
 				reserved = c.reservation(head)
 				continue
 			}
-			if !c.tree.Admits(q, p.demand) {
+			if !c.tree.Admits(q, p.admit) {
 				continue
 			}
 			if binds, ok := c.place(p, reserved); ok {
@@ -229,31 +243,42 @@ func (c *cycle) backfill() {
 	}
 }
 
-// finish records unplaced groups and keeps binds and evictions in the
-// scheduler's state for the next (incremental) snapshot.
+// finish records unplaced groups and applies the binds and evictions to
+// the running index ahead of the snapshot (the state has them already),
+// noting their nodes for the next sync to compare with what the driver
+// did.
 func (c *cycle) finish() {
 	for _, qs := range c.queues {
 		for _, p := range qs {
 			if !p.placed {
 				reason := "does not fit"
-				if !c.tree.Admits(p.q, p.demand) {
+				if !c.tree.Admits(p.q, p.admit) {
 					reason = "queue limit"
 				}
 				c.d.Unplaced = append(c.d.Unplaced, model.Unplaced{Group: p.g.Name, Reason: reason})
 			}
 		}
 	}
+	s := c.s
 	for _, e := range c.d.Evictions {
-		delete(c.s.running, e.Pod)
-	}
-	reqs := map[string]model.Request{}
-	for i := range c.snap.Pending {
-		for _, pod := range c.snap.Pending[i].Pods {
-			reqs[pod.Name] = pod.Request
+		if ps := s.run.pods[e.Pod]; ps != nil {
+			s.touched = append(s.touched, ps.node)
+			s.run.drop(ps)
 		}
 	}
-	for _, b := range c.d.Binds {
-		c.s.running[b.Pod] = applied{node: b.NodeIndex, req: reqs[b.Pod], shares: b.GPUs}
+	for i, b := range c.d.Binds {
+		g, pod := c.bound[i].g, c.bound[i].pod
+		if old := s.run.pods[b.Pod]; old != nil {
+			// The snapshot has the pod both pending and running; it
+			// cannot be in two places.
+			s.st.Release(old.node, &old.a.Request, old.a.GPUs)
+			s.touched = append(s.touched, old.node)
+			s.run.drop(old)
+		}
+		a := &model.Allocation{Pod: b.Pod, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
+			Request: pod.Request, GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible}
+		s.run.add(a, b.NodeIndex)
+		s.touched = append(s.touched, b.NodeIndex)
 	}
-	c.s.st.Commit()
+	s.st.Commit()
 }

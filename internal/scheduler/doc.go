@@ -12,7 +12,9 @@
 //     usage/(capacity*weight) over resources, lowest first (a queue may
 //     weigh each resource differently, model.Queue.Weights); within a
 //     queue groups go by priority, then age, then name. A gang is
-//     placed whole (at least minMember pods) or not at all. A queue whose
+//     placed whole (at least minMember pods) or not at all, and only when
+//     its queue and every ancestor stay within their limits after taking
+//     its pods' requests, or its MinResources where larger. A queue whose
 //     head group does not fit stops there for this phase.
 //  2. backfill: later groups of a blocked queue may use free capacity, but
 //     never the nodes the blocked head would get once lower-priority and
@@ -38,6 +40,28 @@
 // which the group still fits (kube-scheduler's reprieve), and binds the
 // group where it fits with exactly the evictions left. Evictions take whole
 // groups, at most 64 per placed group, and never exceed Snapshot.Budget.
+//
+// State between cycles. A Scheduler keeps the free state, the running pods
+// by node, their groups (model.Allocation.Group, else the pod alone) and
+// each queue's usage, and brings them in line with each snapshot by its
+// difference (sync). With Snapshot.RunningByNode it compares only the
+// nodes whose chunk is not the slice it applied last time, plus the nodes
+// its own last decisions changed: binds and evictions are applied when
+// decided, as though carried out, so the next sync releases a bind the
+// driver did not carry out and assigns again a pod it did not evict, even
+// on a node whose chunk is unchanged. On those nodes every pod that went
+// or changed is released before any that came is assigned, so a pod moving
+// between nodes, or a bind replaced by its real allocation, never looks
+// like over-allocation. Queue usage is then added per queue, and evictions
+// read running groups by queue: preemption only the pending group's queue,
+// and only when it runs a preemptible group of lower priority; reclaim
+// only queues outside the group's branch above their fair share or GPU
+// guarantee. A cycle with nothing changed and nothing pending thus costs
+// a pointer comparison per node; one with changes costs what changed. With
+// Snapshot.Running every node with pods is compared each cycle, as before
+// there were chunks. A snapshot that lists a pod twice (among the nodes
+// compared), names an unknown node or over-allocates one is an error, and
+// the next cycle starts over from nothing.
 //
 // Why preemption cannot cycle. Fair shares depend only on each queue's
 // usage plus pending demand, which an eviction does not change (the evicted

@@ -63,80 +63,132 @@ func (c *cycle) evictFor(across bool) {
 // allowed reports whether p may evict rg under m with the queues' usage
 // as it is now.
 func (c *cycle) allowed(p *pending, rg *runningGroup, m evictMode) bool {
-	if rg.evicted || rg.nonPreemptible {
+	if rg.evicted == c.epoch || rg.nonPreemptible {
 		return false
 	}
+	q := rg.queue.q
 	switch m {
 	case preempt:
-		return rg.q == p.q && rg.priority < p.g.Priority
+		return q == p.q && rg.priority < p.g.Priority
 	case reclaimFair:
-		return !c.tree.Related(rg.q, p.q) && c.tree.KeepsFairShare(rg.q, rg.use)
+		return !c.tree.Related(q, p.q) && c.tree.KeepsFairShare(q, rg.use)
 	default:
-		return !c.tree.Related(rg.q, p.q) && c.tree.KeepsGuarantee(rg.q, rg.use)
+		return !c.tree.Related(q, p.q) && c.tree.KeepsGuarantee(q, rg.use)
 	}
 }
 
 // victims returns the running groups p may evict under m, to be taken in
 // the queue's order. A group none of whose pods runs on a node where a pod
 // of p could ever run is left out: evicting it frees nothing p can use.
+//
+// Only queues that could give anything are read: p's own queue when it
+// runs a preemptible group of lower priority (preempt), and queues outside
+// p's branch above their fair share in a scarce resource (fair-share
+// reclaim) or leaf queues above their GPU guarantee (guarantee reclaim),
+// which allowed requires of every victim's queue.
 func (c *cycle) victims(p *pending, m evictMode) *victimQueue {
 	h := &c.victimBuf
-	h.items = h.items[:0]
+	h.c, h.p, h.m, h.cursors = c, p, m, h.cursors[:0]
 	c.feasible.reset(c.s.nodes, p.g)
-	for _, rg := range c.running {
-		if !c.allowed(p, rg, m) || !c.useful(rg) {
-			continue
+	if m == preempt {
+		if c.minPrio[p.q] < int64(p.g.Priority) {
+			h.add(p.q, 0)
 		}
-		// The queues' usage changes as victims are taken; the order
-		// is fixed by the usage before.
-		var key float64
-		switch m {
-		case reclaimFair:
-			key = c.tree.Over(rg.q, model.Resources{})
-		case reclaimGuarantee:
-			key = float64(c.tree.BorrowedGPU(rg.q))
+	} else {
+		for q := range c.leaves {
+			if len(c.leaves[q]) == 0 || c.tree.Related(q, p.q) {
+				continue
+			}
+			// The queues' usage changes as victims are taken; the
+			// order is fixed by the usage before.
+			switch {
+			case m == reclaimFair && c.tree.AboveFairShare(q):
+				h.add(q, c.tree.Over(q, model.Resources{}))
+			case m == reclaimGuarantee && c.tree.IsLeaf(q) && c.tree.BorrowedGPU(q) > 0:
+				h.add(q, float64(c.tree.BorrowedGPU(q)))
+			}
 		}
-		h.items = append(h.items, victim{rg: rg, key: key})
 	}
 	heap.Init(h)
 	return h
 }
 
-// victim is a candidate victim and its queue's ordering key: how far the
-// queue is above its fair share (fair-share reclaim) or its GPU guarantee
-// (guarantee reclaim); 0 for preemption.
-type victim struct {
-	rg  *runningGroup
-	key float64
+// victimQueue yields victims from the largest key, then the cheapest
+// (lowest priority, then newest); names are unique, so the order is
+// total. The key is how far the victim's queue is above its fair share
+// (fair-share reclaim) or its GPU guarantee (guarantee reclaim); 0 for
+// preemption. It merges the queues' groups, each queue's already in
+// cheapest-first order, and tests them only as it reaches them: a group
+// usually needs the first few. Testing late takes the same victims as
+// testing all first: a queue's usage only falls while victims are taken,
+// so a group allowed late was allowed before, and one refused late would
+// be refused when taken (tryEvict tests again).
+type victimQueue struct {
+	c       *cycle
+	p       *pending
+	m       evictMode
+	cursors []cursor
 }
 
-// victimQueue yields victims from the largest key, then the cheapest
-// (lowest priority, then newest), without sorting them all: a group
-// usually needs the first few. Names are unique, so the order is total.
-type victimQueue struct{ items []victim }
+// cursor walks one queue entry's groups, cheapest first; order[pos] is
+// the next group p may evict.
+type cursor struct {
+	order []*runningGroup
+	pos   int
+	key   float64
+}
 
-func (h *victimQueue) Len() int { return len(h.items) }
+// add queues the groups of queue q under key.
+func (h *victimQueue) add(q int, key float64) {
+	for _, e := range h.c.leaves[q] {
+		cur := cursor{order: e.cheapestFirst(), key: key}
+		if h.advance(&cur) {
+			h.cursors = append(h.cursors, cur)
+		}
+	}
+}
+
+// advance moves cur to its next group p may evict and that holds
+// something p can use, and reports whether there is one.
+func (h *victimQueue) advance(cur *cursor) bool {
+	for ; cur.pos < len(cur.order); cur.pos++ {
+		if rg := cur.order[cur.pos]; h.c.allowed(h.p, rg, h.m) && h.c.useful(rg) {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *victimQueue) Len() int { return len(h.cursors) }
 func (h *victimQueue) Less(i, j int) bool {
-	a, b := &h.items[i], &h.items[j]
+	a, b := &h.cursors[i], &h.cursors[j]
 	if a.key != b.key {
 		return a.key > b.key
 	}
-	return cheaper(a.rg, b.rg) < 0
+	return cheaper(a.order[a.pos], b.order[b.pos]) < 0
 }
-func (h *victimQueue) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *victimQueue) Push(x any)    { h.items = append(h.items, x.(victim)) }
+func (h *victimQueue) Swap(i, j int) { h.cursors[i], h.cursors[j] = h.cursors[j], h.cursors[i] }
+func (h *victimQueue) Push(x any)    { h.cursors = append(h.cursors, x.(cursor)) }
 func (h *victimQueue) Pop() any {
-	v := h.items[len(h.items)-1]
-	h.items = h.items[:len(h.items)-1]
+	v := h.cursors[len(h.cursors)-1]
+	h.cursors = h.cursors[:len(h.cursors)-1]
 	return v
 }
 
 // next returns the next victim, or nil when none is left.
 func (h *victimQueue) next() *runningGroup {
-	if len(h.items) == 0 {
+	if len(h.cursors) == 0 {
 		return nil
 	}
-	return heap.Pop(h).(victim).rg
+	cur := &h.cursors[0]
+	rg := cur.order[cur.pos]
+	cur.pos++
+	if h.advance(cur) {
+		heap.Fix(h, 0)
+	} else {
+		heap.Pop(h)
+	}
+	return rg
 }
 
 // cheaper orders running groups from the cheapest to evict to the most
@@ -154,18 +206,8 @@ func cheaper(a, b *runningGroup) int {
 // useful reports whether rg holds anything on a node the filter's group
 // statically fits.
 func (c *cycle) useful(rg *runningGroup) bool {
-	if rg.nodes == nil {
-		rg.nodes = make([]int, len(rg.allocs))
-		for k, a := range rg.allocs {
-			if n, ok := c.s.index[a.Node]; ok {
-				rg.nodes[k] = n
-			} else {
-				rg.nodes[k] = -1
-			}
-		}
-	}
-	for _, n := range rg.nodes {
-		if n >= 0 && c.feasible.fits(n) {
+	for _, ps := range rg.members {
+		if c.feasible.fits(ps.node) {
 			return true
 		}
 	}
@@ -190,13 +232,13 @@ func (c *cycle) tryEvict(p *pending, m evictMode) bool {
 		if !c.allowed(p, v, m) {
 			continue // an earlier victim of its queue used up what it could give
 		}
-		if c.budget >= 0 && pods+len(v.allocs) > c.budget {
+		if c.budget >= 0 && pods+len(v.members) > c.budget {
 			break
 		}
 		c.release(v)
-		c.tree.AddUsage(v.q, model.Resources{}.Sub(v.use))
+		c.tree.AddUsage(v.queue.q, model.Resources{}.Sub(v.use))
 		taken = append(taken, v)
-		pods += len(v.allocs)
+		pods += len(v.members)
 		if b, ok := c.fits(p); ok {
 			binds = b
 			break
@@ -219,9 +261,10 @@ func (c *cycle) tryEvict(p *pending, m evictMode) bool {
 	}
 	pods = 0
 	for _, v := range evicted {
-		v.evicted = true
-		pods += len(v.allocs)
-		for _, a := range v.allocs {
+		v.evicted = c.epoch
+		pods += len(v.members)
+		for _, ps := range v.byNodeAndName() {
+			a := ps.a
 			c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, For: p.g.Name, Reason: m.reason()})
 		}
 	}
@@ -236,7 +279,7 @@ func (c *cycle) tryEvict(p *pending, m evictMode) bool {
 // of the victims released since.
 func (c *cycle) undo(mark placement.Mark, released []*runningGroup) {
 	for _, v := range released {
-		c.tree.AddUsage(v.q, v.use)
+		c.tree.AddUsage(v.queue.q, v.use)
 	}
 	c.s.st.Rollback(mark)
 }
@@ -244,7 +287,7 @@ func (c *cycle) undo(mark placement.Mark, released []*runningGroup) {
 // fits reports whether p places on the state as it is, and with which
 // binds, leaving the state as it was.
 func (c *cycle) fits(p *pending) ([]model.Bind, bool) {
-	if !c.tree.Admits(p.q, p.demand) {
+	if !c.tree.Admits(p.q, p.admit) {
 		return nil, false
 	}
 	mark := c.s.st.Checkpoint()
@@ -272,12 +315,12 @@ func (c *cycle) reprieve(p *pending, taken []*runningGroup, binds []model.Bind) 
 			st.Rollback(mark)
 			continue
 		}
-		c.tree.AddUsage(v.q, v.use)
+		c.tree.AddUsage(v.queue.q, v.use)
 		if b, ok := c.fits(p); ok {
 			binds, spared[k] = b, true
 			continue
 		}
-		c.tree.AddUsage(v.q, model.Resources{}.Sub(v.use))
+		c.tree.AddUsage(v.queue.q, model.Resources{}.Sub(v.use))
 		st.Rollback(mark)
 	}
 	return binds, spared
@@ -286,9 +329,8 @@ func (c *cycle) reprieve(p *pending, taken []*runningGroup, binds []model.Bind) 
 // restore assigns rg's allocations back to the state; on false the caller
 // rolls back what it did assign.
 func (c *cycle) restore(rg *runningGroup) bool {
-	for _, a := range rg.allocs {
-		n, ok := c.s.index[a.Node]
-		if !ok || c.s.st.Assign(n, &a.Request, a.GPUs) != nil {
+	for _, ps := range rg.members {
+		if c.s.st.Assign(ps.node, &ps.a.Request, ps.a.GPUs) != nil {
 			return false
 		}
 	}

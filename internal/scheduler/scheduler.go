@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"time"
 
@@ -26,24 +27,30 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-type applied struct {
-	node   int
-	req    model.Request
-	shares []model.GPUShare
-}
-
-// Scheduler runs cycles. It keeps the cluster's free state between cycles
-// and applies only what changed in each new snapshot (an incremental
-// snapshot), so a cycle's cost follows the pending work, not the cluster.
-// A Scheduler is not safe for concurrent use.
+// Scheduler runs cycles. It keeps the cluster's free state, the running
+// pods by node, their groups and each queue's usage between cycles, and
+// applies only what changed in each new snapshot (doc.go says how it tells),
+// so a cycle's cost follows the changes and the pending work, not the
+// cluster. A Scheduler is not safe for concurrent use.
 type Scheduler struct {
-	cfg     Config
-	log     *slog.Logger
-	nodes   []model.Node
-	index   map[string]int
-	st      *placement.State
-	placer  *placement.Placer
-	running map[string]applied
+	cfg      Config
+	log      *slog.Logger
+	nodes    []model.Node
+	index    map[string]int
+	capacity model.Resources
+	st       *placement.State
+	placer   *placement.Placer
+	run      *running
+	// chunks is, per node, the running chunk last applied to it.
+	chunks []chunkID
+	// touched lists the nodes the last cycle's binds and evictions
+	// changed in st ahead of the snapshot; the next sync compares them
+	// whatever their chunks say.
+	touched []int
+	// epoch counts cycles; mark[i] == epoch queues node i for this sync.
+	epoch uint64
+	mark  []uint64
+	diff  []int
 }
 
 // New returns a scheduler.
@@ -118,6 +125,10 @@ func (t *timer) phase(name string) {
 	t.last = now
 }
 
+// sameNodes reports whether two node lists are equal as the state sees
+// them. The scheduler keeps a shallow copy of the last list, so a node
+// whose GPUs, taints and labels are the very ones it saw (as a driver that
+// passes unchanged nodes again does) is equal without comparing them.
 func sameNodes(a, b []model.Node) bool {
 	if len(a) != len(b) {
 		return false
@@ -125,8 +136,12 @@ func sameNodes(a, b []model.Node) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.Name != y.Name || x.MilliCPU != y.MilliCPU || x.MemoryMiB != y.MemoryMiB || x.Unschedulable != y.Unschedulable ||
-			!slices.Equal(x.GPUs, y.GPUs) || !slices.Equal(x.Taints, y.Taints) || len(x.Labels) != len(y.Labels) {
+			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) ||
+			len(x.Labels) != len(y.Labels) {
 			return false
+		}
+		if reflect.ValueOf(x.Labels).UnsafePointer() == reflect.ValueOf(y.Labels).UnsafePointer() {
+			continue
 		}
 		for k, v := range x.Labels {
 			if y.Labels[k] != v {
@@ -137,77 +152,10 @@ func sameNodes(a, b []model.Node) bool {
 	return true
 }
 
-func (s *Scheduler) sync(snap *model.Snapshot) error {
-	if s.st == nil || !sameNodes(s.nodes, snap.Nodes) {
-		s.nodes = slices.Clone(snap.Nodes)
-		s.index = make(map[string]int, len(s.nodes))
-		for i := range s.nodes {
-			if _, dup := s.index[s.nodes[i].Name]; dup {
-				return fmt.Errorf("syncing snapshot: node %q listed twice", s.nodes[i].Name)
-			}
-			s.index[s.nodes[i].Name] = i
-		}
-		s.st = placement.NewState(s.nodes)
-		s.running = map[string]applied{}
-		targets := s.cfg.Targets
-		if len(targets) == 0 {
-			targets = targetsOf(snap)
-		}
-		pol, err := placement.NewPolicy(s.cfg.Policy, placement.PolicyEnv{Targets: targets, Seed: s.cfg.Seed})
-		if err != nil {
-			return fmt.Errorf("syncing snapshot: %w", err)
-		}
-		if s.placer, err = placement.NewPlacer(s.st, pol); err != nil {
-			return fmt.Errorf("syncing snapshot: %w", err)
-		}
-	}
-	seen := make(map[string]bool, len(snap.Running))
-	for i := range snap.Running {
-		a := &snap.Running[i]
-		if seen[a.Pod] {
-			return fmt.Errorf("syncing snapshot: pod %q is running twice", a.Pod)
-		}
-		seen[a.Pod] = true
-		n, ok := s.index[a.Node]
-		if !ok {
-			return fmt.Errorf("syncing snapshot: pod %q runs on unknown node %q", a.Pod, a.Node)
-		}
-		if old, ok := s.running[a.Pod]; ok {
-			if old.node == n && slices.Equal(old.shares, a.GPUs) && old.req.MilliCPU == a.Request.MilliCPU && old.req.MemoryMiB == a.Request.MemoryMiB {
-				continue
-			}
-			s.st.Release(old.node, &old.req, old.shares)
-			delete(s.running, a.Pod)
-		}
-		if err := s.st.Assign(n, &a.Request, a.GPUs); err != nil {
-			return fmt.Errorf("syncing snapshot: pod %q: %w (the snapshot over-allocates the node)", a.Pod, err)
-		}
-		s.running[a.Pod] = applied{node: n, req: a.Request, shares: slices.Clone(a.GPUs)}
-	}
-	for pod, old := range s.running {
-		if !seen[pod] {
-			s.st.Release(old.node, &old.req, old.shares)
-			delete(s.running, pod)
-		}
-	}
-	s.st.Commit()
-	return nil
-}
-
-func targetsOf(snap *model.Snapshot) []placement.Target {
-	var reqs []model.Request
-	for i := range snap.Pending {
-		for _, p := range snap.Pending[i].Pods {
-			reqs = append(reqs, p.Request)
-		}
-	}
-	for i := range snap.Running {
-		reqs = append(reqs, snap.Running[i].Request)
-	}
-	if ts, err := placement.TargetsFrom(reqs, 1); err == nil {
-		return ts
-	}
-	return []placement.Target{{Req: model.Request{GPUs: 1}, P: 1}}
+// sameSlice reports whether a and b are the same slice: one length and,
+// when not empty, one backing array from the same element.
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // capacityOf sums the cluster's resources.

@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -136,6 +137,7 @@ func TestCycleScenarios(t *testing.T) {
 }
 
 func TestCycleErrors(t *testing.T) {
+	two := schedtest.Cluster("n", 2, 1, 1000, 1000)
 	tests := []struct {
 		name string
 		snap model.Snapshot
@@ -147,6 +149,13 @@ func TestCycleErrors(t *testing.T) {
 		{"over-allocated snapshot", model.Snapshot{Nodes: schedtest.Cluster("n", 1, 1, 1000, 1000),
 			Running: []model.Allocation{{Pod: "p", Node: "n-0", GPUs: []model.GPUShare{{Index: 0, Milli: 600}}}, {Pod: "q", Node: "n-0", GPUs: []model.GPUShare{{Index: 0, Milli: 600}}}}}, "over-allocates"},
 		{"duplicate node", model.Snapshot{Nodes: append(schedtest.Cluster("n", 1, 1, 1000, 1000), schedtest.Cluster("n", 1, 1, 1000, 1000)...)}, "twice"},
+		{"both running forms", model.Snapshot{Nodes: two, Running: []model.Allocation{{Pod: "p", Node: "n-0"}}, RunningByNode: [][]model.Allocation{nil, nil}}, "set one or the other"},
+		{"chunks not aligned with nodes", model.Snapshot{Nodes: two, RunningByNode: [][]model.Allocation{nil}}, "1 chunks for 2 nodes"},
+		{"chunk lists another node's pod", model.Snapshot{Nodes: two, RunningByNode: [][]model.Allocation{nil, {{Pod: "p", Node: "n-0"}}}}, "listed under node"},
+		{"pod in two chunks", model.Snapshot{Nodes: two, RunningByNode: [][]model.Allocation{{{Pod: "p", Node: "n-0"}}, {{Pod: "p", Node: "n-1"}}}}, "running twice"},
+		{"pod twice in one chunk", model.Snapshot{Nodes: two, RunningByNode: [][]model.Allocation{{{Pod: "p", Node: "n-0"}, {Pod: "p", Node: "n-0"}}, nil}}, "running twice"},
+		{"over-allocated chunk", model.Snapshot{Nodes: two, RunningByNode: [][]model.Allocation{{
+			{Pod: "p", Node: "n-0", GPUs: []model.GPUShare{{Index: 0, Milli: 600}}}, {Pod: "q", Node: "n-0", GPUs: []model.GPUShare{{Index: 0, Milli: 600}}}}, nil}}, "over-allocates"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -213,5 +222,107 @@ func TestSyncSeesChangedTaints(t *testing.T) {
 				t.Fatalf("%d binds, want %d: the scheduler kept a stale taint", len(d.Binds), tc.wantBinds)
 			}
 		})
+	}
+}
+
+func TestMinResourcesAdmission(t *testing.T) {
+	gpus := func(milli int64) model.Resources { return model.Resources{GPUMilli: milli} }
+	// a has a limit of its own; b only its parent's.
+	queues := []model.Queue{{Name: "org", Limit: gpus(6000)}, {Name: "a", Parent: "org", Limit: gpus(4000)}, {Name: "b", Parent: "org"}}
+	in := func(q string, min model.Resources) model.PodGroup {
+		g := schedtest.Group("g").Queue(q).Pods(1, schedtest.GPU(1, 1000)).Obj()
+		g.MinResources = min
+		return g
+	}
+	one := func(min model.Resources) model.PodGroup { return in("a", min) }
+	tests := []struct {
+		name string
+		// running GPUs of queue a before g arrives.
+		running    int
+		group      model.PodGroup
+		wantBinds  int
+		wantReason string
+	}{
+		{name: "no minResources: the pods' requests", running: 3, group: one(model.Resources{}), wantBinds: 1},
+		{name: "minResources below the requests change nothing", running: 3, group: one(gpus(500)), wantBinds: 1},
+		{name: "minResources within what the queue has left", running: 2, group: one(gpus(2000)), wantBinds: 1},
+		{name: "minResources above what the queue has left", running: 3, group: one(gpus(2000)), wantReason: "queue limit"},
+		{name: "minResources alone above the queue's limit", group: one(gpus(5000)), wantReason: "queue limit"},
+		{name: "minResources alone above the parent's limit", group: in("b", gpus(7000)), wantReason: "queue limit"},
+		{name: "minResources within the parent's limit", group: in("b", gpus(6000)), wantBinds: 1},
+		{name: "minResources above what the parent has left", running: 1, group: in("b", gpus(6000)), wantReason: "queue limit"},
+		{name: "CPU in minResources without a CPU limit", group: one(model.Resources{MilliCPU: 1 << 40}), wantBinds: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var first []model.PodGroup
+			for i := range tc.running {
+				first = append(first, schedtest.Group(fmt.Sprintf("r%d", i)).Queue("a").Pods(1, schedtest.GPU(1, 1000)).Obj())
+			}
+			h, err := schedtest.NewHarness(model.Snapshot{Nodes: schedtest.Cluster("n", 1, 8, 64000, 1<<20), Queues: queues, Pending: first}, scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			running(h, t)
+			h.Snap.Pending = []model.PodGroup{tc.group}
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Binds) != tc.wantBinds {
+				t.Fatalf("%d binds, want %d (unplaced %+v)", len(d.Binds), tc.wantBinds, d.Unplaced)
+			}
+			if tc.wantReason != "" && (len(d.Unplaced) != 1 || d.Unplaced[0].Reason != tc.wantReason) {
+				t.Fatalf("unplaced %+v, want g with reason %q", d.Unplaced, tc.wantReason)
+			}
+		})
+	}
+}
+
+func TestSyncReadsOnlyNewChunks(t *testing.T) {
+	nodes := schedtest.Cluster("n", 2, 2, 64000, 1<<20)
+	on := func(node string, gpu int) model.Allocation {
+		return model.Allocation{Pod: "p", Node: node, Request: schedtest.GPU(1, 1000), GPUs: []model.GPUShare{{Index: gpu, Milli: model.MilliPerGPU}}}
+	}
+	free := func(s *scheduler.Scheduler) [2]int64 {
+		return [2]int64{s.State().Nodes[0].FreeMilli(), s.State().Nodes[1].FreeMilli()}
+	}
+	s, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := []model.Allocation{on("n-0", 0)}
+	cycle := func(chunks ...[]model.Allocation) {
+		t.Helper()
+		if _, err := s.Cycle(&model.Snapshot{Nodes: nodes, RunningByNode: chunks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle(chunk, nil)
+	if got := free(s); got != [2]int64{1000, 2000} {
+		t.Fatalf("free milli-GPU %v after p started on n-0", got)
+	}
+	// Against the contract, the driver changes the chunk it passed, and
+	// puts it back after the cycle: the same slice is not read again,
+	// which is what makes a cycle cost only what changed. (The core keeps
+	// pointers into chunks, so a change left in place would corrupt it.)
+	saved := chunk[0]
+	chunk[0].GPUs = []model.GPUShare{{Index: 1, Milli: 600}}
+	cycle(chunk, nil)
+	chunk[0] = saved
+	if got := free(s); got != [2]int64{1000, 2000} {
+		t.Fatalf("free milli-GPU %v: an unchanged chunk was read again", got)
+	}
+	// p moves to n-1; n-0's chunk is a new (empty) slice.
+	cycle(nil, []model.Allocation{on("n-1", 1)})
+	if got := free(s); got != [2]int64{2000, 1000} {
+		t.Fatalf("free milli-GPU %v after p moved to n-1", got)
+	}
+	// The Running form reads every node again.
+	if _, err := s.Cycle(&model.Snapshot{Nodes: nodes, Running: []model.Allocation{on("n-0", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := free(s); got != [2]int64{1000, 2000} {
+		t.Fatalf("free milli-GPU %v after p moved back through Running", got)
 	}
 }

@@ -1,6 +1,10 @@
 package model
 
-import "github.com/gpuplane/gpuplane/internal/gpu"
+import (
+	"iter"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+)
 
 // MilliPerGPU is the milli-GPU capacity of one whole GPU.
 const MilliPerGPU = 1000
@@ -124,6 +128,12 @@ type PodGroup struct {
 	// means a group may be evicted only by a strictly higher priority in
 	// its own queue or by reclaim of borrowed quota.
 	NonPreemptible bool `json:"nonPreemptible,omitempty"`
+	// MinResources is the least the gang needs its queue to admit, for
+	// example what its workload will grow to once started. A queue admits
+	// the group only when its usage plus the larger of this and the pods'
+	// requests, resource by resource, stays within its limit and every
+	// ancestor's. Zero means the pods' requests alone.
+	MinResources Resources `json:"minResources,omitzero"`
 }
 
 // Min returns the gang size with the default (all pods) applied.
@@ -173,6 +183,11 @@ func (r Resources) Sub(o Resources) Resources {
 	return Resources{r.MilliCPU - o.MilliCPU, r.MemoryMiB - o.MemoryMiB, r.GPUMilli - o.GPUMilli}
 }
 
+// Max returns the larger of r and o in each component.
+func (r Resources) Max(o Resources) Resources {
+	return Resources{max(r.MilliCPU, o.MilliCPU), max(r.MemoryMiB, o.MemoryMiB), max(r.GPUMilli, o.GPUMilli)}
+}
+
 // Fits reports whether every component of r is <= the same one of o.
 func (r Resources) Fits(o Resources) bool {
 	return r.MilliCPU <= o.MilliCPU && r.MemoryMiB <= o.MemoryMiB && r.GPUMilli <= o.GPUMilli
@@ -218,14 +233,45 @@ type DisruptionBudget struct {
 }
 
 // Snapshot is everything one cycle reads. The core never changes it.
+//
+// The running allocations come in one of two forms; set one or the other.
+// Running lists them all, and the core compares every node with what it
+// holds each cycle. RunningByNode is aligned with Nodes: RunningByNode[i]
+// holds the allocations on Nodes[i]. Whoever builds the snapshot never
+// modifies a chunk slice once passed (an element or, through another
+// slice, its backing array within its length): a chunk with the same
+// length as in the previous snapshot and, when not empty, the same first
+// element (the same address) is the same chunk, and the core skips that
+// node without reading it. A node whose pods changed gets a new slice.
+// With RunningByNode a cycle costs what changed, not the cluster.
 type Snapshot struct {
-	Nodes   []Node           `json:"nodes"`
-	Running []Allocation     `json:"running,omitempty"`
-	Pending []PodGroup       `json:"pending,omitempty"`
-	Queues  []Queue          `json:"queues,omitempty"`
-	Budget  DisruptionBudget `json:"budget"`
+	Nodes         []Node           `json:"nodes"`
+	Running       []Allocation     `json:"running,omitempty"`
+	RunningByNode [][]Allocation   `json:"runningByNode,omitempty"`
+	Pending       []PodGroup       `json:"pending,omitempty"`
+	Queues        []Queue          `json:"queues,omitempty"`
+	Budget        DisruptionBudget `json:"budget"`
 	// Now is the snapshot time in the same unit as CreatedAt.
 	Now int64 `json:"now,omitempty"`
+}
+
+// AllRunning yields every running allocation, from Running or
+// RunningByNode, whichever is set.
+func (s *Snapshot) AllRunning() iter.Seq[*Allocation] {
+	return func(yield func(*Allocation) bool) {
+		for i := range s.Running {
+			if !yield(&s.Running[i]) {
+				return
+			}
+		}
+		for _, chunk := range s.RunningByNode {
+			for i := range chunk {
+				if !yield(&chunk[i]) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // Bind places one pod of a group on a node and GPUs.

@@ -346,6 +346,19 @@ func (t *Tree) KeepsFairShare(i int, gone model.Resources) bool {
 	return contended
 }
 
+// AboveFairShare reports whether queue i uses more than its fair share of
+// some scarce resource: only then can it give anything up and stay at or
+// above its fair share (KeepsFairShare).
+func (t *Tree) AboveFairShare(i int) bool {
+	u, f := comps(t.nodes[i].usage), comps(t.nodes[i].fair)
+	for k := range u {
+		if t.scarce[k] && u[k] > f[k] {
+			return true
+		}
+	}
+	return false
+}
+
 // IsLeaf reports whether queue i has no child queues.
 func (t *Tree) IsLeaf(i int) bool { return len(t.nodes[i].children) == 0 }
 

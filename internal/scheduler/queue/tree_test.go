@@ -180,3 +180,24 @@ func TestGuaranteeRule(t *testing.T) {
 		})
 	}
 }
+
+func TestAboveFairShare(t *testing.T) {
+	tr, err := New([]model.Queue{{Name: "a"}, {Name: "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := tr.Leaf("a"), tr.Leaf("b")
+	// GPUs are scarce (a and b want 12 of 8), CPU is not.
+	tr.AddUsage(a, model.Resources{GPUMilli: 6000, MilliCPU: 1000})
+	tr.AddUsage(b, model.Resources{GPUMilli: 2000, MilliCPU: 60000})
+	tr.AddDemand(b, gpu(4000))
+	tr.ComputeFairShares(model.Resources{GPUMilli: 8000, MilliCPU: 100000})
+	if !tr.AboveFairShare(a) || !tr.KeepsFairShare(a, gpu(1000)) {
+		t.Errorf("a uses 6 of its 4 GPUs' fair share: want above it, able to give one up")
+	}
+	// b is above its CPU share, but CPU is not scarce: it has nothing a
+	// fair-share reclaim may take.
+	if tr.AboveFairShare(b) || tr.KeepsFairShare(b, model.Resources{MilliCPU: 1000}) {
+		t.Errorf("b uses 2 of its 4 GPUs' fair share and no scarce resource above it: want not above")
+	}
+}

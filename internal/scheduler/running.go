@@ -1,0 +1,281 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// running indexes the pods applied to the scheduler's state: by name, by
+// node, by group and by queue name. sync and finish keep it in step with
+// the state as pods come and go, so that a cycle reads running groups and
+// queue usage without going over every pod.
+type running struct {
+	pods   map[string]*podState
+	onNode [][]*podState
+	groups map[string]*runningGroup
+	// queues lists the queue names anything runs under; byName finds
+	// them.
+	queues []*queueEntry
+	byName map[string]*queueEntry
+	// dirty lists the groups whose members changed since the last settle.
+	dirty []*runningGroup
+}
+
+// podState is one running pod as applied to the state.
+type podState struct {
+	// a is the pod's allocation: an element of a snapshot's chunk, which
+	// its driver never modifies, or the core's own copy for a bind.
+	a    *model.Allocation
+	node int
+	slot int // index in running.onNode[node]
+	// queue counts the pod's usage: the queue named by a.Queue.
+	queue  *queueEntry
+	g      *runningGroup
+	member int // index in g.members
+	// kept is the sync in which a snapshot allocation matched the pod.
+	kept uint64
+}
+
+// runningGroup is the running pods of one group (a lone pod is a group of
+// its own), the unit evictions take. Its fields other than members and
+// use are derived by settle: priority and queue are those of the member
+// with the smallest pod name (all members agree unless the snapshot is
+// inconsistent), started is the latest start and nonPreemptible holds
+// when any member is.
+type runningGroup struct {
+	name           string
+	queue          *queueEntry // where the group is indexed; nil while unindexed
+	slot           int         // index in queue.groups
+	priority       int32
+	started        int64
+	nonPreemptible bool
+	members        []*podState
+	use            model.Resources
+	// evicted is the cycle (Scheduler.epoch) that evicted the group.
+	evicted uint64
+	dirty   bool
+	// sortedIn is the entry whose order holds the group, if any.
+	sortedIn *queueEntry
+}
+
+// queueEntry is what runs under one queue name. Names the queue tree does
+// not know map to its default queue, per cycle, as pending groups do.
+type queueEntry struct {
+	name  string
+	slot  int             // index in running.queues
+	usage model.Resources // of the pods naming this queue
+	pods  int
+	// groups are the running groups indexed under this queue; prios
+	// counts the preemptible ones by priority.
+	groups []*runningGroup
+	prios  map[int32]int
+	// order is groups from the cheapest to evict (cheaper), brought up
+	// to date only when an eviction reads it after groups changed.
+	order      []*runningGroup
+	orderStale bool
+	// q is the queue's index in the current cycle's tree.
+	q int
+}
+
+func newRunning(nodes int) *running {
+	return &running{pods: map[string]*podState{}, onNode: make([][]*podState, nodes),
+		groups: map[string]*runningGroup{}, byName: map[string]*queueEntry{}}
+}
+
+// groupKey is the running group an allocation belongs to.
+func groupKey(a *model.Allocation) string {
+	if a.Group == "" {
+		return "pod/" + a.Pod
+	}
+	return a.Group
+}
+
+// add indexes allocation a on node; the caller has assigned it to the
+// state.
+func (r *running) add(a *model.Allocation, node int) *podState {
+	ps := &podState{a: a, node: node, slot: len(r.onNode[node])}
+	r.onNode[node] = append(r.onNode[node], ps)
+	r.pods[a.Pod] = ps
+	use := model.Of(&a.Request)
+	ps.queue = r.entry(a.Queue)
+	ps.queue.usage = ps.queue.usage.Add(use)
+	ps.queue.pods++
+	key := groupKey(a)
+	g := r.groups[key]
+	if g == nil {
+		g = &runningGroup{name: key}
+		r.groups[key] = g
+	}
+	ps.g, ps.member = g, len(g.members)
+	g.members = append(g.members, ps)
+	g.use = g.use.Add(use)
+	r.touch(g)
+	return ps
+}
+
+// find returns the pod named pod applied on node n, or nil. A node holds
+// a handful of pods: looking through them beats a look-up in a map of the
+// whole cluster's.
+func (r *running) find(n int, pod string) *podState {
+	on := r.onNode[n]
+	if len(on) > 32 {
+		if ps := r.pods[pod]; ps != nil && ps.node == n {
+			return ps
+		}
+		return nil
+	}
+	for _, ps := range on {
+		if ps.a.Pod == pod {
+			return ps
+		}
+	}
+	return nil
+}
+
+// drop removes ps from the index; the caller releases it from the state
+// (or already has).
+func (r *running) drop(ps *podState) {
+	if r.pods[ps.a.Pod] == ps {
+		delete(r.pods, ps.a.Pod)
+	}
+	on := r.onNode[ps.node]
+	last := on[len(on)-1]
+	on[ps.slot], last.slot = last, ps.slot
+	on[len(on)-1] = nil
+	r.onNode[ps.node] = on[:len(on)-1]
+	use := model.Of(&ps.a.Request)
+	ps.queue.usage = ps.queue.usage.Sub(use)
+	ps.queue.pods--
+	r.tidy(ps.queue)
+	g := ps.g
+	m := g.members[len(g.members)-1]
+	g.members[ps.member], m.member = m, ps.member
+	g.members[len(g.members)-1] = nil
+	g.members = g.members[:len(g.members)-1]
+	g.use = g.use.Sub(use)
+	r.touch(g)
+}
+
+func (r *running) touch(g *runningGroup) {
+	if !g.dirty {
+		g.dirty = true
+		r.dirty = append(r.dirty, g)
+	}
+}
+
+// settle derives the changed groups' fields from their members and
+// re-indexes them under their queues; empty groups go.
+func (r *running) settle() {
+	for _, g := range r.dirty {
+		g.dirty = false
+		if g.queue != nil {
+			r.unindex(g)
+		}
+		if len(g.members) == 0 {
+			delete(r.groups, g.name)
+			continue
+		}
+		rep := g.members[0]
+		g.started, g.nonPreemptible = rep.a.StartedAt, false
+		for _, m := range g.members {
+			if m.a.Pod < rep.a.Pod {
+				rep = m
+			}
+			g.started = max(g.started, m.a.StartedAt)
+			g.nonPreemptible = g.nonPreemptible || m.a.NonPreemptible
+		}
+		g.priority = rep.a.Priority
+		e := r.entry(rep.a.Queue)
+		g.queue, g.slot = e, len(e.groups)
+		e.groups = append(e.groups, g)
+		e.orderStale = true
+		if !g.nonPreemptible {
+			e.prios[g.priority]++
+		}
+	}
+	clear(r.dirty)
+	r.dirty = r.dirty[:0]
+}
+
+func (r *running) unindex(g *runningGroup) {
+	e := g.queue
+	last := e.groups[len(e.groups)-1]
+	e.groups[g.slot], last.slot = last, g.slot
+	e.groups[len(e.groups)-1] = nil
+	e.groups = e.groups[:len(e.groups)-1]
+	if !g.nonPreemptible {
+		if e.prios[g.priority]--; e.prios[g.priority] == 0 {
+			delete(e.prios, g.priority)
+		}
+	}
+	g.queue = nil
+	e.orderStale = true
+	r.tidy(e)
+}
+
+// entry returns the queue entry of name, adding it if missing.
+func (r *running) entry(name string) *queueEntry {
+	e := r.byName[name]
+	if e == nil {
+		e = &queueEntry{name: name, slot: len(r.queues), prios: map[int32]int{}}
+		r.byName[name] = e
+		r.queues = append(r.queues, e)
+	}
+	return e
+}
+
+// tidy forgets e once nothing runs under it.
+func (r *running) tidy(e *queueEntry) {
+	if e.pods > 0 || len(e.groups) > 0 {
+		return
+	}
+	delete(r.byName, e.name)
+	last := r.queues[len(r.queues)-1]
+	r.queues[e.slot], last.slot = last, e.slot
+	r.queues[len(r.queues)-1] = nil
+	r.queues = r.queues[:len(r.queues)-1]
+}
+
+// byNodeAndName returns g's members ordered by node, then pod name: the
+// order evictions are reported in, whatever order the pods came in.
+func (g *runningGroup) byNodeAndName() []*podState {
+	out := slices.Clone(g.members)
+	slices.SortFunc(out, func(x, y *podState) int {
+		if c := cmp.Compare(x.node, y.node); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.a.Pod, y.a.Pod)
+	})
+	return out
+}
+
+// cheapestFirst returns e's groups from the cheapest to evict to the most
+// valuable. It sorts again only after groups changed, starting from the
+// last order (which sorts fast when little changed).
+func (e *queueEntry) cheapestFirst() []*runningGroup {
+	if !e.orderStale {
+		return e.order
+	}
+	order := e.order[:0]
+	for _, g := range e.order {
+		if g.queue == e {
+			order = append(order, g)
+		} else if g.sortedIn == e {
+			g.sortedIn = nil
+		}
+	}
+	for _, g := range e.groups {
+		if g.sortedIn != e {
+			g.sortedIn = e
+			order = append(order, g)
+		}
+	}
+	if len(order) < len(e.order) {
+		clear(e.order[len(order):])
+	}
+	slices.SortFunc(order, cheaper)
+	e.order, e.orderStale = order, false
+	return order
+}

@@ -1,0 +1,228 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+)
+
+// chunkID tells a node's running chunk from another: its length and the
+// address of its first element (model.Snapshot.RunningByNode).
+type chunkID struct {
+	n     int
+	first *model.Allocation
+}
+
+func idOf(chunk []model.Allocation) chunkID {
+	if len(chunk) == 0 {
+		return chunkID{}
+	}
+	return chunkID{len(chunk), &chunk[0]}
+}
+
+// sync brings the free state and the running index in line with the
+// snapshot. It compares only the nodes whose chunk is not the one applied
+// last and the nodes the last cycle's own decisions changed (finish); on
+// those it releases every pod that went or changed before it assigns any
+// that came, so a pod moving between nodes, or the real allocation of a
+// bind replacing the bind, never looks like over-allocation. On an error
+// the scheduler starts over at the next cycle.
+func (s *Scheduler) sync(snap *model.Snapshot) (err error) {
+	defer func() {
+		if err != nil {
+			s.st = nil
+		}
+	}()
+	switch byNode := snap.RunningByNode; {
+	case byNode != nil && len(snap.Running) > 0:
+		return errors.New("syncing snapshot: both running and runningByNode are set: set one or the other")
+	case byNode != nil && len(byNode) != len(snap.Nodes):
+		return fmt.Errorf("syncing snapshot: runningByNode has %d chunks for %d nodes", len(byNode), len(snap.Nodes))
+	}
+	if s.st == nil || !sameNodes(s.nodes, snap.Nodes) {
+		if err := s.reset(snap); err != nil {
+			return err
+		}
+	}
+	chunks := snap.RunningByNode
+	if chunks == nil {
+		if chunks, err = s.bucket(snap.Running); err != nil {
+			return err
+		}
+	}
+	s.epoch++
+	diff := s.diff[:0]
+	for _, n := range s.touched {
+		if s.mark[n] != s.epoch {
+			s.mark[n] = s.epoch
+			diff = append(diff, n)
+		}
+	}
+	s.touched = s.touched[:0]
+	for n := range chunks {
+		if s.mark[n] != s.epoch && idOf(chunks[n]) != s.chunks[n] {
+			s.mark[n] = s.epoch
+			diff = append(diff, n)
+		}
+	}
+	s.diff = diff
+	for _, n := range diff {
+		if err := s.releaseGone(n, chunks[n]); err != nil {
+			return err
+		}
+	}
+	for _, n := range diff {
+		if err := s.assignNew(n, chunks[n]); err != nil {
+			return err
+		}
+		s.chunks[n] = idOf(chunks[n])
+	}
+	s.run.settle()
+	s.st.Commit()
+	return nil
+}
+
+// releaseGone marks the pods on node n that chunk still lists unchanged as
+// kept and releases every other pod applied on n. A pod listed here but
+// applied on another node is left to assignNew, which finds it twice
+// unless that node's own comparison released it.
+func (s *Scheduler) releaseGone(n int, chunk []model.Allocation) error {
+	for i := range chunk {
+		a := &chunk[i]
+		if a.Node != s.nodes[n].Name {
+			return fmt.Errorf("syncing snapshot: pod %q is listed under node %q but names node %q", a.Pod, s.nodes[n].Name, a.Node)
+		}
+		ps := s.run.find(n, a.Pod)
+		if ps == nil {
+			continue // new here; assignNew looks for it elsewhere
+		}
+		if ps.kept == s.epoch {
+			return fmt.Errorf("syncing snapshot: pod %q is running twice", a.Pod)
+		}
+		if sameAlloc(ps.a, a) {
+			ps.kept, ps.a = s.epoch, a
+		}
+	}
+	for k := len(s.run.onNode[n]) - 1; k >= 0; k-- {
+		if ps := s.run.onNode[n][k]; ps.kept != s.epoch {
+			s.st.Release(n, &ps.a.Request, ps.a.GPUs)
+			s.run.drop(ps)
+		}
+	}
+	return nil
+}
+
+// assignNew assigns the pods of chunk that releaseGone did not keep.
+func (s *Scheduler) assignNew(n int, chunk []model.Allocation) error {
+	for i := range chunk {
+		a := &chunk[i]
+		ps := s.run.find(n, a.Pod)
+		if ps == nil {
+			ps = s.run.pods[a.Pod]
+		}
+		if ps != nil {
+			if ps.kept == s.epoch && ps.a == a {
+				continue
+			}
+			return fmt.Errorf("syncing snapshot: pod %q is running twice", a.Pod)
+		}
+		if err := s.st.Assign(n, &a.Request, a.GPUs); err != nil {
+			return fmt.Errorf("syncing snapshot: pod %q: %w (the snapshot over-allocates the node)", a.Pod, err)
+		}
+		s.run.add(a, n)
+	}
+	return nil
+}
+
+// sameAlloc reports whether y holds what x holds, in the same group, queue
+// and priority. Placement constraints (node selector, tolerations, GPU
+// models) are not compared: they decided where the pod went and play no
+// part once it runs.
+func sameAlloc(x, y *model.Allocation) bool {
+	if x == y {
+		return true
+	}
+	p, q := &x.Request, &y.Request
+	return x.Pod == y.Pod && x.Group == y.Group && x.Queue == y.Queue && x.Priority == y.Priority && x.Node == y.Node &&
+		x.StartedAt == y.StartedAt && x.NonPreemptible == y.NonPreemptible &&
+		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli &&
+		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && slices.Equal(x.GPUs, y.GPUs)
+}
+
+// reset starts over on the snapshot's nodes with nothing running.
+func (s *Scheduler) reset(snap *model.Snapshot) error {
+	s.nodes = slices.Clone(snap.Nodes)
+	s.index = make(map[string]int, len(s.nodes))
+	for i := range s.nodes {
+		if _, dup := s.index[s.nodes[i].Name]; dup {
+			return fmt.Errorf("syncing snapshot: node %q listed twice", s.nodes[i].Name)
+		}
+		s.index[s.nodes[i].Name] = i
+	}
+	s.capacity = capacityOf(s.nodes)
+	s.st = placement.NewState(s.nodes)
+	s.run = newRunning(len(s.nodes))
+	s.chunks = make([]chunkID, len(s.nodes))
+	s.mark = make([]uint64, len(s.nodes))
+	s.touched = s.touched[:0]
+	targets := s.cfg.Targets
+	if len(targets) == 0 {
+		targets = targetsOf(snap)
+	}
+	pol, err := placement.NewPolicy(s.cfg.Policy, placement.PolicyEnv{Targets: targets, Seed: s.cfg.Seed})
+	if err != nil {
+		return fmt.Errorf("syncing snapshot: %w", err)
+	}
+	if s.placer, err = placement.NewPlacer(s.st, pol); err != nil {
+		return fmt.Errorf("syncing snapshot: %w", err)
+	}
+	return nil
+}
+
+// bucket copies running into fresh per-node chunks. Every node with pods
+// then has a chunk the core has not seen, so each cycle compares them all.
+func (s *Scheduler) bucket(running []model.Allocation) ([][]model.Allocation, error) {
+	at := make([]int32, len(running))
+	start := make([]int, len(s.nodes)+1)
+	for i := range running {
+		n, ok := s.index[running[i].Node]
+		if !ok {
+			return nil, fmt.Errorf("syncing snapshot: pod %q runs on unknown node %q", running[i].Pod, running[i].Node)
+		}
+		at[i] = int32(n)
+		start[n+1]++
+	}
+	for n := range s.nodes {
+		start[n+1] += start[n]
+	}
+	buf := make([]model.Allocation, len(running))
+	next := slices.Clone(start[:len(s.nodes)])
+	for i := range running {
+		buf[next[at[i]]] = running[i]
+		next[at[i]]++
+	}
+	chunks := make([][]model.Allocation, len(s.nodes))
+	for n := range chunks {
+		chunks[n] = buf[start[n]:start[n+1]:start[n+1]]
+	}
+	return chunks, nil
+}
+
+func targetsOf(snap *model.Snapshot) []placement.Target {
+	var reqs []model.Request
+	for i := range snap.Pending {
+		for _, p := range snap.Pending[i].Pods {
+			reqs = append(reqs, p.Request)
+		}
+	}
+	for a := range snap.AllRunning() {
+		reqs = append(reqs, a.Request)
+	}
+	if ts, err := placement.TargetsFrom(reqs, 1); err == nil {
+		return ts
+	}
+	return []placement.Target{{Req: model.Request{GPUs: 1}, P: 1}}
+}
