@@ -272,3 +272,37 @@ func TestStaticFits(t *testing.T) {
 		})
 	}
 }
+
+func TestChangeLogTrimmed(t *testing.T) {
+	pol, err := NewPolicy("bestfit", PolicyEnv{Targets: []Target{{Req: model.Request{GPUs: 1}, P: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := NewState([]model.Node{gpuNode("a", 8000, 2), gpuNode("b", 8000, 2)})
+	p, err := NewPlacer(st, pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &model.Request{GPUs: 1}
+	o, ok := p.Place(req)
+	if !ok {
+		t.Fatal("nothing placed on an empty cluster")
+	}
+	// Churn on the other node until Commit trims the log.
+	other := 1 - o.Node
+	share := []model.GPUShare{{Index: 0, Milli: 1000}}
+	for range changeLogMin {
+		_ = st.Assign(other, req, share)
+		st.Release(other, req, share)
+	}
+	// The chosen node fills up; the placer, now behind the log, must see it.
+	_ = st.Assign(o.Node, req, []model.GPUShare{{Index: 0, Milli: 1000}})
+	_ = st.Assign(o.Node, req, []model.GPUShare{{Index: 1, Milli: 1000}})
+	st.Commit()
+	if st.changedBase == 0 || len(st.changed) != 0 {
+		t.Fatalf("log of %d changes from %d not trimmed", len(st.changed), st.changedBase)
+	}
+	if got, ok := p.Place(req); !ok || got.Node != other {
+		t.Fatalf("placed on %d (%v) after node %d filled up, want %d", got.Node, ok, o.Node, other)
+	}
+}

@@ -70,11 +70,13 @@ type State struct {
 	Nodes   []NodeState
 	journal []change
 	// changed logs node indexes in change order; placers read it to
-	// re-score only what changed.
-	changed []int
-	classes map[string]int32
-	sigs    map[string]int32
-	buf     []byte
+	// re-score only what changed. Positions count from the State's start:
+	// changed[0] is position changedBase (Commit trims the log).
+	changed     []int
+	changedBase int
+	classes     map[string]int32
+	sigs        map[string]int32
+	buf         []byte
 }
 
 // NewState builds the free state of nodes (which it keeps a reference to)
@@ -211,8 +213,16 @@ func (s *State) Rollback(m Mark) {
 	s.journal = s.journal[:m]
 }
 
-// Commit forgets the journal up to now; earlier marks become invalid.
-func (s *State) Commit() { s.journal = s.journal[:0] }
+// Commit forgets the journal up to now; earlier marks become invalid. Once
+// the change log is long it is trimmed: a reader behind it then sees every
+// node as changed (Changes).
+func (s *State) Commit() {
+	s.journal = s.journal[:0]
+	if len(s.changed) > changeLogMin+changeLogPerNode*len(s.Nodes) {
+		s.changedBase += len(s.changed)
+		s.changed = s.changed[:0]
+	}
+}
 
 // Fits reports whether shares can be taken on node i for req without
 // over-allocating anything.
@@ -286,13 +296,27 @@ func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bo
 }
 
 // Changes returns the node indexes changed since position from, and the new
-// position.
+// position. When the log no longer reaches back to from (Commit trimmed
+// it), every node counts as changed.
 func (s *State) Changes(from int) ([]int, int) {
-	if from > len(s.changed) {
-		from = 0
+	end := s.changedBase + len(s.changed)
+	if from < s.changedBase || from > end {
+		all := make([]int, len(s.Nodes))
+		for i := range all {
+			all[i] = i
+		}
+		return all, end
 	}
-	return s.changed[from:], len(s.changed)
+	return s.changed[from-s.changedBase:], end
 }
+
+// changeLogLimit is how long the change log may grow, per node and in all,
+// before Commit trims it: a scheduler running for days would otherwise keep
+// every change it ever made.
+const (
+	changeLogPerNode = 16
+	changeLogMin     = 1 << 16
+)
 
 // MilliTotals returns allocated and total milli-GPU and the number of GPUs
 // in use and in all, over the whole cluster.
