@@ -69,7 +69,9 @@ func New(cfg Config) (*Scheduler, error) {
 	return &Scheduler{cfg: cfg, log: log}, nil
 }
 
-// State exposes the free state after the last cycle (read-only use).
+// State exposes the free state after the last cycle (read-only use): nil
+// before the first cycle and after one whose snapshot could not be
+// applied.
 func (s *Scheduler) State() *placement.State { return s.st }
 
 // Cycle schedules one snapshot and returns its decisions. The snapshot is
