@@ -120,10 +120,17 @@ func fullChunks(nodes []model.Node, perNode int, prio func(i int) int32) [][]mod
 	return chunks
 }
 
-// setRunning gives snap the running allocations of chunks, chunk by
-// chunk.
-func setRunning(snap *model.Snapshot, chunks [][]model.Allocation) {
-	snap.RunningByNode = slices.Clone(chunks)
+// setRunning gives snap the running allocations of chunks, chunk by chunk
+// or, with flat, as one Snapshot.Running list.
+func setRunning(snap *model.Snapshot, chunks [][]model.Allocation, flat bool) {
+	if !flat {
+		snap.RunningByNode = slices.Clone(chunks)
+		return
+	}
+	snap.Running = snap.Running[:0:0]
+	for _, c := range chunks {
+		snap.Running = append(snap.Running, c...)
+	}
 }
 
 // steadyDriver plays the cluster between cycles: it carries out the last
@@ -135,12 +142,17 @@ type steadyDriver struct {
 	rng    *rand.Rand
 	churn  int
 	next   int
+	flat   bool // hand the pods over as Snapshot.Running
 }
 
 func (d *steadyDriver) step(dec model.Decisions) {
+	queueOf := map[string]string{}
+	for _, g := range d.snap.Pending {
+		queueOf[g.Name] = g.Queue
+	}
 	for _, b := range dec.Binds {
 		c := d.chunks[b.NodeIndex]
-		d.chunks[b.NodeIndex] = append(c[:len(c):len(c)], model.Allocation{Pod: b.Pod, Group: b.Group, Queue: benchQueues[d.next%3].Name,
+		d.chunks[b.NodeIndex] = append(c[:len(c):len(c)], model.Allocation{Pod: b.Pod, Group: b.Group, Queue: queueOf[b.Group],
 			Node: b.Node, Request: schedtest.GPU(1, 4000), GPUs: b.GPUs, StartedAt: int64(d.next)})
 	}
 	for range d.churn {
@@ -158,17 +170,24 @@ func (d *steadyDriver) step(dec model.Decisions) {
 		name := fmt.Sprintf("new%d", d.next)
 		d.snap.Pending = append(d.snap.Pending, schedtest.Group(name).Queue(benchQueues[d.next%3].Name).Created(int64(d.next)).Pods(1, schedtest.GPU(1, 4000)).Obj())
 	}
-	setRunning(&d.snap, d.chunks)
+	setRunning(&d.snap, d.chunks, d.flat)
 }
 
 // BenchmarkCycleSteady: 5,000 nodes x 8 GPUs running 35,000 single-GPU
 // pods; between cycles churn pods end and as many new ones arrive. The
-// driver hands the core the same chunk for every node nothing changed on.
+// driver hands the core the same chunk for every node nothing changed on;
+// "running" hands all pods over as Snapshot.Running instead, which the
+// core compares in full every cycle.
 func BenchmarkCycleSteady(b *testing.B) {
-	for _, churn := range []int{0, 100} {
-		b.Run(fmt.Sprintf("churn=%d", churn), func(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		churn int
+		flat  bool
+	}{{"churn=0", 0, false}, {"churn=100", 100, false}, {"running/churn=0", 0, true}} {
+		b.Run(tc.name, func(b *testing.B) {
 			nodes := schedtest.Cluster("n", 5000, 8, 128000, 1<<20)
-			d := &steadyDriver{chunks: fullChunks(nodes, 7, func(int) int32 { return 0 }), rng: rand.New(rand.NewPCG(1, 2)), churn: churn, next: 35000}
+			d := &steadyDriver{chunks: fullChunks(nodes, 7, func(int) int32 { return 0 }), rng: rand.New(rand.NewPCG(1, 2)), churn: tc.churn,
+				next: 35000, flat: tc.flat}
 			d.snap = model.Snapshot{Nodes: nodes, Queues: benchQueues, Budget: model.DisruptionBudget{MaxEvictions: -1}}
 			d.step(model.Decisions{})
 			s, err := scheduler.New(scheduler.Config{})
@@ -203,7 +222,7 @@ func BenchmarkCycleBacklog(b *testing.B) {
 	nodes := schedtest.Cluster("n", 1000, 8, 128000, 1<<20)
 	chunks := fullChunks(nodes, 8, func(i int) int32 { return int32(2 + i%5%3) })
 	snap := model.Snapshot{Nodes: nodes, Queues: benchQueues, Budget: model.DisruptionBudget{MaxEvictions: -1}}
-	setRunning(&snap, chunks)
+	setRunning(&snap, chunks, false)
 	for i := range 2000 {
 		snap.Pending = append(snap.Pending, schedtest.Group(fmt.Sprintf("p%d", i)).Queue(benchQueues[i%3].Name).Priority(int32(i%7%3)).
 			Created(int64(i)).Pods(1+i%2, schedtest.GPU(1, 4000)).Obj())
