@@ -142,12 +142,15 @@ func rebuild(c *clusterCache, now time.Time) *cycleInput {
 }
 
 func diffInputs(got, want *cycleInput) string {
-	sortAllocs := func(a []model.Allocation) []model.Allocation {
-		a = slices.Clone(a)
+	sortAllocs := func(snap *model.Snapshot) []model.Allocation {
+		var a []model.Allocation
+		for x := range snap.AllRunning() {
+			a = append(a, *x)
+		}
 		slices.SortFunc(a, func(x, y model.Allocation) int { return cmp.Compare(x.Pod, y.Pod) })
 		return a
 	}
-	if g, w := sortAllocs(got.snap.Running), sortAllocs(want.snap.Running); !reflect.DeepEqual(g, w) {
+	if g, w := sortAllocs(&got.snap), sortAllocs(&want.snap); !reflect.DeepEqual(g, w) {
 		return fmt.Sprintf("running\n got %+v\nwant %+v", g, w)
 	}
 	summary := func(in *cycleInput) map[string]string {

@@ -31,8 +31,8 @@ type loop struct {
 	// gangs' binds it resumes (resumeCommitted).
 	started  bool
 	resuming map[string][]bindTask
-	diag         map[string]diagnosis
-	queuesAt     time.Time
+	diag     map[string]diagnosis
+	queuesAt time.Time
 }
 
 func newLoop(cfg Config, log klog.Logger, c *clusterCache, api *apiWriter, st *statusWriter, m *metrics) (*loop, error) {

@@ -170,8 +170,8 @@ func (l *loop) finishResumed(ctx context.Context, in *cycleInput) {
 		return
 	}
 	running := map[string]string{}
-	for i := range in.snap.Running {
-		running[in.snap.Running[i].Pod] = in.snap.Running[i].Node
+	for a := range in.snap.AllRunning() {
+		running[a.Pod] = a.Node
 	}
 	for group, tasks := range l.resuming {
 		fits := true

@@ -269,8 +269,7 @@ func (l *loop) queueStatus(in *cycleInput) {
 			capacity.GPUMilli += g.Capacity()
 		}
 	}
-	for i := range in.snap.Running {
-		a := &in.snap.Running[i]
+	for a := range in.snap.AllRunning() {
 		tree.AddUsage(tree.Leaf(a.Queue), model.Of(&a.Request))
 	}
 	pendingCount := map[string]int32{}
@@ -282,8 +281,8 @@ func (l *loop) queueStatus(in *cycleInput) {
 			admitted[g.queue]++
 		}
 	}
-	for i := range in.snap.Running {
-		if a := &in.snap.Running[i]; strings.HasPrefix(a.Group, "pod/") && in.groups[a.Group] == nil {
+	for a := range in.snap.AllRunning() {
+		if strings.HasPrefix(a.Group, "pod/") && in.groups[a.Group] == nil {
 			admitted[a.Queue]++
 		}
 	}

@@ -91,10 +91,9 @@ type builder struct {
 	nextClass    int
 
 	// nodeAllocs holds each node's allocations; a node's slice is
-	// replaced, never changed, when its pods change. running is their
-	// concatenation in node order, rebuilt only when one changed.
+	// replaced, never changed, when its pods change (the core relies on
+	// it: model.Snapshot.RunningByNode).
 	nodeAllocs map[string][]model.Allocation
-	running    []model.Allocation
 }
 
 func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
@@ -187,7 +186,7 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 	}
 
 	// 2. Running allocations, recomputed for the nodes whose pods changed.
-	in.snap.Running = b.runningAllocations(c, now, nodesChanged)
+	in.snap.RunningByNode = b.runningAllocations(c, now)
 
 	// 3. Pending groups; held groups stay out. The core orders them
 	//    itself (priority, age, name), so map order is fine here.
@@ -340,10 +339,11 @@ func (b *builder) modelNodesFor(used map[string]bool, nodesChanged bool) []model
 	return b.modelNodes
 }
 
-// runningAllocations returns every allocation, recomputing only the nodes
-// the cache marked dirty (and those whose refusals expired). Caller holds
-// c.mu.
-func (b *builder) runningAllocations(c *clusterCache, now time.Time, nodesChanged bool) []model.Allocation {
+// runningAllocations returns each node's allocations, aligned with
+// b.nodes, recomputing only the nodes the cache marked dirty (and those
+// whose refusals expired). An unchanged node's chunk is the very slice of
+// the last snapshot, which tells the core to skip it. Caller holds c.mu.
+func (b *builder) runningAllocations(c *clusterCache, now time.Time) [][]model.Allocation {
 	for pod, until := range c.refused {
 		if !until.After(now) {
 			delete(c.refused, pod)
@@ -360,7 +360,6 @@ func (b *builder) runningAllocations(c *clusterCache, now time.Time, nodesChange
 			c.dirty[n] = true
 		}
 	}
-	changed := nodesChanged || len(c.dirty) > 0
 	for n := range c.dirty {
 		if ni := c.nodes[n]; ni != nil {
 			b.nodeAllocs[n] = b.nodeAllocations(c, ni, now)
@@ -369,18 +368,10 @@ func (b *builder) runningAllocations(c *clusterCache, now time.Time, nodesChange
 		}
 	}
 	clear(c.dirty)
-	if !changed && b.running != nil {
-		return b.running
+	out := make([][]model.Allocation, len(b.nodes))
+	for i, n := range b.nodes {
+		out[i] = b.nodeAllocs[n.node.Name]
 	}
-	total := 0
-	for _, a := range b.nodeAllocs {
-		total += len(a)
-	}
-	out := make([]model.Allocation, 0, total)
-	for _, n := range b.nodes {
-		out = append(out, b.nodeAllocs[n.node.Name]...)
-	}
-	b.running = out
 	return out
 }
 
