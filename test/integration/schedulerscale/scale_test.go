@@ -1,12 +1,13 @@
 // Package schedulerscale_test measures gpuplane-scheduler against
 // kube-scheduler on the same API server in the same run: many kwok GPU
-// nodes, thousands of single-GPU pods created at once, throughput and
-// creation-to-binding latency for each, and each scheduler's resident
-// memory once every pod is bound. Both run as processes of their own (the
-// benchmark builds cmd/gpuplane-scheduler) with the same client budget
-// (500 QPS, burst 1000).
+// nodes, thousands of single-GPU pods, throughput and creation-to-binding
+// latency for each, and each scheduler's resident memory once every pod is
+// bound. Both run as processes of their own, started for each round (the
+// benchmark builds cmd/gpuplane-scheduler and runs the control plane's
+// kube-scheduler binary with a configuration of its own), with the same
+// client budget (500 QPS, burst 1000).
 //
-//	GPUPLANE_CONTROLPLANE_BIN=$PWD/bin go test -run '^$' -bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 60m ./test/integration/schedulerscale/
+//	GPUPLANE_CONTROLPLANE_BIN=$PWD/bin go test -run '^$' -bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 90m ./test/integration/schedulerscale/
 //
 // GPUPLANE_BENCH_NODES sets the node count (default 1000; pods are 8 per
 // node).
@@ -61,7 +62,9 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	cfg := controlplane.DefaultConfig()
-	cfg.Scheduler = true
+	// Each round starts the scheduler it measures; the control plane's
+	// own kube-scheduler would be a third process competing for the API.
+	cfg.Scheduler = false
 	cfg.ComponentQPS, cfg.ComponentBurst = qps, burst
 	os.Exit(framework.Main(m, cfg, &env))
 }
@@ -73,16 +76,40 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// BenchmarkSchedulerAtScale creates the nodes once, then for each scheduler
-// creates nodes x 8 single-GPU pods at once (nodes x 4 in gangs of 8 for
-// the gang round) and waits until every one is
-// bound. Metrics: pods/s from the first create to the last bind, and the
-// p50 and p99 of each pod's creation-to-binding time as a watcher sees it.
-// gang=8 runs gpuplane with the pods in PodGroups of 8 (kube-scheduler has
-// no gangs) and reports mid-bind-gangs, the most gangs a 100 ms sampler saw
-// with some but not all pods bound (a gang's binds are separate API calls
-// sent together, so a sample can land inside that window), and
-// partial-gangs-at-end, gangs left partly bound (must be 0).
+// round is one measured run of one scheduler.
+type round struct {
+	scheduler string // gpuplane-scheduler or kube-scheduler
+	pods      int
+	gang      int // pods per PodGroup; 1 for lone pods
+	// backlog creates every pod before the scheduler starts, so that
+	// throughput is the scheduler's own and not the creation rate.
+	backlog bool
+}
+
+func (r round) name(nodes int) string {
+	start := "burst"
+	if r.backlog {
+		start = "backlog"
+	}
+	return fmt.Sprintf("nodes=%d/pods=%d/gang=%d/start=%s/scheduler=%s", nodes, r.pods, r.gang, start, r.scheduler)
+}
+
+// BenchmarkSchedulerAtScale creates the nodes once, then runs rounds:
+//
+//   - start=burst: the scheduler runs, then nodes x 8 single-GPU pods are
+//     created at once by 64 concurrent creators. Latency (creation to a
+//     watcher seeing the node) is measured here; throughput is bounded by
+//     how fast the API server creates pods.
+//   - start=backlog: the pods are created first and the scheduler started
+//     afterwards: throughput is pods / (last bind - scheduler start), the
+//     scheduler's own speed.
+//   - gang=8: nodes x 4 pods in PodGroups of 8 (gpuplane only; kube-scheduler
+//     has no gangs). A sampler lists the pods' bindings (from a watch) and
+//     then the PodGroups (a quorum read, so never older than the pods) every
+//     200 ms and classifies each gang with some but not all members bound:
+//     mid-bind when its PodGroup records a whole placement that includes
+//     every bound member (the binds of a committed gang in flight), partial
+//     otherwise. partial-gangs-max must be 0.
 func BenchmarkSchedulerAtScale(b *testing.B) {
 	nodes := envInt("GPUPLANE_BENCH_NODES", 1000)
 	label := fmt.Sprintf("scale-%d", nodes)
@@ -107,19 +134,17 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 	if schedulerBin, err = framework.BuildCommand(b.Context(), b.TempDir(), "gpuplane-scheduler"); err != nil {
 		b.Fatal(err)
 	}
-	for _, tc := range []struct {
-		scheduler string
-		pods      int
-		gang      int
-	}{
-		{"gpuplane-scheduler", nodes * 8, 1},
-		{"kube-scheduler", nodes * 8, 1},
+	for _, r := range []round{
+		{scheduler: "gpuplane-scheduler", pods: nodes * 8, gang: 1},
+		{scheduler: "kube-scheduler", pods: nodes * 8, gang: 1},
+		{scheduler: "gpuplane-scheduler", pods: nodes * 8, gang: 1, backlog: true},
+		{scheduler: "kube-scheduler", pods: nodes * 8, gang: 1, backlog: true},
 		// 500 gangs of 8 on 1,000 nodes: half the GPUs.
-		{"gpuplane-scheduler", nodes * 4, 8},
+		{scheduler: "gpuplane-scheduler", pods: nodes * 4, gang: 8},
 	} {
-		b.Run(fmt.Sprintf("nodes=%d/pods=%d/gang=%d/scheduler=%s", nodes, tc.pods, tc.gang, tc.scheduler), func(b *testing.B) {
+		b.Run(r.name(nodes), func(b *testing.B) {
 			for b.Loop() {
-				round(b, dyn, tc.scheduler, tc.pods, tc.gang)
+				run(b, dyn, r)
 			}
 		})
 	}
@@ -140,14 +165,200 @@ func waitUntainted(b *testing.B, selector string) {
 	})
 }
 
-type podTimes struct {
+// startScheduler starts the round's scheduler as a process and returns its
+// pid and a stop function. kube-scheduler gets a configuration of its own:
+// the admin kubeconfig, the shared client budget, no leader election, no
+// serving port.
+func startScheduler(b *testing.B, name string) (int, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var cmd *exec.Cmd
+	switch name {
+	case "gpuplane-scheduler":
+		cmd = exec.CommandContext(ctx, schedulerBin, "--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
+			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(burst), "--serve-address", "", "--log-level", "warn")
+		cmd.Stderr = os.Stderr
+	default:
+		dir := b.TempDir()
+		cfg := filepath.Join(dir, "kube-scheduler.yaml")
+		body := fmt.Sprintf("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"+
+			"clientConnection:\n  kubeconfig: %q\n  qps: %d\n  burst: %d\nleaderElection:\n  leaderElect: false\n",
+			env.ControlPlane.Kubeconfig(), qps, burst)
+		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		logf, err := os.Create(filepath.Join(dir, "kube-scheduler.log"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = logf.Close() })
+		cmd = exec.CommandContext(ctx, filepath.Join(env.ControlPlane.BinDir(), controlplane.BinScheduler),
+			"--config="+cfg, "--secure-port=0")
+		cmd.Stdout, cmd.Stderr = logf, logf
+	}
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return cmd.Process.Pid, func() {
+		cancel()
+		if err := cmd.Wait(); err != nil && ctx.Err() == nil {
+			b.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// watcher records when each pod of a namespace is first seen bound.
+type watcher struct {
 	mu      sync.Mutex
 	created map[string]time.Time
 	bound   map[string]time.Time
-	groups  map[string]int // bound pods per gang
+	members map[string][]string // bound pod names per PodGroup
 }
 
-func round(b *testing.B, dyn dynamic.Interface, scheduler string, pods, gang int) {
+func watch(b *testing.B, ns string) *watcher {
+	w := &watcher{created: map[string]time.Time{}, bound: map[string]time.Time{}, members: map[string][]string{}}
+	factory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(ns))
+	inf := factory.Core().V1().Pods().Informer()
+	seen := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" || p.Labels["probe"] != "" {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if _, ok := w.bound[p.Name]; !ok {
+			w.bound[p.Name] = now
+			if g := p.Labels[v1alpha1.PodGroupLabel]; g != "" {
+				w.members[g] = append(w.members[g], p.Name)
+			}
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, o any) { seen(o) }}); err != nil {
+		b.Fatal(err)
+	}
+	stop := make(chan struct{})
+	factory.Start(stop)
+	b.Cleanup(func() {
+		close(stop)
+		factory.Shutdown()
+	})
+	factory.WaitForCacheSync(stop)
+	return w
+}
+
+func (w *watcher) boundCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.bound)
+}
+
+// createPods creates the pods with 64 concurrent creators, recording when
+// each create call started.
+func createPods(b *testing.B, w *watcher, pods []*corev1.Pod) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	errs := make(chan error, 1)
+	for _, p := range pods {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t := time.Now()
+			if _, err := env.Client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+				return
+			}
+			w.mu.Lock()
+			w.created[p.Name] = t
+			w.mu.Unlock()
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatalf("creating pods: %v", err)
+	default:
+	}
+}
+
+// gangSampler counts, every 200 ms, the gangs with some but not all members
+// bound, split into mid-bind (a committed placement covers them) and
+// partial (none does).
+type gangSampler struct {
+	maxMidBind, maxPartial, samples int
+	stop, done                      chan struct{}
+}
+
+func sampleGangs(dyn dynamic.Interface, w *watcher, ns string, size int) *gangSampler {
+	s := &gangSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+			w.mu.Lock()
+			partly := map[string][]string{}
+			for g, names := range w.members {
+				if len(names) < size {
+					partly[g] = slices.Clone(names)
+				}
+			}
+			w.mu.Unlock()
+			if len(partly) == 0 {
+				s.samples++
+				continue
+			}
+			list, err := dyn.Resource(adapter.PodGroupsResource).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			records := map[string]map[string]bool{}
+			for i := range list.Items {
+				var pg v1alpha1.PodGroup
+				if err := kruntime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &pg); err != nil {
+					continue
+				}
+				if len(pg.Status.Placement) >= int(pg.Spec.MinMember) {
+					rec := map[string]bool{}
+					for _, m := range pg.Status.Placement {
+						rec[m.Pod] = true
+					}
+					records[pg.Name] = rec
+				}
+			}
+			mid, partial := 0, 0
+			for g, names := range partly {
+				covered := records[g] != nil
+				for _, n := range names {
+					covered = covered && records[g][n]
+				}
+				if covered {
+					mid++
+				} else {
+					partial++
+				}
+			}
+			s.samples++
+			s.maxMidBind, s.maxPartial = max(s.maxMidBind, mid), max(s.maxPartial, partial)
+		}
+	}()
+	return s
+}
+
+func (s *gangSampler) finish() {
+	close(s.stop)
+	<-s.done
+}
+
+func run(b *testing.B, dyn dynamic.Interface, r round) {
 	b.StopTimer()
 	defer b.StartTimer() // runs last, after the clean-up
 	nsObj, err := env.Client.CoreV1().Namespaces().Create(b.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "scale-"}}, metav1.CreateOptions{})
@@ -162,30 +373,13 @@ func round(b *testing.B, dyn dynamic.Interface, scheduler string, pods, gang int
 	}()
 	env.WaitServiceAccount(b, ns, "default", time.Minute)
 	schedName := corev1.DefaultSchedulerName
-	pid := env.ControlPlane.Pids()["kube-scheduler"]
-	if scheduler == "gpuplane-scheduler" {
-		// A process of its own, like kube-scheduler, with the same budget.
+	if r.scheduler == "gpuplane-scheduler" {
 		schedName = v1alpha1.SchedulerName
-		ctx, cancel := context.WithCancel(context.Background())
-		cmd := exec.CommandContext(ctx, schedulerBin, "--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
-			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(burst), "--serve-address", "", "--log-level", "warn")
-		cmd.Stderr = os.Stderr
-		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		pid = cmd.Process.Pid
-		defer func() {
-			cancel()
-			if err := cmd.Wait(); err != nil && ctx.Err() == nil {
-				b.Errorf("gpuplane-scheduler: %v", err)
-			}
-		}()
 	}
-	if gang > 1 {
-		for g := 0; g < pods/gang; g++ {
+	if r.gang > 1 {
+		for g := 0; g < r.pods/r.gang; g++ {
 			pg := &v1alpha1.PodGroup{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup"},
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("g%05d", g)}, Spec: v1alpha1.PodGroupSpec{MinMember: int32(gang)}}
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("g%05d", g)}, Spec: v1alpha1.PodGroupSpec{MinMember: int32(r.gang)}}
 			u, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(pg)
 			if err != nil {
 				b.Fatal(err)
@@ -195,138 +389,117 @@ func round(b *testing.B, dyn dynamic.Interface, scheduler string, pods, gang int
 			}
 		}
 	}
-	pt := &podTimes{created: map[string]time.Time{}, bound: map[string]time.Time{}, groups: map[string]int{}}
-	factory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(ns))
-	inf := factory.Core().V1().Pods().Informer()
-	seen := func(obj any) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Spec.NodeName == "" {
-			return
-		}
-		now := time.Now()
-		pt.mu.Lock()
-		if _, ok := pt.bound[p.Name]; !ok {
-			pt.bound[p.Name] = now
-			pt.groups[p.Labels[v1alpha1.PodGroupLabel]]++
-		}
-		pt.mu.Unlock()
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, o any) { seen(o) }}); err != nil {
-		b.Fatal(err)
-	}
-	stop := make(chan struct{})
-	factory.Start(stop)
-	defer factory.Shutdown()
-	defer close(stop)
-	factory.WaitForCacheSync(stop)
-
-	// Sample partial gangs while the pods are placed.
-	maxPartial := 0
-	sampleDone := make(chan struct{})
-	sampling := make(chan struct{})
-	go func() {
-		defer close(sampleDone)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sampling:
-				return
-			case <-t.C:
-			}
-			pt.mu.Lock()
-			partial := 0
-			for g, n := range pt.groups {
-				if g != "" && n < gang {
-					partial++
-				}
-			}
-			pt.mu.Unlock()
-			maxPartial = max(maxPartial, partial)
-		}
-	}()
-
-	b.StartTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	errs := make(chan error, 1)
+	pods := make([]*corev1.Pod, r.pods)
 	for i := range pods {
-		p := framework.Pod(ns, fmt.Sprintf("p%05d", i)).GPUs(1).SchedulerName(schedName).Obj()
-		if gang > 1 {
-			p.Labels[v1alpha1.PodGroupLabel] = fmt.Sprintf("g%05d", i/gang)
+		pods[i] = framework.Pod(ns, fmt.Sprintf("p%05d", i)).GPUs(1).SchedulerName(schedName).Obj()
+		if r.gang > 1 {
+			pods[i].Labels[v1alpha1.PodGroupLabel] = fmt.Sprintf("g%05d", i/r.gang)
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			t := time.Now()
-			if _, err := env.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-				select {
-				case errs <- err:
-				default:
-				}
-				return
+	}
+	w := watch(b, ns)
+
+	var start time.Time
+	var created time.Duration
+	var pid int
+	var stopScheduler func()
+	if r.backlog {
+		createPods(b, w, pods)
+		created = 0
+		b.StartTimer()
+		start = time.Now()
+		pid, stopScheduler = startScheduler(b, r.scheduler)
+	} else {
+		pid, stopScheduler = startScheduler(b, r.scheduler)
+		// Both schedulers get to sync their informers before the burst:
+		// one probe pod is bound first.
+		probe := framework.Pod(ns, "probe").GPUs(1).SchedulerName(schedName).Label("probe", "yes").Obj()
+		if _, err := env.Client.CoreV1().Pods(ns).Create(b.Context(), probe, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		framework.Eventually(b, 2*time.Minute, "the probe pod bound", func(ctx context.Context) (bool, error) {
+			p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "probe", metav1.GetOptions{})
+			if err != nil {
+				return false, err
 			}
-			pt.mu.Lock()
-			pt.created[p.Name] = t
-			pt.mu.Unlock()
+			return p.Spec.NodeName != "", fmt.Errorf("%s has not bound it yet", r.scheduler)
 		})
+		var zero int64
+		if err := env.Client.CoreV1().Pods(ns).Delete(b.Context(), "probe", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start = time.Now()
 	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		b.Fatalf("creating pods: %v", err)
-	default:
+	defer stopScheduler()
+	var sampler *gangSampler
+	if r.gang > 1 {
+		sampler = sampleGangs(dyn, w, ns, r.gang)
 	}
-	created := time.Since(start)
-	framework.Eventually(b, 15*time.Minute, fmt.Sprintf("%d pods bound by %s", pods, scheduler), func(context.Context) (bool, error) {
-		pt.mu.Lock()
-		defer pt.mu.Unlock()
-		return len(pt.bound) == pods, fmt.Errorf("%d of %d bound", len(pt.bound), pods)
+	if !r.backlog {
+		createPods(b, w, pods)
+		created = time.Since(start)
+	}
+	framework.Eventually(b, 20*time.Minute, fmt.Sprintf("%d pods bound by %s", r.pods, r.scheduler), func(context.Context) (bool, error) {
+		n := w.boundCount()
+		return n == r.pods, fmt.Errorf("%d of %d bound", n, r.pods)
 	})
 	b.StopTimer()
-	close(sampling)
-	<-sampleDone
+	if sampler != nil {
+		sampler.finish()
+	}
 
-	var last time.Time
-	lat := make([]float64, 0, pods)
-	pt.mu.Lock()
-	for name, t := range pt.bound {
+	var first, last time.Time
+	lat := make([]float64, 0, r.pods)
+	w.mu.Lock()
+	for name, t := range w.bound {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
 		if t.After(last) {
 			last = t
 		}
-		if c, ok := pt.created[name]; ok {
+		if c, ok := w.created[name]; ok && !r.backlog {
 			lat = append(lat, t.Sub(c).Seconds()*1000)
 		}
 	}
-	pt.mu.Unlock()
-	slices.Sort(lat)
-	b.Logf("%s: %d pods, created in %.1fs, last bound at %.1fs: %.0f pods/s, p50 %.0f ms, p99 %.0f ms",
-		scheduler, pods, created.Seconds(), last.Sub(start).Seconds(), float64(pods)/last.Sub(start).Seconds(), lat[len(lat)/2], lat[len(lat)*99/100])
-	b.ReportMetric(float64(pods)/last.Sub(start).Seconds(), "pods/s")
+	w.mu.Unlock()
+	elapsed := last.Sub(start).Seconds()
+	b.ReportMetric(float64(r.pods)/elapsed, "pods/s")
+	b.ReportMetric(elapsed, "last-bind-s")
 	if rss, err := framework.ProcStatusKiB(pid, "VmRSS"); err == nil {
 		b.ReportMetric(float64(rss)/1024, "sched-rss-MiB")
 	} else {
 		b.Logf("reading the scheduler's memory: %v", err)
 	}
-	b.ReportMetric(lat[len(lat)/2], "p50-ms")
-	b.ReportMetric(lat[len(lat)*99/100], "p99-ms")
-	b.ReportMetric(created.Seconds(), "create-s")
-	b.ReportMetric(last.Sub(start).Seconds(), "last-bind-s")
-	// What the scheduler still had to do once every pod existed: creation
-	// speed varies with the machine's load, this does much less.
-	b.ReportMetric(last.Sub(start).Seconds()-created.Seconds(), "drain-s")
-	if gang > 1 {
-		b.ReportMetric(float64(maxPartial), "mid-bind-gangs")
-		partial := 0
-		pt.mu.Lock()
-		for _, n := range pt.groups {
-			if n%gang != 0 {
-				partial++
+	if r.backlog {
+		b.ReportMetric(first.Sub(start).Seconds(), "first-bind-s")
+		b.Logf("%s: %d pods waiting, started; first bound after %.1fs, last after %.1fs: %.0f pods/s",
+			r.scheduler, r.pods, first.Sub(start).Seconds(), elapsed, float64(r.pods)/elapsed)
+	} else {
+		slices.Sort(lat)
+		p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+		b.ReportMetric(p50, "p50-ms")
+		b.ReportMetric(p99, "p99-ms")
+		b.ReportMetric(created.Seconds(), "create-s")
+		// What the scheduler still had to do once every pod existed.
+		b.ReportMetric(elapsed-created.Seconds(), "drain-s")
+		b.Logf("%s: %d pods, created in %.1fs, last bound at %.1fs: %.0f pods/s, p50 %.0f ms, p99 %.0f ms",
+			r.scheduler, r.pods, created.Seconds(), elapsed, float64(r.pods)/elapsed, p50, p99)
+	}
+	if sampler != nil {
+		partialAtEnd := 0
+		w.mu.Lock()
+		for _, names := range w.members {
+			if len(names) != r.gang {
+				partialAtEnd++
 			}
 		}
-		pt.mu.Unlock()
-		b.ReportMetric(float64(partial), "partial-gangs-at-end")
+		w.mu.Unlock()
+		b.ReportMetric(float64(sampler.maxMidBind), "mid-bind-gangs-max")
+		b.ReportMetric(float64(sampler.maxPartial), "partial-gangs-max")
+		b.ReportMetric(float64(partialAtEnd), "partial-gangs-at-end")
+		b.Logf("gangs: %d samples, at most %d mid-bind (committed) and %d partial at once, %d partly bound at the end",
+			sampler.samples, sampler.maxMidBind, sampler.maxPartial, partialAtEnd)
 	}
 
 	// Free the nodes for the next round: one delete per pod, in parallel
@@ -335,11 +508,13 @@ func round(b *testing.B, dyn dynamic.Interface, scheduler string, pods, gang int
 	var zero int64
 	var delErr error
 	var delMu sync.Mutex
-	for name := range pt.bound {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for _, p := range pods {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			err := env.Client.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			err := env.Client.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 			if err != nil && !apierrors.IsNotFound(err) {
 				delMu.Lock()
 				delErr = err
