@@ -99,7 +99,7 @@ if [[ -n "$metrics" ]]; then
 	curl -fsS "$metrics" | grep -E '^(DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_TEMP)\{' | head -6 || true
 fi
 
-section "two teams' queues on the batch pool (examples/queues): team B borrows, team A's gang waits whole"
+section "two teams' queues on the batch pool (examples/queues): team B borrows, team A reclaims for a gang"
 "$kubectl" apply -f examples/queues/01-queues.yaml
 "$kubectl" apply -f examples/queues/02-team-b-inference.yaml
 wait_running() { # label-selector count timeout-seconds
@@ -129,25 +129,31 @@ wait_queue_usage() { # queue gpus
 }
 wait_running app=team-b-inference 6 60
 wait_queue_usage team-b 6
-echo "team B runs 6 workers on the pool: 4 guaranteed, 2 borrowed from team A's idle guarantee"
+echo "team B runs 6 workers on the pool's 8 GPUs: 4 guaranteed, 2 borrowed from team A's idle guarantee"
+"$kubectl" get queues
+echo
+echo "team A submits a 4-pod gang; only 2 GPUs are free, and team A is below its guarantee of 4:"
 "$kubectl" apply -f examples/queues/03-team-a-training-gang.yaml
-# Two of the gang's four fit beside team B; the gang waits whole, and says so.
-deadline=$((SECONDS + 60))
-until "$bin/gpuplane" status -o json | grep -q 'gang 2/4 placeable'; do
+wait_running scheduling.gpuplane.io/pod-group=team-a-training 4 90
+wait_queue_usage team-a 4
+wait_queue_usage team-b 4
+echo "the gang bound whole after team B's 2 borrowed GPUs were reclaimed:"
+"$kubectl" get events --field-selector reason=Preempted -o custom-columns=POD:.involvedObject.name,MESSAGE:.message
+echo
+echo "where the gang went, as committed to its PodGroup before any member was bound:"
+"$kubectl" get podgroup team-a-training -o jsonpath='{range .status.placement[*]}  {.pod} -> {.node} GPU {.gpus}{"\n"}{end}'
+echo
+# The Deployment replaced the 2 evicted workers; they wait for room, and
+# say why.
+deadline=$((SECONDS + 30))
+until "$bin/gpuplane" status -o json | grep -q 'insufficient nvidia.com/gpu'; do
 	if ((SECONDS > deadline)); then
-		echo "demo: the gang's wait was not reported within 60 s" >&2
+		echo "demo: team B's waiting replacements were not explained within 30 s" >&2
 		"$bin/gpuplane" status >&2
 		exit 1
 	fi
 	sleep 0.5
 done
-"$bin/gpuplane" status
-echo
-echo "team B scales down to its guarantee of 4; the gang binds whole:"
-"$kubectl" scale deployment team-b-inference --replicas 4
-wait_running scheduling.gpuplane.io/pod-group=team-a-training 4 60
-wait_queue_usage team-a 4
-wait_queue_usage team-b 4
 "$kubectl" get pods -l 'scheduling.gpuplane.io/queue in (team-a,team-b)' -o wide
 
 section "gpuplane status"

@@ -147,7 +147,9 @@ func (c *cycle) commit(p *pending, binds []model.Bind) {
 	c.d.Binds = append(c.d.Binds, binds...)
 }
 
-// allocate gives queues turns, lowest weighted dominant share first.
+// allocate gives queues turns: the branch of highest queue priority first
+// (Queue.Priority, compared between siblings), then the lowest weighted
+// dominant share.
 func (c *cycle) allocate() {
 	next := make([]int, len(c.queues))
 	for {
@@ -156,7 +158,12 @@ func (c *cycle) allocate() {
 			if next[q] >= len(qs) || (next[q] > 0 && qs[next[q]-1].blocked) {
 				continue
 			}
-			if sh := c.tree.DominantShare(q, c.capacity); sh < bestShare {
+			sh := c.tree.DominantShare(q, c.capacity)
+			if best < 0 {
+				best, bestShare = q, sh
+				continue
+			}
+			if x := c.tree.ComparePriority(q, best); x < 0 || x == 0 && sh < bestShare {
 				best, bestShare = q, sh
 			}
 		}
@@ -230,7 +237,12 @@ func (c *cycle) backfill() {
 			}
 			if head == nil {
 				head = p
-				reserved = c.reservation(head)
+				// A head its queue's quota holds back reserves nothing:
+				// room on the nodes would not let it start, and it waits
+				// for its queue's usage to drop, not for capacity.
+				if c.tree.Admits(q, head.admit) {
+					reserved = c.reservation(head)
+				}
 				continue
 			}
 			if !c.tree.Admits(q, p.admit) {

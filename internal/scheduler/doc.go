@@ -8,7 +8,9 @@
 // A cycle runs these actions, each as statements over a checkpointed
 // placement.State so that what-if work is rolled back exactly:
 //
-//  1. allocate: queues take turns by weighted dominant share, the largest
+//  1. allocate: queues take turns, the branch of higher Queue.Priority
+//     first (priorities compare siblings, where two queues' paths part),
+//     then by weighted dominant share, the largest
 //     usage/(capacity*weight) over resources, lowest first (a queue may
 //     weigh each resource differently, model.Queue.Weights); within a
 //     queue groups go by priority, then age, then name. A gang is
@@ -18,7 +20,8 @@
 //     head group does not fit stops there for this phase.
 //  2. backfill: later groups of a blocked queue may use free capacity, but
 //     never the nodes the blocked head would get once lower-priority and
-//     borrowed work made room (its reservation).
+//     borrowed work made room (its reservation). A head that its queue's
+//     quota holds back reserves nothing: capacity would not start it.
 //  3. preempt: within one leaf queue, a group may evict preemptible groups
 //     of strictly lower priority, fewest first (lowest priority, newest).
 //  4. reclaim: a queue that stays at or below its fair share after placing

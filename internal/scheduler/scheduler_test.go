@@ -100,6 +100,20 @@ func TestCycleScenarios(t *testing.T) {
 			wantBinds: 1,
 		},
 		{
+			name:   "a head its quota holds back does not hold back the queue's other groups",
+			nodes:  schedtest.Cluster("n", 1, 4, 64000, 1<<20),
+			queues: []model.Queue{gq("a", "", 0, 4000)},
+			arrive: []model.PodGroup{
+				func() model.PodGroup {
+					g := schedtest.Group("huge").Queue("a").Created(1).Pods(2, schedtest.GPU(1, 1000)).Obj()
+					g.MinResources = model.Resources{GPUMilli: 6000}
+					return g
+				}(),
+				schedtest.Group("small").Queue("a").Created(2).Pods(1, schedtest.GPU(1, 1000)).Obj(),
+			},
+			wantBinds: 1,
+		},
+		{
 			name:   "empty cluster places nothing",
 			arrive: []model.PodGroup{schedtest.Group("g").Pods(1, schedtest.Share(500, 100)).Obj()},
 		},
@@ -324,5 +338,67 @@ func TestSyncReadsOnlyNewChunks(t *testing.T) {
 	}
 	if got := free(s); got != [2]int64{1000, 2000} {
 		t.Fatalf("free milli-GPU %v after p moved back through Running", got)
+	}
+}
+
+// TestQueuePriority: a queue of higher priority takes its turns before its
+// siblings whatever their shares; siblings of equal priority go by share;
+// priority compares siblings, so a child's priority does not lift it above
+// its parent's siblings.
+func TestQueuePriority(t *testing.T) {
+	tests := []struct {
+		name   string
+		queues []model.Queue
+		// running: GPUs each queue already holds.
+		running map[string]int
+		// want: the queue whose groups get the 4 free GPUs.
+		want string
+	}{
+		{
+			name:    "equal priorities: the lower share first",
+			queues:  []model.Queue{{Name: "org"}, {Name: "hi", Parent: "org"}, {Name: "lo", Parent: "org"}},
+			running: map[string]int{"hi": 4},
+			want:    "lo",
+		},
+		{
+			name:    "higher priority first, though its share is larger",
+			queues:  []model.Queue{{Name: "org"}, {Name: "hi", Parent: "org", Priority: 10}, {Name: "lo", Parent: "org"}},
+			running: map[string]int{"hi": 4},
+			want:    "hi",
+		},
+		{
+			name: "priority compares where the branches part",
+			queues: []model.Queue{{Name: "big", Priority: 5}, {Name: "small"},
+				{Name: "hi", Parent: "small", Priority: 100}, {Name: "lo", Parent: "big"}},
+			running: map[string]int{"lo": 4},
+			want:    "lo",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := model.Snapshot{Nodes: schedtest.Cluster("n", 1, 8, 64000, 1<<20), Queues: tc.queues, Budget: model.DisruptionBudget{MaxEvictions: 0}}
+			gpu := 0
+			for q, n := range tc.running {
+				for range n {
+					snap.Running = append(snap.Running, model.Allocation{Pod: fmt.Sprintf("%s-run-%d", q, gpu), Queue: q, Node: "n-0",
+						Request: schedtest.GPU(1, 1000), GPUs: []model.GPUShare{{Index: gpu, Milli: 1000}}})
+					gpu++
+				}
+			}
+			for _, q := range []string{"hi", "lo"} {
+				snap.Pending = append(snap.Pending, schedtest.Group(q+"-job").Queue(q).Pods(4, schedtest.GPU(1, 1000)).Obj())
+			}
+			s, err := scheduler.New(scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := s.Cycle(&snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Binds) != 4 || d.Binds[0].Group != tc.want+"-job" {
+				t.Fatalf("binds %+v, want the 4 pods of %s-job", d.Binds, tc.want)
+			}
+		})
 	}
 }

@@ -33,7 +33,8 @@ import (
 type Status struct {
 	Nodes  []Node  `json:"nodes"`
 	Queues []Queue `json:"queues"`
-	// Waiting lists the pod groups that are not placed, with why.
+	// Waiting lists what gpuplane-scheduler has not placed, with why: pod
+	// groups, and pods without a group, counted per owner and reason.
 	Waiting []Gang `json:"waiting"`
 }
 
@@ -78,19 +79,29 @@ type Queue struct {
 	Problem string `json:"problem,omitempty"`
 }
 
-// Gang is a pod group that waits.
+// Gang is a pod group that waits, or pods without a group that wait for
+// the same reason (Kind "Pods": Name is their owner, or the pod when it
+// has none, and Count how many).
 type Gang struct {
+	Kind      string `json:"kind"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Queue     string `json:"queue,omitempty"`
 	Phase     string `json:"phase"`
 	MinMember int32  `json:"minMember"`
 	Scheduled int32  `json:"scheduled"`
+	Count     int32  `json:"count,omitempty"`
 	Why       string `json:"why,omitempty"`
 }
 
+// Kinds of waiting entries.
+const (
+	KindPodGroup = "PodGroup"
+	KindPods     = "Pods"
+)
+
 type options struct {
-	kubeconfig, output string
+	kubeconfig, output, schedulerName string
 }
 
 // NewCommand returns the status command.
@@ -110,7 +121,9 @@ func NewCommand() *cobra.Command {
   QUEUES   each Queue's GPU usage against its guarantee, limit and fair
            share, with pending and admitted pod groups (from Queue status);
   WAITING  pod groups that are not placed and why (their Schedulable
-           condition, e.g. "gang 2/8 placeable; 0/1000 nodes available").
+           condition, e.g. "gang 2/8 placeable; 0/1000 nodes available"),
+           and pods without a group that wait, per owner and reason (their
+           PodScheduled condition).
 
 The Queue and PodGroup sections are empty when the CRDs are not installed.`,
 		Example: `  gpuplane status
@@ -128,7 +141,7 @@ The Queue and PodGroup sections are empty when the CRDs are not installed.`,
 			if err != nil {
 				return fmt.Errorf("loading the kubeconfig: %w (give --kubeconfig or set KUBECONFIG)", err)
 			}
-			st, err := Collect(cmd.Context(), rc)
+			st, err := Collect(cmd.Context(), rc, o.schedulerName)
 			if err != nil {
 				return err
 			}
@@ -140,11 +153,16 @@ The Queue and PodGroup sections are empty when the CRDs are not installed.`,
 	}
 	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then ~/.kube/config")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: table (default), wide, json or yaml")
+	cmd.Flags().StringVar(&o.schedulerName, "scheduler-name", v1alpha1.SchedulerName, "the spec.schedulerName whose waiting pods are listed")
 	return cmd
 }
 
-// Collect reads the cluster's status.
-func Collect(ctx context.Context, rc *rest.Config) (*Status, error) {
+// Collect reads the cluster's status; schedulerName picks the waiting pods
+// listed (gpuplane-scheduler's when empty).
+func Collect(ctx context.Context, rc *rest.Config, schedulerName string) (*Status, error) {
+	if schedulerName == "" {
+		schedulerName = v1alpha1.SchedulerName
+	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("creating an API client: %w", err)
@@ -198,7 +216,7 @@ func Collect(ctx context.Context, rc *rest.Config) (*Status, error) {
 			case v1alpha1.PodGroupRunning, v1alpha1.PodGroupScheduled, v1alpha1.PodGroupSucceeded, v1alpha1.PodGroupFailed:
 				continue
 			}
-			gang := Gang{Namespace: g.Namespace, Name: g.Name, Queue: g.Spec.Queue, Phase: string(g.Status.Phase),
+			gang := Gang{Kind: KindPodGroup, Namespace: g.Namespace, Name: g.Name, Queue: g.Spec.Queue, Phase: string(g.Status.Phase),
 				MinMember: g.Spec.MinMember, Scheduled: g.Status.Scheduled}
 			if gang.Phase == "" {
 				gang.Phase = "Unknown"
@@ -211,10 +229,49 @@ func Collect(ctx context.Context, rc *rest.Config) (*Status, error) {
 	} else if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("listing pod groups: %w", err)
 	}
+	st.Waiting = append(st.Waiting, waitingPods(pods.Items, schedulerName)...)
 	slices.SortFunc(st.Waiting, func(a, b Gang) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Why, b.Why))
 	})
 	return st, nil
+}
+
+// waitingPods counts the scheduler's pending pods that belong to no pod
+// group (gangs are listed through their PodGroup) per namespace, owner,
+// queue and reason: a Deployment's fifty waiting replicas are one row.
+func waitingPods(pods []corev1.Pod, schedulerName string) []Gang {
+	type key struct{ ns, owner, queue, why string }
+	counts := map[key]int32{}
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.SchedulerName != schedulerName || p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending || p.DeletionTimestamp != nil ||
+			p.Labels[v1alpha1.PodGroupLabel] != "" || p.Labels[v1alpha1.SchedulerPluginsPodGroupLabel] != "" {
+			continue
+		}
+		k := key{ns: p.Namespace, owner: p.Name, queue: cmp.Or(p.Labels[v1alpha1.QueueLabel], p.Labels[v1alpha1.KueueQueueLabel])}
+		if ref := metav1.GetControllerOf(p); ref != nil {
+			k.owner = strings.ToLower(ref.Kind) + "/" + ref.Name
+		}
+		switch {
+		case len(p.Spec.SchedulingGates) > 0:
+			k.why = "scheduling gates: " + p.Spec.SchedulingGates[0].Name
+		default:
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+					k.why = c.Message
+				}
+			}
+		}
+		if k.why == "" {
+			k.why = "not seen by the scheduler yet"
+		}
+		counts[k]++
+	}
+	out := make([]Gang, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, Gang{Kind: KindPods, Namespace: k.ns, Name: k.owner, Queue: k.queue, Phase: string(corev1.PodPending), MinMember: 1, Count: n, Why: k.why})
+	}
+	return out
 }
 
 func nodeStatus(n *corev1.Node, pods []*corev1.Pod) Node {
@@ -349,11 +406,15 @@ func Print(w io.Writer, st *Status, wide bool) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "\nWAITING GANGS")
+	fmt.Fprintln(w, "\nWAITING")
 	t = cliutil.NewTable(w)
-	fmt.Fprintln(t, "NAMESPACE/NAME\tQUEUE\tPHASE\tBOUND/MIN\tWHY")
+	fmt.Fprintln(t, "KIND\tNAMESPACE/NAME\tQUEUE\tPHASE\tPODS\tWHY")
 	for _, g := range st.Waiting {
-		fmt.Fprintf(t, "%s/%s\t%s\t%s\t%d/%d\t%s\n", g.Namespace, g.Name, dash(g.Queue), g.Phase, g.Scheduled, g.MinMember, dash(g.Why))
+		pods := fmt.Sprintf("%d/%d bound", g.Scheduled, g.MinMember)
+		if g.Kind == KindPods {
+			pods = fmt.Sprintf("%d waiting", g.Count)
+		}
+		fmt.Fprintf(t, "%s\t%s/%s\t%s\t%s\t%s\t%s\n", g.Kind, g.Namespace, g.Name, dash(g.Queue), g.Phase, pods, dash(g.Why))
 	}
 	return t.Flush()
 }

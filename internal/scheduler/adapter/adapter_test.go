@@ -213,7 +213,7 @@ func TestBuildSnapshot(t *testing.T) {
 	c := newClusterCache(v1alpha1.SchedulerName)
 	c.upsertNode(testNode("n1", rl("nvidia.com/gpu", "8", "cpu", "32", "memory", "64Gi"), nil, nil))
 	for _, q := range []*v1alpha1.Queue{
-		gpuQueue("root", "", "8", ""), gpuQueue("team", "root", "4", ""),
+		gpuQueue("root", "", "8", ""), gpuQueue("team", "root", "4", ""), gpuQueue("batch", "", "", ""),
 		// Children's guarantees above the parent's: the second child is
 		// the one that breaks the hierarchy and is left out.
 		gpuQueue("greedy", "root", "6", ""),
@@ -233,9 +233,10 @@ func TestBuildSnapshot(t *testing.T) {
 	add("w0", map[string]string{v1alpha1.PodGroupLabel: "train"})
 	add("w1", map[string]string{v1alpha1.SchedulerPluginsPodGroupLabel: "train"})
 	add("lone", nil)
-	add("kueue", map[string]string{v1alpha1.KueueQueueLabel: "root"})
+	add("kueue", map[string]string{v1alpha1.KueueQueueLabel: "batch"})
 	add("lost", map[string]string{v1alpha1.QueueLabel: "nowhere"})
 	add("greedy", map[string]string{v1alpha1.QueueLabel: "greedy"})
+	add("to-parent", map[string]string{v1alpha1.QueueLabel: "root"})
 	add("big-0", map[string]string{v1alpha1.PodGroupLabel: "big"})
 	add("orphan", map[string]string{v1alpha1.PodGroupLabel: "missing"})
 	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "half-done"}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}})
@@ -271,9 +272,10 @@ func TestBuildSnapshot(t *testing.T) {
 		{name: "both pod group labels join one gang in the namespace's default queue", group: "pg/ml/train", wantQueue: "team", wantPods: 2, wantMin: 2},
 		{name: "a finished member counts toward minMember", group: "pg/ml/half-done", wantQueue: "team", wantPods: 1, wantMin: 1},
 		{name: "a lone pod is a group of one", group: "pod/ml/lone", wantQueue: "team", wantPods: 1, wantMin: 1},
-		{name: "Kueue's queue label is honoured", group: "pod/ml/kueue", wantQueue: "root", wantPods: 1, wantMin: 1},
+		{name: "Kueue's queue label is honoured", group: "pod/ml/kueue", wantQueue: "batch", wantPods: 1, wantMin: 1},
 		{name: "an unknown queue holds the pod", group: "pod/ml/lost", wantHeld: "UnknownQueue"},
 		{name: "an invalid queue holds its pods", group: "pod/ml/greedy", wantHeld: "UnknownQueue"},
+		{name: "a parent queue takes no work", group: "pod/ml/to-parent", wantHeld: "QueueNotLeaf"},
 		{name: "minMember above the pods holds the gang", group: "pg/ml/big", wantHeld: "NotEnoughPods"},
 		{name: "a missing PodGroup holds its pods", group: "pg/ml/missing", wantHeld: "PodGroupNotFound"},
 	}
@@ -312,8 +314,8 @@ func TestBuildSnapshot(t *testing.T) {
 		for _, q := range in.snap.Queues {
 			names = append(names, q.Name)
 		}
-		if !slices.Equal(names, []string{"root", "team"}) {
-			t.Errorf("queues = %v, want [root team]", names)
+		if !slices.Equal(names, []string{"root", "batch", "team"}) {
+			t.Errorf("queues = %v, want [root batch team] (parents first, then by age)", names)
 		}
 	})
 	t.Run("a pod with scheduling gates is not offered", func(t *testing.T) {

@@ -108,6 +108,9 @@ func (l *loop) explain(in *cycleInput, pg *model.PodGroup, coreReason string, g 
 		return "waiting"
 	}
 	if coreReason == "queue limit" {
+		if msg := minResourcesAboveLimit(in, g, pg.MinResources); msg != "" {
+			return msg
+		}
 		return fmt.Sprintf("queue %q is at its limit: wait for its workloads to finish or raise the queue's limit", g.queue)
 	}
 	st := l.core.State()
@@ -156,6 +159,45 @@ func (l *loop) explain(in *cycleInput, pg *model.PodGroup, coreReason string, g 
 		msg = fmt.Sprintf("gang %d/%d placeable (%d already bound); %s", n+len(g.bound), g.minMember, len(g.bound), msg)
 	}
 	return msg
+}
+
+// minResourcesAboveLimit says so when a gang's spec.minResources alone
+// exceed the limit of its queue or of one of the queue's parents: waiting
+// cannot help, the spec or the queue must change.
+func minResourcesAboveLimit(in *cycleInput, g *groupInfo, mr model.Resources) string {
+	if g.pg == nil || mr == (model.Resources{}) {
+		return ""
+	}
+	byName := map[string]model.Queue{}
+	for _, q := range in.snap.Queues {
+		byName[q.Name] = q
+	}
+	seen := map[string]bool{}
+	for name := g.queue; name != "" && !seen[name]; name = byName[name].Parent {
+		seen[name] = true
+		lim := byName[name].Limit
+		over := func(need, limit int64) bool { return limit > 0 && need > limit }
+		if over(mr.MilliCPU, lim.MilliCPU) || over(mr.MemoryMiB, lim.MemoryMiB) || over(mr.GPUMilli, lim.GPUMilli) {
+			return fmt.Sprintf("PodGroup %s asks for minResources %s, above queue %q's limit %s: lower spec.minResources or raise the queue's limit",
+				g.pgKey, formatResources(mr), name, formatResources(lim))
+		}
+	}
+	return ""
+}
+
+// formatResources prints the quota vector as a resource list would.
+func formatResources(r model.Resources) string {
+	var parts []string
+	if r.MilliCPU > 0 {
+		parts = append(parts, "cpu="+resource.NewMilliQuantity(r.MilliCPU, resource.DecimalSI).String())
+	}
+	if r.MemoryMiB > 0 {
+		parts = append(parts, "memory="+resource.NewQuantity(r.MemoryMiB<<20, resource.BinarySI).String())
+	}
+	if r.GPUMilli > 0 {
+		parts = append(parts, string(ResourceGPU)+"="+resource.NewMilliQuantity(r.GPUMilli, resource.DecimalSI).String())
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
 }
 
 func gpuResourceName(r *model.Request) string {

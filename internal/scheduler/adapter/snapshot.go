@@ -153,9 +153,15 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 	}
 	in.nodes = b.nodes
 	in.snap.Queues = b.queues(c, in)
+	// valid: true for a leaf queue of the hierarchy, false for a parent.
 	valid := map[string]bool{queue.DefaultQueue: true}
 	for _, q := range in.snap.Queues {
-		valid[q.Name] = true
+		if _, seen := valid[q.Name]; !seen {
+			valid[q.Name] = true
+		}
+		if q.Parent != "" {
+			valid[q.Parent] = false
+		}
 	}
 
 	// 1. Groups from the cache's group index: placed members count toward
@@ -230,6 +236,7 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 				pg.Priority = max(pg.Priority, v)
 			}
 			pg.CreatedAt = min(pg.CreatedAt, g.pg.CreationTimestamp.UnixMilli())
+			pg.MinResources = resourcesOf(g.pg.Spec.MinResources)
 		}
 		in.snap.Pending = append(in.snap.Pending, pg)
 	}
@@ -256,12 +263,20 @@ func (b *builder) newGroup(c *clusterCache, pi *podInfo, valid map[string]bool) 
 	}
 	q = podQueue(c, p, q)
 	g.queue = q
-	if !valid[q] && g.held == nil {
+	leaf, known := valid[q]
+	switch {
+	case g.held != nil:
+	case !known:
 		why := "does not exist"
 		if _, ok := c.queues[q]; ok {
 			why = "is invalid (see its Valid condition)"
 		}
 		g.held = badInput("UnknownQueue", "queue %q %s: create it, fix it, or set the pod's %s label to an existing queue", q, why, v1alpha1.QueueLabel)
+	case !leaf:
+		// Work runs in leaf queues: a parent lends and reclaims its
+		// children's guarantees, and fairness between queues is defined
+		// for the leaves.
+		g.held = badInput("QueueNotLeaf", "queue %q has child queues and takes no work itself: submit to one of its children", q)
 	}
 	return g
 }
@@ -541,8 +556,24 @@ func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
 	return out
 }
 
+// resourcesOf converts a resource list to the core's quota vector (cpu,
+// memory, nvidia.com/gpu; other names are not kept in quotas).
+func resourcesOf(rl corev1.ResourceList) model.Resources {
+	var r model.Resources
+	if q, ok := rl[corev1.ResourceCPU]; ok {
+		r.MilliCPU = q.MilliValue()
+	}
+	if q, ok := rl[corev1.ResourceMemory]; ok {
+		r.MemoryMiB = q.Value() >> 20
+	}
+	if q, ok := rl[ResourceGPU]; ok {
+		r.GPUMilli = q.MilliValue()
+	}
+	return r
+}
+
 func modelQueue(q *v1alpha1.Queue) model.Queue {
-	out := model.Queue{Name: q.Name, Parent: q.Spec.Parent}
+	out := model.Queue{Name: q.Name, Parent: q.Spec.Parent, Priority: q.Spec.Priority}
 	for _, r := range q.Spec.Resources {
 		set := func(dst *model.Resources, v *resource.Quantity) {
 			if v == nil {

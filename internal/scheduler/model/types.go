@@ -212,6 +212,10 @@ type Queue struct {
 	// Weight divides idle capacity among siblings; 0 means 1. It is the
 	// weight of every resource Weights leaves at 0.
 	Weight float64 `json:"weight,omitempty"`
+	// Priority orders the queue against its siblings: while a sibling of
+	// higher priority has pending work that fits, it takes its turns
+	// first; fair share orders siblings of equal priority.
+	Priority int32 `json:"priority,omitempty"`
 	// Weights overrides Weight per resource (the Queue API's weight of
 	// cpu, memory and nvidia.com/gpu).
 	Weights ResourceWeights `json:"weights,omitzero"`

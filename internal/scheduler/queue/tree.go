@@ -1,9 +1,11 @@
 package queue
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -357,6 +359,30 @@ func (t *Tree) AboveFairShare(i int) bool {
 		}
 	}
 	return false
+}
+
+// ComparePriority orders queues a and b by their Priority where their
+// branches part (the two siblings, or roots, on the paths to a and b): it
+// is negative when a's branch has the higher priority, positive when b's
+// has, and 0 when they are equal or one queue contains the other.
+func (t *Tree) ComparePriority(a, b int) int {
+	var pa, pb [16]int
+	x, y := t.rootPath(a, pa[:0]), t.rootPath(b, pb[:0])
+	for k := 0; k < len(x) && k < len(y); k++ {
+		if x[k] != y[k] {
+			return cmp.Compare(t.nodes[y[k]].q.Priority, t.nodes[x[k]].q.Priority)
+		}
+	}
+	return 0
+}
+
+// rootPath appends queue i's path from its root to i to buf.
+func (t *Tree) rootPath(i int, buf []int) []int {
+	for j := i; j >= 0; j = t.nodes[j].parent {
+		buf = append(buf, j)
+	}
+	slices.Reverse(buf)
+	return buf
 }
 
 // IsLeaf reports whether queue i has no child queues.

@@ -180,6 +180,22 @@ func (b *PodBuilder) Label(key, value string) *PodBuilder {
 	return b
 }
 
+// NodeSelector requires a node label.
+func (b *PodBuilder) NodeSelector(key, value string) *PodBuilder {
+	if b.pod.Spec.NodeSelector == nil {
+		b.pod.Spec.NodeSelector = map[string]string{}
+	}
+	b.pod.Spec.NodeSelector[key] = value
+	return b
+}
+
+// Tolerate tolerates a NoSchedule taint key=value.
+func (b *PodBuilder) Tolerate(key, value string) *PodBuilder {
+	b.pod.Spec.Tolerations = append(b.pod.Spec.Tolerations, corev1.Toleration{
+		Key: key, Operator: corev1.TolerationOpEqual, Value: value, Effect: corev1.TaintEffectNoSchedule})
+	return b
+}
+
 // Annotation sets an annotation.
 func (b *PodBuilder) Annotation(key, value string) *PodBuilder {
 	if b.pod.Annotations == nil {

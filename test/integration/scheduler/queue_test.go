@@ -208,3 +208,91 @@ func TestQueueWithPreemptionNeverDoesNotEvict(t *testing.T) {
 		t.Fatalf("%d low-priority pods bound (err %v), want all 8: the queue forbids preemption", n, err)
 	}
 }
+
+// TestGuaranteeReclaimInAPool is the two-team pool of examples/queues: team
+// B borrows team A's idle guarantee in a pool of nodes that only their work
+// may use, while other nodes have free GPUs neither team can use. Team A's
+// gang takes its guarantee back: exactly the borrowed pods go, all from the
+// pool, and the gang binds whole there.
+func TestGuaranteeReclaimInAPool(t *testing.T) {
+	nodes := gpuNodes(2, "pool")
+	pool, other := nodes[0].Label("pool", "batch").Taint("pool", "batch", corev1.TaintEffectNoSchedule), nodes[1]
+	poolName := pool.Obj().Name
+	c := newCluster(t, pool, other)
+	root, a, b := "research-"+c.ns, "team-a-"+c.ns, "team-b-"+c.ns
+	c.queue(root, "", 0, 0)
+	c.queue(a, root, 4, 0)
+	c.queue(b, root, 4, 0)
+	inPool := func(pb *framework.PodBuilder) *framework.PodBuilder {
+		return pb.NodeSelector("pool", "batch").Tolerate("pool", "batch")
+	}
+	c.run(adapter.Config{})
+	for i := range 8 {
+		c.create(inPool(c.pod(fmt.Sprintf("b-%d", i)).GPUs(1).Label(v1alpha1.QueueLabel, b).Label("team", "b")))
+	}
+	c.waitBound("team=b", 8, 30*time.Second)
+
+	c.podGroup("train", 4, a)
+	for i := range 4 {
+		c.create(inPool(c.pod(fmt.Sprintf("a-%d", i)).GPUs(1).Label(v1alpha1.PodGroupLabel, "train").Label("team", "a")))
+	}
+	c.waitBound("team=a", 4, 60*time.Second)
+	c.waitBound("team=b", 4, 30*time.Second)
+	ps, err := c.pods(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range ps {
+		if p.Spec.NodeName != "" && p.Spec.NodeName != poolName {
+			t.Errorf("%s runs on %s, outside the pool", name, p.Spec.NodeName)
+		}
+	}
+	ev, err := env.Client.CoreV1().Events(c.ns).List(t.Context(), metav1.ListOptions{FieldSelector: "reason=Preempted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.Items) != 4 {
+		t.Errorf("%d Preempted events, want 4 (one per borrowed GPU)", len(ev.Items))
+	}
+}
+
+// TestPodGroupMinResources: a gang's spec.minResources are what its queue
+// must admit before its pods are considered; above the queue's limit the
+// gang says what to change.
+func TestPodGroupMinResources(t *testing.T) {
+	c := newCluster(t, gpuNodes(1, "minres")...)
+	q := "capped-" + c.ns
+	c.queue(q, "", 0, 4)
+	c.run(adapter.Config{})
+	gang := func(name string, minGPUs string) {
+		pg := &v1alpha1.PodGroup{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: name},
+			Spec: v1alpha1.PodGroupSpec{MinMember: 2, Queue: q,
+				MinResources: corev1.ResourceList{framework.ResourceGPU: resource.MustParse(minGPUs)}}}
+		c.createObj(adapter.PodGroupsResource, c.ns, pg)
+		for i := range 2 {
+			c.create(c.pod(fmt.Sprintf("%s-%d", name, i)).GPUs(1).Label(v1alpha1.PodGroupLabel, name).Label("gang", name))
+		}
+	}
+	t.Run("above the queue's limit the gang waits and says what to change", func(t *testing.T) {
+		gang("huge", "6")
+		c.waitCondition("huge-0", corev1.PodReasonUnschedulable, "above queue", 30*time.Second)
+		if n, _, err := c.bound(t.Context(), "gang=huge"); err != nil || n != 0 {
+			t.Fatalf("%d pods bound (err %v), want 0", n, err)
+		}
+	})
+	t.Run("within the limit it waits for room in the queue", func(t *testing.T) {
+		// Two GPUs of the queue's four are used; the gang's pods ask for
+		// two, but its minResources for four.
+		for i := range 2 {
+			c.create(c.pod(fmt.Sprintf("filler-%d", i)).GPUs(1).Label(v1alpha1.QueueLabel, q).Label("filler", "yes"))
+		}
+		c.waitBound("filler=yes", 2, 30*time.Second)
+		gang("four", "4")
+		c.waitCondition("four-0", corev1.PodReasonUnschedulable, "is at its limit", 30*time.Second)
+		if err := env.Client.CoreV1().Pods(c.ns).DeleteCollection(t.Context(), deleteNow(), listBy("filler=yes")); err != nil {
+			t.Fatal(err)
+		}
+		c.waitBound("gang=four", 2, 30*time.Second)
+	})
+}

@@ -32,11 +32,16 @@ func TestGpuplaneStatus(t *testing.T) {
 		c.create(c.pod(fmt.Sprintf("waits-%d", i)).GPUs(4).Label(v1alpha1.PodGroupLabel, "waits").Label("gang", "waits"))
 	}
 	c.waitBound("gang=runs", 2, 30*time.Second)
+	// Three more pods of the queue without a group: they wait for room
+	// and are counted on one row.
+	for i := range 3 {
+		c.create(c.pod(fmt.Sprintf("lone-%d", i)).GPUs(8).Label(v1alpha1.QueueLabel, q))
+	}
 
 	var st *status.Status
 	framework.Eventually(t, 30*time.Second, "status shows the queue's usage and the waiting gang", func(ctx context.Context) (bool, error) {
 		var err error
-		if st, err = status.Collect(ctx, env.Config); err != nil {
+		if st, err = status.Collect(ctx, env.Config, c.scheduler); err != nil {
 			return false, err
 		}
 		var usage string
@@ -46,12 +51,17 @@ func TestGpuplaneStatus(t *testing.T) {
 			}
 		}
 		var why string
+		var lone int32
 		for _, g := range st.Waiting {
-			if g.Namespace == c.ns && g.Name == "waits" {
+			if g.Namespace == c.ns && g.Kind == status.KindPodGroup && g.Name == "waits" {
 				why = g.Why
 			}
+			if g.Namespace == c.ns && g.Kind == status.KindPods && strings.Contains(g.Why, "insufficient nvidia.com/gpu") {
+				lone += g.Count
+			}
 		}
-		return usage == "4" && strings.Contains(why, "gang"), fmt.Errorf("queue usage %q, waiting gang reason %q", usage, why)
+		return usage == "4" && strings.Contains(why, "gang") && lone == 3,
+			fmt.Errorf("queue usage %q, waiting gang reason %q, %d lone pods waiting for GPUs", usage, why, lone)
 	})
 	var n *status.Node
 	for i := range st.Nodes {
@@ -69,7 +79,7 @@ func TestGpuplaneStatus(t *testing.T) {
 	if err := status.Print(&out, st, true); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"NODES", node, "GPU HOLDERS", "QUEUES", q, "WAITING GANGS", c.ns + "/waits"} {
+	for _, want := range []string{"NODES", node, "GPU HOLDERS", "QUEUES", q, "WAITING", c.ns + "/waits", c.ns + "/lone-0"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status -o wide lacks %q:\n%s", want, out.String())
 		}

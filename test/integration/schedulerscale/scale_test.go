@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,6 +197,8 @@ func startScheduler(b *testing.B, name string) (int, func()) {
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	// A benchmark killed mid-round must not leave its scheduler running.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
