@@ -6,12 +6,9 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler"
-	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
 // loop runs scheduling cycles while it leads. It returns when ctx ends.
@@ -92,6 +89,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	l.cache.mu.Unlock()
 	l.metrics.phase("snapshot", time.Since(now))
 	l.finishResumed(ctx, in)
+	ready := l.finishWaits(ctx, in)
 
 	// 2. Core: decisions from the snapshot alone.
 	d, err := l.core.Cycle(&in.snap)
@@ -106,12 +104,15 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	// 3. Evictions first; a group that needed them waits for its victims
 	//    instead of binding now.
 	t := time.Now()
-	blocked := l.evict(ctx, in, d.Evictions, now)
+	blocked := l.evict(ctx, in, &d, now)
 	l.metrics.phase("evict", time.Since(t))
 
 	// 4. Binds, whole groups at a time, concurrently.
 	t = time.Now()
 	placed := l.bind(ctx, in, d.Binds, blocked)
+	for g := range ready {
+		placed[g] = true
+	}
 	l.metrics.phase("bind-dispatch", time.Since(t))
 
 	// 5. Gangs left partly bound are completed by the binds above or torn
@@ -126,105 +127,6 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	l.log.V(2).Info("cycle", "nodes", len(in.snap.Nodes), "pending", len(in.snap.Pending), "binds", len(d.Binds),
 		"evictions", len(d.Evictions), "unplaced", len(d.Unplaced), "took", time.Since(now))
 	return nil
-}
-
-// expireWaits lets a preemptor try again once its victims are gone or
-// after a minute. Caller holds the cache lock.
-func (l *loop) expireWaits(now time.Time) {
-	for g, w := range l.cache.waiting {
-		left := 0
-		for _, v := range w.victims {
-			if _, ok := l.cache.pods[v]; ok {
-				left++
-			}
-		}
-		if left == 0 || now.Sub(w.since) > time.Minute {
-			delete(l.cache.waiting, g)
-		}
-	}
-}
-
-// evict sends the cycle's evictions and returns the groups that wait for
-// them.
-func (l *loop) evict(ctx context.Context, in *cycleInput, evs []model.Eviction, now time.Time) map[string]bool {
-	blocked := map[string]bool{}
-	if len(evs) == 0 {
-		return blocked
-	}
-	byFor := map[string][]model.Eviction{}
-	for _, e := range evs {
-		blocked[e.For] = true
-		if why := l.mayEvict(in, e); why != "" {
-			if g := in.groups[e.For]; g != nil && g.held == nil {
-				g.held = badInput("PreemptionDisabled", "%s", why)
-			}
-			continue
-		}
-		byFor[e.For] = append(byFor[e.For], e)
-	}
-	l.cache.mu.Lock()
-	for g, es := range byFor {
-		w := &victimWait{since: now}
-		for _, e := range es {
-			w.victims = append(w.victims, e.Pod)
-		}
-		l.cache.waiting[g] = w
-	}
-	l.cache.mu.Unlock()
-	victims := map[string]*corev1.Pod{}
-	l.cache.mu.Lock()
-	for _, es := range byFor {
-		for _, e := range es {
-			if pi := l.cache.pods[e.Pod]; pi != nil {
-				victims[e.Pod] = pi.pod
-			}
-		}
-	}
-	l.cache.mu.Unlock()
-	for g, es := range byFor {
-		for _, e := range es {
-			pod := victims[e.Pod]
-			if pod == nil {
-				continue
-			}
-			l.api.evict(ctx, pod, g, e.Reason, func(refused bool) {
-				if refused {
-					// The victim stays; the preemptor waits for another
-					// way in, and the victim is not offered again for a
-					// while.
-					l.cache.refuse(e.Pod, time.Now().Add(l.cfg.EvictionBackoff))
-					l.cache.mu.Lock()
-					delete(l.cache.waiting, g)
-					l.cache.mu.Unlock()
-				}
-			})
-		}
-	}
-	return blocked
-}
-
-// mayEvict applies the preemptor's Queue policy, which the core does not
-// model: spec.preemption Never forbids evicting for priority within the
-// queue, spec.reclaim Never forbids taking lent resources back. A group
-// refused so keeps waiting (its placement needed the evictions), held with
-// the reason.
-// It returns "" or why the eviction may not happen.
-func (l *loop) mayEvict(in *cycleInput, e model.Eviction) string {
-	g := in.groups[e.For]
-	if g == nil {
-		return ""
-	}
-	q := in.queueObjs[g.queue]
-	if q == nil {
-		return ""
-	}
-	switch {
-	case e.Reason == "preempt" && q.Spec.Preemption == v1alpha1.PreemptNever:
-		return fmt.Sprintf("fits only by preempting lower-priority pods, and queue %q has spec.preemption: Never", q.Name)
-	case e.Reason == "reclaim" && q.Spec.Reclaim == v1alpha1.ReclaimNever:
-		return fmt.Sprintf("fits only by reclaiming GPUs lent to other queues, and queue %q has spec.reclaim: Never", q.Name)
-	}
-	return ""
 }
 
 // reconcilePartial tears down gangs that stay partly bound: some pods

@@ -395,8 +395,8 @@ func (b *builder) runningAllocations(c *clusterCache, now time.Time) [][]model.A
 // free GPUs; a pod that would over-allocate the node is left out with a log
 // line (the core refuses over-allocated snapshots). Caller holds c.mu.
 func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) []model.Allocation {
-	pods := c.onNode[ni.node.Name]
-	if len(pods) == 0 {
+	pods, held := c.onNode[ni.node.Name], c.reserved[ni.node.Name]
+	if len(pods) == 0 && len(held) == 0 {
 		return nil
 	}
 	m := &ni.m
@@ -426,8 +426,11 @@ func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) 
 		pi     *podInfo
 		shares []model.GPUShare
 		known  bool
+		// reserved: a waiting preemptor's plan, held after every pod
+		// that runs (its victims among them) has its place.
+		reserved bool
 	}
-	entries := make([]entry, 0, len(pods))
+	entries := make([]entry, 0, len(pods)+len(held))
 	for _, pi := range pods {
 		e := entry{pi: pi}
 		if a, ok := c.assumed[pi.key]; ok && !pi.bound() {
@@ -440,9 +443,21 @@ func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) 
 		e.known = e.known || !pi.req.UsesGPU()
 		entries = append(entries, e)
 	}
-	// Known shares first, then the rest on the lowest free GPUs; by key
-	// within each, so that the same pods always give the same result.
+	for _, r := range held {
+		if pi := c.pods[r.pod]; pi != nil && c.nodeOf(pi) == "" && !pi.terminal() {
+			entries = append(entries, entry{pi: pi, shares: r.shares, known: true, reserved: true})
+		}
+	}
+	// Known shares first, then the rest on the lowest free GPUs, then the
+	// reservations; by key within each, so that the same pods always give
+	// the same result.
 	slices.SortFunc(entries, func(x, y entry) int {
+		if x.reserved != y.reserved {
+			if y.reserved {
+				return -1
+			}
+			return 1
+		}
 		if x.known != y.known {
 			if x.known {
 				return -1
@@ -462,7 +477,7 @@ func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) 
 			continue
 		}
 		p := e.pi.pod
-		nonPreemptible := p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
+		nonPreemptible := e.reserved || p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
 			c.refused[e.pi.key].After(now) || c.protectedByPDB(p)
 		out = append(out, model.Allocation{
 			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
