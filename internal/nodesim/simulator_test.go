@@ -169,9 +169,14 @@ func TestAdmissionWithPlugins(t *testing.T) {
 				if got.Status.Reason != tt.wantReason {
 					t.Errorf("reason %q (%s), want %q", got.Status.Reason, got.Status.Message, tt.wantReason)
 				}
-				evs, err := client.CoreV1().Events("ns").List(t.Context(), metav1.ListOptions{})
-				if err != nil || len(evs.Items) != 1 || evs.Items[0].Reason != tt.wantReason || evs.Items[0].Type != corev1.EventTypeWarning {
-					t.Errorf("events %+v (%v), want one Warning %s", evs, err, tt.wantReason)
+				// The event is recorded after the status, on its own.
+				var evs *corev1.EventList
+				waitFor(t, "the pod's event", func() bool {
+					evs, err = client.CoreV1().Events("ns").List(t.Context(), metav1.ListOptions{})
+					return err == nil && len(evs.Items) > 0
+				})
+				if len(evs.Items) != 1 || evs.Items[0].Reason != tt.wantReason || evs.Items[0].Type != corev1.EventTypeWarning {
+					t.Errorf("events %+v, want one Warning %s", evs, tt.wantReason)
 				}
 				if s.release("ns/p") {
 					t.Error("a refused pod still held devices")
