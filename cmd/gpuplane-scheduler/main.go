@@ -28,8 +28,16 @@ Pods join a gang with the label scheduling.gpuplane.io/pod-group=<PodGroup>
 (or scheduling.x-k8s.io/pod-group) and a queue with
 scheduling.gpuplane.io/queue=<Queue> (or kueue.x-k8s.io/queue-name); without
 one they use their namespace's scheduling.gpuplane.io/default-queue
-annotation, else the built-in "default" queue. The Queue and PodGroup CRDs
-(deploy/crds) must be installed.
+annotation, else the built-in "default" queue (a leaf queue: one with child
+queues takes no work). The Queue and PodGroup CRDs (deploy/crds) must be
+installed.
+
+A gang is bound only when all of it (spec.minMember pods) has a place: its
+placement is written to the PodGroup's status.placement first, then its pods
+are bound. After a crash or a failover the new leader finishes a recorded
+placement that still fits; a gang left partly bound longer than
+--partial-gang-grace has its bound pods deleted. Pods wait with
+PodScheduled=False and an event that says why.
 
 Run two replicas with --leader-elect (the default): one schedules, the other
 waits on the Lease. Metrics are on --serve-address/metrics, health on
