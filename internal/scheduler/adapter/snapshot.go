@@ -7,10 +7,12 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
 	corehelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -110,7 +112,8 @@ func classKey(p *corev1.Pod) string {
 		S map[string]string
 		A *corev1.NodeSelector
 		T []corev1.Toleration
-	}{p.Spec.NodeSelector, req, p.Spec.Tolerations})
+		R map[string]string
+	}{p.Spec.NodeSelector, req, p.Spec.Tolerations, otherExtended(p)})
 	if err != nil {
 		return p.Namespace + "/" + p.Name
 	}
@@ -122,8 +125,10 @@ var untoleratedEffects = func(t *corev1.Taint) bool {
 }
 
 // staticFit checks a pod against a node with component-helpers: required
-// node affinity (which includes spec.nodeSelector) and untolerated taints.
-// It returns "" or why not.
+// node affinity (which includes spec.nodeSelector) and untolerated taints;
+// and that the node offers at least what the pod asks of extended
+// resources the core does not model (an RDMA device, say). It returns ""
+// or why not.
 func staticFit(log klog.Logger, p *corev1.Pod, n *corev1.Node) string {
 	if ok, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(n); err != nil || !ok {
 		return "node affinity/selector mismatch"
@@ -131,7 +136,42 @@ func staticFit(log klog.Logger, p *corev1.Pod, n *corev1.Node) string {
 	if t, bad := corehelpers.FindMatchingUntoleratedTaint(log, n.Spec.Taints, p.Spec.Tolerations, untoleratedEffects, false); bad {
 		return fmt.Sprintf("untolerated taint {%s: %s}", t.Key, t.Value)
 	}
+	for name, want := range otherExtended(p) {
+		have := n.Status.Allocatable[corev1.ResourceName(name)]
+		if have.Cmp(resource.MustParse(want)) < 0 {
+			return "insufficient " + name
+		}
+	}
 	return ""
+}
+
+// otherExtended lists the extended resources a pod asks for that the core
+// does not model (everything but nvidia.com/gpu, its shares and MIG
+// devices), by name and quantity; nil when there are none.
+func otherExtended(p *corev1.Pod) map[string]string {
+	var out map[string]string
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			for name := range cs[i].Resources.Limits {
+				if !isExtended(name) || name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(string(name), migResourcePrefix) {
+					continue
+				}
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[string(name)] = ""
+			}
+		}
+	}
+	if out == nil {
+		return nil
+	}
+	reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	for name := range out {
+		q := reqs[corev1.ResourceName(name)]
+		out[name] = q.String()
+	}
+	return out
 }
 
 // build assembles the next snapshot. The caller holds c.mu.

@@ -30,7 +30,8 @@ func TestTaintsTolerationsAndGPUProductAffinity(t *testing.T) {
 		a100 = "NVIDIA-A100-SXM4-80GB"
 	)
 	h := gpuNodes(1, "h100")[0].Taint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule)
-	a := gpuNodes(1, "a100")[0].Product(a100, 81920)
+	// Only the A100 node has an RDMA device to offer.
+	a := gpuNodes(1, "a100")[0].Product(a100, 81920).Resource("rdma/ib", "1")
 	hName, aName := h.Obj().Name, a.Obj().Name
 	c := newCluster(t, h, a)
 	c.run(adapter.Config{})
@@ -52,6 +53,8 @@ func TestTaintsTolerationsAndGPUProductAffinity(t *testing.T) {
 		{"H100 affinity with the toleration lands on the tainted node", withAffinity(c.pod("want-h100").GPUs(2), productAffinity(h100), gpuToleration), hName, ""},
 		{"H100 affinity without the toleration waits and says why", withAffinity(c.pod("no-toleration").GPUs(1), productAffinity(h100)), "", "untolerated taint {nvidia.com/gpu: present}"},
 		{"an unknown product waits and says why", withAffinity(c.pod("no-such-gpu").GPUs(1), productAffinity("NVIDIA-B300")), "", "node affinity/selector mismatch"},
+		{"an RDMA device leads to the node that has one", withAffinity(c.pod("want-rdma").GPUs(1).Limit("rdma/ib", "1"), nil, gpuToleration), aName, ""},
+		{"more RDMA devices than any node has waits and says why", withAffinity(c.pod("too-much-rdma").GPUs(1).Limit("rdma/ib", "2"), nil, gpuToleration), "", "2 insufficient rdma/ib"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
