@@ -48,7 +48,7 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[st
 	// 2. Groups held back before the core, and groups it could not place.
 	msgs := map[string]string{}
 	for name, g := range in.groups {
-		if g.held != nil && len(g.pending) > 0 {
+		if g.held != nil && len(g.pending) > 0 && !placed[name] {
 			msgs[name] = g.held.Msg
 			for _, pi := range g.pending {
 				l.status.podCondition(pi.pod, g.held.Reason, g.held.Msg)

@@ -105,8 +105,11 @@ func (w *statusWriter) podCondition(pod *corev1.Pod, reason, msg string) {
 	}
 	key := "pod/" + podKey(pod)
 	w.enqueue(key, func(ctx context.Context) error {
-		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"False","reason":%q,"message":%q,"lastTransitionTime":%q}]}}`,
-			corev1.PodScheduled, reason, msg, metav1.Now().UTC().Format("2006-01-02T15:04:05Z"))
+		// The resourceVersion makes the write fail (a conflict, dropped)
+		// when the pod changed since: above all when it was bound
+		// meanwhile, which a backlog of status writes can outlast.
+		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"status":{"conditions":[{"type":%q,"status":"False","reason":%q,"message":%q,"lastTransitionTime":%q}]}}`,
+			pod.ResourceVersion, corev1.PodScheduled, reason, msg, metav1.Now().UTC().Format("2006-01-02T15:04:05Z"))
 		_, err := w.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
 		if err == nil {
 			evType := corev1.EventTypeWarning
