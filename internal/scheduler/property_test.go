@@ -241,14 +241,7 @@ func TestPropertyDeterministic(t *testing.T) {
 		snap, later := genWorkload(t)
 		snap.Pending = append(snap.Pending, later...)
 		run := func() model.Decisions {
-			s, err := scheduler.New(scheduler.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := s.Cycle(&snap)
-			if err != nil {
-				t.Fatal(err)
-			}
+			d := cycleOnce(t, &snap)
 			d.Timings = nil
 			return d
 		}

@@ -388,17 +388,27 @@ func TestQueuePriority(t *testing.T) {
 			for _, q := range []string{"hi", "lo"} {
 				snap.Pending = append(snap.Pending, schedtest.Group(q+"-job").Queue(q).Pods(4, schedtest.GPU(1, 1000)).Obj())
 			}
-			s, err := scheduler.New(scheduler.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := s.Cycle(&snap)
-			if err != nil {
-				t.Fatal(err)
-			}
+			d := cycleOnce(t, &snap)
 			if len(d.Binds) != 4 || d.Binds[0].Group != tc.want+"-job" {
 				t.Fatalf("binds %+v, want the 4 pods of %s-job", d.Binds, tc.want)
 			}
 		})
 	}
+}
+
+// cycleOnce runs one cycle of a new scheduler with the default config.
+func cycleOnce(tb interface {
+	Helper()
+	Fatal(args ...any)
+}, snap *model.Snapshot) model.Decisions {
+	tb.Helper()
+	s, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d, err := s.Cycle(snap)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }

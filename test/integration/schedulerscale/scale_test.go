@@ -7,7 +7,7 @@
 // kube-scheduler binary with a configuration of its own), with the same
 // client budget (500 QPS, burst 1000).
 //
-//	GPUPLANE_CONTROLPLANE_BIN=$PWD/bin go test -run '^$' -bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 90m ./test/integration/schedulerscale/
+//	GPUPLANE_CONTROLPLANE_BIN=$PWD/bin go test -run '^$' -bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 180m ./test/integration/schedulerscale/
 //
 // GPUPLANE_BENCH_NODES sets the node count (default 1000; pods are 8 per
 // node).
