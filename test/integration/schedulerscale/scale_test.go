@@ -122,8 +122,10 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
+		// The control plane is torn down after this; a delete of thousands
+		// of nodes that times out loses no result, so it only logs.
 		if err := env.DeleteNodes(context.Background(), "bench="+label); err != nil {
-			b.Error(err)
+			b.Logf("cleaning up: %v", err)
 		}
 	})
 	env.WaitNodesReady(b, "bench="+label, nodes, 10*time.Minute)
