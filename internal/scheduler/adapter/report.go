@@ -138,7 +138,7 @@ func (l *loop) explain(in *cycleInput, pg *model.PodGroup, coreReason string, g 
 		case ns.Node.Unschedulable:
 			add("node unschedulable")
 		case cl != nil && !cl.all && i < len(cl.match) && !cl.match[i] && i < len(in.nodes):
-			add(staticFit(l.log, firstPod.pod, in.nodes[i].node))
+			add(staticFit(l.log, firstPod.pod, cl.extended, in.nodes[i].node))
 		case ns.FreeCPU < first.Request.MilliCPU:
 			add("insufficient cpu")
 		case ns.FreeMem < first.Request.MemoryMiB:

@@ -73,6 +73,9 @@ type podClass struct {
 	pod   *corev1.Pod // a representative
 	match []bool      // per node of cycleInput.nodes
 	all   bool
+	// extended is what the class asks of extended resources the core
+	// does not model (otherExtended), computed once for all nodes.
+	extended corev1.ResourceList
 }
 
 // builder turns the cache into snapshots; it lives on the cycle goroutine
@@ -112,7 +115,7 @@ func classKey(p *corev1.Pod) string {
 		S map[string]string
 		A *corev1.NodeSelector
 		T []corev1.Toleration
-		R map[string]string
+		R corev1.ResourceList
 	}{p.Spec.NodeSelector, req, p.Spec.Tolerations, otherExtended(p)})
 	if err != nil {
 		return p.Namespace + "/" + p.Name
@@ -126,50 +129,37 @@ var untoleratedEffects = func(t *corev1.Taint) bool {
 
 // staticFit checks a pod against a node with component-helpers: required
 // node affinity (which includes spec.nodeSelector) and untolerated taints;
-// and that the node offers at least what the pod asks of extended
-// resources the core does not model (an RDMA device, say). It returns ""
-// or why not.
-func staticFit(log klog.Logger, p *corev1.Pod, n *corev1.Node) string {
+// and that the node offers at least extended, what the pod asks of
+// extended resources the core does not model (otherExtended). It returns
+// "" or why not.
+func staticFit(log klog.Logger, p *corev1.Pod, extended corev1.ResourceList, n *corev1.Node) string {
 	if ok, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(n); err != nil || !ok {
 		return "node affinity/selector mismatch"
 	}
 	if t, bad := corehelpers.FindMatchingUntoleratedTaint(log, n.Spec.Taints, p.Spec.Tolerations, untoleratedEffects, false); bad {
 		return fmt.Sprintf("untolerated taint {%s: %s}", t.Key, t.Value)
 	}
-	for name, want := range otherExtended(p) {
-		have := n.Status.Allocatable[corev1.ResourceName(name)]
-		if have.Cmp(resource.MustParse(want)) < 0 {
-			return "insufficient " + name
+	for name, want := range extended {
+		if have := n.Status.Allocatable[name]; have.Cmp(want) < 0 {
+			return "insufficient " + string(name)
 		}
 	}
 	return ""
 }
 
-// otherExtended lists the extended resources a pod asks for that the core
-// does not model (everything but nvidia.com/gpu, its shares and MIG
-// devices), by name and quantity; nil when there are none.
-func otherExtended(p *corev1.Pod) map[string]string {
-	var out map[string]string
-	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for i := range cs {
-			for name := range cs[i].Resources.Limits {
-				if !isExtended(name) || name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(string(name), migResourcePrefix) {
-					continue
-				}
-				if out == nil {
-					out = map[string]string{}
-				}
-				out[string(name)] = ""
-			}
+// otherExtended is what a pod asks of extended resources the core does
+// not model (everything but nvidia.com/gpu, its shares and MIG devices: an
+// RDMA device, say); nil when nothing.
+func otherExtended(p *corev1.Pod) corev1.ResourceList {
+	var out corev1.ResourceList
+	for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
+		if !isExtended(name) || name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(string(name), migResourcePrefix) {
+			continue
 		}
-	}
-	if out == nil {
-		return nil
-	}
-	reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-	for name := range out {
-		q := reqs[corev1.ResourceName(name)]
-		out[name] = q.String()
+		if out == nil {
+			out = corev1.ResourceList{}
+		}
+		out[name] = q
 	}
 	return out
 }
@@ -344,9 +334,9 @@ func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
 		cl = b.classes[key]
 		if cl == nil {
 			p := pi.pod
-			cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true}
+			cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true, extended: otherExtended(p)}
 			for i, n := range b.nodes {
-				cl.match[i] = staticFit(b.log, p, n.node) == ""
+				cl.match[i] = staticFit(b.log, p, cl.extended, n.node) == ""
 				cl.all = cl.all && cl.match[i]
 			}
 			if !cl.all {
