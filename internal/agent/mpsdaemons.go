@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/gpuplane/gpuplane/internal/mps"
-	"github.com/gpuplane/gpuplane/internal/resource"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
 // mpsDaemons are the running MPS control daemons of one config.
@@ -23,16 +23,16 @@ func (d *mpsDaemons) stop() {
 	d.wg.Wait()
 }
 
-// startMPS starts one control daemon per MPS-shared resource.
+// startMPS starts one control daemon per MPS-shared sharing.
 func startMPS(ctx context.Context, o PluginOptions, s *pluginState, log *slog.Logger) *mpsDaemons {
 	ctx, cancel := context.WithCancel(ctx)
 	out := &mpsDaemons{cancel: cancel}
 	for _, r := range s.resources {
 		var gpus []string
-		var first *resource.Device
+		var first *sharing.Device
 		for i := range r.Devices {
 			d := &r.Devices[i]
-			if d.Sharing != resource.SharingMPS {
+			if d.Sharing != sharing.SharingMPS {
 				continue
 			}
 			if first == nil {

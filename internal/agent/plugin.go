@@ -17,7 +17,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/health"
 	"github.com/gpuplane/gpuplane/internal/mps"
-	"github.com/gpuplane/gpuplane/internal/resource"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
 // PluginOptions are the device-plugin part's settings once flags, the
@@ -57,7 +57,7 @@ type PluginOptions struct {
 // pluginState is what one good config produced.
 type pluginState struct {
 	cfg       *configv1.Config
-	resources []*resource.Resource
+	resources []*sharing.Resource
 }
 
 // RunPlugin runs the device plugin until ctx ends: it loads the config,
@@ -129,7 +129,7 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 			log.Error("device plugin part stopped with an error", "err", err)
 		}
 	}
-	log.Info("device plugin running", "backend", o.Backend.Name(), "resources", resource.Names(state.resources), "kubeletDir", o.KubeletDir)
+	log.Info("device plugin running", "backend", o.Backend.Name(), "resources", sharing.Names(state.resources), "kubeletDir", o.KubeletDir)
 	for {
 		select {
 		case <-ctx.Done():
@@ -170,7 +170,7 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 			if o.OnConfig != nil {
 				o.OnConfig(state.cfg)
 			}
-			log.Info("config reloaded", "resources", resource.Names(state.resources))
+			log.Info("config reloaded", "resources", sharing.Names(state.resources))
 		}
 	}
 }
@@ -203,7 +203,7 @@ func loadState(o PluginOptions, devices []gpu.Device, log *slog.Logger) (*plugin
 		}
 		return nil, err
 	}
-	rs, err := resource.Build(cfg, devices)
+	rs, err := sharing.Build(cfg, devices)
 	if err != nil {
 		return nil, fmt.Errorf("building resources from the config and the node's GPUs: %w", err)
 	}
@@ -212,7 +212,7 @@ func loadState(o PluginOptions, devices []gpu.Device, log *slog.Logger) (*plugin
 
 // writeSpecs writes the specs of next and removes those of prev that are
 // gone.
-func writeSpecs(w *cdi.Writer, prev, next []*resource.Resource, log *slog.Logger) error {
+func writeSpecs(w *cdi.Writer, prev, next []*sharing.Resource, log *slog.Logger) error {
 	keep := map[string]bool{}
 	for _, r := range next {
 		path, err := w.Write(r)

@@ -13,7 +13,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
-	"github.com/gpuplane/gpuplane/internal/resource"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
 // Vendor is the CDI vendor of gpuplane's specs. It differs from the
@@ -66,7 +66,7 @@ func NewWriter(o Options) (*Writer, error) {
 }
 
 // Class is the CDI class of a resource's devices.
-func Class(r *resource.Resource) string {
+func Class(r *sharing.Resource) string {
 	if r.HasMIG() {
 		return ClassMIG
 	}
@@ -74,11 +74,11 @@ func Class(r *resource.Resource) string {
 }
 
 // Kind is the CDI kind of a resource's devices.
-func Kind(r *resource.Resource) string { return Vendor + "/" + Class(r) }
+func Kind(r *sharing.Resource) string { return Vendor + "/" + Class(r) }
 
 // DeviceName is a device's CDI name under the device-ID strategy ("uuid" or
 // "index"). Replicas share their GPU's name.
-func DeviceName(d *resource.Device, idStrategy string) string {
+func DeviceName(d *sharing.Device, idStrategy string) string {
 	if idStrategy == configv1.DeviceIDStrategyIndex {
 		return d.Index
 	}
@@ -86,23 +86,23 @@ func DeviceName(d *resource.Device, idStrategy string) string {
 }
 
 // QualifiedName is a device's fully qualified CDI name.
-func QualifiedName(r *resource.Resource, d *resource.Device, idStrategy string) string {
+func QualifiedName(r *sharing.Resource, d *sharing.Device, idStrategy string) string {
 	return parser.QualifiedName(Vendor, Class(r), DeviceName(d, idStrategy))
 }
 
-// MPSPipeDir is the MPS pipe directory of a resource.
-func MPSPipeDir(mpsRoot string, r *resource.Resource) string {
+// MPSPipeDir is the MPS pipe directory of a sharing.
+func MPSPipeDir(mpsRoot string, r *sharing.Resource) string {
 	return filepath.Join(mpsRoot, r.ShortName(), "pipe")
 }
 
 // Path is the file the spec of r is written to.
-func (w *Writer) Path(r *resource.Resource) string {
+func (w *Writer) Path(r *sharing.Resource) string {
 	return filepath.Join(w.dir, specPrefix+strings.ReplaceAll(r.Name, "/", "-")+".yaml")
 }
 
 // Spec builds the CDI spec of a resource: one device per GPU or MIG device
 // under both its UUID and index, the control nodes common to all.
-func (w *Writer) Spec(r *resource.Resource) (*specs.Spec, error) {
+func (w *Writer) Spec(r *sharing.Resource) (*specs.Spec, error) {
 	spec := &specs.Spec{
 		Kind: Kind(r),
 		ContainerEdits: specs.ContainerEdits{
@@ -116,7 +116,7 @@ func (w *Writer) Spec(r *resource.Resource) (*specs.Spec, error) {
 	mps := false
 	for i := range r.Devices {
 		d := &r.Devices[i]
-		mps = mps || d.Sharing == resource.SharingMPS
+		mps = mps || d.Sharing == sharing.SharingMPS
 		if seen[d.UUID] {
 			continue
 		}
@@ -151,7 +151,7 @@ func (w *Writer) node(p string) *specs.DeviceNode {
 // Write validates the spec of r with the CDI library and replaces its file
 // atomically (write to a temporary file, then rename). A resource without
 // devices has its file removed, since a CDI spec must have devices.
-func (w *Writer) Write(r *resource.Resource) (string, error) {
+func (w *Writer) Write(r *sharing.Resource) (string, error) {
 	path := w.Path(r)
 	if len(r.Devices) == 0 {
 		return path, w.Remove(r)
@@ -193,7 +193,7 @@ func (w *Writer) Write(r *resource.Resource) (string, error) {
 }
 
 // Remove deletes the spec file of r, if any.
-func (w *Writer) Remove(r *resource.Resource) error {
+func (w *Writer) Remove(r *sharing.Resource) error {
 	if err := os.Remove(w.Path(r)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing the CDI spec of %s: %w", r.Name, err)
 	}

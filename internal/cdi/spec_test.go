@@ -11,7 +11,7 @@ import (
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	"github.com/gpuplane/gpuplane/internal/gpu"
-	"github.com/gpuplane/gpuplane/internal/resource"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
 func gpus(n int, migOn ...int) []gpu.Device {
@@ -32,13 +32,13 @@ func gpus(n int, migOn ...int) []gpu.Device {
 	return out
 }
 
-func build(t *testing.T, config string, devs []gpu.Device) []*resource.Resource {
+func build(t *testing.T, config string, devs []gpu.Device) []*sharing.Resource {
 	t.Helper()
 	cfg, err := configv1.Load(strings.NewReader(config), configv1.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := resource.Build(cfg, devs)
+	rs, err := sharing.Build(cfg, devs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	"github.com/gpuplane/gpuplane/internal/cdi"
-	"github.com/gpuplane/gpuplane/internal/resource"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
 // Container contract.
@@ -60,11 +60,11 @@ func ContractFromConfig(c *configv1.Config) Contract {
 
 // containerResponse builds the answer for one container's devices, which
 // the caller has checked exist.
-func (c *Contract) containerResponse(r *resource.Resource, devs []*resource.Device) (*pluginapi.ContainerAllocateResponse, error) {
+func (c *Contract) containerResponse(r *sharing.Resource, devs []*sharing.Device) (*pluginapi.ContainerAllocateResponse, error) {
 	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
 	// Replicas of one GPU are one device to the runtime.
 	var names, qualified []string
-	var units []*resource.Device
+	var units []*sharing.Device
 	for _, d := range devs {
 		name := cdi.DeviceName(d, c.IDStrategy)
 		if slices.Contains(names, name) {
@@ -114,7 +114,7 @@ func (c *Contract) containerResponse(r *resource.Resource, devs []*resource.Devi
 			})
 		}
 	}
-	if len(units) > 0 && units[0].Sharing == resource.SharingMPS {
+	if len(units) > 0 && units[0].Sharing == sharing.SharingMPS {
 		pipe := cdi.MPSPipeDir(c.MPSRoot, r)
 		resp.Envs[EnvMPSPipeDirectory] = pipe
 		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: pipe, HostPath: pipe})

@@ -17,10 +17,10 @@ import (
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	"github.com/gpuplane/gpuplane/internal/gpu"
-	"github.com/gpuplane/gpuplane/internal/resource"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
-func buildResources(t testing.TB, config string, n int) []*resource.Resource {
+func buildResources(t testing.TB, config string, n int) []*sharing.Resource {
 	t.Helper()
 	cfg, err := configv1.Load(strings.NewReader(config), configv1.Options{})
 	if err != nil {
@@ -30,7 +30,7 @@ func buildResources(t testing.TB, config string, n int) []*resource.Resource {
 	for i := range n {
 		gpus = append(gpus, gpu.Device{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%d", i), Name: "H100", MemoryMiB: 80000, NUMANode: i / 4})
 	}
-	rs, err := resource.Build(cfg, gpus)
+	rs, err := sharing.Build(cfg, gpus)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-func buildResourcesB(b *testing.B, config string, n int) *resource.Resource {
+func buildResourcesB(b *testing.B, config string, n int) *sharing.Resource {
 	b.Helper()
 	return buildResources(b, config, n)[0]
 }

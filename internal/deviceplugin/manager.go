@@ -15,7 +15,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
-	"github.com/gpuplane/gpuplane/internal/resource"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
 // Defaults of ManagerOptions.
@@ -53,7 +53,7 @@ type Manager struct {
 
 // Set is what the manager serves: the resources and the container contract.
 type Set struct {
-	Resources []*resource.Resource
+	Resources []*sharing.Resource
 	Contract  Contract
 }
 

@@ -19,7 +19,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
-	"github.com/gpuplane/gpuplane/internal/resource"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
 // HealthSource says whether a GPU or MIG device (by UUID) is healthy and
@@ -42,11 +42,11 @@ func (AllHealthy) Healthy(string) bool { return true }
 // Changes implements HealthSource; it never fires.
 func (AllHealthy) Changes() (<-chan struct{}, func()) { return nil, func() {} }
 
-// Server serves one resource.
+// Server serves one sharing.
 type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
-	res      *resource.Resource
+	res      *sharing.Resource
 	contract Contract
 	health   HealthSource
 	topo     *gpu.Topology
@@ -62,7 +62,7 @@ var _ pluginapi.DevicePluginServer = (*Server)(nil)
 
 // ServerOptions configure a Server.
 type ServerOptions struct {
-	Resource *resource.Resource
+	Resource *sharing.Resource
 	Contract Contract
 	Health   HealthSource
 	// Topology may be nil: whole GPUs are then chosen by index.
@@ -99,8 +99,8 @@ func SocketName(resourceName string) string {
 	return "gpuplane-" + strings.NewReplacer("/", "-").Replace(resourceName) + ".sock"
 }
 
-// Resource returns the served resource.
-func (s *Server) Resource() *resource.Resource { return s.res }
+// Resource returns the served sharing.
+func (s *Server) Resource() *sharing.Resource { return s.res }
 
 // Socket returns the socket path.
 func (s *Server) Socket() string { return s.socket }
@@ -151,7 +151,7 @@ func (s *Server) Stop() {
 	}
 }
 
-// Register tells the kubelet at kubeletSocket about this resource.
+// Register tells the kubelet at kubeletSocket about this sharing.
 func (s *Server) Register(ctx context.Context, kubeletSocket string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -198,7 +198,7 @@ func (s *Server) devices() []*pluginapi.Device {
 	return out
 }
 
-func (s *Server) healthy(d *resource.Device) bool {
+func (s *Server) healthy(d *sharing.Device) bool {
 	return s.health.Healthy(d.UUID) && (d.GPUUUID == d.UUID || s.health.Healthy(d.GPUUUID))
 }
 
@@ -271,7 +271,7 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 			return nil, status.Errorf(codes.InvalidArgument,
 				"%s is shared (failRequestsGreaterThanOne) and a container may request only 1, got %d; request 1 or use a whole-GPU resource", s.res.Name, len(cr.DevicesIds))
 		}
-		devs := make([]*resource.Device, 0, len(cr.DevicesIds))
+		devs := make([]*sharing.Device, 0, len(cr.DevicesIds))
 		for _, id := range cr.DevicesIds {
 			d, ok := s.res.Device(id)
 			if !ok {

@@ -12,7 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
-	"github.com/gpuplane/gpuplane/internal/resource"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
 const timeSliced = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
@@ -187,7 +187,7 @@ func TestServeOverSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := pref.ContainerResponses[0].DeviceIDs; len(got) != 2 || resource.UnitID(got[0]) == resource.UnitID(got[1]) {
+	if got := pref.ContainerResponses[0].DeviceIDs; len(got) != 2 || sharing.UnitID(got[0]) == sharing.UnitID(got[1]) {
 		t.Errorf("preferred %v, want two distinct GPUs", got)
 	}
 	srv.Stop()

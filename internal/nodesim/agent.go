@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 )
 
 // AgentConfig starts gpuplane-agent for the node.
@@ -40,7 +40,7 @@ type AgentConfig struct {
 
 // agentProcess is a running agent.
 type agentProcess struct {
-	child       *controlplane.Child
+	child       *localcluster.Child
 	metricsAddr string
 }
 
@@ -189,7 +189,7 @@ func startAgent(cfg Config, log *slog.Logger) (*agentProcess, error) {
 	if logPath == "" {
 		logPath = filepath.Join(cfg.Dir, "agent.log")
 	}
-	child, err := controlplane.StartChild("gpuplane-agent "+cfg.NodeName, a.Binary, args, logPath)
+	child, err := localcluster.StartChild("gpuplane-agent "+cfg.NodeName, a.Binary, args, logPath)
 	if err != nil {
 		return nil, err
 	}

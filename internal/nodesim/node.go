@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 )
 
 // kubeletVersion is what the simulated node reports as its kubelet.
@@ -33,7 +33,7 @@ func (s *Simulator) ensureNode(ctx context.Context) error {
 	existing, err := nodes.Get(ctx, s.cfg.NodeName, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		if _, kwok := existing.Annotations[controlplane.KwokNodeAnnotation]; kwok {
+		if _, kwok := existing.Annotations[localcluster.KwokNodeAnnotation]; kwok {
 			return fmt.Errorf("node %s exists and is managed by kwok; pick another node name", s.cfg.NodeName)
 		}
 		existing.Labels = s.labels(existing.Labels)

@@ -19,16 +19,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 	"github.com/gpuplane/gpuplane/internal/labels"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 var env *framework.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, controlplane.DefaultConfig(), &env))
+	os.Exit(framework.Main(m, localcluster.DefaultConfig(), &env))
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -150,7 +150,7 @@ func TestLabelsOnANode(t *testing.T) {
 			if len(topo.Groups) != 1 || len(topo.Groups[0].GPUs) != 8 || topo.Groups[0].NVLinks != 18 {
 				t.Errorf("topology = %+v, want one NVLink group of 8 GPUs with 18 links", topo)
 			}
-			if n.Annotations[controlplane.KwokNodeAnnotation] != controlplane.KwokNodeAnnotationValue {
+			if n.Annotations[localcluster.KwokNodeAnnotation] != localcluster.KwokNodeAnnotationValue {
 				t.Errorf("another owner's annotation was changed: %v", n.Annotations)
 			}
 			owners := map[string]bool{}

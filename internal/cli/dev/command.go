@@ -17,7 +17,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/deploy/crds"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 )
 
 // NewCommand returns `gpuplane dev` with up, down, status and the hidden
@@ -110,7 +110,7 @@ dgxh100, dgxh200, dgxb200, or a profile file), MODE one of
 	fs.IntVar(&f.kwokGPUs, "kwok-gpus", 8, "nvidia.com/gpu capacity of each kwok node")
 	fs.StringVar(&f.scheduler, "scheduler", SchedulerGPUPlane, "scheduler to run: gpuplane (gpuplane-scheduler for pods with schedulerName gpuplane-scheduler, kube-scheduler for the rest), kube-scheduler (alone) or none")
 	fs.StringVar(&f.crdDir, "crd-dir", "", "with --scheduler gpuplane: directory of the Queue and PodGroup CRDs (default: deploy/crds beside bin/, else the ones built into gpuplane)")
-	fs.StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default $"+controlplane.BinDirEnv+", else the checkout's bin/)")
+	fs.StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default $"+localcluster.BinDirEnv+", else the checkout's bin/)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "gpuplane-agent to run on the simulated nodes (default: beside this binary, else on $PATH)")
 	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "how long to wait for the cluster to come up")
 	return cmd
@@ -169,7 +169,7 @@ func up(ctx context.Context, dir stateDir, f *upFlags, out io.Writer) error {
 		stopErr := down(context.Background(), dir, io.Discard, 2*time.Minute)
 		return errors.Join(fmt.Errorf("%w (supervisor log: %s)", err, dir.path(supervisorLog)), stopErr)
 	}
-	kubectl := filepath.Join(spec.BinDir, controlplane.BinKubectl)
+	kubectl := filepath.Join(spec.BinDir, localcluster.BinKubectl)
 	fmt.Fprintf(out, "\nThe dev cluster is up.\n\n  export KUBECONFIG=%s\n  %s get nodes\n\nStop it with: gpuplane dev down\n", st.Kubeconfig, kubectl)
 	return nil
 }
@@ -197,7 +197,7 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 		}
 	}
 	spec := &Spec{Scheduler: f.scheduler, KwokNodes: f.kwokNodes, KwokProduct: f.kwokProduct, KwokGPUs: f.kwokGPUs}
-	cpCfg := controlplane.Config{BinDir: defaultBinDir(f.binDir), ControllerManager: true, Kwok: f.kwokNodes > 0}
+	cpCfg := localcluster.Config{BinDir: defaultBinDir(f.binDir), ControllerManager: true, Kwok: f.kwokNodes > 0}
 	switch f.scheduler {
 	case SchedulerKube:
 		cpCfg.Scheduler = true
@@ -214,7 +214,7 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 	default:
 		return nil, cliutil.Usagef("--scheduler %q: want kube-scheduler, gpuplane or none", f.scheduler)
 	}
-	binDir, err := controlplane.VerifyBinaries(cpCfg)
+	binDir, err := localcluster.VerifyBinaries(cpCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -251,14 +251,14 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 // control-plane binaries (bin/gpuplane beside bin/kube-apiserver), else ""
 // for the checkout's bin/.
 func defaultBinDir(explicit string) string {
-	if explicit != "" || os.Getenv(controlplane.BinDirEnv) != "" {
+	if explicit != "" || os.Getenv(localcluster.BinDirEnv) != "" {
 		return explicit
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(self), controlplane.BinKubeAPIServer)); err == nil {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(self), localcluster.BinKubeAPIServer)); err == nil {
 		return filepath.Dir(self)
 	}
 	return ""

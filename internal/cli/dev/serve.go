@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 )
 
@@ -74,9 +74,9 @@ type supervisor struct {
 
 	mu        sync.Mutex
 	state     State
-	cp        *controlplane.ControlPlane
+	cp        *localcluster.ControlPlane
 	sims      []*nodesim.Simulator
-	scheduler *controlplane.Child
+	scheduler *localcluster.Child
 }
 
 // serve runs the supervisor until SIGTERM or SIGINT, then stops everything.
@@ -153,7 +153,7 @@ func (s *supervisor) start(ctx context.Context) error {
 	sched := s.spec.Scheduler != SchedulerNone
 	s.step("starting the control plane (etcd, kube-apiserver, kube-controller-manager%s%s)",
 		map[bool]string{true: ", kube-scheduler"}[sched], map[bool]string{true: ", kwok"}[s.spec.KwokNodes > 0])
-	cp, err := controlplane.Start(ctx, controlplane.Config{
+	cp, err := localcluster.Start(ctx, localcluster.Config{
 		BinDir: s.spec.BinDir, Dir: s.dir.path("controlplane"), KeepDir: true,
 		ControllerManager: true, Scheduler: sched, Kwok: s.spec.KwokNodes > 0,
 		Logger: s.log.With("part", "controlplane"),
@@ -234,9 +234,9 @@ func (s *supervisor) start(ctx context.Context) error {
 }
 
 // startGPUPlaneScheduler runs gpuplane-scheduler against the cluster.
-func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *controlplane.ControlPlane) error {
+func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *localcluster.ControlPlane) error {
 	s.step("installing the Queue and PodGroup CRDs")
-	kubectl := filepath.Join(s.spec.BinDir, controlplane.BinKubectl)
+	kubectl := filepath.Join(s.spec.BinDir, localcluster.BinKubectl)
 	for _, args := range [][]string{
 		{"apply", "-f", s.spec.CRDDir},
 		{"wait", "--for", "condition=established", "--timeout", "60s", "crd", "queues.scheduling.gpuplane.io", "podgroups.scheduling.gpuplane.io"},
@@ -248,7 +248,7 @@ func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *controlplan
 	}
 	s.step("starting gpuplane-scheduler")
 	logPath := s.dir.path("gpuplane-scheduler.log")
-	child, err := controlplane.StartChild("gpuplane-scheduler", s.spec.SchedulerBinary,
+	child, err := localcluster.StartChild("gpuplane-scheduler", s.spec.SchedulerBinary,
 		[]string{"--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "--serve-address", ""}, logPath)
 	if err != nil {
 		return err
@@ -364,9 +364,9 @@ func createKwokNodes(ctx context.Context, client kubernetes.Interface, spec *Spe
 					"nvidia.com/gpu.product": spec.KwokProduct, "nvidia.com/gpu.count": strconv.Itoa(spec.KwokGPUs),
 					"nvidia.com/gpu.present": "true",
 				},
-				Annotations: map[string]string{controlplane.KwokNodeAnnotation: controlplane.KwokNodeAnnotationValue},
+				Annotations: map[string]string{localcluster.KwokNodeAnnotation: localcluster.KwokNodeAnnotationValue},
 			},
-			Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: controlplane.KwokNodeAnnotation, Value: controlplane.KwokNodeAnnotationValue, Effect: corev1.TaintEffectNoSchedule}}},
+			Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: localcluster.KwokNodeAnnotation, Value: localcluster.KwokNodeAnnotationValue, Effect: corev1.TaintEffectNoSchedule}}},
 			Status: corev1.NodeStatus{Capacity: res.DeepCopy(), Allocatable: res.DeepCopy()},
 		}
 		sem <- struct{}{}

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuplane/gpuplane/internal/cli/dev"
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -63,7 +63,7 @@ func gpuplaneWithLifeline(t *testing.T, stateDir string, lifeline int, args ...s
 // it is down when the test ends, whatever happened.
 func cluster(t *testing.T, upArgs ...string) (stateDir string, client kubernetes.Interface) {
 	t.Helper()
-	framework.RequireBinaries(t, controlplane.Config{BinDir: cpBinDir, ControllerManager: true, Scheduler: true})
+	framework.RequireBinaries(t, localcluster.Config{BinDir: cpBinDir, ControllerManager: true, Scheduler: true})
 	base, err := os.MkdirTemp("", "dev-")
 	if err != nil {
 		t.Fatal(err)
@@ -322,7 +322,7 @@ func TestGPUPlaneScheduler(t *testing.T) {
 // supervisor must stop the cluster on its own, as it does when a test
 // binary that started it is killed.
 func TestLifeline(t *testing.T) {
-	framework.RequireBinaries(t, controlplane.Config{BinDir: cpBinDir, ControllerManager: true, Scheduler: true})
+	framework.RequireBinaries(t, localcluster.Config{BinDir: cpBinDir, ControllerManager: true, Scheduler: true})
 	holder := exec.Command("sleep", "600")
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -39,7 +39,7 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	if cpBinDir, err = controlplane.ResolveBinDir(""); err != nil {
+	if cpBinDir, err = localcluster.ResolveBinDir(""); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 )
 
 // ResourceGPU is the extended resource of whole NVIDIA GPUs.
@@ -42,7 +42,7 @@ func GPUNode(name string) *NodeBuilder {
 				"type":                   "kwok",
 			},
 			Annotations: map[string]string{
-				controlplane.KwokNodeAnnotation: controlplane.KwokNodeAnnotationValue,
+				localcluster.KwokNodeAnnotation: localcluster.KwokNodeAnnotationValue,
 			},
 		},
 		Status: corev1.NodeStatus{
@@ -107,7 +107,7 @@ func (b *NodeBuilder) Taint(key, value string, effect corev1.TaintEffect) *NodeB
 // NotKwok removes the kwok annotation: kwok leaves the node alone, for tests
 // where something else plays its kubelet.
 func (b *NodeBuilder) NotKwok() *NodeBuilder {
-	delete(b.node.Annotations, controlplane.KwokNodeAnnotation)
+	delete(b.node.Annotations, localcluster.KwokNodeAnnotation)
 	delete(b.node.Labels, "type")
 	return b
 }
@@ -133,7 +133,7 @@ func Pod(namespace, name string) *PodBuilder {
 				},
 			}},
 			Tolerations: []corev1.Toleration{{
-				Key:      controlplane.KwokNodeAnnotation,
+				Key:      localcluster.KwokNodeAnnotation,
 				Operator: corev1.TolerationOpExists,
 				Effect:   corev1.TaintEffectNoSchedule,
 			}},

@@ -1,5 +1,5 @@
 // Package framework is what gpuplane's integration tests stand on: one real
-// control plane (internal/controlplane) per test package, started from
+// control plane (internal/localcluster) per test package, started from
 // TestMain through Main; builders for GPU nodes and pods; and waiting helpers
 // that poll the API server with a deadline.
 //

@@ -15,7 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 )
 
 // CreateNamespace creates a namespace for the test, waits until the
@@ -153,6 +153,6 @@ func (e *Env) Kubectl(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	args = append([]string{"--kubeconfig", e.ControlPlane.Kubeconfig()}, args...)
-	out, err := exec.CommandContext(ctx, filepath.Join(e.ControlPlane.BinDir(), controlplane.BinKubectl), args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, filepath.Join(e.ControlPlane.BinDir(), localcluster.BinKubectl), args...).CombinedOutput()
 	return string(out), err
 }

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 )
 
 // RequireEnv names the environment variable that turns missing control-plane
@@ -23,7 +23,7 @@ const RequireEnv = "GPUPLANE_INTEGRATION"
 
 // Env is the control plane shared by the tests of one package.
 type Env struct {
-	ControlPlane *controlplane.ControlPlane
+	ControlPlane *localcluster.ControlPlane
 	// Config is an admin client configuration with high rate limits.
 	Config *rest.Config
 	// Client is an admin clientset built from Config.
@@ -35,11 +35,11 @@ type Env struct {
 //
 //	var env *framework.Env
 //
-//	func TestMain(m *testing.M) { os.Exit(framework.Main(m, controlplane.DefaultConfig(), &env)) }
+//	func TestMain(m *testing.M) { os.Exit(framework.Main(m, localcluster.DefaultConfig(), &env)) }
 //
 // With -short, or when the binaries are missing and GPUPLANE_INTEGRATION is
 // not 1, the package is skipped with a message saying how to run it.
-func Main(m *testing.M, cfg controlplane.Config, env **Env) int {
+func Main(m *testing.M, cfg localcluster.Config, env **Env) int {
 	flag.Parse()
 	if testing.Short() {
 		fmt.Println("skipping integration tests: -short")
@@ -50,9 +50,9 @@ func Main(m *testing.M, cfg controlplane.Config, env **Env) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, cfg)
+	cp, err := localcluster.Start(ctx, cfg)
 	if err != nil {
-		if errors.Is(err, controlplane.ErrBinaryMissing) && os.Getenv(RequireEnv) != "1" {
+		if errors.Is(err, localcluster.ErrBinaryMissing) && os.Getenv(RequireEnv) != "1" {
 			fmt.Printf("skipping integration tests: %v\n", err)
 			return 0
 		}
@@ -71,7 +71,7 @@ func Main(m *testing.M, cfg controlplane.Config, env **Env) int {
 	return code
 }
 
-func run(m *testing.M, cp *controlplane.ControlPlane, env **Env) int {
+func run(m *testing.M, cp *localcluster.ControlPlane, env **Env) int {
 	e, err := NewEnv(cp)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%v\n", err)
@@ -89,7 +89,7 @@ func run(m *testing.M, cp *controlplane.ControlPlane, env **Env) int {
 }
 
 // NewEnv wraps a running control plane with admin clients.
-func NewEnv(cp *controlplane.ControlPlane) (*Env, error) {
+func NewEnv(cp *localcluster.ControlPlane) (*Env, error) {
 	cfg := cp.RESTConfig()
 	// Built-in types travel as protobuf: listing a thousand nodes while
 	// polling costs a fraction of the JSON.
@@ -106,13 +106,13 @@ func NewEnv(cp *controlplane.ControlPlane) (*Env, error) {
 // StartControlPlane starts a control plane of the test's own (for tests of
 // start-up and shutdown themselves) and stops it when the test ends. Missing
 // binaries skip the test unless GPUPLANE_INTEGRATION=1.
-func StartControlPlane(t testing.TB, cfg controlplane.Config) *controlplane.ControlPlane {
+func StartControlPlane(t testing.TB, cfg localcluster.Config) *localcluster.ControlPlane {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: -short")
 	}
-	cp, err := controlplane.Start(t.Context(), cfg)
-	if errors.Is(err, controlplane.ErrBinaryMissing) && os.Getenv(RequireEnv) != "1" {
+	cp, err := localcluster.Start(t.Context(), cfg)
+	if errors.Is(err, localcluster.ErrBinaryMissing) && os.Getenv(RequireEnv) != "1" {
 		t.Skipf("integration test: %v", err)
 	}
 	if err != nil {
@@ -128,12 +128,12 @@ func StartControlPlane(t testing.TB, cfg controlplane.Config) *controlplane.Cont
 
 // RequireBinaries skips the test when cfg's binaries are missing, or fails
 // it when GPUPLANE_INTEGRATION=1.
-func RequireBinaries(t testing.TB, cfg controlplane.Config) {
+func RequireBinaries(t testing.TB, cfg localcluster.Config) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: -short")
 	}
-	if _, err := controlplane.VerifyBinaries(cfg); err != nil {
+	if _, err := localcluster.VerifyBinaries(cfg); err != nil {
 		if os.Getenv(RequireEnv) == "1" {
 			t.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -35,5 +35,5 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return framework.Main(m, controlplane.Config{ControllerManager: true}, &env)
+	return framework.Main(m, localcluster.Config{ControllerManager: true}, &env)
 }

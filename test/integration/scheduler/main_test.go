@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -36,7 +36,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, controlplane.DefaultConfig(), &env))
+	os.Exit(framework.Main(m, localcluster.DefaultConfig(), &env))
 }
 
 // repoRoot finds the repository root from this file's location.

@@ -38,7 +38,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("skipping: this package holds only benchmarks (run with -bench)")
 		os.Exit(0)
 	}
-	cfg := controlplane.DefaultConfig()
+	cfg := localcluster.DefaultConfig()
 	// Each round starts the scheduler it measures; the control plane's
 	// own kube-scheduler would be a third process competing for the API.
 	cfg.Scheduler = false
@@ -194,7 +194,7 @@ func startScheduler(b *testing.B, name string) (int, func()) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = logf.Close() })
-		cmd = exec.CommandContext(ctx, filepath.Join(env.ControlPlane.BinDir(), controlplane.BinScheduler),
+		cmd = exec.CommandContext(ctx, filepath.Join(env.ControlPlane.BinDir(), localcluster.BinScheduler),
 			"--config="+cfg, "--secure-port=0")
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}

@@ -7,12 +7,12 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 var env *framework.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, controlplane.DefaultConfig(), &env))
+	os.Exit(framework.Main(m, localcluster.DefaultConfig(), &env))
 }

@@ -1,5 +1,5 @@
-// Package controlplane starts and stops a real, local Kubernetes control plane
-// for integration tests, benchmarks and `gpuplane dev up`: etcd,
+// Package localcluster starts and stops a real, local Kubernetes cluster's
+// control plane for integration tests, benchmarks and `gpuplane dev up`: etcd,
 // kube-apiserver, kube-controller-manager, optionally kube-scheduler, and kwok
 // playing the kubelet of fake nodes. The binaries come from the tools module
 // (`make controlplane-bins` builds them into bin/); this package runs them as
@@ -13,4 +13,7 @@
 //
 // This package must not import k8s.io/kubernetes or imitate an API server: it
 // only launches the real components and talks to them through client-go.
-package controlplane
+//
+// It is not part of gpuplane as users install it: a real cluster brings its
+// own control plane.
+package localcluster

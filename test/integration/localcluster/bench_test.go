@@ -1,11 +1,11 @@
-package controlplane_test
+package localcluster_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -14,11 +14,11 @@ import (
 // ServiceAccount in place) with cached binaries. Stopping it is reported
 // separately as stop-s/op.
 func BenchmarkStart(b *testing.B) {
-	cfg := controlplane.DefaultConfig()
+	cfg := localcluster.DefaultConfig()
 	framework.RequireBinaries(b, cfg)
 	var stopping time.Duration
 	for b.Loop() {
-		cp, err := controlplane.Start(b.Context(), cfg)
+		cp, err := localcluster.Start(b.Context(), cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package controlplane_test
+package localcluster_test
 
 import (
 	"context"
@@ -9,12 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 func TestSchedulerPlacesGPUPods(t *testing.T) {
-	cfg := controlplane.DefaultConfig()
+	cfg := localcluster.DefaultConfig()
 	cfg.Scheduler = true
 	env, err := framework.NewEnv(framework.StartControlPlane(t, cfg))
 	if err != nil {

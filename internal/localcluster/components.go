@@ -1,4 +1,4 @@
-package controlplane
+package localcluster
 
 import (
 	"fmt"
@@ -158,7 +158,7 @@ func writeKwokConfig(path, stagesDir string, stages []string) error {
 	b.WriteString("---\n" + kwokOptions)
 	for _, s := range stages {
 		if filepath.IsAbs(s) || strings.Contains(filepath.ToSlash(s), "../") {
-			return fmt.Errorf("controlplane config: KwokStages: %q must be a path inside %s", s, stagesDir)
+			return fmt.Errorf("localcluster config: KwokStages: %q must be a path inside %s", s, stagesDir)
 		}
 		data, err := os.ReadFile(filepath.Join(stagesDir, s))
 		if err != nil {

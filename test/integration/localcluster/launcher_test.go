@@ -1,6 +1,6 @@
 // Package controlplane_test checks the launcher against the real binaries:
 // what starts, what a caller gets wrong, and that nothing outlives Stop.
-package controlplane_test
+package localcluster_test
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpuplane/gpuplane/internal/controlplane"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 func TestEtcdAndAPIServerOnly(t *testing.T) {
-	cp := framework.StartControlPlane(t, controlplane.Config{})
+	cp := framework.StartControlPlane(t, localcluster.Config{})
 	tests := []struct {
 		name       string
 		kubeconfig string
@@ -57,7 +57,7 @@ func TestEtcdAndAPIServerOnly(t *testing.T) {
 }
 
 func TestRBACIsEnforced(t *testing.T) {
-	cp := framework.StartControlPlane(t, controlplane.Config{})
+	cp := framework.StartControlPlane(t, localcluster.Config{})
 	path, err := cp.UserKubeconfig("nobody")
 	if err != nil {
 		t.Fatal(err)
@@ -83,12 +83,12 @@ func TestStartErrors(t *testing.T) {
 	empty := t.TempDir()
 	tests := []struct {
 		name    string
-		cfg     controlplane.Config
+		cfg     localcluster.Config
 		wantErr error
 		wantMsg string
 	}{
-		{name: "port in use", cfg: controlplane.Config{APIServerPort: taken}, wantErr: controlplane.ErrPortInUse, wantMsg: "cannot be bound"},
-		{name: "binaries missing", cfg: controlplane.Config{BinDir: empty}, wantErr: controlplane.ErrBinaryMissing, wantMsg: "make controlplane-bins"},
+		{name: "port in use", cfg: localcluster.Config{APIServerPort: taken}, wantErr: localcluster.ErrPortInUse, wantMsg: "cannot be bound"},
+		{name: "binaries missing", cfg: localcluster.Config{BinDir: empty}, wantErr: localcluster.ErrBinaryMissing, wantMsg: "make controlplane-bins"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,7 +96,7 @@ func TestStartErrors(t *testing.T) {
 				// The port is checked only once the binaries are found.
 				framework.RequireBinaries(t, tc.cfg)
 			}
-			cp, err := controlplane.Start(t.Context(), tc.cfg)
+			cp, err := localcluster.Start(t.Context(), tc.cfg)
 			if err == nil {
 				_ = cp.Stop(context.Background())
 				t.Fatal("Start succeeded")
@@ -109,7 +109,7 @@ func TestStartErrors(t *testing.T) {
 }
 
 func TestStopLeavesNothingBehind(t *testing.T) {
-	cp := framework.StartControlPlane(t, controlplane.DefaultConfig())
+	cp := framework.StartControlPlane(t, localcluster.DefaultConfig())
 	dir := cp.Dir()
 	pids := childPIDs(t)
 	if len(pids) < 3 {

@@ -1,4 +1,4 @@
-package controlplane
+package localcluster
 
 import (
 	"fmt"
@@ -87,10 +87,10 @@ func DefaultConfig() Config {
 // error naming the first invalid field.
 func (c Config) withDefaults() (Config, error) {
 	if c.APIServerPort < 0 || c.APIServerPort > 65535 {
-		return c, fmt.Errorf("controlplane config: APIServerPort: must be 0 (pick a free port) or 1-65535, got %d", c.APIServerPort)
+		return c, fmt.Errorf("localcluster config: APIServerPort: must be 0 (pick a free port) or 1-65535, got %d", c.APIServerPort)
 	}
 	if c.ComponentQPS < 0 || c.ComponentBurst < 0 {
-		return c, fmt.Errorf("controlplane config: ComponentQPS/ComponentBurst: must not be negative, got %v/%d", c.ComponentQPS, c.ComponentBurst)
+		return c, fmt.Errorf("localcluster config: ComponentQPS/ComponentBurst: must not be negative, got %v/%d", c.ComponentQPS, c.ComponentBurst)
 	}
 	if len(c.KwokStages) == 0 {
 		c.KwokStages = DefaultKwokStages()
