@@ -3,6 +3,7 @@ package labels
 import (
 	"strconv"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
 
@@ -40,7 +41,7 @@ func (m *MIGLabeler) Label(in *Input, out Labels) error {
 		capable = capable || in.Devices[i].MIG.Capable
 	}
 	out[Prefix+"mig.capable"] = strconv.FormatBool(capable)
-	out[MIGStrategy] = m.strategy
+	out[gpunode.LabelMIGStrategy] = m.strategy
 	if m.strategy != MIGStrategyMixed {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -35,7 +36,7 @@ func TestNodeSinkOwnsOnlyItsKeys(t *testing.T) {
 		{
 			name:        "first apply adds labels",
 			labels:      Labels{"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-			annotations: Labels{TopologyAnnotation: `{"v":1}`},
+			annotations: Labels{gpunode.TopologyAnnotation: `{"v":1}`},
 			want:        map[string]string{"kubernetes.io/hostname": "node-a", "team": "ml", "nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
 		},
 		{
@@ -56,8 +57,8 @@ func TestNodeSinkOwnsOnlyItsKeys(t *testing.T) {
 			if !maps.Equal(n.Labels, st.want) {
 				t.Errorf("labels = %v, want %v", n.Labels, st.want)
 			}
-			_, hasTopo := n.Annotations[TopologyAnnotation]
-			if hasTopo != (st.annotations[TopologyAnnotation] != "") {
+			_, hasTopo := n.Annotations[gpunode.TopologyAnnotation]
+			if hasTopo != (st.annotations[gpunode.TopologyAnnotation] != "") {
 				t.Errorf("annotations = %v, want topology only when applied", n.Annotations)
 			}
 		})
@@ -99,7 +100,7 @@ func TestFeatureFileSink(t *testing.T) {
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
-			if err := sink.Write(context.Background(), st.labels, Labels{TopologyAnnotation: "{}"}); err != nil {
+			if err := sink.Write(context.Background(), st.labels, Labels{gpunode.TopologyAnnotation: "{}"}); err != nil {
 				t.Fatalf("Write: %v", err)
 			}
 			b, err := os.ReadFile(path)

@@ -4,52 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/gpuplane/gpuplane/api/gpunode"
 )
 
-// TopologyAnnotation is the node annotation describing the GPUs' NVLink
-// islands; the package doc gives its format.
-const TopologyAnnotation = "gpuplane.io/gpu-topology"
-
-// TopologyVersion is the version of the annotation's format.
-const TopologyVersion = 1
-
-// Topology is the value of TopologyAnnotation.
-type Topology struct {
-	Version int           `json:"v"`
-	GPUs    int           `json:"gpus"`
-	Groups  []NVLinkGroup `json:"groups"`
-	NUMA    []int         `json:"numa"`
-}
-
-// NVLinkGroup is a set of GPUs connected to each other by NVLink.
-type NVLinkGroup struct {
-	GPUs []int `json:"gpus"`
-	// NVLinks is the smallest NVLink count between two members.
-	NVLinks int `json:"nvlinks"`
-}
-
-// ParseTopology reads a TopologyAnnotation value.
-func ParseTopology(s string) (*Topology, error) {
-	var t Topology
-	if err := json.Unmarshal([]byte(s), &t); err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", TopologyAnnotation, err)
-	}
-	if t.Version != TopologyVersion {
-		return nil, fmt.Errorf("parsing %s: format version %d is not supported (want %d)", TopologyAnnotation, t.Version, TopologyVersion)
-	}
-	seen := make([]bool, t.GPUs)
-	for _, g := range t.Groups {
-		for _, i := range g.GPUs {
-			if i < 0 || i >= t.GPUs || seen[i] {
-				return nil, fmt.Errorf("parsing %s: GPU %d is out of range or in two groups", TopologyAnnotation, i)
-			}
-			seen[i] = true
-		}
-	}
-	return &t, nil
-}
-
-// TopologyLabeler produces TopologyAnnotation. It adds no labels.
+// TopologyLabeler produces the topology annotation (api/gpunode). It adds no labels.
 type TopologyLabeler struct{}
 
 var (
@@ -73,16 +32,16 @@ func (*TopologyLabeler) Annotate(in *Input, out Labels) error {
 	}
 	b, err := json.Marshal(BuildTopology(in))
 	if err != nil {
-		return fmt.Errorf("encoding %s: %w", TopologyAnnotation, err)
+		return fmt.Errorf("encoding %s: %w", gpunode.TopologyAnnotation, err)
 	}
-	out[TopologyAnnotation] = string(b)
+	out[gpunode.TopologyAnnotation] = string(b)
 	return nil
 }
 
 // BuildTopology computes the NVLink islands of in's GPUs.
-func BuildTopology(in *Input) *Topology {
+func BuildTopology(in *Input) *gpunode.Topology {
 	n := len(in.Devices)
-	t := &Topology{Version: TopologyVersion, GPUs: n, Groups: []NVLinkGroup{}, NUMA: make([]int, n)}
+	t := &gpunode.Topology{Version: gpunode.TopologyVersion, GPUs: n, Groups: []gpunode.NVLinkGroup{}, NUMA: make([]int, n)}
 	for i := range in.Devices {
 		t.NUMA[i] = in.Devices[i].NUMANode
 	}
@@ -98,7 +57,7 @@ func BuildTopology(in *Input) *Topology {
 			continue
 		}
 		// Breadth-first walk of the NVLink graph from i.
-		g := NVLinkGroup{GPUs: []int{i}}
+		g := gpunode.NVLinkGroup{GPUs: []int{i}}
 		group[i] = len(t.Groups)
 		for q := 0; q < len(g.GPUs); q++ {
 			for j := range n {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 	"github.com/gpuplane/gpuplane/internal/labels"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
@@ -143,7 +144,7 @@ func TestLabelsOnANode(t *testing.T) {
 					t.Errorf("label %s = %q still present", k, v)
 				}
 			}
-			topo, err := labels.ParseTopology(n.Annotations[labels.TopologyAnnotation])
+			topo, err := gpunode.ParseTopology(n.Annotations[gpunode.TopologyAnnotation])
 			if err != nil {
 				t.Fatalf("topology annotation: %v", err)
 			}

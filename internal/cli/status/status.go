@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
-	"github.com/gpuplane/gpuplane/internal/labels"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 )
@@ -275,29 +275,29 @@ func waitingPods(pods []corev1.Pod, schedulerName string) []Gang {
 }
 
 func nodeStatus(n *corev1.Node, pods []*corev1.Pod) Node {
-	out := Node{Name: n.Name, Model: n.Labels[adapter.LabelGPUProduct]}
-	out.MemoryMiB, _ = strconv.ParseInt(n.Labels[adapter.LabelGPUMemory], 10, 64)
+	out := Node{Name: n.Name, Model: n.Labels[gpunode.LabelGPUProduct]}
+	out.MemoryMiB, _ = strconv.ParseInt(n.Labels[gpunode.LabelGPUMemory], 10, 64)
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			out.Ready = c.Status == corev1.ConditionTrue
 		}
 	}
-	capQ := n.Status.Capacity[adapter.ResourceGPU]
-	allocQ := n.Status.Allocatable[adapter.ResourceGPU]
+	capQ := n.Status.Capacity[gpunode.ResourceGPU]
+	allocQ := n.Status.Allocatable[gpunode.ResourceGPU]
 	out.Capacity, out.Allocatable = capQ.Value(), allocQ.Value()
 	var mig []string
 	for name, q := range n.Status.Allocatable {
-		if p, ok := strings.CutPrefix(string(name), "nvidia.com/mig-"); ok && !q.IsZero() {
+		if p, ok := strings.CutPrefix(string(name), gpunode.MIGResourcePrefix); ok && !q.IsZero() {
 			mig = append(mig, fmt.Sprintf("%s x%d", p, q.Value()))
 		}
 	}
 	slices.Sort(mig)
-	if s := n.Labels[labels.MIGStrategy]; s != "" || len(mig) > 0 {
+	if s := n.Labels[gpunode.LabelMIGStrategy]; s != "" || len(mig) > 0 {
 		out.MIG = strings.TrimSpace(s + " " + strings.Join(mig, ", "))
 	}
-	if s := n.Labels[labels.GPUSharingStrategy]; s != "" && s != "none" {
+	if s := n.Labels[gpunode.LabelGPUSharingStrategy]; s != "" && s != "none" {
 		out.Sharing = s
-		if r := n.Labels[adapter.LabelGPUReplicas]; r != "" {
+		if r := n.Labels[gpunode.LabelGPUReplicas]; r != "" {
 			out.Sharing += " x" + r
 		}
 	}
@@ -332,7 +332,7 @@ func nodeStatus(n *corev1.Node, pods []*corev1.Pod) Node {
 func gpuRequest(p *corev1.Pod) int64 {
 	var n int64
 	for _, c := range p.Spec.Containers {
-		if q, ok := c.Resources.Limits[adapter.ResourceGPU]; ok {
+		if q, ok := c.Resources.Limits[gpunode.ResourceGPU]; ok {
 			n += q.Value()
 		}
 	}
@@ -343,7 +343,7 @@ func queueStatus(q *v1alpha1.Queue) Queue {
 	out := Queue{Name: q.Name, Parent: q.Spec.Parent, Pending: q.Status.Pending, Admitted: q.Status.Admitted,
 		Usage: gpus(q.Status.Usage), FairShare: gpus(q.Status.FairShare)}
 	for _, r := range q.Spec.Resources {
-		if corev1.ResourceName(r.Name) != adapter.ResourceGPU {
+		if corev1.ResourceName(r.Name) != gpunode.ResourceGPU {
 			continue
 		}
 		if r.Guaranteed != nil {
@@ -360,7 +360,7 @@ func queueStatus(q *v1alpha1.Queue) Queue {
 }
 
 func gpus(rl corev1.ResourceList) string {
-	q, ok := rl[adapter.ResourceGPU]
+	q, ok := rl[gpunode.ResourceGPU]
 	if !ok {
 		return "0"
 	}

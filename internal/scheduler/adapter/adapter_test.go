@@ -98,6 +98,7 @@ func TestConvertNode(t *testing.T) {
 		wantGPUs  int
 		wantMIG   int
 		wantModel string
+		wantErr   string
 		wantWarn  string
 		check     func(t *testing.T, n model.Node)
 	}{
@@ -134,11 +135,56 @@ func TestConvertNode(t *testing.T) {
 			wantGPUs: 2, wantWarn: "describes 4 GPUs but the node has 2"},
 		{name: "an unparsable topology is ignored with a warning",
 			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": "{"}),
-			wantGPUs: 2, wantWarn: "parsing gpuplane.io/gpu-topology"},
+			wantGPUs: 2, wantWarn: "annotation gpuplane.io/gpu-topology: not the topology JSON"},
+		{name: "a negative GPU count in the topology is ignored with a warning",
+			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":-1}`}),
+			wantGPUs: 2, wantWarn: "gpus: must be 0 to 64, got -1"},
+		{name: "a huge GPU count in the topology is ignored with a warning",
+			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":2000000000}`}),
+			wantGPUs: 2, wantWarn: "gpus: must be 0 to 64, got 2000000000"},
+		{name: "time-slicing without renaming counts physical GPUs",
+			node:     testNode("n", rl("nvidia.com/gpu", "32"), map[string]string{"nvidia.com/gpu.replicas": "4"}, nil),
+			wantGPUs: 8},
+		{name: "a huge gpu.count on a MIG node is refused",
+			node:    testNode("n", rl("nvidia.com/mig-1g.10gb", "7"), map[string]string{"nvidia.com/gpu.count": "5000000"}, nil),
+			wantErr: "label nvidia.com/gpu.count: must be a whole number from 0 to 64, got \"5000000\""},
+		{name: "more GPUs than a node holds are refused",
+			node:    testNode("n", rl("nvidia.com/gpu", "5000000"), nil, nil),
+			wantErr: "status.allocatable[nvidia.com/gpu]: must be a whole number from 0 to 64000"},
+		{name: "65 whole GPUs are refused",
+			node:    testNode("n", rl("nvidia.com/gpu", "65"), nil, nil),
+			wantErr: "status.allocatable: 65 GPUs is more than the 64 one node can hold"},
+		{name: "a fractional GPU count is refused",
+			node:    testNode("n", rl("nvidia.com/gpu", "1500m"), nil, nil),
+			wantErr: "status.allocatable[nvidia.com/gpu]: must be a whole number"},
+		{name: "a negative GPU count is refused",
+			node:    testNode("n", rl("nvidia.com/gpu", "-1"), nil, nil),
+			wantErr: "status.allocatable[nvidia.com/gpu]: must be a whole number"},
+		{name: "zero replicas are refused",
+			node:    testNode("n", rl("nvidia.com/gpu.shared", "8"), map[string]string{"nvidia.com/gpu.replicas": "0"}, nil),
+			wantErr: "label nvidia.com/gpu.replicas: must be a whole number from 1 to 1000, got \"0\""},
+		{name: "an unreadable GPU memory is refused",
+			node:    testNode("n", rl("nvidia.com/gpu", "1"), map[string]string{"nvidia.com/gpu.memory": "-80"}, nil),
+			wantErr: "label nvidia.com/gpu.memory"},
+		{name: "CPU beyond any machine is refused",
+			node:    testNode("n", rl("cpu", "1e30"), nil, nil),
+			wantErr: "status.allocatable.cpu"},
+		{name: "negative memory is refused",
+			node:    testNode("n", rl("memory", "-1Gi"), nil, nil),
+			wantErr: "status.allocatable.memory"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			n, warn := convertNode(tc.node)
+			n, warn, err := convertNode(tc.node)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 			if len(n.GPUs) != tc.wantGPUs {
 				t.Fatalf("%d GPUs, want %d", len(n.GPUs), tc.wantGPUs)
 			}

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -22,7 +23,9 @@ import (
 type nodeInfo struct {
 	node *corev1.Node
 	m    model.Node
-	warn string
+	// replicas is the node's shared-GPU sharing factor, 0 without shared
+	// replicas.
+	replicas int
 }
 
 type podInfo struct {
@@ -68,7 +71,12 @@ type clusterCache struct {
 
 	nodes        map[string]*nodeInfo
 	nodesVersion int // bumped when the node set or a node's model changes
-	replicas     int // nvidia.com/gpu.shared replicas seen on nodes
+	// replicas is the sharing factor pending shared requests are counted
+	// in (updateReplicas).
+	replicas int
+	// badNodes are left out of scheduling for what they say (convertNode);
+	// nodeWarnings are used without their topology.
+	badNodes, nodeWarnings map[string]nodeProblem
 
 	pods      map[string]*podInfo
 	queues    map[string]*v1alpha1.Queue
@@ -102,7 +110,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 	return &clusterCache{
 		schedulerName: schedulerName,
 		changed:       make(chan struct{}, 1),
-		nodes:         map[string]*nodeInfo{}, replicas: 1,
+		nodes:         map[string]*nodeInfo{}, replicas: 1, badNodes: map[string]nodeProblem{}, nodeWarnings: map[string]nodeProblem{},
 		pods: map[string]*podInfo{}, queues: map[string]*v1alpha1.Queue{}, podGroups: map[string]*v1alpha1.PodGroup{},
 		nsQueue: map[string]string{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		assumed: map[string]assumption{}, refused: map[string]time.Time{}, waiting: map[string]*victimWait{}, reserved: map[string][]reservation{},
@@ -143,9 +151,24 @@ func handler[T any](upsert func(T), remove func(T)) cache.ResourceEventHandler {
 }
 
 func (c *clusterCache) upsertNode(n *corev1.Node) {
-	m, warn := convertNode(n)
+	m, warn, err := convertNode(n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err != nil {
+		// A node that states an impossible capacity is left out, as if
+		// absent, until it is fixed; the loop reports it.
+		c.badNodes[n.Name] = nodeProblem{node: n, msg: err.Error()}
+		if c.nodes[n.Name] != nil {
+			c.removeNode(n.Name)
+		}
+		return
+	}
+	delete(c.badNodes, n.Name)
+	if warn != "" {
+		c.nodeWarnings[n.Name] = nodeProblem{node: n, msg: warn}
+	} else {
+		delete(c.nodeWarnings, n.Name)
+	}
 	old := c.nodes[n.Name]
 	if old == nil || !sameModelNode(&old.m, &m) || !slices.EqualFunc(old.node.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool {
 		return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect
@@ -155,11 +178,65 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 	if old == nil || !sameModelNode(&old.m, &m) {
 		c.dirty[n.Name] = true
 	}
-	c.nodes[n.Name] = &nodeInfo{node: n, m: m, warn: warn}
-	if r, err := strconv.Atoi(n.Labels[LabelGPUReplicas]); err == nil && r > c.replicas {
-		c.replicas = r
+	ni := &nodeInfo{node: n, m: m, replicas: sharedReplicas(n)}
+	c.nodes[n.Name] = ni
+	if old == nil || old.replicas != ni.replicas {
+		c.updateReplicas()
 	}
 	c.poke()
+}
+
+// sharedReplicas is the sharing factor of a node's nvidia.com/gpu.shared
+// replicas, 0 when it offers none. convertNode has checked the label.
+func sharedReplicas(n *corev1.Node) int {
+	if q, ok := n.Status.Allocatable[ResourceGPUShared]; !ok || q.IsZero() {
+		return 0
+	}
+	r, err := gpunode.ParseReplicas(n.Labels[LabelGPUReplicas])
+	if err != nil {
+		return 1
+	}
+	return r
+}
+
+// updateReplicas sets the sharing factor pending pods' shared requests are
+// converted with: the smallest among the nodes that offer shared replicas.
+// A replica is then never counted smaller than on any node, so no node is
+// given more pods than it has replicas (one with more replicas may take
+// fewer pods than it could). Pods whose request depends on it are converted
+// again when it changes. Caller holds mu.
+func (c *clusterCache) updateReplicas() {
+	r := 0
+	for _, ni := range c.nodes {
+		if ni.replicas > 0 && (r == 0 || ni.replicas < r) {
+			r = ni.replicas
+		}
+	}
+	r = max(r, 1)
+	if r == c.replicas {
+		return
+	}
+	c.replicas = r
+	for _, pi := range c.pods {
+		if !pi.bound() && usesShared(pi.pod) {
+			c.upsertPodLocked(pi.pod)
+		}
+	}
+}
+
+// usesShared reports whether a pod asks for nvidia.com/gpu.shared.
+func usesShared(p *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			if _, ok := cs[i].Resources.Requests[ResourceGPUShared]; ok {
+				return true
+			}
+			if _, ok := cs[i].Resources.Limits[ResourceGPUShared]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func sameModelNode(a, b *model.Node) bool {
@@ -170,10 +247,46 @@ func sameModelNode(a, b *model.Node) bool {
 func (c *clusterCache) deleteNode(n *corev1.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.nodes, n.Name)
-	c.dirty[n.Name] = true
+	delete(c.badNodes, n.Name)
+	delete(c.nodeWarnings, n.Name)
+	c.removeNode(n.Name)
+}
+
+// removeNode forgets a node the scheduler may no longer use. Caller holds
+// mu.
+func (c *clusterCache) removeNode(name string) {
+	old := c.nodes[name]
+	delete(c.nodes, name)
+	c.dirty[name] = true
 	c.nodesVersion++
+	if old != nil && old.replicas > 0 {
+		c.updateReplicas()
+	}
 	c.poke()
+}
+
+// nodeProblem is something wrong with what a Node says, for the loop to
+// report.
+type nodeProblem struct {
+	node *corev1.Node
+	msg  string
+}
+
+// problems returns the nodes left out for bad input and the ones whose
+// topology was dropped, each sorted by name.
+func (c *clusterCache) problems() (bad, warned []nodeProblem) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.badNodes {
+		bad = append(bad, p)
+	}
+	for _, p := range c.nodeWarnings {
+		warned = append(warned, p)
+	}
+	byName := func(a, b nodeProblem) int { return strings.Compare(a.node.Name, b.node.Name) }
+	slices.SortFunc(bad, byName)
+	slices.SortFunc(warned, byName)
+	return bad, warned
 }
 
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
@@ -295,6 +408,11 @@ func (c *clusterCache) replaceIndexed(old, p *podInfo) {
 func (c *clusterCache) upsertPod(p *corev1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.upsertPodLocked(p)
+}
+
+// upsertPodLocked converts and indexes a pod. Caller holds mu.
+func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	key := podKey(p)
 	pi := &podInfo{pod: p, key: key, group: "pod/" + key}
 	if g := podGroupOf(p); g != "" {

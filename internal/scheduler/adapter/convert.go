@@ -6,23 +6,24 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/gpu"
-	"github.com/gpuplane/gpuplane/internal/labels"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
-// Resource and label names the adapter reads.
+// Resource and label names the adapter reads; api/gpunode defines them.
 const (
-	ResourceGPU       corev1.ResourceName = "nvidia.com/gpu"
-	ResourceGPUShared corev1.ResourceName = "nvidia.com/gpu.shared"
-	migResourcePrefix                     = "nvidia.com/mig-"
+	ResourceGPU       corev1.ResourceName = gpunode.ResourceGPU
+	ResourceGPUShared corev1.ResourceName = gpunode.ResourceGPUShared
+	migResourcePrefix                     = gpunode.MIGResourcePrefix
 
-	LabelGPUProduct  = labels.GPUProduct
-	LabelGPUMemory   = labels.GPUMemory
-	LabelGPUCount    = labels.GPUCount
-	LabelGPUReplicas = labels.GPUReplicas
+	LabelGPUProduct  = gpunode.LabelGPUProduct
+	LabelGPUMemory   = gpunode.LabelGPUMemory
+	LabelGPUCount    = gpunode.LabelGPUCount
+	LabelGPUReplicas = gpunode.LabelGPUReplicas
 
 	// GPUsAnnotation records on a bound pod which GPU indexes (and, for
 	// shares, how much of each) the scheduler gave it: "0,1" for whole
@@ -32,50 +33,100 @@ const (
 	GPUsAnnotation = "gpuplane.io/gpus"
 )
 
+// Bounds on a node's CPU and memory: far above any machine, low enough
+// that milli-CPU and MiB never overflow the core's int64 sums.
+var (
+	maxNodeCPU    = resource.MustParse("1Mi") // cores
+	maxNodeMemory = resource.MustParse("1Pi") // bytes
+)
+
 // convertNode builds the core's view of a node: CPU and memory from
-// allocatable, one model.GPU per whole GPU (nvidia.com/gpu plus GPUs in MIG
-// mode), the model and memory from the feature labels and the topology from
-// the agent's annotation. An unparsable topology is ignored (the node is
-// still usable) and reported through the returned warning.
-func convertNode(n *corev1.Node) (model.Node, string) {
+// allocatable, one model.GPU per physical GPU (nvidia.com/gpu, its shared
+// replicas folded back into GPUs, plus GPUs in MIG mode), the model and
+// memory from the feature labels and the topology from the agent's
+// annotation. Every value is read with api/gpunode's bounds: a node that
+// states an impossible capacity (more GPUs than a node holds, a negative or
+// overflowing quantity, an unreadable label) is refused with an error that
+// names the field, and the caller leaves it out of scheduling. An
+// unreadable topology only ranks placements, so it is dropped with a
+// warning and the node stays usable.
+func convertNode(n *corev1.Node) (model.Node, string, error) {
 	alloc := n.Status.Allocatable
+	cpu, mem := alloc.Cpu(), alloc.Memory()
+	if cpu.Sign() < 0 || cpu.Cmp(maxNodeCPU) > 0 {
+		return model.Node{}, "", fmt.Errorf("status.allocatable.cpu: must be 0 to %s, got %s", maxNodeCPU.String(), cpu.String())
+	}
+	if mem.Sign() < 0 || mem.Cmp(maxNodeMemory) > 0 {
+		return model.Node{}, "", fmt.Errorf("status.allocatable.memory: must be 0 to %s, got %s", maxNodeMemory.String(), mem.String())
+	}
 	out := model.Node{
 		Name:          n.Name,
-		MilliCPU:      alloc.Cpu().MilliValue(),
-		MemoryMiB:     alloc.Memory().Value() >> 20,
+		MilliCPU:      cpu.MilliValue(),
+		MemoryMiB:     mem.Value() >> 20,
 		Unschedulable: n.Spec.Unschedulable,
 	}
-	whole := int(quantityInt(alloc, ResourceGPU))
-	shared := int(quantityInt(alloc, ResourceGPUShared))
 	replicas := 1
-	if shared > 0 {
-		if r, err := strconv.Atoi(n.Labels[LabelGPUReplicas]); err == nil && r > 1 {
-			replicas = r
+	if s, ok := n.Labels[LabelGPUReplicas]; ok {
+		r, err := gpunode.ParseReplicas(s)
+		if err != nil {
+			return model.Node{}, "", fmt.Errorf("label %w", err)
 		}
+		replicas = r
+	}
+	// Replicas are counted against MaxGPUs x MaxReplicas before dividing,
+	// so a huge quantity never becomes a huge number of GPUs.
+	maxDevices := int64(gpunode.MaxGPUs * gpunode.MaxReplicas)
+	whole, err := deviceCount(alloc, ResourceGPU, maxDevices)
+	if err != nil {
+		return model.Node{}, "", err
+	}
+	shared, err := deviceCount(alloc, ResourceGPUShared, maxDevices)
+	if err != nil {
+		return model.Node{}, "", err
+	}
+	switch {
+	case shared > 0:
 		whole += shared / replicas
+	case replicas > 1:
+		// Replicas offered under nvidia.com/gpu itself (sharing without
+		// renaming): the node has whole/replicas physical GPUs.
+		whole /= replicas
 	}
 	migGPUs := 0
 	if hasMIG(alloc) {
-		if c, err := strconv.Atoi(n.Labels[LabelGPUCount]); err == nil && c > whole {
+		c, err := gpunode.ParseGPUCount(n.Labels[LabelGPUCount])
+		if err != nil {
+			return model.Node{}, "", fmt.Errorf("label %w (a node with MIG devices says how many GPUs it has there)", err)
+		}
+		if c > whole {
 			migGPUs = c - whole
 		}
 	}
+	if whole+migGPUs > gpunode.MaxGPUs {
+		return model.Node{}, "", fmt.Errorf("status.allocatable: %d GPUs is more than the %d one node can hold", whole+migGPUs, gpunode.MaxGPUs)
+	}
 	product := n.Labels[LabelGPUProduct]
-	mem, _ := strconv.ParseInt(n.Labels[LabelGPUMemory], 10, 64)
-	var topo *labels.Topology
+	var gpuMem int64
+	if s, ok := n.Labels[LabelGPUMemory]; ok {
+		if gpuMem, err = gpunode.ParseGPUMemoryMiB(s); err != nil {
+			return model.Node{}, "", fmt.Errorf("label %w", err)
+		}
+	}
+	var topo *gpunode.Topology
 	warning := ""
-	if s, ok := n.Annotations[labels.TopologyAnnotation]; ok {
-		t, err := labels.ParseTopology(s)
-		if err != nil {
-			warning = err.Error()
-		} else if t.GPUs == whole+migGPUs {
+	if s, ok := n.Annotations[gpunode.TopologyAnnotation]; ok {
+		t, err := gpunode.ParseTopology(s)
+		switch {
+		case err != nil:
+			warning = "annotation " + err.Error() + "; placing without NVLink topology"
+		case t.GPUs == whole+migGPUs:
 			topo = t
-		} else {
-			warning = fmt.Sprintf("%s describes %d GPUs but the node has %d", labels.TopologyAnnotation, t.GPUs, whole+migGPUs)
+		default:
+			warning = fmt.Sprintf("annotation %s describes %d GPUs but the node has %d; placing without NVLink topology", gpunode.TopologyAnnotation, t.GPUs, whole+migGPUs)
 		}
 	}
 	for i := 0; i < whole+migGPUs; i++ {
-		g := model.GPU{Index: i, Model: product, MemoryMiB: mem, NUMANode: -1}
+		g := model.GPU{Index: i, Model: product, MemoryMiB: gpuMem, NUMANode: -1}
 		if i >= whole {
 			g.MIGSlices = 7
 		}
@@ -87,13 +138,27 @@ func convertNode(n *corev1.Node) (model.Node, string) {
 	if topo != nil {
 		out.Topology = topologyOf(topo)
 	}
-	return out, warning
+	return out, warning, nil
+}
+
+// deviceCount reads an extended resource's count from a node's
+// allocatable: a whole number from 0 to limit.
+func deviceCount(rl corev1.ResourceList, name corev1.ResourceName, limit int64) (int, error) {
+	q, ok := rl[name]
+	if !ok {
+		return 0, nil
+	}
+	v, exact := q.AsInt64()
+	if !exact || v < 0 || v > limit {
+		return 0, fmt.Errorf("status.allocatable[%s]: must be a whole number from 0 to %d, got %s", name, limit, q.String())
+	}
+	return int(v), nil
 }
 
 // topologyOf turns the annotation's NVLink islands into pairwise links:
 // NVLink inside an island, PCIe within a NUMA node or across the system
 // otherwise.
-func topologyOf(t *labels.Topology) *gpu.Topology {
+func topologyOf(t *gpunode.Topology) *gpu.Topology {
 	tp := gpu.NewTopology(t.GPUs)
 	island := make([]int, t.GPUs)
 	links := make([]int, t.GPUs)

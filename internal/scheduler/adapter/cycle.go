@@ -30,6 +30,8 @@ type loop struct {
 	resuming map[string][]bindTask
 	diag     map[string]diagnosis
 	queuesAt time.Time
+	// nodeReported is what reportNodes last said of each node.
+	nodeReported map[string]string
 }
 
 func newLoop(cfg Config, log klog.Logger, c *clusterCache, api *apiWriter, st *statusWriter, m *metrics) (*loop, error) {
@@ -143,6 +145,12 @@ func (l *loop) reconcilePartial(ctx context.Context, in *cycleInput, placed map[
 		if g.pg == nil || len(g.pending) == 0 || len(g.bound) == 0 || len(g.bound)+len(g.finished) >= g.minMember || placed[name] {
 			continue
 		}
+		// Only a gang gpuplane-scheduler placed is its to tear down: a
+		// group under the scheduler-plugins label may hold pods another
+		// scheduler bound, and those are never deleted here.
+		if !l.boundByUs(g) {
+			continue
+		}
 		seen[name] = true
 		since, ok := l.partialSince[name]
 		if !ok {
@@ -165,6 +173,16 @@ func (l *loop) reconcilePartial(ctx context.Context, in *cycleInput, placed map[
 			delete(l.partialSince, name)
 		}
 	}
+}
+
+// boundByUs reports whether every bound member of g names this scheduler.
+func (l *loop) boundByUs(g *groupInfo) bool {
+	for _, pi := range g.bound {
+		if pi.pod.Spec.SchedulerName != l.cfg.SchedulerName {
+			return false
+		}
+	}
+	return true
 }
 
 func joinReasons(m map[string]int, order []string) string {

@@ -23,6 +23,7 @@ type metrics struct {
 	fairShare      *prometheus.GaugeVec
 	pending        *prometheus.GaugeVec
 	leader         prometheus.Gauge
+	badNodes       prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -51,8 +52,10 @@ func newMetrics() *metrics {
 			Help: "Pod groups waiting in a queue."}, []string{"queue"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpuplane_scheduler_leader",
 			Help: "1 while this replica leads and schedules, 0 while it stands by."}),
+		badNodes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpuplane_scheduler_invalid_nodes",
+			Help: "Nodes left out of scheduling because a GPU label, annotation or allocatable quantity is out of bounds (see the InvalidGPUInfo events)."}),
 	}
-	m.reg.MustRegister(m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader,
+	m.reg.MustRegister(m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -41,6 +41,8 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[st
 	if l.diag == nil {
 		l.diag = map[string]diagnosis{}
 	}
+	// 0. Nodes left out, or used without topology, for what they say.
+	l.reportNodes()
 	// 1. Pods whose own spec cannot be scheduled.
 	for _, pi := range in.badPods {
 		l.status.podCondition(pi.pod, pi.bad.Reason, pi.bad.Msg)

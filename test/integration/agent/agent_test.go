@@ -15,7 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuplane/gpuplane/internal/labels"
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -178,12 +178,12 @@ func waitNodeLabels(t *testing.T, node string, want map[string]string, present, 
 				return false, errors.New(k + " still present")
 			}
 		}
-		topo, err := labels.ParseTopology(n.Annotations[labels.TopologyAnnotation])
+		topo, err := gpunode.ParseTopology(n.Annotations[gpunode.TopologyAnnotation])
 		if err != nil {
 			return false, err
 		}
 		if topo.GPUs != gpus || len(topo.Groups) != 1 || len(topo.Groups[0].GPUs) != gpus {
-			return false, fmt.Errorf("topology annotation %s is not one NVLink group of %d GPUs", n.Annotations[labels.TopologyAnnotation], gpus)
+			return false, fmt.Errorf("topology annotation %s is not one NVLink group of %d GPUs", n.Annotations[gpunode.TopologyAnnotation], gpus)
 		}
 		return true, nil
 	})

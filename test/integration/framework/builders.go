@@ -98,6 +98,12 @@ func (b *NodeBuilder) Label(key, value string) *NodeBuilder {
 	return b
 }
 
+// Annotation sets an annotation.
+func (b *NodeBuilder) Annotation(key, value string) *NodeBuilder {
+	b.node.Annotations[key] = value
+	return b
+}
+
 // Taint adds a taint.
 func (b *NodeBuilder) Taint(key, value string, effect corev1.TaintEffect) *NodeBuilder {
 	b.node.Spec.Taints = append(b.node.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: effect})
