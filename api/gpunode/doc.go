@@ -18,6 +18,8 @@
 //
 //	{"v":1,"gpus":8,"groups":[{"gpus":[0,1,2,3,4,5,6,7],"nvlinks":18}],"numa":[0,0,0,0,1,1,1,1]}
 //
+// The fields:
+//
 //   - v is the format version, 1. A reader rejects versions it does not
 //     know.
 //   - gpus is the number of physical GPUs, indexed 0..gpus-1 as the device
