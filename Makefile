@@ -14,7 +14,7 @@ COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 .PHONY: help build test test-unit lint verify generate demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
-include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk
+include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -27,8 +27,9 @@ build: ## build the gpuplane binaries into bin/
 # packages under test/ start real components and run in their own tiers.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '^github.com/gpuplane/gpuplane/test/')
 
-test: ## every test tier, none needing a GPU: unit, conformance, integration, monitoring
+test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, monitoring
 	@$(MAKE) --no-print-directory test-unit
+	@$(MAKE) --no-print-directory test-fuzz
 	@$(MAKE) --no-print-directory test-conformance
 	@$(MAKE) --no-print-directory test-integration
 	@$(MAKE) --no-print-directory monitoring-tools

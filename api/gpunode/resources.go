@@ -21,5 +21,8 @@ const (
 // for nvidia.com/mig-3g.40gb), and whether name is a MIG resource.
 func MIGProfile(name string) (string, bool) {
 	p, ok := strings.CutPrefix(name, MIGResourcePrefix)
-	return p, ok && p != ""
+	if !ok || p == "" {
+		return "", false
+	}
+	return p, true
 }

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
 
 // ResourceGPU is the resource name of whole GPUs, and of MIG devices under
 // the single MIG strategy.
-const ResourceGPU = "nvidia.com/gpu"
+const ResourceGPU = gpunode.ResourceGPU
 
 // ResourceLabeler labels what nvidia.com/gpu offers: nvidia.com/gpu.count,
 // .replicas, .sharing-strategy, .product (with -SHARED when replicas share a

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
@@ -69,12 +70,12 @@ func podDeviceNeeds(pod *corev1.Pod) map[string]int {
 // device manager's allocation for every container. Callers hold admitMu,
 // so allocations never race each other. On success the devices are
 // reserved for key.
-func (s *Simulator) admit(ctx context.Context, key string, pod *corev1.Pod) (*PodAllocation, error) {
+func (s *Simulator) admit(ctx context.Context, key string, pod *corev1.Pod) (*gpupod.PodAllocation, error) {
 	needs := podDeviceNeeds(pod)
 	if err := s.checkFit(needs); err != nil {
 		return nil, err
 	}
-	alloc := &PodAllocation{Node: s.cfg.NodeName}
+	alloc := &gpupod.PodAllocation{Node: s.cfg.NodeName}
 	// Devices of init containers are handed on to later containers, as the
 	// kubelet reuses them.
 	reusable := map[string][]string{}
@@ -94,7 +95,7 @@ func (s *Simulator) admit(ctx context.Context, key string, pod *corev1.Pod) (*Po
 		if len(reqs) == 0 {
 			continue
 		}
-		ca := ContainerAllocation{Name: c.c.Name, Init: c.init, Devices: map[string][]string{}}
+		ca := gpupod.ContainerAllocation{Name: c.c.Name, Init: c.init, Devices: map[string][]string{}}
 		resources := make([]string, 0, len(reqs))
 		for r := range reqs {
 			resources = append(resources, r)
@@ -148,7 +149,7 @@ func (s *Simulator) checkFit(needs map[string]int) error {
 // allocateContainer picks n devices of resource for one container (asking
 // the plugin for its preference when it offers one), reserves them for key,
 // calls Allocate and merges the answer into ca.
-func (s *Simulator) allocateContainer(ctx context.Context, key, resource string, n int, reuse []string, ca *ContainerAllocation) ([]string, error) {
+func (s *Simulator) allocateContainer(ctx context.Context, key, resource string, n int, reuse []string, ca *gpupod.ContainerAllocation) ([]string, error) {
 	p, ok := s.pluginFor(resource)
 	if !ok {
 		return nil, &admissionError{Reason: reasonUnexpectedAdmission, Message: fmt.Sprintf("Allocate failed due to %v: %s, which is unexpected", errNoPlugin, resource)}
@@ -231,7 +232,7 @@ func (s *Simulator) preferred(ctx context.Context, p *plugin, candidates, mustIn
 }
 
 // mergeResponse adds a plugin's Allocate answer to the container's record.
-func mergeResponse(ca *ContainerAllocation, r *pluginapi.ContainerAllocateResponse) {
+func mergeResponse(ca *gpupod.ContainerAllocation, r *pluginapi.ContainerAllocateResponse) {
 	for k, v := range r.GetEnvs() {
 		if ca.Env == nil {
 			ca.Env = map[string]string{}
@@ -245,7 +246,7 @@ func mergeResponse(ca *ContainerAllocation, r *pluginapi.ContainerAllocateRespon
 		ca.Annotations[k] = v
 	}
 	for _, m := range r.GetMounts() {
-		ca.Mounts = append(ca.Mounts, Mount{HostPath: m.GetHostPath(), ContainerPath: m.GetContainerPath(), ReadOnly: m.GetReadOnly()})
+		ca.Mounts = append(ca.Mounts, gpupod.Mount{HostPath: m.GetHostPath(), ContainerPath: m.GetContainerPath(), ReadOnly: m.GetReadOnly()})
 	}
 	for _, d := range r.GetDevices() {
 		ca.DeviceNodes = append(ca.DeviceNodes, d.GetHostPath())

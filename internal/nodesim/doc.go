@@ -13,7 +13,7 @@
 //   - admits the pods bound to the node as the kubelet's device manager does:
 //     GetPreferredAllocation when the plugin offers it, then Allocate, never
 //     handing a device ID to two pods; records each container's allocation
-//     in the pod annotation AllocationAnnotation; runs the pod (Running, then
+//     in the pod annotation gpupod.AllocationAnnotation; runs the pod (Running, then
 //     Succeeded or Failed after its gpuplane.io/sim-duration); frees devices
 //     when a pod ends or is deleted;
 //   - serves the kubelet PodResources API v1 on

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -66,7 +67,7 @@ func (p *podResources) GetAllocatableResources(context.Context, *podresourcesv1.
 	return resp, nil
 }
 
-func (p *podResources) podEntry(key string, a *PodAllocation) *podresourcesv1.PodResources {
+func (p *podResources) podEntry(key string, a *gpupod.PodAllocation) *podresourcesv1.PodResources {
 	s := p.sim
 	s.mu.Lock()
 	st := s.pods[key]

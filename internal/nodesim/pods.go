@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +26,7 @@ type podState struct {
 	uid        types.UID
 	namespace  string
 	name       string
-	allocation *PodAllocation
+	allocation *gpupod.PodAllocation
 	// terminal is set once the pod ended here; its devices are free.
 	terminal bool
 	timer    *time.Timer
@@ -148,7 +149,7 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 // startPod admits a new pod (or re-adopts one this node admitted before a
 // restart) and reports it Running.
 func (s *Simulator) startPod(ctx context.Context, key string, pod *corev1.Pod) error {
-	alloc, err := ReadAllocation(pod)
+	alloc, err := gpupod.ReadAllocation(pod)
 	if err != nil {
 		s.log.Warn("ignoring an unreadable allocation annotation", "pod", key, "err", err)
 		alloc = nil
@@ -217,13 +218,13 @@ func (s *Simulator) scheduleEnd(key string, pod *corev1.Pod) {
 // endTime is when the pod's simulated duration ends, counted from its
 // start (or from now when it has not started yet).
 func endTime(pod *corev1.Pod) (time.Time, bool, error) {
-	raw, ok := pod.Annotations[DurationAnnotation]
+	raw, ok := pod.Annotations[gpupod.DurationAnnotation]
 	if !ok {
 		return time.Time{}, false, nil
 	}
 	d, err := time.ParseDuration(raw)
 	if err != nil || d < 0 {
-		return time.Time{}, false, fmt.Errorf("annotation %s: %q is not a duration like 30s", DurationAnnotation, raw)
+		return time.Time{}, false, fmt.Errorf("annotation %s: %q is not a duration like 30s", gpupod.DurationAnnotation, raw)
 	}
 	start := time.Now()
 	if pod.Status.StartTime != nil {
@@ -236,10 +237,10 @@ func endTime(pod *corev1.Pod) (time.Time, bool, error) {
 // the exit code of its annotation.
 func (s *Simulator) completePod(ctx context.Context, key string, pod *corev1.Pod) error {
 	code := int32(0)
-	if raw, ok := pod.Annotations[ExitCodeAnnotation]; ok {
+	if raw, ok := pod.Annotations[gpupod.ExitCodeAnnotation]; ok {
 		n, err := strconv.ParseInt(raw, 10, 32)
 		if err != nil {
-			s.log.Warn("annotation is not an exit code; using 1", "pod", key, "annotation", ExitCodeAnnotation, "value", raw)
+			s.log.Warn("annotation is not an exit code; using 1", "pod", key, "annotation", gpupod.ExitCodeAnnotation, "value", raw)
 			n = 1
 		}
 		code = int32(n)
@@ -320,13 +321,13 @@ func (s *Simulator) forget(key string, uid types.UID) {
 }
 
 // writeAllocation records the allocation on the pod.
-func (s *Simulator) writeAllocation(ctx context.Context, pod *corev1.Pod, alloc *PodAllocation) (*corev1.Pod, error) {
+func (s *Simulator) writeAllocation(ctx context.Context, pod *corev1.Pod, alloc *gpupod.PodAllocation) (*corev1.Pod, error) {
 	raw, err := json.Marshal(alloc)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the allocation of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{AllocationAnnotation: string(raw)},
+		"annotations": map[string]string{gpupod.AllocationAnnotation: string(raw)},
 		"uid":         pod.UID,
 	}})
 	if err != nil {
@@ -500,7 +501,7 @@ func (s *Simulator) event(ctx context.Context, pod *corev1.Pod, reason, message 
 }
 
 // summarize is a short log form of an allocation.
-func summarize(a *PodAllocation) map[string][]string {
+func summarize(a *gpupod.PodAllocation) map[string][]string {
 	out := map[string][]string{}
 	for _, c := range a.Containers {
 		for r, ids := range c.Devices {
@@ -512,10 +513,10 @@ func summarize(a *PodAllocation) map[string][]string {
 
 // PodAllocations returns the allocations of the pods currently holding
 // devices, by namespace/name.
-func (s *Simulator) PodAllocations() map[string]*PodAllocation {
+func (s *Simulator) PodAllocations() map[string]*gpupod.PodAllocation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]*PodAllocation{}
+	out := map[string]*gpupod.PodAllocation{}
 	for key, st := range s.pods {
 		if !st.terminal && st.allocation != nil {
 			out[key] = st.allocation

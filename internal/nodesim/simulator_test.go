@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -183,7 +184,7 @@ func TestAdmissionWithPlugins(t *testing.T) {
 				}
 				return
 			}
-			a, err := ReadAllocation(got)
+			a, err := gpupod.ReadAllocation(got)
 			if err != nil || a == nil {
 				t.Fatalf("allocation %v, %v", a, err)
 			}

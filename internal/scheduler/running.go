@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -87,7 +88,7 @@ func newRunning(nodes int) *running {
 // groupKey is the running group an allocation belongs to.
 func groupKey(a *model.Allocation) string {
 	if a.Group == "" {
-		return "pod/" + a.Pod
+		return gpupod.LonePodGroupPrefix + a.Pod
 	}
 	return a.Group
 }

@@ -181,6 +181,13 @@ func ParseOpenBNodes(file string, r io.Reader) ([]model.Node, error) {
 		if err != nil {
 			return nil, err
 		}
+		if n > MaxNodeGPUs {
+			_, c := t.r.FieldPos(t.cols["gpu"])
+			return nil, &RowError{File: t.file, Line: t.line, Column: c, Field: "gpu", Err: fmt.Errorf("a node has at most %d GPUs, got %d", MaxNodeGPUs, n)}
+		}
+		if len(nodes) == MaxTraceNodes {
+			return nil, &RowError{File: t.file, Line: t.line, Err: fmt.Errorf("more than %d nodes", MaxTraceNodes)}
+		}
 		nd := model.Node{Name: t.str("sn"), MilliCPU: cpu, MemoryMiB: mem}
 		m := t.str("model")
 		for g := range int(n) {
@@ -205,6 +212,9 @@ func ParseOpenBPods(file string, r io.Reader) ([]TracePod, error) {
 		}
 		if !ok {
 			break
+		}
+		if len(pods) == MaxTracePods {
+			return nil, &RowError{File: t.file, Line: t.line, Err: fmt.Errorf("more than %d pods", MaxTracePods)}
 		}
 		var v [6]int64
 		for k, col := range []string{"cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time"} {

@@ -1,6 +1,21 @@
 package simulator
 
-import "github.com/gpuplane/gpuplane/internal/scheduler/model"
+import (
+	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// Bounds on what a trace may describe: well above the largest GPU
+// clusters and their busiest years, low enough that a corrupt or hostile
+// file is refused with an error instead of exhausting memory.
+const (
+	// MaxTraceNodes is the most nodes a trace may have.
+	MaxTraceNodes = 100_000
+	// MaxTracePods is the most pods a trace may have.
+	MaxTracePods = 10_000_000
+	// MaxNodeGPUs is the most GPUs one node of a trace may have.
+	MaxNodeGPUs = gpunode.MaxGPUs
+)
 
 // Trace is a cluster and the pods that arrive at it.
 type Trace struct {

@@ -77,7 +77,13 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		if n.MilliCPU < 0 || n.MemoryMiB < 0 || n.GPUs < 0 || n.Count < 0 {
 			return nil, fmt.Errorf("trace %s: nodes[%d] (%s): quantities must be >= 0", name, i, n.Name)
 		}
+		if n.GPUs > MaxNodeGPUs || n.MIGSlices > 7 {
+			return nil, fmt.Errorf("trace %s: nodes[%d] (%s): a node has at most %d GPUs of at most 7 MIG slices, got %d of %d", name, i, n.Name, MaxNodeGPUs, n.GPUs, n.MIGSlices)
+		}
 		count := max(n.Count, 1)
+		if count > MaxTraceNodes-len(tr.Nodes) {
+			return nil, fmt.Errorf("trace %s: nodes[%d].count: the trace would have more than %d nodes", name, i, MaxTraceNodes)
+		}
 		for k := range count {
 			nd := model.Node{Name: n.Name, MilliCPU: n.MilliCPU, MemoryMiB: n.MemoryMiB, Labels: n.Labels}
 			if count > 1 {
@@ -113,6 +119,9 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 			req.GPUMilli = 0
 		}
 		count := max(p.Count, 1)
+		if count > MaxTracePods-len(tr.Pods) {
+			return nil, fmt.Errorf("trace %s: pods[%d].count: the trace would have more than %d pods", name, i, MaxTracePods)
+		}
 		for k := range count {
 			tp := TracePod{Name: p.Name, Request: req, CreatedAt: p.CreatedAt, Duration: p.Duration, Queue: p.Queue, Priority: p.Priority}
 			if count > 1 {

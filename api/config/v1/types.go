@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuplane/gpuplane/api/gpunode"
 )
 
 // Version is the only config version this package reads.
@@ -40,7 +42,7 @@ const (
 )
 
 // DefaultResourceName is the resource of whole GPUs.
-const DefaultResourceName = "nvidia.com/gpu"
+const DefaultResourceName = gpunode.ResourceGPU
 
 // Config is a whole v1 config file.
 type Config struct {

@@ -39,3 +39,19 @@ const (
 	// by gpuplane-scheduler.
 	SchedulerName = "gpuplane-scheduler"
 )
+
+// GroupVersionResources of the scheduling CRDs, for dynamic clients.
+var (
+	QueuesResource    = SchemeGroupVersion.WithResource("queues")
+	PodGroupsResource = SchemeGroupVersion.WithResource("podgroups")
+)
+
+// Condition types gpuplane-scheduler writes.
+const (
+	// ConditionSchedulable on a PodGroup says whether the gang can be
+	// placed and, when not, why.
+	ConditionSchedulable = "Schedulable"
+	// ConditionValid on a Queue or PodGroup says whether its spec is
+	// usable and, when not, what to change.
+	ConditionValid = "Valid"
+)

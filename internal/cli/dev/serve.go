@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 )
@@ -345,7 +346,7 @@ func createKwokNodes(ctx context.Context, client kubernetes.Interface, spec *Spe
 	gpus := *resource.NewQuantity(int64(spec.KwokGPUs), resource.DecimalSI)
 	res := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("224"), corev1.ResourceMemory: resource.MustParse("2Ti"),
-		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": gpus,
+		corev1.ResourcePods: resource.MustParse("110"), gpunode.ResourceGPU: gpus,
 	}
 	sem := make(chan struct{}, 32)
 	var (

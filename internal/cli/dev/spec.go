@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 )
@@ -97,7 +98,7 @@ func prepareNode(ctx context.Context, name, arg, dir string) (NodeSpec, error) {
 	if err != nil {
 		return NodeSpec{}, err
 	}
-	n := NodeSpec{Name: name, Profile: arg, SimProfile: profile, Mode: mode, Replicas: replicas, Resources: []string{"nvidia.com/gpu"}}
+	n := NodeSpec{Name: name, Profile: arg, SimProfile: profile, Mode: mode, Replicas: replicas, Resources: []string{gpunode.ResourceGPU}}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return n, fmt.Errorf("creating the directory of node %s: %w", name, err)
 	}
@@ -190,5 +191,5 @@ func writeMIGProfile(ctx context.Context, builtin, path string) (string, []strin
 	if err != nil {
 		return "", nil, fmt.Errorf("the simulator cannot split %s's GPUs into MIG devices: %w", builtin, err)
 	}
-	return path, []string{"nvidia.com/mig-" + small, "nvidia.com/mig-" + big}, nil
+	return path, []string{gpunode.MIGResourcePrefix + small, gpunode.MIGResourcePrefix + big}, nil
 }

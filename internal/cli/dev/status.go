@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
-	"github.com/gpuplane/gpuplane/internal/nodesim"
 )
 
 // Status is what `dev status` reports.
@@ -186,7 +186,7 @@ func listAllocations(ctx context.Context, client kubernetes.Interface) ([]Alloca
 	var rows []AllocationRow
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		a, err := nodesim.ReadAllocation(p)
+		a, err := gpupod.ReadAllocation(p)
 		if err != nil || a == nil {
 			continue
 		}

@@ -22,10 +22,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
-	"github.com/gpuplane/gpuplane/internal/nodesim"
-	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 )
 
 // Status is what `gpuplane status` shows; -o json and -o yaml print it as
@@ -194,7 +193,7 @@ func Collect(ctx context.Context, rc *rest.Config, schedulerName string) (*Statu
 	}
 	slices.SortFunc(st.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
 
-	if ql, err := dyn.Resource(adapter.QueuesResource).List(ctx, metav1.ListOptions{}); err == nil {
+	if ql, err := dyn.Resource(v1alpha1.QueuesResource).List(ctx, metav1.ListOptions{}); err == nil {
 		for i := range ql.Items {
 			var q v1alpha1.Queue
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ql.Items[i].Object, &q); err != nil {
@@ -206,7 +205,7 @@ func Collect(ctx context.Context, rc *rest.Config, schedulerName string) (*Statu
 		return nil, fmt.Errorf("listing queues: %w", err)
 	}
 	slices.SortFunc(st.Queues, func(a, b Queue) int { return cmp.Compare(a.Name, b.Name) })
-	if gl, err := dyn.Resource(adapter.PodGroupsResource).List(ctx, metav1.ListOptions{}); err == nil {
+	if gl, err := dyn.Resource(v1alpha1.PodGroupsResource).List(ctx, metav1.ListOptions{}); err == nil {
 		for i := range gl.Items {
 			var g v1alpha1.PodGroup
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(gl.Items[i].Object, &g); err != nil {
@@ -221,7 +220,7 @@ func Collect(ctx context.Context, rc *rest.Config, schedulerName string) (*Statu
 			if gang.Phase == "" {
 				gang.Phase = "Unknown"
 			}
-			if c := meta.FindStatusCondition(g.Status.Conditions, adapter.ConditionSchedulable); c != nil {
+			if c := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.ConditionSchedulable); c != nil {
 				gang.Why = c.Message
 			}
 			st.Waiting = append(st.Waiting, gang)
@@ -309,7 +308,7 @@ func nodeStatus(n *corev1.Node, pods []*corev1.Pod) Node {
 		}
 		out.Used += count
 		h := Holder{Pod: p.Namespace + "/" + p.Name, GPUs: strconv.FormatInt(count, 10) + " GPU(s)", Source: "request"}
-		if a, err := nodesim.ReadAllocation(p); err == nil && a != nil {
+		if a, err := gpupod.ReadAllocation(p); err == nil && a != nil {
 			var ids []string
 			for _, c := range a.Containers {
 				for res, devs := range c.Devices {
@@ -321,7 +320,7 @@ func nodeStatus(n *corev1.Node, pods []*corev1.Pod) Node {
 			if len(ids) > 0 {
 				h.GPUs, h.Source = strings.Join(ids, ","), "allocation"
 			}
-		} else if s := p.Annotations[adapter.GPUsAnnotation]; s != "" {
+		} else if s := p.Annotations[gpupod.GPUsAnnotation]; s != "" {
 			h.GPUs, h.Source = "GPU "+s, "scheduler"
 		}
 		out.Holders = append(out.Holders, h)
@@ -353,7 +352,7 @@ func queueStatus(q *v1alpha1.Queue) Queue {
 			out.Limit = r.Limit.String()
 		}
 	}
-	if c := meta.FindStatusCondition(q.Status.Conditions, adapter.ConditionValid); c != nil && c.Status == metav1.ConditionFalse {
+	if c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionValid); c != nil && c.Status == metav1.ConditionFalse {
 		out.Problem = c.Message
 	}
 	return out

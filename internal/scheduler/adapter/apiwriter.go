@@ -128,7 +128,7 @@ func (w *apiWriter) commit(ctx context.Context, pg *v1alpha1.PodGroup, placement
 		return fmt.Errorf("encoding the placement of %s/%s: %w", pg.Namespace, pg.Name, err)
 	}
 	start := time.Now()
-	_, err = w.dyn.Resource(PodGroupsResource).Namespace(pg.Namespace).Patch(ctx, pg.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = w.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(pg.Namespace).Patch(ctx, pg.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	w.metrics.commitDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		w.log.V(2).Info("committing a gang's placement failed", "podGroup", klog.KObj(pg), "err", err)

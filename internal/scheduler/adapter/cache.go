@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -414,7 +415,7 @@ func (c *clusterCache) upsertPod(p *corev1.Pod) {
 // upsertPodLocked converts and indexes a pod. Caller holds mu.
 func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	key := podKey(p)
-	pi := &podInfo{pod: p, key: key, group: "pod/" + key}
+	pi := &podInfo{pod: p, key: key, group: gpupod.LonePodGroupPrefix + key}
 	if g := podGroupOf(p); g != "" {
 		pi.pg = p.Namespace + "/" + g
 		pi.group = "pg/" + pi.pg

@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -25,12 +27,9 @@ const (
 	LabelGPUCount    = gpunode.LabelGPUCount
 	LabelGPUReplicas = gpunode.LabelGPUReplicas
 
-	// GPUsAnnotation records on a bound pod which GPU indexes (and, for
-	// shares, how much of each) the scheduler gave it: "0,1" for whole
-	// GPUs, "3:250" for a quarter of GPU 3, "2:m3" for a 3-slice MIG
-	// instance on GPU 2. The binding carries it, so it lands on the pod
-	// with the node name.
-	GPUsAnnotation = "gpuplane.io/gpus"
+	// GPUsAnnotation records on a bound pod which GPUs the scheduler gave
+	// it (api/gpupod).
+	GPUsAnnotation = gpupod.GPUsAnnotation
 )
 
 // Bounds on a node's CPU and memory: far above any machine, low enough
@@ -250,6 +249,9 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 		}
 	}
 	reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	if err := podRequestBounds(reqs); err != nil {
+		return model.Request{}, err
+	}
 	out := model.Request{
 		MilliCPU:  reqs.Cpu().MilliValue(),
 		MemoryMiB: (reqs.Memory().Value() + 1<<20 - 1) >> 20,
@@ -286,6 +288,77 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 	return out, nil
 }
 
+// podRequestBounds refuses a pod whose summed requests no node could hold,
+// before any of them is turned into the core's integers: a quantity far
+// beyond every bound would otherwise overflow milli-values.
+func podRequestBounds(reqs corev1.ResourceList) *BadInputError {
+	for name, q := range reqs {
+		var limit resource.Quantity
+		switch {
+		case name == corev1.ResourceCPU:
+			limit = maxNodeCPU
+		case name == corev1.ResourceMemory:
+			limit = maxNodeMemory
+		case name == ResourceGPU || name == ResourceGPUShared:
+			limit = *resource.NewQuantity(gpunode.MaxGPUs*gpunode.MaxReplicas, resource.DecimalSI)
+		case strings.HasPrefix(string(name), migResourcePrefix):
+			limit = *resource.NewQuantity(gpunode.MaxGPUs*7, resource.DecimalSI)
+		default:
+			continue
+		}
+		if q.Sign() < 0 || q.Cmp(limit) > 0 {
+			return badInput("RequestOutOfRange", "the pod asks for %s of %s: no node holds more than %s; ask for less", truncate(q.String()), name, limit.String())
+		}
+	}
+	return nil
+}
+
+// resourceBounds are the largest quota a Queue or PodGroup may name:
+// beyond any cluster, within what the core's int64 sums hold.
+var resourceBounds = map[corev1.ResourceName]resource.Quantity{
+	corev1.ResourceCPU:    resource.MustParse("1Gi"), // cores
+	corev1.ResourceMemory: resource.MustParse("1Ei"), // bytes
+	ResourceGPU:           resource.MustParse("1Mi"), // GPUs
+}
+
+// boundedResources converts a Queue's or PodGroup's resource list to the
+// core's quota vector (cpu, memory, nvidia.com/gpu; other names are not kept
+// in quotas), refusing a negative quantity or one beyond resourceBounds.
+// field names the list in the error ("spec.minResources").
+func boundedResources(field string, rl corev1.ResourceList) (model.Resources, error) {
+	var r model.Resources
+	for name, q := range rl {
+		limit, ok := resourceBounds[name]
+		if !ok {
+			continue
+		}
+		if err := checkQuantity(fmt.Sprintf("%s[%s]", field, name), q, limit); err != nil {
+			return model.Resources{}, err
+		}
+		setResource(&r, name, q)
+	}
+	return r, nil
+}
+
+func checkQuantity(field string, q, limit resource.Quantity) error {
+	if q.Sign() < 0 || q.Cmp(limit) > 0 {
+		return fmt.Errorf("%s: must be 0 to %s, got %s", field, limit.String(), truncate(q.String()))
+	}
+	return nil
+}
+
+// setResource sets the component of r that name is kept in.
+func setResource(r *model.Resources, name corev1.ResourceName, q resource.Quantity) {
+	switch name {
+	case corev1.ResourceCPU:
+		r.MilliCPU = q.MilliValue()
+	case corev1.ResourceMemory:
+		r.MemoryMiB = q.Value() >> 20
+	case ResourceGPU:
+		r.GPUMilli = q.MilliValue()
+	}
+}
+
 func isExtended(name corev1.ResourceName) bool {
 	return strings.Contains(string(name), "/") && !strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix) &&
 		!strings.HasPrefix(string(name), "kubernetes.io/")
@@ -313,25 +386,33 @@ func parseShares(s string, node *model.Node) ([]model.GPUShare, error) {
 	if s == "" {
 		return nil, nil
 	}
-	var out []model.GPUShare
-	for _, part := range strings.Split(s, ",") {
+	parts := strings.Split(s, ",")
+	if len(parts) > len(node.GPUs) {
+		return nil, fmt.Errorf("parsing %s %q: %d GPUs named, node %s has %d", GPUsAnnotation, truncate(s), len(parts), node.Name, len(node.GPUs))
+	}
+	out := make([]model.GPUShare, 0, len(parts))
+	for _, part := range parts {
 		idx, amount, hasAmount := strings.Cut(part, ":")
 		i, err := strconv.Atoi(idx)
 		if err != nil || i < 0 || i >= len(node.GPUs) {
-			return nil, fmt.Errorf("parsing %s %q: GPU index %q is not on node %s", GPUsAnnotation, s, idx, node.Name)
+			return nil, fmt.Errorf("parsing %s %q: GPU index %q is not on node %s", GPUsAnnotation, truncate(s), truncate(idx), node.Name)
 		}
-		sh := model.GPUShare{Index: i, Milli: node.GPUs[i].Capacity(), MemoryMiB: node.GPUs[i].MemoryMiB}
+		if slices.ContainsFunc(out, func(sh model.GPUShare) bool { return sh.Index == i }) {
+			return nil, fmt.Errorf("parsing %s %q: GPU %d is named twice", GPUsAnnotation, truncate(s), i)
+		}
+		g := &node.GPUs[i]
+		sh := model.GPUShare{Index: i, Milli: g.Capacity(), MemoryMiB: g.MemoryMiB}
 		if hasAmount {
 			if m, ok := strings.CutPrefix(amount, "m"); ok {
 				n, err := strconv.Atoi(m)
-				if err != nil {
-					return nil, fmt.Errorf("parsing %s %q: %w", GPUsAnnotation, s, err)
+				if err != nil || n < 1 || n > max(g.MIGSlices, 7) {
+					return nil, fmt.Errorf("parsing %s %q: MIG slices %q must be 1 to 7", GPUsAnnotation, truncate(s), truncate(m))
 				}
 				sh = model.GPUShare{Index: i, MIGSlices: n}
 			} else {
 				n, err := strconv.ParseInt(amount, 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("parsing %s %q: %w", GPUsAnnotation, s, err)
+				if err != nil || n < 1 || n > g.Capacity() {
+					return nil, fmt.Errorf("parsing %s %q: share %q of GPU %d must be 1 to %d thousandths", GPUsAnnotation, truncate(s), truncate(amount), i, g.Capacity())
 				}
 				sh = model.GPUShare{Index: i, Milli: n}
 			}
@@ -339,4 +420,13 @@ func parseShares(s string, node *model.Node) ([]model.GPUShare, error) {
 		out = append(out, sh)
 	}
 	return out, nil
+}
+
+// truncate keeps an error message short whatever the input's size.
+func truncate(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	return s[:limit] + "..."
 }

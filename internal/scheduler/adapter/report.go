@@ -13,20 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
-)
-
-// Condition types the scheduler writes.
-const (
-	// ConditionSchedulable on a PodGroup says whether the gang can be
-	// placed and, when not, why.
-	ConditionSchedulable = "Schedulable"
-	// ConditionValid on a Queue or PodGroup says whether its spec is
-	// usable and, when not, what to change.
-	ConditionValid = "Valid"
 )
 
 // diagnosis is a waiting group's explanation, kept between cycles so the
@@ -248,7 +239,7 @@ func (l *loop) podGroupStatus(g *groupInfo, waitMsg string, placed bool, now tim
 		}
 	}
 	minMember := int32(g.minMember)
-	cond := metav1.Condition{Type: ConditionSchedulable, Status: metav1.ConditionTrue, Reason: "Placed", Message: "the gang is placed", ObservedGeneration: pg.Generation}
+	cond := metav1.Condition{Type: v1alpha1.ConditionSchedulable, Status: metav1.ConditionTrue, Reason: "Placed", Message: "the gang is placed", ObservedGeneration: pg.Generation}
 	switch {
 	case st.Succeeded >= minMember && len(g.pending) == 0 && len(g.bound) == 0:
 		st.Phase = v1alpha1.PodGroupSucceeded
@@ -264,7 +255,7 @@ func (l *loop) podGroupStatus(g *groupInfo, waitMsg string, placed bool, now tim
 			// Nothing of an earlier placement holds any more.
 			st.Placement = nil
 		}
-		cond = metav1.Condition{Type: ConditionSchedulable, Status: metav1.ConditionFalse, Reason: "Waiting", Message: waitMsg, ObservedGeneration: pg.Generation}
+		cond = metav1.Condition{Type: v1alpha1.ConditionSchedulable, Status: metav1.ConditionFalse, Reason: "Waiting", Message: waitMsg, ObservedGeneration: pg.Generation}
 		if g.held != nil {
 			cond.Reason = g.held.Reason
 		}
@@ -284,7 +275,7 @@ func (l *loop) podGroupStatus(g *groupInfo, waitMsg string, placed bool, now tim
 	out := pg.DeepCopy()
 	out.Status = st
 	out.APIVersion, out.Kind = v1alpha1.SchemeGroupVersion.String(), "PodGroup"
-	l.status.updateStatus("pg/"+g.pgKey, PodGroupsResource, pg.Namespace, out)
+	l.status.updateStatus("pg/"+g.pgKey, v1alpha1.PodGroupsResource, pg.Namespace, out)
 }
 
 func stripTimes(cs []metav1.Condition) []metav1.Condition {
@@ -326,7 +317,7 @@ func (l *loop) queueStatus(in *cycleInput) {
 		}
 	}
 	for a := range in.snap.AllRunning() {
-		if strings.HasPrefix(a.Group, "pod/") && in.groups[a.Group] == nil {
+		if strings.HasPrefix(a.Group, gpupod.LonePodGroupPrefix) && in.groups[a.Group] == nil {
 			admitted[a.Queue]++
 		}
 	}
@@ -345,9 +336,9 @@ func (l *loop) queueStatus(in *cycleInput) {
 	}
 	for name, q := range in.queueObjs {
 		st := v1alpha1.QueueStatus{Conditions: slices.Clone(q.Status.Conditions), Pending: pendingCount[name], Admitted: admitted[name]}
-		cond := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: "Valid", Message: "the queue is part of the hierarchy", ObservedGeneration: q.Generation}
+		cond := metav1.Condition{Type: v1alpha1.ConditionValid, Status: metav1.ConditionTrue, Reason: "Valid", Message: "the queue is part of the hierarchy", ObservedGeneration: q.Generation}
 		if e := in.queueErrs[name]; e != nil {
-			cond = metav1.Condition{Type: ConditionValid, Status: metav1.ConditionFalse, Reason: e.Reason, Message: e.Msg + "; fix the queue's spec (its workloads wait until then)", ObservedGeneration: q.Generation}
+			cond = metav1.Condition{Type: v1alpha1.ConditionValid, Status: metav1.ConditionFalse, Reason: e.Reason, Message: e.Msg + "; fix the queue's spec (its workloads wait until then)", ObservedGeneration: q.Generation}
 		} else {
 			i := tree.Leaf(name)
 			st.Usage = resourceList(tree.Usage(i))
@@ -358,13 +349,13 @@ func (l *loop) queueStatus(in *cycleInput) {
 			st.Admitted == q.Status.Admitted && equality.Semantic.DeepEqual(st.Usage, q.Status.Usage) && equality.Semantic.DeepEqual(st.FairShare, q.Status.FairShare) {
 			continue
 		}
-		if e := in.queueErrs[name]; e != nil && !meta.IsStatusConditionFalse(q.Status.Conditions, ConditionValid) {
+		if e := in.queueErrs[name]; e != nil && !meta.IsStatusConditionFalse(q.Status.Conditions, v1alpha1.ConditionValid) {
 			l.status.event(q, corev1.EventTypeWarning, e.Reason, e.Msg)
 		}
 		out := q.DeepCopy()
 		out.Status = st
 		out.APIVersion, out.Kind = v1alpha1.SchemeGroupVersion.String(), "Queue"
-		l.status.updateStatus("queue/"+name, QueuesResource, "", out)
+		l.status.updateStatus("queue/"+name, v1alpha1.QueuesResource, "", out)
 	}
 }
 

@@ -80,8 +80,8 @@ func Run(ctx context.Context, cfg Config) error {
 		{factory.Core().V1().Namespaces().Informer(), handler(c.upsertNamespace, c.deleteNamespace)},
 		{factory.Scheduling().V1().PriorityClasses().Informer(), handler[*schedulingv1.PriorityClass](c.upsertPriorityClass, c.deletePriorityClass)},
 		{factory.Policy().V1().PodDisruptionBudgets().Informer(), handler[*policyv1.PodDisruptionBudget](c.upsertPDB, c.deletePDB)},
-		{dfactory.ForResource(QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
-		{dfactory.ForResource(PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
+		{dfactory.ForResource(v1alpha1.QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
+		{dfactory.ForResource(v1alpha1.PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
 	}
 	for _, r := range regs {
 		if _, err := r.inf.AddEventHandler(r.h); err != nil {

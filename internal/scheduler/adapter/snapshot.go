@@ -42,6 +42,8 @@ type groupInfo struct {
 	finished  []*podInfo
 	// held says why the group was not offered to the core this cycle.
 	held *BadInputError
+	// minResources is the PodGroup's spec.minResources, checked.
+	minResources model.Resources
 }
 
 // pendingPod returns the group's pending pod with the given key, or nil.
@@ -266,7 +268,7 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 				pg.Priority = max(pg.Priority, v)
 			}
 			pg.CreatedAt = min(pg.CreatedAt, g.pg.CreationTimestamp.UnixMilli())
-			pg.MinResources = resourcesOf(g.pg.Spec.MinResources)
+			pg.MinResources = g.minResources
 		}
 		in.snap.Pending = append(in.snap.Pending, pg)
 	}
@@ -289,6 +291,14 @@ func (b *builder) newGroup(c *clusterCache, pi *podInfo, valid map[string]bool) 
 		} else {
 			g.minMember = int(g.pg.Spec.MinMember)
 			q = g.pg.Spec.Queue
+			mr, err := boundedResources("spec.minResources", g.pg.Spec.MinResources)
+			switch {
+			case err != nil:
+				g.held = badInput("InvalidPodGroup", "PodGroup %s: %v", pi.pg, err)
+			case g.minMember < 0:
+				g.held = badInput("InvalidPodGroup", "PodGroup %s: spec.minMember: must not be negative, got %d", pi.pg, g.minMember)
+			}
+			g.minResources = mr
 		}
 	}
 	q = podQueue(c, p, q)
@@ -591,7 +601,11 @@ func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
 	})
 	var out []model.Queue
 	for _, n := range names {
-		q := modelQueue(c.queues[n])
+		q, err := modelQueue(c.queues[n])
+		if err != nil {
+			in.queueErrs[n] = badInput("InvalidQueue", "%v", err)
+			continue
+		}
 		if _, err := queue.New(append(slices.Clone(out), q)); err != nil {
 			in.queueErrs[n] = badInput("InvalidQueue", "%v", err)
 			continue
@@ -601,42 +615,31 @@ func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
 	return out
 }
 
-// resourcesOf converts a resource list to the core's quota vector (cpu,
-// memory, nvidia.com/gpu; other names are not kept in quotas).
-func resourcesOf(rl corev1.ResourceList) model.Resources {
-	var r model.Resources
-	if q, ok := rl[corev1.ResourceCPU]; ok {
-		r.MilliCPU = q.MilliValue()
-	}
-	if q, ok := rl[corev1.ResourceMemory]; ok {
-		r.MemoryMiB = q.Value() >> 20
-	}
-	if q, ok := rl[ResourceGPU]; ok {
-		r.GPUMilli = q.MilliValue()
-	}
-	return r
-}
-
-func modelQueue(q *v1alpha1.Queue) model.Queue {
+// modelQueue converts a Queue, refusing quantities out of bounds with the
+// field named.
+func modelQueue(q *v1alpha1.Queue) (model.Queue, error) {
 	out := model.Queue{Name: q.Name, Parent: q.Spec.Parent, Priority: q.Spec.Priority}
-	for _, r := range q.Spec.Resources {
-		set := func(dst *model.Resources, v *resource.Quantity) {
-			if v == nil {
-				return
-			}
-			switch corev1.ResourceName(r.Name) {
-			case corev1.ResourceCPU:
-				dst.MilliCPU = v.MilliValue()
-			case corev1.ResourceMemory:
-				dst.MemoryMiB = v.Value() >> 20
-			case ResourceGPU:
-				dst.GPUMilli = v.MilliValue()
-			}
+	for i, r := range q.Spec.Resources {
+		name := corev1.ResourceName(r.Name)
+		limit, kept := resourceBounds[name]
+		if !kept {
+			continue
 		}
-		set(&out.Guaranteed, r.Guaranteed)
-		set(&out.Limit, r.Limit)
+		for _, f := range []struct {
+			field string
+			dst   *model.Resources
+			v     *resource.Quantity
+		}{{"guaranteed", &out.Guaranteed, r.Guaranteed}, {"limit", &out.Limit, r.Limit}} {
+			if f.v == nil {
+				continue
+			}
+			if err := checkQuantity(fmt.Sprintf("spec.resources[%d].%s", i, f.field), *f.v, limit); err != nil {
+				return model.Queue{}, err
+			}
+			setResource(f.dst, name, *f.v)
+		}
 		// A resource not listed keeps the default weight, 1.
-		switch w := float64(r.Weight); corev1.ResourceName(r.Name) {
+		switch w := float64(r.Weight); name {
 		case corev1.ResourceCPU:
 			out.Weights.MilliCPU = w
 		case corev1.ResourceMemory:
@@ -645,5 +648,5 @@ func modelQueue(q *v1alpha1.Queue) model.Queue {
 			out.Weights.GPUMilli = w
 		}
 	}
-	return out
+	return out, nil
 }

@@ -17,14 +17,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
-
-	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
-)
-
-// GroupVersionResources of the scheduling CRDs.
-var (
-	QueuesResource    = v1alpha1.SchemeGroupVersion.WithResource("queues")
-	PodGroupsResource = v1alpha1.SchemeGroupVersion.WithResource("podgroups")
 )
 
 // statusWriter writes pod conditions, PodGroup and Queue status at a

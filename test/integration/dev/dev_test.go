@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/cli/dev"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
-	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -154,7 +154,7 @@ func TestUpStatusDown(t *testing.T) {
 			if err != nil || p.Status.Phase != corev1.PodRunning {
 				return false, err
 			}
-			a, err := nodesim.ReadAllocation(p)
+			a, err := gpupod.ReadAllocation(p)
 			return err == nil && a != nil && len(a.DeviceIDs("nvidia.com/gpu")) == 2, err
 		})
 	})
@@ -308,7 +308,7 @@ func TestGPUPlaneScheduler(t *testing.T) {
 				if err != nil || got.Status.Phase != corev1.PodRunning {
 					return false, err
 				}
-				a, err := nodesim.ReadAllocation(got)
+				a, err := gpupod.ReadAllocation(got)
 				return err == nil && a != nil && len(a.DeviceIDs("nvidia.com/gpu")) == 2, err
 			})
 		})

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpuplane/gpuplane/internal/nodesim"
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -165,7 +165,7 @@ func waitPods(t *testing.T, client kubernetes.Interface, ns string, want int, pe
 			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodSucceeded {
 				return false, fmt.Errorf("pod %s: %s %s", p.Name, p.Status.Phase, p.Status.Message)
 			}
-			if a, err := nodesim.ReadAllocation(p); err != nil || a == nil {
+			if a, err := gpupod.ReadAllocation(p); err != nil || a == nil {
 				return false, fmt.Errorf("pod %s has no allocation: %w", p.Name, err)
 			}
 		}

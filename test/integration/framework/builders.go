@@ -7,11 +7,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
 )
 
 // ResourceGPU is the extended resource of whole NVIDIA GPUs.
-const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+const ResourceGPU corev1.ResourceName = gpunode.ResourceGPU
 
 // Labels GPU Feature Discovery puts on GPU nodes; builders set them so that
 // tests select nodes the way a real cluster's pods do.

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -102,16 +103,16 @@ func waitCapacity(t testing.TB, name string, want map[string]int64) {
 
 // allocation waits until the pod is Running and returns its recorded
 // allocation.
-func allocation(t *testing.T, ns, name string) *nodesim.PodAllocation {
+func allocation(t *testing.T, ns, name string) *gpupod.PodAllocation {
 	t.Helper()
 	env.WaitPodPhase(t, ns, name, corev1.PodRunning, 30*time.Second)
 	pod, err := env.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := nodesim.ReadAllocation(pod)
+	a, err := gpupod.ReadAllocation(pod)
 	if err != nil || a == nil {
-		t.Fatalf("pod %s/%s is Running without a readable %s annotation: %v", ns, name, nodesim.AllocationAnnotation, err)
+		t.Fatalf("pod %s/%s is Running without a readable %s annotation: %v", ns, name, gpupod.AllocationAnnotation, err)
 	}
 	return a
 }

@@ -19,9 +19,9 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
-	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -48,7 +48,7 @@ func TestWholeGPUs(t *testing.T) {
 				t.Errorf("GPU %s handed to both pods", id)
 			}
 		}
-		for _, a := range []*nodesim.PodAllocation{one, four} {
+		for _, a := range []*gpupod.PodAllocation{one, four} {
 			c := a.Containers[0]
 			if a.Node != nodeName || c.Name != "main" {
 				t.Errorf("allocation %+v, want node %s container main", a, nodeName)
@@ -79,7 +79,7 @@ func TestWholeGPUs(t *testing.T) {
 
 	t.Run("PodResources lists both pods", func(t *testing.T) {
 		got := listPodResources(t, s)
-		for name, a := range map[string]*nodesim.PodAllocation{"one": one, "four": four} {
+		for name, a := range map[string]*gpupod.PodAllocation{"one": one, "four": four} {
 			if !sameSet(got[ns+"/"+name][gpuRes], a.DeviceIDs(gpuRes)) {
 				t.Errorf("PodResources %s = %v, want %v", name, got[ns+"/"+name], a.DeviceIDs(gpuRes))
 			}
@@ -104,7 +104,7 @@ func TestWholeGPUs(t *testing.T) {
 
 	t.Run("a pod with a duration completes and frees its GPUs", func(t *testing.T) {
 		p := framework.Pod(ns, "short").GPUs(3).NodeName(nodeName).RestartPolicy(corev1.RestartPolicyNever).Obj()
-		p.Annotations = map[string]string{nodesim.DurationAnnotation: "1s"}
+		p.Annotations = map[string]string{gpupod.DurationAnnotation: "1s"}
 		createPod(t, p)
 		short := allocation(t, ns, "short")
 		env.WaitPodPhase(t, ns, "short", corev1.PodSucceeded, 30*time.Second)
@@ -122,7 +122,7 @@ func TestWholeGPUs(t *testing.T) {
 
 	t.Run("a failing pod ends Failed", func(t *testing.T) {
 		p := framework.Pod(ns, "crash").NodeName(nodeName).RestartPolicy(corev1.RestartPolicyNever).Obj()
-		p.Annotations = map[string]string{nodesim.DurationAnnotation: "100ms", nodesim.ExitCodeAnnotation: "3"}
+		p.Annotations = map[string]string{gpupod.DurationAnnotation: "100ms", gpupod.ExitCodeAnnotation: "3"}
 		createPod(t, p)
 		env.WaitPodPhase(t, ns, "crash", corev1.PodFailed, 30*time.Second)
 		got, err := env.Client.CoreV1().Pods(ns).Get(t.Context(), "crash", metav1.GetOptions{})
@@ -155,7 +155,7 @@ func TestWholeGPUs(t *testing.T) {
 			Spec: batchv1.JobSpec{
 				BackoffLimit: ptr.To[int32](0),
 				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{nodesim.DurationAnnotation: "1s"}},
+					ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gpupod.DurationAnnotation: "1s"}},
 					Spec: func() corev1.PodSpec {
 						spec := framework.Pod(ns, "x").NodeName(nodeName).RestartPolicy(corev1.RestartPolicyNever).Obj().Spec
 						return spec

@@ -191,11 +191,11 @@ func (c *cluster) podGroup(name string, minMember int32, queue string) {
 	c.t.Helper()
 	pg := &v1alpha1.PodGroup{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: name}, Spec: v1alpha1.PodGroupSpec{MinMember: minMember, Queue: queue}}
-	c.createObj(adapter.PodGroupsResource, c.ns, pg)
+	c.createObj(v1alpha1.PodGroupsResource, c.ns, pg)
 }
 
 func (c *cluster) getPodGroup(ctx context.Context, name string) (*v1alpha1.PodGroup, error) {
-	u, err := c.dyn.Resource(adapter.PodGroupsResource).Namespace(c.ns).Get(ctx, name, metav1.GetOptions{})
+	u, err := c.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(c.ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func (c *cluster) updatePodGroupStatus(pg *v1alpha1.PodGroup) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if _, err := c.dyn.Resource(adapter.PodGroupsResource).Namespace(c.ns).UpdateStatus(c.t.Context(), &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(c.ns).UpdateStatus(c.t.Context(), &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
 		c.t.Fatalf("updating PodGroup %s status: %v", pg.Name, err)
 	}
 }

@@ -119,7 +119,7 @@ func TestBadInputIsReportedAndBlocksNothingElse(t *testing.T) {
 				return false, err
 			}
 			for _, cd := range pg.Status.Conditions {
-				if cd.Type == adapter.ConditionSchedulable && cd.Reason == "NotEnoughPods" {
+				if cd.Type == v1alpha1.ConditionSchedulable && cd.Reason == "NotEnoughPods" {
 					return true, nil
 				}
 			}

@@ -35,9 +35,9 @@ func (c *cluster) queue(name, parent string, guaranteed, limit int64) {
 	}
 	q := &v1alpha1.Queue{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Queue"},
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.QueueSpec{Parent: parent, Resources: []v1alpha1.QueueResource{r}}}
-	c.createObj(adapter.QueuesResource, "", q)
+	c.createObj(v1alpha1.QueuesResource, "", q)
 	c.t.Cleanup(func() {
-		if err := c.dyn.Resource(adapter.QueuesResource).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.dyn.Resource(v1alpha1.QueuesResource).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			c.t.Errorf("deleting queue %s: %v", name, err)
 		}
 	})
@@ -87,7 +87,7 @@ func TestQueueLimitBorrowingAndReclaim(t *testing.T) {
 	})
 	t.Run("Queue status shows usage and fair share", func(t *testing.T) {
 		framework.Eventually(t, 30*time.Second, "queue "+b+" status", func(ctx context.Context) (bool, error) {
-			u, err := c.dyn.Resource(adapter.QueuesResource).Get(ctx, b, metav1.GetOptions{})
+			u, err := c.dyn.Resource(v1alpha1.QueuesResource).Get(ctx, b, metav1.GetOptions{})
 			if err != nil {
 				return false, err
 			}
@@ -183,14 +183,14 @@ func TestQueueWithPreemptionNeverDoesNotEvict(t *testing.T) {
 	c := newCluster(t, gpuNodes(1, "nopreempt")...)
 	q := "nopreempt-" + c.ns
 	c.queue(q, "", 0, 0)
-	u, err := c.dyn.Resource(adapter.QueuesResource).Get(t.Context(), q, metav1.GetOptions{})
+	u, err := c.dyn.Resource(v1alpha1.QueuesResource).Get(t.Context(), q, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := unstructured.SetNestedField(u.Object, string(v1alpha1.PreemptNever), "spec", "preemption"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.dyn.Resource(adapter.QueuesResource).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.dyn.Resource(v1alpha1.QueuesResource).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	low, high := "np-low-"+c.ns, "np-high-"+c.ns
@@ -298,7 +298,7 @@ func TestPodGroupMinResources(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: name},
 			Spec: v1alpha1.PodGroupSpec{MinMember: 2, Queue: q,
 				MinResources: corev1.ResourceList{framework.ResourceGPU: resource.MustParse(minGPUs)}}}
-		c.createObj(adapter.PodGroupsResource, c.ns, pg)
+		c.createObj(v1alpha1.PodGroupsResource, c.ns, pg)
 		for i := range 2 {
 			c.create(c.pod(fmt.Sprintf("%s-%d", name, i)).GPUs(1).Label(v1alpha1.PodGroupLabel, name).Label("gang", name))
 		}

@@ -39,7 +39,6 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
-	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -321,7 +320,7 @@ func sampleGangs(dyn dynamic.Interface, w *watcher, ns string, size int) *gangSa
 				s.samples++
 				continue
 			}
-			list, err := dyn.Resource(adapter.PodGroupsResource).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+			list, err := dyn.Resource(v1alpha1.PodGroupsResource).Namespace(ns).List(context.Background(), metav1.ListOptions{})
 			if err != nil {
 				continue
 			}
@@ -389,7 +388,7 @@ func run(b *testing.B, dyn dynamic.Interface, r round) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := dyn.Resource(adapter.PodGroupsResource).Namespace(ns).Create(b.Context(), &unstructured.Unstructured{Object: u}, metav1.CreateOptions{}); err != nil {
+			if _, err := dyn.Resource(v1alpha1.PodGroupsResource).Namespace(ns).Create(b.Context(), &unstructured.Unstructured{Object: u}, metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,4 +1,4 @@
-package nodesim
+package gpupod
 
 import (
 	"encoding/json"
@@ -7,10 +7,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Annotations the simulator reads and writes on pods.
+// Annotations on pods that gpuplane's processes write and read.
 const (
+	// GPUsAnnotation records on a bound pod which GPU indexes (and, for
+	// shares, how much of each) gpuplane-scheduler gave it: "0,1" for
+	// whole GPUs, "3:250" for a quarter of GPU 3, "2:m3" for a 3-slice MIG
+	// instance on GPU 2. The binding carries it, so it lands on the pod
+	// with the node name.
+	GPUsAnnotation = "gpuplane.io/gpus"
 	// AllocationAnnotation holds the pod's device allocation as JSON (a
-	// PodAllocation), written before the pod is reported Running.
+	// PodAllocation), written by the simulated node before the pod is
+	// reported Running.
 	AllocationAnnotation = "gpuplane.io/allocation"
 	// DurationAnnotation makes a running pod end after this long (a Go
 	// duration, e.g. "30s"). Without it the pod runs until deleted.
@@ -60,12 +67,23 @@ type Mount struct {
 	ReadOnly      bool   `json:"readOnly,omitempty"`
 }
 
+// LonePodGroupPrefix starts the name of the group a pod without a
+// PodGroup forms on its own: "pod/<namespace>/<name>".
+const LonePodGroupPrefix = "pod/"
+
+// MaxAllocationBytes bounds the allocation annotation: the record of a pod
+// with every device of the largest node is a few KiB.
+const MaxAllocationBytes = 64 << 10
+
 // ReadAllocation returns the allocation recorded on pod, or nil when there
-// is none.
+// is none. A record that is too large or not the format is an error.
 func ReadAllocation(pod *corev1.Pod) (*PodAllocation, error) {
 	raw, ok := pod.Annotations[AllocationAnnotation]
 	if !ok {
 		return nil, nil
+	}
+	if len(raw) > MaxAllocationBytes {
+		return nil, fmt.Errorf("reading annotation %s of pod %s/%s: %d bytes, more than the %d a record needs", AllocationAnnotation, pod.Namespace, pod.Name, len(raw), MaxAllocationBytes)
 	}
 	var a PodAllocation
 	if err := json.Unmarshal([]byte(raw), &a); err != nil {

@@ -1,0 +1,56 @@
+package gpunode_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/gpuplane/gpuplane/api/gpunode"
+)
+
+// FuzzParseTopology: any annotation value parses to a topology within the
+// bounds or to an error, never a panic; what parses survives a round trip.
+func FuzzParseTopology(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"gpus":8,"groups":[{"gpus":[0,1,2,3,4,5,6,7],"nvlinks":18}],"numa":[0,0,0,0,1,1,1,1]}`,
+		`{"v":1,"gpus":4,"groups":[{"gpus":[0,1],"nvlinks":12}],"numa":[0,0,1,1]}`,
+		`{"v":1,"gpus":-1}`, `{"v":1,"gpus":2000000000}`, `{"v":2,"gpus":1}`, `{`, ``,
+		`{"v":1,"gpus":2,"groups":[{"gpus":[1,0],"nvlinks":1}]}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tp, err := gpunode.ParseTopology(s)
+		if err != nil {
+			return
+		}
+		if tp.GPUs < 0 || tp.GPUs > gpunode.MaxGPUs || len(tp.NUMA) > tp.GPUs {
+			t.Fatalf("accepted out-of-bounds topology %+v", tp)
+		}
+		b, err := json.Marshal(tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gpunode.ParseTopology(string(b)); err != nil {
+			t.Fatalf("round trip of %q: %v", s, err)
+		}
+	})
+}
+
+// FuzzParseLabels: the label parsers accept only values within their
+// bounds.
+func FuzzParseLabels(f *testing.F) {
+	for _, s := range []string{"8", "0", "-1", "5000000", "81559", "1e3", " 4", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if n, err := gpunode.ParseGPUCount(s); err == nil && (n < 0 || n > gpunode.MaxGPUs) {
+			t.Fatalf("gpu.count %q -> %d", s, n)
+		}
+		if n, err := gpunode.ParseReplicas(s); err == nil && (n < 1 || n > gpunode.MaxReplicas) {
+			t.Fatalf("gpu.replicas %q -> %d", s, n)
+		}
+		if n, err := gpunode.ParseGPUMemoryMiB(s); err == nil && (n < 0 || n > gpunode.MaxGPUMemoryMiB) {
+			t.Fatalf("gpu.memory %q -> %d", s, n)
+		}
+	})
+}
