@@ -90,6 +90,11 @@ func run(args []string, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "gpuplane-scheduler: %v\nUsage: gpuplane-scheduler [flags]\nRun 'gpuplane-scheduler --help' for the flags.\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gpuplane-scheduler: unexpected argument %q: it takes flags only\nUsage: gpuplane-scheduler [flags]\nRun 'gpuplane-scheduler --help' for the flags.\n", fs.Arg(0))
 		return 2
 	}
 	var level slog.Level

@@ -26,7 +26,7 @@ as device-plugin resources, watches their health, and reports them.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cliutil.UsageError{Err: err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return cliutil.FlagError(cmd, err) })
 	root.AddCommand(newInventoryCommand())
 	attachRun(root)
 	return root

@@ -28,7 +28,7 @@ traces and brings up a local cluster with simulated GPU nodes.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cliutil.UsageError{Err: err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return cliutil.FlagError(cmd, err) })
 	for _, sub := range subcommands() {
 		root.AddCommand(sub)
 	}

@@ -7,7 +7,13 @@ import (
 )
 
 // UsageError marks an error in how a command was called; it exits with 2.
-type UsageError struct{ Err error }
+// UseLine and Command, when set, are printed after the error: the
+// command's usage line and the command whose --help says more.
+type UsageError struct {
+	Err     error
+	UseLine string
+	Command string
+}
 
 func (e *UsageError) Error() string { return e.Err.Error() }
 func (e *UsageError) Unwrap() error { return e.Err }
@@ -26,7 +32,22 @@ func Exit(err error, name string, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	var ue *UsageError
 	if errors.As(err, &ue) {
+		if ue.UseLine != "" {
+			fmt.Fprintf(stderr, "Usage: %s\n", ue.UseLine)
+		}
+		if ue.Command != "" {
+			fmt.Fprintf(stderr, "Run '%s --help' for the flags and examples.\n", ue.Command)
+		}
 		return 2
 	}
 	return 1
+}
+
+// FlagError wraps a flag-parsing error of cmd as a UsageError that prints
+// cmd's usage line: cobra's SetFlagErrorFunc takes it.
+func FlagError(cmd interface {
+	UseLine() string
+	CommandPath() string
+}, err error) error {
+	return &UsageError{Err: err, UseLine: cmd.UseLine(), Command: cmd.CommandPath()}
 }

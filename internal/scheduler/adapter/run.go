@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -94,6 +95,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopServe()
+	probeCfg := rest.CopyConfig(rc)
+	probeCfg.Timeout = apiRetryLog
+	probe, err := discovery.NewDiscoveryClientForConfig(probeCfg)
+	if err != nil {
+		return fmt.Errorf("creating the API client: %w", err)
+	}
+	synced := make(chan struct{})
+	go reportReachability(ctx, probe, rc.Host, log, synced, apiRetryLog)
 	factory.Start(ctx.Done())
 	dfactory.Start(ctx.Done())
 	defer factory.Shutdown()
@@ -108,6 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("syncing the %v informer (are the CRDs in deploy/crds installed?): %w", gvr, context.Cause(ctx))
 		}
 	}
+	close(synced)
 	ready.Store(true)
 	log.Info("caches synced")
 
@@ -168,6 +178,38 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	}
 	return ErrLostLeadership
+}
+
+// apiRetryLog is how often an unreachable API server is logged again.
+const apiRetryLog = 5 * time.Second
+
+// reportReachability says at once when the API server cannot be reached,
+// and again every interval until it answers or the informers are synced:
+// without it a scheduler pointed at a wrong address waits in silence.
+func reportReachability(ctx context.Context, d discovery.ServerVersionInterface, host string, log logr.Logger, synced <-chan struct{}, every time.Duration) {
+	failed := false
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		v, err := d.ServerVersion()
+		switch {
+		case err != nil:
+			failed = true
+			log.Error(err, "cannot reach the API server; retrying", "host", host, "every", every)
+		case failed:
+			log.Info("reached the API server", "host", host, "version", v.GitVersion)
+			return
+		default:
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-synced:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // typed converts the dynamic informer's unstructured objects to T.

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{name: "unknown flag", args: []string{"--bogus"}, want: []string{"gpuplane-scheduler: unknown flag: --bogus", "Usage: gpuplane-scheduler [flags]", "--help"}},
+		{name: "bad value", args: []string{"--cycle-interval", "soon"}, want: []string{"--cycle-interval", "Usage: gpuplane-scheduler [flags]"}},
+		{name: "stray argument", args: []string{"run"}, want: []string{`unexpected argument "run"`, "Usage: gpuplane-scheduler [flags]"}},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, want: []string{`--log-level "loud"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if rc := run(tt.args, &out); rc != 2 {
+				t.Errorf("exit %d, want 2", rc)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}

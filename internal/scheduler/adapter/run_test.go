@@ -1,0 +1,108 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/rest"
+)
+
+// flakyServer fails its first calls, then answers.
+type flakyServer struct {
+	mu    sync.Mutex
+	fails int
+	calls int
+}
+
+func (f *flakyServer) ServerVersion() (*version.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls <= f.fails {
+		return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	}
+	return &version.Info{GitVersion: "v1.36.3"}, nil
+}
+
+// syncBuffer is a log sink safe for the goroutine writing to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestReportReachability(t *testing.T) {
+	tests := []struct {
+		name      string
+		fails     int
+		wantFails int
+		wantBack  bool
+	}{
+		{name: "reachable at once says nothing", fails: 0},
+		{name: "unreachable is said at once and on every retry, then the recovery", fails: 3, wantFails: 3, wantBack: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf syncBuffer
+			log := logr.FromSlogHandler(slog.NewTextHandler(&buf, nil))
+			srv := &flakyServer{fails: tt.fails}
+			reportReachability(t.Context(), srv, "https://127.0.0.1:1", log, make(chan struct{}), time.Millisecond)
+			out := buf.String()
+			if got := strings.Count(out, "cannot reach the API server"); got != tt.wantFails {
+				t.Errorf("%d failure lines, want %d:\n%s", got, tt.wantFails, out)
+			}
+			if strings.Contains(out, "reached the API server") != tt.wantBack {
+				t.Errorf("recovery logged = %v, want %v:\n%s", !tt.wantBack, tt.wantBack, out)
+			}
+		})
+	}
+}
+
+// TestRunSaysWhenTheAPIServerIsUnreachable runs the scheduler against a
+// closed port: the first log line comes at once, not after the informers'
+// retries.
+func TestRunSaysWhenTheAPIServerIsUnreachable(t *testing.T) {
+	var buf syncBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(buf.String(), "cannot reach the API server") {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing said about the unreachable API server within 10s:\n%s", buf.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v before saying anything", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if !strings.Contains(buf.String(), "host=https://127.0.0.1:1") {
+		t.Errorf("the log does not name the address:\n%s", buf.String())
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("Run returned nil after its caches never synced")
+	}
+}
