@@ -5,6 +5,16 @@
 // Alibaba openb CSV trace and a small YAML format of our own, and writes
 // tables, CSV and a hand-made SVG plot.
 //
+// Cost. Reading a trace, tuning it (drawing pods up to a target, or
+// dropping random pods down to it through an order-statistics tree) and
+// reporting are linear in the number of pods, or n log n where a sort or
+// the tree is involved. Packing places each pod once, at a cost that
+// follows the nodes its shape can use, not the pods already placed; event
+// mode runs one scheduling cycle per distinct arrival or departure time,
+// each costing what changed (internal/scheduler). A 200,000-pod trace
+// packs in about a second and replays in event mode in a few
+// (docs/benchmarks-scheduler.md).
+//
 // It must not make scheduling decisions of its own: every placement,
 // bind and eviction comes from packages placement and scheduler, so what
 // the simulator measures is what the Kubernetes adapter would do. It never

@@ -44,13 +44,24 @@ func Tune(pods []TracePod, capacityMilli int64, ratio float64, seed uint64, firs
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	if total > limit {
 		// Over the target already: drop pods at random (seeded) until the
-		// demand is within it, keeping the rest in order.
-		for total > limit && len(out) > 0 {
-			k := rng.IntN(len(out))
-			total -= out[k].Request.GPUMilliTotal()
-			out = slices.Delete(out, k, k+1)
+		// demand is within it, keeping the rest in order. Each draw picks
+		// the k-th pod still present; an order-statistics tree finds it in
+		// O(log n), so dropping costs O(n log n), not the O(n^2) of
+		// deleting from a slice.
+		present := newOrderTree(len(out))
+		dropped := make([]bool, len(out))
+		for left := len(out); total > limit && left > 0; left-- {
+			i := present.take(rng.IntN(left))
+			dropped[i] = true
+			total -= out[i].Request.GPUMilliTotal()
 		}
-		return out, nil
+		kept := out[:0]
+		for i := range out {
+			if !dropped[i] {
+				kept = append(kept, out[i])
+			}
+		}
+		return kept, nil
 	}
 	for n := 0; ; n++ {
 		p := pods[rng.IntN(len(pods))]
@@ -70,4 +81,41 @@ func Tune(pods []TracePod, capacityMilli int64, ratio float64, seed uint64, firs
 		}
 		out = append(out, p)
 	}
+}
+
+// orderTree is a Fenwick tree over n positions, each present or taken,
+// that finds the k-th present position in O(log n).
+type orderTree struct {
+	sum  []int // 1-based Fenwick sums of present positions
+	high int   // the largest power of two <= n
+}
+
+func newOrderTree(n int) *orderTree {
+	t := &orderTree{sum: make([]int, n+1), high: 1}
+	for i := 1; i <= n; i++ {
+		t.sum[i]++
+		if j := i + i&-i; j <= n {
+			t.sum[j] += t.sum[i]
+		}
+	}
+	for t.high*2 <= n {
+		t.high *= 2
+	}
+	return t
+}
+
+// take removes the k-th (0-based) present position and returns it.
+func (t *orderTree) take(k int) int {
+	pos := 0
+	for step := t.high; step > 0; step /= 2 {
+		if next := pos + step; next < len(t.sum) && t.sum[next] <= k {
+			pos = next
+			k -= t.sum[next]
+		}
+	}
+	// pos is the 1-based position just before the k-th present one.
+	for i := pos + 1; i < len(t.sum); i += i & -i {
+		t.sum[i]--
+	}
+	return pos
 }
