@@ -104,8 +104,6 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		now = pods[0].tp.CreatedAt
 	}
 	first := now
-	pendingGroups := map[string]*model.PodGroup{}
-	var pendingOrder []string
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
@@ -124,21 +122,24 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			keep = append(keep, a)
 		}
 		snap.Running = keep
-		// Arrivals up to now.
-		for next < len(pods) && pods[next].tp.CreatedAt <= now {
-			p := pods[next]
-			g := pendingGroups[p.group]
-			if g == nil {
-				g = &model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority, MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt}
-				pendingGroups[p.group] = g
-				pendingOrder = append(pendingOrder, p.group)
+		// Arrivals up to now join their group's pending entry.
+		if next < len(pods) && pods[next].tp.CreatedAt <= now {
+			at := make(map[string]int, len(snap.Pending))
+			for k := range snap.Pending {
+				at[snap.Pending[k].Name] = k
 			}
-			g.Pods = append(g.Pods, model.Pod{Name: p.tp.Name, Request: p.tp.Request})
-			next++
-		}
-		snap.Pending = snap.Pending[:0]
-		for _, name := range pendingOrder {
-			snap.Pending = append(snap.Pending, *pendingGroups[name])
+			for next < len(pods) && pods[next].tp.CreatedAt <= now {
+				p := pods[next]
+				k, ok := at[p.group]
+				if !ok {
+					k = len(snap.Pending)
+					at[p.group] = k
+					snap.Pending = append(snap.Pending, model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority,
+						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt})
+				}
+				snap.Pending[k].Pods = append(snap.Pending[k].Pods, model.Pod{Name: p.tp.Name, Request: p.tp.Request})
+				next++
+			}
 		}
 		snap.Now = now
 		d, err := s.Cycle(&snap)
@@ -146,38 +147,26 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			return nil, fmt.Errorf("event run %s at t=%d: %w", tr.Source, now, err)
 		}
 		ev.Cycles++
-		// Evictions: the pods' groups go back to pending, whole.
-		evicted := map[string]bool{}
+		// The simulator's own accounting of what the decisions do; the
+		// snapshot changes as the core's model.Apply says, for every
+		// driver alike.
+		evicted := make(map[string]bool, len(d.Evictions))
 		for _, e := range d.Evictions {
 			evicted[e.Pod] = true
 			p := byName[e.Pod]
 			p.end = -1
 			preempted[queueOf(p)]++
 			ev.Preemptions++
-			g := pendingGroups[p.group]
-			if g == nil {
-				g = &model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority, MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt}
-				pendingGroups[p.group] = g
-				pendingOrder = append(pendingOrder, p.group)
-			}
-			g.Pods = append(g.Pods, model.Pod{Name: p.tp.Name, Request: p.tp.Request})
 		}
-		keep = snap.Running[:0]
 		for _, a := range snap.Running {
 			if evicted[a.Pod] {
 				for _, sh := range a.GPUs {
 					allocMilli -= sh.Milli
 				}
-				continue
 			}
-			keep = append(keep, a)
 		}
-		snap.Running = keep
-		// Binds start running now.
-		bound := map[string]bool{}
 		for _, b := range d.Binds {
 			p := byName[b.Pod]
-			bound[b.Pod] = true
 			if p.started < 0 {
 				p.started = now
 			}
@@ -185,33 +174,11 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			if rt := p.tp.RunTime(); rt > 0 {
 				p.end = now + rt
 			}
-			snap.Running = append(snap.Running, model.Allocation{Pod: b.Pod, Group: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority,
-				Node: b.Node, Request: p.tp.Request, GPUs: b.GPUs, StartedAt: now})
 			for _, sh := range b.GPUs {
 				allocMilli += sh.Milli
 			}
 		}
-		order := pendingOrder[:0]
-		for _, name := range pendingOrder {
-			g := pendingGroups[name]
-			rest := g.Pods[:0]
-			for _, pod := range g.Pods {
-				if !bound[pod.Name] {
-					rest = append(rest, pod)
-				}
-			}
-			if len(rest) < len(g.Pods) {
-				// Part of the group started: the rest join it one by one.
-				g.MinMember = 1
-			}
-			g.Pods = rest
-			if len(g.Pods) == 0 {
-				delete(pendingGroups, name)
-				continue
-			}
-			order = append(order, name)
-		}
-		pendingOrder = order
+		model.Apply(&snap, &d, now)
 		// Advance the clock to the next event, at least one interval on.
 		nextT := int64(math.MaxInt64)
 		if next < len(pods) {

@@ -344,8 +344,8 @@ func TestBuildSnapshot(t *testing.T) {
 			if !ok {
 				t.Fatalf("group %s not pending (held %v)", tc.group, g.held)
 			}
-			if p.Queue != tc.wantQueue || len(p.Pods) != tc.wantPods || p.MinMember != tc.wantMin {
-				t.Errorf("group = queue %q, %d pods, min %d; want %q, %d, %d", p.Queue, len(p.Pods), p.MinMember, tc.wantQueue, tc.wantPods, tc.wantMin)
+			if p.Queue != tc.wantQueue || len(p.Pods) != tc.wantPods || p.Min() != tc.wantMin {
+				t.Errorf("group = queue %q, %d pods, min %d; want %q, %d, %d", p.Queue, len(p.Pods), p.Min(), tc.wantQueue, tc.wantPods, tc.wantMin)
 			}
 		})
 	}

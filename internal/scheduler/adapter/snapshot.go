@@ -245,7 +245,9 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 			g.held = badInput("NotEnoughPods", "PodGroup %s needs minMember %d pods but has %d: lower spec.minMember or create the missing pods", g.pgKey, g.minMember, total)
 			continue
 		}
-		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember-len(g.bound)-len(g.finished)), CreatedAt: 0}
+		// What the gang still needs is the core's one rule (PodGroup.Min):
+		// its size less the members bound or finished.
+		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0}
 		if len(g.pending) > 1 {
 			slices.SortFunc(g.pending, func(x, y *podInfo) int { return cmp.Compare(x.key, y.key) })
 		}
@@ -504,7 +506,13 @@ func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) 
 			}
 			return 1
 		}
-		return cmp.Compare(x.pi.key, y.pi.key)
+		if c := cmp.Compare(x.pi.key, y.pi.key); c != 0 {
+			return c
+		}
+		// One pod in two waiting plans (its group changed between them):
+		// order by the GPUs held, not by the plans' order, which a
+		// rebuilt cache does not keep.
+		return slices.CompareFunc(x.shares, y.shares, func(a, b model.GPUShare) int { return cmp.Compare(a.Index, b.Index) })
 	})
 	out := make([]model.Allocation, 0, len(entries))
 	for _, e := range entries {

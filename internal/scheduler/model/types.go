@@ -134,14 +134,22 @@ type PodGroup struct {
 	// requests, resource by resource, stays within its limit and every
 	// ancestor's. Zero means the pods' requests alone.
 	MinResources Resources `json:"minResources,omitzero"`
+	// Placed counts the group's members that already run, are bound or
+	// have finished: a gang needs only MinMember less these (Min).
+	Placed int `json:"placed,omitempty"`
 }
 
-// Min returns the gang size with the default (all pods) applied.
+// Min is how many of the group's waiting pods must be placed together:
+// the one gang rule every driver of the core shares. A gang of MinMember
+// (0: all its pods) with Placed members running, bound or finished needs
+// MinMember - Placed more, at least one; a group whose MinMember is 0
+// needs all its waiting pods. Never more than the pods that wait.
 func (g *PodGroup) Min() int {
-	if g.MinMember <= 0 || g.MinMember > len(g.Pods) {
-		return len(g.Pods)
+	n := len(g.Pods)
+	if g.MinMember <= 0 {
+		return n
 	}
-	return g.MinMember
+	return min(n, max(1, g.MinMember-g.Placed))
 }
 
 // GPUShare is the part of one GPU a pod holds.
@@ -164,6 +172,9 @@ type Allocation struct {
 	StartedAt int64      `json:"startedAt,omitempty"`
 	// NonPreemptible allocations are never evicted.
 	NonPreemptible bool `json:"nonPreemptible,omitempty"`
+	// MinMember is the declared gang size of the pod's group (0: all its
+	// pods), so that an evicted group waits again for its whole gang.
+	MinMember int `json:"minMember,omitempty"`
 }
 
 // Resources is a vector of the resources quotas are kept in.

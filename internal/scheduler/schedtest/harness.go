@@ -134,58 +134,6 @@ func (h *Harness) Cycle() (model.Decisions, error) {
 	}
 	h.Log = append(h.Log, d)
 	h.now++
-	Apply(&h.Snap, d, h.now)
+	model.Apply(&h.Snap, &d, h.now)
 	return d, nil
-}
-
-// Apply changes snap as executing d would: evicted pods leave Running and
-// their groups return to Pending whole; bound pods move to Running.
-func Apply(snap *model.Snapshot, d model.Decisions, now int64) {
-	evicted := map[string]bool{}
-	for _, e := range d.Evictions {
-		evicted[e.Pod] = true
-	}
-	groups := map[string]*model.PodGroup{}
-	var order []string
-	keep := snap.Running[:0:0]
-	for _, a := range snap.Running {
-		if !evicted[a.Pod] {
-			keep = append(keep, a)
-			continue
-		}
-		g := groups[a.Group]
-		if g == nil {
-			g = &model.PodGroup{Name: a.Group, Queue: a.Queue, Priority: a.Priority, CreatedAt: a.StartedAt, NonPreemptible: a.NonPreemptible}
-			groups[a.Group] = g
-			order = append(order, a.Group)
-		}
-		g.Pods = append(g.Pods, model.Pod{Name: a.Pod, Request: a.Request})
-	}
-	bound := map[string]model.Bind{}
-	for _, b := range d.Binds {
-		bound[b.Pod] = b
-	}
-	var pend []model.PodGroup
-	for _, g := range snap.Pending {
-		rest := g
-		rest.Pods = nil
-		for _, p := range g.Pods {
-			b, ok := bound[p.Name]
-			if !ok {
-				rest.Pods = append(rest.Pods, p)
-				continue
-			}
-			keep = append(keep, model.Allocation{Pod: p.Name, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
-				Request: p.Request, GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible})
-		}
-		if len(rest.Pods) > 0 && len(rest.Pods) == len(g.Pods) {
-			pend = append(pend, rest)
-		}
-	}
-	for _, name := range order {
-		g := groups[name]
-		g.MinMember = len(g.Pods)
-		pend = append(pend, *g)
-	}
-	snap.Running, snap.Pending = keep, pend
 }
