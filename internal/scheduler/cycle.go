@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 
@@ -18,6 +19,9 @@ type pending struct {
 	admit   model.Resources
 	placed  bool
 	blocked bool
+	// forbidden is the eviction its queue's policy refused, where the group
+	// would have fit by it; "" otherwise.
+	forbidden string
 }
 
 // bound is the group and pod of one bind.
@@ -263,11 +267,18 @@ func (c *cycle) finish() {
 	for _, qs := range c.queues {
 		for _, p := range qs {
 			if !p.placed {
-				reason := "does not fit"
-				if !c.tree.Admits(p.q, p.admit) {
-					reason = "queue limit"
+				u := model.Unplaced{Group: p.g.Name, Code: model.UnplacedNoFit, Reason: "does not fit"}
+				switch {
+				case !c.tree.Admits(p.q, p.admit):
+					u.Code, u.Reason = model.UnplacedQueueLimit, "queue limit"
+				case p.forbidden == model.UnplacedPreemptionDisabled:
+					u.Code = p.forbidden
+					u.Reason = fmt.Sprintf("fits only by preempting lower-priority pods, and queue %q has spec.preemption: Never", c.tree.Name(p.q))
+				case p.forbidden == model.UnplacedReclaimDisabled:
+					u.Code = p.forbidden
+					u.Reason = fmt.Sprintf("fits only by reclaiming GPUs lent to other queues, and queue %q has spec.reclaim: Never", c.tree.Name(p.q))
 				}
-				c.d.Unplaced = append(c.d.Unplaced, model.Unplaced{Group: p.g.Name, Reason: reason})
+				c.d.Unplaced = append(c.d.Unplaced, u)
 			}
 		}
 	}

@@ -46,15 +46,16 @@ func (c *cycle) evictFor(across bool) {
 			if p.placed || c.budget == 0 {
 				continue
 			}
+			spec := c.tree.Spec(q)
 			if !across {
-				c.tryEvict(p, preempt)
+				c.tryEvict(p, preempt, spec.NoPreemption)
 				continue
 			}
-			if c.tree.FitsFairShare(q, p.demand) && c.tryEvict(p, reclaimFair) {
+			if c.tree.FitsFairShare(q, p.demand) && c.tryEvict(p, reclaimFair, spec.NoReclaim) {
 				continue
 			}
 			if c.tree.FitsGuarantee(q, p.demand) {
-				c.tryEvict(p, reclaimGuarantee)
+				c.tryEvict(p, reclaimGuarantee, spec.NoReclaim)
 			}
 		}
 	}
@@ -217,8 +218,10 @@ func (c *cycle) useful(rg *runningGroup) bool {
 // tryEvict takes p's victims under m one at a time until p fits, gives
 // back every victim p can do without (reprieve), and then commits the
 // remaining evictions and p's binds as one statement; or it rolls
-// everything back. It reports whether p was placed.
-func (c *cycle) tryEvict(p *pending, m evictMode) bool {
+// everything back. It reports whether p was placed. With forbidden (p's
+// queue does not allow m) it only finds out whether p would fit, notes
+// that on p for its Unplaced reason, and rolls back.
+func (c *cycle) tryEvict(p *pending, m evictMode, forbidden bool) bool {
 	victims := c.victims(p, m)
 	if victims.Len() == 0 {
 		return false
@@ -244,8 +247,14 @@ func (c *cycle) tryEvict(p *pending, m evictMode) bool {
 			break
 		}
 	}
-	if binds == nil {
+	if binds == nil || forbidden {
 		c.undo(mark, taken)
+		if binds != nil {
+			p.forbidden = model.UnplacedPreemptionDisabled
+			if m != preempt {
+				p.forbidden = model.UnplacedReclaimDisabled
+			}
+		}
 		return false
 	}
 	binds, spared := c.reprieve(p, taken, binds)

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
@@ -246,6 +247,67 @@ func TestGuaranteeReclaim(t *testing.T) {
 				if e.Reason != "reclaim" || e.For != "a1" {
 					t.Fatalf("eviction %+v, want a reclaim for a1", e)
 				}
+			}
+		})
+	}
+}
+
+// TestQueuePolicyForbidsEvictions: a queue whose policy forbids preemption
+// or reclaim evicts nothing for its groups; the core says why the group
+// waits, naming the queue, so no driver has to veto or explain it.
+func TestQueuePolicyForbidsEvictions(t *testing.T) {
+	node := []model.Node{schedtest.Node("n", 128000, 1<<20).GPUs(8, "A100").Obj()}
+	var fill []model.PodGroup
+	for i := range 8 {
+		fill = append(fill, schedtest.Group("low"+string(rune('0'+i))).Queue("a").Created(int64(i)).Pods(1, schedtest.GPU(1, 1000)).Obj())
+	}
+	urgent := []model.PodGroup{schedtest.Group("urgent").Queue("a").Priority(100).Created(100).Pods(1, schedtest.GPU(1, 1000)).Obj()}
+	var borrowers []model.PodGroup
+	for i := range 8 {
+		borrowers = append(borrowers, schedtest.Group("b"+string(rune('0'+i))).Queue("b").Created(int64(i)).Pods(1, schedtest.GPU(1, 1000)).Obj())
+	}
+	reclaimer := []model.PodGroup{schedtest.Group("a1").Queue("a").Created(100).Pods(4, schedtest.GPU(1, 1000)).Obj()}
+	twoQueues := func(noReclaim bool) []model.Queue {
+		return []model.Queue{{Name: "org"},
+			{Name: "a", Parent: "org", Guaranteed: model.Resources{GPUMilli: 4000}, NoReclaim: noReclaim},
+			{Name: "b", Parent: "org", Guaranteed: model.Resources{GPUMilli: 4000}}}
+	}
+	tests := []struct {
+		name       string
+		queues     []model.Queue
+		first      []model.PodGroup
+		arrive     []model.PodGroup
+		wantEvicts bool
+		wantCode   string
+		wantReason string
+	}{
+		{name: "preemption allowed", queues: []model.Queue{{Name: "a"}}, first: fill, arrive: urgent, wantEvicts: true},
+		{name: "preemption Never", queues: []model.Queue{{Name: "a", NoPreemption: true}}, first: fill, arrive: urgent,
+			wantCode: model.UnplacedPreemptionDisabled, wantReason: `queue "a" has spec.preemption: Never`},
+		{name: "reclaim allowed", queues: twoQueues(false), first: borrowers, arrive: reclaimer, wantEvicts: true},
+		{name: "reclaim Never", queues: twoQueues(true), first: borrowers, arrive: reclaimer,
+			wantCode: model.UnplacedReclaimDisabled, wantReason: `queue "a" has spec.reclaim: Never`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := schedtest.NewHarness(model.Snapshot{Nodes: node, Queues: tt.queues, Pending: tt.first, Budget: model.DisruptionBudget{MaxEvictions: -1}}, scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			running(h, t)
+			h.Snap.Pending = append(h.Snap.Pending, tt.arrive...)
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (len(d.Evictions) > 0) != tt.wantEvicts {
+				t.Fatalf("evictions %+v, want some: %v", d.Evictions, tt.wantEvicts)
+			}
+			if tt.wantCode == "" {
+				return
+			}
+			if len(d.Unplaced) != 1 || d.Unplaced[0].Code != tt.wantCode || !strings.Contains(d.Unplaced[0].Reason, tt.wantReason) {
+				t.Fatalf("unplaced %+v, want %s saying %q", d.Unplaced, tt.wantCode, tt.wantReason)
 			}
 		})
 	}

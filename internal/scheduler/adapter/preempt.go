@@ -2,12 +2,10 @@ package adapter
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -143,12 +141,6 @@ func (l *loop) evict(ctx context.Context, in *cycleInput, d *model.Decisions, no
 	byFor := map[string][]model.Eviction{}
 	for _, e := range d.Evictions {
 		blocked[e.For] = true
-		if why := l.mayEvict(in, e); why != "" {
-			if g := in.groups[e.For]; g != nil && g.held == nil {
-				g.held = badInput("PreemptionDisabled", "%s", why)
-			}
-			continue
-		}
 		byFor[e.For] = append(byFor[e.For], e)
 	}
 	victims := map[string]*corev1.Pod{}
@@ -188,28 +180,4 @@ func (l *loop) evict(ctx context.Context, in *cycleInput, d *model.Decisions, no
 		}
 	}
 	return blocked
-}
-
-// mayEvict applies the preemptor's Queue policy, which the core does not
-// model: spec.preemption Never forbids evicting for priority within the
-// queue, spec.reclaim Never forbids taking lent resources back. A group
-// refused so keeps waiting (its placement needed the evictions), held with
-// the reason.
-// It returns "" or why the eviction may not happen.
-func (l *loop) mayEvict(in *cycleInput, e model.Eviction) string {
-	g := in.groups[e.For]
-	if g == nil {
-		return ""
-	}
-	q := in.queueObjs[g.queue]
-	if q == nil {
-		return ""
-	}
-	switch {
-	case e.Reason == "preempt" && q.Spec.Preemption == v1alpha1.PreemptNever:
-		return fmt.Sprintf("fits only by preempting lower-priority pods, and queue %q has spec.preemption: Never", q.Name)
-	case e.Reason == "reclaim" && q.Spec.Reclaim == v1alpha1.ReclaimNever:
-		return fmt.Sprintf("fits only by reclaiming GPUs lent to other queues, and queue %q has spec.reclaim: Never", q.Name)
-	}
-	return ""
 }

@@ -58,6 +58,14 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[st
 		if g == nil || placed[u.Group] || blocked[u.Group] {
 			continue
 		}
+		if u.Code == model.UnplacedPreemptionDisabled || u.Code == model.UnplacedReclaimDisabled {
+			// The core's own words: the queue's policy kept it waiting.
+			msgs[u.Group] = u.Reason
+			for _, pi := range g.pending {
+				l.status.podCondition(pi.pod, u.Code, u.Reason)
+			}
+			continue
+		}
 		dg, ok := l.diag[u.Group]
 		if !ok || in.startedAt.Sub(dg.at) > 10*time.Second {
 			if budget == 0 {
@@ -66,7 +74,7 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[st
 				}
 			} else {
 				budget--
-				dg = diagnosis{msg: l.explain(in, pendingByName[u.Group], u.Reason, g), at: in.startedAt}
+				dg = diagnosis{msg: l.explain(in, pendingByName[u.Group], u, g), at: in.startedAt}
 				l.diag[u.Group] = dg
 			}
 		}
@@ -96,11 +104,11 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[st
 // explain says why a group waits: "0/1000 nodes available: 640
 // insufficient nvidia.com/gpu, 360 untolerated taint {k: v}", prefixed
 // with "gang k/n placeable" for gangs.
-func (l *loop) explain(in *cycleInput, pg *model.PodGroup, coreReason string, g *groupInfo) string {
+func (l *loop) explain(in *cycleInput, pg *model.PodGroup, u model.Unplaced, g *groupInfo) string {
 	if pg == nil || len(pg.Pods) == 0 {
 		return "waiting"
 	}
-	if coreReason == "queue limit" {
+	if u.Code == model.UnplacedQueueLimit {
 		if msg := minResourcesAboveLimit(in, g, pg.MinResources); msg != "" {
 			return msg
 		}
@@ -108,12 +116,12 @@ func (l *loop) explain(in *cycleInput, pg *model.PodGroup, coreReason string, g 
 	}
 	st := l.core.State()
 	if st == nil {
-		return coreReason
+		return u.Reason
 	}
 	first := &pg.Pods[0]
 	firstPod := g.pendingPod(first.Name)
 	if firstPod == nil {
-		return coreReason
+		return u.Reason
 	}
 	cl := firstPod.cls
 	counts := map[string]int{}

@@ -626,7 +626,8 @@ func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
 // modelQueue converts a Queue, refusing quantities out of bounds with the
 // field named.
 func modelQueue(q *v1alpha1.Queue) (model.Queue, error) {
-	out := model.Queue{Name: q.Name, Parent: q.Spec.Parent, Priority: q.Spec.Priority}
+	out := model.Queue{Name: q.Name, Parent: q.Spec.Parent, Priority: q.Spec.Priority,
+		NoPreemption: q.Spec.Preemption == v1alpha1.PreemptNever, NoReclaim: q.Spec.Reclaim == v1alpha1.ReclaimNever}
 	for i, r := range q.Spec.Resources {
 		name := corev1.ResourceName(r.Name)
 		limit, kept := resourceBounds[name]

@@ -230,6 +230,12 @@ type Queue struct {
 	// Weights overrides Weight per resource (the Queue API's weight of
 	// cpu, memory and nvidia.com/gpu).
 	Weights ResourceWeights `json:"weights,omitzero"`
+	// NoPreemption keeps the queue's groups from evicting lower-priority
+	// groups of the queue (the Queue API's spec.preemption: Never).
+	NoPreemption bool `json:"noPreemption,omitempty"`
+	// NoReclaim keeps the queue's groups from taking back its guarantee or
+	// fair share from queues that borrowed it (spec.reclaim: Never).
+	NoReclaim bool `json:"noReclaim,omitempty"`
 }
 
 // ResourceWeights is a queue's weight per resource; a zero field means the
@@ -309,9 +315,25 @@ type Eviction struct {
 	Reason string `json:"reason"`
 }
 
-// Unplaced records a pending group the cycle could not place.
+// Why a group was not placed (Unplaced.Code).
+const (
+	// UnplacedNoFit: no placement for the gang on the nodes as they are.
+	UnplacedNoFit = "DoesNotFit"
+	// UnplacedQueueLimit: the queue, or an ancestor, would exceed its limit.
+	UnplacedQueueLimit = "QueueLimit"
+	// UnplacedPreemptionDisabled: the group would fit by preempting
+	// lower-priority groups of its queue, which the queue forbids.
+	UnplacedPreemptionDisabled = "PreemptionDisabled"
+	// UnplacedReclaimDisabled: the group would fit by reclaiming from
+	// queues that borrowed, which its queue forbids.
+	UnplacedReclaimDisabled = "ReclaimDisabled"
+)
+
+// Unplaced records a pending group the cycle could not place: Code says
+// why (one of the Unplaced* constants), Reason the same in words.
 type Unplaced struct {
 	Group  string `json:"group"`
+	Code   string `json:"code"`
 	Reason string `json:"reason"`
 }
 

@@ -119,6 +119,9 @@ func (t *Tree) Len() int { return len(t.nodes) }
 // Name returns queue i's name.
 func (t *Tree) Name(i int) string { return t.nodes[i].q.Name }
 
+// Spec returns queue i as given.
+func (t *Tree) Spec(i int) *model.Queue { return &t.nodes[i].q }
+
 // Leaf returns the index of the queue named name, or of DefaultQueue when
 // there is none.
 func (t *Tree) Leaf(name string) int {
