@@ -19,7 +19,7 @@ import (
 )
 
 type options struct {
-	trace, variant, mode, policies, seeds, out, output string
+	trace, variant, mode, policies, seeds, out, output, mix string
 	tune, popularity                                   float64
 	tunedLast, keepNodeOrder                           bool
 	parallel                                           int
@@ -55,6 +55,7 @@ utilization and fairness.`,
 	f.StringVar(&o.trace, "trace", "", "trace directory (openb CSV) or YAML trace file (required)")
 	f.StringVar(&o.variant, "variant", "default", "openb pod list variant: default, gpushare20..100, multigpu20..50")
 	f.StringVar(&o.mode, "mode", "packing", "packing or event")
+	f.StringVar(&o.mix, "mix", "", "reshape the workload by kind of pod before the run, e.g. cpu-only=3,share=0.5 (kinds: cpu-only, share, whole, multi-gpu; factor 0 removes a kind)")
 	f.StringVar(&o.policies, "policy", "gpuplane", "comma-separated placement policies: "+strings.Join(placement.PolicyNames(), ", ")+", or custom:plugin=weight,...")
 	f.StringVar(&o.seeds, "seeds", "1", "seeds: a list and/or ranges, for example 1-10 or 1,3,5")
 	f.Float64Var(&o.tune, "tune", 1.3, "packing: tune arrived GPU demand to this multiple of capacity (0 keeps the trace as is)")
@@ -146,9 +147,17 @@ func run(cmd *cobra.Command, o *options) error {
 			return cliutil.Usagef("--policy: %v", err)
 		}
 	}
+	mix, err := simulator.ParseMix(o.mix)
+	if err != nil {
+		return cliutil.Usagef("--mix: %v", err)
+	}
 	tr, err := readTrace(o.trace, o.variant)
 	if err != nil {
 		return err
+	}
+	if mix != simulator.NoMix {
+		tr.Pods = mix.Apply(tr.Pods, 1)
+		tr.Source += " (" + mix.String() + ")"
 	}
 	stderr := cmd.ErrOrStderr()
 	prog := newProgress(stderr, tr.Source)

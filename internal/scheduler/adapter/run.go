@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -63,14 +62,9 @@ func Run(ctx context.Context, cfg Config) error {
 	m := newMetrics()
 	c := newClusterCache(cfg.SchedulerName)
 
-	// Informers feed the cache; managed fields are dropped to save memory.
-	strip := func(obj any) (any, error) {
-		if a, ok := obj.(metav1.Object); ok {
-			a.SetManagedFields(nil)
-		}
-		return obj, nil
-	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(strip))
+	// Informers feed the cache with only what the scheduler reads
+	// (forCache).
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(forCache))
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	regs := []struct {
 		inf cache.SharedIndexInformer

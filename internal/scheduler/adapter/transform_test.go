@@ -1,0 +1,160 @@
+package adapter
+
+import (
+	"fmt"
+	"reflect"
+	"runtime"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/go-logr/logr"
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+)
+
+// fullPod is a pod as the API server returns it: every part a workload
+// carries, most of which the scheduler never reads.
+func fullPod(ns, name, node string) *corev1.Pod {
+	always := corev1.ContainerRestartPolicyAlways
+	res := corev1.ResourceRequirements{Limits: rl("nvidia.com/gpu", "2", "cpu", "8", "memory", "32Gi", "rdma/hca", "1"),
+		Requests: rl("nvidia.com/gpu", "2", "cpu", "8", "memory", "32Gi", "rdma/hca", "1")}
+	container := func(n string) corev1.Container {
+		return corev1.Container{Name: n, Image: "registry.example.com/team/trainer:2026.11.1", Command: []string{"torchrun", "--nproc-per-node=2"},
+			Args: []string{"train.py", "--config", "/etc/train/config.yaml", "--epochs", "90"}, Resources: res,
+			Env:          []corev1.EnvVar{{Name: "NCCL_DEBUG", Value: "INFO"}, {Name: "MASTER_ADDR", Value: "trainer-0.trainer"}, {Name: "WORLD_SIZE", Value: "16"}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "config", MountPath: "/etc/train"}}}
+	}
+	sidecar := container("log-shipper")
+	sidecar.RestartPolicy = &always
+	sidecar.Resources = corev1.ResourceRequirements{Requests: rl("cpu", "100m", "memory", "64Mi")}
+	prio := int32(1000)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: "6c1e6ab0-0b4f-4b5e-9d3a-1f2e3d4c5b6a", ResourceVersion: "123456",
+			CreationTimestamp: metav1.Unix(100, 0),
+			Labels:            map[string]string{v1alpha1.PodGroupLabel: "trainer", v1alpha1.QueueLabel: "team-a", "app": "trainer"},
+			Annotations:       map[string]string{GPUsAnnotation: "0,1", lastApplied: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"` + name + `"}}`},
+			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "trainer", UID: "abc"}},
+			ManagedFields:     []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: &metav1.FieldsV1{Raw: make([]byte, 2048)}}}},
+		Spec: corev1.PodSpec{SchedulerName: v1alpha1.SchedulerName, NodeName: node, Priority: &prio, PriorityClassName: "high",
+			NodeSelector: map[string]string{"pool": "batch"},
+			Tolerations:  []corev1.Toleration{{Key: "pool", Value: "batch", Effect: corev1.TaintEffectNoSchedule}},
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "nvidia.com/gpu.product", Operator: corev1.NodeSelectorOpIn, Values: []string{"NVIDIA-H100-80GB-HBM3"}}}}}}}},
+			InitContainers: []corev1.Container{sidecar}, Containers: []corev1.Container{container("trainer")},
+			Overhead: rl("cpu", "250m"),
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "imagenet"}}},
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trainer"}}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.2.3", HostIP: "192.0.2.10",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "trainer", Image: "registry.example.com/team/trainer:2026.11.1", ImageID: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", Ready: true,
+				ContainerID: "containerd://0123456789abcdef0123456789abcdef", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Unix(200, 0)}}}}},
+	}
+}
+
+func fullNode(name string) *corev1.Node {
+	n := testNode(name, rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "2Ti", "rdma/hca", "8"),
+		map[string]string{LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelGPUMemory: "81559", "pool": "batch"},
+		map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":8,"groups":[{"gpus":[0,1,2,3,4,5,6,7],"nvlinks":18}],"numa":[0,0,0,0,1,1,1,1]}`})
+	n.Spec.Taints = []corev1.Taint{{Key: "pool", Value: "batch", Effect: corev1.TaintEffectNoSchedule}}
+	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", FieldsV1: &metav1.FieldsV1{Raw: make([]byte, 4096)}}}
+	for i := range 40 {
+		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: []string{fmt.Sprintf("registry.example.com/team/image-%d@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", i)}, SizeBytes: 1 << 30})
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.10"}, {Type: corev1.NodeHostName, Address: name}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	return n
+}
+
+// TestForCacheKeepsWhatTheSchedulerReads: the scheduler's view of a pod
+// and a node (request, predicate class, static fit, node model) is the
+// same from the cached copy as from the full object, and what is dropped
+// is gone.
+func TestForCacheKeepsWhatTheSchedulerReads(t *testing.T) {
+	pod, node := fullPod("ns", "p", "n"), fullNode("n")
+	sp, _ := forCache(pod.DeepCopy())
+	sn, _ := forCache(node.DeepCopy())
+	slimP, slimN := sp.(*corev1.Pod), sn.(*corev1.Node)
+
+	wantReq, err1 := podRequest(pod, 1)
+	gotReq, err2 := podRequest(slimP, 1)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(wantReq, gotReq) {
+		t.Errorf("podRequest = %+v, %v; from the full pod %+v, %v", gotReq, err2, wantReq, err1)
+	}
+	if classKey(slimP) != classKey(pod) {
+		t.Errorf("classKey differs:\n%s\n%s", classKey(slimP), classKey(pod))
+	}
+	if got, want := staticFit(logr.Discard(), slimP, otherExtended(slimP), slimN), staticFit(logr.Discard(), pod, otherExtended(pod), node); got != want {
+		t.Errorf("staticFit = %q, want %q", got, want)
+	}
+	wantNode, _, err1 := convertNode(node)
+	gotNode, _, err2 := convertNode(slimN)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(wantNode.GPUs, gotNode.GPUs) || wantNode.MilliCPU != gotNode.MilliCPU || (gotNode.Topology == nil) != (wantNode.Topology == nil) {
+		t.Errorf("convertNode = %+v, %v; from the full node %+v, %v", gotNode, err2, wantNode, err1)
+	}
+	for what, gone := range map[string]bool{
+		"pod managed fields":    len(slimP.ManagedFields) == 0,
+		"pod last-applied":      slimP.Annotations[lastApplied] == "",
+		"container image":       slimP.Spec.Containers[0].Image == "",
+		"container env":         slimP.Spec.Containers[0].Env == nil,
+		"volumes":               slimP.Spec.Volumes == nil,
+		"container statuses":    slimP.Status.ContainerStatuses == nil,
+		"node images":           slimN.Status.Images == nil,
+		"node managed fields":   len(slimN.ManagedFields) == 0,
+		"kept: gpus annotation": slimP.Annotations[GPUsAnnotation] == "0,1",
+		"kept: uid and version": slimP.UID == pod.UID && slimP.ResourceVersion == pod.ResourceVersion,
+		"kept: sidecar policy":  slimP.Spec.InitContainers[0].RestartPolicy != nil,
+		"kept: phase":           slimP.Status.Phase == corev1.PodRunning && len(slimP.Status.Conditions) == 2,
+		"kept: node taints":     len(slimN.Spec.Taints) == 1,
+	} {
+		if !gone {
+			t.Errorf("%s: not as it should be", what)
+		}
+	}
+	if pod.Annotations[lastApplied] == "" || node.Status.Images == nil {
+		t.Error("the transform changed the object it was given a copy of")
+	}
+}
+
+// BenchmarkCacheMemory measures what the scheduler's cache holds for a
+// cluster of 5,000 nodes and 40,000 pods as the API server returns them,
+// with and without the cache transform.
+func BenchmarkCacheMemory(b *testing.B) {
+	const nodes, pods = 5000, 40000
+	for _, slim := range []bool{false, true} {
+		b.Run(fmt.Sprintf("transform=%v", slim), func(b *testing.B) {
+			for b.Loop() {
+				before := heapInUse()
+				c := newClusterCache(v1alpha1.SchedulerName)
+				for i := range nodes {
+					var obj any = fullNode(fmt.Sprintf("n-%d", i))
+					if slim {
+						obj, _ = forCache(obj)
+					} else {
+						obj.(*corev1.Node).ManagedFields = nil
+					}
+					c.upsertNode(obj.(*corev1.Node))
+				}
+				for i := range pods {
+					var obj any = fullPod("ns", fmt.Sprintf("p-%d", i), fmt.Sprintf("n-%d", i%nodes))
+					if slim {
+						obj, _ = forCache(obj)
+					} else {
+						obj.(*corev1.Pod).ManagedFields = nil
+					}
+					c.upsertPod(obj.(*corev1.Pod))
+				}
+				b.ReportMetric(float64(heapInUse()-before)/(1<<20), "MiB")
+				runtime.KeepAlive(c)
+			}
+		})
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
