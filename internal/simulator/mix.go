@@ -68,14 +68,27 @@ func (m Mix) String() string {
 	return strings.Join(parts, ",")
 }
 
-func (m Mix) factor(p *TracePod) float64 {
+// kind names the kind of pod p is.
+func (Mix) kind(p *TracePod) string {
 	r := &p.Request
 	switch {
 	case !r.UsesGPU():
-		return m.CPUOnly
+		return "cpu-only"
 	case r.GPUs > 1:
-		return m.MultiGPU
+		return "multi-gpu"
 	case r.GPUs == 1 || r.MIGSlices > 0:
+		return "whole"
+	}
+	return "share"
+}
+
+func (m Mix) factor(p *TracePod) float64 {
+	switch m.kind(p) {
+	case "cpu-only":
+		return m.CPUOnly
+	case "multi-gpu":
+		return m.MultiGPU
+	case "whole":
 		return m.Whole
 	}
 	return m.Share
@@ -90,20 +103,19 @@ func (m Mix) Apply(pods []TracePod, seed uint64) []TracePod {
 		return slices.Clone(pods)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x313))
-	byFactor := map[float64][]int{}
+	byKind := map[string][]int{}
 	for i := range pods {
-		f := m.factor(&pods[i])
-		byFactor[f] = append(byFactor[f], i)
+		k := m.kind(&pods[i])
+		byKind[k] = append(byKind[k], i)
 	}
-	factors := make([]float64, 0, len(byFactor))
-	for f := range byFactor {
-		factors = append(factors, f)
-	}
-	slices.Sort(factors)
 	var out []TracePod
 	copies := 0
-	for _, f := range factors {
-		idx := byFactor[f]
+	for _, k := range []string{"cpu-only", "share", "whole", "multi-gpu"} {
+		idx := byKind[k]
+		if len(idx) == 0 {
+			continue
+		}
+		f := m.factor(&pods[idx[0]])
 		want := int(math.Round(f * float64(len(idx))))
 		if want <= len(idx) {
 			rng.Shuffle(len(idx), func(a, b int) { idx[a], idx[b] = idx[b], idx[a] })
