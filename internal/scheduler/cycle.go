@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
 )
 
@@ -277,11 +278,14 @@ func (c *cycle) finish() {
 				case p.forbidden == model.UnplacedReclaimDisabled:
 					u.Code = p.forbidden
 					u.Reason = fmt.Sprintf("fits only by reclaiming GPUs lent to other queues, and queue %q has spec.reclaim: Never", c.tree.Name(p.q))
+				case p.g.Explain:
+					c.explain(p, &u)
 				}
 				c.d.Unplaced = append(c.d.Unplaced, u)
 			}
 		}
 	}
+	c.queueStatus()
 	s := c.s
 	for _, e := range c.d.Evictions {
 		if ps := s.run.pods[e.Pod]; ps != nil {
@@ -304,4 +308,45 @@ func (c *cycle) finish() {
 		s.touched = append(s.touched, b.NodeIndex)
 	}
 	s.st.Commit()
+}
+
+// explain records on u where p's first pod was refused, node by node, the
+// filter that refused it (the state as the cycle leaves it), and how many
+// of p's pods would fit at once: what a waiting group's condition says.
+func (c *cycle) explain(p *pending, u *model.Unplaced) {
+	st := c.s.st
+	first := &p.g.Pods[0].Request
+	counts := map[string]int{}
+	for i := range st.Nodes {
+		if why := st.Why(i, first); why != "" {
+			counts[why]++
+		}
+	}
+	u.Explained, u.Nodes = true, len(st.Nodes)
+	for _, f := range []string{placement.FilterUnschedulable, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterGPU} {
+		if n := counts[f]; n > 0 {
+			u.Filtered = append(u.Filtered, model.FilterCount{Filter: f, Nodes: n})
+		}
+	}
+	slices.SortStableFunc(u.Filtered, func(a, b model.FilterCount) int { return cmp.Compare(b.Nodes, a.Nodes) })
+	mark := st.Checkpoint()
+	for k := range p.g.Pods {
+		req := &p.g.Pods[k].Request
+		for i := range st.Nodes {
+			if opts := st.Options(i, req); len(opts) > 0 && st.Assign(i, req, opts[0].Shares) == nil {
+				u.Placeable++
+				break
+			}
+		}
+	}
+	st.Rollback(mark)
+}
+
+// queueStatus records every queue's usage, fair share and guarantee as the
+// cycle leaves them.
+func (c *cycle) queueStatus() {
+	c.d.Queues = make([]model.QueueStatus, c.tree.Len())
+	for i := range c.d.Queues {
+		c.d.Queues[i] = model.QueueStatus{Name: c.tree.Name(i), Usage: c.tree.Usage(i), FairShare: c.tree.FairShare(i), Guaranteed: c.tree.Guaranteed(i)}
+	}
 }

@@ -229,7 +229,7 @@ func TestPropertyIncrementalMatchesFresh(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("cycle %d: the scheduler decided\n%+v\na new one decides\n%+v", cycle, got, want)
 			}
-			sameFreeState(t, s.State(), fresh.State())
+			sameFreeState(t, scheduler.StateOf(s), scheduler.StateOf(fresh))
 			d.next++
 			d.execute(got)
 		}

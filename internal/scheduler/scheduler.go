@@ -69,11 +69,6 @@ func New(cfg Config) (*Scheduler, error) {
 	return &Scheduler{cfg: cfg, log: log}, nil
 }
 
-// State exposes the free state after the last cycle (read-only use): nil
-// before the first cycle and after one whose snapshot could not be
-// applied.
-func (s *Scheduler) State() *placement.State { return s.st }
-
 // Cycle schedules one snapshot and returns its decisions. The snapshot is
 // not modified. The decisions are also applied to the scheduler's own
 // state: binds count as running and evictions as gone until a later

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -299,7 +300,7 @@ func TestSyncReadsOnlyNewChunks(t *testing.T) {
 		return model.Allocation{Pod: "p", Node: node, Request: schedtest.GPU(1, 1000), GPUs: []model.GPUShare{{Index: gpu, Milli: model.MilliPerGPU}}}
 	}
 	free := func(s *scheduler.Scheduler) [2]int64 {
-		return [2]int64{s.State().Nodes[0].FreeMilli(), s.State().Nodes[1].FreeMilli()}
+		return [2]int64{scheduler.StateOf(s).Nodes[0].FreeMilli(), scheduler.StateOf(s).Nodes[1].FreeMilli()}
 	}
 	s, err := scheduler.New(scheduler.Config{})
 	if err != nil {
@@ -411,4 +412,56 @@ func cycleOnce(tb interface {
 		tb.Fatal(err)
 	}
 	return d
+}
+
+// TestExplainAndQueueStatus: the core says why a group it was asked about
+// waits (which filter refused how many nodes, how much of the gang fits)
+// and every queue's usage and fair share, so that no driver works either
+// out again.
+func TestExplainAndQueueStatus(t *testing.T) {
+	nodes := []model.Node{
+		schedtest.Node("busy", 64000, 1<<20).GPUs(4, "A100").Obj(),
+		schedtest.Node("small", 64000, 1<<20).GPUs(2, "A100").Obj(),
+		schedtest.Node("tainted", 64000, 1<<20).GPUs(8, "A100").Taint("pool", "batch", "NoSchedule").Obj(),
+		schedtest.Node("cordoned", 64000, 1<<20).GPUs(8, "A100").Obj(),
+		schedtest.Node("tiny-cpu", 1000, 1<<20).GPUs(8, "A100").Obj(),
+	}
+	nodes[3].Unschedulable = true
+	h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, Queues: []model.Queue{{Name: "team", Guaranteed: model.Resources{GPUMilli: 4000}}},
+		Pending: []model.PodGroup{schedtest.Group("fill").Queue("team").Pods(1, schedtest.GPU(4, 4000)).Obj()}}, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(h, t)
+	gang := schedtest.Group("gang").Queue("team").MinMember(3).Pods(3, schedtest.GPU(2, 4000)).Obj()
+	quiet := schedtest.Group("quiet").Queue("team").Pods(1, schedtest.GPU(8, 4000)).Obj()
+	gang.Explain = true
+	h.Snap.Pending = []model.PodGroup{gang, quiet}
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]model.Unplaced{}
+	for _, u := range d.Unplaced {
+		byName[u.Group] = u
+	}
+	u := byName["gang"]
+	// One node each, in the order the filters run: cordoned, tainted,
+	// too little CPU, GPUs taken; "small" holds one pod of the gang.
+	want := []model.FilterCount{{Filter: "node unschedulable", Nodes: 1}, {Filter: "node selector or taints", Nodes: 1},
+		{Filter: "insufficient cpu", Nodes: 1}, {Filter: "insufficient gpu", Nodes: 1}}
+	if !u.Explained || u.Nodes != 5 || u.Placeable != 1 || !slices.Equal(u.Filtered, want) {
+		t.Errorf("gang explained as %+v, want 5 nodes, 1 placeable, filtered %v", u, want)
+	}
+	if q := byName["quiet"]; q.Explained || q.Code != model.UnplacedNoFit {
+		t.Errorf("a group not asked about was explained: %+v", q)
+	}
+	if len(d.Queues) == 0 || d.Queues[len(d.Queues)-1].Name != "team" && d.Queues[0].Name != "team" {
+		t.Fatalf("queues %+v, want team", d.Queues)
+	}
+	for _, q := range d.Queues {
+		if q.Name == "team" && (q.Usage.GPUMilli != 4000 || q.Guaranteed.GPUMilli != 4000 || q.FairShare.GPUMilli == 0) {
+			t.Errorf("team's status %+v: want 4 GPUs in use, 4 guaranteed and a fair share", q)
+		}
+	}
 }

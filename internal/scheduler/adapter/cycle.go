@@ -93,7 +93,12 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	l.finishResumed(ctx, in)
 	ready := l.finishWaits(ctx, in)
 
-	// 2. Core: decisions from the snapshot alone.
+	// 2. Core: decisions from the snapshot alone, with the reasons of
+	//    the waiting groups it is asked to explain.
+	if l.diag == nil {
+		l.diag = map[string]diagnosis{}
+	}
+	l.askWhy(in)
 	d, err := l.core.Cycle(&in.snap)
 	if err != nil {
 		l.metrics.attempts.WithLabelValues("error").Inc()

@@ -17,7 +17,6 @@ import (
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
-	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
 )
 
 // diagnosis is a waiting group's explanation, kept between cycles so the
@@ -48,7 +47,6 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[st
 			}
 		}
 	}
-	budget := l.cfg.DiagnoseLimit
 	pendingByName := map[string]*model.PodGroup{}
 	for i := range in.snap.Pending {
 		pendingByName[in.snap.Pending[i].Name] = &in.snap.Pending[i]
@@ -67,14 +65,9 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[st
 			continue
 		}
 		dg, ok := l.diag[u.Group]
-		if !ok || in.startedAt.Sub(dg.at) > 10*time.Second {
-			if budget == 0 {
-				if !ok {
-					continue
-				}
-			} else {
-				budget--
-				dg = diagnosis{msg: l.explain(in, pendingByName[u.Group], u, g), at: in.startedAt}
+		if u.Explained || u.Code == model.UnplacedQueueLimit || !ok {
+			dg = diagnosis{msg: l.render(in, pendingByName[u.Group], u, g), at: in.startedAt}
+			if u.Explained || u.Code == model.UnplacedQueueLimit {
 				l.diag[u.Group] = dg
 			}
 		}
@@ -97,14 +90,36 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[st
 	// 4. Queue status, at most once a second.
 	if in.startedAt.Sub(l.queuesAt) >= time.Second {
 		l.queuesAt = in.startedAt
-		l.queueStatus(in)
+		l.queueStatus(in, d)
 	}
 }
 
-// explain says why a group waits: "0/1000 nodes available: 640
-// insufficient nvidia.com/gpu, 360 untolerated taint {k: v}", prefixed
-// with "gang k/n placeable" for gangs.
-func (l *loop) explain(in *cycleInput, pg *model.PodGroup, u model.Unplaced, g *groupInfo) string {
+// askWhy marks, before the core runs, the pending groups whose reason
+// the core should work out node by node this cycle (model.PodGroup.Explain):
+// those never explained or last explained over ten seconds ago, at most
+// DiagnoseLimit of them, so a large backlog costs a bounded look per cycle.
+func (l *loop) askWhy(in *cycleInput) {
+	budget := l.cfg.DiagnoseLimit
+	for i := range in.snap.Pending {
+		if budget == 0 {
+			return
+		}
+		pg := &in.snap.Pending[i]
+		if dg, ok := l.diag[pg.Name]; ok && in.startedAt.Sub(dg.at) <= 10*time.Second {
+			continue
+		}
+		pg.Explain = true
+		budget--
+	}
+}
+
+// render says in words why a group waits, from the core's answer: "0/1000
+// nodes available: 640 insufficient nvidia.com/gpu, 360 untolerated taint
+// {k: v}", prefixed with "gang k/n placeable" for gangs. Nodes the core
+// refused for the group's node class are broken down by the adapter's own
+// predicates (taints, affinity, extended resources), which it worked out
+// when it built the class.
+func (l *loop) render(in *cycleInput, pg *model.PodGroup, u model.Unplaced, g *groupInfo) string {
 	if pg == nil || len(pg.Pods) == 0 {
 		return "waiting"
 	}
@@ -114,50 +129,43 @@ func (l *loop) explain(in *cycleInput, pg *model.PodGroup, u model.Unplaced, g *
 		}
 		return fmt.Sprintf("queue %q is at its limit: wait for its workloads to finish or raise the queue's limit", g.queue)
 	}
-	st := l.core.State()
-	if st == nil {
+	if !u.Explained {
 		return u.Reason
 	}
 	first := &pg.Pods[0]
-	firstPod := g.pendingPod(first.Name)
-	if firstPod == nil {
-		return u.Reason
+	var cl *podClass
+	if pi := g.pendingPod(first.Name); pi != nil {
+		cl = pi.cls
 	}
-	cl := firstPod.cls
 	counts := map[string]int{}
 	var order []string
-	add := func(r string) {
+	add := func(r string, n int) {
 		if counts[r] == 0 {
 			order = append(order, r)
 		}
-		counts[r]++
+		counts[r] += n
 	}
-	avail := 0
-	for i := range st.Nodes {
-		ns := &st.Nodes[i]
+	refused := 0
+	for _, f := range u.Filtered {
+		refused += f.Nodes
 		switch {
-		case ns.Node.Unschedulable:
-			add("node unschedulable")
-		case cl != nil && !cl.all && i < len(cl.match) && !cl.match[i] && i < len(in.nodes):
-			add(staticFit(l.log, firstPod.pod, cl.extended, in.nodes[i].node))
-		case ns.FreeCPU < first.Request.MilliCPU:
-			add("insufficient cpu")
-		case ns.FreeMem < first.Request.MemoryMiB:
-			add("insufficient memory")
-		case st.Options(i, &first.Request) == nil:
-			add("insufficient " + gpuResourceName(&first.Request))
+		case f.Filter == placement.FilterSelector && cl != nil && !cl.all:
+			for _, w := range cl.why {
+				add(w.reason, w.nodes)
+			}
+		case f.Filter == placement.FilterGPU:
+			add("insufficient "+gpuResourceName(&first.Request), f.Nodes)
 		default:
-			avail++
+			add(f.Filter, f.Nodes)
 		}
 	}
 	sort.SliceStable(order, func(a, b int) bool { return counts[order[a]] > counts[order[b]] })
-	msg := fmt.Sprintf("%d/%d nodes available", avail, len(st.Nodes))
+	msg := fmt.Sprintf("%d/%d nodes available", u.Nodes-refused, u.Nodes)
 	if r := joinReasons(counts, order); r != "" {
 		msg += ": " + r
 	}
 	if g.minMember > 1 || len(pg.Pods) > 1 {
-		n := placeable(st, pg)
-		msg = fmt.Sprintf("gang %d/%d placeable (%d already bound); %s", n+len(g.bound), g.minMember, len(g.bound), msg)
+		msg = fmt.Sprintf("gang %d/%d placeable (%d already bound); %s", u.Placeable+len(g.bound), g.minMember, len(g.bound), msg)
 	}
 	return msg
 }
@@ -209,24 +217,6 @@ func gpuResourceName(r *model.Request) string {
 		return string(ResourceGPUShared)
 	}
 	return string(ResourceGPU)
-}
-
-// placeable counts how many of the group's pods fit at once, greedily, as
-// a what-if on the core's state that is rolled back.
-func placeable(st *placement.State, pg *model.PodGroup) int {
-	mark := st.Checkpoint()
-	defer st.Rollback(mark)
-	n := 0
-	for k := range pg.Pods {
-		req := &pg.Pods[k].Request
-		for i := range st.Nodes {
-			if opts := st.Options(i, req); len(opts) > 0 && st.Assign(i, req, opts[0].Shares) == nil {
-				n++
-				break
-			}
-		}
-	}
-	return n
 }
 
 // podGroupStatus writes phase, counts and the Schedulable condition.
@@ -297,23 +287,10 @@ func stripTimes(cs []metav1.Condition) []metav1.Condition {
 // queueStatus computes usage and fair shares the way the core does and
 // writes them with pending and admitted group counts and the Valid
 // condition.
-func (l *loop) queueStatus(in *cycleInput) {
-	tree, err := queue.New(in.snap.Queues)
-	if err != nil {
-		l.log.Error(err, "building the queue tree for status")
-		return
-	}
-	var capacity model.Resources
-	for i := range in.snap.Nodes {
-		n := &in.snap.Nodes[i]
-		capacity.MilliCPU += n.MilliCPU
-		capacity.MemoryMiB += n.MemoryMiB
-		for _, g := range n.GPUs {
-			capacity.GPUMilli += g.Capacity()
-		}
-	}
-	for a := range in.snap.AllRunning() {
-		tree.AddUsage(tree.Leaf(a.Queue), model.Of(&a.Request))
+func (l *loop) queueStatus(in *cycleInput, d *model.Decisions) {
+	core := make(map[string]*model.QueueStatus, len(d.Queues))
+	for i := range d.Queues {
+		core[d.Queues[i].Name] = &d.Queues[i]
 	}
 	pendingCount := map[string]int32{}
 	admitted := map[string]int32{}
@@ -329,28 +306,17 @@ func (l *loop) queueStatus(in *cycleInput) {
 			admitted[a.Queue]++
 		}
 	}
-	for i := range in.snap.Pending {
-		p := &in.snap.Pending[i]
-		var dmd model.Resources
-		for _, pod := range p.Pods {
-			dmd = dmd.Add(model.Of(&pod.Request))
-		}
-		tree.AddDemand(tree.Leaf(p.Queue), dmd)
-	}
-	tree.ComputeFairShares(capacity)
-	for i := 0; i < tree.Len(); i++ {
-		name := tree.Name(i)
-		l.metrics.queue(name, tree.Usage(i), tree.FairShare(i), pendingCount[name])
+	for _, q := range d.Queues {
+		l.metrics.queue(q.Name, q.Usage, q.FairShare, pendingCount[q.Name])
 	}
 	for name, q := range in.queueObjs {
 		st := v1alpha1.QueueStatus{Conditions: slices.Clone(q.Status.Conditions), Pending: pendingCount[name], Admitted: admitted[name]}
 		cond := metav1.Condition{Type: v1alpha1.ConditionValid, Status: metav1.ConditionTrue, Reason: "Valid", Message: "the queue is part of the hierarchy", ObservedGeneration: q.Generation}
 		if e := in.queueErrs[name]; e != nil {
 			cond = metav1.Condition{Type: v1alpha1.ConditionValid, Status: metav1.ConditionFalse, Reason: e.Reason, Message: e.Msg + "; fix the queue's spec (its workloads wait until then)", ObservedGeneration: q.Generation}
-		} else {
-			i := tree.Leaf(name)
-			st.Usage = resourceList(tree.Usage(i))
-			st.FairShare = resourceList(tree.FairShare(i))
+		} else if cq := core[name]; cq != nil {
+			st.Usage = resourceList(cq.Usage)
+			st.FairShare = resourceList(cq.FairShare)
 		}
 		meta.SetStatusCondition(&st.Conditions, cond)
 		if equality.Semantic.DeepEqual(stripTimes(st.Conditions), stripTimes(q.Status.Conditions)) && st.Pending == q.Status.Pending &&

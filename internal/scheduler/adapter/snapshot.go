@@ -75,9 +75,18 @@ type podClass struct {
 	pod   *corev1.Pod // a representative
 	match []bool      // per node of cycleInput.nodes
 	all   bool
+	// why counts, by reason, the schedulable nodes the class refuses,
+	// most first: what a waiting pod's condition says of them.
+	why []classReason
 	// extended is what the class asks of extended resources the core
 	// does not model (otherExtended), computed once for all nodes.
 	extended corev1.ResourceList
+}
+
+// classReason is how many nodes one static predicate refuses.
+type classReason struct {
+	reason string
+	nodes  int
 }
 
 // builder turns the cache into snapshots; it lives on the cycle goroutine
@@ -347,10 +356,24 @@ func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
 		if cl == nil {
 			p := pi.pod
 			cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true, extended: otherExtended(p)}
+			why := map[string]int{}
 			for i, n := range b.nodes {
-				cl.match[i] = staticFit(b.log, p, cl.extended, n.node) == ""
+				r := staticFit(b.log, p, cl.extended, n.node)
+				cl.match[i] = r == ""
 				cl.all = cl.all && cl.match[i]
+				if r != "" && !n.m.Unschedulable {
+					why[r]++
+				}
 			}
+			for r, n := range why {
+				cl.why = append(cl.why, classReason{reason: r, nodes: n})
+			}
+			slices.SortFunc(cl.why, func(a, b classReason) int {
+				if c := cmp.Compare(b.nodes, a.nodes); c != 0 {
+					return c
+				}
+				return strings.Compare(a.reason, b.reason)
+			})
 			if !cl.all {
 				cl.id = b.nextClass
 				b.nextClass++

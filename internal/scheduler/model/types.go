@@ -137,6 +137,9 @@ type PodGroup struct {
 	// Placed counts the group's members that already run, are bound or
 	// have finished: a gang needs only MinMember less these (Min).
 	Placed int `json:"placed,omitempty"`
+	// Explain asks the core, should the group stay unplaced, to say node
+	// by node why (Unplaced.Explained); it costs a look at every node.
+	Explain bool `json:"explain,omitempty"`
 }
 
 // Min is how many of the group's waiting pods must be placed together:
@@ -335,6 +338,30 @@ type Unplaced struct {
 	Group  string `json:"group"`
 	Code   string `json:"code"`
 	Reason string `json:"reason"`
+	// Explained is set when the core also says where the group's first
+	// pod was refused: Filtered counts the nodes each filter refused
+	// (placement.Filter* reasons) out of Nodes, and Placeable is how many
+	// of the group's pods would fit at once.
+	Explained bool          `json:"explained,omitempty"`
+	Nodes     int           `json:"nodes,omitempty"`
+	Filtered  []FilterCount `json:"filtered,omitempty"`
+	Placeable int           `json:"placeable,omitempty"`
+}
+
+// FilterCount is how many nodes one filter refused.
+type FilterCount struct {
+	Filter string `json:"filter"`
+	Nodes  int    `json:"nodes"`
+}
+
+// QueueStatus is a queue as the cycle left it: its usage after the
+// cycle's decisions, its fair share given the demand the cycle saw, and
+// its guarantee.
+type QueueStatus struct {
+	Name       string    `json:"name"`
+	Usage      Resources `json:"usage"`
+	FairShare  Resources `json:"fairShare"`
+	Guaranteed Resources `json:"guaranteed,omitzero"`
 }
 
 // PhaseTiming is how long one phase of the cycle took, in nanoseconds.
@@ -349,7 +376,9 @@ type Decisions struct {
 	Binds     []Bind        `json:"binds,omitempty"`
 	Evictions []Eviction    `json:"evictions,omitempty"`
 	Unplaced  []Unplaced    `json:"unplaced,omitempty"`
-	Timings   []PhaseTiming `json:"timings,omitempty"`
+	// Queues is every queue's status after the cycle.
+	Queues  []QueueStatus `json:"queues,omitempty"`
+	Timings []PhaseTiming `json:"timings,omitempty"`
 }
 
 // GPUMilliGuaranteed is the queue's guaranteed milli-GPU.

@@ -223,3 +223,32 @@ func linkStats(n *model.Node, set []int) (mn, sum int) {
 	}
 	return mn, sum
 }
+
+// Reasons a node is filtered out for a request, in the order Why checks
+// them.
+const (
+	FilterUnschedulable = "node unschedulable"
+	FilterSelector      = "node selector or taints"
+	FilterCPU           = "insufficient cpu"
+	FilterMemory        = "insufficient memory"
+	FilterGPU           = "insufficient gpu"
+)
+
+// Why returns the first filter that refuses req on node i as the state
+// is now, or "" when the node has a place for it.
+func (s *State) Why(i int, req *model.Request) string {
+	ns := &s.Nodes[i]
+	switch {
+	case ns.Node.Unschedulable:
+		return FilterUnschedulable
+	case !nodeAccepts(ns.Node, req):
+		return FilterSelector
+	case ns.FreeCPU < req.MilliCPU:
+		return FilterCPU
+	case ns.FreeMem < req.MemoryMiB:
+		return FilterMemory
+	case s.Options(i, req) == nil:
+		return FilterGPU
+	}
+	return ""
+}

@@ -1,0 +1,7 @@
+package scheduler
+
+import "github.com/gpuplane/gpuplane/internal/scheduler/placement"
+
+// StateOf exposes a scheduler's free state to this package's black-box
+// tests; drivers read decisions, never the state.
+func StateOf(s *Scheduler) *placement.State { return s.st }
