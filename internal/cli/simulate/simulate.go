@@ -20,9 +20,9 @@ import (
 
 type options struct {
 	trace, variant, mode, policies, seeds, out, output, mix string
-	tune, popularity                                   float64
-	tunedLast, keepNodeOrder                           bool
-	parallel                                           int
+	tune, popularity                                        float64
+	tunedLast, keepNodeOrder                                bool
+	parallel                                                int
 }
 
 // NewCommand returns the simulate command.

@@ -373,9 +373,9 @@ type PhaseTiming struct {
 // Decisions is what a cycle returns. Binds of one group are adjacent;
 // evictions must complete before the binds that needed them.
 type Decisions struct {
-	Binds     []Bind        `json:"binds,omitempty"`
-	Evictions []Eviction    `json:"evictions,omitempty"`
-	Unplaced  []Unplaced    `json:"unplaced,omitempty"`
+	Binds     []Bind     `json:"binds,omitempty"`
+	Evictions []Eviction `json:"evictions,omitempty"`
+	Unplaced  []Unplaced `json:"unplaced,omitempty"`
 	// Queues is every queue's status after the cycle.
 	Queues  []QueueStatus `json:"queues,omitempty"`
 	Timings []PhaseTiming `json:"timings,omitempty"`
