@@ -7,10 +7,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpuplane/gpuplane/api/gpunode"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpuplane/gpuplane/api/gpunode"
 )
 
 func TestNodeSinkOwnsOnlyItsKeys(t *testing.T) {

@@ -7,9 +7,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpuplane/gpuplane/api/gpupod"
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuplane/gpuplane/api/gpupod"
 )
 
 // Reasons a pod is refused, as the kubelet reports them.

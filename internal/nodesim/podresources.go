@@ -4,11 +4,12 @@ import (
 	"context"
 	"sort"
 
-	"github.com/gpuplane/gpuplane/api/gpupod"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpuplane/gpuplane/api/gpupod"
 )
 
 // podResources serves the kubelet's PodResources API v1 from the node's

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpuplane/gpuplane/api/gpupod"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +18,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpuplane/gpuplane/api/gpupod"
 )
 
 // podState is what the node remembers of an admitted pod.

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuplane/gpuplane/api/gpupod"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuplane/gpuplane/api/gpupod"
 )
 
 // fakePlugin is a device plugin whose answers the test chooses.

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/go-logr/logr"
+
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
 
@@ -35,7 +37,7 @@ func fullPod(ns, name, node string) *corev1.Pod {
 			Labels:            map[string]string{v1alpha1.PodGroupLabel: "trainer", v1alpha1.QueueLabel: "team-a", "app": "trainer"},
 			Annotations:       map[string]string{GPUsAnnotation: "0,1", lastApplied: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"` + name + `"}}`},
 			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "trainer", UID: "abc"}},
-			ManagedFields:     []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: &metav1.FieldsV1{Raw: make([]byte, 2048)}}}},
+			ManagedFields:     []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: metav1.NewFieldsV1(strings.Repeat("f", 2048))}}},
 		Spec: corev1.PodSpec{SchedulerName: v1alpha1.SchedulerName, NodeName: node, Priority: &prio, PriorityClassName: "high",
 			NodeSelector: map[string]string{"pool": "batch"},
 			Tolerations:  []corev1.Toleration{{Key: "pool", Value: "batch", Effect: corev1.TaintEffectNoSchedule}},
@@ -57,7 +59,7 @@ func fullNode(name string) *corev1.Node {
 		map[string]string{LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelGPUMemory: "81559", "pool": "batch"},
 		map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":8,"groups":[{"gpus":[0,1,2,3,4,5,6,7],"nvlinks":18}],"numa":[0,0,0,0,1,1,1,1]}`})
 	n.Spec.Taints = []corev1.Taint{{Key: "pool", Value: "batch", Effect: corev1.TaintEffectNoSchedule}}
-	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", FieldsV1: &metav1.FieldsV1{Raw: make([]byte, 4096)}}}
+	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", FieldsV1: metav1.NewFieldsV1(strings.Repeat("f", 4096))}}
 	for i := range 40 {
 		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: []string{fmt.Sprintf("registry.example.com/team/image-%d@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", i)}, SizeBytes: 1 << 30})
 	}
