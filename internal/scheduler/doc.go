@@ -35,6 +35,22 @@
 //     taints) is never taken back while GPUs the queue cannot use idle
 //     elsewhere.
 //
+// A queue's policy is the core's too: a queue with NoPreemption never
+// preempts, one with NoReclaim never reclaims. For a group such a policy
+// keeps waiting, the core still finds out whether the eviction would have
+// placed it (and rolls that back), so that its Unplaced entry says so
+// (UnplacedPreemptionDisabled, UnplacedReclaimDisabled).
+//
+// What a cycle returns besides binds and evictions: every group left
+// pending, with a code and a reason; for those the driver marked
+// PodGroup.Explain, which filter refused how many nodes (unschedulable,
+// selector or taints, cpu, memory, GPU) for its first pod and how many of
+// its pods fit at once; and every queue's usage, fair share and guarantee
+// as the cycle leaves them. Drivers render these; they never look into
+// the core's state. model.Apply carries the decisions out on a snapshot
+// for the simulator and the tests, and PodGroup.Min is the one rule for
+// what a partly placed gang still needs.
+//
 // Each eviction action considers only victims that hold something on a
 // node where a pod of the group could run at all (placement.StaticFits):
 // room freed anywhere else is of no use to it. It takes victims one at a

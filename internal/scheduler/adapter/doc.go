@@ -9,6 +9,13 @@
 // Queue status. Run adds leader election on a Lease, /metrics, /healthz and
 // /readyz, and the start-up reconcile that leaves no gang half-bound.
 //
+// What it says of waiting groups and queues it renders from the core's
+// decisions (model.Unplaced, model.QueueStatus): it asks the core to
+// explain a bounded number of groups per cycle and words the answer, never
+// re-deriving it. Every Node, Pod, Queue and PodGroup is read through
+// bounded parsers (api/gpunode, api/gpupod, convert.go): a bad one is left
+// out with an event naming the field, never trusted, never fatal.
+//
 // The package must not make scheduling decisions of its own beyond the
 // standard predicates the core's model cannot express (required node
 // affinity and taint effects, which it folds into a per-pod node class), and
