@@ -20,12 +20,14 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/spf13/pflag"
+
+	"github.com/gpuplane/gpuplane/internal/testutil"
 )
 
 // startAgent runs the agent in-process with args and returns the metrics
 // address (nil when metrics are off), a function that stops it and returns
 // its error, and its log.
-func startAgent(t *testing.T, args []string) (net.Addr, func() error, *syncBuffer) {
+func startAgent(t *testing.T, args []string) (net.Addr, func() error, *testutil.Buffer) {
 	t.Helper()
 	f := &runFlags{}
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
@@ -37,7 +39,7 @@ func startAgent(t *testing.T, args []string) (net.Addr, func() error, *syncBuffe
 	f.metricsReady = func(a net.Addr) { ready <- a }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	log := &syncBuffer{}
+	log := &testutil.Buffer{}
 	go func() { done <- runAgent(ctx, f, log) }()
 	stop := sync.OnceValue(func() error {
 		cancel()
@@ -366,7 +368,7 @@ func TestAgentStopsWhenAPartCannotRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = runAgent(ctx, f, &syncBuffer{})
+	err = runAgent(ctx, f, &testutil.Buffer{})
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("runAgent = %v (context %v), want an error before the deadline", err, ctx.Err())
 	}

@@ -1,7 +1,6 @@
 package adapter
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,6 +12,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/rest"
+
+	"github.com/gpuplane/gpuplane/internal/testutil"
 )
 
 // flakyServer fails its first calls, then answers.
@@ -32,24 +33,6 @@ func (f *flakyServer) ServerVersion() (*version.Info, error) {
 	return &version.Info{GitVersion: "v1.36.3"}, nil
 }
 
-// syncBuffer is a log sink safe for the goroutine writing to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestReportReachability(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -62,7 +45,7 @@ func TestReportReachability(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var buf syncBuffer
+			var buf testutil.Buffer
 			log := logr.FromSlogHandler(slog.NewTextHandler(&buf, nil))
 			srv := &flakyServer{fails: tt.fails}
 			reportReachability(t.Context(), srv, "https://127.0.0.1:1", log, make(chan struct{}), time.Millisecond)
@@ -81,7 +64,7 @@ func TestReportReachability(t *testing.T) {
 // closed port: the first log line comes at once, not after the informers'
 // retries.
 func TestRunSaysWhenTheAPIServerIsUnreachable(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {

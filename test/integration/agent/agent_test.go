@@ -1,14 +1,12 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,32 +14,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/internal/testutil"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 // agentProcess is a running gpuplane-agent.
 type agentProcess struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testutil.Buffer
 	done chan error
-}
-
-// lockedBuffer collects the agent's output while tests read it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startAgentProcess runs the built agent with args and stops it (SIGTERM)
@@ -49,7 +30,7 @@ func (l *lockedBuffer) String() string {
 func startAgentProcess(t testing.TB, args ...string) *agentProcess {
 	t.Helper()
 	cmd := exec.Command(buildAgent(t), args...)
-	out := &lockedBuffer{}
+	out := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
