@@ -24,6 +24,9 @@ type EventConfig struct {
 	// period.
 	Interval int64
 	Progress func(done, total int)
+	// OnCycle, when set, sees every cycle's snapshot and decisions at
+	// virtual time now, before they are carried out.
+	OnCycle func(now int64, snap *model.Snapshot, d *model.Decisions)
 }
 
 type simPod struct {
@@ -147,6 +150,9 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			return nil, fmt.Errorf("event run %s at t=%d: %w", tr.Source, now, err)
 		}
 		ev.Cycles++
+		if cfg.OnCycle != nil {
+			cfg.OnCycle(now, &snap, &d)
+		}
 		// The simulator's own accounting of what the decisions do; the
 		// snapshot changes as the core's model.Apply says, for every
 		// driver alike.
