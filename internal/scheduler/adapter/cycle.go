@@ -18,8 +18,8 @@ type loop struct {
 	cache   *clusterCache
 	core    *scheduler.Scheduler
 	build   *builder
-	api     *apiWriter
-	status  *statusWriter
+	api     clusterWriter
+	status  statusSink
 	metrics *metrics
 
 	// partialSince remembers when a gang was first seen partly bound.
@@ -34,7 +34,7 @@ type loop struct {
 	nodeReported map[string]string
 }
 
-func newLoop(cfg Config, log klog.Logger, c *clusterCache, api *apiWriter, st *statusWriter, m *metrics) (*loop, error) {
+func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink, m *metrics) (*loop, error) {
 	core, err := scheduler.New(scheduler.Config{Policy: cfg.Policy, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("starting the scheduling core: %w", err)

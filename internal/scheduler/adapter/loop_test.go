@@ -1,0 +1,314 @@
+package adapter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+)
+
+// fakeWriter carries out the loop's API calls in memory: binds and commits
+// succeed at once (or fail as told), evictions are granted (or refused).
+type fakeWriter struct {
+	mu         sync.Mutex
+	binds      []string // "pod node gpus"
+	gangs      map[string][]v1alpha1.MemberPlacement
+	evicted    []string
+	deleted    []string
+	refuse     bool
+	commitFail error
+}
+
+var _ clusterWriter = (*fakeWriter)(nil)
+
+func (f *fakeWriter) bind(_ context.Context, t bindTask) {
+	f.mu.Lock()
+	f.binds = append(f.binds, fmt.Sprintf("%s %s %s", podKey(t.pod), t.node, formatShares(t.gpus)))
+	f.mu.Unlock()
+	t.done(nil)
+}
+
+func (f *fakeWriter) bindGang(ctx context.Context, pg *v1alpha1.PodGroup, placement []v1alpha1.MemberPlacement, members []bindTask, committed func(error)) {
+	committed(f.commitFail)
+	if f.commitFail != nil {
+		for _, m := range members {
+			m.done(f.commitFail)
+		}
+		return
+	}
+	f.mu.Lock()
+	if f.gangs == nil {
+		f.gangs = map[string][]v1alpha1.MemberPlacement{}
+	}
+	f.gangs[pg.Namespace+"/"+pg.Name] = placement
+	f.mu.Unlock()
+	for _, m := range members {
+		f.bind(ctx, m)
+	}
+}
+
+func (f *fakeWriter) evict(_ context.Context, pod *corev1.Pod, _, _ string, done func(refused bool)) {
+	f.mu.Lock()
+	f.evicted = append(f.evicted, podKey(pod))
+	f.mu.Unlock()
+	done(f.refuse)
+}
+
+func (f *fakeWriter) deletePod(_ context.Context, pod *corev1.Pod, _ string) {
+	f.mu.Lock()
+	f.deleted = append(f.deleted, podKey(pod))
+	f.mu.Unlock()
+}
+
+// fakeStatus records what the loop says.
+type fakeStatus struct {
+	mu         sync.Mutex
+	events     []string                  // "Reason object: message"
+	conditions map[string]string         // pod -> "reason: message"
+	statuses   map[string]runtime.Object // key -> object
+}
+
+var _ statusSink = (*fakeStatus)(nil)
+
+func (s *fakeStatus) event(obj runtime.Object, _, reason, msg string) {
+	name := ""
+	if o, ok := obj.(metav1.Object); ok {
+		name = o.GetName()
+	}
+	s.mu.Lock()
+	s.events = append(s.events, fmt.Sprintf("%s %s: %s", reason, name, msg))
+	s.mu.Unlock()
+}
+
+func (s *fakeStatus) podCondition(pod *corev1.Pod, reason, msg string) {
+	s.mu.Lock()
+	if s.conditions == nil {
+		s.conditions = map[string]string{}
+	}
+	s.conditions[podKey(pod)] = reason + ": " + msg
+	s.mu.Unlock()
+}
+
+func (s *fakeStatus) updateStatus(key string, _ schema.GroupVersionResource, _ string, obj runtime.Object) {
+	s.mu.Lock()
+	if s.statuses == nil {
+		s.statuses = map[string]runtime.Object{}
+	}
+	s.statuses[key] = obj
+	s.mu.Unlock()
+}
+
+// loopFixture is a loop over a cache the test fills, writing to fakes.
+type loopFixture struct {
+	t      *testing.T
+	cache  *clusterCache
+	api    *fakeWriter
+	status *fakeStatus
+	loop   *loop
+	now    time.Time
+}
+
+func newLoopFixture(t *testing.T, cfg Config, nodes ...*corev1.Node) *loopFixture {
+	t.Helper()
+	cfg = cfg.Defaults()
+	f := &loopFixture{t: t, cache: newClusterCache(cfg.SchedulerName), api: &fakeWriter{}, status: &fakeStatus{}, now: time.Unix(1000, 0)}
+	for _, n := range nodes {
+		f.cache.upsertNode(n)
+	}
+	l, err := newLoop(cfg, logr.Discard(), f.cache, f.api, f.status, newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.loop = l
+	return f
+}
+
+// cycle runs one cycle at a time a second after the last.
+func (f *loopFixture) cycle() {
+	f.t.Helper()
+	f.now = f.now.Add(time.Second)
+	if err := f.loop.cycle(context.Background(), f.now); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func gpuNode(name string, gpus int) *corev1.Node {
+	return testNode(name, rl("nvidia.com/gpu", fmt.Sprint(gpus), "cpu", "64", "memory", "256Gi"), nil, nil)
+}
+
+func gangPod(name, group string, gpus int) *corev1.Pod {
+	p := testPod("ns", name, rl("nvidia.com/gpu", fmt.Sprint(gpus)))
+	p.Labels[v1alpha1.PodGroupLabel] = group
+	return p
+}
+
+func podGroup(name string, minMember int32) *v1alpha1.PodGroup {
+	return &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + metav1Name(name))},
+		Spec: v1alpha1.PodGroupSpec{MinMember: minMember}}
+}
+
+func metav1Name(s string) string { return strings.ReplaceAll(s, "/", "-") }
+
+func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+func TestLoopBindsGangsWholeOrNotAtAll(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8), gpuNode("b", 8))
+	f.cache.upsertPodGroup(podGroup("fits", 3))
+	f.cache.upsertPodGroup(podGroup("too-big", 4))
+	for i := range 3 {
+		f.cache.upsertPod(gangPod(fmt.Sprint("fits-", i), "fits", 4))
+	}
+	for i := range 4 {
+		f.cache.upsertPod(gangPod(fmt.Sprint("big-", i), "too-big", 8))
+	}
+	f.cycle()
+	rec := f.api.gangs["ns/fits"]
+	if len(rec) != 3 || len(f.api.binds) != 3 {
+		t.Fatalf("recorded %+v and bound %v, want the 3-pod gang recorded and bound", rec, f.api.binds)
+	}
+	for _, m := range rec {
+		if m.Node == "" || m.GPUs == "" {
+			t.Errorf("placement %+v lacks node or GPUs", m)
+		}
+	}
+	if _, ok := f.api.gangs["ns/too-big"]; ok {
+		t.Error("the gang that does not fit whole was recorded")
+	}
+	for _, b := range f.api.binds {
+		if strings.HasPrefix(b, "ns/big-") {
+			t.Errorf("a member of the gang that does not fit was bound: %s", b)
+		}
+	}
+	f.cache.mu.Lock()
+	assumed := len(f.cache.assumed)
+	f.cache.mu.Unlock()
+	if assumed != 3 {
+		t.Errorf("%d binds assumed, want 3 (the cache counts them until the informer shows them)", assumed)
+	}
+	// Node a is full and b has 4 GPUs left: none of the 8-GPU members fits.
+	if got := f.status.conditions["ns/big-0"]; !strings.Contains(got, "gang 0/4 placeable (0 already bound); 0/2 nodes available: 2 insufficient nvidia.com/gpu") {
+		t.Errorf("the waiting gang's pods say %q, want how much of the gang fits and why", got)
+	}
+	if _, ok := f.status.statuses["pg/ns/too-big"].(*v1alpha1.PodGroup); !ok {
+		t.Error("no PodGroup status written for the waiting gang")
+	}
+}
+
+func TestLoopRetriesAGangWhoseRecordFails(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	f.api.commitFail = fmt.Errorf("conflict")
+	f.cache.upsertPodGroup(podGroup("g", 2))
+	f.cache.upsertPod(gangPod("g-0", "g", 4))
+	f.cache.upsertPod(gangPod("g-1", "g", 4))
+	f.cycle()
+	if len(f.api.binds) != 0 {
+		t.Fatalf("bound %v though the placement was not recorded", f.api.binds)
+	}
+	if !slices.ContainsFunc(f.status.events, func(e string) bool { return strings.HasPrefix(e, "FailedCommit g:") }) {
+		t.Errorf("events %v, want FailedCommit on the PodGroup", f.status.events)
+	}
+	f.api.commitFail = nil
+	f.cycle()
+	if len(f.api.binds) != 2 {
+		t.Fatalf("bound %v after the record succeeded, want the whole gang", f.api.binds)
+	}
+}
+
+func TestLoopEvictsThenBindsThePreemptorWhereItWaited(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refused=%v", refuse), func(t *testing.T) {
+			f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+			f.api.refuse = refuse
+			low := int32(1)
+			for i, gpus := range []string{"0,1,2,3", "4,5,6,7"} {
+				p := testPod("ns", fmt.Sprint("low-", i), rl("nvidia.com/gpu", "4"))
+				p.Spec.NodeName, p.Spec.Priority = "a", &low
+				p.Annotations = map[string]string{GPUsAnnotation: gpus}
+				p.CreationTimestamp = metav1.Unix(int64(100+i), 0)
+				f.cache.upsertPod(p)
+			}
+			high := int32(100)
+			urgent := testPod("ns", "urgent", rl("nvidia.com/gpu", "4"))
+			urgent.Spec.Priority = &high
+			f.cache.upsertPod(urgent)
+			f.cycle()
+			if len(f.api.evicted) != 1 || f.api.evicted[0] != "ns/low-1" {
+				t.Fatalf("evicted %v, want the newest low-priority pod", f.api.evicted)
+			}
+			if len(f.api.binds) != 0 {
+				t.Fatalf("bound %v before the victim left", f.api.binds)
+			}
+			if refuse {
+				// A PodDisruptionBudget said no: that victim is left alone
+				// for the back-off, and the core picks another.
+				f.cycle()
+				if len(f.api.binds) != 0 || !slices.Equal(f.api.evicted, []string{"ns/low-1", "ns/low-0"}) {
+					t.Fatalf("after a refusal: bound %v, evicted %v; want the other pod asked next", f.api.binds, f.api.evicted)
+				}
+				return
+			}
+			// The victim goes; the preemptor binds where its room was held.
+			f.cache.deletePod(f.cache.pods["ns/low-1"].pod)
+			f.cycle()
+			if len(f.api.binds) != 1 || f.api.binds[0] != "ns/urgent a 4,5,6,7" {
+				t.Fatalf("bound %v, want urgent on the victim's GPUs", f.api.binds)
+			}
+		})
+	}
+}
+
+func TestLoopTearsDownOnlyItsOwnPartlyBoundGangs(t *testing.T) {
+	for _, ours := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bound-by-us=%v", ours), func(t *testing.T) {
+			f := newLoopFixture(t, Config{PartialGangGrace: time.Nanosecond}, gpuNode("a", 8))
+			f.cache.upsertPodGroup(podGroup("g", 3))
+			bound := gangPod("g-0", "g", 1)
+			bound.Spec.NodeName = "a"
+			if !ours {
+				bound.Spec.SchedulerName = corev1.DefaultSchedulerName
+			}
+			f.cache.upsertPod(bound)
+			f.cache.upsertPod(gangPod("g-1", "g", 8))
+			f.cache.upsertPod(gangPod("g-2", "g", 8))
+			f.cycle()
+			f.cycle()
+			if want := []string{"ns/g-0"}; ours != slices.Equal(f.api.deleted, want) || !ours && len(f.api.deleted) > 0 {
+				t.Fatalf("deleted %v; bound by us %v", f.api.deleted, ours)
+			}
+		})
+	}
+}
+
+func TestLoopReportsQueuesFromTheCore(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	one := resourceQuantity("4")
+	f.cache.upsertQueue(&v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		Spec: v1alpha1.QueueSpec{Resources: []v1alpha1.QueueResource{{Name: "nvidia.com/gpu", Guaranteed: &one, Weight: 1}}}})
+	p := testPod("ns", "run", rl("nvidia.com/gpu", "2"))
+	p.Labels[v1alpha1.QueueLabel] = "team"
+	p.Spec.NodeName = "a"
+	p.Annotations = map[string]string{GPUsAnnotation: "0,1"}
+	f.cache.upsertPod(p)
+	f.cycle()
+	q, ok := f.status.statuses["queue/team"].(*v1alpha1.Queue)
+	if !ok {
+		t.Fatalf("no status for queue team: %v", f.status.statuses)
+	}
+	usage := q.Status.Usage[ResourceGPU]
+	if usage.String() != "2" {
+		t.Errorf("queue usage %v, want 2 GPUs", q.Status.Usage)
+	}
+}
