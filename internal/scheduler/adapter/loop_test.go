@@ -156,13 +156,9 @@ func gangPod(name, group string, gpus int) *corev1.Pod {
 }
 
 func podGroup(name string, minMember int32) *v1alpha1.PodGroup {
-	return &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + metav1Name(name))},
+	return &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
 		Spec: v1alpha1.PodGroupSpec{MinMember: minMember}}
 }
-
-func metav1Name(s string) string { return strings.ReplaceAll(s, "/", "-") }
-
-func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
 
 func TestLoopBindsGangsWholeOrNotAtAll(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8), gpuNode("b", 8))
@@ -294,7 +290,7 @@ func TestLoopTearsDownOnlyItsOwnPartlyBoundGangs(t *testing.T) {
 
 func TestLoopReportsQueuesFromTheCore(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
-	one := resourceQuantity("4")
+	one := resource.MustParse("4")
 	f.cache.upsertQueue(&v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: "team"},
 		Spec: v1alpha1.QueueSpec{Resources: []v1alpha1.QueueResource{{Name: "nvidia.com/gpu", Guaranteed: &one, Weight: 1}}}})
 	p := testPod("ns", "run", rl("nvidia.com/gpu", "2"))

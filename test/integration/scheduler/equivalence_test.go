@@ -10,8 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -112,16 +110,7 @@ func schedule(t *testing.T, never bool) outcome {
 	q := "team-" + c.ns
 	c.queue(q, "", 0, 0)
 	if never {
-		u, err := c.dyn.Resource(v1alpha1.QueuesResource).Get(t.Context(), q, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := unstructured.SetNestedField(u.Object, string(v1alpha1.PreemptNever), "spec", "preemption"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.dyn.Resource(v1alpha1.QueuesResource).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		c.forbidPreemption(q)
 	}
 	classes := map[string]int32{}
 	for i := range 4 {

@@ -43,6 +43,21 @@ func (c *cluster) queue(name, parent string, guaranteed, limit int64) {
 	})
 }
 
+// forbidPreemption sets the queue's spec.preemption to Never.
+func (c *cluster) forbidPreemption(q string) {
+	c.t.Helper()
+	u, err := c.dyn.Resource(v1alpha1.QueuesResource).Get(c.t.Context(), q, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u.Object, string(v1alpha1.PreemptNever), "spec", "preemption"); err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.dyn.Resource(v1alpha1.QueuesResource).Update(c.t.Context(), u, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 func (c *cluster) queuePods(queue string, n int) {
 	c.t.Helper()
 	for i := range n {
@@ -183,16 +198,7 @@ func TestQueueWithPreemptionNeverDoesNotEvict(t *testing.T) {
 	c := newCluster(t, gpuNodes(1, "nopreempt")...)
 	q := "nopreempt-" + c.ns
 	c.queue(q, "", 0, 0)
-	u, err := c.dyn.Resource(v1alpha1.QueuesResource).Get(t.Context(), q, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unstructured.SetNestedField(u.Object, string(v1alpha1.PreemptNever), "spec", "preemption"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.dyn.Resource(v1alpha1.QueuesResource).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.forbidPreemption(q)
 	low, high := "np-low-"+c.ns, "np-high-"+c.ns
 	priorityClasses(t, map[string]int32{low: 100, high: 1000})
 	for i := range 8 {
