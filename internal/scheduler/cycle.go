@@ -23,6 +23,17 @@ type pending struct {
 	// forbidden is the eviction its queue's policy refused, where the group
 	// would have fit by it; "" otherwise.
 	forbidden string
+	// waiting counts the evicted pods the group waits for (it holds room,
+	// placed is set and nothing is bound); 0 when it does not wait.
+	waiting int
+}
+
+// taken is room the cycle holds for a waiting preemptor, given back to the
+// state when the cycle finishes.
+type taken struct {
+	node   int
+	req    model.Request
+	shares []model.GPUShare
 }
 
 // bound is the group and pod of one bind.
@@ -47,6 +58,8 @@ type cycle struct {
 	minPrio []int64
 	bound   []bound // per bind in d.Binds
 	budget  int     // evictions left; negative: unbounded
+	// held is the room taken for waiting preemptors (holds.go).
+	held []taken
 	// feasible and victimBuf are scratch space for evictions.
 	feasible  nodeFilter
 	victimBuf victimQueue
@@ -177,6 +190,9 @@ func (c *cycle) allocate() {
 		}
 		p := c.queues[best][next[best]]
 		next[best]++
+		if p.placed {
+			continue // bound or waiting from a hold (resumeHolds)
+		}
 		if !c.tree.Admits(p.q, p.admit) {
 			p.blocked = true
 			continue
@@ -267,6 +283,10 @@ func (c *cycle) backfill() {
 func (c *cycle) finish() {
 	for _, qs := range c.queues {
 		for _, p := range qs {
+			if p.waiting > 0 {
+				c.d.Unplaced = append(c.d.Unplaced, model.Unplaced{Group: p.g.Name, Code: model.UnplacedWaitingForVictims,
+					Reason: fmt.Sprintf("waiting for %d evicted pod(s) to exit", p.waiting)})
+			}
 			if !p.placed {
 				u := model.Unplaced{Group: p.g.Name, Code: model.UnplacedNoFit, Reason: "does not fit"}
 				switch {
@@ -287,6 +307,13 @@ func (c *cycle) finish() {
 	}
 	c.queueStatus()
 	s := c.s
+	// The room held for waiting preemptors is theirs for this cycle only:
+	// the next one takes it again from the holds, against the victims the
+	// snapshot then shows.
+	for _, t := range c.held {
+		s.st.Release(t.node, &t.req, t.shares)
+		s.touched = append(s.touched, t.node)
+	}
 	for _, e := range c.d.Evictions {
 		if ps := s.run.pods[e.Pod]; ps != nil {
 			s.touched = append(s.touched, ps.node)

@@ -8,6 +8,16 @@
 // A cycle runs these actions, each as statements over a checkpointed
 // placement.State so that what-if work is rolled back exactly:
 //
+//  0. holds: a group placed by evicting others waits for its victims to
+//     exit before it is bound (model.Hold): the decision where it goes is
+//     taken once, in the cycle that evicts, and carried in
+//     Snapshot.Holds/Decisions.Holds until it is bound. Each cycle first
+//     binds the holds whose victims are gone, exactly on their plan (when
+//     it still fits and the queue still admits the group), and keeps for
+//     those still waiting the room their victims have freed, counted in
+//     their queue's usage, out of reach of every later action. A hold past
+//     Snapshot.HoldTimeout, or whose plan no longer fits, ends and its
+//     group competes afresh in the same cycle.
 //  1. allocate: queues take turns, the branch of higher Queue.Priority
 //     first (priorities compare siblings, where two queues' paths part),
 //     then by weighted dominant share, the largest
@@ -41,8 +51,9 @@
 // placed it (and rolls that back), so that its Unplaced entry says so
 // (UnplacedPreemptionDisabled, UnplacedReclaimDisabled).
 //
-// What a cycle returns besides binds and evictions: every group left
-// pending, with a code and a reason; for those the driver marked
+// What a cycle returns besides binds, evictions and holds: every group left
+// pending, with a code and a reason (a held one as
+// UnplacedWaitingForVictims); for those the driver marked
 // PodGroup.Explain, which filter refused how many nodes (unschedulable,
 // selector or taints, cpu, memory, GPU) for its first pod and how many of
 // its pods fit at once; and every queue's usage, fair share and guarantee
@@ -56,7 +67,7 @@
 // room freed anywhere else is of no use to it. It takes victims one at a
 // time until the group fits, then gives back, from the most valuable
 // (highest priority, then oldest) to the cheapest, every victim without
-// which the group still fits (kube-scheduler's reprieve), and binds the
+// which the group still fits (kube-scheduler's reprieve), and holds the
 // group where it fits with exactly the evictions left. Evictions take whole
 // groups, at most 64 per placed group, and never exceed Snapshot.Budget.
 //

@@ -269,18 +269,24 @@ func (c *cycle) tryEvict(p *pending, m evictMode, forbidden bool) bool {
 		return false
 	}
 	pods = 0
+	var victimPods []string
 	for _, v := range evicted {
 		v.evicted = c.epoch
 		pods += len(v.members)
 		for _, ps := range v.byNodeAndName() {
 			a := ps.a
 			c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, For: p.g.Name, Reason: m.reason()})
+			victimPods = append(victimPods, a.Pod)
 		}
 	}
 	if c.budget > 0 {
 		c.budget -= pods
 	}
-	c.commit(p, binds)
+	if len(victimPods) == 0 {
+		c.commit(p, binds) // the reprieve spared every victim
+		return true
+	}
+	c.startHold(p, binds, victimPods)
 	return true
 }
 

@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -18,12 +19,13 @@ func poolNode(name string, gpus int) model.Node {
 
 func inPool(req model.Request) model.Request { return schedtest.Confined(req, "pool", "batch") }
 
-// groupsOf returns the sorted distinct groups of evictions and binds.
+// groupsOf returns the sorted distinct groups of evictions and of
+// placements, bound or held for their victims.
 func groupsOf(d model.Decisions) (evicted, bound []string) {
 	for _, e := range d.Evictions {
 		evicted = append(evicted, e.Group)
 	}
-	for _, b := range d.Binds {
+	for _, b := range schedtest.Planned(&d) {
 		bound = append(bound, b.Group)
 	}
 	slices.Sort(evicted)
@@ -71,7 +73,7 @@ func runEvictionCase(t *testing.T, tc evictionCase) model.Decisions {
 				t.Fatalf("evicted %s on %s, want only %s", e.Pod, e.Node, tc.wantNode)
 			}
 		}
-		for _, b := range d.Binds {
+		for _, b := range schedtest.Planned(&d) {
 			if b.Node != tc.wantNode {
 				t.Fatalf("bound %s on %s, want only %s", b.Pod, b.Node, tc.wantNode)
 			}
@@ -83,6 +85,15 @@ func runEvictionCase(t *testing.T, tc evictionCase) model.Decisions {
 	}
 	if len(again.Evictions) != 0 {
 		t.Fatalf("the next cycle evicts again: %+v", again.Evictions)
+	}
+	// The victims are gone (the harness carries evictions out at once):
+	// the next cycle binds every held plan as it was made.
+	var held []model.Bind
+	for _, hd := range d.Holds {
+		held = append(held, hd.Plan...)
+	}
+	if len(held) > 0 && (len(again.Holds) != 0 || !reflect.DeepEqual(again.Binds[:min(len(held), len(again.Binds))], held)) {
+		t.Fatalf("the next cycle binds %+v and holds %+v, want the held plans %+v", again.Binds, again.Holds, held)
 	}
 	return d
 }
@@ -240,8 +251,8 @@ func TestGuaranteeReclaim(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := runEvictionCase(t, tc.evictionCase)
-			if len(d.Evictions) != tc.wantPods || len(d.Binds) != tc.wantPods {
-				t.Fatalf("%d evictions and %d binds, want %d of each", len(d.Evictions), len(d.Binds), tc.wantPods)
+			if planned := schedtest.Planned(&d); len(d.Evictions) != tc.wantPods || len(planned) != tc.wantPods {
+				t.Fatalf("%d evictions and %d placements, want %d of each", len(d.Evictions), len(planned), tc.wantPods)
 			}
 			for _, e := range d.Evictions {
 				if e.Reason != "reclaim" || e.For != "a1" {

@@ -183,11 +183,18 @@ func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 		}
 		return false
 	}
+	holds := map[string]model.Hold{}
+	for _, h := range d.Holds {
+		if g := groups[h.Group]; g == nil || len(h.Plan) < g.Min() || count[h.Group] > 0 {
+			t.Fatalf("hold %+v: a plan of at least the gang's size for a pending group not bound", h)
+		}
+		holds[h.Group] = h
+	}
 	evicted := map[string]bool{}
 	for _, e := range d.Evictions {
 		g := groups[e.For]
-		if g == nil || count[e.For] == 0 {
-			t.Fatalf("eviction of %s for %s, which was not placed", e.Pod, e.For)
+		if _, held := holds[e.For]; g == nil || !held {
+			t.Fatalf("eviction of %s for %s, which does not wait for it", e.Pod, e.For)
 		}
 		if e.Reason == "preempt" && (prio[e.Pod] >= g.Priority || queueOf[e.Pod] != g.Queue) {
 			t.Fatalf("preempted %s (priority %d, queue %q) for %s (priority %d, queue %q)", e.Pod, prio[e.Pod], queueOf[e.Pod], g.Name, g.Priority, g.Queue)
@@ -218,6 +225,24 @@ func TestPropertyInvariantsAndFixedPoint(t *testing.T) {
 			}
 			checkDecisions(t, &before, d)
 			checkInvariants(t, &h.Snap)
+			// The victims left at once: every hold of the cycle before
+			// is bound now, where its plan said.
+			for _, hd := range before.Holds {
+				got := 0
+				for _, b := range d.Binds {
+					if b.Group == hd.Group {
+						if !slices.ContainsFunc(hd.Plan, func(p model.Bind) bool {
+							return p.Pod == b.Pod && p.Node == b.Node && reflect.DeepEqual(p.GPUs, b.GPUs)
+						}) {
+							t.Fatalf("held group %s bound %s on %s %+v, off its plan %+v", hd.Group, b.Pod, b.Node, b.GPUs, hd.Plan)
+						}
+						got++
+					}
+				}
+				if got != len(hd.Plan) {
+					t.Fatalf("held group %s bound %d of its plan's %d pods", hd.Group, got, len(hd.Plan))
+				}
+			}
 			return d
 		}
 		step()
@@ -226,7 +251,7 @@ func TestPropertyInvariantsAndFixedPoint(t *testing.T) {
 		// and no binds, within a bound on the number of cycles.
 		for i := 0; ; i++ {
 			d := step()
-			if len(d.Evictions) == 0 && len(d.Binds) == 0 {
+			if len(d.Evictions) == 0 && len(d.Binds) == 0 && len(d.Holds) == 0 {
 				break
 			}
 			if i > 60 {

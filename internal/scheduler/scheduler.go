@@ -89,23 +89,27 @@ func (s *Scheduler) Cycle(snap *model.Snapshot) (model.Decisions, error) {
 		return d, err
 	}
 	t.phase("queues")
-	// 3. Allocate: place whole groups queue by queue, fairest first.
+	// 3. Holds: bind the preemptors whose victims are gone, keep the room
+	//    of those still waiting.
+	c.resumeHolds()
+	t.phase("holds")
+	// 4. Allocate: place whole groups queue by queue, fairest first.
 	c.allocate()
 	t.phase("allocate")
-	// 4. Backfill: fill holes without taking a blocked head's reservation.
+	// 5. Backfill: fill holes without taking a blocked head's reservation.
 	c.backfill()
 	t.phase("backfill")
-	// 5. Preempt: within a queue, by strictly higher priority.
+	// 6. Preempt: within a queue, by strictly higher priority.
 	c.evictFor(false)
 	t.phase("preempt")
-	// 6. Reclaim: across queues, up to the reclaimer's fair share, else
+	// 7. Reclaim: across queues, up to the reclaimer's fair share, else
 	//    within its GPU guarantee.
 	c.evictFor(true)
 	t.phase("reclaim")
-	// 7. Record what stays pending and keep the plan in our state.
+	// 8. Record what stays pending and keep the plan in our state.
 	c.finish()
 	t.phase("finish")
-	s.log.Debug("scheduling cycle", "binds", len(d.Binds), "evictions", len(d.Evictions), "unplaced", len(d.Unplaced))
+	s.log.Debug("scheduling cycle", "binds", len(d.Binds), "evictions", len(d.Evictions), "holds", len(d.Holds), "unplaced", len(d.Unplaced))
 	return d, nil
 }
 

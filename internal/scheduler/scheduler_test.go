@@ -131,15 +131,19 @@ func TestCycleScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(d.Binds) != tc.wantBinds || len(d.Evictions) != tc.wantEvictions {
-				t.Fatalf("binds %d evictions %d (%+v), want %d and %d", len(d.Binds), len(d.Evictions), d.Evictions, tc.wantBinds, tc.wantEvictions)
+			planned := schedtest.Planned(&d)
+			if len(planned) != tc.wantBinds || len(d.Evictions) != tc.wantEvictions {
+				t.Fatalf("placements %d evictions %d (%+v), want %d and %d", len(planned), len(d.Evictions), d.Evictions, tc.wantBinds, tc.wantEvictions)
+			}
+			if (len(d.Holds) > 0) != (len(d.Evictions) > 0) {
+				t.Fatalf("holds %+v with evictions %+v: a group that evicts waits for its victims, and only such a group", d.Holds, d.Evictions)
 			}
 			for _, e := range d.Evictions {
 				if e.Reason != tc.wantReason {
 					t.Fatalf("eviction reason %q, want %q", e.Reason, tc.wantReason)
 				}
 			}
-			for _, b := range d.Binds {
+			for _, b := range planned {
 				if b.Node == "" || len(b.GPUs) == 0 {
 					t.Fatalf("bind %+v lacks a node or GPUs", b)
 				}

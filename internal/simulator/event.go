@@ -195,6 +195,11 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 				nextT = min(nextT, p.end)
 			}
 		}
+		if len(snap.Holds) > 0 {
+			// Preemptors wait for their victims, which have exited: the
+			// next cycle binds them.
+			nextT = min(nextT, now+interval)
+		}
 		if nextT == math.MaxInt64 {
 			break
 		}

@@ -278,8 +278,10 @@ func TestRunEvent(t *testing.T) {
 	if a.Started != 4 || a.Completed != 4 || r.FailedPods != 1 {
 		t.Fatalf("queue a %+v, failed %d; want the gang done and the 16-GPU pod never run", a, r.FailedPods)
 	}
-	if a.WaitP50 != 0 || a.JCTP50 != 50 {
-		t.Fatalf("queue a wait p50 %g jct p50 %g, want 0 and 50", a.WaitP50, a.JCTP50)
+	// The gang waits one cycle (10 s) for its victims to exit, then runs
+	// its 50 s.
+	if a.WaitP50 != 10 || a.JCTP50 != 60 {
+		t.Fatalf("queue a wait p50 %g jct p50 %g, want 10 and 60", a.WaitP50, a.JCTP50)
 	}
 	if b.Completed != 8 || b.JCTP90 <= 1000 {
 		t.Fatalf("queue b %+v: want all 8 done, the evicted ones late", b)

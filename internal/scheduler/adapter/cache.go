@@ -89,10 +89,6 @@ type clusterCache struct {
 	assumed map[string]assumption
 	// refused holds pods whose eviction was refused, until when.
 	refused map[string]time.Time
-	// waiting maps a preemptor group to the victims it waits for, and
-	// reserved holds, by node, what its plan takes meanwhile (preempt.go).
-	waiting  map[string]*victimWait
-	reserved map[string][]reservation
 
 	// members indexes the pods a cycle groups, by core group name: every
 	// pod of a PodGroup (ours, or bound by anyone) and our lone pods that
@@ -114,7 +110,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		nodes:         map[string]*nodeInfo{}, replicas: 1, badNodes: map[string]nodeProblem{}, nodeWarnings: map[string]nodeProblem{},
 		pods: map[string]*podInfo{}, queues: map[string]*v1alpha1.Queue{}, podGroups: map[string]*v1alpha1.PodGroup{},
 		nsQueue: map[string]string{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
-		assumed: map[string]assumption{}, refused: map[string]time.Time{}, waiting: map[string]*victimWait{}, reserved: map[string][]reservation{},
+		assumed: map[string]assumption{}, refused: map[string]time.Time{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 	}
 }
@@ -329,7 +325,6 @@ func (c *clusterCache) grouped(pi *podInfo) bool {
 // index adds pi to the group and node indexes, unindex takes it out; every
 // change to a pod or its assumption goes unindex, change, index.
 func (c *clusterCache) index(pi *podInfo) {
-	c.markReserved(pi.key)
 	if c.grouped(pi) {
 		m := c.members[pi.group]
 		if m == nil {
@@ -349,21 +344,7 @@ func (c *clusterCache) index(pi *podInfo) {
 	}
 }
 
-// markReserved marks dirty the nodes where a waiting preemptor's plan
-// reserves room for pod: whether the reservation holds depends on the pod
-// being there and unplaced (nodeAllocations).
-func (c *clusterCache) markReserved(pod string) {
-	for _, w := range c.waiting {
-		for _, b := range w.plan {
-			if b.Pod == pod {
-				c.dirty[b.Node] = true
-			}
-		}
-	}
-}
-
 func (c *clusterCache) unindex(pi *podInfo) {
-	c.markReserved(pi.key)
 	if m := c.members[pi.group]; m != nil {
 		delete(m, pi.key)
 		if len(m) == 0 {

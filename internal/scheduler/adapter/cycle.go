@@ -32,6 +32,8 @@ type loop struct {
 	queuesAt time.Time
 	// nodeReported is what reportNodes last said of each node.
 	nodeReported map[string]string
+	// holds are the core's waiting preemptors, for the next snapshot.
+	holds holdBook
 }
 
 func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink, m *metrics) (*loop, error) {
@@ -86,12 +88,11 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 		l.started = true
 		l.resumeCommitted()
 	}
-	l.expireWaits(now)
 	in := l.build.build(l.cache, now)
 	l.cache.mu.Unlock()
+	in.snap.Holds, in.snap.HoldTimeout = l.holds.get(), maxPreemptionWait.Milliseconds()
 	l.metrics.phase("snapshot", time.Since(now))
 	l.finishResumed(ctx, in)
-	ready := l.finishWaits(ctx, in)
 
 	// 2. Core: decisions from the snapshot alone, with the reasons of
 	//    the waiting groups it is asked to explain.
@@ -108,18 +109,16 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 		l.metrics.phase(t.Phase, time.Duration(t.Nanos))
 	}
 
-	// 3. Evictions first; a group that needed them waits for its victims
-	//    instead of binding now.
+	// 3. Evictions; the groups they are for wait for their victims (the
+	//    core's holds) and are bound by a later cycle.
 	t := time.Now()
-	blocked := l.evict(ctx, in, &d, now)
+	l.holds.set(d.Holds)
+	l.evict(ctx, &d)
 	l.metrics.phase("evict", time.Since(t))
 
 	// 4. Binds, whole groups at a time, concurrently.
 	t = time.Now()
-	placed := l.bind(ctx, in, d.Binds, blocked)
-	for g := range ready {
-		placed[g] = true
-	}
+	placed := l.bind(ctx, in, d.Binds)
 	l.metrics.phase("bind-dispatch", time.Since(t))
 
 	// 5. Gangs left partly bound are completed by the binds above or torn
@@ -128,7 +127,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 
 	// 6. Why-waiting, PodGroup and Queue status (rate-limited writes).
 	t = time.Now()
-	l.report(in, &d, placed, blocked)
+	l.report(in, &d, placed)
 	l.metrics.phase("status", time.Since(t))
 	l.metrics.cycle(in, &d)
 	l.log.V(2).Info("cycle", "nodes", len(in.snap.Nodes), "pending", len(in.snap.Pending), "binds", len(d.Binds),

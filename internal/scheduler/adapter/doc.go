@@ -6,7 +6,12 @@
 // the pods/binding subresource (a gang's pods only once the whole gang has a
 // placement), evictions through the Eviction API so PodDisruptionBudgets
 // hold, pod conditions and events that say why a pod waits, and PodGroup and
-// Queue status. Run adds leader election on a Lease, /metrics, /healthz and
+// Queue status. A group placed by evictions is the core's hold
+// (model.Hold): the adapter keeps the holds the last cycle returned and
+// passes them back in the next snapshot, with a one-minute HoldTimeout,
+// and ends one itself only when the API server refuses one of its
+// evictions (a PodDisruptionBudget); when and where the group binds is the
+// core's decision. Run adds leader election on a Lease, /metrics, /healthz and
 // /readyz, and the start-up reconcile that leaves no gang half-bound.
 //
 // What it says of waiting groups and queues it renders from the core's

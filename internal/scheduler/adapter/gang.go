@@ -13,16 +13,15 @@ import (
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
-// bind sends the binds of every group not blocked on evictions and returns
-// the groups it placed. The members of a PodGroup are bound only after the
+// bind sends the cycle's binds and returns the groups it placed. The members of a PodGroup are bound only after the
 // gang's whole placement is committed to the PodGroup's status.
-func (l *loop) bind(ctx context.Context, in *cycleInput, binds []model.Bind, blocked map[string]bool) map[string]bool {
+func (l *loop) bind(ctx context.Context, in *cycleInput, binds []model.Bind) map[string]bool {
 	placed := map[string]bool{}
 	byGroup := map[string][]bindTask{}
 	var order []string
 	for _, b := range binds {
 		g := in.groups[b.Group]
-		if blocked[b.Group] || g == nil {
+		if g == nil {
 			continue
 		}
 		pi := g.pendingPod(b.Pod)

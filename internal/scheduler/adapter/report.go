@@ -27,7 +27,7 @@ type diagnosis struct {
 }
 
 // report explains waiting pods and writes PodGroup and Queue status.
-func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[string]bool) {
+func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool) {
 	if l.diag == nil {
 		l.diag = map[string]diagnosis{}
 	}
@@ -53,11 +53,12 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed, blocked map[st
 	}
 	for _, u := range d.Unplaced {
 		g := in.groups[u.Group]
-		if g == nil || placed[u.Group] || blocked[u.Group] {
+		if g == nil || placed[u.Group] {
 			continue
 		}
-		if u.Code == model.UnplacedPreemptionDisabled || u.Code == model.UnplacedReclaimDisabled {
-			// The core's own words: the queue's policy kept it waiting.
+		if u.Code == model.UnplacedPreemptionDisabled || u.Code == model.UnplacedReclaimDisabled || u.Code == model.UnplacedWaitingForVictims {
+			// The core's own words: the queue's policy, or the pods
+			// evicted for it, keep it waiting.
 			msgs[u.Group] = u.Reason
 			for _, pi := range g.pending {
 				l.status.podCondition(pi.pod, u.Code, u.Reason)

@@ -235,15 +235,11 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 	// 2. Running allocations, recomputed for the nodes whose pods changed.
 	in.snap.RunningByNode = b.runningAllocations(c, now)
 
-	// 3. Pending groups; held groups stay out. The core orders them
+	// 3. Pending groups; groups held back for what they say stay out. The core orders them
 	//    itself (priority, age, name), so map order is fine here.
 	used := map[string]bool{}
 	for name, g := range in.groups {
 		if len(g.pending) == 0 {
-			continue
-		}
-		if w := c.waiting[name]; w != nil {
-			g.held = badInput("WaitingForPreemption", "waiting for %d preempted pod(s) to exit", len(w.victims))
 			continue
 		}
 		if g.held != nil {
@@ -460,8 +456,8 @@ func (b *builder) runningAllocations(c *clusterCache, now time.Time) [][]model.A
 // free GPUs; a pod that would over-allocate the node is left out with a log
 // line (the core refuses over-allocated snapshots). Caller holds c.mu.
 func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) []model.Allocation {
-	pods, held := c.onNode[ni.node.Name], c.reserved[ni.node.Name]
-	if len(pods) == 0 && len(held) == 0 {
+	pods := c.onNode[ni.node.Name]
+	if len(pods) == 0 {
 		return nil
 	}
 	m := &ni.m
@@ -491,11 +487,8 @@ func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) 
 		pi     *podInfo
 		shares []model.GPUShare
 		known  bool
-		// reserved: a waiting preemptor's plan, held after every pod
-		// that runs (its victims among them) has its place.
-		reserved bool
 	}
-	entries := make([]entry, 0, len(pods)+len(held))
+	entries := make([]entry, 0, len(pods))
 	for _, pi := range pods {
 		e := entry{pi: pi}
 		if a, ok := c.assumed[pi.key]; ok && !pi.bound() {
@@ -508,34 +501,16 @@ func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) 
 		e.known = e.known || !pi.req.UsesGPU()
 		entries = append(entries, e)
 	}
-	for _, r := range held {
-		if pi := c.pods[r.pod]; pi != nil && c.nodeOf(pi) == "" && !pi.terminal() {
-			entries = append(entries, entry{pi: pi, shares: r.shares, known: true, reserved: true})
-		}
-	}
-	// Known shares first, then the rest on the lowest free GPUs, then the
-	// reservations; by key within each, so that the same pods always give
-	// the same result.
+	// Known shares first, then the rest on the lowest free GPUs; by key
+	// within each, so that the same pods always give the same result.
 	slices.SortFunc(entries, func(x, y entry) int {
-		if x.reserved != y.reserved {
-			if y.reserved {
-				return -1
-			}
-			return 1
-		}
 		if x.known != y.known {
 			if x.known {
 				return -1
 			}
 			return 1
 		}
-		if c := cmp.Compare(x.pi.key, y.pi.key); c != 0 {
-			return c
-		}
-		// One pod in two waiting plans (its group changed between them):
-		// order by the GPUs held, not by the plans' order, which a
-		// rebuilt cache does not keep.
-		return slices.CompareFunc(x.shares, y.shares, func(a, b model.GPUShare) int { return cmp.Compare(a.Index, b.Index) })
+		return cmp.Compare(x.pi.key, y.pi.key)
 	})
 	out := make([]model.Allocation, 0, len(entries))
 	for _, e := range entries {
@@ -548,7 +523,7 @@ func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) 
 			continue
 		}
 		p := e.pi.pod
-		nonPreemptible := e.reserved || p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
+		nonPreemptible := p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
 			c.refused[e.pi.key].After(now) || c.protectedByPDB(p)
 		out = append(out, model.Allocation{
 			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,

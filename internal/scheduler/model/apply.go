@@ -7,7 +7,9 @@ package model
 // Running. What a group still needs follows one rule, PodGroup.Min: each
 // pending group's Placed is set to its members in Running after d.
 //
-// Pending groups keep their order; a group that only evicted pods make
+// The cycle's holds become the snapshot's: a preemptor waits for its
+// victims, which leave Running here at once, and is bound by the next
+// cycle. Pending groups keep their order; a group that only evicted pods make
 // pending again comes after them, in the order of its first eviction, with
 // its declared gang size from the allocations and its first start as its
 // age. Only snap.Running is read and written: a driver that hands the
@@ -73,4 +75,5 @@ func Apply(snap *Snapshot, d *Decisions, now int64) {
 		pending[i].Placed = members[pending[i].Name]
 	}
 	snap.Running, snap.Pending = keep, pending
+	snap.Holds = d.Holds
 }

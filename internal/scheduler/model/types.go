@@ -275,8 +275,29 @@ type Snapshot struct {
 	Pending       []PodGroup       `json:"pending,omitempty"`
 	Queues        []Queue          `json:"queues,omitempty"`
 	Budget        DisruptionBudget `json:"budget"`
+	// Holds are the preemptors waiting for their victims to exit, as the
+	// last cycle returned them (Decisions.Holds); a driver passes them back
+	// unchanged, or leaves one out to end it (an eviction was refused).
+	Holds []Hold `json:"holds,omitempty"`
+	// HoldTimeout is how long, in Now's unit, a hold waits for its
+	// victims before its group competes afresh; 0 means no limit.
+	HoldTimeout int64 `json:"holdTimeout,omitempty"`
 	// Now is the snapshot time in the same unit as CreatedAt.
 	Now int64 `json:"now,omitempty"`
+}
+
+// Hold is a group whose placement needed evictions, waiting for the
+// evicted pods to exit: where the core placed it (Plan), the victims that
+// still run and when the wait began (Since, in Snapshot.Now's unit). While
+// it waits the core keeps the room the victims free for it, out of reach of
+// every other group; once they are gone it binds the plan first in the
+// cycle, and a plan that no longer fits, or a wait past
+// Snapshot.HoldTimeout, sends the group back to compete afresh.
+type Hold struct {
+	Group   string   `json:"group"`
+	Plan    []Bind   `json:"plan"`
+	Victims []string `json:"victims"`
+	Since   int64    `json:"since"`
 }
 
 // AllRunning yields every running allocation, from Running or
@@ -330,6 +351,9 @@ const (
 	// UnplacedReclaimDisabled: the group would fit by reclaiming from
 	// queues that borrowed, which its queue forbids.
 	UnplacedReclaimDisabled = "ReclaimDisabled"
+	// UnplacedWaitingForVictims: the group is placed once the pods
+	// evicted for it exit (Decisions.Holds).
+	UnplacedWaitingForVictims = "WaitingForPreemption"
 )
 
 // Unplaced records a pending group the cycle could not place: Code says
@@ -370,12 +394,17 @@ type PhaseTiming struct {
 	Nanos int64  `json:"nanos"`
 }
 
-// Decisions is what a cycle returns. Binds of one group are adjacent;
-// evictions must complete before the binds that needed them.
+// Decisions is what a cycle returns. Binds of one group are adjacent. A
+// group whose placement needs evictions is not bound in the cycle that
+// evicts for it: it comes out as a hold, bound by a later cycle once its
+// victims are gone.
 type Decisions struct {
 	Binds     []Bind     `json:"binds,omitempty"`
 	Evictions []Eviction `json:"evictions,omitempty"`
-	Unplaced  []Unplaced `json:"unplaced,omitempty"`
+	// Holds are the preemptors still waiting for their victims, new and
+	// old: the next snapshot's Holds.
+	Holds    []Hold     `json:"holds,omitempty"`
+	Unplaced []Unplaced `json:"unplaced,omitempty"`
 	// Queues is every queue's status after the cycle.
 	Queues  []QueueStatus `json:"queues,omitempty"`
 	Timings []PhaseTiming `json:"timings,omitempty"`

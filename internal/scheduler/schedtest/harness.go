@@ -137,3 +137,13 @@ func (h *Harness) Cycle() (model.Decisions, error) {
 	model.Apply(&h.Snap, &d, h.now)
 	return d, nil
 }
+
+// Planned returns every placement d decided: its binds, then the plans of
+// the groups it holds for their victims (bound by a later cycle).
+func Planned(d *model.Decisions) []model.Bind {
+	out := append([]model.Bind(nil), d.Binds...)
+	for _, h := range d.Holds {
+		out = append(out, h.Plan...)
+	}
+	return out
+}
