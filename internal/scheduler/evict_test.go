@@ -323,3 +323,58 @@ func TestQueuePolicyForbidsEvictions(t *testing.T) {
 		})
 	}
 }
+
+// TestVictimOrderFollowsAGroupBetweenQueues: a running group whose queue
+// changes (its members relabelled) and changes back is listed once among
+// its queue's victims, however many queues sorted it in between; each of
+// its pods is evicted once.
+func TestVictimOrderFollowsAGroupBetweenQueues(t *testing.T) {
+	s, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name, group, queue string, cpu int64) model.Allocation {
+		return model.Allocation{Pod: name, Group: group, Queue: queue, Node: "n", Request: model.Request{MilliCPU: cpu}}
+	}
+	other := pod("other", "other", "a", 4000)
+	other.NonPreemptible = true
+	h := pod("h0", "h", "a", 2000)
+	h.Priority = 1
+	snap := model.Snapshot{
+		Nodes:   []model.Node{schedtest.Node("n", 10000, 1<<20).Obj()},
+		// a's weight keeps b from reclaiming from it, which would read
+		// (and tidy) a's victims in the second cycle.
+		Queues:  []model.Queue{{Name: "a", Weight: 10}, {Name: "b"}},
+		Running: []model.Allocation{other, pod("p0", "g", "a", 2000), pod("p1", "g", "a", 2000), h},
+		Budget:  model.DisruptionBudget{MaxEvictions: -1},
+	}
+	cycle := func(pending model.PodGroup) model.Decisions {
+		t.Helper()
+		snap.Pending = []model.PodGroup{pending}
+		d, err := s.Cycle(&snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// Each queue's victims are looked at by a group that would not fit
+	// even by evicting g.
+	if d := cycle(schedtest.Group("big-a").Queue("a").Priority(5).Pods(1, model.Request{MilliCPU: 7000}).Obj()); len(d.Evictions) != 0 {
+		t.Fatalf("evictions %+v, want none: big-a does not fit by evicting g", d.Evictions)
+	}
+	snap.Running[1].Queue = "b"
+	if d := cycle(schedtest.Group("big-b").Queue("b").Priority(5).Pods(1, model.Request{MilliCPU: 7000}).Obj()); len(d.Evictions) != 0 {
+		t.Fatalf("evictions %+v, want none: big-b does not fit by evicting g", d.Evictions)
+	}
+	snap.Running[1].Queue = "a"
+	// fits-a needs g's room and h's.
+	d := cycle(schedtest.Group("fits-a").Queue("a").Priority(5).Pods(1, model.Request{MilliCPU: 6000}).Obj())
+	var evicted []string
+	for _, e := range d.Evictions {
+		evicted = append(evicted, e.Pod)
+	}
+	slices.Sort(evicted)
+	if !slices.Equal(evicted, []string{"h0", "p0", "p1"}) {
+		t.Fatalf("evicted %v, want h0, p0 and p1 once each", evicted)
+	}
+}

@@ -259,11 +259,17 @@ func (e *queueEntry) cheapestFirst() []*runningGroup {
 	if !e.orderStale {
 		return e.order
 	}
+	// A group keeps its place only while it is indexed here and e is
+	// where it was last sorted: one that another queue's order took up
+	// meanwhile (its queue changed and changed back) comes in again below,
+	// once.
 	order := e.order[:0]
 	for _, g := range e.order {
-		if g.queue == e {
+		switch {
+		case g.sortedIn != e:
+		case g.queue == e:
 			order = append(order, g)
-		} else if g.sortedIn == e {
+		default:
 			g.sortedIn = nil
 		}
 	}
