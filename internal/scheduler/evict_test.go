@@ -341,7 +341,7 @@ func TestVictimOrderFollowsAGroupBetweenQueues(t *testing.T) {
 	h := pod("h0", "h", "a", 2000)
 	h.Priority = 1
 	snap := model.Snapshot{
-		Nodes:   []model.Node{schedtest.Node("n", 10000, 1<<20).Obj()},
+		Nodes: []model.Node{schedtest.Node("n", 10000, 1<<20).Obj()},
 		// a's weight keeps b from reclaiming from it, which would read
 		// (and tidy) a's victims in the second cycle.
 		Queues:  []model.Queue{{Name: "a", Weight: 10}, {Name: "b"}},

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -47,19 +50,26 @@ pods:
 // TestSimulatorAndSchedulerDecideAlike drives gpuplane simulate's event
 // mode and gpuplane-scheduler on a real API server from one scenario, with
 // the queue's preemption policy both ways, and compares what they decided:
-// the same pods on the same nodes and GPUs, the same victims, or none.
+// the same pods on the same nodes and GPUs, the same victims, or none. In
+// the "slow-victim" run the evicted pod takes its time to exit (a finalizer
+// holds it): the preemptor waits, unbound, with the core's
+// WaitingForPreemption reason, and binds where the simulator put it once
+// the victim is gone.
 func TestSimulatorAndSchedulerDecideAlike(t *testing.T) {
-	for _, never := range []bool{false, true} {
-		t.Run(fmt.Sprintf("preemption-never=%v", never), func(t *testing.T) {
-			sim := simulate(t, never)
-			k8s := schedule(t, never)
+	for _, tc := range []struct {
+		name        string
+		never, slow bool
+	}{{name: "preemption-allowed"}, {name: "preemption-never", never: true}, {name: "slow-victim", slow: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := simulate(t, tc.never)
+			k8s := schedule(t, tc.never, tc.slow)
 			if !maps.Equal(sim.placed, k8s.placed) || !slices.Equal(sim.evicted, k8s.evicted) {
 				t.Fatalf("the simulator and the scheduler disagree:\nsimulator: %v, evicted %v\nscheduler: %v, evicted %v", sim.placed, sim.evicted, k8s.placed, k8s.evicted)
 			}
-			if !never && len(sim.evicted) != 1 {
+			if !tc.never && len(sim.evicted) != 1 {
 				t.Errorf("evicted %v, want one pod to make room for urgent", sim.evicted)
 			}
-			if never && len(sim.evicted) != 0 {
+			if tc.never && len(sim.evicted) != 0 {
 				t.Errorf("evicted %v though the queue forbids preemption", sim.evicted)
 			}
 		})
@@ -103,7 +113,10 @@ func gpusOf(shares []model.GPUShare) string {
 	return strings.Join(parts, ",")
 }
 
-func schedule(t *testing.T, never bool) outcome {
+// holdFinalizer keeps an evicted pod terminating until the test lets it go.
+const holdFinalizer = "test.gpuplane.io/hold"
+
+func schedule(t *testing.T, never, slow bool) outcome {
 	prefix := fmt.Sprintf("eq%d", nodeSeq.Add(1))
 	nodes := []*framework.NodeBuilder{framework.GPUNode(prefix + "-0").GPUs(8), framework.GPUNode(prefix + "-1").GPUs(8)}
 	c := newCluster(t, nodes...)
@@ -122,6 +135,10 @@ func schedule(t *testing.T, never bool) outcome {
 	for i := range 4 {
 		p := c.pod(fmt.Sprintf("fill-%d", i)).GPUs(4).Label(v1alpha1.QueueLabel, q).Label("wave", "fill").Obj()
 		p.Spec.PriorityClassName = fmt.Sprintf("eq-%s-%d", c.ns, i)
+		if slow {
+			p.Finalizers = []string{holdFinalizer}
+			t.Cleanup(func() { releaseFinalizer(c, p.Name) })
+		}
 		c.createPod(p)
 		// One at a time, as the simulator's trace has them in order.
 		c.waitBound("wave=fill", i+1, 30*time.Second)
@@ -129,9 +146,27 @@ func schedule(t *testing.T, never bool) outcome {
 	p := c.pod("urgent").GPUs(4).Label(v1alpha1.QueueLabel, q).Obj()
 	p.Spec.PriorityClassName = "eq-" + c.ns + "-urgent"
 	c.createPod(p)
-	if never {
+	switch {
+	case never:
 		c.waitCondition("urgent", model.UnplacedPreemptionDisabled, "spec.preemption: Never", 30*time.Second)
-	} else {
+	case slow:
+		c.waitCondition("urgent", model.UnplacedWaitingForVictims, "evicted", 30*time.Second)
+		ps, err := c.pods(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var victim string
+		for name, p := range ps {
+			if p.DeletionTimestamp != nil {
+				victim = name
+			}
+		}
+		if victim == "" || ps["urgent"].Spec.NodeName != "" {
+			t.Fatalf("victim %q, urgent on %q: want urgent waiting for a terminating victim", victim, ps["urgent"].Spec.NodeName)
+		}
+		releaseFinalizer(c, victim)
+		c.waitBound("", 4, 60*time.Second)
+	default:
 		c.waitBound("", 4, 60*time.Second)
 	}
 	out := outcome{placed: map[string]string{}}
@@ -160,4 +195,14 @@ func schedule(t *testing.T, never bool) outcome {
 		return len(out.placed) == 4 && len(out.evicted) == 1, fmt.Errorf("%d placed, evicted %v", len(out.placed), out.evicted)
 	})
 	return out
+}
+
+// releaseFinalizer lets a pod held by holdFinalizer go.
+func releaseFinalizer(c *cluster, name string) {
+	c.t.Helper()
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	_, err := env.Client.CoreV1().Pods(c.ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		c.t.Errorf("releasing pod %s: %v", name, err)
+	}
 }
