@@ -159,19 +159,6 @@ func sameSlice[T any](a, b []T) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-// capacityOf sums the cluster's resources.
-func capacityOf(nodes []model.Node) model.Resources {
-	var c model.Resources
-	for i := range nodes {
-		c.MilliCPU += nodes[i].MilliCPU
-		c.MemoryMiB += nodes[i].MemoryMiB
-		for _, g := range nodes[i].GPUs {
-			c.GPUMilli += g.Capacity()
-		}
-	}
-	return c
-}
-
 // newQueueTree is split out so the adapter can validate queues alone.
 func newQueueTree(qs []model.Queue) (*queue.Tree, error) {
 	t, err := queue.New(qs)

@@ -162,7 +162,7 @@ func (s *Scheduler) reset(snap *model.Snapshot) error {
 		}
 		s.index[s.nodes[i].Name] = i
 	}
-	s.capacity = capacityOf(s.nodes)
+	s.capacity = model.CapacityOf(s.nodes)
 	s.st = placement.NewState(s.nodes)
 	s.run = newRunning(len(s.nodes))
 	s.chunks = make([]chunkID, len(s.nodes))
@@ -172,7 +172,7 @@ func (s *Scheduler) reset(snap *model.Snapshot) error {
 	if len(targets) == 0 {
 		targets = targetsOf(snap)
 	}
-	pol, err := placement.NewPolicy(s.cfg.Policy, placement.PolicyEnv{Targets: targets, Seed: s.cfg.Seed})
+	pol, err := placement.NewPolicy(s.cfg.Policy, placement.PolicyEnv{Targets: targets, Capacity: s.capacity, Seed: s.cfg.Seed})
 	if err != nil {
 		return fmt.Errorf("syncing snapshot: %w", err)
 	}

@@ -88,7 +88,7 @@ func RunPacking(ctx context.Context, tr *Trace, cfg PackingConfig) (*Result, err
 	if pop == 0 {
 		pop = 1
 	}
-	env := placement.PolicyEnv{Seed: cfg.Seed}
+	env := placement.PolicyEnv{Seed: cfg.Seed, Capacity: model.CapacityOf(tr.Nodes)}
 	var meter *placement.FGD
 	if len(reqs) > 0 {
 		if env.Targets, err = placement.TargetsFrom(reqs, pop); err != nil {

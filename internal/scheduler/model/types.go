@@ -300,6 +300,19 @@ type Hold struct {
 	Since   int64    `json:"since"`
 }
 
+// CapacityOf sums the nodes' CPU, memory and GPU.
+func CapacityOf(nodes []Node) Resources {
+	var c Resources
+	for i := range nodes {
+		c.MilliCPU += nodes[i].MilliCPU
+		c.MemoryMiB += nodes[i].MemoryMiB
+		for _, g := range nodes[i].GPUs {
+			c.GPUMilli += g.Capacity()
+		}
+	}
+	return c
+}
+
 // AllRunning yields every running allocation, from Running or
 // RunningByNode, whichever is set.
 func (s *Snapshot) AllRunning() iter.Seq[*Allocation] {

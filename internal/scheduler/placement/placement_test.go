@@ -306,3 +306,60 @@ func TestChangeLogTrimmed(t *testing.T) {
 		t.Fatalf("placed on %d (%v) after node %d filled up, want %d", got.Node, ok, o.Node, other)
 	}
 }
+
+// TestGPUPlaneFollowsCPUPressure: a CPU-only pod may go beside busy GPUs
+// or onto a node whose GPUs idle, at equal fragmentation. Where GPUs are
+// the scarcer resource gpuplane packs it beside the busy GPUs; where the
+// workload runs out of CPU first it places as FGD does.
+func TestGPUPlaneFollowsCPUPressure(t *testing.T) {
+	nodes := []model.Node{gpuNode("idle", 16000, 2), gpuNode("busy", 16000, 2)}
+	targets := []Target{{Req: model.Request{MilliCPU: 2000}, P: 0.5}, {Req: model.Request{GPUs: 1, MilliCPU: 4000}, P: 0.5}}
+	// The workload asks 6 CPUs per GPU: the nodes' 8 leave CPU to spare,
+	// a cluster of 4 per GPU runs out of CPU first.
+	tests := []struct {
+		name     string
+		capacity model.Resources
+		pressure float64
+		wantNode int
+	}{
+		{name: "GPU scarcer", capacity: model.CapacityOf(nodes), pressure: 0.75, wantNode: 1},
+		{name: "capacity unknown", pressure: 1, wantNode: 1},
+		{name: "CPU scarcer", capacity: model.Resources{MilliCPU: 16000, GPUMilli: 4000}, pressure: 1.5, wantNode: 0},
+	}
+	place := func(policy string, env PolicyEnv) int {
+		t.Helper()
+		st := NewState(nodes)
+		if err := st.Assign(1, &model.Request{GPUs: 2, MilliCPU: 4000}, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 1000}}); err != nil {
+			t.Fatal(err)
+		}
+		pol, err := NewPolicy(policy, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, err := NewPlacer(st, pol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, ok := pl.Place(&model.Request{MilliCPU: 2000})
+		if !ok {
+			t.Fatal("no placement")
+		}
+		return o.Node
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := PolicyEnv{Targets: targets, Capacity: tc.capacity}
+			if got := cpuPressure(env); got != tc.pressure {
+				t.Fatalf("CPU pressure %v, want %v", got, tc.pressure)
+			}
+			if got := place("gpuplane", env); got != tc.wantNode {
+				t.Fatalf("gpuplane placed the CPU-only pod on node %d, want %d", got, tc.wantNode)
+			}
+			if tc.pressure > 1 {
+				if fgd := place("fgd", env); fgd != tc.wantNode {
+					t.Fatalf("fgd placed it on node %d, gpuplane on %d: want the same", fgd, tc.wantNode)
+				}
+			}
+		})
+	}
+}

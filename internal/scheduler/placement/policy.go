@@ -4,13 +4,19 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
 // PolicyEnv is what some plugins need to be built: FGD and gpuplane need
-// the target workload, random needs a seed.
+// the target workload, gpuplane the cluster's capacity too, random needs a
+// seed.
 type PolicyEnv struct {
 	Targets []Target
-	Seed    uint64
+	// Capacity is the cluster's total CPU, memory and GPU; zero when
+	// unknown.
+	Capacity model.Resources
+	Seed     uint64
 }
 
 // PolicyNames lists the built-in policies, in the order reports show them.
