@@ -8,6 +8,7 @@ FUZZ_TARGETS := \
 	./api/gpunode:FuzzParseTopology \
 	./api/gpunode:FuzzParseLabels \
 	./api/gpupod:FuzzReadAllocation \
+	./api/gpupod:FuzzParseGPUs \
 	./internal/scheduler/adapter:FuzzConvertNode \
 	./internal/scheduler/adapter:FuzzPodRequest \
 	./internal/scheduler/adapter:FuzzParseShares \

@@ -12,8 +12,9 @@ const (
 	// GPUsAnnotation records on a bound pod which GPU indexes (and, for
 	// shares, how much of each) gpuplane-scheduler gave it: "0,1" for
 	// whole GPUs, "3:250" for a quarter of GPU 3, "2:m3" for a 3-slice MIG
-	// instance on GPU 2. The binding carries it, so it lands on the pod
-	// with the node name.
+	// instance on GPU 2 (FormatGPUs, ParseGPUs). The binding carries it,
+	// so it lands on the pod with the node name; the node's agent gives
+	// the pod's containers exactly these GPUs (deviceplugin.Steerer).
 	GPUsAnnotation = "gpuplane.io/gpus"
 	// AllocationAnnotation holds the pod's device allocation as JSON (a
 	// PodAllocation), written by the simulated node before the pod is

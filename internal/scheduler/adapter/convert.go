@@ -2,7 +2,6 @@ package adapter
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -364,60 +363,46 @@ func isExtended(name corev1.ResourceName) bool {
 		!strings.HasPrefix(string(name), "kubernetes.io/")
 }
 
-// formatShares renders GPUsAnnotation's value.
+// formatShares renders GPUsAnnotation's value (gpupod.FormatGPUs).
 func formatShares(shares []model.GPUShare) string {
-	parts := make([]string, len(shares))
+	choice := make([]gpupod.GPUChoice, len(shares))
 	for i, s := range shares {
-		switch {
-		case s.MIGSlices > 0:
-			parts[i] = fmt.Sprintf("%d:m%d", s.Index, s.MIGSlices)
-		case s.Milli > 0 && s.Milli < model.MilliPerGPU:
-			parts[i] = fmt.Sprintf("%d:%d", s.Index, s.Milli)
-		default:
-			parts[i] = strconv.Itoa(s.Index)
+		choice[i] = gpupod.GPUChoice{Index: s.Index, MIGSlices: s.MIGSlices}
+		if s.MIGSlices == 0 && s.Milli > 0 && s.Milli < model.MilliPerGPU {
+			choice[i].Milli = s.Milli
 		}
 	}
-	return strings.Join(parts, ",")
+	return gpupod.FormatGPUs(choice)
 }
 
-// parseShares reads GPUsAnnotation back; whole GPUs take the GPU's full
-// capacity and memory from node.
+// parseShares reads GPUsAnnotation back (gpupod.ParseGPUs) for node; whole
+// GPUs take the GPU's full capacity and memory, and a share or MIG
+// instance must fit the GPU it names.
 func parseShares(s string, node *model.Node) ([]model.GPUShare, error) {
-	if s == "" {
+	choice, err := gpupod.ParseGPUs(s, len(node.GPUs))
+	if err != nil {
+		return nil, fmt.Errorf("parsing pod's GPUs on node %s: %w", node.Name, err)
+	}
+	if len(choice) == 0 {
 		return nil, nil
 	}
-	parts := strings.Split(s, ",")
-	if len(parts) > len(node.GPUs) {
-		return nil, fmt.Errorf("parsing %s %q: %d GPUs named, node %s has %d", GPUsAnnotation, truncate(s), len(parts), node.Name, len(node.GPUs))
-	}
-	out := make([]model.GPUShare, 0, len(parts))
-	for _, part := range parts {
-		idx, amount, hasAmount := strings.Cut(part, ":")
-		i, err := strconv.Atoi(idx)
-		if err != nil || i < 0 || i >= len(node.GPUs) {
-			return nil, fmt.Errorf("parsing %s %q: GPU index %q is not on node %s", GPUsAnnotation, truncate(s), truncate(idx), node.Name)
-		}
-		if slices.ContainsFunc(out, func(sh model.GPUShare) bool { return sh.Index == i }) {
-			return nil, fmt.Errorf("parsing %s %q: GPU %d is named twice", GPUsAnnotation, truncate(s), i)
-		}
-		g := &node.GPUs[i]
-		sh := model.GPUShare{Index: i, Milli: g.Capacity(), MemoryMiB: g.MemoryMiB}
-		if hasAmount {
-			if m, ok := strings.CutPrefix(amount, "m"); ok {
-				n, err := strconv.Atoi(m)
-				if err != nil || n < 1 || n > max(g.MIGSlices, 7) {
-					return nil, fmt.Errorf("parsing %s %q: MIG slices %q must be 1 to 7", GPUsAnnotation, truncate(s), truncate(m))
-				}
-				sh = model.GPUShare{Index: i, MIGSlices: n}
-			} else {
-				n, err := strconv.ParseInt(amount, 10, 64)
-				if err != nil || n < 1 || n > g.Capacity() {
-					return nil, fmt.Errorf("parsing %s %q: share %q of GPU %d must be 1 to %d thousandths", GPUsAnnotation, truncate(s), truncate(amount), i, g.Capacity())
-				}
-				sh = model.GPUShare{Index: i, Milli: n}
+	out := make([]model.GPUShare, len(choice))
+	for k, c := range choice {
+		g := &node.GPUs[c.Index]
+		switch {
+		case c.MIGSlices > 0:
+			if g.MIGSlices > 0 && c.MIGSlices > g.MIGSlices {
+				return nil, fmt.Errorf("parsing %s %q: GPU %d of node %s has %d MIG slices, not %d", GPUsAnnotation, truncate(s), c.Index, node.Name, g.MIGSlices, c.MIGSlices)
 			}
+			out[k] = model.GPUShare{Index: c.Index, MIGSlices: c.MIGSlices}
+		case c.Whole():
+			out[k] = model.GPUShare{Index: c.Index, Milli: g.Capacity(), MemoryMiB: g.MemoryMiB}
+		default:
+			if c.Milli > g.Capacity() {
+				return nil, fmt.Errorf("parsing %s %q: share %d of GPU %d is more than its %d thousandths", GPUsAnnotation, truncate(s), c.Milli, c.Index, g.Capacity())
+			}
+			out[k] = model.GPUShare{Index: c.Index, Milli: c.Milli}
 		}
-		out = append(out, sh)
 	}
 	return out, nil
 }

@@ -1,0 +1,75 @@
+package gpupod_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpuplane/gpuplane/api/gpupod"
+)
+
+func TestGPUsRoundTrip(t *testing.T) {
+	tests := []struct {
+		text   string
+		choice []gpupod.GPUChoice
+	}{
+		{"0,1", []gpupod.GPUChoice{{Index: 0}, {Index: 1}}},
+		{"3:250", []gpupod.GPUChoice{{Index: 3, Milli: 250}}},
+		{"2:m3", []gpupod.GPUChoice{{Index: 2, MIGSlices: 3}}},
+		{"7,0:m1,5:999", []gpupod.GPUChoice{{Index: 7}, {Index: 0, MIGSlices: 1}, {Index: 5, Milli: 999}}},
+	}
+	for _, tc := range tests {
+		got, err := gpupod.ParseGPUs(tc.text, 8)
+		if err != nil || !slices.Equal(got, tc.choice) {
+			t.Errorf("ParseGPUs(%q) = %+v, %v; want %+v", tc.text, got, err, tc.choice)
+		}
+		if s := gpupod.FormatGPUs(tc.choice); s != tc.text {
+			t.Errorf("FormatGPUs(%+v) = %q, want %q", tc.choice, s, tc.text)
+		}
+	}
+}
+
+func TestParseGPUsRefuses(t *testing.T) {
+	for text, want := range map[string]string{
+		"8":                          "not one of the node's 8 GPUs",
+		"-1":                         "not one of the node's 8 GPUs",
+		"x":                          "not one of the node's 8 GPUs",
+		"1,1":                        "named twice",
+		"1:0":                        "must be 1 to 999",
+		"1:1000":                     "a whole GPU has no share",
+		"1:m8":                       "must be 1 to 7",
+		"1:m":                        "must be 1 to 7",
+		"0,1,2,3,4,5,6,7,0":          "9 GPUs named",
+		strings.Repeat("1,", 100000): "GPUs named",
+	} {
+		_, err := gpupod.ParseGPUs(text, 8)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseGPUs(%.20q) error %v, want one saying %q", text, err, want)
+		}
+	}
+}
+
+func FuzzParseGPUs(f *testing.F) {
+	for _, s := range []string{"0,1", "1:250", "2:m3", "0:-5000", "0:m99", "0,0", "7", "x", "1:1001", "", ",", "1:"} {
+		f.Add(s, 4)
+	}
+	f.Fuzz(func(t *testing.T, s string, gpus int) {
+		gpus = gpus % 100
+		choice, err := gpupod.ParseGPUs(s, gpus)
+		if err != nil {
+			return
+		}
+		seen := map[int]bool{}
+		for _, c := range choice {
+			if c.Index < 0 || c.Index >= gpus || seen[c.Index] || c.Milli < 0 || c.Milli >= gpupod.MilliPerGPU ||
+				c.MIGSlices < 0 || c.MIGSlices > gpupod.MaxMIGSlices || (c.Milli > 0 && c.MIGSlices > 0) {
+				t.Fatalf("ParseGPUs(%q, %d) = %+v", s, gpus, choice)
+			}
+			seen[c.Index] = true
+		}
+		back, err := gpupod.ParseGPUs(gpupod.FormatGPUs(choice), gpus)
+		if err != nil || !slices.Equal(back, choice) {
+			t.Fatalf("round trip of %q through %q: %v, %+v", s, gpupod.FormatGPUs(choice), err, back)
+		}
+	})
+}
