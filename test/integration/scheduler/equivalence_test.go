@@ -151,19 +151,25 @@ func schedule(t *testing.T, never, slow bool) outcome {
 		c.waitCondition("urgent", model.UnplacedPreemptionDisabled, "spec.preemption: Never", 30*time.Second)
 	case slow:
 		c.waitCondition("urgent", model.UnplacedWaitingForVictims, "evicted", 30*time.Second)
-		ps, err := c.pods(t.Context(), "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The condition and the eviction are written by different workers:
+		// the victim turns terminating shortly after, not necessarily before.
 		var victim string
-		for name, p := range ps {
-			if p.DeletionTimestamp != nil {
-				victim = name
+		framework.Eventually(t, 30*time.Second, "a terminating victim", func(ctx context.Context) (bool, error) {
+			ps, err := c.pods(ctx, "")
+			if err != nil {
+				return false, err
 			}
-		}
-		if victim == "" || ps["urgent"].Spec.NodeName != "" {
-			t.Fatalf("victim %q, urgent on %q: want urgent waiting for a terminating victim", victim, ps["urgent"].Spec.NodeName)
-		}
+			for name, p := range ps {
+				if p.DeletionTimestamp != nil {
+					victim = name
+				}
+			}
+			if u := ps["urgent"]; u != nil && u.Spec.NodeName != "" {
+				node := u.Spec.NodeName
+				t.Fatalf("urgent bound to %s while its victim %q still holds the GPUs", node, victim)
+			}
+			return victim != "", nil
+		})
 		releaseFinalizer(c, victim)
 		c.waitBound("", 4, 60*time.Second)
 	default:
