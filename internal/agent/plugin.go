@@ -44,6 +44,10 @@ type PluginOptions struct {
 	// Registerer receives the health monitor's gpuplane_* metrics; nil
 	// registers none.
 	Registerer prometheus.Registerer
+	// Steer, when set, gives pods that gpuplane-scheduler placed the GPUs
+	// it chose (podSteerer); nil leaves every choice to the resources'
+	// preferences.
+	Steer deviceplugin.Steerer
 	// OnHealth, when set, is given the health monitor once it exists, so
 	// that other parts (metrics, node conditions) can read its Status.
 	OnHealth func(*health.Monitor)
@@ -113,7 +117,7 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	if o.OnConfig != nil {
 		o.OnConfig(state.cfg)
 	}
-	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: monitor, Topology: topo, Logger: log.With("part", "deviceplugin")})
+	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: monitor, Steer: o.Steer, Topology: topo, Logger: log.With("part", "deviceplugin")})
 	if err != nil {
 		return err
 	}

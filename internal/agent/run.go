@@ -28,6 +28,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu/backends"
 	"github.com/gpuplane/gpuplane/internal/health"
 	"github.com/gpuplane/gpuplane/internal/metrics"
+	"github.com/gpuplane/gpuplane/internal/steer"
 )
 
 // EnvConfigFile names the config file when --config is not given.
@@ -247,6 +248,16 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		ConfigFile: configFile, Overrides: overrides, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir,
 		Backend: backend, HealthCheckInterval: f.healthEvery, LookupEnv: os.LookupEnv, Reload: reload,
 		OnHealth: healthSrc.set, Logger: log,
+	}
+	if cfg, err := restConfig(f.kubeconfig); err != nil {
+		log.Info("pods get the GPUs their resource prefers: the API server is not configured, so gpuplane-scheduler's choices cannot be read", "reason", err)
+	} else {
+		cfg.UserAgent = name
+		pods, err := watchNodePods(ctx, cfg, node, log.With("part", "steer"))
+		if err != nil {
+			return err
+		}
+		plugin.Steer = steer.New(pods.cached, pods.list, len(devices), log.With("part", "steer"))
 	}
 	parts := []part{}
 	if sink != nil {

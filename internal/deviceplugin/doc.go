@@ -5,6 +5,7 @@
 // with each device's health and NUMA node, Allocate with the container
 // contract of NVIDIA's plugin (NVIDIA_VISIBLE_DEVICES, volume mounts, CDI
 // annotations or CDI devices, device specs), and GetPreferredAllocation
+// with the devices a Steerer names for a pod its scheduler placed, else
 // through the resource package.
 //
 // It must not read the config file, talk to the GPU backend or decide

@@ -29,8 +29,11 @@ const (
 type ManagerOptions struct {
 	// Dir is the kubelet's device-plugin directory
 	// (/var/lib/kubelet/device-plugins when empty).
-	Dir      string
-	Health   HealthSource
+	Dir    string
+	Health HealthSource
+	// Steer, when set, steers every resource's preferred allocation to
+	// the devices a pod's scheduler chose (ServerOptions.Steer).
+	Steer    Steerer
 	Topology *gpu.Topology
 	Logger   *slog.Logger
 	// RetryInterval spaces registration attempts after a failure.
@@ -204,7 +207,7 @@ func (m *Manager) handleFSEvent(ctx context.Context, ev fsnotify.Event) error {
 func (m *Manager) startAll(s Set) error {
 	servers := make([]*Server, 0, len(s.Resources))
 	for _, r := range s.Resources {
-		srv, err := NewServer(ServerOptions{Resource: r, Contract: s.Contract, Health: m.opts.Health, Topology: m.opts.Topology, Dir: m.opts.Dir, Logger: m.log})
+		srv, err := NewServer(ServerOptions{Resource: r, Contract: s.Contract, Health: m.opts.Health, Steer: m.opts.Steer, Topology: m.opts.Topology, Dir: m.opts.Dir, Logger: m.log})
 		if err != nil {
 			return err
 		}

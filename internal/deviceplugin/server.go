@@ -42,6 +42,18 @@ func (AllHealthy) Healthy(string) bool { return true }
 // Changes implements HealthSource; it never fires.
 func (AllHealthy) Changes() (<-chan struct{}, func()) { return nil, func() {} }
 
+// Steerer names the devices a container being admitted should get when a
+// scheduler chose them: the kubelet asks GetPreferredAllocation with the
+// free device IDs and a count, never with the pod, so the Steerer works
+// out which pod is being admitted from the pods bound to the node.
+type Steerer interface {
+	// Steer returns size IDs of res's devices, all in available and
+	// including mustInclude, that a pod awaiting admission was placed on;
+	// ok is false when no such pod fits the request, and the resource's
+	// own preference applies.
+	Steer(res *sharing.Resource, available, mustInclude []string, size int) (ids []string, ok bool)
+}
+
 // Server serves one sharing.
 type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
@@ -49,6 +61,7 @@ type Server struct {
 	res      *sharing.Resource
 	contract Contract
 	health   HealthSource
+	steer    Steerer
 	topo     *gpu.Topology
 	socket   string
 	log      *slog.Logger
@@ -65,6 +78,9 @@ type ServerOptions struct {
 	Resource *sharing.Resource
 	Contract Contract
 	Health   HealthSource
+	// Steer, when set, is asked first which devices a container being
+	// admitted gets: those its scheduler chose (see Steerer).
+	Steer Steerer
 	// Topology may be nil: whole GPUs are then chosen by index.
 	Topology *gpu.Topology
 	// Dir is the kubelet's device-plugin directory.
@@ -88,7 +104,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Server{
-		res: o.Resource, contract: o.Contract, health: o.Health, topo: o.Topology,
+		res: o.Resource, contract: o.Contract, health: o.Health, steer: o.Steer, topo: o.Topology,
 		socket: filepath.Join(o.Dir, SocketName(o.Resource.Name)),
 		log:    o.Logger.With("resource", o.Resource.Name),
 	}, nil
@@ -249,10 +265,18 @@ func fingerprint(devs []*pluginapi.Device) string {
 	return b.String()
 }
 
-// GetPreferredAllocation implements DevicePluginServer.
+// GetPreferredAllocation implements DevicePluginServer: the devices the
+// Steerer names for a pod its scheduler placed, else the resource's own
+// preference (packed or NVLink-aware for whole GPUs, spread for replicas).
 func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.ContainerRequests {
+		if s.steer != nil {
+			if ids, ok := s.steer.Steer(s.res, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize)); ok {
+				resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+				continue
+			}
+		}
 		ids, err := s.res.Preferred(cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), s.topo)
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "preferred allocation for %s: %v", s.res.Name, err)

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuplane/gpuplane/internal/agent"
+	"github.com/gpuplane/gpuplane/internal/deviceplugin"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 )
 
@@ -217,6 +218,29 @@ func (k *kubelet) admit(name string, n int64) (*allocation, error) {
 	return &allocation{devices: ids, opts: opts}, nil
 }
 
+// admitPod allocates pod's containers in order, as the kubelet does at
+// admission, keeping it active; it returns each container's devices of
+// the named resource.
+func (k *kubelet) admitPod(pod *corev1.Pod, name string) ([][]string, error) {
+	k.mu.Lock()
+	k.pods = append(k.pods, pod)
+	k.mu.Unlock()
+	var out [][]string
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if err := k.mgr.Allocate(pod, c); err != nil {
+			k.release(pod.UID)
+			return nil, err
+		}
+		var ids []string
+		for id := range k.mgr.GetDevices(string(pod.UID), c.Name)[name] {
+			ids = append(ids, id)
+		}
+		out = append(out, ids)
+	}
+	return out, nil
+}
+
 // releaseAll ends every pod so their devices are free again.
 func (k *kubelet) releaseAll() {
 	k.mu.Lock()
@@ -271,6 +295,13 @@ func startAgent(t testing.TB, profile, config string, prepare func(*sim.Backend)
 // the config; an agent still running then is returned.
 func tryAgent(t testing.TB, profile, config string, prepare func(*sim.Backend), refuseWithin time.Duration) (*node, error) {
 	t.Helper()
+	return runAgent(t, profile, config, prepare, nil, refuseWithin)
+}
+
+// runAgent is tryAgent with the steerer the agent gives its device plugin
+// (none when nil).
+func runAgent(t testing.TB, profile, config string, prepare func(*sim.Backend), steer deviceplugin.Steerer, refuseWithin time.Duration) (*node, error) {
+	t.Helper()
 	// A profile is a built-in name or, when it has several lines, a
 	// profile file's content.
 	var p *sim.Profile
@@ -301,7 +332,7 @@ func tryAgent(t testing.TB, profile, config string, prepare func(*sim.Backend), 
 	go func() {
 		n.done <- agent.RunPlugin(ctx, agent.PluginOptions{
 			ConfigFile: cfg, KubeletDir: pluginapi.DevicePluginPath, CDIDir: n.cdiDir,
-			Backend: b, HealthCheckInterval: 50 * time.Millisecond, Reload: n.reload,
+			Backend: b, HealthCheckInterval: 50 * time.Millisecond, Reload: n.reload, Steer: steer,
 			Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 	}()

@@ -187,4 +187,21 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 	if err := agentClient(t, "policy-node-a").CoreV1().Nodes().Delete(ctx, "policy-node-a", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("deleting its own Node: %v, want forbidden", err)
 	}
+	// It lists and watches the pods bound to its node, as the steering of
+	// GPU choices does, and may not change any pod.
+	onNode := metav1.ListOptions{FieldSelector: "spec.nodeName=policy-node-a"}
+	if l, err := bound.CoreV1().Pods("").List(ctx, onNode); err != nil {
+		t.Errorf("listing the pods on its node: %v", err)
+	} else if len(l.Items) != 1 {
+		t.Errorf("listed %d pods on its node, want its own pod", len(l.Items))
+	}
+	w, err := bound.CoreV1().Pods("").Watch(ctx, onNode)
+	if err != nil {
+		t.Errorf("watching the pods on its node: %v", err)
+	} else {
+		w.Stop()
+	}
+	if err := bound.CoreV1().Pods(agentNamespace).Delete(ctx, "gpuplane-agent-policy-node-a", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("deleting a pod: %v, want forbidden", err)
+	}
 }

@@ -136,6 +136,9 @@ func (e *Env) PodPhase(namespace, name string, phase corev1.PodPhase) Condition 
 		if p.Status.Phase == phase {
 			return true, nil
 		}
+		if p.Status.Reason != "" || p.Status.Message != "" {
+			return false, fmt.Errorf("pod is %q: %s: %s", p.Status.Phase, p.Status.Reason, p.Status.Message)
+		}
 		return false, fmt.Errorf("pod is %q", p.Status.Phase)
 	}
 }

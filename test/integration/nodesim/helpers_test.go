@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -25,6 +26,18 @@ import (
 // node starts a simulated node running the agent with the given profile and
 // agent config (empty for none), stopped and deleted when the test ends.
 func node(t testing.TB, name, profile, agentConfig string) *nodesim.Simulator {
+	t.Helper()
+	return startNode(t, name, profile, agentConfig, "")
+}
+
+// nodeWithAPI is node with the agent reading the API server (kubeconfig):
+// it labels its Node and gives pods the GPUs gpuplane-scheduler chose.
+func nodeWithAPI(t testing.TB, name, profile, agentConfig string) *nodesim.Simulator {
+	t.Helper()
+	return startNode(t, name, profile, agentConfig, env.ControlPlane.Kubeconfig())
+}
+
+func startNode(t testing.TB, name, profile, agentConfig, kubeconfig string) *nodesim.Simulator {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ns-")
 	if err != nil {
@@ -50,7 +63,7 @@ func node(t testing.TB, name, profile, agentConfig string) *nodesim.Simulator {
 	}
 	sim, err := nodesim.Start(t.Context(), nodesim.Config{
 		NodeName: name, Dir: filepath.Join(dir, "k"), Client: env.Client, DeleteNodeOnStop: true, Logger: log,
-		Agent: &nodesim.AgentConfig{Binary: agentBinary, Profile: profile, ConfigFile: cfgFile},
+		Agent: &nodesim.AgentConfig{Binary: agentBinary, Profile: profile, ConfigFile: cfgFile, Kubeconfig: kubeconfig},
 	})
 	if err != nil {
 		t.Fatalf("starting simulated node %s: %v", name, err)
@@ -60,6 +73,20 @@ func node(t testing.TB, name, profile, agentConfig string) *nodesim.Simulator {
 		defer cancel()
 		if err := sim.Stop(ctx); err != nil {
 			t.Errorf("stopping simulated node %s: %v", name, err)
+		}
+		// Without a namespace controller the test's pods outlive it: a
+		// node of the same name in the next run (-count) would count them.
+		zero := int64(0)
+		pods, err := env.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+		if err != nil {
+			t.Errorf("listing the pods bound to %s: %v", name, err)
+		} else {
+			for _, p := range pods.Items {
+				err := env.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+				if err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("deleting pod %s/%s: %v", p.Namespace, p.Name, err)
+				}
+			}
 		}
 		if t.Failed() {
 			if log, err := os.ReadFile(filepath.Join(dir, "k", "agent.log")); err == nil {

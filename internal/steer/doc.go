@@ -1,0 +1,35 @@
+// Package steer gives the containers of a pod gpuplane-scheduler placed the
+// GPUs it recorded in gpupod.GPUsAnnotation. Its Steerer is the device
+// plugin's deviceplugin.Steerer, asked first at every
+// GetPreferredAllocation; the agent feeds it the pods bound to its node.
+//
+// The hand-over. The kubelet admits a node's pods one at a time and
+// allocates their containers in order; for each container it asks
+// GetPreferredAllocation with the device IDs not in use and how many it
+// needs, never naming the pod. The Steerer takes as awaiting admission
+// the pods bound to the node that carry the scheduler's choice, are still
+// Pending and not being deleted, oldest first (the order the kubelet
+// admits a batch in). For a request it answers with the devices of the
+// first such pod that has a container asking for exactly that many of the
+// resource and whose chosen devices not yet handed out are all free
+// (failing that, the first pod they fit), and remembers them as that
+// pod's. What it remembers it takes back when those devices are all free
+// again at a later request: the allocation did not happen (the kubelet
+// refused the pod, or restarted before checkpointing it), so the pod is
+// awaiting admission again. A pod that is gone, running or finished is
+// forgotten. A kubelet restart between admissions changes nothing: the
+// kubelet's checkpoint keeps the devices it gave, so they are not free.
+// A pod the kubelet admits before the agent's watch shows it is found by
+// listing the node's pods afresh.
+//
+// What can go wrong, and what it costs. Two pods with requests of the
+// same size that both fit could be admitted in the other order than the
+// Steerer assumes: each then gets the devices chosen for the other, which
+// on the node as a whole is exactly the scheduler's plan. A pod another
+// scheduler placed, admitted while a gpuplane pod waits, may take the
+// devices chosen for it; the gpuplane pod then gets what its resource
+// prefers. Either way the node's allocation record (gpupod.PodAllocation,
+// the kubelet's PodResources) says what each pod holds. Pods without a
+// choice, and choices that do not parse for the node, get what the
+// resource prefers, as without a Steerer.
+package steer

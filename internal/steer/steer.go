@@ -1,0 +1,271 @@
+package steer
+
+import (
+	"cmp"
+	"log/slog"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/internal/deviceplugin"
+	"github.com/gpuplane/gpuplane/internal/sharing"
+)
+
+// Steerer names, for a container the kubelet is admitting, the devices
+// gpuplane-scheduler chose for its pod (the protocol is in the package
+// doc).
+type Steerer struct {
+	// pods lists the pods bound to the node as the watch last showed
+	// them; fresh, when set, lists them from the API server.
+	pods  func() []*corev1.Pod
+	fresh func() ([]*corev1.Pod, error)
+	// gpus is the node's GPU count, the bound of the choice's indexes.
+	gpus int
+	log  *slog.Logger
+
+	mu sync.Mutex
+	// given remembers, per pod and resource, the devices steered to it.
+	given map[types.UID]map[string][]string
+}
+
+var _ deviceplugin.Steerer = (*Steerer)(nil)
+
+// New returns a Steerer. pods lists the pods bound to the node as a watch
+// last showed them; fresh, when not nil, lists them from the API server,
+// for a pod the kubelet admits before the watch shows it; gpus is the
+// node's GPU count, the bound of a choice's indexes.
+func New(pods func() []*corev1.Pod, fresh func() ([]*corev1.Pod, error), gpus int, log *slog.Logger) *Steerer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if pods == nil {
+		pods = func() []*corev1.Pod { return nil }
+	}
+	return &Steerer{pods: pods, fresh: fresh, gpus: gpus, log: log, given: map[types.UID]map[string][]string{}}
+}
+
+// Steer implements deviceplugin.Steerer.
+func (s *Steerer) Steer(res *sharing.Resource, available, mustInclude []string, size int) ([]string, bool) {
+	if size <= 0 {
+		return nil, false
+	}
+	free := make(map[string]bool, len(available))
+	for _, id := range available {
+		free[id] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ids, ok := s.pick(s.pods(), res, free, mustInclude, size); ok {
+		return ids, true
+	}
+	if s.fresh == nil {
+		return nil, false
+	}
+	// The kubelet may admit a pod before the watch shows it: a pod it
+	// admits is bound, so a fresh list has it.
+	pods, err := s.fresh()
+	if err != nil {
+		s.log.Warn("listing the node's pods; the resource's preference decides", "err", err)
+		return nil, false
+	}
+	return s.pick(pods, res, free, mustInclude, size)
+}
+
+// pick finds, among pods, the one awaiting admission that the request
+// fits, and hands it its devices.
+func (s *Steerer) pick(pods []*corev1.Pod, res *sharing.Resource, free map[string]bool, mustInclude []string, size int) ([]string, bool) {
+	waiting := awaiting(pods)
+	s.forget(waiting)
+	type candidate struct {
+		pod  *corev1.Pod
+		want []string
+		rank int
+	}
+	var fits []candidate
+	for _, p := range waiting {
+		asks := containerAsks(p, res.Name)
+		if asks != nil && !slices.ContainsFunc(asks, func(n int64) bool { return n > 0 }) {
+			continue // the pod does not ask for this resource
+		}
+		choice, err := gpupod.ParseGPUs(p.Annotations[gpupod.GPUsAnnotation], s.gpus)
+		if err != nil {
+			s.log.Debug("ignoring a pod's GPU choice", "pod", p.Namespace+"/"+p.Name, "err", err)
+			continue
+		}
+		given := s.given[p.UID][res.Name]
+		if len(given) > 0 && allIn(given, free) {
+			given = nil // not allocated after all: awaiting admission again
+			delete(s.given[p.UID], res.Name)
+		}
+		want := wanted(res, choice, given, free)
+		if len(want) >= size && allIn(mustInclude, setOf(want[:size])) {
+			fits = append(fits, candidate{p, want, rank(asks, len(want), size)})
+		}
+	}
+	if len(fits) == 0 {
+		return nil, false
+	}
+	// Oldest first among the best-ranked: stable, so age order holds.
+	best := slices.MinFunc(fits, func(a, b candidate) int { return cmp.Compare(a.rank, b.rank) })
+	ids := slices.Clone(best.want[:size])
+	if s.given[best.pod.UID] == nil {
+		s.given[best.pod.UID] = map[string][]string{}
+	}
+	s.given[best.pod.UID][res.Name] = append(s.given[best.pod.UID][res.Name], ids...)
+	s.log.Debug("steering to the scheduler's choice", "pod", best.pod.Namespace+"/"+best.pod.Name, "resource", res.Name, "devices", ids)
+	return ids, true
+}
+
+// rank orders the pods a request of size fits: first those with a
+// container asking exactly size, then (pods whose containers are not
+// known) those whose remaining choice is exactly size, then the rest.
+func rank(asks []int64, want, size int) int {
+	switch {
+	case slices.Contains(asks, int64(size)):
+		return 0
+	case asks == nil && want == size:
+		return 1
+	default:
+		return 2
+	}
+}
+
+// containerAsks lists how many of resource each of the pod's containers
+// (init containers first) asks for, nil when the pod's containers are
+// not known.
+func containerAsks(p *corev1.Pod, resource string) []int64 {
+	if len(p.Spec.InitContainers)+len(p.Spec.Containers) == 0 {
+		return nil
+	}
+	name := corev1.ResourceName(resource)
+	out := make([]int64, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			q, ok := cs[i].Resources.Limits[name]
+			if !ok {
+				q = cs[i].Resources.Requests[name]
+			}
+			out = append(out, q.Value())
+		}
+	}
+	return out
+}
+
+// awaiting returns the pods that carry the scheduler's choice and may
+// still be admitted: Pending and not being deleted, oldest first.
+func awaiting(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if _, ok := p.Annotations[gpupod.GPUsAnnotation]; !ok || p.DeletionTimestamp != nil ||
+			(p.Status.Phase != corev1.PodPending && p.Status.Phase != "") {
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// forget drops what was steered to pods no longer awaiting admission.
+func (s *Steerer) forget(waiting []*corev1.Pod) {
+	if len(s.given) == 0 {
+		return
+	}
+	keep := make(map[types.UID]bool, len(waiting))
+	for _, p := range waiting {
+		keep[p.UID] = true
+	}
+	for uid := range s.given {
+		if !keep[uid] {
+			delete(s.given, uid)
+		}
+	}
+}
+
+// wanted lists the devices of res that the choice names and that are not
+// handed out yet (not in given), when all of them are free; the choices
+// res does not serve are skipped. A whole GPU is its device, or on a
+// resource of replicas all replicas of it; a share of a GPU is one
+// replica of it; a MIG instance is a free MIG device of that many slices
+// on the GPU.
+func wanted(res *sharing.Resource, choice []gpupod.GPUChoice, given []string, free map[string]bool) []string {
+	taken := setOf(given)
+	var out []string
+	for _, c := range choice {
+		var need int
+		match := func(d *sharing.Device) bool { return d.GPUIndex == c.Index && d.MIG == nil }
+		switch {
+		case res.HasMIG():
+			if c.MIGSlices == 0 {
+				continue
+			}
+			match = func(d *sharing.Device) bool { return d.MIG.ParentIndex == c.Index && d.MIG.GPUSlices == c.MIGSlices }
+			need = 1
+		case c.MIGSlices > 0:
+			continue
+		case res.HasReplicas():
+			need = 1
+			if c.Whole() {
+				need = 0 // every replica of the GPU
+			}
+		case !c.Whole():
+			continue
+		default:
+			need = 1
+		}
+		got, all := 0, 0
+		for i := range res.Devices {
+			d := &res.Devices[i]
+			if !match(d) {
+				continue
+			}
+			all++
+			if taken[d.ID] {
+				got++
+			}
+		}
+		if need == 0 {
+			need = all
+		}
+		for i := range res.Devices {
+			d := &res.Devices[i]
+			if got >= need {
+				break
+			}
+			if match(d) && !taken[d.ID] && free[d.ID] {
+				out = append(out, d.ID)
+				taken[d.ID] = true
+				got++
+			}
+		}
+		if got < need {
+			return nil // the choice's devices are not all free: not this pod
+		}
+	}
+	return out
+}
+
+func setOf(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+func allIn(ids []string, set map[string]bool) bool {
+	for _, id := range ids {
+		if !set[id] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,221 @@
+package steer
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
+	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/sharing"
+)
+
+// steerNode is eight GPUs with the resources config makes of them.
+func steerNode(t *testing.T, config string) *sharing.Resource {
+	t.Helper()
+	var gpus []gpu.Device
+	for i := range 8 {
+		gpus = append(gpus, gpu.Device{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%d", i), Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559})
+	}
+	cfg, err := configv1.Load(strings.NewReader(config), configv1.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := sharing.Build(cfg, gpus)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("resources %v, %v", rs, err)
+	}
+	return rs[0]
+}
+
+// placed is a pod bound to the node with the scheduler's choice, created
+// age seconds after the first.
+func placed(name string, age int, choice string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name),
+			CreationTimestamp: metav1.NewTime(time.Unix(1_000_000+int64(age), 0)),
+			Annotations:       map[string]string{gpupod.GPUsAnnotation: choice}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+}
+
+// kubelet plays the kubelet's device manager: the IDs not in use, a
+// preferred allocation, and the devices then taken.
+type kubelet struct {
+	t      *testing.T
+	res    *sharing.Resource
+	s      *Steerer
+	inUse  map[string]bool
+	steers int
+}
+
+func (k *kubelet) admit(size int) []string {
+	k.t.Helper()
+	var free []string
+	for _, d := range k.res.Devices {
+		if !k.inUse[d.ID] {
+			free = append(free, d.ID)
+		}
+	}
+	ids, ok := k.s.Steer(k.res, free, nil, size)
+	if !ok {
+		return nil
+	}
+	k.steers++
+	for _, id := range ids {
+		if k.inUse[id] || !slices.Contains(free, id) {
+			k.t.Fatalf("steered to %s, which is not free", id)
+		}
+		k.inUse[id] = true
+	}
+	return ids
+}
+
+func gpusOf(res *sharing.Resource, ids []string) []int {
+	var out []int
+	for _, id := range ids {
+		d, _ := res.Device(id)
+		out = append(out, d.GPUIndex)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestSteerWholeGPUs(t *testing.T) {
+	res := steerNode(t, "version: v1\n")
+	pods := []*corev1.Pod{placed("a", 0, "5"), placed("b", 1, "2,7"), placed("c", 2, "0")}
+	running := placed("done", -5, "1")
+	running.Status.Phase = corev1.PodRunning
+	deleting := placed("gone", -4, "3")
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	s := testSteerer(func() []*corev1.Pod { return append([]*corev1.Pod{running, deleting}, pods...) })
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+
+	// The 2-GPU pod is admitted first: the only pod asking for two.
+	if got := gpusOf(res, k.admit(2)); !slices.Equal(got, []int{2, 7}) {
+		t.Fatalf("2-GPU pod got GPUs %v, want the scheduler's 2 and 7", got)
+	}
+	// Then the 1-GPU pods, oldest first; running and deleted pods never
+	// take a request.
+	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{5}) {
+		t.Fatalf("first 1-GPU pod got %v, want 5", got)
+	}
+	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{0}) {
+		t.Fatalf("second 1-GPU pod got %v, want 0", got)
+	}
+	// A pod the scheduler did not place: the resource's preference.
+	if ids := k.admit(1); ids != nil {
+		t.Fatalf("steered %v for a pod nobody chose GPUs for", ids)
+	}
+}
+
+// asking gives pod one container per count, each asking for that many of
+// the named resource.
+func asking(p *corev1.Pod, name string, counts ...int64) *corev1.Pod {
+	for i, n := range counts {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprint("c", i),
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(name): *resource.NewQuantity(n, resource.DecimalSI)}}})
+	}
+	return p
+}
+
+func TestSteerContainerByContainer(t *testing.T) {
+	res := steerNode(t, "version: v1\n")
+	// The kubelet allocates container by container: the oldest pod's two
+	// 1-GPU containers come first, though what is left of its choice is
+	// two GPUs and a younger pod's is exactly one.
+	pods := []*corev1.Pod{
+		asking(placed("pair", 0, "1,4"), "nvidia.com/gpu", 1, 1),
+		asking(placed("big", 1, "2,3"), "nvidia.com/gpu", 2),
+		asking(placed("cpu", 2, "6"), "cpu-only.example.com/thing", 1),
+		asking(placed("one", 3, "0"), "nvidia.com/gpu", 1),
+	}
+	s := testSteerer(func() []*corev1.Pod { return pods })
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+	for i, want := range [][]int{{1}, {4}, {2, 3}, {0}} {
+		if got := gpusOf(res, k.admit(len(want))); !slices.Equal(got, want) {
+			t.Fatalf("container %d got GPUs %v, want %v", i, got, want)
+		}
+	}
+	// The pod that asks for no GPU of this resource is never steered to.
+	if ids := k.admit(1); ids != nil {
+		t.Fatalf("steered %v to a pod that does not ask for nvidia.com/gpu", ids)
+	}
+}
+
+func TestSteerAfterAFailedAdmission(t *testing.T) {
+	res := steerNode(t, "version: v1\n")
+	s := testSteerer(func() []*corev1.Pod { return []*corev1.Pod{placed("a", 0, "6")} })
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+	first := k.admit(1)
+	// The kubelet restarted before the allocation took: GPU 6 is free
+	// again and the pod is admitted anew; it gets GPU 6 again.
+	k.inUse = map[string]bool{}
+	if again := k.admit(1); !slices.Equal(again, first) || !slices.Equal(gpusOf(res, again), []int{6}) {
+		t.Fatalf("re-admitted pod got %v, want %v (GPU 6)", again, first)
+	}
+	// Allocated now: a second request finds no pod waiting.
+	if ids := k.admit(1); ids != nil {
+		t.Fatalf("steered %v though the only pod holds its GPU", ids)
+	}
+}
+
+func TestSteerChosenGPUTaken(t *testing.T) {
+	res := steerNode(t, "version: v1\n")
+	s := testSteerer(func() []*corev1.Pod { return []*corev1.Pod{placed("a", 0, "4")} })
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+	d, _ := res.Device("GPU-4")
+	k.inUse[d.ID] = true // another scheduler's pod took GPU 4
+	if ids := k.admit(1); ids != nil {
+		t.Fatalf("steered %v: the chosen GPU is taken, the resource's preference should decide", ids)
+	}
+}
+
+func TestSteerTimeSlicedShares(t *testing.T) {
+	res := steerNode(t, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
+	pods := []*corev1.Pod{placed("a", 0, "3:250"), placed("b", 1, "3:250"), placed("c", 2, "6:250")}
+	s := testSteerer(func() []*corev1.Pod { return pods })
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+	for i, want := range []int{3, 3, 6} {
+		if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{want}) {
+			t.Fatalf("shared pod %d got a replica of GPU %v, want GPU %d", i, got, want)
+		}
+	}
+}
+
+func TestSteerIgnoresBadChoices(t *testing.T) {
+	res := steerNode(t, "version: v1\n")
+	s := testSteerer(func() []*corev1.Pod {
+		return []*corev1.Pod{placed("bad", 0, "99"), placed("twice", 1, "1,1"), placed("good", 2, "3")}
+	})
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{3}) {
+		t.Fatalf("got %v, want the good pod's GPU 3", got)
+	}
+}
+
+func testSteerer(pods func() []*corev1.Pod) *Steerer {
+	return New(pods, nil, 8, slog.New(slog.DiscardHandler))
+}
+
+// TestSteerBeforeTheWatchShowsThePod: the kubelet admits a pod the watch
+// has not shown yet; a fresh list has it.
+func TestSteerBeforeTheWatchShowsThePod(t *testing.T) {
+	res := steerNode(t, "version: v1\n")
+	s := testSteerer(func() []*corev1.Pod { return nil })
+	lists := 0
+	s.fresh = func() ([]*corev1.Pod, error) { lists++; return []*corev1.Pod{placed("new", 0, "6")}, nil }
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{6}) || lists != 1 {
+		t.Fatalf("got GPUs %v after %d lists, want GPU 6 after one", got, lists)
+	}
+}

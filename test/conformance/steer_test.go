@@ -1,0 +1,180 @@
+package conformance
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/internal/gpu/sim"
+	"github.com/gpuplane/gpuplane/internal/steer"
+)
+
+// boundPods is the pods bound to the node, as the agent's watch shows them.
+type boundPods struct {
+	mu   sync.Mutex
+	pods []*corev1.Pod
+	age  int64
+}
+
+func (b *boundPods) list() []*corev1.Pod {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.pods)
+}
+
+// bind adds a Pending pod, younger than the ones before, carrying the
+// scheduler's GPU choice (none when empty), with one container per count
+// asking for that many of resource.
+func (b *boundPods) bind(name, choice, res string, counts ...int64) *corev1.Pod {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.age++
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(time.Unix(1_700_000_000+b.age, 0))},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	if choice != "" {
+		p.Annotations = map[string]string{gpupod.GPUsAnnotation: choice}
+	}
+	for i, n := range counts {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprint("c", i),
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(n, resource.DecimalSI)}}})
+	}
+	b.pods = append(b.pods, p)
+	return p
+}
+
+// deleting marks a pod as being deleted, as a delete before the kubelet
+// admitted it shows in the watch.
+func (b *boundPods) deleting(p *corev1.Pod) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := metav1.Now()
+	p.DeletionTimestamp = &now
+}
+
+// TestSteeredToTheSchedulersChoice admits pods through the kubelet's device
+// manager, one after the other as the kubelet does: each container gets the
+// GPUs gpuplane-scheduler recorded for its pod, where the plugin's own
+// preference packs from GPU 0, through identical requests back to back, a
+// kubelet restart in between, a pod deleted before admission and a pod of
+// two containers.
+func TestSteeredToTheSchedulersChoice(t *testing.T) {
+	const res = "nvidia.com/gpu"
+	k := startKubelet(t)
+	bound := &boundPods{}
+	n, err := runAgent(t, "dgxh100", "version: v1\n", nil, steer.New(bound.list, nil, 8, nil), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.waitCounts(5*time.Second, res, 8, 8)
+	devs, err := n.sim.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admit := func(p *corev1.Pod, want ...[]int) {
+		t.Helper()
+		got, err := k.admitPod(p, res)
+		if err != nil {
+			t.Fatalf("admitting %s: %v", p.Name, err)
+		}
+		for i := range want {
+			if idx := gpuIndexes(t, devs, got[i]); !slices.Equal(idx, want[i]) {
+				t.Errorf("pod %s container %d got GPUs %v, the scheduler chose %v", p.Name, i, idx, want[i])
+			}
+		}
+	}
+	// Two identical 1-GPU requests, bound and admitted back to back.
+	a, b := bound.bind("a", "5", res, 1), bound.bind("b", "2", res, 1)
+	admit(a, []int{5})
+	admit(b, []int{2})
+
+	// The kubelet restarts between admissions: its checkpoint keeps a and
+	// b's GPUs; the next pod still gets its own.
+	active := k.activePods()
+	k.shutdown()
+	k = startKubelet(t)
+	k.mu.Lock()
+	k.pods = active
+	k.mu.Unlock()
+	k.waitCounts(5*time.Second, res, 8, 8)
+	admit(bound.bind("c", "1,6", res, 2), []int{1, 6})
+
+	// A pod deleted before admission is never admitted; the scheduler gave
+	// its GPU to the next one.
+	bound.deleting(bound.bind("d", "0", res, 1))
+	admit(bound.bind("e", "0", res, 1), []int{0})
+
+	// Two containers, one GPU each: the oldest pod's containers come first
+	// though a younger pod asks for exactly one GPU in one container.
+	pair := bound.bind("pair", "3,7", res, 1, 1)
+	single := bound.bind("single", "4", res, 1)
+	got, err := k.admitPod(pair, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idx := gpuIndexes(t, devs, append(got[0], got[1]...)); !slices.Equal(idx, []int{3, 7}) {
+		t.Errorf("pod pair got GPUs %v, the scheduler chose 3 and 7", idx)
+	}
+	admit(single, []int{4})
+}
+
+// TestSteeredToTheChosenMIGInstance: a MIG pod gets an instance on the GPU
+// the scheduler chose, not the first GPU's, and a pod nobody chose for
+// keeps the plugin's preference.
+func TestSteeredToTheChosenMIGInstance(t *testing.T) {
+	k := startKubelet(t)
+	bound := &boundPods{}
+	var profile string
+	n, err := runAgent(t, "dgxh100", "version: v1\nflags:\n  migStrategy: mixed\n", func(b *sim.Backend) {
+		profile = partition(t, b, 0, 1, 7)
+		partition(t, b, 1, 1, 7)
+	}, steer.New(bound.list, nil, 8, nil), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := "nvidia.com/mig-" + profile
+	k.waitCounts(5*time.Second, res, 14, 14)
+	devs, err := n.sim.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := func(id string) int {
+		for _, d := range devs {
+			for _, m := range d.MIGDevices {
+				if m.UUID == id {
+					return m.ParentIndex
+				}
+			}
+		}
+		t.Fatalf("%s is no MIG device of the node", id)
+		return -1
+	}
+	for i := range 3 {
+		p := bound.bind(fmt.Sprint("mig-", i), "1:m1", res, 1)
+		got, err := k.admitPod(p, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got[0]) != 1 || parent(got[0][0]) != 1 {
+			t.Errorf("pod %s got %v, want an instance on GPU 1", p.Name, got[0])
+		}
+	}
+	plain := bound.bind("plain", "", res, 1)
+	got, err := k.admitPod(plain, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got[0]) != 1 {
+		t.Fatalf("a pod nobody chose for got %v", got[0])
+	}
+}
