@@ -31,6 +31,12 @@
 //     members reach each other only through a third. A GPU without NVLink
 //     is in no group; no GPU is in two.
 //   - numa gives each GPU's NUMA node, -1 when the platform does not say.
+//   - mig (optional) lists, per GPU index, the compute slices of each MIG
+//     instance laid out on that GPU ([[1,1,1,1,1,1,1],[3,3]]: GPU 0 split
+//     into seven 1-slice instances, GPU 1 into two 3-slice ones); a GPU not
+//     in MIG mode has an empty list, and the list may end early. The
+//     scheduler places a MIG pod on a GPU that has a free instance of the
+//     size it asks for, by the same index the device plugin uses.
 //
 // This package must not import anything of gpuplane's internal/ tree: the
 // agent, the scheduler and the CLI all import it.

@@ -15,6 +15,8 @@ func FuzzParseTopology(f *testing.F) {
 		`{"v":1,"gpus":4,"groups":[{"gpus":[0,1],"nvlinks":12}],"numa":[0,0,1,1]}`,
 		`{"v":1,"gpus":-1}`, `{"v":1,"gpus":2000000000}`, `{"v":2,"gpus":1}`, `{`, ``,
 		`{"v":1,"gpus":2,"groups":[{"gpus":[1,0],"nvlinks":1}]}`,
+		`{"v":1,"gpus":3,"groups":[],"numa":[0,0,1],"mig":[[1,1,1,1,1,1,1],[3,3]]}`,
+		`{"v":1,"gpus":1,"mig":[[4,4]]}`, `{"v":1,"gpus":1,"mig":[[0]]}`, `{"v":1,"gpus":1,"mig":[[],[1]]}`,
 	} {
 		f.Add(s)
 	}
@@ -23,7 +25,7 @@ func FuzzParseTopology(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if tp.GPUs < 0 || tp.GPUs > gpunode.MaxGPUs || len(tp.NUMA) > tp.GPUs {
+		if tp.GPUs < 0 || tp.GPUs > gpunode.MaxGPUs || len(tp.NUMA) > tp.GPUs || len(tp.MIG) > tp.GPUs {
 			t.Fatalf("accepted out-of-bounds topology %+v", tp)
 		}
 		b, err := json.Marshal(tp)

@@ -15,7 +15,14 @@ type Topology struct {
 	GPUs    int           `json:"gpus"`
 	Groups  []NVLinkGroup `json:"groups"`
 	NUMA    []int         `json:"numa"`
+	// MIG lists, per GPU index, the compute slices of each MIG instance
+	// laid out on it; a GPU not in MIG mode has none (and the list may
+	// stop before the last GPUs).
+	MIG [][]int `json:"mig,omitempty"`
 }
+
+// MaxMIGSlices is the most compute slices one GPU is split into.
+const MaxMIGSlices = 7
 
 // NVLinkGroup is a set of GPUs connected to each other by NVLink.
 type NVLinkGroup struct {
@@ -56,6 +63,21 @@ func (t *Topology) Validate() error {
 	for i, n := range t.NUMA {
 		if n < -1 || n > MaxNUMANode {
 			return fmt.Errorf("%s: numa[%d]: must be -1 to %d, got %d", TopologyAnnotation, i, MaxNUMANode, n)
+		}
+	}
+	if len(t.MIG) > t.GPUs {
+		return fmt.Errorf("%s: mig: %d entries for %d GPUs", TopologyAnnotation, len(t.MIG), t.GPUs)
+	}
+	for i, inst := range t.MIG {
+		sum := 0
+		for _, n := range inst {
+			if n < 1 || n > MaxMIGSlices {
+				return fmt.Errorf("%s: mig[%d]: an instance has 1 to %d slices, got %d", TopologyAnnotation, i, MaxMIGSlices, n)
+			}
+			sum += n
+			if sum > MaxMIGSlices {
+				return fmt.Errorf("%s: mig[%d]: instances of more than %d slices in all", TopologyAnnotation, i, MaxMIGSlices)
+			}
 		}
 	}
 	seen := make([]bool, t.GPUs)

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/internal/gpu"
 )
 
 // TopologyLabeler produces the topology annotation (api/gpunode). It adds no labels.
@@ -45,6 +46,7 @@ func BuildTopology(in *Input) *gpunode.Topology {
 	for i := range in.Devices {
 		t.NUMA[i] = in.Devices[i].NUMANode
 	}
+	t.MIG = migLayout(in.Devices)
 	if in.Topology == nil {
 		return t
 	}
@@ -84,6 +86,25 @@ func BuildTopology(in *Input) *gpunode.Topology {
 		t.Groups = append(t.Groups, g)
 	}
 	return t
+}
+
+// migLayout lists, per GPU index, the compute slices of the MIG instances
+// on it; nil when no GPU is in MIG mode. A GPU's index is its position in
+// devs, as for the other fields.
+func migLayout(devs []gpu.Device) [][]int {
+	var out [][]int
+	for i := range devs {
+		if !devs[i].MIG.Current || len(devs[i].MIGDevices) == 0 {
+			continue
+		}
+		for len(out) <= i {
+			out = append(out, []int{})
+		}
+		for _, m := range devs[i].MIGDevices {
+			out[i] = append(out[i], m.GPUSlices)
+		}
+	}
+	return out
 }
 
 func hasNVLink(in *Input, i, n int) bool {

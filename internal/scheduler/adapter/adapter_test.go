@@ -113,6 +113,31 @@ func TestConvertNode(t *testing.T) {
 		{name: "GPUs in MIG mode are counted from gpu.count",
 			node:     testNode("n", rl("nvidia.com/gpu", "6", "nvidia.com/mig-3g.40gb", "4"), map[string]string{LabelGPUCount: "8"}, nil),
 			wantGPUs: 8, wantMIG: 2},
+		{name: "the agent's MIG layout says which GPUs are in MIG mode and their instances",
+			node: testNode("n", rl("nvidia.com/gpu", "6", "nvidia.com/mig-1g.10gb", "7", "nvidia.com/mig-3g.40gb", "2"), map[string]string{LabelGPUCount: "6"},
+				map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":8,"groups":[],"numa":[0,0,0,0,1,1,1,1],"mig":[[1,1,1,1,1,1,1],[3,3]]}`}),
+			wantGPUs: 8, wantMIG: 2,
+			check: func(t *testing.T, n model.Node) {
+				g0, g1, g2 := n.GPUs[0], n.GPUs[1], n.GPUs[2]
+				if g0.MIGSlices != 7 || g0.MIGInstanceSlices != 1 || g1.MIGSlices != 6 || g1.MIGInstanceSlices != 3 {
+					t.Errorf("MIG GPUs %+v and %+v, want seven 1-slice instances on GPU 0 and two 3-slice ones on GPU 1", g0, g1)
+				}
+				if g2.MIGSlices != 0 || !g2.WholeOnly || n.Topology == nil {
+					t.Errorf("GPU 2 %+v (topology %v), want a whole GPU of a node with topology", g2, n.Topology != nil)
+				}
+			}},
+		{name: "without the agent's layout, MIG GPUs are those the topology has beyond the whole ones",
+			node: testNode("n", rl("nvidia.com/gpu", "6", "nvidia.com/mig-1g.10gb", "7"), map[string]string{LabelGPUCount: "6"},
+				map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":8,"groups":[]}`}),
+			wantGPUs: 8, wantMIG: 2},
+		{name: "replicas under their own name are offered only as shares",
+			node:     testNode("n", rl("nvidia.com/gpu.shared", "32"), map[string]string{"nvidia.com/gpu.replicas": "4"}, nil),
+			wantGPUs: 8,
+			check: func(t *testing.T, n model.Node) {
+				if !n.GPUs[0].SharesOnly || n.GPUs[0].WholeOnly {
+					t.Errorf("GPU 0 %+v, want shares only", n.GPUs[0])
+				}
+			}},
 		{name: "the topology annotation gives NVLink islands and NUMA nodes",
 			node:     testNode("n", rl("nvidia.com/gpu", "4"), nil, map[string]string{"gpuplane.io/gpu-topology": topo}),
 			wantGPUs: 4,

@@ -29,6 +29,9 @@ const (
 	// GPUsAnnotation records on a bound pod which GPUs the scheduler gave
 	// it (api/gpupod).
 	GPUsAnnotation = gpupod.GPUsAnnotation
+	// HeldAnnotation is the node's record of the GPUs a pod holds; where
+	// it differs from GPUsAnnotation, the scheduler's books follow it.
+	HeldAnnotation = gpupod.HeldAnnotation
 )
 
 // Bounds on a node's CPU and memory: far above any machine, low enough
@@ -82,6 +85,7 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 	if err != nil {
 		return model.Node{}, "", err
 	}
+	plain := whole
 	switch {
 	case shared > 0:
 		whole += shared / replicas
@@ -90,14 +94,30 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		// renaming): the node has whole/replicas physical GPUs.
 		whole /= replicas
 	}
+	var topo *gpunode.Topology
+	warning := ""
+	if s, ok := n.Annotations[gpunode.TopologyAnnotation]; ok {
+		if topo, err = gpunode.ParseTopology(s); err != nil {
+			topo, warning = nil, "annotation "+err.Error()+"; placing without NVLink topology"
+		}
+	}
+	// Which GPUs are in MIG mode: the agent's layout in the topology when
+	// it agrees with the node's whole GPUs; else the GPUs the topology or
+	// the nvidia.com/gpu.count label has beyond the whole ones, last.
+	var layout [][]int
 	migGPUs := 0
 	if hasMIG(alloc) {
-		c, err := gpunode.ParseGPUCount(n.Labels[LabelGPUCount])
-		if err != nil {
-			return model.Node{}, "", fmt.Errorf("label %w (a node with MIG devices says how many GPUs it has there)", err)
-		}
-		if c > whole {
-			migGPUs = c - whole
+		switch {
+		case topo != nil && len(topo.MIG) > 0 && topo.GPUs-migCount(topo.MIG) == whole:
+			layout, migGPUs = topo.MIG, migCount(topo.MIG)
+		case topo != nil && topo.GPUs > whole:
+			migGPUs = topo.GPUs - whole
+		default:
+			c, err := gpunode.ParseGPUCount(n.Labels[LabelGPUCount])
+			if err != nil {
+				return model.Node{}, "", fmt.Errorf("label %w (a node with MIG devices says how many GPUs it has there)", err)
+			}
+			migGPUs = max(c-whole, 0)
 		}
 	}
 	if whole+migGPUs > gpunode.MaxGPUs {
@@ -110,23 +130,24 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 			return model.Node{}, "", fmt.Errorf("label %w", err)
 		}
 	}
-	var topo *gpunode.Topology
-	warning := ""
-	if s, ok := n.Annotations[gpunode.TopologyAnnotation]; ok {
-		t, err := gpunode.ParseTopology(s)
-		switch {
-		case err != nil:
-			warning = "annotation " + err.Error() + "; placing without NVLink topology"
-		case t.GPUs == whole+migGPUs:
-			topo = t
-		default:
-			warning = fmt.Sprintf("annotation %s describes %d GPUs but the node has %d; placing without NVLink topology", gpunode.TopologyAnnotation, t.GPUs, whole+migGPUs)
-		}
+	if topo != nil && topo.GPUs != whole+migGPUs {
+		warning = fmt.Sprintf("annotation %s describes %d GPUs but the node has %d; placing without NVLink topology", gpunode.TopologyAnnotation, topo.GPUs, whole+migGPUs)
+		topo = nil
 	}
+	// How the node offers its whole GPUs: only as shares when it names its
+	// replicas nvidia.com/gpu.shared and has no plain nvidia.com/gpu, only
+	// whole when it has no nvidia.com/gpu.shared; both when it has both
+	// (per-GPU sharing: which GPU is which is not on the Node).
+	sharesOnly, wholeOnly := shared > 0 && plain == 0, shared == 0
 	for i := 0; i < whole+migGPUs; i++ {
-		g := model.GPU{Index: i, Model: product, MemoryMiB: gpuMem, NUMANode: -1}
-		if i >= whole {
-			g.MIGSlices = 7
+		g := model.GPU{Index: i, Model: product, MemoryMiB: gpuMem, NUMANode: -1, SharesOnly: sharesOnly, WholeOnly: wholeOnly}
+		switch {
+		case layout != nil:
+			if i < len(layout) && len(layout[i]) > 0 {
+				g = migGPU(g, layout[i])
+			}
+		case i >= whole:
+			g = migGPU(g, nil)
 		}
 		if topo != nil && i < len(topo.NUMA) {
 			g.NUMANode = topo.NUMA[i]
@@ -137,6 +158,37 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		out.Topology = topologyOf(topo)
 	}
 	return out, warning, nil
+}
+
+// migCount is how many GPUs a MIG layout puts in MIG mode.
+func migCount(layout [][]int) int {
+	n := 0
+	for _, inst := range layout {
+		if len(inst) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// migGPU makes g a GPU in MIG mode with the given instances (slices each);
+// without instances it may be split any way (7 slices).
+func migGPU(g model.GPU, instances []int) model.GPU {
+	g.SharesOnly, g.WholeOnly = false, false
+	if len(instances) == 0 {
+		g.MIGSlices = 7
+		return g
+	}
+	g.MIGInstanceSlices = instances[0]
+	for _, n := range instances {
+		g.MIGSlices += n
+		if n != instances[0] {
+			// Instances of several sizes on one GPU: which are free is
+			// not known from counts of slices; place by slices.
+			g.MIGInstanceSlices = 0
+		}
+	}
+	return g
 }
 
 // deviceCount reads an extended resource's count from a node's

@@ -24,6 +24,17 @@ type GPU struct {
 	// mode (7 on an A100/H100); 0 when MIG is off. A MIG GPU only serves
 	// MIG requests.
 	MIGSlices int `json:"migSlices,omitempty"`
+	// MIGInstanceSlices, when not 0, says the GPU's MIG instances are laid
+	// out ahead (a static layout, as mig-parted makes) and all have this
+	// many slices: only requests for that size fit, MIGSlices of them in
+	// all. 0 means any size that fits the free slices.
+	MIGInstanceSlices int `json:"migInstanceSlices,omitempty"`
+	// SharesOnly GPUs are offered only as shares (their node advertises
+	// replicas under a name of their own, nvidia.com/gpu.shared): requests
+	// for whole GPUs skip them. WholeOnly GPUs are offered only whole:
+	// requests for a share skip them. Neither set, a GPU serves both.
+	SharesOnly bool `json:"sharesOnly,omitempty"`
+	WholeOnly  bool `json:"wholeOnly,omitempty"`
 	// NUMANode is the NUMA node the GPU is attached to (-1 if unknown).
 	NUMANode int `json:"numaNode,omitempty"`
 }

@@ -14,9 +14,28 @@ type Option struct {
 	Shares []model.GPUShare
 }
 
-// modelAllowed reports whether GPU g of a node may serve req.
+// modelAllowed reports whether GPU g of a node is of a model req allows.
 func modelAllowed(req *model.Request, g *model.GPU) bool {
 	return len(req.GPUModels) == 0 || slices.Contains(req.GPUModels, g.Model)
+}
+
+// serves reports whether GPU g, empty, can serve req's kind of GPU request:
+// a model req allows, and offered the way req asks: whole GPUs from GPUs
+// not in MIG mode and not offered only as shares; a share from GPUs not in
+// MIG mode and not offered only whole; a MIG instance from a MIG GPU with
+// the slices, in its static layout's size when it has one.
+func serves(req *model.Request, g *model.GPU) bool {
+	if !modelAllowed(req, g) {
+		return false
+	}
+	switch {
+	case req.GPUs > 0:
+		return g.MIGSlices == 0 && !g.SharesOnly
+	case req.MIGSlices > 0:
+		return g.MIGSlices >= req.MIGSlices && (g.MIGInstanceSlices == 0 || g.MIGInstanceSlices == req.MIGSlices)
+	default:
+		return g.MIGSlices == 0 && !g.WholeOnly && g.Capacity() >= req.GPUMilli && (g.MemoryMiB == 0 || g.MemoryMiB >= req.GPUMemoryMiB)
+	}
 }
 
 // StaticFits reports whether req could run on node n were n empty: n is
@@ -33,26 +52,10 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 	if !req.UsesGPU() {
 		return true
 	}
-	whole := 0
+	need := max(req.GPUs, 1)
 	for g := range n.GPUs {
-		gp := &n.GPUs[g]
-		if !modelAllowed(req, gp) {
-			continue
-		}
-		switch {
-		case req.GPUs > 0:
-			if gp.MIGSlices == 0 {
-				whole++
-			}
-			if whole >= req.GPUs {
-				return true
-			}
-		case req.MIGSlices > 0:
-			if gp.MIGSlices >= req.MIGSlices {
-				return true
-			}
-		default:
-			if gp.MIGSlices == 0 && gp.Capacity() >= req.GPUMilli && (gp.MemoryMiB == 0 || gp.MemoryMiB >= req.GPUMemoryMiB) {
+		if serves(req, &n.GPUs[g]) {
+			if need--; need == 0 {
 				return true
 			}
 		}
@@ -109,7 +112,7 @@ func (s *State) Options(i int, req *model.Request) []Option {
 	case req.GPUs > 0:
 		var free []int
 		for g := range gpus {
-			if gpus[g].MIGSlices == 0 && modelAllowed(req, &gpus[g]) && !ns.GPUUsed(g) {
+			if serves(req, &gpus[g]) && !ns.GPUUsed(g) {
 				free = append(free, g)
 			}
 		}
@@ -126,7 +129,7 @@ func (s *State) Options(i int, req *model.Request) []Option {
 		var out []Option
 		seen := map[int]bool{}
 		for g := range gpus {
-			if gpus[g].MIGSlices == 0 || !modelAllowed(req, &gpus[g]) || ns.SliceFree[g] < req.MIGSlices || seen[ns.SliceFree[g]] {
+			if !serves(req, &gpus[g]) || ns.SliceFree[g] < req.MIGSlices || seen[ns.SliceFree[g]] {
 				continue
 			}
 			seen[ns.SliceFree[g]] = true
@@ -141,7 +144,7 @@ func (s *State) Options(i int, req *model.Request) []Option {
 		type key struct{ milli, mem int64 }
 		seen := map[key]bool{}
 		for g := range gpus {
-			if gpus[g].MIGSlices > 0 || !modelAllowed(req, &gpus[g]) || ns.GPUFree[g] < req.GPUMilli {
+			if !serves(req, &gpus[g]) || ns.GPUFree[g] < req.GPUMilli {
 				continue
 			}
 			if gpus[g].MemoryMiB > 0 && ns.GPUMem[g] < req.GPUMemoryMiB {

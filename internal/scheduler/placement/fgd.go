@@ -158,7 +158,7 @@ func fragFor(n *model.Node, freeCPU int64, free []int64, total int64, t *model.R
 		if t.GPUs > 0 {
 			need = gp.Capacity()
 		}
-		if !modelAllowed(t, gp) || free[g] < need {
+		if !serves(t, gp) || free[g] < need {
 			frag += free[g]
 		} else {
 			fit++

@@ -233,6 +233,11 @@ func TestStaticFits(t *testing.T) {
 		mig.GPUs[g].MIGSlices = 7
 	}
 	plain := gpuNode("plain", 8000, 2)
+	sharesOnly, wholeOnly, layout := gpuNode("shares-only", 8000, 2), gpuNode("whole-only", 8000, 2), gpuNode("layout", 8000, 2)
+	for g := range 2 {
+		sharesOnly.GPUs[g].SharesOnly, wholeOnly.GPUs[g].WholeOnly = true, true
+		layout.GPUs[g].MIGSlices, layout.GPUs[g].MIGInstanceSlices = 7, 1
+	}
 	cordoned := gpuNode("cordoned", 8000, 2)
 	cordoned.Unschedulable = true
 	inPool := func(r model.Request) model.Request {
@@ -263,6 +268,12 @@ func TestStaticFits(t *testing.T) {
 		{"MIG instance on non-MIG GPUs", plain, model.Request{MIGSlices: 1}, false},
 		{"share on non-MIG GPUs", plain, model.Request{GPUMilli: 500}, true},
 		{"CPU-only pod on a MIG node", mig, model.Request{MilliCPU: 100}, true},
+		{"whole GPU on GPUs offered as shares", sharesOnly, model.Request{GPUs: 1}, false},
+		{"share on GPUs offered as shares", sharesOnly, model.Request{GPUMilli: 250}, true},
+		{"share on GPUs offered whole", wholeOnly, model.Request{GPUMilli: 250}, false},
+		{"whole GPUs on GPUs offered whole", wholeOnly, model.Request{GPUs: 2}, true},
+		{"MIG instance of the layout's size", layout, model.Request{MIGSlices: 1}, true},
+		{"MIG instance the layout does not have", layout, model.Request{MIGSlices: 3}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
