@@ -16,6 +16,13 @@ const (
 	// so it lands on the pod with the node name; the node's agent gives
 	// the pod's containers exactly these GPUs (deviceplugin.Steerer).
 	GPUsAnnotation = "gpuplane.io/gpus"
+	// HeldAnnotation records on a pod the GPUs its node's kubelet gave its
+	// containers, in GPUsAnnotation's format, as gpuplane-agent reads them
+	// from the PodResources API once the pod is admitted. It is the node's
+	// word: where it differs from GPUsAnnotation (the chosen GPUs were taken
+	// or unhealthy, or two pods with identical requests were admitted in
+	// the other order), gpuplane-scheduler's books follow it.
+	HeldAnnotation = "gpuplane.io/gpus-held"
 	// AllocationAnnotation holds the pod's device allocation as JSON (a
 	// PodAllocation), written by the simulated node before the pod is
 	// reported Running.

@@ -9,18 +9,31 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/internal/steer"
 )
 
 // nodePods is the pods bound to a node, which the steer package reads to
 // give pods the GPUs gpuplane-scheduler chose: as a watch keeps them, and
 // as the API server lists them now.
 type nodePods struct {
-	store cache.Store
-	lw    *cache.ListWatch
+	store  cache.Store
+	lw     *cache.ListWatch
+	client rest.Interface
+}
+
+// patchHeld writes (or removes, for "") the node's record of the GPUs a
+// pod holds (steer.Patcher).
+func (w *nodePods) patchHeld(ctx context.Context, namespace, name string, uid types.UID, value string) error {
+	body, err := steer.HeldPatch(uid, value)
+	if err != nil {
+		return err
+	}
+	return w.client.Patch(types.MergePatchType).Namespace(namespace).Resource("pods").Name(name).Body(body).Do(ctx).Error()
 }
 
 // cached returns the pods as the watch last showed them; none until the
@@ -84,11 +97,12 @@ func watchNodePods(ctx context.Context, cfg *rest.Config, node string, log *slog
 			log.Warn("the node's pods are not listed yet (RBAC: list and watch pods): containers get the GPUs their resource prefers until they are", "node", node)
 		}
 	}()
-	return &nodePods{store: store, lw: lw}, nil
+	return &nodePods{store: store, lw: lw, client: c.rest}, nil
 }
 
-// slimPod keeps of a pod what the steerer reads: identity, age, deletion,
-// the scheduler's GPU choice, its containers' resources and the phase.
+// slimPod keeps of a pod what the steerer and the recorder read:
+// identity, age, deletion, the scheduler's GPU choice and the node's
+// record, its containers' resources and the phase.
 func slimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -98,8 +112,13 @@ func slimPod(obj any) (any, error) {
 		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 	}}
-	if v, ok := p.Annotations[gpupod.GPUsAnnotation]; ok && len(v) <= 1024 {
-		out.Annotations = map[string]string{gpupod.GPUsAnnotation: v}
+	for _, k := range []string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation} {
+		if v, ok := p.Annotations[k]; ok && len(v) <= 1024 {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
 	}
 	out.Spec.NodeName = p.Spec.NodeName
 	out.Spec.InitContainers = slimContainers(p.Spec.InitContainers)

@@ -55,7 +55,10 @@ type PluginOptions struct {
 	// start and again after every reload that took effect, so that other
 	// parts (labels) describe the same sharing and MIG strategy.
 	OnConfig func(*configv1.Config)
-	Logger   *slog.Logger
+	// OnResources, when set, is given the resources the plugin serves, at
+	// the same moments as OnConfig.
+	OnResources func([]*sharing.Resource)
+	Logger      *slog.Logger
 }
 
 // pluginState is what one good config produced.
@@ -117,6 +120,9 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	if o.OnConfig != nil {
 		o.OnConfig(state.cfg)
 	}
+	if o.OnResources != nil {
+		o.OnResources(state.resources)
+	}
 	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: monitor, Steer: o.Steer, Topology: topo, Logger: log.With("part", "deviceplugin")})
 	if err != nil {
 		return err
@@ -173,6 +179,9 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 			daemons = startMPS(ctx, o, state, log)
 			if o.OnConfig != nil {
 				o.OnConfig(state.cfg)
+			}
+			if o.OnResources != nil {
+				o.OnResources(state.resources)
 			}
 			log.Info("config reloaded", "resources", sharing.Names(state.resources))
 		}

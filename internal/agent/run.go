@@ -249,6 +249,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		Backend: backend, HealthCheckInterval: f.healthEvery, LookupEnv: os.LookupEnv, Reload: reload,
 		OnHealth: healthSrc.set, Logger: log,
 	}
+	var recorder *part
 	if cfg, err := restConfig(f.kubeconfig); err != nil {
 		log.Info("pods get the GPUs their resource prefers: the API server is not configured, so gpuplane-scheduler's choices cannot be read", "reason", err)
 	} else {
@@ -258,8 +259,18 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 			return err
 		}
 		plugin.Steer = steer.New(pods.cached, pods.list, len(devices), log.With("part", "steer"))
+		if f.podResourcesSocket != "" {
+			rec := steer.NewRecorder(metrics.NewSocketPodResources(f.podResourcesSocket), pods.cached, pods.patchHeld, len(devices), log.With("part", "record"))
+			plugin.OnResources = rec.SetResources
+			recorder = &part{name: "record", run: rec.Run}
+		} else {
+			log.Info("the GPUs pods hold are not recorded on them (--pod-resources-socket is empty): gpuplane-scheduler keeps its own choices as the truth")
+		}
 	}
 	parts := []part{}
+	if recorder != nil {
+		parts = append(parts, *recorder)
+	}
 	if sink != nil {
 		var interval *time.Duration
 		if f.changedConfig("labels-interval") {

@@ -86,8 +86,8 @@ func (s *Steerer) pick(pods []*corev1.Pod, res *sharing.Resource, free map[strin
 	}
 	var fits []candidate
 	for _, p := range waiting {
-		asks := containerAsks(p, res.Name)
-		if asks != nil && !slices.ContainsFunc(asks, func(n int64) bool { return n > 0 }) {
+		asks, total := containerAsks(p, res.Name)
+		if asks != nil && total == 0 {
 			continue // the pod does not ask for this resource
 		}
 		choice, err := gpupod.ParseGPUs(p.Annotations[gpupod.GPUsAnnotation], s.gpus)
@@ -99,6 +99,9 @@ func (s *Steerer) pick(pods []*corev1.Pod, res *sharing.Resource, free map[strin
 		if len(given) > 0 && allIn(given, free) {
 			given = nil // not allocated after all: awaiting admission again
 			delete(s.given[p.UID], res.Name)
+		}
+		if asks != nil && int64(len(given)) >= total {
+			continue // every container has its devices
 		}
 		want := wanted(res, choice, given, free)
 		if len(want) >= size && allIn(mustInclude, setOf(want[:size])) {
@@ -135,23 +138,35 @@ func rank(asks []int64, want, size int) int {
 
 // containerAsks lists how many of resource each of the pod's containers
 // (init containers first) asks for, nil when the pod's containers are
-// not known.
-func containerAsks(p *corev1.Pod, resource string) []int64 {
+// not known, and how many devices the pod holds in all: its containers'
+// sum, or its largest init container's ask when that is more (the
+// kubelet hands an init container's devices on to the containers after
+// it).
+func containerAsks(p *corev1.Pod, resource string) (asks []int64, total int64) {
 	if len(p.Spec.InitContainers)+len(p.Spec.Containers) == 0 {
-		return nil
+		return nil, 0
 	}
 	name := corev1.ResourceName(resource)
-	out := make([]int64, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
-	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for i := range cs {
-			q, ok := cs[i].Resources.Limits[name]
-			if !ok {
-				q = cs[i].Resources.Requests[name]
-			}
-			out = append(out, q.Value())
+	ask := func(c *corev1.Container) int64 {
+		q, ok := c.Resources.Limits[name]
+		if !ok {
+			q = c.Resources.Requests[name]
 		}
+		return q.Value()
 	}
-	return out
+	asks = make([]int64, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
+	var init, apps int64
+	for i := range p.Spec.InitContainers {
+		n := ask(&p.Spec.InitContainers[i])
+		asks = append(asks, n)
+		init = max(init, n)
+	}
+	for i := range p.Spec.Containers {
+		n := ask(&p.Spec.Containers[i])
+		asks = append(asks, n)
+		apps += n
+	}
+	return asks, max(init, apps)
 }
 
 // awaiting returns the pods that carry the scheduler's choice and may
@@ -191,16 +206,18 @@ func (s *Steerer) forget(waiting []*corev1.Pod) {
 }
 
 // wanted lists the devices of res that the choice names and that are not
-// handed out yet (not in given), when all of them are free; the choices
-// res does not serve are skipped. A whole GPU is its device, or on a
-// resource of replicas all replicas of it; a share of a GPU is one
-// replica of it; a MIG instance is a free MIG device of that many slices
-// on the GPU.
+// handed out yet (not in given); nil when a device the choice needs is not
+// free. Choices res does not serve are skipped. A whole GPU is its device,
+// or on a resource of replicas its free replicas (at least one); a share of
+// a GPU is one replica of it; a MIG instance is a free MIG device of that
+// many slices on the GPU. Replicas of several whole GPUs come one GPU at a
+// time, round-robin, so that a request for fewer replicas than the choice
+// offers spreads over the GPUs chosen.
 func wanted(res *sharing.Resource, choice []gpupod.GPUChoice, given []string, free map[string]bool) []string {
 	taken := setOf(given)
-	var out []string
+	var perGPU [][]string
 	for _, c := range choice {
-		var need int
+		need, upTo := 1, 1
 		match := func(d *sharing.Device) bool { return d.GPUIndex == c.Index && d.MIG == nil }
 		switch {
 		case res.HasMIG():
@@ -208,46 +225,46 @@ func wanted(res *sharing.Resource, choice []gpupod.GPUChoice, given []string, fr
 				continue
 			}
 			match = func(d *sharing.Device) bool { return d.MIG.ParentIndex == c.Index && d.MIG.GPUSlices == c.MIGSlices }
-			need = 1
 		case c.MIGSlices > 0:
 			continue
 		case res.HasReplicas():
-			need = 1
 			if c.Whole() {
-				need = 0 // every replica of the GPU
+				upTo = len(res.Devices) // every free replica of the GPU
 			}
 		case !c.Whole():
 			continue
-		default:
-			need = 1
 		}
-		got, all := 0, 0
+		got := 0
 		for i := range res.Devices {
-			d := &res.Devices[i]
-			if !match(d) {
-				continue
-			}
-			all++
-			if taken[d.ID] {
+			if d := &res.Devices[i]; match(d) && taken[d.ID] {
 				got++
 			}
 		}
-		if need == 0 {
-			need = all
-		}
+		var ids []string
 		for i := range res.Devices {
 			d := &res.Devices[i]
-			if got >= need {
+			if got+len(ids) >= upTo {
 				break
 			}
 			if match(d) && !taken[d.ID] && free[d.ID] {
-				out = append(out, d.ID)
+				ids = append(ids, d.ID)
 				taken[d.ID] = true
-				got++
 			}
 		}
-		if got < need {
-			return nil // the choice's devices are not all free: not this pod
+		if got+len(ids) < need {
+			return nil // the choice's devices are not free: not this pod
+		}
+		perGPU = append(perGPU, ids)
+	}
+	var out []string
+	for more := true; more; {
+		more = false
+		for k := range perGPU {
+			if len(perGPU[k]) > 0 {
+				out = append(out, perGPU[k][0])
+				perGPU[k] = perGPU[k][1:]
+				more = true
+			}
 		}
 	}
 	return out

@@ -219,3 +219,30 @@ func TestSteerBeforeTheWatchShowsThePod(t *testing.T) {
 		t.Fatalf("got GPUs %v after %d lists, want GPU 6 after one", got, lists)
 	}
 }
+
+// On a time-sliced node whose replicas keep the name nvidia.com/gpu, the
+// scheduler may record whole GPUs for pods that ask for replicas: each
+// pod gets as many replicas as it asks for, spread over the GPUs chosen,
+// and a pod whose containers are served takes no more.
+func TestSteerReplicasOfWholeChoices(t *testing.T) {
+	res := steerNode(t, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
+	pods := []*corev1.Pod{
+		asking(placed("a", 0, "2"), "nvidia.com/gpu", 1),
+		asking(placed("b", 1, "3"), "nvidia.com/gpu", 1),
+		asking(placed("c", 2, "6,7"), "nvidia.com/gpu", 2),
+		asking(placed("d", 3, "5"), "nvidia.com/gpu", 4),
+	}
+	s := testSteerer(func() []*corev1.Pod { return pods })
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+	for i, tc := range []struct {
+		size int
+		want []int
+	}{{1, []int{2}}, {1, []int{3}}, {2, []int{6, 7}}, {4, []int{5, 5, 5, 5}}} {
+		if got := gpusOf(res, k.admit(tc.size)); !slices.Equal(got, tc.want) {
+			t.Fatalf("pod %d got replicas of GPUs %v, want %v", i, got, tc.want)
+		}
+	}
+	if ids := k.admit(1); ids != nil {
+		t.Fatalf("steered %v though every pod has what it asked for", ids)
+	}
+}

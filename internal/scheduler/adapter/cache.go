@@ -369,7 +369,7 @@ func allocationChanged(old, p *podInfo) bool {
 	a, b := &old.req, &p.req
 	return o.UID != n.UID || o.Spec.SchedulerName != n.Spec.SchedulerName || o.Spec.NodeName != n.Spec.NodeName || old.terminal() != p.terminal() ||
 		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || !maps.Equal(o.Labels, n.Labels) ||
-		o.Annotations[GPUsAnnotation] != n.Annotations[GPUsAnnotation] || (old.bad == nil) != (p.bad == nil) ||
+		o.Annotations[GPUsAnnotation] != n.Annotations[GPUsAnnotation] || o.Annotations[HeldAnnotation] != n.Annotations[HeldAnnotation] || (old.bad == nil) != (p.bad == nil) ||
 		a.MilliCPU != b.MilliCPU || a.MemoryMiB != b.MemoryMiB || a.GPUs != b.GPUs || a.GPUMilli != b.GPUMilli ||
 		a.GPUMemoryMiB != b.GPUMemoryMiB || a.MIGSlices != b.MIGSlices || a.MIGProfile != b.MIGProfile
 }

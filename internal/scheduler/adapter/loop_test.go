@@ -266,6 +266,39 @@ func TestLoopEvictsThenBindsThePreemptorWhereItWaited(t *testing.T) {
 	}
 }
 
+// The node gave two pods each other's chosen GPUs (gpus-held): evicting
+// one frees the GPUs it holds, and the preemptor is bound there, not on
+// the GPUs the scheduler once chose for the victim.
+func TestLoopFollowsTheNodesRecord(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	low := int32(1)
+	for i, gpus := range [][2]string{{"0,1,2,3", "4,5,6,7"}, {"4,5,6,7", "0,1,2,3"}} {
+		p := testPod("ns", fmt.Sprint("low-", i), rl("nvidia.com/gpu", "4"))
+		p.Spec.NodeName, p.Spec.Priority = "a", &low
+		p.Annotations = map[string]string{GPUsAnnotation: gpus[0], HeldAnnotation: gpus[1]}
+		p.CreationTimestamp = metav1.Unix(int64(100+i), 0)
+		f.cache.upsertPod(p)
+	}
+	// A record that does not fit the request is not followed.
+	odd := testPod("ns", "odd", rl("cpu", "1"))
+	odd.Spec.NodeName = "a"
+	odd.Annotations = map[string]string{HeldAnnotation: "9,9"}
+	f.cache.upsertPod(odd)
+	high := int32(100)
+	urgent := testPod("ns", "urgent", rl("nvidia.com/gpu", "4"))
+	urgent.Spec.Priority = &high
+	f.cache.upsertPod(urgent)
+	f.cycle()
+	if len(f.api.evicted) != 1 || f.api.evicted[0] != "ns/low-1" {
+		t.Fatalf("evicted %v, want the newest low-priority pod", f.api.evicted)
+	}
+	f.cache.deletePod(f.cache.pods["ns/low-1"].pod)
+	f.cycle()
+	if len(f.api.binds) != 1 || f.api.binds[0] != "ns/urgent a 0,1,2,3" {
+		t.Fatalf("bound %v, want urgent on the GPUs the victim held: 0,1,2,3", f.api.binds)
+	}
+}
+
 func TestLoopTearsDownOnlyItsOwnPartlyBoundGangs(t *testing.T) {
 	for _, ours := range []bool{true, false} {
 		t.Run(fmt.Sprintf("bound-by-us=%v", ours), func(t *testing.T) {

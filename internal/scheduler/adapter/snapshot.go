@@ -451,9 +451,40 @@ func (b *builder) runningAllocations(c *clusterCache, now time.Time) [][]model.A
 	return out
 }
 
+// heldAs reads the node's record of the GPUs a pod holds in the terms of
+// its request: the GPUs from the record, how much of each from the request
+// (a replica of a GPU time-sliced under nvidia.com/gpu is a whole GPU to a
+// request for whole GPUs). ok is false when the record does not match the
+// request's kind or count, and the scheduler's own choice stands.
+func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.GPUShare, bool) {
+	switch {
+	case req.GPUs > 0:
+		if len(held) != req.GPUs {
+			return nil, false
+		}
+		out := make([]model.GPUShare, len(held))
+		for k, h := range held {
+			g := &n.GPUs[h.Index]
+			if h.MIGSlices > 0 || g.MIGSlices > 0 {
+				return nil, false
+			}
+			out[k] = model.GPUShare{Index: h.Index, Milli: g.Capacity(), MemoryMiB: g.MemoryMiB}
+		}
+		return out, true
+	case req.MIGSlices > 0:
+		return held, len(held) == 1 && held[0].MIGSlices == req.MIGSlices
+	case req.Shared():
+		if len(held) != 1 || held[0].MIGSlices > 0 || n.GPUs[held[0].Index].MIGSlices > 0 {
+			return nil, false
+		}
+		return []model.GPUShare{{Index: held[0].Index, Milli: req.GPUMilli, MemoryMiB: req.GPUMemoryMiB}}, true
+	}
+	return nil, false
+}
+
 // nodeAllocations lists the allocations of the pods holding one node: GPU
-// shares from the scheduler's own annotation or assumption, else the lowest
-// free GPUs; a pod that would over-allocate the node is left out with a log
+// shares from the node's record (HeldAnnotation), else the scheduler's own
+// annotation or assumption, else the lowest free GPUs; a pod that would over-allocate the node is left out with a log
 // line (the core refuses over-allocated snapshots). Caller holds c.mu.
 func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) []model.Allocation {
 	pods := c.onNode[ni.node.Name]
@@ -491,9 +522,16 @@ func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) 
 	entries := make([]entry, 0, len(pods))
 	for _, pi := range pods {
 		e := entry{pi: pi}
-		if a, ok := c.assumed[pi.key]; ok && !pi.bound() {
+		// The node's record of what the pod holds first, then what this
+		// scheduler assumed or chose for it.
+		if s, ok := pi.pod.Annotations[HeldAnnotation]; ok && pi.bound() {
+			if sh, err := parseShares(s, m); err == nil {
+				e.shares, e.known = heldAs(m, &pi.req, sh)
+			}
+		}
+		if a, ok := c.assumed[pi.key]; ok && !e.known && !pi.bound() {
 			e.shares, e.known = a.shares, true
-		} else if s, ok := pi.pod.Annotations[GPUsAnnotation]; ok {
+		} else if s, ok := pi.pod.Annotations[GPUsAnnotation]; ok && !e.known {
 			if sh, err := parseShares(s, m); err == nil {
 				e.shares, e.known = sh, true
 			}

@@ -47,6 +47,8 @@ func TestManifestsPassServerDryRun(t *testing.T) {
 		"clusterrolebinding.rbac.authorization.k8s.io/gpuplane-agent", "configmap/gpuplane-agent-config", "daemonset.apps/gpuplane-agent", "service/gpuplane-agent-metrics",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/gpuplane-agent-own-node",
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/gpuplane-agent-own-node",
+		"validatingadmissionpolicy.admissionregistration.k8s.io/gpuplane-agent-own-pods",
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/gpuplane-agent-own-pods",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry run output lacks %s:\n%s", want, out)
@@ -203,5 +205,44 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 	}
 	if err := bound.CoreV1().Pods(agentNamespace).Delete(ctx, "gpuplane-agent-policy-node-a", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("deleting a pod: %v, want forbidden", err)
+	}
+	// It records the GPUs a pod on its node holds, and changes nothing else
+	// of any pod.
+	onB := framework.Pod(agentNamespace, "on-node-b").NodeName("policy-node-b").Obj()
+	no := false
+	onB.Spec.ServiceAccountName, onB.Spec.AutomountServiceAccountToken = "gpuplane-agent", &no
+	if _, err := env.Client.CoreV1().Pods(agentNamespace).Create(ctx, onB, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = env.Client.CoreV1().Pods(agentNamespace).Delete(context.Background(), onB.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	podPatch := func(key, value string) []byte {
+		return []byte(`{"metadata":{"annotations":{"` + key + `":"` + value + `"}}}`)
+	}
+	framework.Eventually(t, 30*time.Second, "the pods' admission policy in force", func(ctx context.Context) (bool, error) {
+		_, err := bound.CoreV1().Pods(agentNamespace).Patch(ctx, "on-node-b", types.MergePatchType, podPatch("gpuplane.io/gpus-held", "0"), metav1.PatchOptions{})
+		return err != nil && strings.Contains(err.Error(), "gpuplane-agent-own-pods"), err
+	})
+	for _, tc := range []struct {
+		name, pod string
+		patch     []byte
+		allowed   bool
+	}{
+		{"record on a pod of its node", "gpuplane-agent-policy-node-a", podPatch("gpuplane.io/gpus-held", "0,1"), true},
+		{"another annotation", "gpuplane-agent-policy-node-a", podPatch("gpuplane.io/gpus", "7"), false},
+		{"a label", "gpuplane-agent-policy-node-a", []byte(`{"metadata":{"labels":{"x":"y"}}}`), false},
+		{"record on a pod of another node", "on-node-b", podPatch("gpuplane.io/gpus-held", "0"), false},
+	} {
+		_, err := bound.CoreV1().Pods(agentNamespace).Patch(ctx, tc.pod, types.MergePatchType, tc.patch, metav1.PatchOptions{})
+		switch {
+		case tc.allowed && err != nil:
+			t.Errorf("%s: %v, want allowed", tc.name, err)
+		case !tc.allowed && !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err):
+			t.Errorf("%s: %v, want denied by gpuplane-agent-own-pods", tc.name, err)
+		case !tc.allowed && !strings.Contains(err.Error(), "gpuplane-agent-own-pods"):
+			t.Errorf("%s: denied with %v, want gpuplane-agent-own-pods to say why", tc.name, err)
+		}
 	}
 }

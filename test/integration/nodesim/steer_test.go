@@ -1,12 +1,15 @@
 package nodesim_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
@@ -19,41 +22,76 @@ func boundWithChoice(ns, name, node, resource string, count int, choice string) 
 		Annotation(gpupod.GPUsAnnotation, choice).Obj()
 }
 
+func gpuList(gpus []int) string {
+	parts := make([]string, len(gpus))
+	for i, g := range gpus {
+		parts[i] = fmt.Sprint(g)
+	}
+	return strings.Join(parts, ",")
+}
+
+// waitHeld waits until the agent has recorded on the pod the GPUs it holds.
+func waitHeld(t *testing.T, ns, name, want string) {
+	t.Helper()
+	framework.Eventually(t, 30*time.Second, fmt.Sprintf("pod %s's record %s=%q", name, gpupod.HeldAnnotation, want), func(ctx context.Context) (bool, error) {
+		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got := p.Annotations[gpupod.HeldAnnotation]
+		return got == want, fmt.Errorf("recorded %q", got)
+	})
+}
+
 // TestNodeHonoursTheSchedulersChoice: pods bound with the GPUs
 // gpuplane-scheduler chose, created back to back, get exactly those GPUs
 // from the kubelet's device manager through the agent, where the plugin's
 // own preference would have chosen others (packed from GPU 0); shares of a
 // time-sliced GPU go to replicas of the GPU chosen. A pod the scheduler
-// did not place keeps the plugin's preference.
+// did not place keeps the plugin's preference, and when it takes a GPU
+// another pod's choice names, that pod gets what is left. Every pod ends
+// with the node's record of what it holds.
 func TestNodeHonoursTheSchedulersChoice(t *testing.T) {
 	t.Run("whole GPUs", func(t *testing.T) {
 		const nodeName = "sim-h100-steer"
 		nodeWithAPI(t, nodeName, "dgxh100", "")
 		waitCapacity(t, nodeName, map[string]int64{gpuRes: 8})
 		ns := env.CreateNamespace(t)
-		want := map[string][]int{"a": {5}, "b": {1, 6}, "c": {3}, "d": {7}, "e": {0, 2, 4}}
-		for _, name := range []string{"a", "b", "c", "d", "e"} {
-			gpus := want[name]
-			choice := ""
-			for i, g := range gpus {
-				if i > 0 {
-					choice += ","
-				}
-				choice += fmt.Sprint(g)
-			}
-			createPod(t, boundWithChoice(ns, name, nodeName, gpuRes, len(gpus), choice))
+		want := map[string][]int{"a": {5}, "b": {1, 6}, "c": {3}, "d": {7}}
+		for _, name := range []string{"a", "b", "c", "d"} {
+			createPod(t, boundWithChoice(ns, name, nodeName, gpuRes, len(want[name]), gpuList(want[name])))
 		}
 		index, _ := topology(t, nodeName)
-		for name, gpus := range want {
+		gpusOf := func(name string) []int {
 			var got []int
 			for _, id := range allocation(t, ns, name).DeviceIDs(gpuRes) {
 				got = append(got, index[id].Index)
 			}
 			slices.Sort(got)
-			if !slices.Equal(got, gpus) {
+			return got
+		}
+		for name, gpus := range want {
+			if got := gpusOf(name); !slices.Equal(got, gpus) {
 				t.Errorf("pod %s got GPUs %v, the scheduler chose %v", name, got, gpus)
 			}
+			waitHeld(t, ns, name, gpuList(gpus))
 		}
+
+		// A pod nobody chose GPUs for takes one of the three left; the next
+		// pod's choice includes it, so that pod gets what is left, and the
+		// node records what each pod holds, not what was chosen.
+		createPod(t, framework.Pod(ns, "plain").GPUs(1).NodeName(nodeName).Obj())
+		plain := gpusOf("plain")
+		waitHeld(t, ns, "plain", gpuList(plain))
+		left := slices.DeleteFunc([]int{0, 2, 4}, func(g int) bool { return g == plain[0] })
+		createPod(t, boundWithChoice(ns, "late", nodeName, gpuRes, 2, gpuList([]int{0, 2, 4}[:2])))
+		if plain[0] == 4 {
+			t.Skip("the plugin's preference took GPU 4, outside late's choice of 0 and 2")
+		}
+		if got := gpusOf("late"); !slices.Equal(got, left) {
+			t.Fatalf("pod late got GPUs %v, want the two left, %v", got, left)
+		}
+		waitHeld(t, ns, "late", gpuList(left))
 	})
 
 	t.Run("time-sliced shares", func(t *testing.T) {
@@ -76,6 +114,7 @@ func TestNodeHonoursTheSchedulersChoice(t *testing.T) {
 			if got := index[uuid].Index; got != g {
 				t.Errorf("pod %s got a replica of GPU %d, the scheduler chose GPU %d", name, got, g)
 			}
+			waitHeld(t, ns, name, fmt.Sprintf("%d:250", g))
 		}
 	})
 }
