@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +28,51 @@ type nodePods struct {
 	store  cache.Store
 	lw     *cache.ListWatch
 	client rest.Interface
+
+	mu sync.Mutex
+	// arrived numbers the pods in the order the watch showed them bound
+	// to the node: the order the kubelet's own watch sees them, and so
+	// the order it admits them in.
+	arrived map[types.UID]uint64
+	seq     uint64
+}
+
+func (w *nodePods) arrive(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		w.mu.Lock()
+		if _, seen := w.arrived[p.UID]; !seen {
+			w.seq++
+			w.arrived[p.UID] = w.seq
+		}
+		w.mu.Unlock()
+	}
+}
+
+func (w *nodePods) leave(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		w.mu.Lock()
+		delete(w.arrived, p.UID)
+		w.mu.Unlock()
+	}
+}
+
+// inArrivalOrder sorts pods in the order the watch showed them bound; pods
+// it has not shown yet come last, oldest first.
+func (w *nodePods) inArrivalOrder(pods []*corev1.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	order := func(p *corev1.Pod) uint64 {
+		if n, ok := w.arrived[p.UID]; ok {
+			return n
+		}
+		return math.MaxUint64
+	}
+	slices.SortStableFunc(pods, func(a, b *corev1.Pod) int {
+		return cmp.Or(cmp.Compare(order(a), order(b)), a.CreationTimestamp.Compare(b.CreationTimestamp.Time))
+	})
 }
 
 // patchHeld writes (or removes, for "") the node's record of the GPUs a
@@ -36,8 +85,8 @@ func (w *nodePods) patchHeld(ctx context.Context, namespace, name string, uid ty
 	return w.client.Patch(types.MergePatchType).Namespace(namespace).Resource("pods").Name(name).Body(body).Do(ctx).Error()
 }
 
-// cached returns the pods as the watch last showed them; none until the
-// first list returns.
+// cached returns the pods as the watch last showed them, in the order it
+// showed them bound; none until the first list returns.
 func (w *nodePods) cached() []*corev1.Pod {
 	objs := w.store.List()
 	out := make([]*corev1.Pod, 0, len(objs))
@@ -46,6 +95,7 @@ func (w *nodePods) cached() []*corev1.Pod {
 			out = append(out, p)
 		}
 	}
+	w.inArrivalOrder(out)
 	return out
 }
 
@@ -67,6 +117,7 @@ func (w *nodePods) list() ([]*corev1.Pod, error) {
 		p, _ := slimPod(&l.Items[i])
 		out = append(out, p.(*corev1.Pod))
 	}
+	w.inArrivalOrder(out)
 	return out, nil
 }
 
@@ -80,10 +131,13 @@ func watchNodePods(ctx context.Context, cfg *rest.Config, node string, log *slog
 	if err != nil {
 		return nil, err
 	}
-	lw := cache.NewListWatchFromClient(c.rest, "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
+	w := &nodePods{client: c.rest, arrived: map[types.UID]uint64{}}
+	w.lw = cache.NewListWatchFromClient(c.rest, "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
 	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw, ObjectType: &corev1.Pod{}, Handler: cache.ResourceEventHandlerFuncs{}, Transform: slimPod,
+		ListerWatcher: w.lw, ObjectType: &corev1.Pod{}, Transform: slimPod,
+		Handler: cache.ResourceEventHandlerFuncs{AddFunc: w.arrive, DeleteFunc: w.leave},
 	})
+	w.store = store
 	go ctrl.RunWithContext(ctx)
 	go func() {
 		// Say once whether the watch works: without it pods get the
@@ -97,7 +151,7 @@ func watchNodePods(ctx context.Context, cfg *rest.Config, node string, log *slog
 			log.Warn("the node's pods are not listed yet (RBAC: list and watch pods): containers get the GPUs their resource prefers until they are", "node", node)
 		}
 	}()
-	return &nodePods{store: store, lw: lw, client: c.rest}, nil
+	return w, nil
 }
 
 // slimPod keeps of a pod what the steerer and the recorder read:

@@ -131,7 +131,8 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 	case st == nil:
 		return s.startPod(ctx, key, pod)
 	case st.terminal:
-		return nil
+		// Ended here, but writing that to the pod's status failed.
+		return s.completePod(ctx, key, pod)
 	case pod.Status.Phase == corev1.PodPending:
 		// Admitted, but reporting it Running failed: try again.
 		if err := s.updateStatus(ctx, pod, s.runningStatus); err != nil {
@@ -246,10 +247,15 @@ func (s *Simulator) completePod(ctx context.Context, key string, pod *corev1.Pod
 		}
 		code = int32(n)
 	}
+	// The containers have exited: their devices are free before anyone
+	// can read that from the pod's status, as in the kubelet, whose
+	// admission counts only the pods it still runs. Freed first, a
+	// scheduler that sees the pod finished and binds another in its
+	// place never finds the node still full.
+	s.endPod(key)
 	if err := s.updateStatus(ctx, pod, func(st *corev1.PodStatus, p *corev1.Pod) { terminatedStatus(st, p, code) }); err != nil {
 		return err
 	}
-	s.endPod(key)
 	s.log.Info("pod finished", "pod", key, "exitCode", code)
 	return nil
 }

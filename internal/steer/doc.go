@@ -8,8 +8,9 @@
 // GetPreferredAllocation with the device IDs not in use and how many it
 // needs, never naming the pod. The Steerer takes as awaiting admission
 // the pods bound to the node that carry the scheduler's choice, are still
-// Pending and not being deleted, oldest first (the order the kubelet
-// admits a batch in). For a request it answers with the devices of the
+// Pending and not being deleted, in the order the agent's watch showed
+// them bound: the kubelet watches the same pods and admits them in the
+// order they arrive. For a request it answers with the devices of the
 // first such pod that has a container asking for exactly that many of the
 // resource and whose chosen devices not yet handed out are all free
 // (failing that, the first pod they fit), and remembers them as that
@@ -24,12 +25,14 @@
 //
 // What can go wrong, and what it costs. Two pods with requests of the
 // same size that both fit could be admitted in the other order than the
-// Steerer assumes: each then gets the devices chosen for the other, which
-// on the node as a whole is exactly the scheduler's plan. A pod another
-// scheduler placed, admitted while a gpuplane pod waits, may take the
-// devices chosen for it; the gpuplane pod then gets what its resource
-// prefers. Either way the node's allocation record (gpupod.PodAllocation,
-// the kubelet's PodResources) says what each pod holds. Pods without a
+// Steerer assumes (a batch the kubelet receives at once, as after its
+// restart, it admits oldest first): each then gets the devices chosen for
+// the other, which on the node as a whole is exactly the scheduler's
+// plan. A pod another scheduler placed, admitted while a gpuplane pod
+// waits, may take the devices chosen for it; the gpuplane pod then gets
+// what its resource prefers. Either way the Recorder writes on every pod
+// what it holds (gpupod.HeldAnnotation), read from the kubelet's
+// PodResources API, and gpuplane-scheduler's books follow that record. Pods without a
 // choice, and choices that do not parse for the node, get what the
 // resource prefers, as without a Steerer.
 package steer

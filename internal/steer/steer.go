@@ -34,7 +34,8 @@ type Steerer struct {
 var _ deviceplugin.Steerer = (*Steerer)(nil)
 
 // New returns a Steerer. pods lists the pods bound to the node as a watch
-// last showed them; fresh, when not nil, lists them from the API server,
+// last showed them, in the order it showed them bound (the order the
+// kubelet, watching the same, admits them in); fresh, when not nil, lists them from the API server,
 // for a pod the kubelet admits before the watch shows it; gpus is the
 // node's GPU count, the bound of a choice's indexes.
 func New(pods func() []*corev1.Pod, fresh func() ([]*corev1.Pod, error), gpus int, log *slog.Logger) *Steerer {
@@ -170,7 +171,7 @@ func containerAsks(p *corev1.Pod, resource string) (asks []int64, total int64) {
 }
 
 // awaiting returns the pods that carry the scheduler's choice and may
-// still be admitted: Pending and not being deleted, oldest first.
+// still be admitted: Pending and not being deleted, in the order given.
 func awaiting(pods []*corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range pods {
@@ -180,12 +181,6 @@ func awaiting(pods []*corev1.Pod) []*corev1.Pod {
 		}
 		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b *corev1.Pod) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
 	return out
 }
 
