@@ -20,7 +20,7 @@ import (
 )
 
 // steerNode is eight GPUs with the resources config makes of them.
-func steerNode(t *testing.T, config string) *sharing.Resource {
+func steerNode(t testing.TB, config string) *sharing.Resource {
 	t.Helper()
 	var gpus []gpu.Device
 	for i := range 8 {
