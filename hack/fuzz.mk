@@ -9,6 +9,7 @@ FUZZ_TARGETS := \
 	./api/gpunode:FuzzParseLabels \
 	./api/gpupod:FuzzReadAllocation \
 	./api/gpupod:FuzzParseGPUs \
+	./api/gpupod:FuzzReadFraction \
 	./internal/scheduler/adapter:FuzzConvertNode \
 	./internal/scheduler/adapter:FuzzPodRequest \
 	./internal/scheduler/adapter:FuzzParseShares \

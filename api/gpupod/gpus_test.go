@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/gpuplane/gpuplane/api/gpupod"
 )
 
@@ -70,6 +73,34 @@ func FuzzParseGPUs(f *testing.F) {
 		back, err := gpupod.ParseGPUs(gpupod.FormatGPUs(choice), gpus)
 		if err != nil || !slices.Equal(back, choice) {
 			t.Fatalf("round trip of %q through %q: %v, %+v", s, gpupod.FormatGPUs(choice), err, back)
+		}
+	})
+}
+
+func FuzzReadFraction(f *testing.F) {
+	f.Add("0.25", "20Gi", "3000", "30", "50", "0.5", "2000")
+	f.Add("", "", "", "", "", "NaN", "-1")
+	f.Add("1e400", "1e30", "1e30", "101", "0", "1", "99999999999")
+	f.Add("-0", "0", "-5", "-5", "-5", "0x1p-2", " 7 ")
+	f.Fuzz(func(t *testing.T, fraction, memory, hamiMem, hamiCores, hamiPct, kaiFraction, kaiMem string) {
+		ann := map[string]string{}
+		for k, v := range map[string]string{gpupod.FractionAnnotation: fraction, gpupod.MemoryAnnotation: memory, gpupod.KAIFraction: kaiFraction, gpupod.KAIMemory: kaiMem} {
+			if v != "" {
+				ann[k] = v
+			}
+		}
+		reqs := corev1.ResourceList{}
+		for name, v := range map[corev1.ResourceName]string{gpupod.HAMiMemory: hamiMem, gpupod.HAMiCores: hamiCores, gpupod.HAMiMemoryPercentage: hamiPct} {
+			if q, err := resource.ParseQuantity(v); err == nil {
+				reqs[name] = q
+			}
+		}
+		fr, ok, err := gpupod.ReadFraction(ann, reqs)
+		if err != nil || !ok {
+			return
+		}
+		if fr.Milli < 0 || fr.Milli > gpupod.MilliPerGPU || fr.MemoryMiB < 0 || fr.MemoryMiB > gpupod.MaxFractionMemoryMiB || (fr.Milli == 0 && fr.MemoryMiB == 0) {
+			t.Fatalf("ReadFraction(%v, %v) = %+v", ann, reqs, fr)
 		}
 	})
 }

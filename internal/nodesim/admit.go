@@ -3,6 +3,7 @@ package nodesim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -73,6 +74,12 @@ func podDeviceNeeds(pod *corev1.Pod) map[string]int {
 // reserved for key.
 func (s *Simulator) admit(ctx context.Context, key string, pod *corev1.Pod) (*gpupod.PodAllocation, error) {
 	needs := podDeviceNeeds(pod)
+	// The kubelet leaves out of admission the extended resources its node
+	// has never offered (a scheduler extender's, or HAMi's
+	// nvidia.com/gpumem), and its device manager allocates none of them.
+	s.mu.Lock()
+	maps.DeleteFunc(needs, func(r string, _ int) bool { _, offered := s.plugins[r]; return !offered })
+	s.mu.Unlock()
 	if err := s.checkFit(needs); err != nil {
 		return nil, err
 	}
@@ -93,6 +100,7 @@ func (s *Simulator) admit(ctx context.Context, key string, pod *corev1.Pod) (*gp
 	}
 	for _, c := range all {
 		reqs := deviceRequests(c.c)
+		maps.DeleteFunc(reqs, func(r string, _ int) bool { _, offered := needs[r]; return !offered })
 		if len(reqs) == 0 {
 			continue
 		}

@@ -34,6 +34,17 @@ func testPod(ns, name string, limits corev1.ResourceList) *corev1.Pod {
 	}
 }
 
+// annotated sets annotations on p, key and value in turn.
+func annotated(p *corev1.Pod, kv ...string) *corev1.Pod {
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		p.Annotations[kv[i]] = kv[i+1]
+	}
+	return p
+}
+
 func TestPodRequest(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -45,7 +56,27 @@ func TestPodRequest(t *testing.T) {
 		{name: "whole GPUs with cpu and memory", pod: testPod("ns", "p", rl("nvidia.com/gpu", "2", "cpu", "1500m", "memory", "3Gi")),
 			want: model.Request{GPUs: 2, MilliCPU: 1500, MemoryMiB: 3072}},
 		{name: "a shared GPU replica is a share of one GPU", pod: testPod("ns", "p", rl("nvidia.com/gpu.shared", "1")), replicas: 4,
-			want: model.Request{GPUMilli: 250}},
+			want: model.Request{GPUMilli: 250, ShareResource: "nvidia.com/gpu.shared"}},
+		{name: "gpuplane's fraction and memory", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpuplane.io/gpu-fraction", "0.46", "gpuplane.io/gpu-memory", "20Gi"),
+			want: model.Request{GPUMilli: 460, GPUMemoryMiB: 20480, ShareResource: "nvidia.com/gpu"}},
+		{name: "gpuplane's fraction through nvidia.com/gpu.shared", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu.shared", "1")), "gpuplane.io/gpu-fraction", "0.25"), replicas: 4,
+			want: model.Request{GPUMilli: 250, ShareResource: "nvidia.com/gpu.shared"}},
+		{name: "HAMi's memory and cores", pod: testPod("ns", "p", rl("nvidia.com/gpu", "1", "nvidia.com/gpumem", "3000", "nvidia.com/gpucores", "30")),
+			want: model.Request{GPUMilli: 300, GPUMemoryMiB: 3000, ShareResource: "nvidia.com/gpu"}},
+		{name: "HAMi's memory percentage is that part of the GPU", pod: testPod("ns", "p", rl("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "50")),
+			want: model.Request{GPUMilli: 500, ShareResource: "nvidia.com/gpu"}},
+		{name: "KAI's fraction and memory", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpu-fraction", "0.5", "gpu-memory", "2000"),
+			want: model.Request{GPUMilli: 500, GPUMemoryMiB: 2000, ShareResource: "nvidia.com/gpu"}},
+		{name: "a fraction of 1 is a whole GPU", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpu-fraction", "1"),
+			want: model.Request{GPUs: 1}},
+		{name: "a fraction above 1 is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpu-fraction", "1.5"), wantReason: "FractionOutOfRange"},
+		{name: "a zero fraction is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpuplane.io/gpu-fraction", "0"), wantReason: "FractionOutOfRange"},
+		{name: "a negative fraction is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpuplane.io/gpu-fraction", "-0.5"), wantReason: "FractionOutOfRange"},
+		{name: "NaN is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpu-fraction", "NaN"), wantReason: "FractionOutOfRange"},
+		{name: "cores above 100% are refused", pod: testPod("ns", "p", rl("nvidia.com/gpu", "1", "nvidia.com/gpucores", "150")), wantReason: "FractionOutOfRange"},
+		{name: "a fraction with a MIG device is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/mig-1g.10gb", "1")), "gpu-fraction", "0.5"), wantReason: "MixedGPURequest"},
+		{name: "a fraction without a GPU device is refused", pod: annotated(testPod("ns", "p", rl("cpu", "1")), "gpu-fraction", "0.5"), wantReason: "FractionWithoutGPU"},
+		{name: "a fraction of two GPUs is refused", pod: testPod("ns", "p", rl("nvidia.com/gpu", "2", "nvidia.com/gpumem", "1000")), wantReason: "FractionOfSeveralGPUs"},
 		{name: "as many replicas as a GPU has is a whole GPU", pod: testPod("ns", "p", rl("nvidia.com/gpu.shared", "4")), replicas: 4,
 			want: model.Request{GPUs: 1}},
 		{name: "a MIG instance", pod: testPod("ns", "p", rl("nvidia.com/mig-3g.40gb", "1")),
@@ -78,7 +109,7 @@ func TestPodRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got.GPUs != tc.want.GPUs || got.GPUMilli != tc.want.GPUMilli || got.MIGSlices != tc.want.MIGSlices || got.MIGProfile != tc.want.MIGProfile ||
-				got.MilliCPU != tc.want.MilliCPU || got.MemoryMiB != tc.want.MemoryMiB {
+				got.MilliCPU != tc.want.MilliCPU || got.MemoryMiB != tc.want.MemoryMiB || got.GPUMemoryMiB != tc.want.GPUMemoryMiB || got.ShareResource != tc.want.ShareResource {
 				t.Errorf("podRequest() = %+v, want %+v", got, tc.want)
 			}
 		})

@@ -134,13 +134,25 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		warning = fmt.Sprintf("annotation %s describes %d GPUs but the node has %d; placing without NVLink topology", gpunode.TopologyAnnotation, topo.GPUs, whole+migGPUs)
 		topo = nil
 	}
-	// How the node offers its whole GPUs: only as shares when it names its
-	// replicas nvidia.com/gpu.shared and has no plain nvidia.com/gpu, only
-	// whole when it has no nvidia.com/gpu.shared; both when it has both
-	// (per-GPU sharing: which GPU is which is not on the Node).
-	sharesOnly, wholeOnly := shared > 0 && plain == 0, shared == 0
+	// How the node offers its GPUs: only as shares when it names its
+	// replicas nvidia.com/gpu.shared and has no plain nvidia.com/gpu; only
+	// whole when it shares none; both when it has both (per-GPU sharing:
+	// which GPU is which is not on the Node) or keeps the name
+	// nvidia.com/gpu for its replicas. Shares go only to a GPU shared under
+	// the resource the pod asks through.
+	sharesOnly, wholeOnly := shared > 0 && plain == 0, shared == 0 && replicas <= 1
+	shareResource := ""
+	switch {
+	case shared > 0:
+		shareResource = string(ResourceGPUShared)
+	case replicas > 1:
+		shareResource = string(ResourceGPU)
+	}
 	for i := 0; i < whole+migGPUs; i++ {
-		g := model.GPU{Index: i, Model: product, MemoryMiB: gpuMem, NUMANode: -1, SharesOnly: sharesOnly, WholeOnly: wholeOnly}
+		g := model.GPU{Index: i, Model: product, MemoryMiB: gpuMem, NUMANode: -1, SharesOnly: sharesOnly, WholeOnly: wholeOnly, ShareResource: shareResource}
+		if replicas > 1 {
+			g.MinShareMilli = model.MilliPerGPU / int64(replicas) // one replica per share
+		}
 		switch {
 		case layout != nil:
 			if i < len(layout) && len(layout[i]) > 0 {
@@ -174,7 +186,7 @@ func migCount(layout [][]int) int {
 // migGPU makes g a GPU in MIG mode with the given instances (slices each);
 // without instances it may be split any way (7 slices).
 func migGPU(g model.GPU, instances []int) model.GPU {
-	g.SharesOnly, g.WholeOnly = false, false
+	g.SharesOnly, g.WholeOnly, g.ShareResource, g.MinShareMilli = false, false, "", 0
 	if len(instances) == 0 {
 		g.MIGSlices = 7
 		return g
@@ -335,6 +347,33 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 			return model.Request{}, badInput("UnknownMIGProfile", "resource %s does not name a MIG profile like nvidia.com/mig-3g.40gb", name)
 		}
 		out.MIGSlices, out.MIGProfile = slices, prof
+	}
+	if out.GPUMilli > 0 {
+		out.ShareResource = string(ResourceGPUShared)
+	}
+	frac, asked, err := gpupod.ReadFraction(p.Annotations, reqs)
+	if err != nil {
+		return model.Request{}, badInput("FractionOutOfRange", "%v", err)
+	}
+	if !asked {
+		return out, nil
+	}
+	plain, shared := quantityInt(reqs, ResourceGPU), quantityInt(reqs, ResourceGPUShared)
+	switch {
+	case out.MIGSlices > 0:
+		return model.Request{}, badInput("MixedGPURequest", "the pod asks for part of a GPU (%s) and for a MIG device: a MIG device is already part of a GPU; ask for one or the other", frac.Source)
+	case plain+shared == 0:
+		return model.Request{}, badInput("FractionWithoutGPU", "the pod asks for part of a GPU (%s) but for no GPU device: add %s: 1 (or %s: 1) to the limits of the container that uses it", frac.Source, ResourceGPU, ResourceGPUShared)
+	case plain+shared > 1:
+		return model.Request{}, badInput("FractionOfSeveralGPUs", "the pod asks for part of a GPU (%s) on %d GPUs: gpuplane places part of one GPU per pod; ask for 1", frac.Source, plain+shared)
+	}
+	out.GPUs, out.GPUMilli, out.GPUMemoryMiB = 0, frac.Milli, frac.MemoryMiB
+	out.ShareResource = string(ResourceGPU)
+	if shared > 0 {
+		out.ShareResource = string(ResourceGPUShared)
+	}
+	if out.GPUMilli >= model.MilliPerGPU && out.GPUMemoryMiB == 0 {
+		out.GPUs, out.GPUMilli, out.ShareResource = 1, 0, "" // all of it: a whole GPU
 	}
 	return out, nil
 }

@@ -341,3 +341,24 @@ func TestLoopReportsQueuesFromTheCore(t *testing.T) {
 		t.Errorf("queue usage %v, want 2 GPUs", q.Status.Usage)
 	}
 }
+
+// Part of a GPU on a cluster whose nodes share none: the pod waits and
+// says why; a fraction out of range is refused with the field named.
+func TestLoopExplainsFractions(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	hami := testPod("ns", "hami", rl("nvidia.com/gpu", "1", "nvidia.com/gpumem", "3000"))
+	f.cache.upsertPod(hami)
+	bad := testPod("ns", "bad", rl("nvidia.com/gpu", "1"))
+	bad.Annotations = map[string]string{"gpu-fraction": "1.5"}
+	f.cache.upsertPod(bad)
+	f.cycle()
+	if len(f.api.binds) != 0 {
+		t.Fatalf("bound %v on a node that shares no GPU", f.api.binds)
+	}
+	if got := f.status.conditions["ns/hami"]; !strings.Contains(got, "offer no GPU as shares") {
+		t.Errorf("hami pod's condition %q, want it to say no node shares GPUs", got)
+	}
+	if got := f.status.conditions["ns/bad"]; !strings.Contains(got, "FractionOutOfRange") || !strings.Contains(got, "gpu-fraction") {
+		t.Errorf("bad pod's condition %q, want FractionOutOfRange naming gpu-fraction", got)
+	}
+}

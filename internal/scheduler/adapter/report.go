@@ -156,6 +156,8 @@ func (l *loop) render(in *cycleInput, pg *model.PodGroup, u model.Unplaced, g *g
 			}
 		case f.Filter == placement.FilterGPU:
 			add("insufficient "+gpuResourceName(&first.Request), f.Nodes)
+		case f.Filter == placement.FilterGPUKind:
+			add(kindReason(&first.Request), f.Nodes)
 		default:
 			add(f.Filter, f.Nodes)
 		}
@@ -208,6 +210,18 @@ func formatResources(r model.Resources) string {
 		parts = append(parts, string(ResourceGPU)+"="+resource.NewMilliQuantity(r.GPUMilli, resource.DecimalSI).String())
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// kindReason says why no GPU of a node can take a share or a MIG instance.
+func kindReason(r *model.Request) string {
+	if r.MIGSlices > 0 {
+		return "no GPU laid out for " + migResourcePrefix + r.MIGProfile
+	}
+	under := r.ShareResource
+	if under == "" {
+		under = string(ResourceGPUShared)
+	}
+	return "offer no GPU as shares under " + under + " (time-slicing or MPS) with the memory asked"
 }
 
 func gpuResourceName(r *model.Request) string {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
@@ -159,12 +160,13 @@ func staticFit(log klog.Logger, p *corev1.Pod, extended corev1.ResourceList, n *
 }
 
 // otherExtended is what a pod asks of extended resources the core does
-// not model (everything but nvidia.com/gpu, its shares and MIG devices: an
-// RDMA device, say); nil when nothing.
+// not model (everything but nvidia.com/gpu, its shares, MIG devices and the
+// resources that ask for part of a GPU: an RDMA device, say); nil when
+// nothing.
 func otherExtended(p *corev1.Pod) corev1.ResourceList {
 	var out corev1.ResourceList
 	for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
-		if !isExtended(name) || name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(string(name), migResourcePrefix) {
+		if !isExtended(name) || name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(string(name), migResourcePrefix) || gpupod.IsFractionResource(name) {
 			continue
 		}
 		if out == nil {
@@ -477,7 +479,7 @@ func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.G
 		if len(held) != 1 || held[0].MIGSlices > 0 || n.GPUs[held[0].Index].MIGSlices > 0 {
 			return nil, false
 		}
-		return []model.GPUShare{{Index: held[0].Index, Milli: req.GPUMilli, MemoryMiB: req.GPUMemoryMiB}}, true
+		return []model.GPUShare{{Index: held[0].Index, Milli: n.GPUs[held[0].Index].ShareMilli(req), MemoryMiB: req.GPUMemoryMiB}}, true
 	}
 	return nil, false
 }

@@ -35,8 +35,23 @@ type GPU struct {
 	// requests for a share skip them. Neither set, a GPU serves both.
 	SharesOnly bool `json:"sharesOnly,omitempty"`
 	WholeOnly  bool `json:"wholeOnly,omitempty"`
+	// ShareResource is the resource its node offers the GPU's shares
+	// under (nvidia.com/gpu.shared, or nvidia.com/gpu when time-slicing
+	// keeps the plain name); a share asked through another resource skips
+	// the GPU. Empty: any.
+	ShareResource string `json:"shareResource,omitempty"`
+	// MinShareMilli is the least a share takes of the GPU: its node hands
+	// shares out as replicas, one per pod however small the pod's part,
+	// so a share takes at least 1000/replicas. 0: no least.
+	MinShareMilli int64 `json:"minShareMilli,omitempty"`
 	// NUMANode is the NUMA node the GPU is attached to (-1 if unknown).
 	NUMANode int `json:"numaNode,omitempty"`
+}
+
+// ShareMilli is how much of g a share of req takes: the request's part, at
+// least the GPU's MinShareMilli.
+func (g *GPU) ShareMilli(req *Request) int64 {
+	return max(req.GPUMilli, g.MinShareMilli)
 }
 
 // Capacity returns the GPU's milli capacity with the default applied.
@@ -86,6 +101,9 @@ type Request struct {
 	GPUMilli int64 `json:"gpuMilli,omitempty"`
 	// GPUMemoryMiB is GPU memory for a share (with or without GPUMilli).
 	GPUMemoryMiB int64 `json:"gpuMemoryMiB,omitempty"`
+	// ShareResource is the device-plugin resource a share is asked
+	// through (GPU.ShareResource); empty: any.
+	ShareResource string `json:"shareResource,omitempty"`
 	// MIGSlices asks for a MIG instance of that many compute slices
 	// (MIGProfile names it, for example "3g.20gb").
 	MIGSlices  int    `json:"migSlices,omitempty"`

@@ -22,8 +22,9 @@ func modelAllowed(req *model.Request, g *model.GPU) bool {
 // serves reports whether GPU g, empty, can serve req's kind of GPU request:
 // a model req allows, and offered the way req asks: whole GPUs from GPUs
 // not in MIG mode and not offered only as shares; a share from GPUs not in
-// MIG mode and not offered only whole; a MIG instance from a MIG GPU with
-// the slices, in its static layout's size when it has one.
+// MIG mode, not offered only whole, with the memory, and shared under the
+// resource req asks through; a MIG instance from a MIG GPU with the
+// slices, in its static layout's size when it has one.
 func serves(req *model.Request, g *model.GPU) bool {
 	if !modelAllowed(req, g) {
 		return false
@@ -34,7 +35,8 @@ func serves(req *model.Request, g *model.GPU) bool {
 	case req.MIGSlices > 0:
 		return g.MIGSlices >= req.MIGSlices && (g.MIGInstanceSlices == 0 || g.MIGInstanceSlices == req.MIGSlices)
 	default:
-		return g.MIGSlices == 0 && !g.WholeOnly && g.Capacity() >= req.GPUMilli && (g.MemoryMiB == 0 || g.MemoryMiB >= req.GPUMemoryMiB)
+		return g.MIGSlices == 0 && !g.WholeOnly && g.Capacity() >= g.ShareMilli(req) && (g.MemoryMiB == 0 || g.MemoryMiB >= req.GPUMemoryMiB) &&
+			(g.ShareResource == "" || req.ShareResource == "" || g.ShareResource == req.ShareResource)
 	}
 }
 
@@ -144,7 +146,7 @@ func (s *State) Options(i int, req *model.Request) []Option {
 		type key struct{ milli, mem int64 }
 		seen := map[key]bool{}
 		for g := range gpus {
-			if !serves(req, &gpus[g]) || ns.GPUFree[g] < req.GPUMilli {
+			if !serves(req, &gpus[g]) || ns.GPUFree[g] < gpus[g].ShareMilli(req) {
 				continue
 			}
 			if gpus[g].MemoryMiB > 0 && ns.GPUMem[g] < req.GPUMemoryMiB {
@@ -155,7 +157,7 @@ func (s *State) Options(i int, req *model.Request) []Option {
 				continue
 			}
 			seen[k] = true
-			out = append(out, Option{Node: i, Shares: []model.GPUShare{{Index: g, Milli: req.GPUMilli, MemoryMiB: req.GPUMemoryMiB}}})
+			out = append(out, Option{Node: i, Shares: []model.GPUShare{{Index: g, Milli: gpus[g].ShareMilli(req), MemoryMiB: req.GPUMemoryMiB}}})
 		}
 		if ns.Node.Topology == nil {
 			// Canonical order (by free amount) so that nodes with one
@@ -235,6 +237,10 @@ const (
 	FilterCPU           = "insufficient cpu"
 	FilterMemory        = "insufficient memory"
 	FilterGPU           = "insufficient gpu"
+	// FilterGPUKind: no GPU of the node is offered the way a share or a
+	// MIG instance is asked for (no sharing, another share resource, no
+	// MIG instance of that size), however free it is.
+	FilterGPUKind = "no GPU offered that way"
 )
 
 // Why returns the first filter that refuses req on node i as the state
@@ -250,6 +256,8 @@ func (s *State) Why(i int, req *model.Request) string {
 		return FilterCPU
 	case ns.FreeMem < req.MemoryMiB:
 		return FilterMemory
+	case (req.Shared() || req.MIGSlices > 0) && !slices.ContainsFunc(ns.Node.GPUs, func(g model.GPU) bool { return serves(req, &g) }):
+		return FilterGPUKind
 	case s.Options(i, req) == nil:
 		return FilterGPU
 	}

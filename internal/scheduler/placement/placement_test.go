@@ -70,6 +70,31 @@ func TestOptions(t *testing.T) {
 	}
 }
 
+// A GPU its node hands out as 4 replicas under nvidia.com/gpu takes four
+// shares at most, however small, and only shares asked through that name.
+func TestSharesAsReplicas(t *testing.T) {
+	n := gpuNode("a", 8000, 1)
+	n.GPUs[0].ShareResource, n.GPUs[0].MinShareMilli = "nvidia.com/gpu", 250
+	st := NewState([]model.Node{n})
+	small := &model.Request{GPUMilli: 100, ShareResource: "nvidia.com/gpu"}
+	for i := range 4 {
+		opts := st.Options(0, small)
+		if len(opts) != 1 || opts[0].Shares[0].Milli != 250 {
+			t.Fatalf("share %d: options %+v, want one taking a replica (250)", i, opts)
+		}
+		if err := st.Assign(0, small, opts[0].Shares); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if opts := st.Options(0, small); len(opts) != 0 {
+		t.Fatalf("a fifth share on 4 replicas: options %+v", opts)
+	}
+	renamed := &model.Request{GPUMilli: 100, ShareResource: "nvidia.com/gpu.shared"}
+	if StaticFits(&n, renamed) {
+		t.Fatal("a share asked through nvidia.com/gpu.shared fits a GPU shared under nvidia.com/gpu")
+	}
+}
+
 func TestFGDNodeFrag(t *testing.T) {
 	n := gpuNode("a", 10000, 2)
 	// Half the pods want 500 milli, half a whole GPU.

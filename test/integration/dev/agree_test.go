@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -28,10 +29,12 @@ const agreePods = 200
 
 // TestSchedulerAndNodeAgree runs a random stream of short pods placed by
 // gpuplane-scheduler through nodes with whole GPUs, time-sliced GPUs and
-// MIG devices: every pod runs (the kubelet refuses none as not fitting),
-// and each gets exactly the GPUs the scheduler chose for it: the whole
-// GPUs by index, replicas of the chosen GPUs, a MIG instance of the chosen
-// size on the chosen GPU. GPUPLANE_E2E_SEED replays a run.
+// MIG devices, some asking for part of a GPU the ways gpuplane, KAI and
+// HAMi spell it: every pod runs (the kubelet refuses none as not
+// fitting), and each gets exactly the GPUs the scheduler chose for it: the
+// whole GPUs by index, a replica of the GPU a fraction was placed on, a
+// MIG instance of the chosen size on the chosen GPU. GPUPLANE_E2E_SEED
+// replays a run.
 func TestSchedulerAndNodeAgree(t *testing.T) {
 	nodes := []string{"dgxh100", "dgxh100:time-slicing=4", "dgxh100:mig-mixed"}
 	stateDir, client := cluster(t, "--node-profiles", strings.Join(nodes, ","))
@@ -47,16 +50,28 @@ func TestSchedulerAndNodeAgree(t *testing.T) {
 	kinds := []struct {
 		resource string
 		count    int64
+		// annotations, or a second resource, that ask for part of the GPU
+		fraction map[string]string
+		extra    corev1.ResourceName
 	}{
-		{"nvidia.com/gpu", 1}, {"nvidia.com/gpu", 1}, {"nvidia.com/gpu", 1}, {"nvidia.com/gpu", 2}, {"nvidia.com/gpu", 2},
-		{"nvidia.com/gpu", 4}, {"nvidia.com/mig-1g.10gb", 1}, {"nvidia.com/mig-1g.10gb", 1}, {"nvidia.com/mig-3g.40gb", 1},
+		{resource: "nvidia.com/gpu", count: 1}, {resource: "nvidia.com/gpu", count: 1}, {resource: "nvidia.com/gpu", count: 2},
+		{resource: "nvidia.com/gpu", count: 2}, {resource: "nvidia.com/gpu", count: 4},
+		{resource: "nvidia.com/mig-1g.10gb", count: 1}, {resource: "nvidia.com/mig-1g.10gb", count: 1}, {resource: "nvidia.com/mig-3g.40gb", count: 1},
+		{resource: "nvidia.com/gpu", count: 1, fraction: map[string]string{gpupod.FractionAnnotation: "0.25"}},
+		{resource: "nvidia.com/gpu", count: 1, fraction: map[string]string{gpupod.KAIFraction: "0.5", gpupod.KAIMemory: "20000"}},
+		{resource: "nvidia.com/gpu", count: 1, extra: gpupod.HAMiMemory},
 	}
 	ctx := t.Context()
 	for i := range agreePods {
 		k := kinds[rng.IntN(len(kinds))]
-		p := framework.Pod("default", fmt.Sprintf("agree-%d", i)).SchedulerName("gpuplane-scheduler").
-			RestartPolicy(corev1.RestartPolicyNever).Limit(corev1.ResourceName(k.resource), fmt.Sprint(k.count)).Obj()
+		b := framework.Pod("default", fmt.Sprintf("agree-%d", i)).SchedulerName("gpuplane-scheduler").
+			RestartPolicy(corev1.RestartPolicyNever).Limit(corev1.ResourceName(k.resource), fmt.Sprint(k.count))
+		if k.extra != "" {
+			b = b.Limit(k.extra, "10000") // HAMi's gpumem, MiB
+		}
+		p := b.Obj()
 		p.Annotations = map[string]string{gpupod.DurationAnnotation: fmt.Sprintf("%dms", 500+rng.IntN(4000))}
+		maps.Copy(p.Annotations, k.fraction)
 		if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
