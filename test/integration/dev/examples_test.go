@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -75,6 +76,36 @@ func TestExamples(t *testing.T) {
 			if out, err := kubectl(t, stateDir, "apply", "--dry-run=server", "-f", f); err != nil {
 				t.Errorf("%s: kubectl apply --dry-run=server: %v\n%s", filepath.Base(f), err, out)
 			}
+		}
+	})
+
+	t.Run("fractions", func(t *testing.T) {
+		dir := filepath.Join(repoRoot(t), "examples", "fractions")
+		if out, err := kubectl(t, stateDir, "apply", "-f", dir); err != nil {
+			t.Fatalf("kubectl apply -f %s: %v\n%s", dir, err, out)
+		}
+		names := []string{"half-a", "half-b", "hami-style", "kai-style", "nvlink-pair"}
+		chosen := map[string]string{}
+		framework.Eventually(t, 60*time.Second, "the fractional pods running with the node's record", func(ctx context.Context) (bool, error) {
+			for _, n := range names {
+				p, err := client.CoreV1().Pods("default").Get(ctx, n, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				held, ok := p.Annotations[gpupod.HeldAnnotation]
+				if p.Status.Phase != corev1.PodRunning || !ok {
+					return false, fmt.Errorf("pod %s %s, record %q", n, p.Status.Phase, held)
+				}
+				want, got := gpuIndexes(p.Annotations[gpupod.GPUsAnnotation]), gpuIndexes(held)
+				if !slices.Equal(want, got) {
+					t.Fatalf("pod %s: the scheduler chose %q, the node gave %q", n, p.Annotations[gpupod.GPUsAnnotation], held)
+				}
+				chosen[n] = p.Spec.NodeName + "/" + p.Annotations[gpupod.GPUsAnnotation]
+			}
+			return true, nil
+		})
+		if chosen["half-a"] != chosen["half-b"] {
+			t.Errorf("the two halves went to %s and %s, want them packed on one GPU", chosen["half-a"], chosen["half-b"])
 		}
 	})
 
@@ -180,4 +211,18 @@ func unschedulableNow(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// gpuIndexes lists the GPU indexes a gpuplane.io/gpus value names.
+func gpuIndexes(s string) []int {
+	choice, err := gpupod.ParseGPUs(s, gpupod.MaxGPUsChosen)
+	if err != nil {
+		return nil
+	}
+	out := make([]int, 0, len(choice))
+	for _, c := range choice {
+		out = append(out, c.Index)
+	}
+	slices.Sort(out)
+	return out
 }
