@@ -155,8 +155,9 @@ func watchNodePods(ctx context.Context, cfg *rest.Config, node string, log *slog
 }
 
 // slimPod keeps of a pod what the steerer and the recorder read:
-// identity, age, deletion, the scheduler's GPU choice and the node's
-// record, its containers' resources and the phase.
+// identity, age, deletion, the scheduler's GPU choice, the node's record
+// and the part of a GPU asked for, its containers' resources and the
+// phase.
 func slimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -166,7 +167,7 @@ func slimPod(obj any) (any, error) {
 		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 	}}
-	for _, k := range []string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation} {
+	for _, k := range []string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation, gpupod.FractionAnnotation, gpupod.MemoryAnnotation, gpupod.KAIFraction, gpupod.KAIMemory} {
 		if v, ok := p.Annotations[k]; ok && len(v) <= 1024 {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}

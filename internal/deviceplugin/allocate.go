@@ -22,9 +22,13 @@ const (
 	// device; NVIDIA_VISIBLE_DEVICES then points at it.
 	VolumeMountDir = "/var/run/nvidia-container-devices"
 	// EnvMPSPipeDirectory and the others configure MPS clients.
-	EnvMPSPipeDirectory        = "CUDA_MPS_PIPE_DIRECTORY"
-	EnvMPSPinnedMemLimit       = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-	EnvMPSActiveThreadPercent  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSPipeDirectory       = "CUDA_MPS_PIPE_DIRECTORY"
+	EnvMPSPinnedMemLimit      = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSActiveThreadPercent = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	// EnvGPUFraction and EnvGPUMemoryLimit tell a container the part of a
+	// GPU its pod asked for ("0.25", MiB), on every kind of sharing.
+	EnvGPUFraction             = "GPUPLANE_GPU_FRACTION"
+	EnvGPUMemoryLimit          = "GPUPLANE_GPU_MEMORY_LIMIT_MIB"
 	cdiAnnotationPluginName    = "gpuplane"
 	controlDeviceNodePermision = "rw"
 )
@@ -140,4 +144,36 @@ func annotationSafe(s string) string {
 		}
 		return '_'
 	}, s)
+}
+
+// fractionEnv adds the limits of the part of a GPU a pod asked for to a
+// container's environment: always as GPUPLANE_GPU_FRACTION and
+// GPUPLANE_GPU_MEMORY_LIMIT_MIB, and on MPS as the client's active-thread
+// percentage and pinned memory limit in place of the replica's even share,
+// which MPS enforces. Time-slicing cannot enforce them.
+func fractionEnv(env map[string]string, devs []*sharing.Device, milli, memoryMiB int64) map[string]string {
+	if milli <= 0 && memoryMiB <= 0 {
+		return env
+	}
+	if env == nil {
+		env = map[string]string{}
+	}
+	mps := len(devs) > 0 && devs[0].Sharing == sharing.SharingMPS
+	if milli > 0 {
+		env[EnvGPUFraction] = strconv.FormatFloat(float64(milli)/1000, 'f', -1, 64)
+		if mps {
+			env[EnvMPSActiveThreadPercent] = strconv.FormatInt(max((milli+9)/10, 1), 10)
+		}
+	}
+	if memoryMiB > 0 {
+		env[EnvGPUMemoryLimit] = strconv.FormatInt(memoryMiB, 10)
+		if mps {
+			limits := make([]string, len(devs))
+			for i, d := range devs {
+				limits[i] = strconv.Itoa(i) + "=" + strconv.FormatUint(min(uint64(memoryMiB), d.MemoryMiB), 10) + "M"
+			}
+			env[EnvMPSPinnedMemLimit] = strings.Join(limits, ",")
+		}
+	}
+	return env
 }

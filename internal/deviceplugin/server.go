@@ -54,6 +54,16 @@ type Steerer interface {
 	Steer(res *sharing.Resource, available, mustInclude []string, size int) (ids []string, ok bool)
 }
 
+// Limiter is what a Steerer may also tell: the part of a GPU the pod that
+// was just steered ids of res asked for, so that Allocate passes its
+// limits to the container.
+type Limiter interface {
+	// Limits returns the compute share in thousandths (0: none asked) and
+	// the memory in MiB (0: none asked); ok is false when ids were not
+	// steered to a pod that asked for part of a GPU.
+	Limits(res *sharing.Resource, ids []string) (milli, memoryMiB int64, ok bool)
+}
+
 // Server serves one sharing.
 type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
@@ -309,6 +319,11 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		cresp, err := s.contract.containerResponse(s.res, devs)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "allocating %v of %s: %v", cr.DevicesIds, s.res.Name, err)
+		}
+		if l, ok := s.steer.(Limiter); ok {
+			if milli, mem, ok := l.Limits(s.res, cr.DevicesIds); ok {
+				cresp.Envs = fractionEnv(cresp.Envs, devs, milli, mem)
+			}
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}

@@ -35,4 +35,10 @@
 // PodResources API, and gpuplane-scheduler's books follow that record. Pods without a
 // choice, and choices that do not parse for the node, get what the
 // resource prefers, as without a Steerer.
+//
+// Limits. The kubelet calls Allocate with the device IDs it took from
+// GetPreferredAllocation; the Steerer remembers which pod each device was
+// last steered to, so Allocate can pass the container the limits of the
+// part of a GPU that pod asked for (gpupod.ReadFraction): as environment,
+// and on MPS as the client's thread and memory limits.
 package steer

@@ -27,11 +27,17 @@ type Steerer struct {
 	log  *slog.Logger
 
 	mu sync.Mutex
-	// given remembers, per pod and resource, the devices steered to it.
+	// given remembers, per pod and resource, the devices steered to it,
+	// and pods the pods themselves.
 	given map[types.UID]map[string][]string
+	// last is, per device ID, the pod it was last steered to.
+	last map[string]*corev1.Pod
 }
 
-var _ deviceplugin.Steerer = (*Steerer)(nil)
+var (
+	_ deviceplugin.Steerer = (*Steerer)(nil)
+	_ deviceplugin.Limiter = (*Steerer)(nil)
+)
 
 // New returns a Steerer. pods lists the pods bound to the node as a watch
 // last showed them, in the order it showed them bound (the order the
@@ -45,7 +51,7 @@ func New(pods func() []*corev1.Pod, fresh func() ([]*corev1.Pod, error), gpus in
 	if pods == nil {
 		pods = func() []*corev1.Pod { return nil }
 	}
-	return &Steerer{pods: pods, fresh: fresh, gpus: gpus, log: log, given: map[types.UID]map[string][]string{}}
+	return &Steerer{pods: pods, fresh: fresh, gpus: gpus, log: log, given: map[types.UID]map[string][]string{}, last: map[string]*corev1.Pod{}}
 }
 
 // Steer implements deviceplugin.Steerer.
@@ -119,8 +125,46 @@ func (s *Steerer) pick(pods []*corev1.Pod, res *sharing.Resource, free map[strin
 		s.given[best.pod.UID] = map[string][]string{}
 	}
 	s.given[best.pod.UID][res.Name] = append(s.given[best.pod.UID][res.Name], ids...)
+	for _, id := range ids {
+		s.last[id] = best.pod
+	}
 	s.log.Debug("steering to the scheduler's choice", "pod", best.pod.Namespace+"/"+best.pod.Name, "resource", res.Name, "devices", ids)
 	return ids, true
+}
+
+// Limits implements deviceplugin.Limiter: the part of a GPU asked for by
+// the pod that ids were just steered to.
+func (s *Steerer) Limits(res *sharing.Resource, ids []string) (milli, memoryMiB int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(ids) == 0 {
+		return 0, 0, false
+	}
+	p := s.last[ids[0]]
+	for _, id := range ids {
+		if p == nil || s.last[id] != p {
+			return 0, 0, false // not all steered to one pod
+		}
+	}
+	f, asked, err := gpupod.ReadFraction(p.Annotations, limitsOf(p))
+	if err != nil || !asked {
+		return 0, 0, false
+	}
+	return f.Milli, f.MemoryMiB, true
+}
+
+// limitsOf sums the limits of a pod's containers (the fraction resources
+// are asked as limits).
+func limitsOf(p *corev1.Pod) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, c := range p.Spec.Containers {
+		for name, q := range c.Resources.Limits {
+			sum := out[name]
+			sum.Add(q)
+			out[name] = sum
+		}
+	}
+	return out
 }
 
 // rank orders the pods a request of size fits: first those with a

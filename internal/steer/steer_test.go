@@ -246,3 +246,28 @@ func TestSteerReplicasOfWholeChoices(t *testing.T) {
 		t.Fatalf("steered %v though every pod has what it asked for", ids)
 	}
 }
+
+func TestSteerPassesTheFractionsLimits(t *testing.T) {
+	res := steerNode(t, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
+	half := asking(placed("half", 0, "2:500"), "nvidia.com/gpu", 1)
+	half.Annotations[gpupod.FractionAnnotation] = "0.5"
+	half.Annotations[gpupod.MemoryAnnotation] = "30Gi"
+	hami := asking(placed("hami", 1, "3:250"), "nvidia.com/gpu", 1)
+	hami.Spec.Containers[0].Resources.Limits[gpupod.HAMiMemory] = *resource.NewQuantity(20000, resource.DecimalSI)
+	plain := asking(placed("plain", 2, "4"), "nvidia.com/gpu", 1)
+	s := testSteerer(func() []*corev1.Pod { return []*corev1.Pod{half, hami, plain} })
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+	for _, want := range []struct {
+		milli, mem int64
+		ok         bool
+	}{{500, 30 << 10, true}, {0, 20000, true}, {0, 0, false}} {
+		ids := k.admit(1)
+		milli, mem, ok := s.Limits(res, ids)
+		if milli != want.milli || mem != want.mem || ok != want.ok {
+			t.Fatalf("limits for %v: %d milli, %d MiB, %v; want %+v", ids, milli, mem, ok, want)
+		}
+	}
+	if _, _, ok := s.Limits(res, []string{"GPU-7::0"}); ok {
+		t.Fatal("limits for a device nobody was steered to")
+	}
+}

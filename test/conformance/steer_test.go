@@ -178,3 +178,50 @@ func TestSteeredToTheChosenMIGInstance(t *testing.T) {
 		t.Fatalf("a pod nobody chose for got %v", got[0])
 	}
 }
+
+// TestSteeredFractionLimits: on a node sharing its GPUs through MPS, a pod
+// that asked for part of a GPU gets a replica of the GPU chosen, and the
+// kubelet hands its container the MPS limits of that part (which MPS
+// enforces) instead of the replica's even share.
+func TestSteeredFractionLimits(t *testing.T) {
+	const res = "nvidia.com/gpu"
+	k := startKubelet(t)
+	bound := &boundPods{}
+	n, err := runAgent(t, "dgxh100", "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n", nil, steer.New(bound.list, nil, 8, nil), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.waitCounts(5*time.Second, res, 32, 32)
+	devs, err := n.sim.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := bound.bind("half", "3:500", res, 1)
+	half.Annotations[gpupod.FractionAnnotation] = "0.5"
+	half.Annotations[gpupod.MemoryAnnotation] = "20Gi"
+	plain := bound.bind("plain", "5:250", res, 1)
+	for _, tc := range []struct {
+		pod                 *corev1.Pod
+		gpu                 int
+		threads, pinned, fr string
+	}{
+		{half, 3, "50", "0=20480M", "0.5"},
+		{plain, 5, "25", fmt.Sprintf("0=%dM", devs[5].MemoryMiB/4), ""},
+	} {
+		got, err := k.admitPod(tc.pod, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if idx := gpuIndexes(t, devs, got[0]); !slices.Equal(idx, []int{tc.gpu}) {
+			t.Errorf("pod %s got GPUs %v, the scheduler chose %d", tc.pod.Name, idx, tc.gpu)
+		}
+		opts, err := k.mgr.GetDeviceRunContainerOptions(t.Context(), tc.pod, &tc.pod.Spec.Containers[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &allocation{opts: opts}
+		if a.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != tc.threads || a.env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") != tc.pinned || a.env("GPUPLANE_GPU_FRACTION") != tc.fr {
+			t.Errorf("pod %s's container env %v, want %s%% of the threads, %s pinned, fraction %q", tc.pod.Name, opts.Envs, tc.threads, tc.pinned, tc.fr)
+		}
+	}
+}
