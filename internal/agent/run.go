@@ -28,6 +28,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu/backends"
 	"github.com/gpuplane/gpuplane/internal/health"
 	"github.com/gpuplane/gpuplane/internal/metrics"
+	"github.com/gpuplane/gpuplane/internal/sharing"
 	"github.com/gpuplane/gpuplane/internal/steer"
 )
 
@@ -250,6 +251,8 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		OnHealth: healthSrc.set, Logger: log,
 	}
 	var recorder *part
+	// Parts that follow the resources the plugin serves.
+	var onResources []func([]*sharing.Resource)
 	if cfg, err := restConfig(f.kubeconfig); err != nil {
 		log.Info("pods get the GPUs their resource prefers: the API server is not configured, so gpuplane-scheduler's choices cannot be read", "reason", err)
 	} else {
@@ -261,7 +264,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		plugin.Steer = steer.New(pods.cached, pods.list, len(devices), log.With("part", "steer"))
 		if f.podResourcesSocket != "" {
 			rec := steer.NewRecorder(metrics.NewSocketPodResources(f.podResourcesSocket), pods.cached, pods.patchHeld, len(devices), log.With("part", "record"))
-			plugin.OnResources = rec.SetResources
+			onResources = append(onResources, rec.SetResources)
 			recorder = &part{name: "record", run: rec.Run}
 		} else {
 			log.Info("the GPUs pods hold are not recorded on them (--pod-resources-socket is empty): gpuplane-scheduler keeps its own choices as the truth")
@@ -285,7 +288,9 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		// XID) are served beside the exporter's.
 		healthReg := prometheus.NewRegistry()
 		plugin.Registerer = healthReg
-		handler, err := newMetricsHandler(f, backend, node, healthSrc, log.With("part", "metrics"), healthReg)
+		shares := newShareBook(backend, log.With("part", "metrics"))
+		onResources = append(onResources, shares.set)
+		handler, err := newMetricsHandler(f, backend, node, healthSrc, shares.of, log.With("part", "metrics"), healthReg)
 		if err != nil {
 			return err
 		}
@@ -294,6 +299,11 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		}})
 	} else {
 		log.Info("metrics are off (--metrics-addr is empty)")
+	}
+	plugin.OnResources = func(rs []*sharing.Resource) {
+		for _, f := range onResources {
+			f(rs)
+		}
 	}
 	parts = append(parts, part{name: "device plugin", run: func(ctx context.Context) error {
 		err := RunPlugin(ctx, plugin)
@@ -335,7 +345,7 @@ func watchReload(ctx context.Context, configFile string, log *slog.Logger) <-cha
 // newMetricsHandler builds the exporter over the shared backend, with pod
 // attribution from the kubelet's PodResources socket and device checkpoint
 // and process-to-pod mapping under --procfs.
-func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, log *slog.Logger, extra ...prometheus.Gatherer) (http.Handler, error) {
+func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, shareOf func(resource, id string) (float64, bool), log *slog.Logger, extra ...prometheus.Gatherer) (http.Handler, error) {
 	var pods metrics.PodResourcesLister
 	if f.podResourcesSocket != "" {
 		pods = metrics.NewSocketPodResources(f.podResourcesSocket)
@@ -343,7 +353,7 @@ func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.
 		log.Info("pod attribution is off (--pod-resources-socket is empty)")
 	}
 	e, err := metrics.NewExporter(metrics.Options{
-		GPUs: backend, Hostname: node, PodResources: pods, ProcRoot: f.procfs, Health: h, Logger: log,
+		GPUs: backend, Hostname: node, PodResources: pods, ProcRoot: f.procfs, Health: h, ShareOf: shareOf, Logger: log,
 		CheckpointPath: filepath.Join(f.kubeletDir, filepath.Base(metrics.DefaultCheckpointPath)),
 	})
 	if err != nil {

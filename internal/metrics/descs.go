@@ -99,6 +99,9 @@ type descs struct {
 
 	podUtil, podMem, podProcs, migPodUtil, migPodMem, migPodProcs *prometheus.Desc
 	allocations, unmapped, podResourcesUp, checkpointUp           *prometheus.Desc
+	// containerShare and idleShare say how much of a physical GPU each
+	// container holds, and how much of each GPU nobody holds.
+	containerShare, idleShare *prometheus.Desc
 
 	healthy, monitorUp, unmonitored *prometheus.Desc
 
@@ -129,6 +132,11 @@ func newDescs() *descs {
 	d.allocations = prometheus.NewDesc("gpuplane_device_allocations",
 		"Number of containers holding the GPU (or one of its MIG devices or replicas), by resource name.",
 		join(deviceLabels, []string{labelResource}), nil)
+	d.containerShare = prometheus.NewDesc("container_gpu_allocation",
+		"Physical GPUs the container holds: 1 per whole GPU, a MIG device's slices over its GPU's, 1/replicas per shared replica (the name OpenCost reads).",
+		[]string{"namespace", "pod", "container", "node"}, nil)
+	d.idleShare = prometheus.NewDesc("gpuplane_gpu_idle_share",
+		"Part of the GPU (0 to 1) no container holds: its free MIG slices or replicas, or all of it.", deviceLabels, nil)
 	d.unmapped = prometheus.NewDesc("gpuplane_pod_attribution_unmapped_processes",
 		"Processes on a GPU shared by several pods that could not be mapped to one of them.", deviceLabels, nil)
 	d.podResourcesUp = prometheus.NewDesc("gpuplane_podresources_up",

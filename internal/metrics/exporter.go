@@ -48,6 +48,11 @@ type Options struct {
 	InventoryTTL time.Duration
 	// Timeout bounds the calls of one scrape; 5s when zero.
 	Timeout time.Duration
+	// ShareOf is the part of its physical GPU a device of a resource is
+	// (1 for a whole GPU, 1/replicas for a replica, the slices of a MIG
+	// device over its GPU's); ok is false for a device it does not know.
+	// Nil: no container_gpu_allocation or gpuplane_gpu_idle_share series.
+	ShareOf func(resource, deviceID string) (share float64, ok bool)
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 	// Logger receives failures; slog.Default() when nil.

@@ -353,3 +353,46 @@ func TestLostGPUStaysReportedAcrossInventoryRefreshes(t *testing.T) {
 		})
 	}
 }
+
+// Each container's part of a physical GPU, as OpenCost reads it, and each
+// GPU's part nobody holds: 8 GPUs time-sliced 4 ways, 3 pods on each.
+func TestContainerGPUAllocation(t *testing.T) {
+	n := metricstest.NewNode(t, "dgxh100", "gpu-node-1")
+	n.TimeSliced(t, "nvidia.com/gpu", 3)
+	shareOf := func(resource, id string) (float64, bool) {
+		if resource != "nvidia.com/gpu" || !strings.Contains(id, "::") {
+			return 0, false
+		}
+		return 0.25, true
+	}
+	e, err := metrics.NewExporter(metrics.Options{
+		GPUs: n.Backend, PodResources: &metricstest.StaticLister{Resp: n.Response()}, ProcRoot: n.ProcRoot, CheckpointPath: n.CheckpointPath,
+		ShareOf: shareOf, Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0)), Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := metrics.NewHandler(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs := parse(t, scrape(t, h))
+	alloc := mfs["container_gpu_allocation"].GetMetric()
+	if len(alloc) != len(n.Pods) {
+		t.Fatalf("container_gpu_allocation has %d series, want one per container (%d)", len(alloc), len(n.Pods))
+	}
+	for _, m := range alloc {
+		if m.GetGauge().GetValue() != 0.25 || label(m, "node") != "gpu-node-1" || label(m, "container") != "main" {
+			t.Errorf("container_gpu_allocation %v = %v, want 0.25 of a GPU on gpu-node-1", m.GetLabel(), m.GetGauge().GetValue())
+		}
+	}
+	idle := mfs["gpuplane_gpu_idle_share"].GetMetric()
+	if len(idle) != 8 {
+		t.Fatalf("gpuplane_gpu_idle_share has %d series, want 8", len(idle))
+	}
+	for _, m := range idle {
+		if m.GetGauge().GetValue() != 0.25 {
+			t.Errorf("GPU %s idle share %v, want 0.25 (3 of 4 replicas held)", label(m, "gpu"), m.GetGauge().GetValue())
+		}
+	}
+}

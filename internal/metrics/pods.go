@@ -37,6 +37,12 @@ type attribution struct {
 	// needed it.
 	ckptErr  error
 	ckptUsed bool
+	// shares is what part of a physical GPU each container holds (keyed
+	// by namespace, pod and container), used what part of each GPU is
+	// held; listed says the PodResources API answered this scrape.
+	shares map[Holder]float64
+	used   []float64
+	listed bool
 }
 
 func newAttribution(procRoot, checkpoint string) *attribution {
@@ -45,6 +51,7 @@ func newAttribution(procRoot, checkpoint string) *attribution {
 		ckpt:    newKubeletCheckpoint(checkpoint),
 		holders: map[string][]holder{},
 		allocs:  map[allocKey]int{},
+		shares:  map[Holder]float64{},
 	}
 }
 
@@ -59,6 +66,10 @@ func (a *attribution) reset(gpus int) {
 	clear(a.allocs)
 	a.unmapped = resize(a.unmapped, gpus)
 	clear(a.unmapped)
+	clear(a.shares)
+	a.used = resize(a.used, gpus)
+	clear(a.used)
+	a.listed = false
 	a.ckptErr, a.ckptUsed = nil, false
 }
 
@@ -133,6 +144,7 @@ func (c *podCollector) list(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.listed = true
 	for _, p := range resp.GetPodResources() {
 		for _, ctr := range p.GetContainers() {
 			for _, dev := range ctr.GetDevices() {
@@ -142,6 +154,12 @@ func (c *podCollector) list(ctx context.Context) error {
 						continue // not one of this node's GPUs
 					}
 					a.add(uuid, Holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: ctr.GetName(), Resource: dev.GetResourceName(), DeviceID: id})
+					if e.opts.ShareOf != nil {
+						if share, ok := e.opts.ShareOf(dev.GetResourceName(), id); ok {
+							a.shares[Holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: ctr.GetName()}] += share
+							a.used[e.byUUID[uuid]] += share
+						}
+					}
 				}
 			}
 		}
@@ -258,6 +276,23 @@ func (c *podCollector) emitPods(emit func(prometheus.Metric)) {
 		if k.gpu < len(e.devices) {
 			emit(prometheus.MustNewConstMetric(e.descs.allocations, prometheus.GaugeValue, float64(n), e.labelValues(k.gpu, k.resource)...))
 		}
+	}
+	c.emitShares(emit)
+}
+
+// emitShares emits how much of a physical GPU each container holds
+// (container_gpu_allocation, as OpenCost reads it) and how much of each GPU
+// nobody holds, from what list read.
+func (c *podCollector) emitShares(emit func(prometheus.Metric)) {
+	e, a := c.e, c.e.att
+	if e.opts.ShareOf == nil || e.opts.PodResources == nil || !a.listed {
+		return
+	}
+	for k, v := range a.shares {
+		emit(prometheus.MustNewConstMetric(e.descs.containerShare, prometheus.GaugeValue, v, k.Namespace, k.Pod, k.Container, e.hostname))
+	}
+	for i := range e.devices {
+		emit(prometheus.MustNewConstMetric(e.descs.idleShare, prometheus.GaugeValue, max(0, 1-a.used[i]), e.labelValues(i)...))
 	}
 }
 
