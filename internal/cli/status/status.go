@@ -58,9 +58,13 @@ type Node struct {
 type Holder struct {
 	Pod  string `json:"pod"`
 	GPUs string `json:"gpus"`
-	// Source says where GPUs came from: "allocation" (the devices the node
-	// gave the pod), "scheduler" (the indexes gpuplane-scheduler chose) or
-	// "request" (only the count the pod asks for is known).
+	// Part is the part of a GPU the pod asked for ("0.5 GPU, 30Gi"), when
+	// it asked for part of one.
+	Part string `json:"part,omitempty"`
+	// Source says where GPUs came from: "node" (the node's record of what
+	// its kubelet gave, gpuplane.io/gpus-held), "allocation" (the devices a
+	// simulated node gave), "scheduler" (the indexes gpuplane-scheduler
+	// chose) or "request" (only the count the pod asks for is known).
 	Source string `json:"source"`
 }
 
@@ -113,10 +117,11 @@ func NewCommand() *cobra.Command {
 
   NODES    each node's GPU model, GPUs used/allocatable/capacity, MIG and
            sharing (from the feature labels) and readiness;
-  GPU HOLDERS  with -o wide, which pod holds which GPU on each node (the
-           devices the node recorded in the gpuplane.io/allocation
-           annotation, else the indexes gpuplane-scheduler chose, else the
-           pod's GPU count);
+  GPU HOLDERS  with -o wide, which pod holds which GPU on each node and
+           the part of a GPU it asked for: the GPUs the node recorded
+           (gpuplane.io/gpus-held; a simulated node's gpuplane.io/allocation),
+           else the indexes gpuplane-scheduler chose, else the pod's GPU
+           count; FROM says which;
   QUEUES   each Queue's GPU usage against its guarantee, limit and fair
            share, with pending and admitted pod groups (from Queue status);
   WAITING  pod groups that are not placed and why (their Schedulable
@@ -307,8 +312,10 @@ func nodeStatus(n *corev1.Node, pods []*corev1.Pod) Node {
 			continue
 		}
 		out.Used += count
-		h := Holder{Pod: p.Namespace + "/" + p.Name, GPUs: strconv.FormatInt(count, 10) + " GPU(s)", Source: "request"}
-		if a, err := gpupod.ReadAllocation(p); err == nil && a != nil {
+		h := Holder{Pod: p.Namespace + "/" + p.Name, GPUs: strconv.FormatInt(count, 10) + " GPU(s)", Source: "request", Part: partOf(p)}
+		if s := p.Annotations[gpupod.HeldAnnotation]; s != "" {
+			h.GPUs, h.Source = "GPU "+s, "node"
+		} else if a, err := gpupod.ReadAllocation(p); err == nil && a != nil {
 			var ids []string
 			for _, c := range a.Containers {
 				for res, devs := range c.Devices {
@@ -326,6 +333,33 @@ func nodeStatus(n *corev1.Node, pods []*corev1.Pod) Node {
 		out.Holders = append(out.Holders, h)
 	}
 	return out
+}
+
+// partOf describes the part of a GPU a pod asked for, "" when none.
+func partOf(p *corev1.Pod) string {
+	limits := corev1.ResourceList{}
+	for _, c := range p.Spec.Containers {
+		for name, q := range c.Resources.Limits {
+			sum := limits[name]
+			sum.Add(q)
+			limits[name] = sum
+		}
+	}
+	f, ok, err := gpupod.ReadFraction(p.Annotations, limits)
+	switch {
+	case err != nil:
+		return "invalid: " + err.Error()
+	case !ok:
+		return ""
+	}
+	var parts []string
+	if f.Milli > 0 {
+		parts = append(parts, strconv.FormatFloat(float64(f.Milli)/1000, 'f', -1, 64)+" GPU")
+	}
+	if f.MemoryMiB > 0 {
+		parts = append(parts, resource.NewQuantity(f.MemoryMiB<<20, resource.BinarySI).String())
+	}
+	return strings.Join(parts, ", ")
 }
 
 func gpuRequest(p *corev1.Pod) int64 {
@@ -386,10 +420,10 @@ func Print(w io.Writer, st *Status, wide bool) error {
 		// node table too wide to read.
 		fmt.Fprintln(w, "\nGPU HOLDERS")
 		t = cliutil.NewTable(w)
-		fmt.Fprintln(t, "NODE\tPOD\tGPUS")
+		fmt.Fprintln(t, "NODE\tPOD\tGPUS\tPART\tFROM")
 		for _, n := range st.Nodes {
 			for _, h := range n.Holders {
-				fmt.Fprintf(t, "%s\t%s\t%s\n", n.Name, h.Pod, h.GPUs)
+				fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", n.Name, h.Pod, h.GPUs, dash(h.Part), h.Source)
 			}
 		}
 		if err := t.Flush(); err != nil {

@@ -3,6 +3,7 @@ package dev_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -106,6 +107,34 @@ func TestExamples(t *testing.T) {
 		})
 		if chosen["half-a"] != chosen["half-b"] {
 			t.Errorf("the two halves went to %s and %s, want them packed on one GPU", chosen["half-a"], chosen["half-b"])
+		}
+		// gpuplane status shows who holds what part of which GPU, from
+		// the node's record.
+		out, err := exec.CommandContext(t.Context(), filepath.Join(binDir, "gpuplane"), "status", "-o", "json", "--kubeconfig", filepath.Join(stateDir, "kubeconfig")).Output()
+		if err != nil {
+			t.Fatalf("gpuplane status: %v", err)
+		}
+		var st struct {
+			Nodes []struct {
+				Holders []struct{ Pod, GPUs, Part, Source string } `json:"holders"`
+			} `json:"nodes"`
+		}
+		if err := json.Unmarshal(out, &st); err != nil {
+			t.Fatalf("gpuplane status -o json: %v\n%s", err, out)
+		}
+		found := false
+		for _, n := range st.Nodes {
+			for _, h := range n.Holders {
+				if h.Pod == "default/half-a" {
+					found = true
+					if h.Source != "node" || h.Part != "0.5 GPU, 30Gi" || !strings.HasPrefix(h.GPUs, "GPU ") {
+						t.Errorf("status holder %+v, want the node's record and the half asked for", h)
+					}
+				}
+			}
+		}
+		if !found {
+			t.Errorf("gpuplane status lists no holder default/half-a:\n%s", out)
 		}
 	})
 
