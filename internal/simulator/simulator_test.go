@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
 const tinyNodes = `sn,cpu_milli,memory_mib,gpu,model
@@ -288,5 +292,27 @@ func TestRunEvent(t *testing.T) {
 	}
 	if ev.MeanUtilization <= 0 || ev.MeanUtilization > 1 || ev.JainFairness <= 0 || ev.JainFairness > 1 {
 		t.Fatalf("utilization %g, fairness %g", ev.MeanUtilization, ev.JainFairness)
+	}
+}
+
+// A GPU shared as 4 replicas takes 4 pods, however small: the fifth tenth
+// of a GPU fails where the trace's own shares would all fit.
+func TestShareAsReplicas(t *testing.T) {
+	tr := &Trace{Source: "one GPU", Nodes: []model.Node{{Name: "n", MilliCPU: 64000, MemoryMiB: 1 << 20, GPUs: []model.GPU{{Index: 0, Model: "T4"}}}}}
+	for i := range 5 {
+		tr.Pods = append(tr.Pods, TracePod{Name: fmt.Sprint("p", i), Request: model.Request{MilliCPU: 100, GPUMilli: 100}})
+	}
+	for _, tc := range []struct{ replicas, failed int }{{0, 0}, {4, 1}, {10, 0}} {
+		c := *tr
+		c.Nodes = []model.Node{tr.Nodes[0]}
+		c.Nodes[0].GPUs = slices.Clone(tr.Nodes[0].GPUs)
+		c.ShareAsReplicas(tc.replicas)
+		r, err := RunPacking(context.Background(), &c, PackingConfig{Policy: "gpuplane", Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.FailedPods != tc.failed {
+			t.Errorf("%d replicas: %d pods failed, want %d", tc.replicas, r.FailedPods, tc.failed)
+		}
 	}
 }

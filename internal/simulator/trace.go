@@ -1,6 +1,8 @@
 package simulator
 
 import (
+	"fmt"
+
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -24,6 +26,25 @@ type Trace struct {
 	Nodes  []model.Node
 	Pods   []TracePod
 	Queues []model.Queue
+}
+
+// ShareAsReplicas makes the nodes hand out shares as a Kubernetes node
+// does: each GPU not in MIG mode is time-sliced (or MPS-shared) into
+// replicas, one per pod, so a share takes at least 1/replicas of its GPU
+// and a GPU holds at most replicas pods. 0 leaves shares as the trace
+// states them.
+func (t *Trace) ShareAsReplicas(replicas int) {
+	if replicas <= 0 {
+		return
+	}
+	for i := range t.Nodes {
+		for g := range t.Nodes[i].GPUs {
+			if gp := &t.Nodes[i].GPUs[g]; gp.MIGSlices == 0 {
+				gp.MinShareMilli = model.MilliPerGPU / int64(replicas)
+			}
+		}
+	}
+	t.Source += fmt.Sprintf(" (GPUs shared as %d replicas)", replicas)
 }
 
 // TracePod is one pod of a trace.

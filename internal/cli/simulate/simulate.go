@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 	"github.com/gpuplane/gpuplane/internal/simulator"
@@ -22,7 +23,7 @@ type options struct {
 	trace, variant, mode, policies, seeds, out, output, mix string
 	tune, popularity                                        float64
 	tunedLast, keepNodeOrder                                bool
-	parallel                                                int
+	parallel, replicas                                      int
 }
 
 // NewCommand returns the simulate command.
@@ -55,6 +56,7 @@ utilization and fairness.`,
 	f.StringVar(&o.trace, "trace", "", "trace directory (openb CSV) or YAML trace file (required)")
 	f.StringVar(&o.variant, "variant", "default", "openb pod list variant: default, gpushare20..100, multigpu20..50")
 	f.StringVar(&o.mode, "mode", "packing", "packing or event")
+	f.IntVar(&o.replicas, "replicas", 0, "share every GPU as this many time-slicing or MPS replicas, as a Kubernetes node does: a share takes at least 1/N of its GPU and a GPU holds at most N pods (0: shares as the trace states them)")
 	f.StringVar(&o.mix, "mix", "", "reshape the workload by kind of pod before the run, e.g. cpu-only=3,share=0.5 (kinds: cpu-only, share, whole, multi-gpu; factor 0 removes a kind)")
 	f.StringVar(&o.policies, "policy", "gpuplane", "comma-separated placement policies: "+strings.Join(placement.PolicyNames(), ", ")+", or custom:plugin=weight,...")
 	f.StringVar(&o.seeds, "seeds", "1", "seeds: a list and/or ranges, for example 1-10 or 1,3,5")
@@ -125,6 +127,9 @@ func run(cmd *cobra.Command, o *options) error {
 	if o.parallel < 1 {
 		return cliutil.Usagef("--parallel must be >= 1, got %d", o.parallel)
 	}
+	if o.replicas < 0 || o.replicas > gpunode.MaxReplicas {
+		return cliutil.Usagef("--replicas must be 0 to %d, got %d", gpunode.MaxReplicas, o.replicas)
+	}
 	var policies []string
 	for p := range strings.SplitSeq(o.policies, ";") {
 		for q := range strings.SplitSeq(p, ",") {
@@ -159,6 +164,7 @@ func run(cmd *cobra.Command, o *options) error {
 		tr.Pods = mix.Apply(tr.Pods, 1)
 		tr.Source += " (" + mix.String() + ")"
 	}
+	tr.ShareAsReplicas(o.replicas)
 	stderr := cmd.ErrOrStderr()
 	prog := newProgress(stderr, tr.Source)
 	results, err := simulator.RunAll(cmd.Context(), tr, simulator.Spec{
