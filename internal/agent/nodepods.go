@@ -99,6 +99,32 @@ func (w *nodePods) cached() []*corev1.Pod {
 	return out
 }
 
+// memoryLimitOf is the GPU memory, in MiB, a pod bound to the node asked
+// for when it asked for part of a GPU (metrics.Options.MemoryLimitOf).
+func (w *nodePods) memoryLimitOf(namespace, name string) (int64, bool) {
+	obj, ok, err := w.store.GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return 0, false
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return 0, false
+	}
+	limits := corev1.ResourceList{}
+	for _, c := range p.Spec.Containers {
+		for name, q := range c.Resources.Limits {
+			sum := limits[name]
+			sum.Add(q)
+			limits[name] = sum
+		}
+	}
+	f, asked, err := gpupod.ReadFraction(p.Annotations, limits)
+	if err != nil || !asked || f.MemoryMiB == 0 {
+		return 0, false
+	}
+	return f.MemoryMiB, true
+}
+
 // list reads the node's pods from the API server, a consistent read that
 // holds every pod bound so far.
 func (w *nodePods) list() ([]*corev1.Pod, error) {

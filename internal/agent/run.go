@@ -251,6 +251,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		OnHealth: healthSrc.set, Logger: log,
 	}
 	var recorder *part
+	var podsOnNode *nodePods
 	// Parts that follow the resources the plugin serves.
 	var onResources []func([]*sharing.Resource)
 	if cfg, err := restConfig(f.kubeconfig); err != nil {
@@ -261,6 +262,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		podsOnNode = pods
 		plugin.Steer = steer.New(pods.cached, pods.list, len(devices), log.With("part", "steer"))
 		if f.podResourcesSocket != "" {
 			rec := steer.NewRecorder(metrics.NewSocketPodResources(f.podResourcesSocket), pods.cached, pods.patchHeld, len(devices), log.With("part", "record"))
@@ -290,7 +292,11 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		plugin.Registerer = healthReg
 		shares := newShareBook(backend, log.With("part", "metrics"))
 		onResources = append(onResources, shares.set)
-		handler, err := newMetricsHandler(f, backend, node, healthSrc, shares.of, log.With("part", "metrics"), healthReg)
+		var limitOf func(namespace, pod string) (int64, bool)
+		if podsOnNode != nil {
+			limitOf = podsOnNode.memoryLimitOf
+		}
+		handler, err := newMetricsHandler(f, backend, node, healthSrc, shares.of, limitOf, log.With("part", "metrics"), healthReg)
 		if err != nil {
 			return err
 		}
@@ -345,7 +351,8 @@ func watchReload(ctx context.Context, configFile string, log *slog.Logger) <-cha
 // newMetricsHandler builds the exporter over the shared backend, with pod
 // attribution from the kubelet's PodResources socket and device checkpoint
 // and process-to-pod mapping under --procfs.
-func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, shareOf func(resource, id string) (float64, bool), log *slog.Logger, extra ...prometheus.Gatherer) (http.Handler, error) {
+func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, shareOf func(resource, id string) (float64, bool),
+	limitOf func(namespace, pod string) (int64, bool), log *slog.Logger, extra ...prometheus.Gatherer) (http.Handler, error) {
 	var pods metrics.PodResourcesLister
 	if f.podResourcesSocket != "" {
 		pods = metrics.NewSocketPodResources(f.podResourcesSocket)
@@ -353,7 +360,7 @@ func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.
 		log.Info("pod attribution is off (--pod-resources-socket is empty)")
 	}
 	e, err := metrics.NewExporter(metrics.Options{
-		GPUs: backend, Hostname: node, PodResources: pods, ProcRoot: f.procfs, Health: h, ShareOf: shareOf, Logger: log,
+		GPUs: backend, Hostname: node, PodResources: pods, ProcRoot: f.procfs, Health: h, ShareOf: shareOf, MemoryLimitOf: limitOf, Logger: log,
 		CheckpointPath: filepath.Join(f.kubeletDir, filepath.Base(metrics.DefaultCheckpointPath)),
 	})
 	if err != nil {

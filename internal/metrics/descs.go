@@ -102,6 +102,9 @@ type descs struct {
 	// containerShare and idleShare say how much of a physical GPU each
 	// container holds, and how much of each GPU nobody holds.
 	containerShare, idleShare *prometheus.Desc
+	// podMemLimit is the GPU memory a pod that asked for part of a GPU
+	// may use.
+	podMemLimit *prometheus.Desc
 
 	healthy, monitorUp, unmonitored *prometheus.Desc
 
@@ -126,6 +129,8 @@ func newDescs() *descs {
 	d.podUtil = prometheus.NewDesc("gpuplane_pod_gpu_utilization_ratio", "SM utilization (0 to 1)"+podHelp, devPod, nil)
 	d.podMem = prometheus.NewDesc("gpuplane_pod_gpu_memory_used_bytes", "Framebuffer memory used"+podHelp, devPod, nil)
 	d.podProcs = prometheus.NewDesc("gpuplane_pod_gpu_processes", "Number of processes"+podHelp, devPod, nil)
+	d.podMemLimit = prometheus.NewDesc("gpuplane_pod_gpu_memory_limit_bytes",
+		"GPU memory the pod asked for when it asked for part of a GPU; on time-sliced GPUs nothing enforces it, so compare gpuplane_pod_gpu_memory_used_bytes.", devPod, nil)
 	d.migPodUtil = prometheus.NewDesc("gpuplane_pod_gpu_utilization_ratio", "SM utilization (0 to 1)"+podHelp, mig, nil)
 	d.migPodMem = prometheus.NewDesc("gpuplane_pod_gpu_memory_used_bytes", "Framebuffer memory used"+podHelp, mig, nil)
 	d.migPodProcs = prometheus.NewDesc("gpuplane_pod_gpu_processes", "Number of processes"+podHelp, mig, nil)

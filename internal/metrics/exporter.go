@@ -53,6 +53,10 @@ type Options struct {
 	// device over its GPU's); ok is false for a device it does not know.
 	// Nil: no container_gpu_allocation or gpuplane_gpu_idle_share series.
 	ShareOf func(resource, deviceID string) (share float64, ok bool)
+	// MemoryLimitOf is the GPU memory a pod asked for when it asked for
+	// part of a GPU (gpupod.ReadFraction), in MiB; ok is false otherwise.
+	// Nil: no gpuplane_pod_gpu_memory_limit_bytes series.
+	MemoryLimitOf func(namespace, pod string) (memoryMiB int64, ok bool)
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 	// Logger receives failures; slog.Default() when nil.

@@ -368,6 +368,7 @@ func TestContainerGPUAllocation(t *testing.T) {
 	e, err := metrics.NewExporter(metrics.Options{
 		GPUs: n.Backend, PodResources: &metricstest.StaticLister{Resp: n.Response()}, ProcRoot: n.ProcRoot, CheckpointPath: n.CheckpointPath,
 		ShareOf: shareOf, Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0)), Logger: quietLogger(),
+		MemoryLimitOf: func(namespace, _ string) (int64, bool) { return 2048, namespace == "team-0" },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -384,6 +385,22 @@ func TestContainerGPUAllocation(t *testing.T) {
 	for _, m := range alloc {
 		if m.GetGauge().GetValue() != 0.25 || label(m, "node") != "gpu-node-1" || label(m, "container") != "main" {
 			t.Errorf("container_gpu_allocation %v = %v, want 0.25 of a GPU on gpu-node-1", m.GetLabel(), m.GetGauge().GetValue())
+		}
+	}
+	// The pods of team-0 asked for 2 GiB of their GPU each.
+	limits := mfs["gpuplane_pod_gpu_memory_limit_bytes"].GetMetric()
+	team0 := 0
+	for _, p := range n.Pods {
+		if p.Namespace == "team-0" {
+			team0++
+		}
+	}
+	if len(limits) != team0 {
+		t.Fatalf("gpuplane_pod_gpu_memory_limit_bytes has %d series, want one per team-0 pod (%d)", len(limits), team0)
+	}
+	for _, m := range limits {
+		if label(m, "namespace") != "team-0" || m.GetGauge().GetValue() != 2048<<20 {
+			t.Errorf("limit series %v = %v, want 2 GiB for team-0 pods only", m.GetLabel(), m.GetGauge().GetValue())
 		}
 	}
 	idle := mfs["gpuplane_gpu_idle_share"].GetMetric()

@@ -258,6 +258,11 @@ func (c *podCollector) emitPods(emit func(prometheus.Metric)) {
 			emit(e.metric(e.descs.podUtil, pairs, prometheus.GaugeValue, h.util/100))
 			emit(e.metric(e.descs.podMem, pairs, prometheus.GaugeValue, float64(h.memMi*mib)))
 			emit(e.metric(e.descs.podProcs, pairs, prometheus.GaugeValue, float64(h.procs)))
+			if e.opts.MemoryLimitOf != nil {
+				if limit, ok := e.opts.MemoryLimitOf(h.Namespace, h.Pod); ok {
+					emit(e.metric(e.descs.podMemLimit, pairs, prometheus.GaugeValue, float64(limit*mib)))
+				}
+			}
 		}
 		for j := range d.MIGDevices {
 			m := &d.MIGDevices[j]
