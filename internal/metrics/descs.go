@@ -105,6 +105,8 @@ type descs struct {
 	// podMemLimit is the GPU memory a pod that asked for part of a GPU
 	// may use.
 	podMemLimit *prometheus.Desc
+	// foreign counts processes of pods on GPUs they were not given.
+	foreign *prometheus.Desc
 
 	healthy, monitorUp, unmonitored *prometheus.Desc
 
@@ -131,6 +133,9 @@ func newDescs() *descs {
 	d.podProcs = prometheus.NewDesc("gpuplane_pod_gpu_processes", "Number of processes"+podHelp, devPod, nil)
 	d.podMemLimit = prometheus.NewDesc("gpuplane_pod_gpu_memory_limit_bytes",
 		"GPU memory the pod asked for when it asked for part of a GPU; on time-sliced GPUs nothing enforces it, so compare gpuplane_pod_gpu_memory_used_bytes.", devPod, nil)
+	d.foreign = prometheus.NewDesc("gpuplane_gpu_unallocated_pod_processes",
+		"Processes of a pod (pod_uid) running on a GPU that no container was given: a pod reaching past the device plugin, e.g. privileged or with NVIDIA_VISIBLE_DEVICES=all.",
+		join(deviceLabels, []string{"pod_uid"}), nil)
 	d.migPodUtil = prometheus.NewDesc("gpuplane_pod_gpu_utilization_ratio", "SM utilization (0 to 1)"+podHelp, mig, nil)
 	d.migPodMem = prometheus.NewDesc("gpuplane_pod_gpu_memory_used_bytes", "Framebuffer memory used"+podHelp, mig, nil)
 	d.migPodProcs = prometheus.NewDesc("gpuplane_pod_gpu_processes", "Number of processes"+podHelp, mig, nil)

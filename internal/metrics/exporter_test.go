@@ -413,3 +413,20 @@ func TestContainerGPUAllocation(t *testing.T) {
 		}
 	}
 }
+
+// A pod's process on a GPU no container was given (the pod reached past
+// the device plugin) is counted on that GPU with the pod's UID; a pod on
+// the GPU it was given is not.
+func TestUnallocatedPodProcesses(t *testing.T) {
+	n := metricstest.NewNode(t, "dgxh100", "gpu-node-1")
+	devs := n.Devices(t)
+	n.AddPod(t, metricstest.Pod{Namespace: "ml", Name: "given", Container: "main", Resource: "nvidia.com/gpu", DeviceID: devs[1].UUID, GPU: 1, PID: 4001, MemMiB: 100, Util: 10})
+	n.AddPod(t, metricstest.Pod{Namespace: "ml", Name: "sneaky", Container: "main", Resource: "nvidia.com/gpu", DeviceID: devs[2].UUID, GPU: 2, PID: 4002, MemMiB: 100, Util: 10})
+	resp := n.Response()
+	resp.PodResources = resp.PodResources[:1] // the kubelet gave "sneaky" nothing
+	h := newHandler(t, n, &metricstest.StaticLister{Resp: resp}, nil)
+	got := parse(t, scrape(t, h))["gpuplane_gpu_unallocated_pod_processes"].GetMetric()
+	if len(got) != 1 || label(got[0], "gpu") != "2" || label(got[0], "pod_uid") != n.Pods[1].UID || got[0].GetGauge().GetValue() != 1 {
+		t.Fatalf("gpuplane_gpu_unallocated_pod_processes = %v, want one process of %s on GPU 2", got, n.Pods[1].UID)
+	}
+}

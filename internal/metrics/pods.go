@@ -43,6 +43,14 @@ type attribution struct {
 	shares map[Holder]float64
 	used   []float64
 	listed bool
+	// foreign counts, per GPU and pod UID, the processes of pods that
+	// were not given the GPU they run on.
+	foreign map[foreignKey]int
+}
+
+type foreignKey struct {
+	gpu    int
+	podUID string
 }
 
 func newAttribution(procRoot, checkpoint string) *attribution {
@@ -52,6 +60,7 @@ func newAttribution(procRoot, checkpoint string) *attribution {
 		holders: map[string][]holder{},
 		allocs:  map[allocKey]int{},
 		shares:  map[Holder]float64{},
+		foreign: map[foreignKey]int{},
 	}
 }
 
@@ -67,6 +76,7 @@ func (a *attribution) reset(gpus int) {
 	a.unmapped = resize(a.unmapped, gpus)
 	clear(a.unmapped)
 	clear(a.shares)
+	clear(a.foreign)
 	a.used = resize(a.used, gpus)
 	clear(a.used)
 	a.listed = false
@@ -190,7 +200,15 @@ func (c *podCollector) attribute() {
 			var h *holder
 			switch len(hs) {
 			case 0:
-				continue // no container holds the device: not a pod's process
+				// No container holds the device. A process of a pod here
+				// uses a GPU its pod was not given (a privileged pod, or
+				// NVIDIA_VISIBLE_DEVICES=all); anything else is the host's.
+				if a.listed {
+					if ref, ok := a.cg.lookup(p.PID); ok && ref.PodUID != "" {
+						a.foreign[foreignKey{gpu: i, podUID: ref.PodUID}]++
+					}
+				}
+				continue
 			case 1:
 				h = &hs[0]
 			default:
@@ -283,6 +301,9 @@ func (c *podCollector) emitPods(emit func(prometheus.Metric)) {
 		}
 	}
 	c.emitShares(emit)
+	for k, n := range a.foreign {
+		emit(prometheus.MustNewConstMetric(e.descs.foreign, prometheus.GaugeValue, float64(n), e.labelValues(k.gpu, k.podUID)...))
+	}
 }
 
 // emitShares emits how much of a physical GPU each container holds
