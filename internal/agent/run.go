@@ -81,10 +81,10 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.driverRoot, "nvidia-driver-root", "", "where the driver's files and /dev are seen from the agent (env "+configv1.EnvNvidiaDriverRoot+")")
 	fs.StringVar(&f.mpsRoot, "mps-root", "", "directory for MPS pipe and log directories (env "+configv1.EnvMPSRoot+")")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", metrics.DefaultAddr, "address of the Prometheus /metrics endpoint (DCGM_FI_* and gpuplane_* series); empty turns metrics off")
-	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", metrics.DefaultPodResourcesSocket, "the kubelet's PodResources socket, to label GPU series with their pods; empty turns pod attribution off (when the socket is absent, gpuplane_podresources_up says so)")
+	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", metrics.DefaultPodResourcesSocket, "the kubelet's PodResources socket: labels GPU series with their pods, serves container_gpu_allocation, and records on each pod the GPUs it holds (gpuplane.io/gpus-held); empty turns these off (when the socket is absent, gpuplane_podresources_up says so)")
 	fs.StringVar(&f.procfs, "procfs", "/proc", "where the host's /proc is mounted; GPU processes are mapped to pods through /proc/<pid>/cgroup")
 	fs.StringVar(&f.labels, "labels", "", "where GPU feature labels go: node (the Node, by server-side apply), file (a node-feature-discovery features file) or none; default node when --kubeconfig or an in-cluster config is available, else none")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file for labelling the Node (default: the pod's in-cluster config)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file for labelling the Node, reading the GPUs gpuplane-scheduler chose for the node's pods and recording what they got (default: the pod's in-cluster config)")
 	fs.DurationVar(&f.labelsInterval, "labels-interval", defaultLabelsInterval, "how often the labels are rewritten; 0 labels once at start and after each config reload (config flags.gfd.sleepInterval, flags.gfd.oneshot)")
 	fs.StringVar(&f.labelsFile, "labels-file", DefaultFeatureFile, "node-feature-discovery features file written by --labels=file")
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
