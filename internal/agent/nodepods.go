@@ -148,7 +148,7 @@ func (w *nodePods) list() ([]*corev1.Pod, error) {
 }
 
 // listTimeout bounds a fresh list of the node's pods during an admission.
-const listTimeout = 2 * time.Second
+const listTimeout = time.Second
 
 // watchNodePods lists and watches the pods bound to node, keeping of each
 // only what the steerer reads, until ctx ends.

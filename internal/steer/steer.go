@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,12 +28,18 @@ type Steerer struct {
 	log  *slog.Logger
 
 	mu sync.Mutex
-	// given remembers, per pod and resource, the devices steered to it,
-	// and pods the pods themselves.
+	// given remembers, per pod and resource, the devices steered to it.
 	given map[types.UID]map[string][]string
 	// last is, per device ID, the pod it was last steered to.
 	last map[string]*corev1.Pod
+	// lastFresh is when fresh was last asked.
+	lastFresh time.Time
 }
+
+// freshEvery spaces the fresh lists: a node's pods placed by other
+// schedulers never match, and must not cost every admission a request to
+// the API server.
+const freshEvery = time.Second
 
 var (
 	_ deviceplugin.Steerer = (*Steerer)(nil)
@@ -41,9 +48,10 @@ var (
 
 // New returns a Steerer. pods lists the pods bound to the node as a watch
 // last showed them, in the order it showed them bound (the order the
-// kubelet, watching the same, admits them in); fresh, when not nil, lists them from the API server,
-// for a pod the kubelet admits before the watch shows it; gpus is the
-// node's GPU count, the bound of a choice's indexes.
+// kubelet, watching the same, admits them in); fresh, when not nil, lists
+// them from the API server, for a pod the kubelet admits before the watch
+// shows it (at most once a second); gpus is the node's GPU count, the
+// bound of a choice's indexes.
 func New(pods func() []*corev1.Pod, fresh func() ([]*corev1.Pod, error), gpus int, log *slog.Logger) *Steerer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -68,9 +76,10 @@ func (s *Steerer) Steer(res *sharing.Resource, available, mustInclude []string, 
 	if ids, ok := s.pick(s.pods(), res, free, mustInclude, size); ok {
 		return ids, true
 	}
-	if s.fresh == nil {
+	if s.fresh == nil || time.Since(s.lastFresh) < freshEvery {
 		return nil, false
 	}
+	s.lastFresh = time.Now()
 	// The kubelet may admit a pod before the watch shows it: a pod it
 	// admits is bound, so a fresh list has it.
 	pods, err := s.fresh()
@@ -118,7 +127,8 @@ func (s *Steerer) pick(pods []*corev1.Pod, res *sharing.Resource, free map[strin
 	if len(fits) == 0 {
 		return nil, false
 	}
-	// Oldest first among the best-ranked: stable, so age order holds.
+	// The first in arrival order among the best-ranked (MinFunc keeps the
+	// first of equals).
 	best := slices.MinFunc(fits, func(a, b candidate) int { return cmp.Compare(a.rank, b.rank) })
 	ids := slices.Clone(best.want[:size])
 	if s.given[best.pod.UID] == nil {

@@ -218,6 +218,14 @@ func TestSteerBeforeTheWatchShowsThePod(t *testing.T) {
 	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{6}) || lists != 1 {
 		t.Fatalf("got GPUs %v after %d lists, want GPU 6 after one", got, lists)
 	}
+	// Pods nobody chose GPUs for (another scheduler's) do not cost every
+	// admission a list: at most one a second.
+	for range 5 {
+		k.admit(1)
+	}
+	if lists != 1 {
+		t.Fatalf("%d lists after 5 more admissions within the second, want still 1", lists)
+	}
 }
 
 // On a time-sliced node whose replicas keep the name nvidia.com/gpu, the
