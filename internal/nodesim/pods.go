@@ -50,10 +50,11 @@ func (s *Simulator) startPods(ctx context.Context) error {
 			s.queue.Add(key)
 		}
 	}
+	s.order = newAdmissionOrder()
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
+		AddFunc:    func(obj any) { s.order.arrive(obj); enqueue(obj) },
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
-		DeleteFunc: enqueue,
+		DeleteFunc: func(obj any) { s.order.leave(obj); enqueue(obj) },
 	}); err != nil {
 		return fmt.Errorf("watching the pods of node %s: %w", s.cfg.NodeName, err)
 	}
@@ -75,8 +76,9 @@ func (s *Simulator) startPods(ctx context.Context) error {
 }
 
 // podWorkers is how many pods are synced at once. Admission itself (device
-// choice, Allocate) is serialized by admitMu, as the kubelet admits one pod
-// at a time; status writes run in parallel.
+// choice, Allocate) is serialized by admitMu and ordered by arrival
+// (admissionOrder), as the kubelet admits one pod at a time as they
+// arrive; status writes run in parallel.
 const podWorkers = 4
 
 func (s *Simulator) runPodWorker() {
@@ -122,6 +124,9 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 		st = nil
 	}
 
+	if st != nil || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		s.order.done(pod.UID) // admitted already, or never to be
+	}
 	switch {
 	case pod.DeletionTimestamp != nil:
 		return s.finishDeletion(ctx, key, pod)
@@ -157,15 +162,19 @@ func (s *Simulator) startPod(ctx context.Context, key string, pod *corev1.Pod) e
 		alloc = nil
 	}
 	if alloc != nil && alloc.Node == s.cfg.NodeName {
+		s.order.done(pod.UID)
 		for _, c := range alloc.Containers {
 			for r, ids := range c.Devices {
 				s.reserve(key, r, ids)
 			}
 		}
 	} else {
+		// One pod after the other, in the order they arrived.
+		s.order.wait(ctx, pod.UID)
 		s.admitMu.Lock()
 		alloc, err = s.admit(ctx, key, pod)
 		s.admitMu.Unlock()
+		s.order.done(pod.UID)
 		var refused *admissionError
 		if errors.As(err, &refused) {
 			return s.refusePod(ctx, key, pod, refused)

@@ -105,8 +105,9 @@ type Simulator struct {
 	agent              *agentSupervisor
 
 	nodeDirty chan struct{}
-	// admitMu serializes pod admission.
+	// admitMu serializes pod admission; order keeps it in arrival order.
 	admitMu   sync.Mutex
+	order     *admissionOrder
 	podLister listersv1.PodLister
 	queue     workqueue.TypedRateLimitingInterface[string]
 

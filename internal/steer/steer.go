@@ -32,14 +32,16 @@ type Steerer struct {
 	given map[types.UID]map[string][]string
 	// last is, per device ID, the pod it was last steered to.
 	last map[string]*corev1.Pod
-	// lastFresh is when fresh was last asked.
-	lastFresh time.Time
+	// quietUntil is when fresh may be asked again after a fresh list
+	// found no pod the request fits.
+	quietUntil time.Time
 }
 
-// freshEvery spaces the fresh lists: a node's pods placed by other
-// schedulers never match, and must not cost every admission a request to
-// the API server.
-const freshEvery = time.Second
+// freshBackoff spaces the fresh lists that find nothing: a node's pods
+// placed by other schedulers never match, and must not cost each of their
+// admissions a request to the API server. A fresh list that finds the
+// pod leaves the next one free to run at once.
+const freshBackoff = time.Second
 
 var (
 	_ deviceplugin.Steerer = (*Steerer)(nil)
@@ -50,8 +52,8 @@ var (
 // last showed them, in the order it showed them bound (the order the
 // kubelet, watching the same, admits them in); fresh, when not nil, lists
 // them from the API server, for a pod the kubelet admits before the watch
-// shows it (at most once a second); gpus is the node's GPU count, the
-// bound of a choice's indexes.
+// shows it (after a list that found nothing, not again for a second); gpus
+// is the node's GPU count, the bound of a choice's indexes.
 func New(pods func() []*corev1.Pod, fresh func() ([]*corev1.Pod, error), gpus int, log *slog.Logger) *Steerer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -76,18 +78,22 @@ func (s *Steerer) Steer(res *sharing.Resource, available, mustInclude []string, 
 	if ids, ok := s.pick(s.pods(), res, free, mustInclude, size); ok {
 		return ids, true
 	}
-	if s.fresh == nil || time.Since(s.lastFresh) < freshEvery {
+	if s.fresh == nil || time.Now().Before(s.quietUntil) {
 		return nil, false
 	}
-	s.lastFresh = time.Now()
 	// The kubelet may admit a pod before the watch shows it: a pod it
 	// admits is bound, so a fresh list has it.
 	pods, err := s.fresh()
 	if err != nil {
+		s.quietUntil = time.Now().Add(freshBackoff)
 		s.log.Warn("listing the node's pods; the resource's preference decides", "err", err)
 		return nil, false
 	}
-	return s.pick(pods, res, free, mustInclude, size)
+	ids, ok := s.pick(pods, res, free, mustInclude, size)
+	if !ok {
+		s.quietUntil = time.Now().Add(freshBackoff)
+	}
+	return ids, ok
 }
 
 // pick finds, among pods, the one awaiting admission that the request

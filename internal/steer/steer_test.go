@@ -218,13 +218,19 @@ func TestSteerBeforeTheWatchShowsThePod(t *testing.T) {
 	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{6}) || lists != 1 {
 		t.Fatalf("got GPUs %v after %d lists, want GPU 6 after one", got, lists)
 	}
+	// The next pod the watch has not shown either is found at once.
+	s.fresh = func() ([]*corev1.Pod, error) { lists++; return []*corev1.Pod{placed("newer", 1, "2")}, nil }
+	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{2}) || lists != 2 {
+		t.Fatalf("got GPUs %v after %d lists, want GPU 2 after two", got, lists)
+	}
 	// Pods nobody chose GPUs for (another scheduler's) do not cost every
-	// admission a list: at most one a second.
+	// admission a list: after one that finds nothing, none for a second.
+	s.fresh = func() ([]*corev1.Pod, error) { lists++; return nil, nil }
 	for range 5 {
 		k.admit(1)
 	}
-	if lists != 1 {
-		t.Fatalf("%d lists after 5 more admissions within the second, want still 1", lists)
+	if lists != 3 {
+		t.Fatalf("%d lists after 5 admissions of pods nobody chose for, want 3", lists)
 	}
 }
 
