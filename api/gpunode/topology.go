@@ -19,6 +19,10 @@ type Topology struct {
 	// laid out on it; a GPU not in MIG mode has none (and the list may
 	// stop before the last GPUs).
 	MIG [][]int `json:"mig,omitempty"`
+	// ReservedMiB lists, per GPU index, the memory the driver keeps for
+	// itself (MiB): a GPU gives pods its nvidia.com/gpu.memory less this.
+	// The list may stop before the last GPUs (none reserved there).
+	ReservedMiB []int64 `json:"reservedMiB,omitempty"`
 }
 
 // MaxMIGSlices is the most compute slices one GPU is split into.
@@ -78,6 +82,14 @@ func (t *Topology) Validate() error {
 			if sum > MaxMIGSlices {
 				return fmt.Errorf("%s: mig[%d]: instances of more than %d slices in all", TopologyAnnotation, i, MaxMIGSlices)
 			}
+		}
+	}
+	if len(t.ReservedMiB) > t.GPUs {
+		return fmt.Errorf("%s: reservedMiB: %d entries for %d GPUs", TopologyAnnotation, len(t.ReservedMiB), t.GPUs)
+	}
+	for i, r := range t.ReservedMiB {
+		if r < 0 || r > MaxGPUMemoryMiB {
+			return fmt.Errorf("%s: reservedMiB[%d]: must be 0 to %d, got %d", TopologyAnnotation, i, MaxGPUMemoryMiB, r)
 		}
 	}
 	seen := make([]bool, t.GPUs)

@@ -92,7 +92,11 @@ type Device struct {
 	Architecture      Architecture      `json:"architecture"`
 	ComputeCapability ComputeCapability `json:"computeCapability"`
 	MemoryMiB         uint64            `json:"memoryMiB"`
-	PCIBusID          string            `json:"pciBusID"`
+	// ReservedMiB is the part of MemoryMiB the driver keeps for itself:
+	// processes can never allocate it, so what a GPU can give pods is
+	// MemoryMiB - ReservedMiB. 0 when the driver does not say.
+	ReservedMiB uint64 `json:"reservedMiB,omitempty"`
+	PCIBusID    string `json:"pciBusID"`
 	// NUMANode is the NUMA node the GPU is attached to, or -1 when the
 	// platform does not say.
 	NUMANode   int         `json:"numaNode"`

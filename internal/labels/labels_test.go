@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,12 +202,16 @@ func TestTopology(t *testing.T) {
 	chain := newNode("NVIDIA A10", "ampere", dgxA100().in.Devices[0].ComputeCapability, 24000, 4, 0)
 	chain.in.Topology.Set(0, 1, chainLink(4))
 	chain.in.Topology.Set(1, 2, chainLink(2))
+	reserving := dgxH100().in
+	reserving.Devices[1].ReservedMiB = 509
 	tests := []struct {
-		name       string
-		in         *Input
-		wantGroups []gpunode.NVLinkGroup
+		name         string
+		in           *Input
+		wantGroups   []gpunode.NVLinkGroup
+		wantReserved []int64
 	}{
 		{name: "all to all", in: dgxH100().in, wantGroups: []gpunode.NVLinkGroup{{GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}, NVLinks: 18}}},
+		{name: "driver reservations", in: reserving, wantGroups: []gpunode.NVLinkGroup{{GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}, NVLinks: 18}}, wantReserved: []int64{0, 509}},
 		{name: "no nvlink", in: newNode("NVIDIA L4", "ada-lovelace", dgxH100().in.Devices[0].ComputeCapability, 23034, 4, 0).in, wantGroups: []gpunode.NVLinkGroup{}},
 		// 0-1-2 are linked as a chain, so 0 and 2 share no direct link; 3
 		// has no NVLink.
@@ -225,6 +230,9 @@ func TestTopology(t *testing.T) {
 			}
 			if got.GPUs != len(tt.in.Devices) || len(got.NUMA) != len(tt.in.Devices) {
 				t.Errorf("gpus %d numa %v, want %d GPUs", got.GPUs, got.NUMA, len(tt.in.Devices))
+			}
+			if !slices.Equal(got.ReservedMiB, tt.wantReserved) {
+				t.Errorf("reservedMiB = %v, want %v", got.ReservedMiB, tt.wantReserved)
 			}
 			if len(got.Groups) != len(tt.wantGroups) {
 				t.Fatalf("groups = %+v, want %+v", got.Groups, tt.wantGroups)

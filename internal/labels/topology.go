@@ -47,6 +47,7 @@ func BuildTopology(in *Input) *gpunode.Topology {
 		t.NUMA[i] = in.Devices[i].NUMANode
 	}
 	t.MIG = migLayout(in.Devices)
+	t.ReservedMiB = reserved(in.Devices)
 	if in.Topology == nil {
 		return t
 	}
@@ -103,6 +104,22 @@ func migLayout(devs []gpu.Device) [][]int {
 		for _, m := range devs[i].MIGDevices {
 			out[i] = append(out[i], m.GPUSlices)
 		}
+	}
+	return out
+}
+
+// reserved is the memory the driver keeps on each GPU, nil when it keeps
+// none anywhere (or does not say).
+func reserved(devs []gpu.Device) []int64 {
+	var out []int64
+	for i := range devs {
+		if devs[i].ReservedMiB == 0 {
+			continue
+		}
+		for len(out) <= i {
+			out = append(out, 0)
+		}
+		out[i] = int64(min(devs[i].ReservedMiB, gpunode.MaxGPUMemoryMiB))
 	}
 	return out
 }

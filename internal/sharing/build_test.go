@@ -24,6 +24,12 @@ func newNode(n int) *node {
 	return nd
 }
 
+// reserve says the driver keeps mib of GPU i's memory.
+func (n *node) reserve(i int, mib uint64) *node {
+	n.gpus[i].ReservedMiB = mib
+	return n
+}
+
 // mig turns MIG on for GPU i with one MIG device per profile given.
 func (n *node) mig(i int, profiles ...string) *node {
 	g := &n.gpus[i]
@@ -100,15 +106,15 @@ func TestBuild(t *testing.T) {
 		{
 			name:   "per-GPU replicas and modes",
 			config: "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      devices: [0, 1]\n      replicas: 2\n    - name: nvidia.com/gpu\n      devices: [2]\n      replicas: 5\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      rename: gpu-mps\n      devices: [3]\n      replicas: 4\n",
-			node:   newNode(5), want: "nvidia.com/gpu=10;nvidia.com/gpu-mps=4;",
+			node:   newNode(5).reserve(3, 511), want: "nvidia.com/gpu=10;nvidia.com/gpu-mps=4;",
 			check: func(t *testing.T, rs []*Resource) {
 				last := rs[0].Devices[9]
 				if last.ID != "GPU-0004" || last.Shared() {
 					t.Errorf("unselected GPU 4 = %+v, want a whole GPU", last)
 				}
 				mps := rs[1].Devices[0]
-				if mps.Sharing != SharingMPS || mps.MPSMemoryLimitMiB() != 81559/4 || mps.MPSActiveThreadPercentage() != 25 {
-					t.Errorf("mps device = %+v", mps)
+				if mps.Sharing != SharingMPS || mps.MPSMemoryLimitMiB() != (81559-511)/4 || mps.MPSActiveThreadPercentage() != 25 {
+					t.Errorf("mps device = %+v, want a quarter of the memory the driver does not reserve, 25%% of the SMs", mps)
 				}
 			},
 		},

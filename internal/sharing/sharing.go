@@ -50,7 +50,8 @@ type Device struct {
 	Replica  int
 	Replicas int
 	Sharing  Sharing
-	// MemoryMiB is the memory of the underlying device.
+	// MemoryMiB is the memory processes can use on the underlying device:
+	// a GPU's framebuffer less what its driver reserves.
 	MemoryMiB uint64
 	// NUMANode is the GPU's NUMA node or -1.
 	NUMANode int
@@ -183,8 +184,17 @@ func gpuDevice(g *gpu.Device) Device {
 	return Device{
 		ID: g.UUID, UUID: g.UUID, Index: strconv.Itoa(g.Index),
 		GPUIndex: g.Index, GPUUUID: g.UUID, Replicas: 1, Sharing: SharingNone,
-		MemoryMiB: g.MemoryMiB, NUMANode: g.NUMANode, Paths: []string{g.Path()},
+		MemoryMiB: usableMiB(g), NUMANode: g.NUMANode, Paths: []string{g.Path()},
 	}
+}
+
+// usableMiB is g's framebuffer less what the driver reserves: the most
+// its processes (or MPS clients, all together) can pin.
+func usableMiB(g *gpu.Device) uint64 {
+	if g.ReservedMiB >= g.MemoryMiB {
+		return g.MemoryMiB
+	}
+	return g.MemoryMiB - g.ReservedMiB
 }
 
 func migDevice(g *gpu.Device, m *gpu.MIGDevice) Device {

@@ -199,11 +199,17 @@ func (b *Backend) device(index int) (gpu.Device, error) {
 			d.Architecture = a
 		}
 	}
-	mem, ret := h.GetMemoryInfo()
-	if ret != gonvml.SUCCESS {
-		return d, wrap("memory", ret)
+	// The v2 call also says what the driver reserves; drivers before
+	// R510 have only the first.
+	if mem, ret := h.GetMemoryInfo_v2(); ret == gonvml.SUCCESS && mem.Reserved < mem.Total {
+		d.MemoryMiB, d.ReservedMiB = mem.Total/(1<<20), mem.Reserved/(1<<20)
+	} else {
+		mem, ret := h.GetMemoryInfo()
+		if ret != gonvml.SUCCESS {
+			return d, wrap("memory", ret)
+		}
+		d.MemoryMiB = mem.Total / (1 << 20)
 	}
-	d.MemoryMiB = mem.Total / (1 << 20)
 	pci, ret := h.GetPciInfo()
 	if ret != gonvml.SUCCESS {
 		return d, wrap("PCI info", ret)

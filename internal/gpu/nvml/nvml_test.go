@@ -115,6 +115,12 @@ func fakeDGX(t *testing.T) *server.Server {
 			}
 			return nil, gonvml.ERROR_NOT_FOUND
 		}
+		dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+			if i == 7 { // a driver without the v2 call
+				return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
+			}
+			return gonvml.Memory_v2{Total: 80 << 30, Reserved: 512 << 20, Free: 80<<30 - 512<<20}, gonvml.SUCCESS
+		}
 		dev.GetNumaNodeIdFunc = func() (int, gonvml.Return) { return i / 4, gonvml.SUCCESS }
 		dev.GetNvLinkStateFunc = func(link int) (gonvml.EnableState, gonvml.Return) {
 			if link >= 18 {
@@ -155,6 +161,10 @@ func TestInventoryOnMockDGX(t *testing.T) {
 	}
 	if len(devs) != 8 {
 		t.Fatalf("got %d devices, want 8", len(devs))
+	}
+	if devs[5].ReservedMiB != 512 || devs[7].ReservedMiB != 0 || devs[7].MemoryMiB != 81920 {
+		t.Errorf("reserved memory: GPU 5 %d MiB (want 512 from the v2 call), GPU 7 %d of %d MiB (want 0 of 81920 from the v1 call)",
+			devs[5].ReservedMiB, devs[7].ReservedMiB, devs[7].MemoryMiB)
 	}
 	d := devs[5]
 	if d.Name != "NVIDIA H100 80GB HBM3" || d.MemoryMiB != 81920 || d.Architecture != gpu.ArchHopper ||

@@ -186,6 +186,27 @@ func TestConvertNode(t *testing.T) {
 					t.Errorf("GPU 3 NUMA = %d, want 1", n.GPUs[3].NUMANode)
 				}
 			}},
+		{name: "a GPU gives pods its memory less what the driver reserves",
+			node: testNode("n", rl("nvidia.com/gpu", "4"), map[string]string{LabelGPUMemory: "81559"},
+				map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":4,"groups":[],"reservedMiB":[509,509,0]}`}),
+			wantGPUs: 4,
+			check: func(t *testing.T, n model.Node) {
+				if got := []int64{n.GPUs[0].MemoryMiB, n.GPUs[2].MemoryMiB, n.GPUs[3].MemoryMiB}; !slices.Equal(got, []int64{81050, 81559, 81559}) {
+					t.Errorf("GPU memory %v MiB, want 81050 where 509 MiB are reserved, else 81559", got)
+				}
+			}},
+		{name: "a reservation as large as the GPU is ignored with a warning",
+			node: testNode("n", rl("nvidia.com/gpu", "2"), map[string]string{LabelGPUMemory: "1000"},
+				map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":2,"groups":[],"reservedMiB":[10,1000]}`}),
+			wantGPUs: 2, wantWarn: "reservedMiB[1] is 1000 MiB, not less than the GPU's 1000 MiB",
+			check: func(t *testing.T, n model.Node) {
+				if n.GPUs[0].MemoryMiB != 1000 {
+					t.Errorf("GPU 0 memory %d MiB, want the label's 1000 when the reservations are ignored", n.GPUs[0].MemoryMiB)
+				}
+			}},
+		{name: "a negative reservation in the topology is ignored with a warning",
+			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":2,"reservedMiB":[-1]}`}),
+			wantGPUs: 2, wantWarn: "reservedMiB[0]: must be 0 to 16777216, got -1"},
 		{name: "a topology for another GPU count is ignored with a warning",
 			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": topo}),
 			wantGPUs: 2, wantWarn: "describes 4 GPUs but the node has 2"},

@@ -134,6 +134,18 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		warning = fmt.Sprintf("annotation %s describes %d GPUs but the node has %d; placing without NVLink topology", gpunode.TopologyAnnotation, topo.GPUs, whole+migGPUs)
 		topo = nil
 	}
+	// What each GPU gives pods is its memory less what the driver keeps.
+	var reserved []int64
+	if topo != nil && gpuMem > 0 {
+		reserved = topo.ReservedMiB
+		for i, r := range reserved {
+			if r >= gpuMem {
+				warning = fmt.Sprintf("annotation %s: reservedMiB[%d] is %d MiB, not less than the GPU's %d MiB (label %s); placing as if the driver reserved none", gpunode.TopologyAnnotation, i, r, gpuMem, LabelGPUMemory)
+				reserved = nil
+				break
+			}
+		}
+	}
 	// How the node offers its GPUs: only as shares when it names its
 	// replicas nvidia.com/gpu.shared and has no plain nvidia.com/gpu; only
 	// whole when it shares none; both when it has both (per-GPU sharing:
@@ -160,6 +172,9 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 			}
 		case i >= whole:
 			g = migGPU(g, nil)
+		}
+		if i < len(reserved) {
+			g.MemoryMiB -= reserved[i]
 		}
 		if topo != nil && i < len(topo.NUMA) {
 			g.NUMANode = topo.NUMA[i]
