@@ -376,9 +376,7 @@ func TestBuildSnapshot(t *testing.T) {
 	c.upsertPod(other)
 
 	b := newBuilder(v1alpha1.SchedulerName, -1, logr.Discard())
-	c.mu.Lock()
-	in := b.build(c, time.Unix(200, 0))
-	c.mu.Unlock()
+	in := c.snapshot(b, newRefusals(), time.Unix(200, 0))
 
 	pending := map[string]model.PodGroup{}
 	for _, g := range in.snap.Pending {

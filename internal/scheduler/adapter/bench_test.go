@@ -33,9 +33,7 @@ func BenchmarkSnapshotAndCycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		c.mu.Lock()
-		in := bld.build(c, time.Unix(0, 0))
-		c.mu.Unlock()
+		in := c.snapshot(bld, newRefusals(), time.Unix(0, 0))
 		if _, err := core.Cycle(&in.snap); err != nil {
 			b.Fatal(err)
 		}
@@ -69,9 +67,7 @@ func BenchmarkCycleAtScale(b *testing.B) {
 					b.Fatal(err)
 				}
 				cycle := func() {
-					c.mu.Lock()
-					in := bld.build(c, time.Unix(0, 0))
-					c.mu.Unlock()
+					in := c.snapshot(bld, newRefusals(), time.Unix(0, 0))
 					d, err := core.Cycle(&in.snap)
 					if err != nil {
 						b.Fatal(err)

@@ -86,9 +86,9 @@ type clusterCache struct {
 	classes   map[string]int32
 	pdbs      map[string]*policyv1.PodDisruptionBudget
 
+	// assumed are the binds in flight (binder.bind): they hold their
+	// nodes in every snapshot until the informer shows the pods bound.
 	assumed map[string]assumption
-	// refused holds pods whose eviction was refused, until when.
-	refused map[string]time.Time
 
 	// members indexes the pods a cycle groups, by core group name: every
 	// pod of a PodGroup (ours, or bound by anyone) and our lone pods that
@@ -110,7 +110,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		nodes:         map[string]*nodeInfo{}, replicas: 1, badNodes: map[string]nodeProblem{}, nodeWarnings: map[string]nodeProblem{},
 		pods: map[string]*podInfo{}, queues: map[string]*v1alpha1.Queue{}, podGroups: map[string]*v1alpha1.PodGroup{},
 		nsQueue: map[string]string{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
-		assumed: map[string]assumption{}, refused: map[string]time.Time{},
+		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 	}
 }
@@ -448,12 +448,27 @@ func (c *clusterCache) deletePod(p *corev1.Pod) {
 	}
 	delete(c.pods, key)
 	delete(c.assumed, key)
-	delete(c.refused, key)
 	c.poke()
 }
 
-// assume records binds in flight: the pods hold their nodes from now on.
-// Caller holds mu.
+// assumeAll records binds in flight: the pods hold their nodes from now on.
+func (c *clusterCache) assumeAll(tasks []bindTask) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range tasks {
+		c.assume(podKey(t.pod), assumption{node: t.node, shares: t.gpus})
+	}
+}
+
+// assumption returns the bind in flight for a pod, if any.
+func (c *clusterCache) assumption(pod string) (assumption, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.assumed[pod]
+	return a, ok
+}
+
+// assume records one bind in flight. Caller holds mu.
 func (c *clusterCache) assume(pod string, a assumption) {
 	pi := c.pods[pod]
 	if pi == nil {
@@ -478,16 +493,108 @@ func (c *clusterCache) forget(pod string) {
 	c.poke()
 }
 
-func (c *clusterCache) refuse(pod string, until time.Time) {
+// touch marks the node a pod holds for recomputing: something that changes
+// how the next snapshot treats the pod (a refused eviction) changed.
+func (c *clusterCache) touch(pod string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.refused[pod] = until
 	if pi := c.pods[pod]; pi != nil {
 		if n := c.nodeOf(pi); n != "" {
 			c.dirty[n] = true
 		}
 	}
 	c.poke()
+}
+
+// podsByKey returns the pods of the given keys (namespace/name), nil for
+// those the cache does not hold.
+func (c *clusterCache) podsByKey(keys []string) []*corev1.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*corev1.Pod, len(keys))
+	for i, k := range keys {
+		if pi := c.pods[k]; pi != nil {
+			out[i] = pi.pod
+		}
+	}
+	return out
+}
+
+// changes receives a token when anything the next cycle reads changed.
+func (c *clusterCache) changes() <-chan struct{} { return c.changed }
+
+// snapshot builds the next cycle's input with b, under the cache's lock.
+func (c *clusterCache) snapshot(b *builder, r *refusals, now time.Time) *cycleInput {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return b.build(c, r, now)
+}
+
+// resumedGang is a gang whose committed placement a predecessor did not
+// finish binding: the members still to bind, where the record puts them.
+type resumedGang struct {
+	group   string
+	pg      *v1alpha1.PodGroup
+	members []resumedMember
+}
+
+type resumedMember struct {
+	pod    *corev1.Pod
+	node   string
+	shares []model.GPUShare
+}
+
+// resumeCommitted finds the gangs whose PodGroup records a placement that
+// some of its members, ours and still pending, have not been bound to, and
+// assumes those members there. Only records that still hold (same pod
+// UIDs, known nodes, readable GPUs) and make the gang whole again are
+// resumed: one that cannot would leave it partly bound again.
+func (c *clusterCache) resumeCommitted() []resumedGang {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []resumedGang
+	for key, pg := range c.podGroups {
+		group := "pg/" + key
+		var members []resumedMember
+		ok := true
+		for _, m := range pg.Status.Placement {
+			pi := c.pods[pg.Namespace+"/"+m.Pod]
+			if pi == nil || string(pi.pod.UID) != m.UID || pi.pod.Spec.SchedulerName != c.schedulerName {
+				continue // gone or recreated: the record does not hold for it
+			}
+			if pi.bound() || pi.terminal() || pi.pod.DeletionTimestamp != nil || pi.group != group {
+				continue
+			}
+			n := c.nodes[m.Node]
+			if n == nil {
+				ok = false
+				break
+			}
+			shares, err := parseShares(m.GPUs, &n.m)
+			if err != nil {
+				ok = false
+				break
+			}
+			members = append(members, resumedMember{pod: pi.pod, node: m.Node, shares: shares})
+		}
+		if !ok || len(members) == 0 {
+			continue
+		}
+		placed := 0
+		for _, pi := range c.members[group] {
+			if pi.bound() {
+				placed++
+			}
+		}
+		if placed+len(members) < int(pg.Spec.MinMember) {
+			continue
+		}
+		for _, m := range members {
+			c.assume(podKey(m.pod), assumption{node: m.node, shares: m.shares})
+		}
+		out = append(out, resumedGang{group: group, pg: pg, members: members})
+	}
+	return out
 }
 
 // markMembers marks the nodes of a group's placed members dirty: their

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"pgregory.net/rapid"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -35,6 +36,7 @@ func TestIncrementalSnapshotMatchesRebuild(t *testing.T) {
 		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "keep"},
 			Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"keep": "yes"}}}}
 		b := newBuilder(sched, -1, logr.Discard())
+		r := newRefusals()
 		now := time.Unix(1000, 0)
 		names := []string{"a", "b", "c", "d", "e", "f"}
 		for step := range rapid.IntRange(1, 12).Draw(t, "steps") {
@@ -101,13 +103,17 @@ func TestIncrementalSnapshotMatchesRebuild(t *testing.T) {
 				}
 			}
 			if rapid.Bool().Draw(t, "refuse") {
-				c.refuse("ns/"+rapid.SampledFrom(names).Draw(t, "refused"), now.Add(time.Duration(rapid.IntRange(0, 3).Draw(t, "for"))*time.Second))
+				key := "ns/" + rapid.SampledFrom(names).Draw(t, "refused")
+				var uid types.UID
+				if p := c.podsByKey([]string{key})[0]; p != nil {
+					uid = p.UID
+				}
+				r.add(key, uid, now.Add(time.Duration(rapid.IntRange(0, 3).Draw(t, "for"))*time.Second))
+				c.touch(key)
 			}
 			now = now.Add(time.Second)
-			c.mu.Lock()
-			got := b.build(c, now)
-			c.mu.Unlock()
-			want := rebuild(c, now)
+			got := c.snapshot(b, r, now)
+			want := rebuild(c, r, now)
 			if d := diffInputs(got, want); d != "" {
 				t.Fatalf("step %d: the incremental snapshot differs from a rebuild: %s", step, d)
 			}
@@ -116,8 +122,8 @@ func TestIncrementalSnapshotMatchesRebuild(t *testing.T) {
 }
 
 // rebuild builds a snapshot from a fresh cache and builder holding the
-// same objects as c.
-func rebuild(c *clusterCache, now time.Time) *cycleInput {
+// same objects and assumptions as c, with the same refusals.
+func rebuild(c *clusterCache, r *refusals, now time.Time) *cycleInput {
 	f := newClusterCache(c.schedulerName)
 	for _, n := range c.nodes {
 		f.upsertNode(n.node)
@@ -134,11 +140,8 @@ func rebuild(c *clusterCache, now time.Time) *cycleInput {
 	for k, a := range c.assumed {
 		f.assume(k, a)
 	}
-	for k, until := range c.refused {
-		f.refused[k] = until
-	}
 	b := newBuilder(c.schedulerName, -1, logr.Discard())
-	return b.build(f, now)
+	return f.snapshot(b, r, now)
 }
 
 func diffInputs(got, want *cycleInput) string {

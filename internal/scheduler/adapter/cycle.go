@@ -18,22 +18,20 @@ type loop struct {
 	cache   *clusterCache
 	core    *scheduler.Scheduler
 	build   *builder
+	binder  *binder
 	api     clusterWriter
 	status  statusSink
 	metrics *metrics
 
 	// partialSince remembers when a gang was first seen partly bound.
 	partialSince map[string]time.Time
-	// started is set by the first cycle; resuming holds the committed
-	// gangs' binds it resumes (resumeCommitted).
+	// started is set by the first cycle, which resumes the gangs a
+	// predecessor committed (binder.resume).
 	started  bool
-	resuming map[string][]bindTask
 	diag     map[string]diagnosis
 	queuesAt time.Time
 	// nodeReported is what reportNodes last said of each node.
 	nodeReported map[string]string
-	// holds are the core's waiting preemptors, for the next snapshot.
-	holds holdBook
 }
 
 func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink, m *metrics) (*loop, error) {
@@ -42,7 +40,7 @@ func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st
 		return nil, fmt.Errorf("starting the scheduling core: %w", err)
 	}
 	return &loop{cfg: cfg, log: log, cache: c, core: core, build: newBuilder(cfg.SchedulerName, cfg.MaxEvictionsPerCycle, log),
-		api: api, status: st, metrics: m, partialSince: map[string]time.Time{}}, nil
+		binder: newBinder(cfg, log, c, api, st), api: api, status: st, metrics: m, partialSince: map[string]time.Time{}}, nil
 }
 
 // run cycles until ctx ends: at once when the cache changes (batched by
@@ -54,7 +52,7 @@ func (l *loop) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.cache.changed:
+		case <-l.cache.changes():
 		case <-tick.C:
 		}
 		start := time.Now()
@@ -82,17 +80,15 @@ func (l *loop) run(ctx context.Context) {
 
 // cycle is one pass: snapshot, core, actions, status.
 func (l *loop) cycle(ctx context.Context, now time.Time) error {
-	// 1. Snapshot: the cache's converted objects, under its lock.
-	l.cache.mu.Lock()
+	// 1. Snapshot: the cache's converted objects, the binder's waits.
 	if !l.started {
 		l.started = true
-		l.resumeCommitted()
+		l.binder.resume()
 	}
-	in := l.build.build(l.cache, now)
-	l.cache.mu.Unlock()
-	in.snap.Holds, in.snap.HoldTimeout = l.holds.get(), maxPreemptionWait.Milliseconds()
+	in := l.cache.snapshot(l.build, &l.binder.refusals, now)
+	in.snap.Holds, in.snap.HoldTimeout = l.binder.holds.get(), maxPreemptionWait.Milliseconds()
 	l.metrics.phase("snapshot", time.Since(now))
-	l.finishResumed(ctx, in)
+	l.binder.finishResumed(ctx, in)
 
 	// 2. Core: decisions from the snapshot alone, with the reasons of
 	//    the waiting groups it is asked to explain.
@@ -112,13 +108,13 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	// 3. Evictions; the groups they are for wait for their victims (the
 	//    core's holds) and are bound by a later cycle.
 	t := time.Now()
-	l.holds.set(d.Holds)
-	l.evict(ctx, &d)
+	l.binder.holds.set(d.Holds)
+	l.binder.evict(ctx, &d)
 	l.metrics.phase("evict", time.Since(t))
 
 	// 4. Binds, whole groups at a time, concurrently.
 	t = time.Now()
-	placed := l.bind(ctx, in, d.Binds)
+	placed := l.binder.bind(ctx, in, d.Binds)
 	l.metrics.phase("bind-dispatch", time.Since(t))
 
 	// 5. Gangs left partly bound are completed by the binds above or torn

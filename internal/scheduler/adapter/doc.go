@@ -2,7 +2,23 @@
 // on a live Kubernetes cluster. Informers keep an incrementally maintained
 // cache of nodes, pods, Queues, PodGroups, PriorityClasses,
 // PodDisruptionBudgets and namespaces; each cycle turns the cache into a
-// model.Snapshot, runs the core and carries out its decisions: binds through
+// model.Snapshot, runs the core and carries out its decisions.
+//
+// The parts, each owning its state behind its own methods:
+//   - clusterCache (cache.go): the informers' objects, converted once, and
+//     the indexes by group and node, with the binds in flight assumed on
+//     their nodes; read and written only through its methods, under its
+//     own lock.
+//   - builder (snapshot.go): turns the cache into a snapshot, keeping its
+//     memos (node classes, per-node allocations) from cycle to cycle and
+//     recomputing only what changed.
+//   - binder (binder.go): carries decisions out through a clusterWriter
+//     (apiWriter, or an in-memory fake in the unit tests) and owns what it
+//     is waiting for: the core's holds, refused evictions, gangs to resume.
+//   - loop (cycle.go): runs the cycles in order, and reports (report.go,
+//     status.go) through a statusSink.
+//
+// It carries out binds through
 // the pods/binding subresource (a gang's pods only once the whole gang has a
 // placement), evictions through the Eviction API so PodDisruptionBudgets
 // hold, pod conditions and events that say why a pod waits, and PodGroup and

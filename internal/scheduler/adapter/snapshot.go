@@ -178,7 +178,7 @@ func otherExtended(p *corev1.Pod) corev1.ResourceList {
 }
 
 // build assembles the next snapshot. The caller holds c.mu.
-func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
+func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput {
 	// The cycle reads in's maps after the lock is released: they are
 	// copies (of pointers to immutable entries), never the cache's own.
 	in := &cycleInput{groups: map[string]*groupInfo{}, queueErrs: map[string]*BadInputError{},
@@ -235,7 +235,7 @@ func (b *builder) build(c *clusterCache, now time.Time) *cycleInput {
 	}
 
 	// 2. Running allocations, recomputed for the nodes whose pods changed.
-	in.snap.RunningByNode = b.runningAllocations(c, now)
+	in.snap.RunningByNode = b.runningAllocations(c, r, now)
 
 	// 3. Pending groups; groups held back for what they say stay out. The core orders them
 	//    itself (priority, age, name), so map order is fine here.
@@ -421,14 +421,11 @@ func (b *builder) modelNodesFor(used map[string]bool, nodesChanged bool) []model
 // b.nodes, recomputing only the nodes the cache marked dirty (and those
 // whose refusals expired). An unchanged node's chunk is the very slice of
 // the last snapshot, which tells the core to skip it. Caller holds c.mu.
-func (b *builder) runningAllocations(c *clusterCache, now time.Time) [][]model.Allocation {
-	for pod, until := range c.refused {
-		if !until.After(now) {
-			delete(c.refused, pod)
-			if pi := c.pods[pod]; pi != nil {
-				if n := c.nodeOf(pi); n != "" {
-					c.dirty[n] = true
-				}
+func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time) [][]model.Allocation {
+	for _, pod := range r.expire(now) {
+		if pi := c.pods[pod]; pi != nil {
+			if n := c.nodeOf(pi); n != "" {
+				c.dirty[n] = true
 			}
 		}
 	}
@@ -440,7 +437,7 @@ func (b *builder) runningAllocations(c *clusterCache, now time.Time) [][]model.A
 	}
 	for n := range c.dirty {
 		if ni := c.nodes[n]; ni != nil {
-			b.nodeAllocs[n] = b.nodeAllocations(c, ni, now)
+			b.nodeAllocs[n] = b.nodeAllocations(c, r, ni, now)
 		} else {
 			delete(b.nodeAllocs, n)
 		}
@@ -488,7 +485,7 @@ func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.G
 // shares from the node's record (HeldAnnotation), else the scheduler's own
 // annotation or assumption, else the lowest free GPUs; a pod that would over-allocate the node is left out with a log
 // line (the core refuses over-allocated snapshots). Caller holds c.mu.
-func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) []model.Allocation {
+func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, now time.Time) []model.Allocation {
 	pods := c.onNode[ni.node.Name]
 	if len(pods) == 0 {
 		return nil
@@ -564,7 +561,7 @@ func (b *builder) nodeAllocations(c *clusterCache, ni *nodeInfo, now time.Time) 
 		}
 		p := e.pi.pod
 		nonPreemptible := p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
-			c.refused[e.pi.key].After(now) || c.protectedByPDB(p)
+			r.active(e.pi.key, p, now) || c.protectedByPDB(p)
 		out = append(out, model.Allocation{
 			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
 			Request: req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
