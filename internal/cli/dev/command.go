@@ -3,6 +3,7 @@ package dev
 import (
 	"bufio"
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"io"
@@ -108,7 +109,7 @@ dgxh100, dgxh200, dgxb200, or a profile file), MODE one of
 	fs.IntVar(&f.kwokNodes, "kwok-nodes", 0, "number of kwok GPU nodes (capacity written directly, no agent; tainted kwok.x-k8s.io/node=fake:NoSchedule)")
 	fs.StringVar(&f.kwokProduct, "kwok-product", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.product label of the kwok nodes")
 	fs.IntVar(&f.kwokGPUs, "kwok-gpus", 8, "nvidia.com/gpu capacity of each kwok node")
-	fs.StringVar(&f.scheduler, "scheduler", SchedulerGPUPlane, "scheduler to run: gpuplane (gpuplane-scheduler for pods with schedulerName gpuplane-scheduler, kube-scheduler for the rest), kube-scheduler (alone) or none")
+	fs.StringVar(&f.scheduler, "scheduler", SchedulerGPUPlane, "scheduler to run: gpuplane (gpuplane-scheduler for pods with schedulerName gpuplane-scheduler, kube-scheduler for the rest; installs gpuplane's CRDs and admission policies), kube-scheduler (alone) or none")
 	fs.StringVar(&f.crdDir, "crd-dir", "", "with --scheduler gpuplane: directory of the Queue and PodGroup CRDs (default: deploy/crds beside bin/, else the ones built into gpuplane)")
 	fs.StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default $"+localcluster.BinDirEnv+", else the checkout's bin/)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "gpuplane-agent to run on the simulated nodes (default: beside this binary, else on $PATH)")
@@ -405,20 +406,29 @@ const queueCRDFile = "scheduling.gpuplane.io_queues.yaml"
 // writeEmbeddedCRDs writes the CRDs built into the binary to dir and
 // returns it.
 func writeEmbeddedCRDs(dir string) (string, error) {
+	return writeEmbedded(crds.Files, dir, "CRDs")
+}
+
+// writeEmbedded writes the files of an embedded manifest set (what names
+// it in errors) to dir and returns it.
+func writeEmbedded(files embed.FS, dir, what string) (string, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", fmt.Errorf("writing the CRDs: %w", err)
+		return "", fmt.Errorf("writing the %s: %w", what, err)
 	}
-	entries, err := crds.Files.ReadDir(".")
+	entries, err := files.ReadDir(".")
 	if err != nil {
-		return "", fmt.Errorf("reading the built-in CRDs: %w", err)
+		return "", fmt.Errorf("reading the built-in %s: %w", what, err)
 	}
 	for _, e := range entries {
-		b, err := crds.Files.ReadFile(e.Name())
+		if filepath.Ext(e.Name()) != ".yaml" {
+			continue
+		}
+		b, err := files.ReadFile(e.Name())
 		if err != nil {
-			return "", fmt.Errorf("reading the built-in CRD %s: %w", e.Name(), err)
+			return "", fmt.Errorf("reading the built-in %s %s: %w", what, e.Name(), err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o600); err != nil {
-			return "", fmt.Errorf("writing the CRDs: %w", err)
+			return "", fmt.Errorf("writing the %s: %w", what, err)
 		}
 	}
 	return dir, nil

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/deploy/admission"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 )
@@ -246,6 +247,17 @@ func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *localcluste
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 		}
+	}
+	// The admission policies that let pods written for other GPU
+	// schedulers run as written (deploy/admission).
+	s.step("installing the admission policies for pods written for other GPU schedulers")
+	policies, err := writeEmbedded(admission.Files, s.dir.path("admission"), "admission policies")
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, kubectl, "apply", "-f", policies, "--kubeconfig", cp.Kubeconfig())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl apply -f %s: %w: %s", policies, err, strings.TrimSpace(string(out)))
 	}
 	s.step("starting gpuplane-scheduler")
 	logPath := s.dir.path("gpuplane-scheduler.log")
