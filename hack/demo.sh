@@ -88,7 +88,7 @@ section "gpuplane-scheduler chooses the GPUs, the node gives exactly those (exam
 "$kubectl" apply -f examples/fractions/
 # The agent records what the kubelet gave each pod within a second or two.
 deadline=$((SECONDS + 60))
-until [[ $("$kubectl" get pods half-a half-b hami-style kai-style kai-documented nvlink-pair -o jsonpath='{range .items[*]}{.metadata.annotations.gpuplane\.io/gpus-held}{"\n"}{end}' 2>/dev/null | grep -c .) -ge 6 ]]; do
+until [[ $("$kubectl" get pods half-a half-b hami-style kai-style kai-documented hami-documented nvlink-pair -o jsonpath='{range .items[*]}{.metadata.annotations.gpuplane\.io/gpus-held}{"\n"}{end}' 2>/dev/null | grep -c .) -ge 7 ]]; do
 	if ((SECONDS > deadline)); then
 		echo "demo: the node did not record what the fractional pods hold within 60 s" >&2
 		"$kubectl" get pods -o wide >&2
@@ -97,11 +97,12 @@ until [[ $("$kubectl" get pods half-a half-b hami-style kai-style kai-documented
 	sleep 0.5
 done
 echo "two halves share one GPU, the HAMi- and KAI-style pods another, the pair is NVLink-connected;"
-echo "kai-documented is KAI's documented pod as written (no GPU device, schedulerName kai-scheduler),"
-echo "which gpuplane's admission policies (deploy/admission) handed to gpuplane-scheduler;"
+echo "kai-documented and hami-documented are KAI's and HAMi's documented pods as written (no GPU"
+echo "device, schedulerName kai-scheduler; no scheduler named), which gpuplane's admission policies"
+echo "(deploy/admission) handed to gpuplane-scheduler;"
 echo "CHOSEN is the scheduler's gpuplane.io/gpus, GIVEN the node's gpuplane.io/gpus-held (a replica of a"
 echo "time-sliced GPU is 1/4 of it):"
-"$kubectl" get pods half-a half-b hami-style kai-style kai-documented nvlink-pair \
+"$kubectl" get pods half-a half-b hami-style kai-style kai-documented hami-documented nvlink-pair \
 	-o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,CHOSEN:.metadata.annotations.gpuplane\.io/gpus,GIVEN:.metadata.annotations.gpuplane\.io/gpus-held'
 
 section "what the 4-GPU training container gets from the device plugin"

@@ -86,7 +86,7 @@ func TestExamples(t *testing.T) {
 		if out, err := kubectl(t, stateDir, "apply", "-f", dir); err != nil {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", dir, err, out)
 		}
-		names := []string{"half-a", "half-b", "hami-style", "kai-style", "kai-documented", "nvlink-pair"}
+		names := []string{"half-a", "half-b", "hami-style", "kai-style", "kai-documented", "hami-documented", "nvlink-pair"}
 		chosen := map[string]string{}
 		framework.Eventually(t, 60*time.Second, "the fractional pods running with the node's record", func(ctx context.Context) (bool, error) {
 			for _, n := range names {
@@ -115,6 +115,13 @@ func TestExamples(t *testing.T) {
 			kai.Labels[v1alpha1.QueueLabel] != "kai-team" || q.String() != "1" {
 			t.Errorf("KAI's documented pod: scheduler %q, queue label %q, GPU limit %s; want gpuplane-scheduler, kai-team, 1",
 				kai.Spec.SchedulerName, kai.Labels[v1alpha1.QueueLabel], q.String())
+		}
+		hami, err := client.CoreV1().Pods("default").Get(t.Context(), "hami-documented", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hami.Spec.SchedulerName != v1alpha1.SchedulerName {
+			t.Errorf("HAMi's documented pod went to %q, want gpuplane-scheduler", hami.Spec.SchedulerName)
 		}
 		if chosen["half-a"] != chosen["half-b"] {
 			t.Errorf("the two halves went to %s and %s, want them packed on one GPU", chosen["half-a"], chosen["half-b"])
