@@ -96,7 +96,7 @@ until [[ $("$kubectl" get pods half-a half-b hami-style kai-style kai-documented
 	fi
 	sleep 0.5
 done
-echo "two halves share one GPU, the HAMi- and KAI-style pods another, the pair is NVLink-connected;"
+echo "half-GPU pods pair up on one GPU, the HAMi- and KAI-style parts fill others, the pair is NVLink-connected;"
 echo "kai-documented and hami-documented are KAI's and HAMi's documented pods as written (no GPU"
 echo "device, schedulerName kai-scheduler; no scheduler named), which gpuplane's admission policies"
 echo "(deploy/admission) handed to gpuplane-scheduler;"

@@ -194,6 +194,10 @@ func (s *supervisor) start(ctx context.Context) error {
 		if err := s.startGPUPlaneScheduler(ctx, cp); err != nil {
 			return err
 		}
+		s.step("waiting for the API server to enforce the admission policies")
+		if err := waitAdmission(ctx, client); err != nil {
+			return err
+		}
 	}
 	for i, n := range s.spec.Nodes {
 		s.step("starting node %s (%s) with gpuplane-agent", n.Name, n.Profile)

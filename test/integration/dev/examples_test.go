@@ -15,8 +15,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -123,8 +125,15 @@ func TestExamples(t *testing.T) {
 		if hami.Spec.SchedulerName != v1alpha1.SchedulerName {
 			t.Errorf("HAMi's documented pod went to %q, want gpuplane-scheduler", hami.Spec.SchedulerName)
 		}
-		if chosen["half-a"] != chosen["half-b"] {
-			t.Errorf("the two halves went to %s and %s, want them packed on one GPU", chosen["half-a"], chosen["half-b"])
+		// The three halves (half-a, half-b and KAI's pod) fill one GPU in
+		// pairs: which two pair up depends on the order they are placed in.
+		halves := map[string]bool{}
+		for _, n := range []string{"half-a", "half-b", "kai-documented"} {
+			node, gpus, _ := strings.Cut(chosen[n], "/")
+			halves[node+"/"+strings.Split(gpus, ":")[0]] = true
+		}
+		if len(halves) > 2 {
+			t.Errorf("three half-GPU pods on %d GPUs, want two of them packed on one GPU: %v", len(halves), chosen)
 		}
 		// gpuplane status shows who holds what part of which GPU, from
 		// the node's record.
@@ -153,6 +162,73 @@ func TestExamples(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("gpuplane status lists no holder default/half-a:\n%s", out)
+		}
+	})
+
+	t.Run("GPUs hidden from pods that did not ask", func(t *testing.T) {
+		ctx := t.Context()
+		pod := func(ns, name string, mutate func(*corev1.Pod)) *corev1.Pod {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
+			if mutate != nil {
+				mutate(p)
+			}
+			return p
+		}
+		// A container that asks for no GPU gets NVIDIA_VISIBLE_DEVICES=void;
+		// one that asks for a GPU is left to the device plugin.
+		mixed, err := client.CoreV1().Pods("default").Create(ctx, pod("default", "hidden-gpus", func(p *corev1.Pod) {
+			p.Spec.SchedulerName = v1alpha1.SchedulerName
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "trainer", Image: "cuda",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{framework.ResourceGPU: resource.MustParse("1")}}})
+		}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := func(c corev1.Container) string {
+			for _, e := range c.Env {
+				if e.Name == "NVIDIA_VISIBLE_DEVICES" {
+					return e.Value
+				}
+			}
+			return "(unset)"
+		}
+		if got, want := []string{env(mixed.Spec.Containers[0]), env(mixed.Spec.Containers[1])}, []string{"void", "(unset)"}; !slices.Equal(got, want) {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES of a container without and one with a GPU = %q, want %q", got, want)
+		}
+		// The ways around it are refused, each with its reason.
+		for name, tc := range map[string]struct {
+			mutate func(*corev1.Pod)
+			want   string
+		}{
+			"sets-visible-devices": {func(p *corev1.Pod) {
+				p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
+			}, "container main sets NVIDIA_VISIBLE_DEVICES"},
+			"mounts-dev-nvidia": {func(p *corev1.Pod) {
+				p.Spec.Volumes = []corev1.Volume{{Name: "gpu0", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/nvidia0"}}}}
+			}, "volume gpu0 mounts the host's GPU device nodes"},
+			"privileged": {func(p *corev1.Pod) {
+				p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+			}, "container main runs privileged"},
+		} {
+			_, err := client.CoreV1().Pods("default").Create(ctx, pod("default", name, tc.mutate), metav1.CreateOptions{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("pod %s: created with error %v, want it refused saying %q", name, err, tc.want)
+			}
+		}
+		// A namespace that runs GPU infrastructure may, once labelled.
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpu-infra", Labels: map[string]string{"gpuplane.io/unrestricted-gpu-access": "true"}}}
+		if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		infra, err := client.CoreV1().Pods("gpu-infra").Create(ctx, pod("gpu-infra", "exporter", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("a privileged pod in a namespace labelled gpuplane.io/unrestricted-gpu-access: %v", err)
+		}
+		if got := env(infra.Spec.Containers[0]); got != "(unset)" {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES in an unrestricted namespace = %q, want it left alone", got)
 		}
 	})
 
