@@ -80,7 +80,7 @@ func admissionActive(ctx context.Context, client kubernetes.Interface) error {
 	priv := probe("privileged")
 	priv.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
 	if _, err = pods.Create(ctx, priv, dry); err == nil || !strings.Contains(err.Error(), "runs privileged") {
-		return fmt.Errorf("gpu-access not enforced yet (a privileged pod: %v)", err)
+		return fmt.Errorf("gpu-access not enforced yet (a privileged pod: %w)", err)
 	}
 	return nil
 }
