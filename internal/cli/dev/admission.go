@@ -79,8 +79,11 @@ func admissionActive(ctx context.Context, client kubernetes.Interface) error {
 	// A privileged pod: refused.
 	priv := probe("privileged")
 	priv.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
-	if _, err = pods.Create(ctx, priv, dry); err == nil || !strings.Contains(err.Error(), "runs privileged") {
-		return fmt.Errorf("gpu-access not enforced yet (a privileged pod: %w)", err)
+	switch _, err = pods.Create(ctx, priv, dry); {
+	case err == nil:
+		return errors.New("gpu-access not enforced yet: a privileged pod was admitted")
+	case !strings.Contains(err.Error(), "runs privileged"):
+		return fmt.Errorf("gpu-access not enforced yet: %w", err)
 	}
 	return nil
 }
