@@ -33,7 +33,7 @@ type Options struct {
 
 // AddFlags registers the backend flags every agent command shares.
 func AddFlags(fs *pflag.FlagSet, o *Options) {
-	fs.StringVar(&o.Simulate, "simulate", o.Simulate, "simulate the node's GPUs instead of using NVML: dgxa100, dgxh100, dgxh200, dgxb200, or a profile YAML file")
+	fs.StringVar(&o.Simulate, "simulate", o.Simulate, "simulate the node's GPUs instead of using NVML: a DGX (dgxa100, dgxh100, dgxh200, dgxb200), a rented server (4xt4, 8xv100, 4xa10g, 8xl4, 8xl40s, 8xa100-80gb, 8xh100-pcie), or a profile YAML file")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of this node (default: $NODE_NAME, else the host name); simulated GPU UUIDs derive from it")
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "path of the NVML library (default: libnvidia-ml.so.1 from the loader's search path)")
 }

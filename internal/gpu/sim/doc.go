@@ -4,10 +4,12 @@
 //
 // # Starting a node
 //
-// Load returns a Profile: one of the built-in DGX systems (BuiltinNames:
-// dgxa100, dgxh100, dgxh200, dgxb200), whose identity, memory and MIG tables
-// come from go-nvml's mock DGX servers, or a profile file. New starts a
-// Backend from it:
+// Load returns a Profile: one of the built-in DGX systems (dgxa100,
+// dgxh100, dgxh200, dgxb200), whose identity, memory and MIG tables come
+// from go-nvml's mock DGX servers; one of the built-in servers clouds rent
+// (4xt4, 8xv100, 4xa10g, 8xl4, 8xl40s, 8xa100-80gb, 8xh100-pcie: profile
+// files kept in cloud.go); or a profile file. BuiltinNames lists them. New
+// starts a Backend from it:
 //
 //	p, err := sim.Load("dgxh100") // or a path such as "testdata/two-t4.yaml"
 //	b, err := sim.New(p, sim.Options{NodeName: "node-1"})

@@ -122,6 +122,12 @@ var models = []model{
 	{key: "L4", name: "NVIDIA L4", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAda, cc: gpu.ComputeCapability{Major: 8, Minor: 9},
 		memMiB: 23034, deviceID: 0x27B810DE,
 		idleW: 16, tdpW: 72, idleSM: 210, maxSM: 2040, memClock: 6251, idleT: 30, maxT: 75},
+	{key: "A10G", name: "NVIDIA A10G", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAmpere, cc: gpu.ComputeCapability{Major: 8, Minor: 6},
+		memMiB: 23028, deviceID: 0x223710DE,
+		idleW: 25, tdpW: 300, idleSM: 210, maxSM: 1710, memClock: 6251, idleT: 30, maxT: 78},
+	{key: "H100-PCIE-80GB", name: "NVIDIA H100 PCIe", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchHopper, cc: gpu.ComputeCapability{Major: 9, Minor: 0},
+		memMiB: 81559, deviceID: 0x233110DE, migTable: "H100-80GB",
+		idleW: 50, tdpW: 350, idleSM: 345, maxSM: 1755, memClock: 1593, idleT: 30, maxT: 80, hbm: true},
 	{key: "L40S", name: "NVIDIA L40S", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAda, cc: gpu.ComputeCapability{Major: 8, Minor: 9},
 		memMiB: 46068, deviceID: 0x26B910DE,
 		idleW: 35, tdpW: 350, idleSM: 210, maxSM: 2520, memClock: 9001, idleT: 30, maxT: 78},
@@ -250,11 +256,15 @@ var dgxSystems = []dgx{
 		driver: "570.133.20", cuda: 12080},
 }
 
-// BuiltinNames lists the built-in profile names.
+// BuiltinNames lists the built-in profile names: the DGX systems, then
+// the servers clouds rent (cloudSystems).
 func BuiltinNames() []string {
-	out := make([]string, len(dgxSystems))
+	out := make([]string, 0, len(dgxSystems)+len(cloudSystems))
 	for i := range dgxSystems {
-		out[i] = dgxSystems[i].name
+		out = append(out, dgxSystems[i].name)
+	}
+	for i := range cloudSystems {
+		out = append(out, cloudSystems[i].name)
 	}
 	return out
 }
@@ -264,6 +274,11 @@ func Builtin(name string) (*Profile, error) {
 	for i := range dgxSystems {
 		if dgxSystems[i].name == strings.ToLower(name) {
 			return dgxSystems[i].profile()
+		}
+	}
+	for i := range cloudSystems {
+		if c := &cloudSystems[i]; c.name == strings.ToLower(name) {
+			return Parse(strings.NewReader(c.file), "built-in "+c.name)
 		}
 	}
 	return nil, fmt.Errorf("%w %q (built-in profiles: %s; or give the path of a profile file)",

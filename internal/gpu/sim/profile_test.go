@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -212,5 +213,54 @@ func TestProfileIsCopied(t *testing.T) {
 	}
 	if !errors.Is(b.Close(), nil) || b.Close() != nil {
 		t.Error("Close twice failed")
+	}
+}
+
+// TestCloudProfiles checks the built-in rented servers: each starts, with
+// the GPU names NVML reports, and the NVLink it has or has not.
+func TestCloudProfiles(t *testing.T) {
+	tests := []struct {
+		profile string
+		gpus    int
+		name    string
+		nvlink  bool
+		mig     bool
+	}{
+		{"4xt4", 4, "Tesla T4", false, false},
+		{"8xv100", 8, "Tesla V100-SXM2-32GB", true, false},
+		{"4xa10g", 4, "NVIDIA A10G", false, false},
+		{"8xl4", 8, "NVIDIA L4", false, false},
+		{"8xl40s", 8, "NVIDIA L40S", false, false},
+		{"8xa100-80gb", 8, "NVIDIA A100-SXM4-80GB", true, true},
+		{"8xh100-pcie", 8, "NVIDIA H100 PCIe", false, true},
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.profile, func(t *testing.T) {
+			if !slices.Contains(BuiltinNames(), tt.profile) {
+				t.Errorf("BuiltinNames %v lacks %s", BuiltinNames(), tt.profile)
+			}
+			b, _ := newTestBackend(t, tt.profile)
+			devs, err := b.Devices(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(devs) != tt.gpus {
+				t.Fatalf("got %d GPUs, want %d", len(devs), tt.gpus)
+			}
+			for _, d := range devs {
+				if d.Name != tt.name || d.MIG.Capable != tt.mig || d.ReservedMiB == 0 {
+					t.Errorf("gpu %d = %q MIG-capable %v reserved %d MiB, want %q MIG-capable %v and a driver reservation", d.Index, d.Name, d.MIG.Capable, d.ReservedMiB, tt.name, tt.mig)
+				}
+			}
+			topo, err := b.Topology(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, _ := topo.Between(0, 1)
+			if got := l.NVLinks > 0; got != tt.nvlink {
+				t.Errorf("GPUs 0 and 1: %d NVLinks, want NVLink %v", l.NVLinks, tt.nvlink)
+			}
+		})
 	}
 }

@@ -62,8 +62,10 @@ func yamlFiles(t *testing.T, dir string) []string {
 // TestExamples applies the project's examples, and the seeds' when
 // ../shared/examples exists, to a dev cluster like the demo's.
 func TestExamples(t *testing.T) {
-	stateDir, client := cluster(t, "--nodes", "0", "--node-profiles", "dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4")
-	waitLabelled(t, client, 3)
+	// The DGX H100s run the project's examples; the T4, A100 MIG and
+	// A100 80GB nodes are those the seed articles' workloads ask for.
+	stateDir, client := cluster(t, "--nodes", "0", "--node-profiles", "dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,4xt4,dgxa100:mig-mixed,8xa100-80gb")
+	waitLabelled(t, client, 6)
 
 	t.Run("project examples", func(t *testing.T) {
 		dir := filepath.Join(repoRoot(t), "examples")
@@ -239,13 +241,14 @@ func TestExamples(t *testing.T) {
 		}
 		// Examples that need other projects' CRDs.
 		needCRD := map[string]string{"14-pytorchjob.yaml": "Kubeflow's training operator", "15-gpu-alerts.yaml": "the Prometheus operator"}
-		// Pods whose node selection no dev node meets: they must be
-		// refused by the scheduler, not run.
-		unschedulable := map[string]string{
-			"03-gpu-affinity-pod.yaml":       "a gpu-type=tesla-t4 label",
-			"06-multi-gpu-training-job.yaml": "an A100 80GB node",
-			"07-inference-deployment.yaml":   "T4 or V100 nodes",
-			"08-mig-pod.yaml":                "an A100 40GB MIG slice (nvidia.com/mig-1g.5gb)",
+		// 03 asks for a node the operator labelled gpu-type=tesla-t4, as
+		// its article says to do.
+		nodes, err := client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: "nvidia.com/gpu.product=Tesla-T4"})
+		if err != nil || len(nodes.Items) != 1 {
+			t.Fatalf("the T4 node: %v (%d found)", err, len(nodes.Items))
+		}
+		if out, err := kubectl(t, stateDir, "label", "node", nodes.Items[0].Name, "gpu-type=tesla-t4"); err != nil {
+			t.Fatalf("labelling the T4 node: %v\n%s", err, out)
 		}
 		for _, ns := range []string{"seeds", "gpu-operator", "nvidia-device-plugin", "ml-team"} {
 			if out, err := kubectl(t, stateDir, "create", "namespace", ns); err != nil && !strings.Contains(out, "AlreadyExists") {
@@ -272,17 +275,10 @@ func TestExamples(t *testing.T) {
 				t.Errorf("%s: kubectl apply: %v\n%s", name, err, out)
 			}
 		}
-		// 01, 02, 04, 05 (its Job's pod) and 12 run; 03, 06, 07 (2
-		// replicas) and 08 wait for nodes the dev cluster does not have.
-		waitPods(t, client, "seeds", 10, func(p *corev1.Pod) bool {
-			for _, owner := range []string{"gpu-affinity-pod", "pytorch-training", "ml-inference", "mig-workload"} {
-				if strings.HasPrefix(p.Name, owner) {
-					return true
-				}
-			}
-			return false
-		})
-		t.Logf("seed pods left Pending by design: %v", unschedulable)
+		// Every workload runs: 01, 02, 04, 05 (its Job's pod) and 12 on
+		// the H100s, 03 and 07 (2 replicas) on the T4s, 06 on the A100
+		// 80GB node, 08 in a 1g.5gb MIG slice of an A100 40GB.
+		waitPods(t, client, "seeds", 10, nil)
 	})
 }
 
