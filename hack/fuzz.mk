@@ -8,6 +8,7 @@ FUZZTIME ?= 8s
 # package:target, one per parser. A new parser of untrusted input adds its
 # fuzz target here.
 FUZZ_TARGETS := \
+	./api/config/v1:FuzzLoad \
 	./api/gpunode:FuzzParseTopology \
 	./api/gpunode:FuzzParseLabels \
 	./api/gpupod:FuzzReadAllocation \

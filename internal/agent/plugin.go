@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -201,15 +202,18 @@ func devRoot(cfg *configv1.Config) string {
 
 // loadState reads and validates the config and builds the resources.
 func loadState(o PluginOptions, devices []gpu.Device, log *slog.Logger) (*pluginState, error) {
-	data := []byte{}
+	var in io.Reader = bytes.NewReader(nil)
 	if o.ConfigFile != "" {
-		var err error
-		data, err = os.ReadFile(o.ConfigFile)
+		// Load reads at most configv1.MaxBytes of it and refuses a larger
+		// file without holding it in memory.
+		f, err := os.Open(o.ConfigFile)
 		if err != nil {
 			return nil, fmt.Errorf("reading the config file: %w", err)
 		}
+		defer func() { _ = f.Close() }()
+		in = f
 	}
-	cfg, err := configv1.Load(bytes.NewReader(data), configv1.Options{Overrides: o.Overrides, Logger: log})
+	cfg, err := configv1.Load(in, configv1.Options{Overrides: o.Overrides, Logger: log})
 	if err != nil {
 		if o.ConfigFile != "" {
 			return nil, fmt.Errorf("%s: %w", o.ConfigFile, err)

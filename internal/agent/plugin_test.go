@@ -75,7 +75,7 @@ func TestRunPluginReload(t *testing.T) {
 		write("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n")
 		reload <- struct{}{}
 		eventually(t, "the reload error", func() bool { return strings.Contains(logs.String(), "keeping the last good config") })
-		if !strings.Contains(logs.String(), "replicas: must be >= 1, got 0") {
+		if !strings.Contains(logs.String(), "replicas: must be >= 1 and at most 1000") {
 			t.Errorf("log does not say why: %s", logs.String())
 		}
 		if !exists(shared) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
 
@@ -132,8 +133,8 @@ func (c *Config) Validate() error {
 		default:
 			return fmt.Errorf("labels config: sharing[%s].strategy: must be none, time-slicing or mps, got %q", name, s.Strategy)
 		}
-		if s.Replicas < 1 {
-			return fmt.Errorf("labels config: sharing[%s].replicas: must be >= 1, got %d", name, s.Replicas)
+		if s.Replicas < 1 || s.Replicas > gpunode.MaxReplicas {
+			return fmt.Errorf("labels config: sharing[%s].replicas: must be >= 1 and at most %d, got %d", name, gpunode.MaxReplicas, s.Replicas)
 		}
 		if s.Strategy == SharingNone && s.Replicas != 1 {
 			return fmt.Errorf("labels config: sharing[%s].replicas: must be 1 when strategy is none, got %d", name, s.Replicas)

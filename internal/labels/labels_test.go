@@ -153,7 +153,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "empty is valid", cfg: Config{}},
 		{name: "bad mig strategy", cfg: Config{MIGStrategy: "both"}, wantErr: "migStrategy: must be none, single or mixed"},
 		{name: "bad sharing strategy", cfg: Config{Sharing: map[string]Sharing{ResourceGPU: {Strategy: "slices", Replicas: 2}}}, wantErr: "sharing[nvidia.com/gpu].strategy"},
-		{name: "zero replicas", cfg: Config{Sharing: map[string]Sharing{ResourceGPU: {Strategy: SharingMPS}}}, wantErr: "sharing[nvidia.com/gpu].replicas: must be >= 1, got 0"},
+		{name: "zero replicas", cfg: Config{Sharing: map[string]Sharing{ResourceGPU: {Strategy: SharingMPS}}}, wantErr: "sharing[nvidia.com/gpu].replicas: must be >= 1 and at most 1000, got 0"},
 		{name: "replicas without sharing", cfg: Config{Sharing: map[string]Sharing{ResourceGPU: {Strategy: SharingNone, Replicas: 3}}}, wantErr: "must be 1 when strategy is none"},
 	}
 	for _, tt := range tests {

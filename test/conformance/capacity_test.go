@@ -91,7 +91,7 @@ func TestRefusedLayouts(t *testing.T) {
 			}
 		}, "identical MIG devices"},
 		{"MPS with MIG", "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n", nil, "MPS cannot share MIG"},
-		{"replicas 0", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n", nil, "must be >= 1, got 0"},
+		{"replicas 0", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n", nil, "must be >= 1 and at most 1000"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

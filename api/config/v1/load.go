@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpuplane/gpuplane/api/gpunode"
 )
 
 // Defaults.
@@ -128,12 +130,29 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// Bounds of a config: the agent runs under a small memory limit, and a
+// config beyond these is a mistake, never a node's real sharing.
+const (
+	// MaxBytes is the largest config Load reads.
+	MaxBytes = 1 << 20
+	// MaxReplicas is the most replicas one GPU may be shared as
+	// (api/gpunode.MaxReplicas, which the scheduler holds a node to).
+	MaxReplicas = gpunode.MaxReplicas
+	// MaxResources is the most sharing entries of one mode, and
+	// MaxDevices the most devices one entry may list.
+	MaxResources = 256
+	MaxDevices   = 1024
+)
+
 // Load reads a v1 config from r, applies opts.Overrides over it, fills in
 // defaults and validates the result. An empty reader is an empty config.
 func Load(r io.Reader, opts Options) (*Config, error) {
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	if len(data) > MaxBytes {
+		return nil, fmt.Errorf("config: more than %d bytes (%d KiB); a config that large is not one: check the file (or ConfigMap key) it is read from: %w", MaxBytes, MaxBytes>>10, ErrInvalid)
 	}
 	log := opts.Logger
 	if log == nil {

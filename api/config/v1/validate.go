@@ -166,6 +166,9 @@ func (c *Config) knownResources() (map[string]bool, error) {
 }
 
 func (c *Config) validateSharing(field string, s *ReplicatedResources, known map[string]bool) error {
+	if len(s.Resources) > MaxResources {
+		return fmt.Errorf("config: %s.resources: %d entries, at most %d: %w", field, len(s.Resources), MaxResources, ErrInvalid)
+	}
 	for i, r := range s.Resources {
 		f := fmt.Sprintf("%s.resources[%d]", field, i)
 		if r.Name == "" {
@@ -187,8 +190,11 @@ func (c *Config) validateSharing(field string, s *ReplicatedResources, known map
 			slices.Sort(names)
 			return fmt.Errorf("config: %s.name: unknown resource %q (known: %s, or nvidia.com/mig-<profile> with migStrategy mixed): %w", f, r.Name, strings.Join(names, ", "), ErrInvalid)
 		}
-		if r.Replicas < 1 {
-			return fmt.Errorf("config: %s.replicas: must be >= 1, got %d: %w", f, r.Replicas, ErrInvalid)
+		if r.Replicas < 1 || r.Replicas > MaxReplicas {
+			return fmt.Errorf("config: %s.replicas: must be >= 1 and at most %d (each replica would hold less than a thousandth of the GPU), got %d: %w", f, MaxReplicas, r.Replicas, ErrInvalid)
+		}
+		if len(r.Devices.List) > MaxDevices {
+			return fmt.Errorf("config: %s.devices: %d entries, at most %d: %w", f, len(r.Devices.List), MaxDevices, ErrInvalid)
 		}
 		if r.Rename != "" {
 			if err := ValidResourceName(r.Rename); err != nil {
