@@ -54,6 +54,7 @@ type runFlags struct {
 	changedConfig func(name string) bool
 
 	metricsAddr        string
+	webConfigFile      string
 	podResourcesSocket string
 	procfs             string
 	labels             string
@@ -81,6 +82,7 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.driverRoot, "nvidia-driver-root", "", "where the driver's files and /dev are seen from the agent (env "+configv1.EnvNvidiaDriverRoot+")")
 	fs.StringVar(&f.mpsRoot, "mps-root", "", "directory for MPS pipe and log directories (env "+configv1.EnvMPSRoot+")")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", metrics.DefaultAddr, "address of the Prometheus /metrics endpoint (DCGM_FI_* and gpuplane_* series); empty turns metrics off")
+	fs.StringVar(&f.webConfigFile, "web-config-file", "", "web configuration file for /metrics and /healthz in the format node_exporter's --web.config.file reads (Prometheus exporter-toolkit): TLS certificates, client-certificate auth, basic-auth users; empty serves plain HTTP")
 	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", metrics.DefaultPodResourcesSocket, "the kubelet's PodResources socket: labels GPU series with their pods, serves container_gpu_allocation, and records on each pod the GPUs it holds (gpuplane.io/gpus-held); empty turns these off (when the socket is absent, gpuplane_podresources_up says so)")
 	fs.StringVar(&f.procfs, "procfs", "/proc", "where the host's /proc is mounted; GPU processes are mapped to pods through /proc/<pid>/cgroup")
 	fs.StringVar(&f.labels, "labels", "", "where GPU feature labels go: node (the Node, by server-side apply), file (a node-feature-discovery features file) or none; default node when --kubeconfig or an in-cluster config is available, else none")
@@ -301,7 +303,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 			return err
 		}
 		parts = append(parts, part{name: "metrics", run: func(ctx context.Context) error {
-			return metrics.Serve(ctx, f.metricsAddr, handler, log.With("part", "metrics"), f.metricsReady)
+			return metrics.ServeWeb(ctx, f.metricsAddr, f.webConfigFile, handler, log.With("part", "metrics"), f.metricsReady)
 		}})
 	} else {
 		log.Info("metrics are off (--metrics-addr is empty)")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
 )
 
 // DefaultAddr is dcgm-exporter's port, which gpuplane keeps.
@@ -41,15 +42,31 @@ func NewHandler(e *Exporter, extra ...prometheus.Gatherer) (http.Handler, error)
 	return mux, nil
 }
 
-// Serve serves h on addr (DefaultAddr when empty) until ctx ends. ready,
-// when not nil, receives the bound address once the listener is open,
-// which tells a caller that asked for port 0 where to connect.
+// Serve serves h on addr (DefaultAddr when empty) in plain HTTP until ctx
+// ends. ready, when not nil, receives the bound address once the listener
+// is open, which tells a caller that asked for port 0 where to connect.
 func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, ready func(net.Addr)) error {
+	return ServeWeb(ctx, addr, "", h, log, ready)
+}
+
+// ServeWeb is Serve with a web configuration file (webConfig) in the format
+// of Prometheus' exporter-toolkit, as node_exporter's --web.config.file
+// takes it: TLS (server certificate and key, client certificate
+// authentication), basic-auth users with bcrypt-hashed passwords, HTTP
+// headers. The file is checked before the listener opens, so a mistake
+// stops the agent with the file named, and re-read on each new connection,
+// so certificates can be rotated in place. Empty: plain HTTP.
+func ServeWeb(ctx context.Context, addr, webConfig string, h http.Handler, log *slog.Logger, ready func(net.Addr)) error {
 	if addr == "" {
 		addr = DefaultAddr
 	}
 	if log == nil {
 		log = slog.Default()
+	}
+	if webConfig != "" {
+		if err := web.Validate(webConfig); err != nil {
+			return fmt.Errorf("the metrics web config %s (--web-config-file): %w", webConfig, err)
+		}
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -59,9 +76,9 @@ func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, r
 	if ready != nil {
 		ready(ln.Addr())
 	}
-	log.Info("serving metrics", "addr", ln.Addr().String(), "path", Path)
+	log.Info("serving metrics", "addr", ln.Addr().String(), "path", Path, "webConfig", webConfig)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- web.Serve(ln, srv, &web.FlagConfig{WebConfigFile: &webConfig}, log) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving metrics on %s: %w", addr, err)

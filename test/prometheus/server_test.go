@@ -73,17 +73,22 @@ type prometheusServer struct {
 // with its own config and data directory, and stops it when the test ends.
 func startPrometheus(t *testing.T, target string) *prometheusServer {
 	t.Helper()
+	return startPrometheusJob(t, fmt.Sprintf("    static_configs:\n      - targets: [%q]\n", target))
+}
+
+// startPrometheusJob is startPrometheus with the rest of the gpuplane
+// scrape job's config (indented under it): targets, scheme, TLS, auth.
+func startPrometheusJob(t *testing.T, job string) *prometheusServer {
+	t.Helper()
 	bin := tool(t, "prometheus")
 	dir := t.TempDir()
-	config := fmt.Sprintf(`global:
+	config := `global:
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
 scrape_configs:
   - job_name: gpuplane
-    static_configs:
-      - targets: [%q]
-`, target)
+` + job
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
