@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -171,6 +172,13 @@ func TestAgentServesMetricsWithoutKubelet(t *testing.T) {
 				if n := len(fams[name].GetMetric()); n != 8 {
 					t.Errorf("%s: %d series, want 8", name, n)
 				}
+			}
+			// No kubelet: alive, but not ready, saying why.
+			if code, body := get(t, addr.String(), "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "registration socket") {
+				t.Errorf("/readyz without a kubelet: %d %q, want 503 naming the kubelet's socket", code, body)
+			}
+			if code, body := get(t, addr.String(), "/healthz"); code != http.StatusOK {
+				t.Errorf("/healthz: %d %q, want 200", code, body)
 			}
 			if v, reason, ok := gauge(fams, "gpuplane_podresources_up"); !ok || v != 0 || reason != tc.podsReason {
 				t.Errorf("gpuplane_podresources_up = %v{reason=%q} (present %v), want 0{reason=%q}", v, reason, ok, tc.podsReason)
@@ -377,4 +385,20 @@ func TestAgentStopsWhenAPartCannotRun(t *testing.T) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
+}
+
+// get fetches path from the agent's metrics address.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -52,6 +52,9 @@ type PluginOptions struct {
 	// OnHealth, when set, is given the health monitor once it exists, so
 	// that other parts (metrics, node conditions) can read its Status.
 	OnHealth func(*health.Monitor)
+	// OnManager, when set, is given the device-plugin manager once it
+	// exists, for the agent's readiness probe.
+	OnManager func(*deviceplugin.Manager)
 	// OnConfig, when set, is given the config the plugin serves: once at
 	// start and again after every reload that took effect, so that other
 	// parts (labels) describe the same sharing and MIG strategy.
@@ -127,6 +130,9 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: monitor, Steer: o.Steer, Topology: topo, Logger: log.With("part", "deviceplugin")})
 	if err != nil {
 		return err
+	}
+	if o.OnManager != nil {
+		o.OnManager(manager)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -247,10 +247,11 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	defer cancel()
 	reload := watchReload(ctx, configFile, log)
 	healthSrc := newMonitorHealth(devices)
+	probe := newProbes(healthSrc)
 	plugin := PluginOptions{
 		ConfigFile: configFile, Overrides: overrides, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir,
 		Backend: backend, HealthCheckInterval: f.healthEvery, LookupEnv: os.LookupEnv, Reload: reload,
-		OnHealth: healthSrc.set, Logger: log,
+		OnHealth: healthSrc.set, OnManager: probe.setManager, Logger: log,
 	}
 	var recorder *part
 	var podsOnNode *nodePods
@@ -302,6 +303,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		handler = metrics.WithProbes(handler, probe.ready, probe.live)
 		parts = append(parts, part{name: "metrics", run: func(ctx context.Context) error {
 			return metrics.ServeWeb(ctx, f.metricsAddr, f.webConfigFile, handler, log.With("part", "metrics"), f.metricsReady)
 		}})

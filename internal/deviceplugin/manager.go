@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +54,9 @@ type Manager struct {
 	servers    []*Server
 	registered map[string]int // resource -> registrations so far
 	pending    map[string]bool
+	// regErr is why the last registration attempt failed, "" after one
+	// succeeded.
+	regErr string
 }
 
 // Set is what the manager serves: the resources and the container contract.
@@ -94,6 +99,29 @@ func (m *Manager) Update(s Set) {
 		default:
 		}
 	}
+}
+
+// Ready reports whether the node's GPUs are on offer: every resource
+// served and registered with the kubelet. The error says what is missing,
+// for the agent's /readyz.
+func (m *Manager) Ready() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.servers) == 0 {
+		return errors.New("no resources to advertise yet (the node has no usable GPUs, or the plugin is starting)")
+	}
+	if len(m.pending) == 0 {
+		return nil
+	}
+	waiting := slices.Sorted(maps.Keys(m.pending))
+	why := m.regErr
+	if !m.kubeletPresent() {
+		why = "the kubelet's registration socket " + m.kubelet + " does not exist (is the kubelet running, and --kubelet-dir its device-plugins directory?)"
+	}
+	if why == "" {
+		why = "registering"
+	}
+	return fmt.Errorf("%s not registered with the kubelet: %s", strings.Join(waiting, ", "), why)
 }
 
 // Registrations returns how many times each resource registered with the
@@ -279,9 +307,13 @@ func (m *Manager) registerAll(ctx context.Context, loud bool) {
 		}
 		if err := srv.Register(ctx, m.kubelet); err != nil {
 			m.log.Error("registration failed; retrying", "resource", srv.res.Name, "err", err, "retry", m.opts.RetryInterval)
+			m.mu.Lock()
+			m.regErr = fmt.Sprintf("registering %s failed: %v (retrying every %s)", srv.res.Name, err, m.opts.RetryInterval)
+			m.mu.Unlock()
 			continue
 		}
 		m.mu.Lock()
+		m.regErr = ""
 		delete(m.pending, srv.res.Name)
 		m.registered[srv.res.Name]++
 		m.mu.Unlock()

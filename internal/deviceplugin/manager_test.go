@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,8 +61,12 @@ func TestManagerLifecycle(t *testing.T) {
 		if n := m.Registrations()["nvidia.com/gpu"]; n != 0 {
 			t.Fatalf("registered %d times without a kubelet", n)
 		}
+		if err := m.Ready(); err == nil || !strings.Contains(err.Error(), "nvidia.com/gpu not registered") || !strings.Contains(err.Error(), "registration socket") {
+			t.Errorf("Ready without a kubelet = %v, want the resource and the missing socket named", err)
+		}
 		reg := startRegistry(t, dir)
 		eventually(t, 2*time.Second, "registration once the kubelet appears", func() bool { return reg.count("nvidia.com/gpu") == 1 })
+		eventually(t, 2*time.Second, "ready once registered", func() bool { return m.Ready() == nil })
 	})
 	t.Run("update serves the new resources", func(t *testing.T) {
 		dir := shortDir(t)
