@@ -9,14 +9,18 @@
 #                                same waiting before the scheduler starts, then
 #                                gangs of 8 (results: docs/benchmarks.md,
 #                                "Scheduler at scale"). About 12 minutes at
-#                                1,000 nodes and two hours at 5,000 on 2 cores.
+#                                1,000 nodes and two hours at 5,000 on 2 cores;
+#                                SCALE_ROUNDS=backlog runs the backlog rounds
+#                                only (both schedulers, every pod bound).
 
 GO ?= go
 BIN ?= $(CURDIR)/bin
 SCALE_NODES ?= 1000
+# SCALE_ROUNDS picks rounds by kind: burst, backlog, gang (default all).
+SCALE_ROUNDS ?=
 
 .PHONY: bench-scheduler-scale
 
 bench-scheduler-scale: controlplane-bins ## gpuplane-scheduler vs kube-scheduler: throughput and creation-to-binding latency at scale
-	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_NODES=$(SCALE_NODES) $(GO) test -run '^$$' \
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_NODES=$(SCALE_NODES) GPUPLANE_BENCH_ROUNDS=$(SCALE_ROUNDS) $(GO) test -run '^$$' \
 		-bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 180m ./test/integration/schedulerscale/

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"slices"
 	"strconv"
 	"sync"
@@ -136,6 +137,17 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 	if schedulerBin, err = framework.BuildCommand(b.Context(), b.TempDir(), "gpuplane-scheduler"); err != nil {
 		b.Fatal(err)
 	}
+	// GPUPLANE_BENCH_ROUNDS picks rounds by kind (burst, backlog, gang;
+	// default all): a backlog-only run at 5,000 nodes compares the two
+	// schedulers' memory with every pod bound in well under the two hours
+	// of the full set.
+	kinds := map[string]bool{"burst": true, "backlog": true, "gang": true}
+	if v := os.Getenv("GPUPLANE_BENCH_ROUNDS"); v != "" {
+		kinds = map[string]bool{}
+		for _, k := range strings.Split(v, ",") {
+			kinds[strings.TrimSpace(k)] = true
+		}
+	}
 	for _, r := range []round{
 		{scheduler: "gpuplane-scheduler", pods: nodes * 8, gang: 1},
 		{scheduler: "kube-scheduler", pods: nodes * 8, gang: 1},
@@ -144,6 +156,16 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 		// 500 gangs of 8 on 1,000 nodes: half the GPUs.
 		{scheduler: "gpuplane-scheduler", pods: nodes * 4, gang: 8},
 	} {
+		kind := "burst"
+		switch {
+		case r.gang > 1:
+			kind = "gang"
+		case r.backlog:
+			kind = "backlog"
+		}
+		if !kinds[kind] {
+			continue
+		}
 		b.Run(r.name(nodes), func(b *testing.B) {
 			for b.Loop() {
 				run(b, dyn, r)
