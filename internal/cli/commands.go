@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuplane/gpuplane/internal/cli/dev"
+	"github.com/gpuplane/gpuplane/internal/cli/doctor"
 	"github.com/gpuplane/gpuplane/internal/cli/simulate"
 	"github.com/gpuplane/gpuplane/internal/cli/status"
 )
@@ -12,6 +13,7 @@ import (
 func subcommands() []*cobra.Command {
 	return []*cobra.Command{
 		status.NewCommand(),
+		doctor.NewCommand(),
 		simulate.NewCommand(),
 		dev.NewCommand(),
 	}

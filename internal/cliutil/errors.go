@@ -23,11 +23,22 @@ func Usagef(format string, args ...any) error {
 	return &UsageError{Err: fmt.Errorf(format, args...)}
 }
 
+// SilentError exits with 1 and prints nothing: the command has said all
+// there is to say on its output (a diagnosis with a failed check).
+type SilentError struct{ Err error }
+
+func (e *SilentError) Error() string { return e.Err.Error() }
+func (e *SilentError) Unwrap() error { return e.Err }
+
 // Exit prints err the way every gpuplane command does and maps it to an
 // exit code: 0 on success, 2 for usage errors, 1 for everything else.
 func Exit(err error, name string, stderr io.Writer) int {
 	if err == nil {
 		return 0
+	}
+	var se *SilentError
+	if errors.As(err, &se) {
+		return 1
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	var ue *UsageError

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -164,6 +165,61 @@ func TestExamples(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("gpuplane status lists no holder default/half-a:\n%s", out)
+		}
+	})
+
+	t.Run("doctor", func(t *testing.T) {
+		doctor := func(args ...string) (string, int) {
+			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "gpuplane"), append([]string{"doctor", "--kubeconfig", filepath.Join(stateDir, "kubeconfig")}, args...)...)
+			out, err := cmd.CombinedOutput()
+			code := 0
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatalf("gpuplane doctor %v: %v", args, err)
+			}
+			return string(out), code
+		}
+		// A placed fractional pod: the node gave what the scheduler chose.
+		out, code := doctor("half-a")
+		if code != 0 || !strings.Contains(out, "POD default/half-a: Running on gpu-node-3") || !strings.Contains(out, "the node's record") {
+			t.Errorf("doctor half-a (exit %d):\n%s", code, out)
+		}
+		// A pod that fits no node: the scheduler's reason, and where to look.
+		big := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "too-big"},
+			Spec: corev1.PodSpec{SchedulerName: v1alpha1.SchedulerName, Containers: []corev1.Container{{Name: "main", Image: "cuda",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{framework.ResourceGPU: resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("500")}}}}}}
+		if _, err := client.CoreV1().Pods("default").Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 60*time.Second, "the scheduler's reason on too-big", func(context.Context) (bool, error) {
+			out, code = doctor("pod", "too-big", "-o", "json")
+			return code == 1 && strings.Contains(out, "not placed: "), fmt.Errorf("exit %d: %s", code, out)
+		})
+		var rep struct {
+			Checks []struct{ Name, Result, Detail, Fix string }
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("doctor -o json: %v\n%s", err, out)
+		}
+		for _, c := range rep.Checks {
+			if c.Name == "placement" && (c.Result != "fail" || c.Fix == "") {
+				t.Errorf("placement check %+v, want a failure with a fix", c)
+			}
+		}
+		// A cordoned node says so, with the command that undoes it.
+		if out, err := kubectl(t, stateDir, "cordon", "gpu-node-2"); err != nil {
+			t.Fatalf("kubectl cordon: %v\n%s", err, out)
+		}
+		out, code = doctor("node", "gpu-node-2")
+		if code != 1 || !strings.Contains(out, "kubectl uncordon gpu-node-2") || !strings.Contains(out, "nvidia.com/mig-") {
+			t.Errorf("doctor node gpu-node-2 (cordoned, exit %d):\n%s", code, out)
+		}
+		if out, err := kubectl(t, stateDir, "uncordon", "gpu-node-2"); err != nil {
+			t.Fatalf("kubectl uncordon: %v\n%s", err, out)
+		}
+		if _, code := doctor("nonesuch"); code != 1 {
+			t.Errorf("doctor of a name that is neither pod nor node: exit %d, want 1", code)
 		}
 	})
 

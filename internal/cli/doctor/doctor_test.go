@@ -1,0 +1,52 @@
+package doctor
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestPrint checks the table: one line a check, then the fixes of the
+// checks that did not pass.
+func TestPrint(t *testing.T) {
+	r := &Report{Kind: "Pod", Name: "ml/trainer-0", Summary: "not placed"}
+	r.add("GPU request", OK, "nvidia.com/gpu: 8", "")
+	r.add("placement", Fail, "not placed: DoesNotFit: 0/4 nodes available: 4 insufficient nvidia.com/gpu", fixFor("DoesNotFit", nil))
+	var b bytes.Buffer
+	if err := Print(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"POD ml/trainer-0: not placed",
+		"CHECK        RESULT  DETAIL",
+		"placement    fail    not placed: DoesNotFit",
+		"TO FIX\n  placement: gpuplane status -o wide",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "GPU request:") {
+		t.Errorf("a passing check has a fix line:\n%s", out)
+	}
+	if !r.Failed() {
+		t.Error("Failed() = false with a failed check")
+	}
+}
+
+func TestSameGPUs(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"0,1", "0,1", true},
+		{"5:500", "5:250", true}, // a share of GPU 5 either way
+		{"5:500", "6:250", false},
+		{"0,1", "0,2", false},
+	} {
+		if got := sameGPUs(tc.a, tc.b); got != tc.want {
+			t.Errorf("sameGPUs(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
