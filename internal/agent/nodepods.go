@@ -99,14 +99,39 @@ func (w *nodePods) cached() []*corev1.Pod {
 	return out
 }
 
+// byKey returns a pod bound to the node by namespace and name.
+func (w *nodePods) byKey(namespace, name string) (*corev1.Pod, bool) {
+	obj, ok, err := w.store.GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	p, ok := obj.(*corev1.Pod)
+	return p, ok
+}
+
+// byUID returns a pod bound to the node by UID.
+func (w *nodePods) byUID(uid types.UID) (*corev1.Pod, bool) {
+	for _, o := range w.store.List() {
+		if p, ok := o.(*corev1.Pod); ok && p.UID == uid {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// uidOf is the UID of a pod bound to the node (metrics.Options.PodUID).
+func (w *nodePods) uidOf(namespace, name string) (string, bool) {
+	p, ok := w.byKey(namespace, name)
+	if !ok {
+		return "", false
+	}
+	return string(p.UID), true
+}
+
 // memoryLimitOf is the GPU memory, in MiB, a pod bound to the node asked
 // for when it asked for part of a GPU (metrics.Options.MemoryLimitOf).
 func (w *nodePods) memoryLimitOf(namespace, name string) (int64, bool) {
-	obj, ok, err := w.store.GetByKey(namespace + "/" + name)
-	if err != nil || !ok {
-		return 0, false
-	}
-	p, ok := obj.(*corev1.Pod)
+	p, ok := w.byKey(namespace, name)
 	if !ok {
 		return 0, false
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
@@ -61,6 +66,8 @@ type runFlags struct {
 	kubeconfig         string
 	labelsInterval     time.Duration
 	labelsFile         string
+	overLimit          string
+	overLimitGrace     time.Duration
 
 	// metricsReady, when set, is given the metrics listener's address
 	// (tests ask for port 0).
@@ -89,11 +96,19 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file for labelling the Node, reading the GPUs gpuplane-scheduler chose for the node's pods and recording what they got (default: the pod's in-cluster config)")
 	fs.DurationVar(&f.labelsInterval, "labels-interval", defaultLabelsInterval, "how often the labels are rewritten; 0 labels once at start and after each config reload (config flags.gfd.sleepInterval, flags.gfd.oneshot)")
 	fs.StringVar(&f.labelsFile, "labels-file", DefaultFeatureFile, "node-feature-discovery features file written by --labels=file")
+	fs.StringVar(&f.overLimit, "gpu-memory-over-limit", OverLimitReport, "what happens to a pod whose processes use more GPU memory than the part of a GPU it asked for (time-slicing cannot enforce it): report (a Warning event on the pod and gpuplane_pod_gpu_memory_* series) or evict (also evict it through the Eviction API, PodDisruptionBudgets respected, once over for --gpu-memory-over-limit-grace); needs --metrics-addr, --pod-resources-socket and the API server")
+	fs.DurationVar(&f.overLimitGrace, "gpu-memory-over-limit-grace", 30*time.Second, "how long a pod may stay over its GPU memory limit before --gpu-memory-over-limit=evict evicts it")
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
 }
 
 // validate checks the flags that configuration loading does not.
 func (f *runFlags) validate() error {
+	if f.overLimit != OverLimitReport && f.overLimit != OverLimitEvict {
+		return cliutil.Usagef("--gpu-memory-over-limit: %q: want %s or %s", f.overLimit, OverLimitReport, OverLimitEvict)
+	}
+	if f.overLimitGrace < 0 || f.overLimitGrace > 24*time.Hour {
+		return cliutil.Usagef("--gpu-memory-over-limit-grace: %s: want 0 to 24h", f.overLimitGrace)
+	}
 	if f.metricsAddr != "" {
 		_, port, err := net.SplitHostPort(f.metricsAddr)
 		if err != nil {
@@ -257,10 +272,12 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	var podsOnNode *nodePods
 	// Parts that follow the resources the plugin serves.
 	var onResources []func([]*sharing.Resource)
+	var apiConfig *rest.Config
 	if cfg, err := restConfig(f.kubeconfig); err != nil {
 		log.Info("pods get the GPUs their resource prefers: the API server is not configured, so gpuplane-scheduler's choices cannot be read", "reason", err)
 	} else {
 		cfg.UserAgent = name
+		apiConfig = cfg
 		pods, err := watchNodePods(ctx, cfg, node, log.With("part", "steer"))
 		if err != nil {
 			return err
@@ -295,13 +312,18 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		plugin.Registerer = healthReg
 		shares := newShareBook(backend, log.With("part", "metrics"))
 		onResources = append(onResources, shares.set)
-		var limitOf func(namespace, pod string) (int64, bool)
-		if podsOnNode != nil {
-			limitOf = podsOnNode.memoryLimitOf
-		}
-		handler, err := newMetricsHandler(f, backend, node, healthSrc, shares.of, limitOf, log.With("part", "metrics"), healthReg)
+		handler, exporter, err := newMetricsHandler(f, backend, node, healthSrc, shares.of, podsOnNode, log.With("part", "metrics"), healthReg)
 		if err != nil {
 			return err
+		}
+		if podsOnNode != nil && f.podResourcesSocket != "" {
+			w, err := newOverLimitWatch(ctx, apiConfig, exporter.Usage, podsOnNode, node, f.overLimit, f.overLimitGrace, log.With("part", "usage"))
+			if err != nil {
+				return err
+			}
+			parts = append(parts, part{name: "usage", run: w.run})
+		} else if f.overLimit == OverLimitEvict {
+			return cliutil.Usagef("--gpu-memory-over-limit=evict needs the API server (--kubeconfig or in-cluster) and --pod-resources-socket")
 		}
 		handler = metrics.WithProbes(handler, probe.ready, probe.live)
 		parts = append(parts, part{name: "metrics", run: func(ctx context.Context) error {
@@ -356,21 +378,26 @@ func watchReload(ctx context.Context, configFile string, log *slog.Logger) <-cha
 // attribution from the kubelet's PodResources socket and device checkpoint
 // and process-to-pod mapping under --procfs.
 func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, shareOf func(resource, id string) (float64, bool),
-	limitOf func(namespace, pod string) (int64, bool), log *slog.Logger, extra ...prometheus.Gatherer) (http.Handler, error) {
-	var pods metrics.PodResourcesLister
+	pods *nodePods, log *slog.Logger, extra ...prometheus.Gatherer) (http.Handler, *metrics.Exporter, error) {
+	var lister metrics.PodResourcesLister
 	if f.podResourcesSocket != "" {
-		pods = metrics.NewSocketPodResources(f.podResourcesSocket)
+		lister = metrics.NewSocketPodResources(f.podResourcesSocket)
 	} else {
 		log.Info("pod attribution is off (--pod-resources-socket is empty)")
 	}
-	e, err := metrics.NewExporter(metrics.Options{
-		GPUs: backend, Hostname: node, PodResources: pods, ProcRoot: f.procfs, Health: h, ShareOf: shareOf, MemoryLimitOf: limitOf, Logger: log,
+	opts := metrics.Options{
+		GPUs: backend, Hostname: node, PodResources: lister, ProcRoot: f.procfs, Health: h, ShareOf: shareOf, Logger: log,
 		CheckpointPath: filepath.Join(f.kubeletDir, filepath.Base(metrics.DefaultCheckpointPath)),
-	})
-	if err != nil {
-		return nil, err
 	}
-	return metrics.NewHandler(e, extra...)
+	if pods != nil {
+		opts.MemoryLimitOf, opts.PodUID = pods.memoryLimitOf, pods.uidOf
+	}
+	e, err := metrics.NewExporter(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	handler, err := metrics.NewHandler(e, extra...)
+	return handler, e, err
 }
 
 // nodeName is the flag's value, else $NODE_NAME, else the host name: the
@@ -384,4 +411,69 @@ func nodeName(flag string) string {
 	}
 	n, _ := os.Hostname()
 	return n
+}
+
+// newOverLimitWatch builds the usage watch: events through the API
+// server, evictions when policy is OverLimitEvict.
+func newOverLimitWatch(ctx context.Context, cfg *rest.Config, usage func(context.Context) (metrics.Usage, error), pods *nodePods,
+	node, policy string, grace time.Duration, log *slog.Logger) (*usageWatch, error) {
+	c, err := newNodeClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(eventSink{rest: c.rest})
+	go func() { <-ctx.Done(); broadcaster.Shutdown() }()
+	// Events name pods only: a scheme of the core group is enough.
+	sch := runtime.NewScheme()
+	if err := corev1.AddToScheme(sch); err != nil {
+		return nil, err
+	}
+	recorder := broadcaster.NewRecorder(sch, corev1.EventSource{Component: name, Host: node})
+	var evict func(context.Context, *corev1.Pod) error
+	if policy == OverLimitEvict {
+		evict = c.evict
+		log.Info("pods over their GPU memory limit are evicted", "grace", grace)
+	}
+	return newUsageWatch(usage, pods, recorder, evict, grace, log), nil
+}
+
+// UsageWatchOptions configure RunUsageWatch.
+type UsageWatchOptions struct {
+	// Config reaches the API server; Node is the node whose pods are
+	// watched.
+	Config *rest.Config
+	Node   string
+	// Usage attributes the GPUs' use to pods (metrics.Exporter.Usage).
+	Usage func(context.Context) (metrics.Usage, error)
+	// Policy is OverLimitReport or OverLimitEvict; Grace how long a pod
+	// may stay over before it is evicted.
+	Policy string
+	Grace  time.Duration
+	// Interval between checks and Backoff after a refused eviction; 5s
+	// and 1m when zero.
+	Interval, Backoff time.Duration
+	Logger            *slog.Logger
+}
+
+// RunUsageWatch runs the agent's usage part on a pod watch of its own
+// until ctx ends: Warning events on pods over their GPU memory limit or
+// using GPUs they were not given, and evictions under OverLimitEvict.
+func RunUsageWatch(ctx context.Context, o UsageWatchOptions) error {
+	log := cmp.Or(o.Logger, slog.Default())
+	pods, err := watchNodePods(ctx, o.Config, o.Node, log)
+	if err != nil {
+		return err
+	}
+	w, err := newOverLimitWatch(ctx, o.Config, o.Usage, pods, o.Node, o.Policy, o.Grace, log)
+	if err != nil {
+		return err
+	}
+	if o.Interval > 0 {
+		w.interval = o.Interval
+	}
+	if o.Backoff > 0 {
+		w.backoff = o.Backoff
+	}
+	return w.run(ctx)
 }

@@ -134,7 +134,7 @@ func newDescs() *descs {
 	d.podMemLimit = prometheus.NewDesc("gpuplane_pod_gpu_memory_limit_bytes",
 		"GPU memory the pod asked for when it asked for part of a GPU; on time-sliced GPUs nothing enforces it, so compare gpuplane_pod_gpu_memory_used_bytes.", devPod, nil)
 	d.foreign = prometheus.NewDesc("gpuplane_gpu_unallocated_pod_processes",
-		"Processes of a pod (pod_uid) running on a GPU that no container was given: a pod reaching past the device plugin, e.g. privileged or with NVIDIA_VISIBLE_DEVICES=all.",
+		"Processes of a pod (pod_uid) running on a GPU none of its containers was given (given to no container, or to another pod): a pod reaching past the device plugin, e.g. privileged or with NVIDIA_VISIBLE_DEVICES=all.",
 		join(deviceLabels, []string{"pod_uid"}), nil)
 	d.migPodUtil = prometheus.NewDesc("gpuplane_pod_gpu_utilization_ratio", "SM utilization (0 to 1)"+podHelp, mig, nil)
 	d.migPodMem = prometheus.NewDesc("gpuplane_pod_gpu_memory_used_bytes", "Framebuffer memory used"+podHelp, mig, nil)

@@ -57,6 +57,13 @@ type Options struct {
 	// part of a GPU (gpupod.ReadFraction), in MiB; ok is false otherwise.
 	// Nil: no gpuplane_pod_gpu_memory_limit_bytes series.
 	MemoryLimitOf func(namespace, pod string) (memoryMiB int64, ok bool)
+	// PodUID is the UID of a pod bound to the node, from the API server;
+	// ok is false for one it does not know. With it, a process whose
+	// cgroup names another pod than the container holding its GPU counts
+	// as that pod's process on a GPU it was not given
+	// (gpuplane_gpu_unallocated_pod_processes) rather than the holder's.
+	// Nil: a GPU's processes are its holder's when one container holds it.
+	PodUID func(namespace, pod string) (uid string, ok bool)
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 	// Logger receives failures; slog.Default() when nil.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -428,5 +429,43 @@ func TestUnallocatedPodProcesses(t *testing.T) {
 	got := parse(t, scrape(t, h))["gpuplane_gpu_unallocated_pod_processes"].GetMetric()
 	if len(got) != 1 || label(got[0], "gpu") != "2" || label(got[0], "pod_uid") != n.Pods[1].UID || got[0].GetGauge().GetValue() != 1 {
 		t.Fatalf("gpuplane_gpu_unallocated_pod_processes = %v, want one process of %s on GPU 2", got, n.Pods[1].UID)
+	}
+}
+
+// A pod's process on a GPU given to another pod counts as the intruder's,
+// not the holder's: the holder's memory is its own, and Usage reports the
+// intruder with the pod the GPU was given to.
+func TestProcessOnAnotherPodsGPU(t *testing.T) {
+	n := metricstest.NewNode(t, "dgxh100", "gpu-node-1")
+	devs := n.Devices(t)
+	n.AddPod(t, metricstest.Pod{Namespace: "ml", Name: "holder", Container: "main", Resource: "nvidia.com/gpu", DeviceID: devs[1].UUID, GPU: 1, PID: 4101, MemMiB: 300, Util: 10})
+	// intruder was given GPU 3, and runs a process on GPU 1 as well.
+	n.AddPod(t, metricstest.Pod{Namespace: "ml", Name: "intruder", Container: "main", Resource: "nvidia.com/gpu", DeviceID: devs[3].UUID, GPU: 1, PID: 4102, MemMiB: 700, Util: 10})
+	uids := map[string]string{"ml/holder": n.Pods[0].UID, "ml/intruder": n.Pods[1].UID}
+	e, err := metrics.NewExporter(metrics.Options{
+		GPUs: n.Backend, PodResources: &metricstest.StaticLister{Resp: n.Response()}, ProcRoot: n.ProcRoot, CheckpointPath: n.CheckpointPath,
+		PodUID: func(ns, pod string) (string, bool) { uid, ok := uids[ns+"/"+pod]; return uid, ok },
+		Clock:  clocktesting.NewFakePassiveClock(time.Unix(0, 0)), Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := e.Usage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(u.Pods) != 1 || u.Pods[0].Pod != "holder" || u.Pods[0].UsedMiB != 300 || u.Pods[0].GPU != 1 {
+		t.Errorf("pods' use = %+v, want holder's 300 MiB on GPU 1 only", u.Pods)
+	}
+	if len(u.Foreign) != 1 || u.Foreign[0].PodUID != n.Pods[1].UID || u.Foreign[0].GPU != 1 || !slices.Equal(u.Foreign[0].Holders, []string{"ml/holder"}) {
+		t.Errorf("foreign use = %+v, want the intruder's process on GPU 1, given to ml/holder", u.Foreign)
+	}
+	h, err := metrics.NewHandler(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := parse(t, scrape(t, h))["gpuplane_gpu_unallocated_pod_processes"].GetMetric()
+	if len(got) != 1 || label(got[0], "gpu") != "1" || label(got[0], "pod_uid") != n.Pods[1].UID {
+		t.Errorf("gpuplane_gpu_unallocated_pod_processes = %v, want the intruder on GPU 1", got)
 	}
 }

@@ -114,13 +114,7 @@ func (*podCollector) Name() string { return "pods" }
 
 func (c *podCollector) collect(ctx context.Context, emit func(prometheus.Metric)) error {
 	e, a := c.e, c.e.att
-	a.reset(len(e.devices))
-	// The processes of every GPU: pod attribution and MIG memory need them.
-	for i := range e.devices {
-		e.procs[i], e.procErr[i] = e.opts.GPUs.Processes(ctx, e.devices[i].Index, e.procs[i][:0])
-	}
-	listErr := c.list(ctx)
-	c.attribute()
+	listErr := c.refresh(ctx)
 	c.emitPods(emit)
 
 	switch {
@@ -141,6 +135,20 @@ func (c *podCollector) collect(ctx context.Context, emit func(prometheus.Metric)
 		}
 		emit(prometheus.MustNewConstMetric(e.descs.checkpointUp, prometheus.GaugeValue, v, reason))
 	}
+	return listErr
+}
+
+// refresh reads the GPUs' processes and who holds which device, and
+// attributes the processes; it returns the PodResources API's error.
+func (c *podCollector) refresh(ctx context.Context) error {
+	e, a := c.e, c.e.att
+	a.reset(len(e.devices))
+	// The processes of every GPU: pod attribution and MIG memory need them.
+	for i := range e.devices {
+		e.procs[i], e.procErr[i] = e.opts.GPUs.Processes(ctx, e.devices[i].Index, e.procs[i][:0])
+	}
+	listErr := c.list(ctx)
+	c.attribute()
 	return listErr
 }
 
@@ -211,10 +219,18 @@ func (c *podCollector) attribute() {
 				continue
 			case 1:
 				h = &hs[0]
+				if uid, other := c.otherPod(hs, p.PID); other {
+					a.foreign[foreignKey{gpu: i, podUID: uid}]++
+					continue
+				}
 			default:
 				h = c.byCgroup(hs, p.PID)
 				if h == nil {
-					a.unmapped[i]++
+					if uid, other := c.otherPod(hs, p.PID); other {
+						a.foreign[foreignKey{gpu: i, podUID: uid}]++
+					} else {
+						a.unmapped[i]++
+					}
 					continue
 				}
 			}
@@ -223,6 +239,27 @@ func (c *podCollector) attribute() {
 			h.procs++
 		}
 	}
+}
+
+// otherPod reports whether a process belongs to a pod none of whose
+// containers holds the device (by its cgroup's pod UID against the
+// holders' UIDs, Options.PodUID), and which.
+func (c *podCollector) otherPod(hs []holder, pid uint32) (string, bool) {
+	e, a := c.e, c.e.att
+	if e.opts.PodUID == nil || !a.listed {
+		return "", false
+	}
+	ref, ok := a.cg.lookup(pid)
+	if !ok || ref.PodUID == "" {
+		return "", false
+	}
+	for i := range hs {
+		uid, known := e.opts.PodUID(hs[i].Namespace, hs[i].Pod)
+		if !known || uid == ref.PodUID {
+			return "", false // the holder's own, or a holder not known yet
+		}
+	}
+	return ref.PodUID, true
 }
 
 func (c *podCollector) byCgroup(hs []holder, pid uint32) *holder {

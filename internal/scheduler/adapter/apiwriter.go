@@ -170,7 +170,12 @@ func (w *apiWriter) evict(ctx context.Context, pod *corev1.Pod, forGroup, reason
 		}
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}}
-		err := w.client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, ev)
+		// The request of Pods().EvictV1 with no retries: client-go would
+		// otherwise wait out a PodDisruptionBudget's 429 (Retry-After) up
+		// to ten times, holding the preemptor's room for minutes; a
+		// refusal is the core's to weigh next cycle.
+		err := w.client.CoreV1().RESTClient().Post().MaxRetries(0).Namespace(pod.Namespace).Resource("pods").Name(pod.Name).
+			SubResource("eviction").Body(ev).Do(ctx).Error()
 		switch {
 		case err == nil:
 			w.metrics.evictions.WithLabelValues(reason, "evicted").Inc()
