@@ -182,7 +182,9 @@ func TestSteeredToTheChosenMIGInstance(t *testing.T) {
 // TestSteeredFractionLimits: on a node sharing its GPUs through MPS, a pod
 // that asked for part of a GPU gets a replica of the GPU chosen, and the
 // kubelet hands its container the MPS limits of that part (which MPS
-// enforces) instead of the replica's even share.
+// enforces) instead of the replica's even share. The share of a plain
+// replica is of the memory the GPU can give: its total less the driver's
+// reservation.
 func TestSteeredFractionLimits(t *testing.T) {
 	const res = "nvidia.com/gpu"
 	k := startKubelet(t)
@@ -206,7 +208,7 @@ func TestSteeredFractionLimits(t *testing.T) {
 		threads, pinned, fr string
 	}{
 		{half, 3, "50", "0=20480M", "0.5"},
-		{plain, 5, "25", fmt.Sprintf("0=%dM", devs[5].MemoryMiB/4), ""},
+		{plain, 5, "25", fmt.Sprintf("0=%dM", (devs[5].MemoryMiB-devs[5].ReservedMiB)/4), ""},
 	} {
 		got, err := k.admitPod(tc.pod, res)
 		if err != nil {
