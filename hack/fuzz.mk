@@ -21,7 +21,8 @@ FUZZ_TARGETS := \
 	./internal/simulator:FuzzParseOpenBNodes \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \
-	./internal/gpu/sim:FuzzParse
+	./internal/gpu/sim:FuzzParse \
+	./internal/cli/cost:FuzzDecode
 
 .PHONY: test-fuzz
 

@@ -23,6 +23,13 @@ const (
 	// or unhealthy, or two pods with identical requests were admitted in
 	// the other order), gpuplane-scheduler's books follow it.
 	HeldAnnotation = "gpuplane.io/gpus-held"
+	// QueueAnnotation records on a pod gpuplane-scheduler bound the Queue
+	// whose quota its usage counts against, as the scheduler resolved it
+	// (the PodGroup's queue, the pod's queue label, Kueue's, the
+	// namespace's default). The binding carries it; gpuplane-agent exports
+	// it beside the pod's GPU share (gpuplane_pod_queue_info), so that GPU
+	// time can be summed per queue from Prometheus (gpuplane cost).
+	QueueAnnotation = "gpuplane.io/queue"
 	// AllocationAnnotation holds the pod's device allocation as JSON (a
 	// PodAllocation), written by the simulated node before the pod is
 	// reported Running.

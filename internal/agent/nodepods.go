@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -128,13 +129,51 @@ func (w *nodePods) uidOf(namespace, name string) (string, bool) {
 	return string(p.UID), true
 }
 
-// memoryLimitOf is the GPU memory, in MiB, a pod bound to the node asked
-// for when it asked for part of a GPU (metrics.Options.MemoryLimitOf).
-func (w *nodePods) memoryLimitOf(namespace, name string) (int64, bool) {
+// queueOf is the Queue gpuplane-scheduler recorded on a pod bound to the
+// node (metrics.Options.QueueOf). The annotation is read as untrusted: a
+// value that is not a Queue's name is left out.
+func (w *nodePods) queueOf(namespace, name string) (string, bool) {
+	p, ok := w.byKey(namespace, name)
+	if !ok {
+		return "", false
+	}
+	q := p.Annotations[gpupod.QueueAnnotation]
+	if q == "" || len(validation.IsDNS1123Subdomain(q)) > 0 {
+		return "", false
+	}
+	return q, true
+}
+
+// chargedShare is the part of GPU gpu that gpuplane-scheduler gave a pod
+// bound to the node which asked for part of a GPU: the share its choice
+// (gpupod.GPUsAnnotation, which the node honours) names on that GPU. ok is
+// false for a pod that asked for replicas, not a part, or whose choice
+// names no share of the GPU.
+func (w *nodePods) chargedShare(namespace, name string, gpu int) (float64, bool) {
 	p, ok := w.byKey(namespace, name)
 	if !ok {
 		return 0, false
 	}
+	if _, asked, err := gpupod.ReadFraction(p.Annotations, podLimits(p)); err != nil || !asked {
+		return 0, false
+	}
+	choice, err := gpupod.ParseGPUs(p.Annotations[gpupod.GPUsAnnotation], maxNodeGPUs)
+	if err != nil {
+		return 0, false
+	}
+	for _, c := range choice {
+		if c.Index == gpu && c.MIGSlices == 0 && c.Milli > 0 && c.Milli < gpupod.MilliPerGPU {
+			return float64(c.Milli) / gpupod.MilliPerGPU, true
+		}
+	}
+	return 0, false
+}
+
+// maxNodeGPUs bounds the GPU indexes read from a pod's annotations.
+const maxNodeGPUs = 1024
+
+// podLimits sums the limits of a pod's containers.
+func podLimits(p *corev1.Pod) corev1.ResourceList {
 	limits := corev1.ResourceList{}
 	for _, c := range p.Spec.Containers {
 		for name, q := range c.Resources.Limits {
@@ -143,7 +182,17 @@ func (w *nodePods) memoryLimitOf(namespace, name string) (int64, bool) {
 			limits[name] = sum
 		}
 	}
-	f, asked, err := gpupod.ReadFraction(p.Annotations, limits)
+	return limits
+}
+
+// memoryLimitOf is the GPU memory, in MiB, a pod bound to the node asked
+// for when it asked for part of a GPU (metrics.Options.MemoryLimitOf).
+func (w *nodePods) memoryLimitOf(namespace, name string) (int64, bool) {
+	p, ok := w.byKey(namespace, name)
+	if !ok {
+		return 0, false
+	}
+	f, asked, err := gpupod.ReadFraction(p.Annotations, podLimits(p))
 	if err != nil || !asked || f.MemoryMiB == 0 {
 		return 0, false
 	}
@@ -218,7 +267,7 @@ func slimPod(obj any) (any, error) {
 		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 		CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 	}}
-	for _, k := range []string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation, gpupod.FractionAnnotation, gpupod.MemoryAnnotation, gpupod.KAIFraction, gpupod.KAIMemory} {
+	for _, k := range []string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation, gpupod.FractionAnnotation, gpupod.MemoryAnnotation, gpupod.KAIFraction, gpupod.KAIMemory, gpupod.QueueAnnotation} {
 		if v, ok := p.Annotations[k]; ok && len(v) <= 1024 {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}

@@ -40,3 +40,49 @@ func TestMemoryLimitOf(t *testing.T) {
 		}
 	}
 }
+
+// What the node's watch tells the metrics of each pod: the queue the
+// scheduler recorded (only a Queue's name), and the part of a GPU a pod
+// that asked for part of one was given (only on the GPU its choice names).
+func TestQueueAndChargedShare(t *testing.T) {
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	add := func(name string, annotations map[string]string) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, Annotations: annotations},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}}
+		slim, err := slimPod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Add(slim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("half", map[string]string{gpupod.FractionAnnotation: "0.5", gpupod.GPUsAnnotation: "3:500", gpupod.QueueAnnotation: "research"})
+	add("replica", map[string]string{gpupod.GPUsAnnotation: "2:250", gpupod.QueueAnnotation: "Not A Queue!"})
+	add("no-choice", map[string]string{gpupod.FractionAnnotation: "0.5"})
+	add("bad-choice", map[string]string{gpupod.FractionAnnotation: "0.5", gpupod.GPUsAnnotation: "3:5000"})
+	w := &nodePods{store: store}
+	for _, tc := range []struct {
+		pod   string
+		gpu   int
+		share float64
+		queue string
+	}{
+		{"half", 3, 0.5, "research"},
+		{"half", 2, 0, "research"},
+		{"replica", 2, 0, ""},
+		{"no-choice", 3, 0, ""},
+		{"bad-choice", 3, 0, ""},
+		{"absent", 3, 0, ""},
+	} {
+		share, ok := w.chargedShare("ml", tc.pod, tc.gpu)
+		if share != tc.share || ok != (tc.share > 0) {
+			t.Errorf("pod %s on GPU %d: charged %v (%v), want %v", tc.pod, tc.gpu, share, ok, tc.share)
+		}
+		q, ok := w.queueOf("ml", tc.pod)
+		if q != tc.queue || ok != (tc.queue != "") {
+			t.Errorf("pod %s: queue %q (%v), want %q", tc.pod, q, ok, tc.queue)
+		}
+	}
+}

@@ -311,6 +311,9 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		healthReg := prometheus.NewRegistry()
 		plugin.Registerer = healthReg
 		shares := newShareBook(backend, log.With("part", "metrics"))
+		if podsOnNode != nil {
+			shares.charged = podsOnNode.chargedShare
+		}
 		onResources = append(onResources, shares.set)
 		handler, exporter, err := newMetricsHandler(f, backend, node, healthSrc, shares.of, podsOnNode, log.With("part", "metrics"), healthReg)
 		if err != nil {
@@ -377,7 +380,7 @@ func watchReload(ctx context.Context, configFile string, log *slog.Logger) <-cha
 // newMetricsHandler builds the exporter over the shared backend, with pod
 // attribution from the kubelet's PodResources socket and device checkpoint
 // and process-to-pod mapping under --procfs.
-func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, shareOf func(resource, id string) (float64, bool),
+func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.HealthSource, shareOf func(namespace, pod, resource, id string) (float64, bool),
 	pods *nodePods, log *slog.Logger, extra ...prometheus.Gatherer) (http.Handler, *metrics.Exporter, error) {
 	var lister metrics.PodResourcesLister
 	if f.podResourcesSocket != "" {
@@ -390,7 +393,7 @@ func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.
 		CheckpointPath: filepath.Join(f.kubeletDir, filepath.Base(metrics.DefaultCheckpointPath)),
 	}
 	if pods != nil {
-		opts.MemoryLimitOf, opts.PodUID = pods.memoryLimitOf, pods.uidOf
+		opts.MemoryLimitOf, opts.PodUID, opts.QueueOf = pods.memoryLimitOf, pods.uidOf, pods.queueOf
 	}
 	e, err := metrics.NewExporter(opts)
 	if err != nil {

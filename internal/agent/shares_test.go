@@ -48,12 +48,31 @@ func TestShareBook(t *testing.T) {
 			t.Fatalf("unexpected resource %s", r.Name)
 		}
 		for _, d := range r.Devices {
-			if got, ok := book.of(r.Name, d.ID); !ok || got != w {
+			if got, ok := book.of("ns", "pod", r.Name, d.ID); !ok || got != w {
 				t.Errorf("%s device %s: share %v (%v), want %v", r.Name, d.ID, got, ok, w)
 			}
 		}
 	}
-	if _, ok := book.of("nvidia.com/gpu", "GPU-unknown"); ok {
+	if _, ok := book.of("ns", "pod", "nvidia.com/gpu", "GPU-unknown"); ok {
 		t.Error("a device the plugin does not serve has a share")
+	}
+	// A pod given half of GPU 3 is charged half for its replica there;
+	// MIG devices and other pods keep their device's share.
+	book.charged = func(namespace, pod string, gpu int) (float64, bool) {
+		return 0.5, namespace == "ml" && pod == "half" && gpu == 3
+	}
+	for _, r := range rs {
+		for _, d := range r.Devices {
+			w := want[r.Name]
+			if r.Name == "nvidia.com/gpu" && d.GPUIndex == 3 {
+				w = 0.5
+			}
+			if got, ok := book.of("ml", "half", r.Name, d.ID); !ok || got != w {
+				t.Errorf("half's %s device %s: share %v (%v), want %v", r.Name, d.ID, got, ok, w)
+			}
+			if got, _ := book.of("ml", "other", r.Name, d.ID); got != want[r.Name] {
+				t.Errorf("another pod's %s device %s: share %v, want %v", r.Name, d.ID, got, want[r.Name])
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/gpuplane/gpuplane/internal/cli/cost"
 	"github.com/gpuplane/gpuplane/internal/cli/dev"
 	"github.com/gpuplane/gpuplane/internal/cli/doctor"
 	"github.com/gpuplane/gpuplane/internal/cli/simulate"
@@ -14,6 +15,7 @@ func subcommands() []*cobra.Command {
 	return []*cobra.Command{
 		status.NewCommand(),
 		doctor.NewCommand(),
+		cost.NewCommand(),
 		simulate.NewCommand(),
 		dev.NewCommand(),
 	}

@@ -102,6 +102,8 @@ type descs struct {
 	// containerShare and idleShare say how much of a physical GPU each
 	// container holds, and how much of each GPU nobody holds.
 	containerShare, idleShare *prometheus.Desc
+	// queueInfo names the Queue of each pod with a GPU share.
+	queueInfo *prometheus.Desc
 	// podMemLimit is the GPU memory a pod that asked for part of a GPU
 	// may use.
 	podMemLimit *prometheus.Desc
@@ -145,6 +147,9 @@ func newDescs() *descs {
 	d.containerShare = prometheus.NewDesc("container_gpu_allocation",
 		"Physical GPUs the container holds: 1 per whole GPU, a MIG device's slices over its GPU's, 1/replicas per shared replica (the name OpenCost reads).",
 		[]string{"namespace", "pod", "container", "node"}, nil)
+	d.queueInfo = prometheus.NewDesc("gpuplane_pod_queue_info",
+		"Always 1: the Queue whose quota the pod's GPUs count against, as gpuplane-scheduler recorded it when it bound the pod (annotation gpuplane.io/queue); join it to container_gpu_allocation on namespace and pod to sum GPU time per queue.",
+		[]string{"namespace", "pod", "queue"}, nil)
 	d.idleShare = prometheus.NewDesc("gpuplane_gpu_idle_share",
 		"Part of the GPU (0 to 1) no container holds: its free MIG slices or replicas, or all of it.", deviceLabels, nil)
 	d.unmapped = prometheus.NewDesc("gpuplane_pod_attribution_unmapped_processes",

@@ -22,6 +22,14 @@
 // answered and why not, and how long each collector took and whether it
 // succeeded.
 //
+// Accounting: container_gpu_allocation (OpenCost's name) is the part of a
+// physical GPU each container holds, as Options.ShareOf says (a whole GPU
+// 1, a MIG device its slices over its GPU's, a replica 1/replicas, a pod
+// that asked for part of a GPU the part it was given);
+// gpuplane_gpu_idle_share the part of each GPU nobody holds; and
+// gpuplane_pod_queue_info the Queue gpuplane-scheduler recorded on each
+// pod, so that `gpuplane cost` can sum GPU-hours per queue.
+//
 // One scrape reads every GPU once, sequentially, into buffers the Exporter
 // keeps between scrapes; it starts no goroutines. A GPU that fails during
 // a scrape (for instance because it fell off the bus) loses its series for

@@ -52,7 +52,10 @@ type Options struct {
 	// (1 for a whole GPU, 1/replicas for a replica, the slices of a MIG
 	// device over its GPU's); ok is false for a device it does not know.
 	// Nil: no container_gpu_allocation or gpuplane_gpu_idle_share series.
-	ShareOf func(resource, deviceID string) (share float64, ok bool)
+	// The pod is named because a pod that asked for part of a GPU holds
+	// one replica but the part it was given (the share gpuplane-scheduler
+	// charged it, gpupod.GPUsAnnotation).
+	ShareOf func(namespace, pod, resource, deviceID string) (share float64, ok bool)
 	// MemoryLimitOf is the GPU memory a pod asked for when it asked for
 	// part of a GPU (gpupod.ReadFraction), in MiB; ok is false otherwise.
 	// Nil: no gpuplane_pod_gpu_memory_limit_bytes series.
@@ -64,6 +67,11 @@ type Options struct {
 	// (gpuplane_gpu_unallocated_pod_processes) rather than the holder's.
 	// Nil: a GPU's processes are its holder's when one container holds it.
 	PodUID func(namespace, pod string) (uid string, ok bool)
+	// QueueOf is the Queue a pod's usage counts against, as
+	// gpuplane-scheduler recorded it when it bound the pod
+	// (gpupod.QueueAnnotation); ok is false for a pod without one. Nil: no
+	// gpuplane_pod_queue_info series.
+	QueueOf func(namespace, pod string) (queue string, ok bool)
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 	// Logger receives failures; slog.Default() when nil.

@@ -360,7 +360,7 @@ func TestLostGPUStaysReportedAcrossInventoryRefreshes(t *testing.T) {
 func TestContainerGPUAllocation(t *testing.T) {
 	n := metricstest.NewNode(t, "dgxh100", "gpu-node-1")
 	n.TimeSliced(t, "nvidia.com/gpu", 3)
-	shareOf := func(resource, id string) (float64, bool) {
+	shareOf := func(_, _, resource, id string) (float64, bool) {
 		if resource != "nvidia.com/gpu" || !strings.Contains(id, "::") {
 			return 0, false
 		}
@@ -370,6 +370,7 @@ func TestContainerGPUAllocation(t *testing.T) {
 		GPUs: n.Backend, PodResources: &metricstest.StaticLister{Resp: n.Response()}, ProcRoot: n.ProcRoot, CheckpointPath: n.CheckpointPath,
 		ShareOf: shareOf, Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0)), Logger: quietLogger(),
 		MemoryLimitOf: func(namespace, _ string) (int64, bool) { return 2048, namespace == "team-0" },
+		QueueOf:       func(namespace, _ string) (string, bool) { return "q-" + namespace, namespace != "team-0" },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -402,6 +403,16 @@ func TestContainerGPUAllocation(t *testing.T) {
 	for _, m := range limits {
 		if label(m, "namespace") != "team-0" || m.GetGauge().GetValue() != 2048<<20 {
 			t.Errorf("limit series %v = %v, want 2 GiB for team-0 pods only", m.GetLabel(), m.GetGauge().GetValue())
+		}
+	}
+	// Every pod but team-0's was bound with a queue: one info series each.
+	queues := mfs["gpuplane_pod_queue_info"].GetMetric()
+	if len(queues) != len(n.Pods)-team0 {
+		t.Fatalf("gpuplane_pod_queue_info has %d series, want one per pod outside team-0 (%d)", len(queues), len(n.Pods)-team0)
+	}
+	for _, m := range queues {
+		if label(m, "queue") != "q-"+label(m, "namespace") || label(m, "pod") == "" || m.GetGauge().GetValue() != 1 {
+			t.Errorf("queue info %v = %v, want 1 naming the pod and its namespace's queue", m.GetLabel(), m.GetGauge().GetValue())
 		}
 	}
 	idle := mfs["gpuplane_gpu_idle_share"].GetMetric()

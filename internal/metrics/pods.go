@@ -173,7 +173,7 @@ func (c *podCollector) list(ctx context.Context) error {
 					}
 					a.add(uuid, Holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: ctr.GetName(), Resource: dev.GetResourceName(), DeviceID: id})
 					if e.opts.ShareOf != nil {
-						if share, ok := e.opts.ShareOf(dev.GetResourceName(), id); ok {
+						if share, ok := e.opts.ShareOf(p.GetNamespace(), p.GetName(), dev.GetResourceName(), id); ok {
 							a.shares[Holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: ctr.GetName()}] += share
 							a.used[e.byUUID[uuid]] += share
 						}
@@ -351,8 +351,23 @@ func (c *podCollector) emitShares(emit func(prometheus.Metric)) {
 	if e.opts.ShareOf == nil || e.opts.PodResources == nil || !a.listed {
 		return
 	}
+	var named map[[2]string]bool
 	for k, v := range a.shares {
 		emit(prometheus.MustNewConstMetric(e.descs.containerShare, prometheus.GaugeValue, v, k.Namespace, k.Pod, k.Container, e.hostname))
+		if e.opts.QueueOf == nil {
+			continue
+		}
+		pod := [2]string{k.Namespace, k.Pod}
+		if named[pod] {
+			continue
+		}
+		if named == nil {
+			named = map[[2]string]bool{}
+		}
+		named[pod] = true
+		if q, ok := e.opts.QueueOf(k.Namespace, k.Pod); ok {
+			emit(prometheus.MustNewConstMetric(e.descs.queueInfo, prometheus.GaugeValue, 1, k.Namespace, k.Pod, q))
+		}
 	}
 	for i := range e.devices {
 		emit(prometheus.MustNewConstMetric(e.descs.idleShare, prometheus.GaugeValue, max(0, 1-a.used[i]), e.labelValues(i)...))

@@ -80,8 +80,18 @@ func startPrometheus(t *testing.T, target string) *prometheusServer {
 // scrape job's config (indented under it): targets, scheme, TLS, auth.
 func startPrometheusJob(t *testing.T, job string) *prometheusServer {
 	t.Helper()
+	return startPrometheusOn(t, job, "")
+}
+
+// startPrometheusOn is startPrometheusJob over a data directory the test
+// filled (a fresh one when data is ""), with more command-line flags.
+func startPrometheusOn(t *testing.T, job, data string, flags ...string) *prometheusServer {
+	t.Helper()
 	bin := tool(t, "prometheus")
 	dir := t.TempDir()
+	if data == "" {
+		data = filepath.Join(dir, "data")
+	}
 	config := `global:
   scrape_interval: 1s
   scrape_timeout: 1s
@@ -94,12 +104,13 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(bin, //nolint:gosec // the binary is the one found on PATH for this test
-		"--config.file="+cfgPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
+	args := append([]string{
+		"--config.file=" + cfgPath,
+		"--storage.tsdb.path=" + data,
+		"--web.listen-address=" + addr,
 		"--log.level=warn",
-	)
+	}, flags...)
+	cmd := exec.Command(bin, args...) //nolint:gosec // the binary is the one found on PATH for this test
 	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -72,7 +73,10 @@ type bindTask struct {
 	pod  *corev1.Pod
 	node string
 	gpus []model.GPUShare
-	done func(error)
+	// queue is the Queue the pod's usage counts against, recorded on the
+	// pod with the binding (gpupod.QueueAnnotation).
+	queue string
+	done  func(error)
 }
 
 // bind queues a binding.
@@ -142,8 +146,14 @@ func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
 		ObjectMeta: metav1.ObjectMeta{Namespace: t.pod.Namespace, Name: t.pod.Name, UID: t.pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: t.node},
 	}
+	if len(t.gpus) > 0 || t.queue != "" {
+		b.Annotations = make(map[string]string, 2)
+	}
 	if len(t.gpus) > 0 {
-		b.Annotations = map[string]string{GPUsAnnotation: formatShares(t.gpus)}
+		b.Annotations[GPUsAnnotation] = formatShares(t.gpus)
+	}
+	if t.queue != "" {
+		b.Annotations[gpupod.QueueAnnotation] = t.queue
 	}
 	start := time.Now()
 	err := w.client.CoreV1().Pods(t.pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})

@@ -178,7 +178,9 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 			placed[x.Group] = true
 			order = append(order, x.Group)
 		}
-		byGroup[x.Group] = append(byGroup[x.Group], b.bindTask(pi.pod, x.Node, x.GPUs))
+		t := b.bindTask(pi.pod, x.Node, x.GPUs)
+		t.queue = g.queue
+		byGroup[x.Group] = append(byGroup[x.Group], t)
 	}
 	if len(order) == 0 {
 		return placed
@@ -290,7 +292,12 @@ func (b *binder) finishResumed(ctx context.Context, in *cycleInput) {
 			}
 			continue
 		}
+		queue := ""
+		if g := in.groups[group]; g != nil {
+			queue = g.queue
+		}
 		for _, t := range tasks {
+			t.queue = queue
 			b.api.bind(ctx, t)
 		}
 	}

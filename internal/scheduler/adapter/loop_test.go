@@ -3,6 +3,7 @@ package adapter
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +25,8 @@ import (
 // succeed at once (or fail as told), evictions are granted (or refused).
 type fakeWriter struct {
 	mu         sync.Mutex
-	binds      []string // "pod node gpus"
+	binds      []string          // "pod node gpus"
+	queues     map[string]string // pod -> the queue its binding records
 	gangs      map[string][]v1alpha1.MemberPlacement
 	evicted    []string
 	deleted    []string
@@ -37,6 +39,10 @@ var _ clusterWriter = (*fakeWriter)(nil)
 func (f *fakeWriter) bind(_ context.Context, t bindTask) {
 	f.mu.Lock()
 	f.binds = append(f.binds, fmt.Sprintf("%s %s %s", podKey(t.pod), t.node, formatShares(t.gpus)))
+	if f.queues == nil {
+		f.queues = map[string]string{}
+	}
+	f.queues[podKey(t.pod)] = t.queue
 	f.mu.Unlock()
 	t.done(nil)
 }
@@ -339,6 +345,35 @@ func TestLoopReportsQueuesFromTheCore(t *testing.T) {
 	usage := q.Status.Usage[ResourceGPU]
 	if usage.String() != "2" {
 		t.Errorf("queue usage %v, want 2 GPUs", q.Status.Usage)
+	}
+}
+
+// Every binding records the queue the pod's usage counts against, as the
+// scheduler resolved it: the PodGroup's over the pod's label, the pod's
+// label, the namespace's default queue otherwise.
+func TestLoopRecordsTheQueueOnTheBinding(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	for _, q := range []string{"team", "gang-team", "ns-default"} {
+		f.cache.upsertQueue(&v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: q}})
+	}
+	f.cache.upsertNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns",
+		Annotations: map[string]string{v1alpha1.DefaultQueueAnnotation: "ns-default"}}})
+	labelled := testPod("ns", "labelled", rl("nvidia.com/gpu", "1"))
+	labelled.Labels[v1alpha1.QueueLabel] = "team"
+	f.cache.upsertPod(labelled)
+	f.cache.upsertPod(testPod("ns", "plain", rl("nvidia.com/gpu", "1")))
+	pg := podGroup("g", 2)
+	pg.Spec.Queue = "gang-team"
+	f.cache.upsertPodGroup(pg)
+	for i := range 2 {
+		m := gangPod(fmt.Sprint("g-", i), "g", 1)
+		m.Labels[v1alpha1.QueueLabel] = "team"
+		f.cache.upsertPod(m)
+	}
+	f.cycle()
+	want := map[string]string{"ns/labelled": "team", "ns/plain": "ns-default", "ns/g-0": "gang-team", "ns/g-1": "gang-team"}
+	if !maps.Equal(f.api.queues, want) {
+		t.Errorf("bindings recorded queues %v, want %v", f.api.queues, want)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
@@ -94,6 +95,17 @@ func TestQueueLimitBorrowingAndReclaim(t *testing.T) {
 	t.Run("an idle sibling's guarantee is borrowed", func(t *testing.T) {
 		c.queuePods(a, 16)
 		c.waitBound("queue="+a, 16, 30*time.Second)
+		// Each binding records the queue the pod counts against, for
+		// the agent's gpuplane_pod_queue_info and gpuplane cost.
+		ps, err := c.pods(t.Context(), "queue="+a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, p := range ps {
+			if got := p.Annotations[gpupod.QueueAnnotation]; got != a {
+				t.Errorf("pod %s bound with %s=%q, want %q", name, gpupod.QueueAnnotation, got, a)
+			}
+		}
 	})
 	t.Run("the owner reclaims its guarantee", func(t *testing.T) {
 		c.queuePods(b, 8)
