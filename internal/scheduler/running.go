@@ -99,7 +99,7 @@ func (r *running) add(a *model.Allocation, node int) *podState {
 	ps := &podState{a: a, node: node, slot: len(r.onNode[node])}
 	r.onNode[node] = append(r.onNode[node], ps)
 	r.pods[a.Pod] = ps
-	use := model.Of(&a.Request)
+	use := a.Usage()
 	ps.queue = r.entry(a.Queue)
 	ps.queue.usage = ps.queue.usage.Add(use)
 	ps.queue.pods++
@@ -146,7 +146,7 @@ func (r *running) drop(ps *podState) {
 	on[ps.slot], last.slot = last, ps.slot
 	on[len(on)-1] = nil
 	r.onNode[ps.node] = on[:len(on)-1]
-	use := model.Of(&ps.a.Request)
+	use := ps.a.Usage()
 	ps.queue.usage = ps.queue.usage.Sub(use)
 	ps.queue.pods--
 	r.tidy(ps.queue)

@@ -148,7 +148,7 @@ func sameAlloc(x, y *model.Allocation) bool {
 	p, q := &x.Request, &y.Request
 	return x.Pod == y.Pod && x.Group == y.Group && x.Queue == y.Queue && x.Priority == y.Priority && x.Node == y.Node &&
 		x.StartedAt == y.StartedAt && x.NonPreemptible == y.NonPreemptible &&
-		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli &&
+		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli && p.Replicas == q.Replicas &&
 		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && slices.Equal(x.GPUs, y.GPUs)
 }
 

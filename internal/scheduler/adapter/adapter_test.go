@@ -56,7 +56,7 @@ func TestPodRequest(t *testing.T) {
 		{name: "whole GPUs with cpu and memory", pod: testPod("ns", "p", rl("nvidia.com/gpu", "2", "cpu", "1500m", "memory", "3Gi")),
 			want: model.Request{GPUs: 2, MilliCPU: 1500, MemoryMiB: 3072}},
 		{name: "a shared GPU replica is a share of one GPU", pod: testPod("ns", "p", rl("nvidia.com/gpu.shared", "1")), replicas: 4,
-			want: model.Request{GPUMilli: 250, ShareResource: "nvidia.com/gpu.shared"}},
+			want: model.Request{GPUMilli: 250, Replicas: 1, ShareResource: "nvidia.com/gpu.shared"}},
 		{name: "gpuplane's fraction and memory", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpuplane.io/gpu-fraction", "0.46", "gpuplane.io/gpu-memory", "20Gi"),
 			want: model.Request{GPUMilli: 460, GPUMemoryMiB: 20480, ShareResource: "nvidia.com/gpu"}},
 		{name: "gpuplane's fraction through nvidia.com/gpu.shared", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu.shared", "1")), "gpuplane.io/gpu-fraction", "0.25"), replicas: 4,
@@ -109,7 +109,7 @@ func TestPodRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got.GPUs != tc.want.GPUs || got.GPUMilli != tc.want.GPUMilli || got.MIGSlices != tc.want.MIGSlices || got.MIGProfile != tc.want.MIGProfile ||
-				got.MilliCPU != tc.want.MilliCPU || got.MemoryMiB != tc.want.MemoryMiB || got.GPUMemoryMiB != tc.want.GPUMemoryMiB || got.ShareResource != tc.want.ShareResource {
+				got.MilliCPU != tc.want.MilliCPU || got.MemoryMiB != tc.want.MemoryMiB || got.GPUMemoryMiB != tc.want.GPUMemoryMiB || got.ShareResource != tc.want.ShareResource || got.Replicas != tc.want.Replicas {
 				t.Errorf("podRequest() = %+v, want %+v", got, tc.want)
 			}
 		})

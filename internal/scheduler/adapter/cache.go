@@ -197,11 +197,13 @@ func sharedReplicas(n *corev1.Node) int {
 }
 
 // updateReplicas sets the sharing factor pending pods' shared requests are
-// converted with: the smallest among the nodes that offer shared replicas.
-// A replica is then never counted smaller than on any node, so no node is
-// given more pods than it has replicas (one with more replicas may take
-// fewer pods than it could). Pods whose request depends on it are converted
-// again when it changes. Caller holds mu.
+// converted with: the smallest among the nodes that offer shared replicas,
+// so that a replica is never estimated smaller than on any node. The
+// estimate is what quotas count before a GPU is chosen; the core sizes the
+// share on each GPU by that GPU's own replicas (model.GPU.ShareMilli), so
+// a node with more replicas takes as many pods as it has. Pods whose
+// request depends on it are converted again when it changes. Caller holds
+// mu.
 func (c *clusterCache) updateReplicas() {
 	r := 0
 	for _, ni := range c.nodes {
@@ -370,7 +372,7 @@ func allocationChanged(old, p *podInfo) bool {
 	return o.UID != n.UID || o.Spec.SchedulerName != n.Spec.SchedulerName || o.Spec.NodeName != n.Spec.NodeName || old.terminal() != p.terminal() ||
 		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || !maps.Equal(o.Labels, n.Labels) ||
 		o.Annotations[GPUsAnnotation] != n.Annotations[GPUsAnnotation] || o.Annotations[HeldAnnotation] != n.Annotations[HeldAnnotation] || (old.bad == nil) != (p.bad == nil) ||
-		a.MilliCPU != b.MilliCPU || a.MemoryMiB != b.MemoryMiB || a.GPUs != b.GPUs || a.GPUMilli != b.GPUMilli ||
+		a.MilliCPU != b.MilliCPU || a.MemoryMiB != b.MemoryMiB || a.GPUs != b.GPUs || a.GPUMilli != b.GPUMilli || a.Replicas != b.Replicas ||
 		a.GPUMemoryMiB != b.GPUMemoryMiB || a.MIGSlices != b.MIGSlices || a.MIGProfile != b.MIGProfile || a.ShareResource != b.ShareResource
 }
 

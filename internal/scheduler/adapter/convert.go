@@ -301,8 +301,10 @@ func badInput(reason, format string, args ...any) *BadInputError {
 
 // podRequest builds the core's request of a pod from its containers'
 // requests (init containers and pod overhead included, as the kubelet
-// counts them). replicas is the sharing factor of nvidia.com/gpu.shared on
-// the cluster's nodes (1 when unknown).
+// counts them). replicas is the least sharing factor of nvidia.com/gpu.shared
+// on the cluster's nodes (1 when unknown): a request for fewer replicas
+// than that is a Request.Replicas, whose share each GPU sets; for more, it
+// is whole GPUs.
 func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range cs {
@@ -346,7 +348,10 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 		if milli >= model.MilliPerGPU {
 			out.GPUs = int(milli / model.MilliPerGPU)
 		} else {
-			out.GPUMilli = max(milli, 1)
+			// n replicas of whichever GPU the core picks: the share is
+			// that GPU's (model.GPU.ShareMilli); milli, the largest on
+			// any node, is what quotas count until then.
+			out.GPUMilli, out.Replicas = max(milli, 1), int(n)
 		}
 	}
 	for name, q := range reqs {
@@ -382,7 +387,7 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 	case plain+shared > 1:
 		return model.Request{}, badInput("FractionOfSeveralGPUs", "the pod asks for part of a GPU (%s) on %d GPUs: gpuplane places part of one GPU per pod; ask for 1", frac.Source, plain+shared)
 	}
-	out.GPUs, out.GPUMilli, out.GPUMemoryMiB = 0, frac.Milli, frac.MemoryMiB
+	out.GPUs, out.GPUMilli, out.GPUMemoryMiB, out.Replicas = 0, frac.Milli, frac.MemoryMiB, 0
 	out.ShareResource = string(ResourceGPU)
 	if shared > 0 {
 		out.ShareResource = string(ResourceGPUShared)

@@ -377,6 +377,49 @@ func TestLoopRecordsTheQueueOnTheBinding(t *testing.T) {
 	}
 }
 
+// A shared replica is sized by the GPU it lands on: a node sharing its GPU
+// 10 ways takes 10 one-replica pods beside one sharing 4 ways, and the
+// queue counts what each pod's GPU gives (a tenth or a quarter).
+func TestLoopSizesReplicasByTheirNode(t *testing.T) {
+	shared := func(name string, replicas int) *corev1.Node {
+		return testNode(name, rl("nvidia.com/gpu.shared", fmt.Sprint(replicas), "cpu", "64", "memory", "256Gi"),
+			map[string]string{"nvidia.com/gpu.replicas": fmt.Sprint(replicas)}, nil)
+	}
+	f := newLoopFixture(t, Config{}, shared("four", 4), shared("ten", 10))
+	f.cache.upsertQueue(&v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
+	for i := range 15 {
+		p := testPod("ns", fmt.Sprint("r-", i), rl("nvidia.com/gpu.shared", "1"))
+		p.Labels[v1alpha1.QueueLabel] = "team"
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	on := map[string]int{}
+	for _, b := range f.api.binds {
+		on[strings.Fields(b)[1]]++
+	}
+	if on["four"] != 4 || on["ten"] != 10 {
+		t.Fatalf("bound %v per node, want 4 on four and 10 on ten (binds %v)", on, f.api.binds)
+	}
+	// The informer shows the binds; the next cycle counts them as running.
+	for _, b := range f.api.binds {
+		fs := strings.Fields(b)
+		ns, name, _ := strings.Cut(fs[0], "/")
+		p := testPod(ns, name, rl("nvidia.com/gpu.shared", "1"))
+		p.Labels[v1alpha1.QueueLabel] = "team"
+		p.Spec.NodeName = fs[1]
+		p.Annotations = map[string]string{GPUsAnnotation: fs[2]}
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	q, ok := f.status.statuses["queue/team"].(*v1alpha1.Queue)
+	if !ok {
+		t.Fatalf("no status for queue team: %v", f.status.statuses)
+	}
+	if usage := q.Status.Usage[ResourceGPU]; usage.String() != "2" {
+		t.Errorf("queue usage %v, want 2 GPUs (4 quarters and 10 tenths)", q.Status.Usage)
+	}
+}
+
 // Part of a GPU on a cluster whose nodes share none: the pod waits and
 // says why; a fraction out of range is refused with the field named.
 func TestLoopExplainsFractions(t *testing.T) {

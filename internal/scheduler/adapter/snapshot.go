@@ -608,8 +608,8 @@ func autoShares(n *model.Node, gpuFree []int64, sliceFree []int, req *model.Requ
 		}
 	case req.GPUMilli > 0:
 		for g := range n.GPUs {
-			if n.GPUs[g].MIGSlices == 0 && gpuFree[g] >= req.GPUMilli {
-				return []model.GPUShare{{Index: g, Milli: req.GPUMilli}}
+			if need := n.GPUs[g].ShareMilli(req); n.GPUs[g].MIGSlices == 0 && gpuFree[g] >= need {
+				return []model.GPUShare{{Index: g, Milli: need}}
 			}
 		}
 	}

@@ -48,9 +48,14 @@ type GPU struct {
 	NUMANode int `json:"numaNode,omitempty"`
 }
 
-// ShareMilli is how much of g a share of req takes: the request's part, at
-// least the GPU's MinShareMilli.
+// ShareMilli is how much of g a share of req takes: Replicas of the GPU's
+// replicas when the request counts replicas, else the request's part, at
+// least the GPU's MinShareMilli. More than the GPU's capacity (more
+// replicas than it has) fits nowhere on it.
 func (g *GPU) ShareMilli(req *Request) int64 {
+	if req.Replicas > 0 && g.MinShareMilli > 0 {
+		return int64(req.Replicas) * g.MinShareMilli
+	}
 	return max(req.GPUMilli, g.MinShareMilli)
 }
 
@@ -99,6 +104,13 @@ type Request struct {
 	GPUs int `json:"gpus,omitempty"`
 	// GPUMilli is a share of one GPU in thousandths (1..999) when GPUs is 0.
 	GPUMilli int64 `json:"gpuMilli,omitempty"`
+	// Replicas asks for that many replicas of one GPU shared without a
+	// part named (nvidia.com/gpu.shared: N): on each GPU the share is N of
+	// its replicas (GPU.ShareMilli), so it follows each node's sharing
+	// factor. GPUMilli is then the largest such share on any node, which
+	// quotas count before a GPU is chosen; once placed, the GPU's share
+	// counts (Allocation.Usage).
+	Replicas int `json:"replicas,omitempty"`
 	// GPUMemoryMiB is GPU memory for a share (with or without GPUMilli).
 	GPUMemoryMiB int64 `json:"gpuMemoryMiB,omitempty"`
 	// ShareResource is the device-plugin resource a share is asked
@@ -207,6 +219,19 @@ type Allocation struct {
 	// MinMember is the declared gang size of the pod's group (0: all its
 	// pods), so that an evicted group waits again for its whole gang.
 	MinMember int `json:"minMember,omitempty"`
+}
+
+// Usage is the quota vector of a running allocation: its request's, with
+// the share its GPU gives for a request counted in replicas.
+func (a *Allocation) Usage() Resources {
+	use := Of(&a.Request)
+	if a.Request.Replicas > 0 && len(a.GPUs) > 0 {
+		use.GPUMilli = 0
+		for _, s := range a.GPUs {
+			use.GPUMilli += s.Milli
+		}
+	}
+	return use
 }
 
 // Resources is a vector of the resources quotas are kept in.

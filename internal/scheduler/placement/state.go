@@ -283,6 +283,9 @@ func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bo
 	ns.Pods += int(sign)
 	if req.UsesGPU() {
 		size := req.GPUMilli
+		if req.Replicas > 0 && len(shares) == 1 {
+			size = shares[0].Milli
+		}
 		if req.GPUs > 0 {
 			size = model.MilliPerGPU
 		}
