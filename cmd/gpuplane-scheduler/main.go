@@ -86,6 +86,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", def.RenewDeadline, "how long the leader retries renewing before it gives up")
 	fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", def.RetryPeriod, "time between Lease attempts")
 	fs.StringVar(&cfg.ServeAddr, "serve-address", ":10259", "address of /metrics, /healthz and /readyz; empty serves none")
+	fs.BoolVar(&cfg.Profiling, "profiling", false, "also serve Go's /debug/pprof/ on --serve-address (heap, CPU, goroutines), to diagnose memory or time; keep that address off the network when on")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0

@@ -62,6 +62,9 @@ type Config struct {
 	RetryPeriod    time.Duration
 	// ServeAddr serves /metrics, /healthz and /readyz; empty serves none.
 	ServeAddr string
+	// Profiling also serves Go's /debug/pprof/ on ServeAddr (heap, CPU,
+	// goroutines), for diagnosing the scheduler's memory and time.
+	Profiling bool
 	// Logger receives the scheduler's logs; nil discards.
 	Logger *slog.Logger
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -84,7 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	var ready atomic.Bool
-	stopServe, err := serve(cfg.ServeAddr, m, &ready, log)
+	stopServe, err := serve(cfg.ServeAddr, cfg.Profiling, m, &ready, log)
 	if err != nil {
 		return err
 	}
@@ -222,8 +223,9 @@ func typed[T any, PT interface {
 }
 
 // serve starts the /metrics, /healthz and /readyz server on addr (none when
-// addr is empty) and returns its stop function.
-func serve(addr string, m *metrics, ready *atomic.Bool, log logr.Logger) (func(), error) {
+// addr is empty), with /debug/pprof/ when profiling, and returns its stop
+// function.
+func serve(addr string, profiling bool, m *metrics, ready *atomic.Bool, log logr.Logger) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -237,6 +239,13 @@ func serve(addr string, m *metrics, ready *atomic.Bool, log logr.Logger) (func()
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("serving metrics and health on %s: %w", addr, err)

@@ -3,9 +3,13 @@ package adapter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,5 +91,47 @@ func TestRunSaysWhenTheAPIServerIsUnreachable(t *testing.T) {
 	cancel()
 	if err := <-done; err == nil {
 		t.Error("Run returned nil after its caches never synced")
+	}
+}
+
+// The serving port answers health and metrics, and pprof only when asked.
+func TestServe(t *testing.T) {
+	for _, profiling := range []bool{false, true} {
+		t.Run(fmt.Sprintf("profiling=%v", profiling), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			_ = ln.Close()
+			var ready atomic.Bool
+			stop, err := serve(addr, profiling, newMetrics(), &ready, logr.Discard())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			get := func(path string) int {
+				resp, err := http.Get("http://" + addr + path) //nolint:noctx // loopback test server
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = resp.Body.Close()
+				return resp.StatusCode
+			}
+			if code := get("/readyz"); code != http.StatusServiceUnavailable {
+				t.Errorf("/readyz before sync: %d, want 503", code)
+			}
+			ready.Store(true)
+			if code := get("/readyz"); code != http.StatusOK {
+				t.Errorf("/readyz after sync: %d, want 200", code)
+			}
+			want := http.StatusNotFound
+			if profiling {
+				want = http.StatusOK
+			}
+			if code := get("/debug/pprof/heap"); code != want {
+				t.Errorf("/debug/pprof/heap: %d, want %d", code, want)
+			}
+		})
 	}
 }

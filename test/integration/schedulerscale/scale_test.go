@@ -10,13 +10,18 @@
 //	GPUPLANE_CONTROLPLANE_BIN=$PWD/bin go test -run '^$' -bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 180m ./test/integration/schedulerscale/
 //
 // GPUPLANE_BENCH_NODES sets the node count (default 1000; pods are 8 per
-// node).
+// node). GPUPLANE_BENCH_HEAP_DIR, when set, runs gpuplane-scheduler with
+// --profiling and saves its heap profile there once every pod of a round is
+// bound (go tool pprof reads it), to see what the resident memory holds.
 package schedulerscale_test
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,8 +203,18 @@ func startScheduler(b *testing.B, name string) (int, func()) {
 	var cmd *exec.Cmd
 	switch name {
 	case "gpuplane-scheduler":
-		cmd = exec.CommandContext(ctx, schedulerBin, "--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
-			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(burst), "--serve-address", "", "--log-level", "warn")
+		serve := []string{"--serve-address", ""}
+		if heapDir != "" {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			profileAddr = ln.Addr().String()
+			_ = ln.Close()
+			serve = []string{"--serve-address", profileAddr, "--profiling"}
+		}
+		cmd = exec.CommandContext(ctx, schedulerBin, append([]string{"--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
+			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(burst), "--log-level", "warn"}, serve...)...)
 		cmd.Stderr = os.Stderr
 	default:
 		dir := b.TempDir()
@@ -231,6 +246,38 @@ func startScheduler(b *testing.B, name string) (int, func()) {
 			b.Errorf("%s: %v", name, err)
 		}
 	}
+}
+
+// heapDir is GPUPLANE_BENCH_HEAP_DIR; profileAddr where the running
+// gpuplane-scheduler serves /debug/pprof/ when it is set.
+var (
+	heapDir     = os.Getenv("GPUPLANE_BENCH_HEAP_DIR")
+	profileAddr string
+)
+
+// saveHeap writes gpuplane-scheduler's heap profile, after a GC, to path.
+func saveHeap(b *testing.B, path string) {
+	ctx, cancel := context.WithTimeout(b.Context(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+profileAddr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Errorf("fetching the heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		b.Errorf("saving the heap profile: %v", err)
+	}
+	b.Logf("heap profile of gpuplane-scheduler in %s", path)
 }
 
 // watcher records when each pod of a namespace is first seen bound.
@@ -496,6 +543,9 @@ func run(b *testing.B, dyn dynamic.Interface, r round) {
 		b.ReportMetric(float64(rss)/1024, "sched-rss-MiB")
 	} else {
 		b.Logf("reading the scheduler's memory: %v", err)
+	}
+	if heapDir != "" && r.scheduler == "gpuplane-scheduler" {
+		saveHeap(b, filepath.Join(heapDir, strings.ReplaceAll(b.Name(), "/", "_")+".heap"))
 	}
 	if r.backlog {
 		b.ReportMetric(first.Sub(start).Seconds(), "first-bind-s")
