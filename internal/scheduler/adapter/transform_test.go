@@ -106,7 +106,8 @@ func TestForCacheKeepsWhatTheSchedulerReads(t *testing.T) {
 		"kept: gpus annotation": slimP.Annotations[GPUsAnnotation] == "0,1",
 		"kept: uid and version": slimP.UID == pod.UID && slimP.ResourceVersion == pod.ResourceVersion,
 		"kept: sidecar policy":  slimP.Spec.InitContainers[0].RestartPolicy != nil,
-		"kept: phase":           slimP.Status.Phase == corev1.PodRunning && len(slimP.Status.Conditions) == 2,
+		"kept: phase":           slimP.Status.Phase == corev1.PodRunning && len(slimP.Status.Conditions) == 1 && slimP.Status.Conditions[0].Type == corev1.PodScheduled,
+		"other annotations":     len(slimP.Annotations) == 1,
 		"kept: node taints":     len(slimN.Spec.Taints) == 1,
 	} {
 		if !gone {
@@ -115,6 +116,39 @@ func TestForCacheKeepsWhatTheSchedulerReads(t *testing.T) {
 	}
 	if pod.Annotations[lastApplied] == "" || node.Status.Images == nil {
 		t.Error("the transform changed the object it was given a copy of")
+	}
+	// Each annotation the scheduler reads survives the transform.
+	for _, k := range podAnnotations {
+		p := pod.DeepCopy()
+		p.Annotations[k] = "v"
+		if s, _ := forCache(p); s.(*corev1.Pod).Annotations[k] != "v" {
+			t.Errorf("annotation %s was dropped", k)
+		}
+	}
+}
+
+// Pods of one workload share their labels, node selector and resource
+// lists in the cache; a pod whose differ keeps its own, and no key or
+// value can pass for another pair.
+func TestForCacheSharesAlikeMaps(t *testing.T) {
+	a, _ := forCache(fullPod("ns", "a", "n"))
+	b, _ := forCache(fullPod("ns", "b", "n"))
+	pa, pb := a.(*corev1.Pod), b.(*corev1.Pod)
+	same := func(x, y any) bool { return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer() }
+	if !same(pa.Labels, pb.Labels) || !same(pa.Spec.NodeSelector, pb.Spec.NodeSelector) ||
+		!same(pa.Spec.Containers[0].Resources.Limits, pb.Spec.Containers[0].Resources.Limits) {
+		t.Error("two pods of one workload keep separate copies of alike maps")
+	}
+	c := fullPod("ns", "c", "n")
+	c.Labels["app"] = "other"
+	pc, _ := forCache(c)
+	if same(pa.Labels, pc.(*corev1.Pod).Labels) || pc.(*corev1.Pod).Labels["app"] != "other" {
+		t.Error("a pod with other labels got the shared ones")
+	}
+	x := strMaps.intern(map[string]string{"a": "b1:c"})
+	y := strMaps.intern(map[string]string{"a": "b", "c": ""})
+	if same(x, y) {
+		t.Error("two different maps were taken for one")
 	}
 }
 
