@@ -173,10 +173,14 @@ func profiling(p *gpu.Profiling, a gpu.Architecture, util, memUtil, share float6
 	busy := util / 100
 	pcie := pcieBps(a) * share * busy
 	*p = gpu.Profiling{
-		GREngineActive: busy, TensorActive: tensorShare * busy, DRAMActive: memUtil / 100,
+		GREngineActive: ratio(busy), TensorActive: ratio(tensorShare * busy), DRAMActive: ratio(memUtil / 100),
 		PCIeTxBytesPerSec: math.Round(pcieTxShare * pcie), PCIeRxBytesPerSec: math.Round(pcieRxShare * pcie),
 	}
 }
+
+// ratio rounds a ratio to four places, as a counter-based reading would
+// be, without float noise.
+func ratio(x float64) float64 { return math.Round(x*1e4) / 1e4 }
 
 // migProfiling fills the per GPU instance profiling readings of g.
 func (g *simGPU) migProfiling(s *gpu.Sample) {
