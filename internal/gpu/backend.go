@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/bits"
 	"time"
 )
 
@@ -56,6 +57,81 @@ type Sample struct {
 	XIDCount           uint64       `json:"xidCount"`
 	Timestamp          time.Time    `json:"timestamp"`
 	MissingFieldsCount int          `json:"missingFields"` // fields the GPU does not report
+
+	// The readings below are not offered by every GPU. Has says which this
+	// sample holds; Unsupported says which the GPU will never offer, as
+	// opposed to those it cannot give yet (profiling needs two readings
+	// apart in time) or that do not apply (a license on bare metal).
+	Has         Readings `json:"has"`
+	Unsupported Readings `json:"unsupported,omitempty"`
+	// EncoderUtil and DecoderUtil are the video engines' utilization,
+	// percent.
+	EncoderUtil uint32 `json:"encoderUtil"`
+	DecoderUtil uint32 `json:"decoderUtil"`
+	// NVLinkKiB is the NVLink data (payload, without protocol headers)
+	// the GPU sent and received over all its links since the driver
+	// loaded, in KiB.
+	NVLinkKiB uint64 `json:"nvlinkKiB"`
+	// VGPULicensed says whether a vGPU (a GPU seen from inside a VM) holds
+	// a license. Not a reading of bare-metal or passthrough GPUs.
+	VGPULicensed bool `json:"vgpuLicensed"`
+	// Profiling is the whole GPU's profiling readings.
+	Profiling Profiling `json:"profiling"`
+	// MIGProfiling holds the profiling readings of the GPU's first
+	// MIGProfilingCount GPU instances. A fixed array, so that a Sample stays
+	// a plain value.
+	MIGProfiling      [MaxGPUInstances]MIGProfiling `json:"migProfiling"`
+	MIGProfilingCount int                           `json:"migProfilingCount"`
+}
+
+// MaxGPUInstances bounds the MIG GPU instances of one GPU (seven on every
+// MIG-capable GPU so far).
+const MaxGPUInstances = 8
+
+// Readings is a set of the optional readings of a Sample.
+type Readings uint32
+
+// Optional readings.
+const (
+	ReadEncoderUtil Readings = 1 << iota
+	ReadDecoderUtil
+	ReadNVLink
+	ReadVGPULicense
+	ReadGREngineActive
+	ReadTensorActive
+	ReadDRAMActive
+	ReadPCIeTx
+	ReadPCIeRx
+)
+
+// ReadProfiling is every profiling reading.
+const ReadProfiling = ReadGREngineActive | ReadTensorActive | ReadDRAMActive | ReadPCIeTx | ReadPCIeRx
+
+// Count returns how many readings r holds.
+func (r Readings) Count() int { return bits.OnesCount32(uint32(r)) }
+
+// Profiling is what a GPU's performance monitors measured between two
+// readings: ratios of time (0 to 1) and PCIe rates, averaged over the
+// interval.
+type Profiling struct {
+	// GREngineActive is the part of the time the graphics or compute
+	// engine was busy.
+	GREngineActive float64 `json:"grEngineActive"`
+	// TensorActive is the part of the time the SMs ran tensor operations.
+	TensorActive float64 `json:"tensorActive"`
+	// DRAMActive is the device memory bandwidth used over its maximum.
+	DRAMActive float64 `json:"dramActive"`
+	// PCIeTxBytesPerSec and PCIeRxBytesPerSec are the data the GPU sent
+	// and received over PCIe, protocol headers included.
+	PCIeTxBytesPerSec float64 `json:"pcieTxBytesPerSec"`
+	PCIeRxBytesPerSec float64 `json:"pcieRxBytesPerSec"`
+}
+
+// MIGProfiling is the profiling readings of one MIG GPU instance.
+type MIGProfiling struct {
+	GPUInstanceID int       `json:"gpuInstanceID"`
+	Has           Readings  `json:"has"`
+	Profiling     Profiling `json:"profiling"`
 }
 
 // Process is a compute process running on a GPU.

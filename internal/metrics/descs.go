@@ -8,22 +8,26 @@ import (
 
 // Label names, as dcgm-exporter writes them.
 const (
-	LabelGPU        = "gpu"
-	LabelUUID       = "UUID"
-	LabelPCIBusID   = "pci_bus_id"
-	LabelDevice     = "device"
-	LabelModelName  = "modelName"
-	LabelHostname   = "Hostname"
-	LabelGIProfile  = "GPU_I_PROFILE"
-	LabelGIID       = "GPU_I_ID"
-	LabelPod        = "pod"
-	LabelNamespace  = "namespace"
-	LabelContainer  = "container"
-	labelReason     = "reason"
-	labelCollector  = "collector"
-	labelResource   = "resource"
-	reasonGPULost   = "gpu-lost"
-	reasonReadError = "read-error"
+	LabelGPU       = "gpu"
+	LabelUUID      = "UUID"
+	LabelPCIBusID  = "pci_bus_id"
+	LabelDevice    = "device"
+	LabelModelName = "modelName"
+	LabelHostname  = "Hostname"
+	LabelGIProfile = "GPU_I_PROFILE"
+	LabelGIID      = "GPU_I_ID"
+	// LabelDriverVersion carries the driver version on every DCGM_FI_*
+	// series, as dcgm-exporter's default DCGM_FI_DRIVER_VERSION label
+	// field does.
+	LabelDriverVersion = "DCGM_FI_DRIVER_VERSION"
+	LabelPod           = "pod"
+	LabelNamespace     = "namespace"
+	LabelContainer     = "container"
+	labelReason        = "reason"
+	labelCollector     = "collector"
+	labelResource      = "resource"
+	reasonGPULost      = "gpu-lost"
+	reasonReadError    = "read-error"
 )
 
 var (
@@ -47,7 +51,40 @@ type field struct {
 	// skipZero leaves the series out when the value is zero, for readings
 	// a GPU may not have (memory temperature without HBM).
 	skipZero bool
-	desc     *prometheus.Desc
+	// need leaves the series out of a sample that lacks the reading.
+	need gpu.Readings
+	// own marks gpuplane's own series: they carry no driver version label.
+	own  bool
+	desc *prometheus.Desc
+}
+
+// profField is one profiling series, of a whole GPU or of a MIG GPU
+// instance.
+type profField struct {
+	name, help string
+	need       gpu.Readings
+	value      func(p *gpu.Profiling) float64
+	// migDesc is the series with the MIG labels.
+	migDesc *prometheus.Desc
+}
+
+// profNote ends the help of the profiling series.
+const profNote = " Needs NVML GPM (Hopper or later); absent on older GPUs and in the first scrape."
+
+// profFields are dcgm-exporter's default profiling (DCP) series.
+func profFields() []profField {
+	return []profField{
+		{name: "DCGM_FI_PROF_GR_ENGINE_ACTIVE", help: "Ratio of time the graphics engine is active." + profNote, need: gpu.ReadGREngineActive,
+			value: func(p *gpu.Profiling) float64 { return p.GREngineActive }},
+		{name: "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", help: "Ratio of cycles the tensor (HMMA) pipe is active." + profNote, need: gpu.ReadTensorActive,
+			value: func(p *gpu.Profiling) float64 { return p.TensorActive }},
+		{name: "DCGM_FI_PROF_DRAM_ACTIVE", help: "Ratio of cycles the device memory interface is active sending or receiving data." + profNote, need: gpu.ReadDRAMActive,
+			value: func(p *gpu.Profiling) float64 { return p.DRAMActive }},
+		{name: "DCGM_FI_PROF_PCIE_TX_BYTES", help: "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second." + profNote, need: gpu.ReadPCIeTx,
+			value: func(p *gpu.Profiling) float64 { return p.PCIeTxBytesPerSec }},
+		{name: "DCGM_FI_PROF_PCIE_RX_BYTES", help: "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second." + profNote, need: gpu.ReadPCIeRx,
+			value: func(p *gpu.Profiling) float64 { return p.PCIeRxBytesPerSec }},
+	}
 }
 
 func b2f(b bool) float64 {
@@ -82,8 +119,26 @@ func deviceFields() []field {
 		{name: "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", help: "Number of remapped rows for uncorrectable errors.", typ: c, value: func(s *gpu.Sample) float64 { return float64(s.RemappedRows.Uncorrectable) }},
 		{name: "DCGM_FI_DEV_ROW_REMAP_FAILURE", help: "Whether remapping of rows has failed (1) or not (0).", typ: g, value: func(s *gpu.Sample) float64 { return b2f(s.RemappedRows.Failure) }},
 		{name: "DCGM_FI_DEV_ROW_REMAP_PENDING", help: "Whether a row remapping waits for a GPU reset (1) or not (0).", typ: g, value: func(s *gpu.Sample) float64 { return b2f(s.RemappedRows.Pending) }},
-		{name: "gpuplane_xid_errors_total", help: "XID errors the GPU reported since the agent started watching it.", typ: c, value: func(s *gpu.Sample) float64 { return float64(s.XIDCount) }},
+		{name: "DCGM_FI_DEV_ENC_UTIL", help: "Encoder utilization (in %).", typ: g, need: gpu.ReadEncoderUtil, value: func(s *gpu.Sample) float64 { return float64(s.EncoderUtil) }},
+		{name: "DCGM_FI_DEV_DEC_UTIL", help: "Decoder utilization (in %).", typ: g, need: gpu.ReadDecoderUtil, value: func(s *gpu.Sample) float64 { return float64(s.DecoderUtil) }},
+		{name: "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", typ: c, need: gpu.ReadNVLink, value: func(s *gpu.Sample) float64 { return float64(s.NVLinkKiB) },
+			help: "Total NVLink data (payload, without protocol headers) sent and received over all links since the driver loaded (in KiB); rate() gives KiB/s. Absent on GPUs without NVLink."},
+		{name: "DCGM_FI_DEV_VGPU_LICENSE_STATUS", typ: g, need: gpu.ReadVGPULicense, value: func(s *gpu.Sample) float64 { return b2f(s.VGPULicensed) },
+			help: "vGPU License status: licensed (1) or not (0). Only on vGPUs (a GPU seen from inside a VM); absent on bare metal and in passthrough."},
+		{name: "gpuplane_xid_errors_total", help: "XID errors the GPU reported since the agent started watching it.", typ: c, own: true, value: func(s *gpu.Sample) float64 { return float64(s.XIDCount) }},
 	}
+}
+
+// allDeviceFields are deviceFields followed by the whole-GPU profiling
+// series.
+func allDeviceFields(prof []profField) []field {
+	out := deviceFields()
+	for i := range prof {
+		pf := &prof[i]
+		out = append(out, field{name: pf.name, help: pf.help, typ: prometheus.GaugeValue, need: pf.need,
+			value: func(s *gpu.Sample) float64 { return pf.value(&s.Profiling) }})
+	}
+	return out
 }
 
 // descs holds every Desc the Exporter emits, built once.
@@ -91,7 +146,11 @@ type descs struct {
 	// devPod and mig are the label names of the device and MIG series, in
 	// the order labelValues gives their values.
 	devPod, mig []string
-	fields      []field
+	// dcgm and dcgmMIG are the same with the driver version, for the
+	// DCGM_FI_* series.
+	dcgm, dcgmMIG []string
+	fields        []field
+	prof          []profField
 	// MIG devices: framebuffer used and free of the GPU instance.
 	migFBUsed, migFBFree *prometheus.Desc
 
@@ -118,13 +177,24 @@ type descs struct {
 func newDescs() *descs {
 	devPod := join(deviceLabels, podLabels)
 	mig := join(deviceLabels, []string{LabelGIProfile, LabelGIID}, podLabels)
-	d := &descs{devPod: devPod, mig: mig, fields: deviceFields()}
+	dcgm := join(deviceLabels, []string{LabelDriverVersion}, podLabels)
+	dcgmMIG := join(deviceLabels, []string{LabelGIProfile, LabelGIID, LabelDriverVersion}, podLabels)
+	d := &descs{devPod: devPod, mig: mig, dcgm: dcgm, dcgmMIG: dcgmMIG, prof: profFields()}
+	d.fields = allDeviceFields(d.prof)
 	for i := range d.fields {
 		f := &d.fields[i]
-		f.desc = prometheus.NewDesc(f.name, f.help, devPod, nil)
+		labels := dcgm
+		if f.own {
+			labels = devPod
+		}
+		f.desc = prometheus.NewDesc(f.name, f.help, labels, nil)
 	}
-	d.migFBUsed = prometheus.NewDesc("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", mig, nil)
-	d.migFBFree = prometheus.NewDesc("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", mig, nil)
+	for i := range d.prof {
+		pf := &d.prof[i]
+		pf.migDesc = prometheus.NewDesc(pf.name, pf.help, dcgmMIG, nil)
+	}
+	d.migFBUsed = prometheus.NewDesc("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", dcgmMIG, nil)
+	d.migFBFree = prometheus.NewDesc("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", dcgmMIG, nil)
 	d.telemetryUp = prometheus.NewDesc("gpuplane_device_telemetry_up",
 		"Whether the GPU answered this scrape (1) or not (0, the reason says why); a GPU that does not answer has no DCGM_* series.",
 		join(deviceLabels, []string{labelReason}), nil)

@@ -4,8 +4,29 @@
 // (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED in MiB, ... with gpu, UUID,
 // pci_bus_id, device, modelName, Hostname, and GPU_I_PROFILE, GPU_I_ID on
 // MIG devices), so dashboards and alerts written for dcgm-exporter keep
-// working. A GPU held by exactly one container carries that container's
-// pod, namespace and container labels, as with dcgm-exporter.
+// working. Every DCGM_FI_* series also carries the driver version as its
+// DCGM_FI_DRIVER_VERSION label, which is how dcgm-exporter's default
+// counters export that field (there is no series of that name). A GPU held
+// by exactly one container carries that container's pod, namespace and
+// container labels, as with dcgm-exporter.
+//
+// dcgm-exporter's default counters that not every GPU offers are left out
+// where the GPU lacks them, and the exporter logs once per GPU which ones
+// are missing:
+//   - DCGM_FI_DEV_ENC_UTIL and DCGM_FI_DEV_DEC_UTIL, percent.
+//   - DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, a counter of the NVLink data
+//     (payload) sent and received over all links, in KiB; only on GPUs
+//     with NVLink. Note that DCGM itself publishes a rate under this name
+//     although dcgm-exporter declares it a counter; here it is a true
+//     counter, so rate() gives KiB/s.
+//   - DCGM_FI_DEV_VGPU_LICENSE_STATUS, 1 when a vGPU is licensed; only
+//     inside a VM on a vGPU, absent on bare metal and in passthrough.
+//   - DCGM_FI_PROF_GR_ENGINE_ACTIVE, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and
+//     DCGM_FI_PROF_DRAM_ACTIVE (ratios 0 to 1), DCGM_FI_PROF_PCIE_TX_BYTES
+//     and DCGM_FI_PROF_PCIE_RX_BYTES (bytes per second), read from NVML's
+//     GPM on Hopper and later GPUs, for the whole GPU and for each MIG GPU
+//     instance (with GPU_I_PROFILE and GPU_I_ID). They compare two readings,
+//     so the first scrape after start has none.
 //
 // A GPU shared by several pods (time-slicing, MPS) does not repeat its
 // numbers for each pod. Instead the gpuplane_pod_* series split the GPU's

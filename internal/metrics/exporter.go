@@ -95,6 +95,11 @@ type Exporter struct {
 
 	mu       sync.Mutex
 	hostname string
+	// driver is the driver version, the DCGM_FI_DRIVER_VERSION label.
+	driver string
+	// unsupported remembers, by GPU UUID, the readings the GPU said it
+	// does not offer, so that each is logged once.
+	unsupported map[string]gpu.Readings
 	// Inventory, refreshed every InventoryTTL.
 	devices   []gpu.Device
 	byUUID    map[string]int // UUID of a GPU or MIG device -> GPU index
@@ -144,7 +149,7 @@ func NewExporter(opts Options) (*Exporter, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	e := &Exporter{opts: opts, log: opts.Logger, descs: newDescs(), byUUID: map[string]int{}}
+	e := &Exporter{opts: opts, log: opts.Logger, descs: newDescs(), byUUID: map[string]int{}, unsupported: map[string]gpu.Readings{}}
 	e.att = newAttribution(opts.ProcRoot, opts.CheckpointPath)
 	e.lc = newLabelCache()
 	e.collectors = []collector{
@@ -206,12 +211,18 @@ func (c *inventoryCollector) collect(ctx context.Context, _ func(prometheus.Metr
 	if e.devices != nil && !e.invStale && now.Sub(e.invAt) < e.opts.InventoryTTL {
 		return nil
 	}
+	sys, sysErr := e.opts.GPUs.System(ctx)
+	if sysErr != nil {
+		e.log.Debug("reading the driver version", "err", sysErr)
+	} else if sys.DriverVersion != e.driver {
+		// Every DCGM_FI_* label set carries the version.
+		e.driver = sys.DriverVersion
+		e.lc.reset()
+	}
 	if e.hostname == "" {
 		e.hostname = e.opts.Hostname
-		if e.hostname == "" {
-			if sys, err := e.opts.GPUs.System(ctx); err == nil {
-				e.hostname = sys.Hostname
-			}
+		if e.hostname == "" && sysErr == nil {
+			e.hostname = sys.Hostname
 		}
 		if e.hostname == "" {
 			e.hostname, _ = os.Hostname()
@@ -287,6 +298,17 @@ func (e *Exporter) metric(desc *prometheus.Desc, labels []*dto.LabelPair, typ pr
 // devicePairs returns the cached label pairs of GPU i's device series.
 func (e *Exporter) devicePairs(i int, ctr, ns, pod string) []*dto.LabelPair {
 	return e.lc.pairs(labelKey{gpu: i, kind: kindDevice, a: ctr, b: ns, c: pod}, e.descs.devPod, e.labelValues(i, ctr, ns, pod))
+}
+
+// dcgmPairs returns the cached label pairs of GPU i's DCGM_FI_* series.
+func (e *Exporter) dcgmPairs(i int, ctr, ns, pod string) []*dto.LabelPair {
+	return e.lc.pairs(labelKey{gpu: i, kind: kindDCGM, a: ctr, b: ns, c: pod}, e.descs.dcgm, e.labelValues(i, e.driver, ctr, ns, pod))
+}
+
+// dcgmMIGPairs returns the cached label pairs of a MIG device's DCGM_FI_*
+// series.
+func (e *Exporter) dcgmMIGPairs(i int, profile, gi, ctr, ns, pod string) []*dto.LabelPair {
+	return e.lc.pairs(labelKey{gpu: i, kind: kindDCGMMIG, a: ctr, b: ns, c: pod, d: profile, e: gi}, e.descs.dcgmMIG, e.labelValues(i, profile, gi, e.driver, ctr, ns, pod))
 }
 
 // migPairs returns the cached label pairs of a MIG device's series.

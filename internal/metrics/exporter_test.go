@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -479,4 +480,135 @@ func TestProcessOnAnotherPodsGPU(t *testing.T) {
 	if len(got) != 1 || label(got[0], "gpu") != "1" || label(got[0], "pod_uid") != n.Pods[1].UID {
 		t.Errorf("gpuplane_gpu_unallocated_pod_processes = %v, want the intruder on GPU 1", got)
 	}
+}
+
+// TestDCGMDefaultCounters checks the dcgm-exporter default counters that
+// only some GPUs offer: profiling on Hopper, NVLink where GPUs have links,
+// and the driver version label on every DCGM_FI_* series.
+func TestDCGMDefaultCounters(t *testing.T) {
+	prof := []string{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+		"DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"}
+	tests := []struct {
+		profile      string
+		gpus         int
+		prof, nvlink bool
+	}{
+		{"dgxh100", 8, true, true},
+		{"dgxa100", 8, false, true},
+		{"4xt4", 4, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.profile, func(t *testing.T) {
+			n := metricstest.NewNode(t, tt.profile, "gpu-node-1")
+			devs := n.Devices(t)
+			n.AddPod(t, metricstest.Pod{Namespace: "infer", Name: "solo", Container: "server", Resource: "nvidia.com/gpu",
+				DeviceID: devs[1].UUID, GPU: 1, PID: 301, MemMiB: 4096, Util: 90})
+			n.WriteCheckpoint(t)
+			var logs strings.Builder
+			e, err := metrics.NewExporter(metrics.Options{
+				GPUs: n.Backend, PodResources: &metricstest.StaticLister{Resp: n.Response()}, ProcRoot: n.ProcRoot,
+				CheckpointPath: n.CheckpointPath, Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0)),
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := metrics.NewHandler(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := parse(t, scrape(t, h))
+			n.Clock.Advance(10 * time.Second)
+			mfs := parse(t, scrape(t, h))
+
+			sys, err := n.Backend.System(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, mf := range mfs {
+				for _, m := range mf.GetMetric() {
+					dcgm := strings.HasPrefix(name, "DCGM_FI_")
+					if got := label(m, metrics.LabelDriverVersion); dcgm && got != sys.DriverVersion || !dcgm && got != "" {
+						t.Fatalf("%s has driver version label %q (driver %s)", name, got, sys.DriverVersion)
+					}
+				}
+			}
+			for _, name := range []string{"DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL"} {
+				if ms := mfs[name].GetMetric(); len(ms) != tt.gpus || mfs[name].GetType() != dto.MetricType_GAUGE || ms[0].GetGauge().GetValue() != 0 {
+					t.Errorf("%s: %d series of type %v, want %d idle gauges", name, len(ms), mfs[name].GetType(), tt.gpus)
+				}
+			}
+			if _, ok := mfs["DCGM_FI_DEV_VGPU_LICENSE_STATUS"]; ok {
+				t.Error("bare-metal GPUs report a vGPU license status")
+			}
+
+			nv := mfs["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
+			if !tt.nvlink {
+				if nv != nil {
+					t.Errorf("GPUs without NVLink have %d NVLink series", len(nv.GetMetric()))
+				}
+			} else {
+				if nv.GetType() != dto.MetricType_COUNTER || len(nv.GetMetric()) != tt.gpus {
+					t.Fatalf("NVLink: %d series of type %v", len(nv.GetMetric()), nv.GetType())
+				}
+				// The busy GPU's counter grows; an idle one's does not.
+				rate := counterOf(t, mfs, nv.GetName(), "1") - counterOf(t, before, nv.GetName(), "1")
+				if rate <= 0 || counterOf(t, mfs, nv.GetName(), "0") != counterOf(t, before, nv.GetName(), "0") {
+					t.Errorf("NVLink KiB over 10 s: busy GPU +%v, idle GPU %v -> %v", rate, counterOf(t, before, nv.GetName(), "0"), counterOf(t, mfs, nv.GetName(), "0"))
+				}
+				// 90% load over 10 s: hundreds of GB, reported in KiB.
+				if gb := rate * 1024 / 1e9; gb < 100 || gb > 10000 {
+					t.Errorf("NVLink traffic of a 90%% busy GPU over 10 s = %.0f GB", gb)
+				}
+			}
+
+			for _, name := range prof {
+				mf := mfs[name]
+				if !tt.prof {
+					if mf != nil {
+						t.Errorf("%s on %s, which has no GPM", name, tt.profile)
+					}
+					continue
+				}
+				if mf.GetType() != dto.MetricType_GAUGE || len(mf.GetMetric()) != tt.gpus {
+					t.Fatalf("%s: %d series of type %v, want %d gauges", name, len(mf.GetMetric()), mf.GetType(), tt.gpus)
+				}
+			}
+			if tt.prof {
+				// GPU 1 is 90% busy and held by one pod, whose labels its
+				// profiling series carry. Ratios are 0..1, PCIe in bytes/s.
+				want := map[string]float64{"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.9, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.54,
+					"DCGM_FI_PROF_PCIE_TX_BYTES": 0.05 * 64e9 * 0.9, "DCGM_FI_PROF_PCIE_RX_BYTES": 0.15 * 64e9 * 0.9}
+				for name, w := range want {
+					for _, m := range mfs[name].GetMetric() {
+						if label(m, "gpu") != "1" {
+							continue
+						}
+						if got := m.GetGauge().GetValue(); math.Abs(got-w) > 1e-6*w || label(m, "pod") != "solo" {
+							t.Errorf("%s of the busy GPU = %v (pod %q), want %v (pod solo)", name, got, label(m, "pod"), w)
+						}
+					}
+				}
+			}
+			// A GPU without profiling or NVLink says so once, not every
+			// scrape.
+			if got, want := strings.Count(logs.String(), "does not offer"), map[bool]int{true: 0, false: tt.gpus}[tt.prof && tt.nvlink]; got != want {
+				t.Errorf("%d log lines about missing readings after two scrapes, want %d:\n%s", got, want, logs.String())
+			}
+			if !tt.prof && !strings.Contains(logs.String(), "DCGM_FI_PROF_GR_ENGINE_ACTIVE") {
+				t.Errorf("the log does not name the missing profiling series:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+func counterOf(t *testing.T, mfs map[string]*dto.MetricFamily, name, gpu string) float64 {
+	t.Helper()
+	for _, m := range mfs[name].GetMetric() {
+		if label(m, "gpu") == gpu {
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s has no series for gpu %s", name, gpu)
+	return 0
 }

@@ -18,8 +18,10 @@ type labelKey struct {
 
 // Label set kinds.
 const (
-	kindDevice uint8 = iota // device labels + container, namespace, pod
-	kindMIG                 // device labels + GPU_I_PROFILE, GPU_I_ID + container, namespace, pod
+	kindDevice  uint8 = iota // device labels + container, namespace, pod
+	kindMIG                  // device labels + GPU_I_PROFILE, GPU_I_ID + container, namespace, pod
+	kindDCGM                 // kindDevice + the driver version
+	kindDCGMMIG              // kindMIG + the driver version
 )
 
 type labelEntry struct {
@@ -40,6 +42,10 @@ type labelCache struct {
 func newLabelCache() *labelCache { return &labelCache{m: map[labelKey]*labelEntry{}} }
 
 func (c *labelCache) begin() { c.gen++ }
+
+// reset drops every label set, for when a value shared by all of them
+// (the driver version) changes.
+func (c *labelCache) reset() { clear(c.m) }
 
 // end drops the label sets not used since begin.
 func (c *labelCache) end() {

@@ -44,6 +44,7 @@ type Backend struct {
 	// seen, so each call asks NVML only for newer ones.
 	procTS []uint64
 	fields [][]gonvml.FieldValue
+	gpm    []*gpmState
 }
 
 var _ gpu.Backend = (*Backend)(nil)
@@ -85,8 +86,10 @@ func Open(opts Options) (*Backend, error) {
 	}
 	b.procTS = make([]uint64, count)
 	b.fields = make([][]gonvml.FieldValue, count)
+	b.gpm = make([]*gpmState, count)
 	for i := range b.fields {
-		b.fields[i] = []gonvml.FieldValue{{FieldId: gonvml.FI_DEV_MEMORY_TEMP}}
+		b.fields[i] = make([]gonvml.FieldValue, numFields)
+		b.gpm[i] = &gpmState{mig: map[int]*gpmPair{}}
 	}
 	return b, nil
 }
@@ -102,6 +105,9 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	for _, st := range b.gpm {
+		st.free()
+	}
 	return retError("shutting down NVML", b.lib.Shutdown())
 }
 

@@ -2,14 +2,18 @@ package nvml
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
@@ -285,6 +289,12 @@ func TestSampleCountsMissingFieldsAndLostGPU(t *testing.T) {
 			return 0, gonvml.ERROR_NOT_SUPPORTED
 		}
 		d.GetRemappedRowsFunc = func() (int, int, bool, bool, gonvml.Return) { return 0, 0, false, false, gonvml.ERROR_NOT_SUPPORTED }
+		d.GetEncoderUtilizationFunc = func() (uint32, uint32, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED }
+		d.GetDecoderUtilizationFunc = func() (uint32, uint32, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED }
+		d.GetVirtualizationModeFunc = func() (gonvml.GpuVirtualizationMode, gonvml.Return) {
+			return gonvml.GPU_VIRTUALIZATION_MODE_NONE, gonvml.SUCCESS
+		}
+		d.GpmQueryDeviceSupportFunc = func() (gonvml.GpmSupport, gonvml.Return) { return gonvml.GpmSupport{}, gonvml.SUCCESS }
 	}
 	notSupported(dev)
 	b, err := Open(Options{Library: s})
@@ -295,7 +305,8 @@ func TestSampleCountsMissingFieldsAndLostGPU(t *testing.T) {
 	if err := b.Sample(ctx, 2, &smp); err != nil {
 		t.Fatal(err)
 	}
-	if smp.GPUUtil != 87 || smp.MemCopyUtil != 40 || smp.FBUsedMiB != 10240 || smp.FBReservedMiB != 1024 || smp.MissingFieldsCount != 12 {
+	if smp.GPUUtil != 87 || smp.MemCopyUtil != 40 || smp.FBUsedMiB != 10240 || smp.FBReservedMiB != 1024 || smp.MissingFieldsCount != 20 ||
+		smp.Has != 0 || smp.Unsupported != gpu.ReadEncoderUtil|gpu.ReadDecoderUtil|gpu.ReadNVLink|gpu.ReadProfiling {
 		t.Errorf("sample = %+v", smp)
 	}
 	lost := s.Devices[4].(*server.Device)
@@ -311,5 +322,110 @@ func TestSampleCountsMissingFieldsAndLostGPU(t *testing.T) {
 	}
 	if err := b.Sample(ctx, 2, &smp); !errors.Is(err, gpu.ErrClosed) {
 		t.Errorf("after Close: err = %v, want ErrClosed", err)
+	}
+}
+
+// TestSampleOptionalReadings runs the optional readings against a mock that
+// answers them as an H100 vGPU would: video engines, NVLink throughput
+// summed over all links, a vGPU license and GPM profiling from two samples.
+func TestSampleOptionalReadings(t *testing.T) {
+	ctx := context.Background()
+	s := fakeDGX(t)
+	dev := s.Devices[1].(*server.Device)
+	dev.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) { return gonvml.Utilization{Gpu: 50}, gonvml.SUCCESS }
+	dev.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 40, gonvml.SUCCESS }
+	dev.GetPowerUsageFunc = func() (uint32, gonvml.Return) { return 300000, gonvml.SUCCESS }
+	dev.GetTotalEnergyConsumptionFunc = func() (uint64, gonvml.Return) { return 1, gonvml.SUCCESS }
+	dev.GetClockInfoFunc = func(gonvml.ClockType) (uint32, gonvml.Return) { return 1980, gonvml.SUCCESS }
+	dev.GetPcieReplayCounterFunc = func() (int, gonvml.Return) { return 0, gonvml.SUCCESS }
+	dev.GetTotalEccErrorsFunc = func(gonvml.MemoryErrorType, gonvml.EccCounterType) (uint64, gonvml.Return) { return 0, gonvml.SUCCESS }
+	dev.GetRemappedRowsFunc = func() (int, int, bool, bool, gonvml.Return) { return 0, 0, false, false, gonvml.SUCCESS }
+	dev.GetFieldValuesFunc = func(f []gonvml.FieldValue) gonvml.Return {
+		for i := range f {
+			var v uint64
+			switch f[i].FieldId {
+			case gonvml.FI_DEV_MEMORY_TEMP:
+				v = 45
+			case gonvml.FI_DEV_NVLINK_LINK_COUNT:
+				v = 18
+			case gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+				if f[i].ScopeId != math.MaxUint32 {
+					f[i].NvmlReturn = uint32(gonvml.ERROR_INVALID_ARGUMENT)
+					continue
+				}
+				v = 1000
+				if f[i].FieldId == gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX {
+					v = 3000
+				}
+			}
+			f[i].ValueType = uint32(gonvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+			binary.LittleEndian.PutUint64(f[i].Value[:], v)
+			f[i].NvmlReturn = uint32(gonvml.SUCCESS)
+		}
+		return gonvml.SUCCESS
+	}
+	dev.GetEncoderUtilizationFunc = func() (uint32, uint32, gonvml.Return) { return 12, 167000, gonvml.SUCCESS }
+	dev.GetDecoderUtilizationFunc = func() (uint32, uint32, gonvml.Return) { return 34, 167000, gonvml.SUCCESS }
+	dev.GetVirtualizationModeFunc = func() (gonvml.GpuVirtualizationMode, gonvml.Return) {
+		return gonvml.GPU_VIRTUALIZATION_MODE_VGPU, gonvml.SUCCESS
+	}
+	dev.GetGridLicensableFeaturesFunc = func() (gonvml.GridLicensableFeatures, gonvml.Return) {
+		var f gonvml.GridLicensableFeatures
+		f.LicensableFeaturesCount = 1
+		f.GridLicensableFeatures[0].FeatureState = 1
+		return f, gonvml.SUCCESS
+	}
+	dev.GpmQueryDeviceSupportFunc = func() (gonvml.GpmSupport, gonvml.Return) {
+		return gonvml.GpmSupport{IsSupportedDevice: 1}, gonvml.SUCCESS
+	}
+	// Each sample buffer records which GPM sample it holds.
+	taken := map[gonvml.GpmSample]int{}
+	n := 0
+	dev.GpmSampleGetFunc = func(smp gonvml.GpmSample) gonvml.Return { n++; taken[smp] = n; return gonvml.SUCCESS }
+	s.GpmSampleAllocFunc = func() (gonvml.GpmSample, gonvml.Return) {
+		return &mock.GpmSample{FreeFunc: func() gonvml.Return { return gonvml.SUCCESS }}, gonvml.SUCCESS
+	}
+	s.GpmMetricsGetFunc = func(g *gonvml.GpmMetricsGetType) gonvml.Return {
+		if g.NumMetrics != 5 || taken[g.Sample2] != taken[g.Sample1]+1 {
+			return gonvml.ERROR_INVALID_ARGUMENT
+		}
+		for i := range g.NumMetrics {
+			m := &g.Metrics[i]
+			m.NvmlReturn = uint32(gonvml.SUCCESS)
+			switch gonvml.GpmMetricId(m.MetricId) {
+			case gonvml.GPM_METRIC_GRAPHICS_UTIL:
+				m.Value = 80
+			case gonvml.GPM_METRIC_ANY_TENSOR_UTIL:
+				m.Value = 40
+			case gonvml.GPM_METRIC_DRAM_BW_UTIL:
+				m.Value = 25
+			case gonvml.GPM_METRIC_PCIE_TX_PER_SEC:
+				m.Value = 1024
+			case gonvml.GPM_METRIC_PCIE_RX_PER_SEC:
+				m.NvmlReturn = uint32(gonvml.ERROR_NOT_SUPPORTED)
+			}
+		}
+		return gonvml.SUCCESS
+	}
+	b, err := Open(Options{Library: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var first, second gpu.Sample
+	if err := b.Sample(ctx, 1, &first); err != nil {
+		t.Fatal(err)
+	}
+	want := gpu.ReadEncoderUtil | gpu.ReadDecoderUtil | gpu.ReadNVLink | gpu.ReadVGPULicense
+	if first.Has != want || first.EncoderUtil != 12 || first.DecoderUtil != 34 || first.NVLinkKiB != 4000 || !first.VGPULicensed {
+		t.Errorf("first sample (no profiling before a second GPM sample): %+v", first)
+	}
+	b.gpm[1].dev.at = b.gpm[1].dev.at.Add(-time.Second) // as if a scrape interval passed
+	if err := b.Sample(ctx, 1, &second); err != nil {
+		t.Fatal(err)
+	}
+	wantProf := gpu.Profiling{GREngineActive: 0.8, TensorActive: 0.4, DRAMActive: 0.25, PCIeTxBytesPerSec: 1 << 30}
+	if second.Has != want|gpu.ReadProfiling&^gpu.ReadPCIeRx || second.Profiling != wantProf || second.Unsupported != 0 {
+		t.Errorf("second sample: has %b, profiling %+v, unsupported %b", second.Has, second.Profiling, second.Unsupported)
 	}
 }

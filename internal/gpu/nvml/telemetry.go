@@ -3,6 +3,7 @@ package nvml
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -50,11 +51,43 @@ func (b *Backend) Sample(_ context.Context, index int, s *gpu.Sample) error {
 	// concurrent samples of one GPU from sharing it.
 	b.mu.Lock()
 	fields := b.fields[index]
+	resetFields(fields)
 	ret := h.GetFieldValues(fields)
-	memTemp, memTempOK := fieldUint(fields[0]), fields[0].NvmlReturn == uint32(gonvml.SUCCESS)
+	var got [numFields]uint64
+	var ok [numFields]bool
+	for i := range fields {
+		got[i], ok[i] = fieldUint(fields[i]), fields[i].NvmlReturn == uint32(gonvml.SUCCESS)
+	}
 	b.mu.Unlock()
-	if check("memory temperature", ret) && memTempOK {
-		s.MemoryTempC = uint32(memTemp)
+	if check("memory temperature", ret) && ok[fieldMemTemp] {
+		s.MemoryTempC = uint32(got[fieldMemTemp])
+	}
+	switch {
+	case ret == gonvml.ERROR_GPU_IS_LOST:
+	case ret != gonvml.SUCCESS:
+		s.Unsupported |= gpu.ReadNVLink
+		s.MissingFieldsCount++
+	case ok[fieldLinkCount] && got[fieldLinkCount] == 0, !ok[fieldNVLinkTx] || !ok[fieldNVLinkRx]:
+		// No NVLink, or a driver without its throughput counters.
+		s.Unsupported |= gpu.ReadNVLink
+		s.MissingFieldsCount++
+	default:
+		s.NVLinkKiB = got[fieldNVLinkTx] + got[fieldNVLinkRx]
+		s.Has |= gpu.ReadNVLink
+	}
+	if u, _, ret := h.GetEncoderUtilization(); check("encoder utilization", ret) {
+		s.EncoderUtil, s.Has = u, s.Has|gpu.ReadEncoderUtil
+	} else if ret != gonvml.ERROR_GPU_IS_LOST {
+		s.Unsupported |= gpu.ReadEncoderUtil
+	}
+	if u, _, ret := h.GetDecoderUtilization(); check("decoder utilization", ret) {
+		s.DecoderUtil, s.Has = u, s.Has|gpu.ReadDecoderUtil
+	} else if ret != gonvml.ERROR_GPU_IS_LOST {
+		s.Unsupported |= gpu.ReadDecoderUtil
+	}
+	b.vgpuLicense(h, s)
+	if failed == nil {
+		b.profiling(index, h, s)
 	}
 	if p, ret := h.GetPowerUsage(); check("power", ret) {
 		s.PowerMilliW = p
@@ -87,6 +120,49 @@ func (b *Backend) Sample(_ context.Context, index int, s *gpu.Sample) error {
 		s.RemappedRows = gpu.RemappedRows{Correctable: uint64(corr), Uncorrectable: uint64(unc), Pending: pending, Failure: failure}
 	}
 	return failed
+}
+
+// The field values each Sample asks for, by their place in the buffer.
+const (
+	fieldMemTemp = iota
+	fieldLinkCount
+	fieldNVLinkTx
+	fieldNVLinkRx
+	numFields
+)
+
+// allLinks as a field's scope asks for the sum over all NVLinks.
+const allLinks = math.MaxUint32
+
+// resetFields readies the field buffer for a call: NVML writes the values
+// and return codes over the previous ones.
+func resetFields(f []gonvml.FieldValue) {
+	f[fieldMemTemp] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_MEMORY_TEMP}
+	f[fieldLinkCount] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_LINK_COUNT}
+	// The data throughput counters count payload only, in KiB.
+	f[fieldNVLinkTx] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: allLinks}
+	f[fieldNVLinkRx] = gonvml.FieldValue{FieldId: gonvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: allLinks}
+}
+
+// vgpuLicense reads whether a vGPU holds a license. On bare metal and in
+// passthrough the reading does not apply and is left out.
+func (b *Backend) vgpuLicense(h gonvml.Device, s *gpu.Sample) {
+	mode, ret := h.GetVirtualizationMode()
+	if ret != gonvml.SUCCESS || mode != gonvml.GPU_VIRTUALIZATION_MODE_VGPU {
+		return
+	}
+	feats, ret := h.GetGridLicensableFeatures()
+	if ret != gonvml.SUCCESS {
+		s.MissingFieldsCount++
+		return
+	}
+	s.Has |= gpu.ReadVGPULicense
+	n := min(int(feats.LicensableFeaturesCount), len(feats.GridLicensableFeatures))
+	for _, f := range feats.GridLicensableFeatures[:n] {
+		if f.FeatureState != 0 {
+			s.VGPULicensed = true
+		}
+	}
 }
 
 // fieldUint reads a field value NVML returned as one of its integer types.

@@ -72,6 +72,8 @@ type simGPU struct {
 	mig   migState
 	procs []Proc
 	tel   telemetryState
+	// nvlinks is the number of NVLinks the GPU has, 0 without NVLink.
+	nvlinks int
 }
 
 // uuidSpace is the namespace of the name-based UUIDs of simulated devices.
@@ -114,7 +116,7 @@ func New(p *Profile, opts Options) (*Backend, error) {
 	now := b.clock.Now()
 	for i := range b.prof.GPUs {
 		spec := &b.prof.GPUs[i]
-		g := &simGPU{index: i, spec: spec, uuid: GPUUUID(b.node, i)}
+		g := &simGPU{index: i, spec: spec, uuid: GPUUUID(b.node, i), nvlinks: nvlinkCount(b.prof.Links, i)}
 		if spec.MIGTable != "" {
 			cfg := migTables[spec.MIGTable]
 			g.mig = newMIGState(&cfg.MIGProfiles, cfg.MemoryMB)

@@ -44,6 +44,10 @@ type telemetryState struct {
 
 	util, memUtil uint32
 	usedMiB       uint64
+	// nvlinkKiB is the NVLink data sent and received so far; it grows at
+	// nvlinkBps, set by the load like the power.
+	nvlinkKiB float64
+	nvlinkBps float64
 
 	ecc               gpu.ECCCounts
 	remap             gpu.RemappedRows
@@ -62,6 +66,7 @@ func (t *telemetryState) advance(s *GPUSpec, now time.Time) {
 		return
 	}
 	t.energyMJ += t.powerW * dt * 1000
+	t.nvlinkKiB += t.nvlinkBps * dt / 1024
 	target := s.IdleTempC + (s.MaxTempC-s.IdleTempC)*(t.powerW-s.IdleWatts)/(s.TDPWatts-s.IdleWatts)
 	t.tempC = target + (t.tempC-target)*math.Exp(-dt/thermalTau.Seconds())
 	t.last = now
@@ -95,6 +100,116 @@ func (g *simGPU) reload() {
 	s := g.spec
 	load := (0.8*float64(t.util) + 0.2*float64(t.memUtil)) / 100
 	t.powerW = s.IdleWatts + (s.TDPWatts-s.IdleWatts)*load
+	// A busy GPU exchanges data with its peers: NVLink traffic, both
+	// directions together, follows the SM load up to nvlinkShare of the
+	// links' capacity.
+	t.nvlinkBps = float64(g.nvlinks) * 2 * nvlinkLaneBps(s.Architecture) * nvlinkShare * float64(t.util) / 100
+}
+
+// Traffic model of the simulated interconnects, as shares of their peak
+// bandwidth at full SM load.
+const (
+	nvlinkShare = 0.4
+	pcieTxShare = 0.05
+	pcieRxShare = 0.15
+	// tensorShare is the part of its busy time a busy GPU spends in
+	// tensor operations.
+	tensorShare = 0.6
+)
+
+// nvlinkLaneBps is the bandwidth of one NVLink in one direction, in bytes
+// per second: 25 GB/s for NVLink 2 to 4 (Volta to Hopper), 50 GB/s for
+// NVLink 5 (Blackwell).
+func nvlinkLaneBps(a gpu.Architecture) float64 {
+	if a == gpu.ArchBlackwell {
+		return 50e9
+	}
+	return 25e9
+}
+
+// pcieBps is the bandwidth of the GPU's x16 PCIe link in one direction, in
+// bytes per second, by the PCIe generation of the architecture.
+func pcieBps(a gpu.Architecture) float64 {
+	switch a {
+	case gpu.ArchHopper, gpu.ArchBlackwell:
+		return 64e9 // Gen 5
+	case gpu.ArchAmpere, gpu.ArchAda:
+		return 32e9 // Gen 4
+	}
+	return 16e9 // Gen 3
+}
+
+// hasGPM says whether the GPU has the performance monitors NVML's GPM
+// calls read (Hopper and later); older GPUs offer no profiling readings
+// through NVML.
+func hasGPM(a gpu.Architecture) bool { return a == gpu.ArchHopper || a == gpu.ArchBlackwell }
+
+// nvlinkCount is the number of NVLinks GPU i has in links: the count to
+// each peer when they are all the same (links through NVSwitch, or a
+// single bridge), else their sum (point-to-point links, as on a p3dn).
+func nvlinkCount(links [][]gpu.Link, i int) int {
+	sum, same, first := 0, true, -1
+	for j, l := range links[i] {
+		if j == i {
+			continue
+		}
+		sum += l.NVLinks
+		if first < 0 {
+			first = l.NVLinks
+		} else if l.NVLinks != first {
+			same = false
+		}
+	}
+	if same && first > 0 {
+		return first
+	}
+	return sum
+}
+
+// profiling fills p with the profiling readings of a GPU (or GPU instance)
+// that keeps util percent of its SMs and memUtil percent of its memory
+// bandwidth busy and holds share of the GPU's PCIe link.
+func profiling(p *gpu.Profiling, a gpu.Architecture, util, memUtil, share float64) {
+	busy := util / 100
+	pcie := pcieBps(a) * share * busy
+	*p = gpu.Profiling{
+		GREngineActive: ratio(busy), TensorActive: ratio(tensorShare * busy), DRAMActive: ratio(memUtil / 100),
+		PCIeTxBytesPerSec: math.Round(pcieTxShare * pcie), PCIeRxBytesPerSec: math.Round(pcieRxShare * pcie),
+	}
+}
+
+// ratio rounds a ratio to four places, as a counter-based reading would
+// be, without float noise.
+func ratio(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
+// migProfiling fills the per GPU instance profiling readings of g.
+func (g *simGPU) migProfiling(s *gpu.Sample) {
+	for _, gi := range g.mig.gis {
+		if s.MIGProfilingCount == len(s.MIGProfiling) {
+			return
+		}
+		slices := gi.prof.SliceCount
+		var util, mem float64
+		for _, p := range g.procs {
+			if p.MIG == nil || p.MIG.GPUInstanceID != gi.id || slices == 0 {
+				continue
+			}
+			w := 1.0
+			if ci := gi.compute(p.MIG.ComputeInstanceID); ci != nil {
+				w = float64(ci.prof.slices) / float64(slices)
+			}
+			util += w * float64(p.Util)
+			mem += w * float64(p.MemUtil)
+		}
+		m := &s.MIGProfiling[s.MIGProfilingCount]
+		m.GPUInstanceID, m.Has = gi.id, gpu.ReadProfiling
+		share := 1.0
+		if g.mig.computeSlices > 0 {
+			share = float64(slices) / float64(g.mig.computeSlices)
+		}
+		profiling(&m.Profiling, g.spec.Architecture, min(100, util), min(100, mem), share)
+		s.MIGProfilingCount++
+	}
 }
 
 // Sample implements gpu.Telemetry. It does not allocate.
@@ -135,6 +250,25 @@ func (b *Backend) Sample(_ context.Context, index int, s *gpu.Sample) error {
 	} else {
 		s.MissingFieldsCount = 1
 	}
+	// The video engines idle: no simulated workload encodes or decodes.
+	s.Has = gpu.ReadEncoderUtil | gpu.ReadDecoderUtil
+	if g.nvlinks > 0 {
+		s.Has |= gpu.ReadNVLink
+		s.NVLinkKiB = uint64(t.nvlinkKiB)
+	} else {
+		s.Unsupported |= gpu.ReadNVLink
+	}
+	if hasGPM(spec.Architecture) {
+		s.Has |= gpu.ReadProfiling
+		profiling(&s.Profiling, spec.Architecture, float64(t.util), float64(t.memUtil), 1)
+		if g.mig.current {
+			g.migProfiling(s)
+		}
+	} else {
+		s.Unsupported |= gpu.ReadProfiling
+	}
+	// Simulated GPUs are bare metal: a vGPU license does not apply.
+	s.MissingFieldsCount += s.Unsupported.Count()
 	return nil
 }
 

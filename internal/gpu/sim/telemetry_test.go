@@ -30,6 +30,8 @@ func TestIdleSample(t *testing.T) {
 		GPUTempC: uint32(spec.IdleTempC), MemoryTempC: uint32(spec.IdleTempC) + 3,
 		PowerMilliW: uint32(spec.IdleWatts * 1000), EnergyMilliJ: uint64(spec.IdleWatts * 10 * 1000),
 		SMClockMHz: spec.IdleSMClockMHz, MemClockMHz: spec.MemClockMHz, Timestamp: t0.Add(10 * time.Second),
+		// An idle H100 offers every reading but a vGPU license, all zero.
+		Has: gpu.ReadEncoderUtil | gpu.ReadDecoderUtil | gpu.ReadNVLink | gpu.ReadProfiling,
 	}
 	if s != want {
 		t.Errorf("idle sample\n got %+v\nwant %+v", s, want)
@@ -283,8 +285,132 @@ func TestGDDRHasNoMemoryTemperature(t *testing.T) {
 	}
 	defer b.Close()
 	s := sample(t, b, 1)
-	if s.MemoryTempC != 0 || s.MissingFieldsCount != 1 || s.PowerMilliW != 10000 {
+	// No memory temperature, no NVLink, no profiling (five readings).
+	if s.MemoryTempC != 0 || s.MissingFieldsCount != 7 || s.PowerMilliW != 10000 {
 		t.Errorf("T4 sample = %+v", s)
+	}
+}
+
+func TestOptionalReadingsUnderLoad(t *testing.T) {
+	b, clk := newTestBackend(t, "dgxh100")
+	if err := b.RunProcess(3, Proc{PID: 1, MemMiB: 1024, Util: 80, MemUtil: 50}); err != nil {
+		t.Fatal(err)
+	}
+	before := sample(t, b, 3)
+	clk.Advance(10 * time.Second)
+	s := sample(t, b, 3)
+	want := gpu.ReadEncoderUtil | gpu.ReadDecoderUtil | gpu.ReadNVLink | gpu.ReadProfiling
+	if s.Has != want || s.Unsupported != 0 || s.MissingFieldsCount != 0 {
+		t.Errorf("H100 readings: has %b unsupported %b missing %d, want has %b", s.Has, s.Unsupported, s.MissingFieldsCount, want)
+	}
+	// Ratios follow the SM and memory load; PCIe Gen 5 carries 64 GB/s
+	// each way, of which the load uses 5% out and 15% in at full load.
+	wantProf := gpu.Profiling{GREngineActive: 0.8, TensorActive: 0.48, DRAMActive: 0.5,
+		PCIeTxBytesPerSec: 0.05 * 64e9 * 0.8, PCIeRxBytesPerSec: 0.15 * 64e9 * 0.8}
+	if !closeProf(s.Profiling, wantProf) {
+		t.Errorf("profiling = %+v, want %+v", s.Profiling, wantProf)
+	}
+	// Eighteen NVLinks of 25 GB/s each way, 40% used at full load: 10 s
+	// at 80% moves 18*2*25e9*0.4*0.8*10 bytes.
+	wantKiB := 18 * 2 * 25e9 * 0.4 * 0.8 * 10 / 1024
+	if got := float64(s.NVLinkKiB - before.NVLinkKiB); math.Abs(got-wantKiB) > 1 {
+		t.Errorf("NVLink traffic over 10 s = %.0f KiB, want %.0f", got, wantKiB)
+	}
+	if s.EncoderUtil != 0 || s.DecoderUtil != 0 {
+		t.Errorf("video engines busy without a video workload: enc %d dec %d", s.EncoderUtil, s.DecoderUtil)
+	}
+	// Idle, the counter stops and the ratios drop to zero.
+	if err := b.StopProcess(1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Second)
+	idle := sample(t, b, 3)
+	if idle.NVLinkKiB != s.NVLinkKiB || idle.Profiling != (gpu.Profiling{}) {
+		t.Errorf("idle: NVLink %d KiB (was %d), profiling %+v", idle.NVLinkKiB, s.NVLinkKiB, idle.Profiling)
+	}
+}
+
+func closeProf(a, b gpu.Profiling) bool {
+	near := func(x, y float64) bool { return math.Abs(x-y) <= 1e-9*math.Max(1, math.Abs(y)) }
+	return near(a.GREngineActive, b.GREngineActive) && near(a.TensorActive, b.TensorActive) && near(a.DRAMActive, b.DRAMActive) &&
+		near(a.PCIeTxBytesPerSec, b.PCIeTxBytesPerSec) && near(a.PCIeRxBytesPerSec, b.PCIeRxBytesPerSec)
+}
+
+func TestOlderGPUsLackProfiling(t *testing.T) {
+	tests := []struct {
+		profile string
+		nvlink  bool
+	}{
+		{"4xt4", false},
+		{"8xv100", true},
+		{"dgxa100", true},
+		{"8xh100-pcie", false}, // Hopper, but no NVLink bridges
+	}
+	for _, tt := range tests {
+		t.Run(tt.profile, func(t *testing.T) {
+			b, clk := newTestBackend(t, tt.profile)
+			if err := b.RunProcess(0, Proc{PID: 1, MemMiB: 1024, Util: 90, MemUtil: 60}); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(time.Second)
+			s := sample(t, b, 0)
+			hopper := b.Profile().GPUs[0].Architecture == gpu.ArchHopper
+			if got := s.Has&gpu.ReadProfiling != 0; got != hopper {
+				t.Errorf("profiling offered = %v on %s", got, b.Profile().GPUs[0].Architecture)
+			}
+			if got := s.Unsupported&gpu.ReadProfiling == gpu.ReadProfiling; got == hopper {
+				t.Errorf("profiling unsupported = %v on %s", got, b.Profile().GPUs[0].Architecture)
+			}
+			if !hopper && s.Profiling != (gpu.Profiling{}) {
+				t.Errorf("profiling readings without GPM: %+v", s.Profiling)
+			}
+			if got := s.Has&gpu.ReadNVLink != 0; got != tt.nvlink || (s.NVLinkKiB > 0) != tt.nvlink {
+				t.Errorf("NVLink offered = %v with %d KiB, want %v", got, s.NVLinkKiB, tt.nvlink)
+			}
+			if s.Has&gpu.ReadVGPULicense != 0 {
+				t.Error("a bare-metal GPU reports a vGPU license")
+			}
+		})
+	}
+}
+
+func TestMIGProfilingPerGPUInstance(t *testing.T) {
+	b := migBackend(t)
+	ctx := context.Background()
+	var ids []int
+	for _, p := range []string{"3g.40gb", "1g.10gb"} {
+		gi, err := b.CreateGPUInstance(ctx, 0, p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, err := b.CreateComputeInstance(ctx, 0, gi.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) == 0 {
+			if err := b.RunProcess(0, Proc{PID: 1, MemMiB: 1024, Util: 50, MemUtil: 20, MIG: &MIGRef{GPUInstanceID: gi.ID, ComputeInstanceID: ci.ID}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, gi.ID)
+	}
+	s := sample(t, b, 0)
+	if s.MIGProfilingCount != 2 {
+		t.Fatalf("MIG profiling of %d GPU instances, want 2: %+v", s.MIGProfilingCount, s.MIGProfiling[:s.MIGProfilingCount])
+	}
+	busy, idle := s.MIGProfiling[0], s.MIGProfiling[1]
+	if busy.GPUInstanceID != ids[0] || idle.GPUInstanceID != ids[1] || busy.Has != gpu.ReadProfiling {
+		t.Errorf("MIG profiling = %+v", s.MIGProfiling[:2])
+	}
+	// The 3g instance is half busy; it holds 3 of 7 slices of the PCIe link.
+	want := gpu.Profiling{GREngineActive: 0.5, TensorActive: 0.3, DRAMActive: 0.2,
+		PCIeTxBytesPerSec: math.Round(0.05 * 64e9 * 3 / 7 * 0.5), PCIeRxBytesPerSec: math.Round(0.15 * 64e9 * 3 / 7 * 0.5)}
+	if !closeProf(busy.Profiling, want) || idle.Profiling != (gpu.Profiling{}) {
+		t.Errorf("busy GI %+v (want %+v), idle GI %+v", busy.Profiling, want, idle.Profiling)
+	}
+	// The whole GPU sees the 3g instance's load over its seven slices.
+	if !closeProf(gpu.Profiling{GREngineActive: s.Profiling.GREngineActive}, gpu.Profiling{GREngineActive: math.Round(50*3.0/7) / 100}) {
+		t.Errorf("whole-GPU GR engine active = %v", s.Profiling.GREngineActive)
 	}
 }
 
