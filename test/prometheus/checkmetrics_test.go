@@ -28,7 +28,7 @@ var dcgmLintExceptions = []string{
 // allowed to break snake_case; checkLabelNames enforces that no other does.
 const camelCaseFinding = "label names should be written in 'snake_case' not 'camelCase'"
 
-var dcgmLabels = map[string]bool{"UUID": true, "modelName": true, "Hostname": true, "GPU_I_PROFILE": true, "GPU_I_ID": true}
+var dcgmLabels = map[string]bool{"UUID": true, "modelName": true, "Hostname": true, "GPU_I_PROFILE": true, "GPU_I_ID": true, "DCGM_FI_DRIVER_VERSION": true}
 
 var snakeCase = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
