@@ -24,6 +24,22 @@ const (
 	LabelMIGStrategy = LabelPrefix + "mig.strategy"
 )
 
+// ConditionGPUReady is the Node condition gpuplane-agent keeps on its Node:
+// True when the node offers its GPUs (driver loaded, device plugin
+// registered with the kubelet, GPU events watched); False with the first
+// failing check as the reason (Condition* reasons) and the fix in the
+// message.
+const ConditionGPUReady = "GPUReady"
+
+// Reasons of ConditionGPUReady.
+const (
+	ReasonAgentReady                = "AgentReady"
+	ReasonDriverNotLoaded           = "DriverNotLoaded"
+	ReasonNoGPUs                    = "NoGPUs"
+	ReasonDevicePluginNotRegistered = "DevicePluginNotRegistered"
+	ReasonHealthMonitorDown         = "HealthMonitorDown"
+)
+
 // TopologyAnnotation is the Node annotation describing the GPUs' NVLink
 // islands; the package doc gives its format.
 const TopologyAnnotation = "gpuplane.io/gpu-topology"

@@ -27,6 +27,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/cdi"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
 	"github.com/gpuplane/gpuplane/internal/gpu"
@@ -68,6 +69,7 @@ type runFlags struct {
 	labelsFile         string
 	overLimit          string
 	overLimitGrace     time.Duration
+	nodeCondition      bool
 
 	// metricsReady, when set, is given the metrics listener's address
 	// (tests ask for port 0).
@@ -82,6 +84,7 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.healthEvery, "health-check-interval", health.DefaultCheckInterval, "how often every GPU is probed, to notice lost GPUs and end probation")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.migStrategy, "mig-strategy", "", "MIG strategy: none, single or mixed (env "+configv1.EnvMIGStrategy+"; config flags.migStrategy)")
+	fs.BoolVar(&f.nodeCondition, "node-condition", true, "keep the GPUReady condition on the Node (server-side apply to nodes/status): True when the GPUs are on offer, else the first failing check (driver, GPUs, device plugin, GPU events) with its fix; needs the API server")
 	fs.BoolVar(&f.failOnInit, "fail-on-init-error", true, "exit when NVML cannot start; when false, advertise no GPUs (env "+configv1.EnvFailOnInitError+")")
 	fs.BoolVar(&f.passDevSpecs, "pass-device-specs", false, "pass /dev/nvidia* device specs to the kubelet (env "+configv1.EnvPassDeviceSpecs+")")
 	fs.StringSliceVar(&f.listStrategy, "device-list-strategy", nil, "how containers learn their devices: envvar, volume-mounts, cdi-annotations, cdi-cri; comma-separated (env "+configv1.EnvDeviceListStrategy+")")
@@ -247,7 +250,9 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 	if err != nil {
 		if bo.Simulate == "" {
-			return fmt.Errorf("opening NVML (set --fail-on-init-error=false to run with no GPUs): %w", err)
+			err = fmt.Errorf("opening NVML (set --fail-on-init-error=false to run with no GPUs): %w", err)
+			reportDriverNotLoaded(ctx, f, node, err, log)
+			return err
 		}
 		return fmt.Errorf("starting the simulated node: %w", err)
 	}
@@ -293,6 +298,17 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		}
 	}
 	parts := []part{}
+	if apiConfig != nil && f.nodeCondition {
+		c, err := newNodeClient(apiConfig)
+		if err != nil {
+			return err
+		}
+		w := newConditionWriter(c, node, log.With("part", "condition"))
+		gpus := len(devices)
+		parts = append(parts, part{name: "condition", run: func(ctx context.Context) error {
+			return w.run(ctx, func() nodeCondition { return checkNode(gpus, probe) })
+		}})
+	}
 	if recorder != nil {
 		parts = append(parts, *recorder)
 	}
@@ -401,6 +417,29 @@ func newMetricsHandler(f *runFlags, backend gpu.Backend, node string, h metrics.
 	}
 	handler, err := metrics.NewHandler(e, extra...)
 	return handler, e, err
+}
+
+// reportDriverNotLoaded says on the Node, before the agent exits, that
+// NVML did not start, when the API server is configured; best effort.
+func reportDriverNotLoaded(ctx context.Context, f *runFlags, node string, cause error, log *slog.Logger) {
+	if !f.nodeCondition {
+		return
+	}
+	cfg, err := restConfig(f.kubeconfig)
+	if err != nil {
+		return
+	}
+	c, err := newNodeClient(cfg)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	w := newConditionWriter(c, node, log.With("part", "condition"))
+	if err := w.set(ctx, nodeCondition{corev1.ConditionFalse, gpunode.ReasonDriverNotLoaded,
+		fmt.Sprintf("%v. Fix: install the NVIDIA driver on the node (nvidia-smi must work there) and mount its libraries into the agent (--nvidia-driver-root), or label the node so that the agent does not run on it", cause)}); err != nil {
+		log.Warn("the node condition could not be written", "err", err)
+	}
 }
 
 // nodeName is the flag's value, else $NODE_NAME, else the host name: the

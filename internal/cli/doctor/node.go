@@ -32,6 +32,25 @@ func (d *doctor) node(ctx context.Context, n *corev1.Node) *Report {
 	if n.Spec.Unschedulable {
 		r.add("cordon", Fail, "cordoned: no new pods are placed on it", "kubectl uncordon "+n.Name)
 	}
+	// The agent's own word on the node (its GPUReady condition): the
+	// message carries the fix after "Fix:".
+	agentSaid := false
+	for _, c := range n.Status.Conditions {
+		if c.Type != gpunode.ConditionGPUReady {
+			continue
+		}
+		agentSaid = true
+		detail, fix, _ := strings.Cut(c.Message, " Fix: ")
+		if c.Status == corev1.ConditionTrue {
+			r.add("agent", OK, detail, "")
+		} else {
+			r.add("agent", Fail, c.Reason+": "+detail, fix)
+		}
+	}
+	if !agentSaid {
+		r.add("agent", Warn, "no "+gpunode.ConditionGPUReady+" condition: gpuplane-agent does not run here, has no API access, or runs with --node-condition=false",
+			"kubectl -n gpuplane-system get pods -o wide --field-selector spec.nodeName="+n.Name)
+	}
 
 	// GPU resources the agent advertises, against their capacity.
 	var names []corev1.ResourceName

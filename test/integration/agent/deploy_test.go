@@ -140,6 +140,11 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 	}
 	labelPatch := []byte(`{"metadata":{"labels":{"nvidia.com/gpu.product":"NVIDIA-H100-80GB-HBM3"}}}`)
 	specPatch := []byte(`{"spec":{"unschedulable":true}}`)
+	condition := func(typ string) []byte {
+		return []byte(`{"status":{"conditions":[{"type":"` + typ + `","status":"False","reason":"Test","message":"m"}]}}`)
+	}
+	capacityPatch := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"80"}}}`)
+	addressPatch := []byte(`{"status":{"addresses":[{"type":"InternalIP","address":"203.0.113.7"}]}}`)
 	// A real token bound to the agent's pod on node a, and impersonation
 	// with what such a token carries (or a token that carries no node).
 	bound := boundTokenClient(t, "policy-node-a")
@@ -152,13 +157,19 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 		target  string
 		patch   []byte
 		allowed bool
+		status  bool // the patch is to the status subresource
 	}{
-		{"bound token: own node's labels", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-a", labelPatch, true},
-		{"bound token: another node's labels", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-b", labelPatch, false},
-		{"own node's labels", impersonated("policy-node-a"), "policy-node-a", labelPatch, true},
-		{"another node's labels", impersonated("policy-node-a"), "policy-node-b", labelPatch, false},
-		{"token without a node", impersonated(""), "policy-node-a", labelPatch, false},
-		{"own node's spec", impersonated("policy-node-a"), "policy-node-a", specPatch, false},
+		{"bound token: own node's GPUReady condition", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-a", condition("GPUReady"), true, true},
+		{"bound token: another node's GPUReady condition", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-b", condition("GPUReady"), false, true},
+		{"own node's Ready condition", impersonated("policy-node-a"), "policy-node-a", condition("Ready"), false, true},
+		{"own node's GPU capacity", impersonated("policy-node-a"), "policy-node-a", capacityPatch, false, true},
+		{"own node's addresses", impersonated("policy-node-a"), "policy-node-a", addressPatch, false, true},
+		{"bound token: own node's labels", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-a", labelPatch, true, false},
+		{"bound token: another node's labels", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-b", labelPatch, false, false},
+		{"own node's labels", impersonated("policy-node-a"), "policy-node-a", labelPatch, true, false},
+		{"another node's labels", impersonated("policy-node-a"), "policy-node-b", labelPatch, false, false},
+		{"token without a node", impersonated(""), "policy-node-a", labelPatch, false, false},
+		{"own node's spec", impersonated("policy-node-a"), "policy-node-a", specPatch, false, false},
 	}
 	// Admission picks a new policy up asynchronously: wait until it denies
 	// before checking what it allows. A denial must come from a validation
@@ -174,7 +185,11 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.client(t).CoreV1().Nodes().Patch(ctx, tc.target, types.StrategicMergePatchType, tc.patch, metav1.PatchOptions{FieldManager: "gpuplane-agent"})
+			var sub []string
+			if tc.status {
+				sub = []string{"status"}
+			}
+			_, err := tc.client(t).CoreV1().Nodes().Patch(ctx, tc.target, types.StrategicMergePatchType, tc.patch, metav1.PatchOptions{FieldManager: "gpuplane-agent"}, sub...)
 			switch {
 			case tc.allowed && err != nil:
 				t.Errorf("patch of %s denied: %v; want it allowed", tc.target, err)

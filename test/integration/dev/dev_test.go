@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/cli/dev"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
@@ -142,6 +143,24 @@ func TestUpStatusDown(t *testing.T) {
 		if q := n.Status.Allocatable["nvidia.com/gpu"]; !framework.NodeReady(n) || q.Value() != 8 {
 			t.Errorf("node Ready=%v nvidia.com/gpu=%s, want Ready with 8", framework.NodeReady(n), q.String())
 		}
+	})
+
+	t.Run("the agent says on the node that its GPUs are on offer", func(t *testing.T) {
+		framework.Eventually(t, 30*time.Second, "the GPUReady condition", func(ctx context.Context) (bool, error) {
+			n, err := client.CoreV1().Nodes().Get(ctx, "gpu-node-1", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range n.Status.Conditions {
+				if c.Type == gpunode.ConditionGPUReady {
+					if c.Status != corev1.ConditionTrue || c.Reason != gpunode.ReasonAgentReady || !strings.Contains(c.Message, "8 GPUs offered as nvidia.com/gpu") {
+						return false, fmt.Errorf("GPUReady=%s %s: %s", c.Status, c.Reason, c.Message)
+					}
+					return true, nil
+				}
+			}
+			return false, errors.New("no GPUReady condition yet")
+		})
 	})
 
 	t.Run("kube-scheduler places a GPU pod that then runs", func(t *testing.T) {

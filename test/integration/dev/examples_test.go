@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -212,7 +213,8 @@ func TestExamples(t *testing.T) {
 			t.Fatalf("kubectl cordon: %v\n%s", err, out)
 		}
 		out, code = doctor("node", "gpu-node-2")
-		if code != 1 || !strings.Contains(out, "kubectl uncordon gpu-node-2") || !strings.Contains(out, "nvidia.com/mig-") {
+		if code != 1 || !strings.Contains(out, "kubectl uncordon gpu-node-2") || !strings.Contains(out, "nvidia.com/mig-") ||
+			!regexp.MustCompile(`agent\s+ok\s+\d+ GPUs offered as`).MatchString(out) {
 			t.Errorf("doctor node gpu-node-2 (cordoned, exit %d):\n%s", code, out)
 		}
 		if out, err := kubectl(t, stateDir, "uncordon", "gpu-node-2"); err != nil {

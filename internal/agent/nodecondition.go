@@ -1,0 +1,131 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/internal/labels"
+)
+
+// conditionFieldManager owns the GPUReady condition in the Node's status.
+const conditionFieldManager = "gpuplane-agent-condition"
+
+// conditionInterval is how often the checks run; the condition is written
+// only when its status, reason or message changes.
+const conditionInterval = 10 * time.Second
+
+// nodeCondition is what the agent says of its node in the GPUReady
+// condition: the first failing check, or that all pass.
+type nodeCondition struct {
+	status  corev1.ConditionStatus
+	reason  string
+	message string
+}
+
+// checkNode runs the node's checks in order and returns the condition:
+// GPUs listed, device plugin registered with the kubelet, GPU events
+// watched. Each failure names its fix.
+func checkNode(gpus int, p *probes) nodeCondition {
+	if gpus == 0 {
+		return nodeCondition{corev1.ConditionFalse, gpunode.ReasonNoGPUs,
+			"NVML lists no GPUs. Fix: check `nvidia-smi -L` on the node; a GPU that fell off the bus needs a reset or a reboot"}
+	}
+	m := p.manager.Load()
+	switch {
+	case m == nil:
+		return nodeCondition{corev1.ConditionFalse, gpunode.ReasonDevicePluginNotRegistered,
+			"the device plugin is starting (reading its config). Fix: wait; if it stays, the agent's log says why"}
+	case m.Ready() != nil:
+		return nodeCondition{corev1.ConditionFalse, gpunode.ReasonDevicePluginNotRegistered,
+			fmt.Sprintf("%v. Fix: check that the kubelet runs and that its device-plugins directory (under --kubelet-dir, default /var/lib/kubelet) is mounted into the agent", m.Ready())}
+	}
+	if mon := p.health.monitor.Load(); mon != nil {
+		if st := mon.Status(); !st.Monitoring && !st.Disabled {
+			return nodeCondition{corev1.ConditionFalse, gpunode.ReasonHealthMonitorDown,
+				fmt.Sprintf("GPU events are not watched, so failing GPUs go unseen: %s. Fix: the agent restarts itself after %s without events; if that does not mend it, check the driver (nvidia-smi -q)", st.Err, liveGrace)}
+		}
+	}
+	resources := slices.Sorted(maps.Keys(m.Registrations()))
+	return nodeCondition{corev1.ConditionTrue, gpunode.ReasonAgentReady,
+		fmt.Sprintf("%d GPUs offered as %s; GPU events watched", gpus, strings.Join(resources, ", "))}
+}
+
+// conditionWriter keeps the GPUReady condition on the agent's Node by
+// server-side apply to the Node's status, under a field manager of its
+// own, so that the kubelet's conditions are never touched.
+type conditionWriter struct {
+	patch labels.NodePatcher
+	node  string
+	log   *slog.Logger
+	now   func() time.Time
+
+	last       nodeCondition
+	written    bool
+	transition time.Time
+}
+
+func newConditionWriter(patch labels.NodePatcher, node string, log *slog.Logger) *conditionWriter {
+	return &conditionWriter{patch: patch, node: node, log: log, now: time.Now}
+}
+
+// set writes c when it differs from what was last written; a failed write
+// is retried at the next call.
+func (w *conditionWriter) set(ctx context.Context, c nodeCondition) error {
+	if w.written && c == w.last {
+		return nil
+	}
+	now := w.now()
+	transition := w.transition
+	if !w.written || c.status != w.last.status {
+		transition = now
+	}
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Node",
+		"metadata": map[string]any{"name": w.node},
+		"status": map[string]any{"conditions": []map[string]any{{
+			"type": gpunode.ConditionGPUReady, "status": c.status, "reason": c.reason, "message": c.message,
+			"lastHeartbeatTime":  metav1.NewTime(now).Rfc3339Copy(),
+			"lastTransitionTime": metav1.NewTime(transition).Rfc3339Copy(),
+		}}},
+	})
+	if err != nil {
+		return err
+	}
+	force := true
+	if _, err := w.patch.Patch(ctx, w.node, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: conditionFieldManager, Force: &force}, "status"); err != nil {
+		return fmt.Errorf("writing the %s condition of node %s: %w", gpunode.ConditionGPUReady, w.node, err)
+	}
+	if !w.written || c.status != w.last.status || c.reason != w.last.reason {
+		w.log.Info("node condition", "type", gpunode.ConditionGPUReady, "status", c.status, "reason", c.reason, "message", c.message)
+	}
+	w.last, w.written, w.transition = c, true, transition
+	return nil
+}
+
+// run checks the node every conditionInterval until ctx ends. Failed
+// writes are logged and retried; they never stop the agent.
+func (w *conditionWriter) run(ctx context.Context, check func() nodeCondition) error {
+	t := time.NewTicker(conditionInterval)
+	defer t.Stop()
+	for {
+		if err := w.set(ctx, check()); err != nil && ctx.Err() == nil {
+			w.log.Warn("node condition not written; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
