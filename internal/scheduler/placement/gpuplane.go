@@ -2,60 +2,43 @@ package placement
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
-// newGPUPlane is our default policy. It is FGD, changed by how hard the
-// target workload presses on the cluster's CPU against its GPUs
-// (cpuPressure: the workload's CPU per GPU over the cluster's), each change
-// measured on the openb traces and on reshaped mixes of them
-// (docs/benchmarks-scheduler.md):
+// newGPUPlane is our default policy: FGD with GPU packing as the
+// tie-breaker, except where the target workload runs out of CPU before GPU
+// (cpuPressure above 1: the workload's CPU per GPU over the cluster's),
+// where it is FGD as published.
 //
-//   - where the workload runs out of CPU before GPU (pressure above 1) it
-//     is FGD as published: GPU fragmentation is then not what leaves pods
-//     unplaced, and packing GPU-less pods beside busy GPUs strands the CPU
-//     the GPU pods need (up to 1 point below FGD without this, where
-//     CPU-only pods are 2.5 to 4 times as many as traced);
-//   - otherwise a pod type's weight in the expected fragmentation is its
-//     share of pods times 1 + 2 x pressure x (its CPU per whole GPU over
-//     the workload's mean CPU). On GPU nodes the pods that fail first are
-//     the CPU-heavy GPU pods, so free GPU beside too little CPU is the
-//     fragmentation that costs most, the more so the nearer CPU is to
-//     running out; dividing by the GPU count keeps big multi-GPU pods,
-//     which need whole idle GPUs anyway, from dominating the measure;
-//   - among options of equal fragmentation increase, GPU packing keeps
-//     idle GPUs and nodes idle (shares go to GPUs already in use, GPU-less
-//     pods beside busy GPUs).
+//   - GPU packing (weight 1e-3, so it decides only among options whose
+//     expected fragmentation is within a hair) sends shares to GPUs already
+//     in use and GPU-less pods beside busy GPUs, keeping idle GPUs and
+//     nodes whole for the pods that need them.
+//   - Under CPU pressure that packing strands the CPU the GPU pods need:
+//     up to 1 point below FGD where CPU-only pods are 2.5 to 4 times as
+//     many as traced. GPU fragmentation is then not what leaves pods
+//     unplaced, so FGD's choice stands.
+//
+// The policy was chosen on a robustness set (docs/benchmarks-scheduler.md,
+// "Workloads the trace did not show"): openb's ten variants and 21 mixes of
+// `default` with each kind of pod scaled up and down, seeds 1-10 to choose
+// and seeds 11-20 held out. Weighting FGD's pod types by their CPU per GPU
+// (the previous form of this policy) won more on some openb variants but
+// lost to FGD by 0.2 points on the held-out seeds wherever whole-GPU pods
+// were twice as many as traced; without it no mix is below FGD by more
+// than the seeds' noise (worst -0.02 over 20 seeds), and every openb
+// variant is ahead.
 //
 // Topology only ranks multi-GPU sets of equal score. Without the cluster's
 // capacity (PolicyEnv.Capacity zero) the pressure is taken as 1.
 func newGPUPlane(env PolicyEnv) (Policy, error) {
-	pressure := cpuPressure(env)
-	if pressure > 1 {
-		fgd, err := NewFGD(env.Targets)
-		if err != nil {
-			return Policy{}, fmt.Errorf("policy gpuplane: %w", err)
-		}
-		return Policy{Name: "gpuplane", Scorers: []Weighted{{fgd, 1}, {NewTopology(), 1e-6}}}, nil
-	}
-	ts := slices.Clone(env.Targets)
-	var mean, total float64
-	for _, t := range ts {
-		mean += t.P * float64(t.Req.MilliCPU)
-		total += t.P
-	}
-	if total > 0 {
-		mean /= total
-	}
-	for i := range ts {
-		r := &ts[i].Req
-		ts[i].P *= 1 + 2*pressure*float64(r.MilliCPU)/max(mean, 1)/float64(max(r.GPUs, 1))
-	}
-	fgd, err := NewFGD(ts)
+	fgd, err := NewFGD(env.Targets)
 	if err != nil {
 		return Policy{}, fmt.Errorf("policy gpuplane: %w", err)
+	}
+	if cpuPressure(env) > 1 {
+		return Policy{Name: "gpuplane", Scorers: []Weighted{{fgd, 1}, {NewTopology(), 1e-6}}}, nil
 	}
 	return Policy{Name: "gpuplane", Scorers: []Weighted{
 		{fgd, 1},
