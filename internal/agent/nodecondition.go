@@ -21,9 +21,10 @@ import (
 // conditionFieldManager owns the GPUReady condition in the Node's status.
 const conditionFieldManager = "gpuplane-agent-condition"
 
-// conditionInterval is how often the checks run; the condition is written
-// only when its status, reason or message changes.
-const conditionInterval = 10 * time.Second
+// conditionInterval is how often the checks run (they read the agent's own
+// state); the condition is written only when its status, reason or message
+// changes, so the Node follows the agent within this long.
+const conditionInterval = 2 * time.Second
 
 // nodeCondition is what the agent says of its node in the GPUReady
 // condition: the first failing check, or that all pass.

@@ -77,7 +77,8 @@ func newUpCommand(resolve func() (stateDir, error)) *cobra.Command {
 		Short: "Start the local cluster in the background and print how to use it",
 		Long: `up starts the control plane, the simulated GPU nodes (each with its own
 gpuplane-agent) and the scheduler in the background, waits until every node is
-Ready with its GPU resources, and prints the kubeconfig to use.
+Ready with its GPU resources and its agent says so (the GPUReady condition),
+and prints the kubeconfig to use.
 
 A node profile is PROFILE[:MODE]: PROFILE a simulated system (the DGX
 systems dgxa100, dgxh100, dgxh200, dgxb200; the rented servers 4xt4, 8xv100,

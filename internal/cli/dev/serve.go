@@ -287,7 +287,7 @@ func clientConfig(c *rest.Config) *rest.Config {
 }
 
 // waitNodes polls until every node is Ready and each simulated node reports
-// its resources.
+// its resources and its agent's GPUReady condition is True.
 func (s *supervisor) waitNodes(ctx context.Context, client kubernetes.Interface) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -344,17 +344,29 @@ func (s *supervisor) countReady(ctx context.Context, client kubernetes.Interface
 				missing = fmt.Sprintf("; node %s has no %s yet", spec.Name, r)
 			}
 		}
+		// The agent's own word that the node's GPUs are on offer.
+		if c := nodeCondition(n, gpunode.ConditionGPUReady); c == nil {
+			missing = fmt.Sprintf("; node %s: gpuplane-agent has not written %s yet", spec.Name, gpunode.ConditionGPUReady)
+		} else if c.Status != corev1.ConditionTrue {
+			missing = fmt.Sprintf("; node %s: %s %s: %s", spec.Name, gpunode.ConditionGPUReady, c.Reason, c.Message)
+		}
 	}
 	return ready, missing, nil
 }
 
 func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+	c := nodeCondition(n, corev1.NodeReady)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// nodeCondition returns the node's condition of type typ, nil without one.
+func nodeCondition(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == typ {
+			return &n.Status.Conditions[i]
 		}
 	}
-	return false
+	return nil
 }
 
 // createKwokNodes creates the kwok GPU nodes, capacity written directly.
