@@ -2,12 +2,16 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -53,6 +57,54 @@ func TestManifestsPassServerDryRun(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry run output lacks %s:\n%s", want, out)
 		}
+	}
+}
+
+// TestAgentRunsUnprivileged reads the DaemonSet back from the API server's
+// dry run (its fields validated strictly) and holds its container to what
+// a device plugin needs: not privileged, no capability, no escalation, the
+// runtime's seccomp profile and a read-only root file system.
+func TestAgentRunsUnprivileged(t *testing.T) {
+	applyNamespace(t)
+	out, err := env.Kubectl("apply", "--dry-run=server", "--validate=strict", "-o", "json", "-f", filepath.Join(repoRoot(t), "deploy", "agent", "daemonset.yaml"))
+	if err != nil {
+		t.Fatalf("kubectl apply --dry-run=server: %v\n%s", err, out)
+	}
+	var list struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("decoding the dry run's objects: %v", err)
+	}
+	var ds *appsv1.DaemonSet
+	for _, raw := range list.Items {
+		var o appsv1.DaemonSet
+		if err := json.Unmarshal(raw, &o); err == nil && o.Kind == "DaemonSet" {
+			ds = &o
+		}
+	}
+	if ds == nil {
+		t.Fatalf("no DaemonSet in the dry run's output:\n%s", out)
+	}
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		sc := c.SecurityContext
+		switch {
+		case sc == nil:
+			t.Errorf("container %s has no securityContext", c.Name)
+		case sc.Privileged != nil && *sc.Privileged:
+			t.Errorf("container %s is privileged", c.Name)
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Errorf("container %s may escalate privileges", c.Name)
+		case sc.Capabilities == nil || len(sc.Capabilities.Add) > 0 || !slices.Contains(sc.Capabilities.Drop, "ALL"):
+			t.Errorf("container %s capabilities %+v, want all dropped and none added", c.Name, sc.Capabilities)
+		case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+			t.Errorf("container %s seccomp %+v, want RuntimeDefault", c.Name, sc.SeccompProfile)
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Errorf("container %s has a writable root file system", c.Name)
+		}
+	}
+	if ds.Spec.Template.Spec.HostPID || ds.Spec.Template.Spec.HostNetwork || ds.Spec.Template.Spec.HostIPC {
+		t.Error("the agent's pod shares a host namespace it does not need")
 	}
 }
 
