@@ -19,7 +19,6 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
-	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
 // apiWriter carries out the core's decisions: gang commits and binds on a
@@ -70,9 +69,10 @@ func (w *apiWriter) submit(ctx context.Context, t func(context.Context)) bool {
 
 // bindTask is one pod's binding; done runs with its result on a worker.
 type bindTask struct {
-	pod  *corev1.Pod
-	node string
-	gpus []model.GPUShare
+	pod *corev1.Pod
+	// assumption is where the pod goes: the cache holds the same value
+	// while the bind is in flight (clusterCache.assumeAll).
+	assumption
 	// queue is the Queue the pod's usage counts against, recorded on the
 	// pod with the binding (gpupod.QueueAnnotation).
 	queue string
@@ -146,11 +146,11 @@ func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
 		ObjectMeta: metav1.ObjectMeta{Namespace: t.pod.Namespace, Name: t.pod.Name, UID: t.pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: t.node},
 	}
-	if len(t.gpus) > 0 || t.queue != "" {
+	if len(t.shares) > 0 || t.queue != "" {
 		b.Annotations = make(map[string]string, 2)
 	}
-	if len(t.gpus) > 0 {
-		b.Annotations[GPUsAnnotation] = formatShares(t.gpus)
+	if len(t.shares) > 0 {
+		b.Annotations[GPUsAnnotation] = formatShares(t.shares)
 	}
 	if t.queue != "" {
 		b.Annotations[gpupod.QueueAnnotation] = t.queue
@@ -165,7 +165,7 @@ func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
 	}
 	w.metrics.binds.WithLabelValues("bound").Inc()
 	w.metrics.e2e.Observe(time.Since(t.pod.CreationTimestamp.Time).Seconds())
-	w.log.V(4).Info("bound", "pod", klog.KObj(t.pod), "node", t.node, "gpus", formatShares(t.gpus))
+	w.log.V(4).Info("bound", "pod", klog.KObj(t.pod), "node", t.node, "gpus", formatShares(t.shares))
 	return nil
 }
 

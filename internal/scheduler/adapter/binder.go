@@ -213,7 +213,7 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 // bindTask is a bind whose failure drops the assumption (the pod is
 // offered again next cycle) and says why on the pod.
 func (b *binder) bindTask(pod *corev1.Pod, node string, gpus []model.GPUShare) bindTask {
-	return bindTask{pod: pod, node: node, gpus: gpus, done: func(err error) {
+	return bindTask{pod: pod, assumption: assumption{node: node, shares: gpus}, done: func(err error) {
 		if err != nil {
 			b.cache.forget(podKey(pod))
 			b.status.event(pod, corev1.EventTypeWarning, "FailedBinding", fmt.Sprintf("binding to %s: %v", node, err))
@@ -242,7 +242,7 @@ func (b *binder) placementOf(g *groupInfo, binds []bindTask) []v1alpha1.MemberPl
 		out = append(out, m)
 	}
 	for _, t := range binds {
-		out = append(out, v1alpha1.MemberPlacement{Pod: t.pod.Name, UID: string(t.pod.UID), Node: t.node, GPUs: formatShares(t.gpus)})
+		out = append(out, v1alpha1.MemberPlacement{Pod: t.pod.Name, UID: string(t.pod.UID), Node: t.node, GPUs: formatShares(t.shares)})
 	}
 	slices.SortFunc(out, func(a, b v1alpha1.MemberPlacement) int { return cmp.Compare(a.Pod, b.Pod) })
 	return slices.CompactFunc(out, func(a, b v1alpha1.MemberPlacement) bool { return a.Pod == b.Pod })

@@ -50,8 +50,9 @@ func (p *podInfo) terminal() bool {
 	return p.pod.Status.Phase == corev1.PodSucceeded || p.pod.Status.Phase == corev1.PodFailed
 }
 
-// assumption is a bind the scheduler sent (or is sending) that the
-// informer has not shown yet.
+// assumption is where one pod goes: the node and the GPU shares the core
+// chose. A bindTask carries it to the API server, and the cache holds it
+// while the bind is in flight and the informer has not shown it yet.
 type assumption struct {
 	node   string
 	shares []model.GPUShare
@@ -458,7 +459,7 @@ func (c *clusterCache) assumeAll(tasks []bindTask) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, t := range tasks {
-		c.assume(podKey(t.pod), assumption{node: t.node, shares: t.gpus})
+		c.assume(podKey(t.pod), t.assumption)
 	}
 }
 
@@ -541,9 +542,8 @@ type resumedGang struct {
 }
 
 type resumedMember struct {
-	pod    *corev1.Pod
-	node   string
-	shares []model.GPUShare
+	pod *corev1.Pod
+	assumption
 }
 
 // resumeCommitted finds the gangs whose PodGroup records a placement that
@@ -577,7 +577,7 @@ func (c *clusterCache) resumeCommitted() []resumedGang {
 				ok = false
 				break
 			}
-			members = append(members, resumedMember{pod: pi.pod, node: m.Node, shares: shares})
+			members = append(members, resumedMember{pod: pi.pod, assumption: assumption{node: m.Node, shares: shares}})
 		}
 		if !ok || len(members) == 0 {
 			continue
@@ -592,7 +592,7 @@ func (c *clusterCache) resumeCommitted() []resumedGang {
 			continue
 		}
 		for _, m := range members {
-			c.assume(podKey(m.pod), assumption{node: m.node, shares: m.shares})
+			c.assume(podKey(m.pod), m.assumption)
 		}
 		out = append(out, resumedGang{group: group, pg: pg, members: members})
 	}

@@ -38,7 +38,7 @@ var _ clusterWriter = (*fakeWriter)(nil)
 
 func (f *fakeWriter) bind(_ context.Context, t bindTask) {
 	f.mu.Lock()
-	f.binds = append(f.binds, fmt.Sprintf("%s %s %s", podKey(t.pod), t.node, formatShares(t.gpus)))
+	f.binds = append(f.binds, fmt.Sprintf("%s %s %s", podKey(t.pod), t.node, formatShares(t.shares)))
 	if f.queues == nil {
 		f.queues = map[string]string{}
 	}
