@@ -11,7 +11,7 @@ GOTESTFLAGS ?= -race -count=1
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 
-.PHONY: help build test test-unit lint verify generate demo bench clean
+.PHONY: help build test test-unit lint verify generate manifests demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
 include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk
@@ -53,12 +53,16 @@ $(CONTROLLER_GEN):
 	GOBIN=$(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	@mv $(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen $@ && rmdir $(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION)
 
-generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from api/
+generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from api/, then the manifests from the chart
 	$(CONTROLLER_GEN) object paths=./api/scheduling/...
 	$(CONTROLLER_GEN) crd paths=./api/scheduling/... output:crd:artifacts:config=deploy/crds
+	@$(MAKE) --no-print-directory manifests
+
+manifests: ## render deploy/agent, deploy/scheduler and deploy/admission from the Helm chart (deploy/helm/gpuplane), copy the CRDs and monitoring files into it
+	$(GO) test ./deploy/helm -count=1 -run TestManifestsAreRendered -update
 
 verify: generate ## fail when formatting, go.mod or generated files are stale
-	@test -z "$$(git status --porcelain -- api deploy/crds)" || { git status --short -- api deploy/crds; echo "generated files are stale: run 'make generate' and commit them"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy)" || { git status --short -- api deploy; echo "generated files are stale: run 'make generate' and commit them"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) mod tidy -diff
 	$(GO) vet ./...

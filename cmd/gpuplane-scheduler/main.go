@@ -29,8 +29,9 @@ Pods join a gang with the label scheduling.gpuplane.io/pod-group=<PodGroup>
 scheduling.gpuplane.io/queue=<Queue> (or kueue.x-k8s.io/queue-name); without
 one they use their namespace's scheduling.gpuplane.io/default-queue
 annotation, else the built-in "default" queue (a leaf queue: one with child
-queues takes no work). The Queue and PodGroup CRDs (deploy/crds) must be
-installed.
+queues takes no work). At start the scheduler applies the Queue and
+PodGroup CRDs it was built with where the cluster's are missing or lack a
+field (--manage-crds), and refuses to run against older ones.
 
 A gang is bound only when all of it (spec.minMember pods) has a place: its
 placement is written to the PodGroup's status.placement first, then its pods
@@ -86,6 +87,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", def.RenewDeadline, "how long the leader retries renewing before it gives up")
 	fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", def.RetryPeriod, "time between Lease attempts")
 	fs.StringVar(&cfg.ServeAddr, "serve-address", ":10259", "address of /metrics, /healthz and /readyz; empty serves none")
+	fs.BoolVar(&cfg.ManageCRDs, "manage-crds", true, "at start, apply the Queue and PodGroup CRDs this scheduler was built with where the cluster's lack a field (server-side apply; RBAC: get and patch customresourcedefinitions); false only checks them. It never runs against older CRDs")
 	fs.BoolVar(&cfg.Profiling, "profiling", false, "also serve Go's /debug/pprof/ on --serve-address (heap, CPU, goroutines), to diagnose memory or time; keep that address off the network when on")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {

@@ -26,6 +26,9 @@ import (
 type PluginOptions struct {
 	// ConfigFile is the v1 config; empty means defaults and overrides only.
 	ConfigFile string
+	// SelectConfig, when set, names the config file instead of ConfigFile
+	// at start and at every reload (--config-dir).
+	SelectConfig func() (string, error)
 	// Overrides are flag settings over environment settings.
 	Overrides configv1.Overrides
 	// KubeletDir is the kubelet's device-plugin directory.
@@ -171,7 +174,7 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 		case <-o.Reload:
 			next, err := loadState(o, devices, log)
 			if err != nil {
-				log.Error("config reload failed; keeping the last good config", "file", o.ConfigFile, "err", err)
+				log.Error("config reload failed; keeping the last good config", "err", err)
 				continue
 			}
 			if writer != nil {
@@ -208,6 +211,13 @@ func devRoot(cfg *configv1.Config) string {
 
 // loadState reads and validates the config and builds the resources.
 func loadState(o PluginOptions, devices []gpu.Device, log *slog.Logger) (*pluginState, error) {
+	if o.SelectConfig != nil {
+		file, err := o.SelectConfig()
+		if err != nil {
+			return nil, err
+		}
+		o.ConfigFile = file
+	}
 	var in io.Reader = bytes.NewReader(nil)
 	if o.ConfigFile != "" {
 		// Load reads at most configv1.MaxBytes of it and refuses a larger

@@ -45,6 +45,9 @@ const EnvConfigFile = "CONFIG_FILE"
 // has are pointers into flagOverrides, applied only when given.
 type runFlags struct {
 	configFile    string
+	configDir     string
+	configDefault string
+	configFallback string
 	kubeletDir    string
 	cdiDir        string
 	backend       backends.Options
@@ -78,6 +81,9 @@ type runFlags struct {
 
 func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.configFile, "config", "", "device plugin config file, NVIDIA's v1 format (env "+EnvConfigFile+")")
+	fs.StringVar(&f.configDir, "config-dir", "", "directory of named configs, one file each in NVIDIA's v1 format (a ConfigMap mounted as a volume): the node's "+ConfigLabel+" label picks one, else --config-default, else --config-fallback; a change of the label or of the chosen file reloads it (instead of --config)")
+	fs.StringVar(&f.configDefault, "config-default", "", "with --config-dir: the config of a node without the "+ConfigLabel+" label")
+	fs.StringVar(&f.configFallback, "config-fallback", FallbackNamed+","+FallbackSingle, "with --config-dir and no --config-default: for an unlabelled node, "+FallbackNamed+" picks the config named default, "+FallbackSingle+" the only config, tried in the order given")
 	fs.StringVar(&f.kubeletDir, "kubelet-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory: sockets are served here and kubelet.sock is watched")
 	fs.StringVar(&f.cdiDir, "cdi-dir", cdi.DefaultDir, "directory for the CDI spec of each resource; empty writes none")
 	backends.AddFlags(fs, &f.backend)
@@ -133,6 +139,12 @@ func (f *runFlags) validate() error {
 	}
 	if f.labelsInterval < 0 {
 		return cliutil.Usagef("--labels-interval: must not be negative, got %v; 0 labels once", f.labelsInterval)
+	}
+	if f.configFile != "" && f.configDir != "" {
+		return cliutil.Usagef("--config and --config-dir: give one of them (--config-dir picks a file of the directory by the node's %s label)", ConfigLabel)
+	}
+	if f.configDir == "" && (f.changedConfig("config-default") || f.changedConfig("config-fallback")) {
+		return cliutil.Usagef("--config-default and --config-fallback choose among the configs of --config-dir, which is not given")
 	}
 	if f.labels == labelsFile && f.labelsFile == "" {
 		return cliutil.Usagef("--labels=file needs --labels-file")
@@ -227,13 +239,31 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	if configFile == "" {
 		configFile = os.Getenv(EnvConfigFile)
 	}
+	node := nodeName(f.backend.NodeName)
+	// --config-dir: the node's label picks the config, so read it first.
+	var selector *configSelector
+	var selectConfig func() (string, error)
+	var selectorAPI *rest.Config
+	if f.configDir != "" {
+		if selector, err = newConfigSelector(f.configDir, f.configDefault, f.configFallback, log.With("part", "config")); err != nil {
+			return &cliutil.UsageError{Err: err}
+		}
+		if cfg, err := restConfig(f.kubeconfig); err != nil {
+			log.Info("the node's "+ConfigLabel+" label is not read: the API server is not configured", "reason", err)
+		} else {
+			if err := selector.readLabel(ctx, cfg, node); err != nil {
+				return fmt.Errorf("refusing to start: %w", err)
+			}
+			selectorAPI = cfg
+		}
+		selectConfig = selector.Select
+	}
 	// Check the config before touching GPUs so a bad file fails fast with
 	// one message.
-	first, err := loadState(PluginOptions{ConfigFile: configFile, Overrides: overrides}, nil, log)
+	first, err := loadState(PluginOptions{ConfigFile: configFile, SelectConfig: selectConfig, Overrides: overrides}, nil, log)
 	if err != nil {
 		return fmt.Errorf("refusing to start: %w", err)
 	}
-	node := nodeName(f.backend.NodeName)
 	sink, err := labelsSink(f, node, log.With("part", "labels"))
 	if err != nil {
 		return err
@@ -266,10 +296,17 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reload := watchReload(ctx, configFile, log)
+	if selector != nil {
+		go func() {
+			if err := selector.run(ctx, selectorAPI, node, reload); err != nil {
+				log.Error("watching the node's config choice", "err", err)
+			}
+		}()
+	}
 	healthSrc := newMonitorHealth(devices)
 	probe := newProbes(healthSrc)
 	plugin := PluginOptions{
-		ConfigFile: configFile, Overrides: overrides, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir,
+		ConfigFile: configFile, SelectConfig: selectConfig, Overrides: overrides, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir,
 		Backend: backend, HealthCheckInterval: f.healthEvery, LookupEnv: os.LookupEnv, Reload: reload,
 		OnHealth: healthSrc.set, OnManager: probe.setManager, Logger: log,
 	}
@@ -371,7 +408,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 
 // watchReload turns every SIGHUP into a value on the returned channel
 // (coalesced) until ctx ends.
-func watchReload(ctx context.Context, configFile string, log *slog.Logger) <-chan struct{} {
+func watchReload(ctx context.Context, configFile string, log *slog.Logger) chan struct{} {
 	reload := make(chan struct{}, 1)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

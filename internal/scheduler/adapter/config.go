@@ -65,6 +65,11 @@ type Config struct {
 	// Profiling also serves Go's /debug/pprof/ on ServeAddr (heap, CPU,
 	// goroutines), for diagnosing the scheduler's memory and time.
 	Profiling bool
+	// ManageCRDs: at start, apply the Queue and PodGroup CRDs the scheduler
+	// was built with where the cluster's lack a field (server-side apply);
+	// when false, such a cluster is only an error. Either way the scheduler
+	// does not run against CRDs older than itself.
+	ManageCRDs bool
 	// Logger receives the scheduler's logs; nil discards.
 	Logger *slog.Logger
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/testutil"
@@ -212,6 +213,63 @@ topology:
 			t.Fatal(err)
 		}
 		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitNodeLabels(t, node, map[string]string{"nvidia.com/mig.strategy": "none", "nvidia.com/gpu.count": "2"}, nil, migKeys, 2)
+	})
+	if err := p.stop(); err != nil {
+		t.Errorf("agent exit after SIGTERM: %v, want exit 0", err)
+	}
+}
+
+// TestAgentConfigFollowsNodeLabel runs the agent with a directory of named
+// configs, as the chart mounts its ConfigMap: the Node's
+// nvidia.com/device-plugin.config label picks one, and relabelling the
+// Node switches the agent to another without a restart or a signal.
+func TestAgentConfigFollowsNodeLabel(t *testing.T) {
+	ctx := t.Context()
+	const node = "agent-config-label-node"
+	obj := framework.GPUNode(node).NotKwok().Label("nvidia.com/device-plugin.config", "mig-mixed").Obj()
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "node.yaml")
+	configs := filepath.Join(dir, "configs")
+	if err := os.Mkdir(configs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for path, text := range map[string]string{
+		profile: `version: v1
+name: mig-node
+gpus:
+  - model: H100-SXM5-80GB
+    count: 2
+    migEnabled: true
+    migDevices: ["3g.40gb", "3g.40gb"]
+topology:
+  pairs:
+    - gpus: [0, 1]
+      nvlink: 18
+`,
+		filepath.Join(configs, "default"):   "version: v1\nflags:\n  migStrategy: none\n",
+		filepath.Join(configs, "mig-mixed"): "version: v1\nflags:\n  migStrategy: mixed\n",
+	} {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startAgentProcess(t, "--simulate", profile, "--node-name", node, "--kubeconfig", env.ControlPlane.Kubeconfig(),
+		"--config-dir", configs, "--kubelet-dir", filepath.Join(dir, "kubelet"), "--cdi-dir", "", "--metrics-addr", "",
+		"--labels-interval", "0")
+	migKeys := []string{"nvidia.com/mig-3g.40gb.count"}
+	t.Run("labelled mig-mixed", func(t *testing.T) {
+		waitNodeLabels(t, node, map[string]string{"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-3g.40gb.count": "4"}, migKeys, nil, 2)
+	})
+	t.Run("label removed: the default", func(t *testing.T) {
+		patch := []byte(`{"metadata":{"labels":{"nvidia.com/device-plugin.config":null}}}`)
+		if _, err := env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitNodeLabels(t, node, map[string]string{"nvidia.com/mig.strategy": "none", "nvidia.com/gpu.count": "2"}, nil, migKeys, 2)

@@ -1,0 +1,135 @@
+// Package helmchart carries gpuplane's Helm chart (deploy/helm/gpuplane)
+// inside the binaries, so that `gpuplane dev up --install=helm` and the
+// tests install the very chart users install, and renders it.
+//
+// The chart is the one source of gpuplane's Kubernetes objects: the
+// manifests in deploy/agent, deploy/scheduler and deploy/admission are the
+// chart rendered with its default values (TestManifestsAreRendered keeps
+// them so). It holds the chart and rendering only; it must not talk to a
+// cluster.
+package helmchart
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"io/fs"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+)
+
+// files is the chart directory; all: keeps .helmignore.
+//
+//go:embed all:gpuplane
+var files embed.FS
+
+// Name is the chart's name and directory.
+const Name = "gpuplane"
+
+// DefaultNamespace is where the README installs gpuplane and where the
+// rendered manifests in deploy/ put it.
+const DefaultNamespace = "gpuplane-system"
+
+// Load returns the embedded chart.
+func Load() (*chart.Chart, error) {
+	return LoadFS(files, Name)
+}
+
+// LoadFS loads the chart in directory dir of fsys (tests load modified
+// copies this way).
+func LoadFS(fsys fs.FS, dir string) (*chart.Chart, error) {
+	var bufs []*loader.BufferedFile
+	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		bufs = append(bufs, &loader.BufferedFile{Name: strings.TrimPrefix(p, dir+"/"), Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the chart: %w", err)
+	}
+	c, err := loader.LoadFiles(bufs)
+	if err != nil {
+		return nil, fmt.Errorf("loading the chart: %w", err)
+	}
+	return c, nil
+}
+
+// Rendered is the chart's output: each template file's manifest by the
+// file's path under templates/, without empty ones.
+type Rendered map[string]string
+
+// Render renders the chart with values over its defaults, as `helm
+// template` does (the values checked against values.schema.json), for a
+// release in namespace.
+func Render(c *chart.Chart, values map[string]any, release, namespace string) (Rendered, error) {
+	opts := chartutil.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}
+	vals, err := chartutil.ToRenderValues(c, values, opts, chartutil.DefaultCapabilities.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("chart values: %w", err)
+	}
+	out, err := engine.Render(c, vals)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the chart: %w", err)
+	}
+	r := Rendered{}
+	prefix := c.Name() + "/templates/"
+	for name, text := range out {
+		if !strings.HasPrefix(name, prefix) || path.Ext(name) != ".yaml" {
+			continue
+		}
+		if strings.TrimSpace(stripComments(text)) == "" {
+			continue
+		}
+		r[strings.TrimPrefix(name, prefix)] = text
+	}
+	return r, nil
+}
+
+// Manifest joins every rendered file into one multi-document YAML stream,
+// in path order.
+func (r Rendered) Manifest() string {
+	var b bytes.Buffer
+	for _, name := range slices.Sorted(maps.Keys(r)) {
+		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", name, strings.TrimSpace(r[name]))
+	}
+	return b.String()
+}
+
+// CRDs returns the chart's CustomResourceDefinition files (crds/), which
+// Helm installs before the templates and never upgrades; the scheduler
+// upgrades them (internal/scheduler/crds).
+func CRDs(c *chart.Chart) map[string][]byte {
+	out := map[string][]byte{}
+	for _, f := range c.CRDObjects() {
+		out[path.Base(f.Filename)] = f.File.Data
+	}
+	return out
+}
+
+
+// stripComments drops full-line YAML comments, so a template that renders
+// only its header comment counts as empty.
+func stripComments(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "#") || t == "---" {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
