@@ -119,7 +119,6 @@ func CRDs(c *chart.Chart) map[string][]byte {
 	return out
 }
 
-
 // stripComments drops full-line YAML comments, so a template that renders
 // only its header comment counts as empty.
 func stripComments(s string) string {

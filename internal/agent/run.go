@@ -44,23 +44,23 @@ const EnvConfigFile = "CONFIG_FILE"
 // runFlags are the agent's own flags. Settings that the config file also
 // has are pointers into flagOverrides, applied only when given.
 type runFlags struct {
-	configFile    string
-	configDir     string
-	configDefault string
+	configFile     string
+	configDir      string
+	configDefault  string
 	configFallback string
-	kubeletDir    string
-	cdiDir        string
-	backend       backends.Options
-	healthEvery   time.Duration
-	logLevel      string
-	migStrategy   string
-	failOnInit    bool
-	passDevSpecs  bool
-	listStrategy  []string
-	idStrategy    string
-	driverRoot    string
-	mpsRoot       string
-	changedConfig func(name string) bool
+	kubeletDir     string
+	cdiDir         string
+	backend        backends.Options
+	healthEvery    time.Duration
+	logLevel       string
+	migStrategy    string
+	failOnInit     bool
+	passDevSpecs   bool
+	listStrategy   []string
+	idStrategy     string
+	driverRoot     string
+	mpsRoot        string
+	changedConfig  func(name string) bool
 
 	metricsAddr        string
 	webConfigFile      string
