@@ -10,6 +10,11 @@ GOTESTFLAGS ?= -race -count=1
 # go-nvml's cgo preamble declares deprecated NVML calls; their warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
+# Helm's SDK imports kustomize, whose Go-plugin loader imports "plugin"; a
+# binary that links it is bound at start-up (BIND_NOW), and the CLI, which
+# links go-nvml for the simulator, would then fail on NVML's symbols on a
+# machine without the driver. The tag leaves kustomize's plugin loader out.
+export GOFLAGS := $(strip $(GOFLAGS) -tags=kustomize_disable_go_plugin_support)
 
 .PHONY: help build test test-unit lint verify generate manifests demo bench clean
 
@@ -22,6 +27,7 @@ help: ## list targets
 build: ## build the gpuplane binaries into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
+	@$(BIN)/gpuplane --help >/dev/null || { echo "bin/gpuplane does not start (see above): build with make, which sets GOFLAGS=$(GOFLAGS)"; exit 1; }
 
 # The unit tier is every package of the product module outside test/: the
 # packages under test/ start real components and run in their own tiers.

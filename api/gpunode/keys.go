@@ -66,3 +66,13 @@ const (
 	// one for MaxGPUs GPUs is well under 2 KiB.
 	MaxAnnotationBytes = 16 << 10
 )
+
+// ConfigLabel on a Node picks which of the agent's named configs
+// (--config-dir, the chart's config.map) the node uses, as NVIDIA's device
+// plugin's config manager reads it.
+const ConfigLabel = "nvidia.com/device-plugin.config"
+
+// EnvSimulate names a simulated GPU profile for gpuplane-agent when its
+// --simulate flag is not given: a node simulator hands its simulated GPUs
+// to the agent's pod this way, as a container runtime hands it real ones.
+const EnvSimulate = "GPUPLANE_SIMULATE"

@@ -1,12 +1,12 @@
 // Package helmchart carries gpuplane's Helm chart (deploy/helm/gpuplane)
-// inside the binaries, so that `gpuplane dev up --install=helm` and the
+// inside the binaries, so that `gpuplane dev up --install chart` and the
 // tests install the very chart users install, and renders it.
 //
 // The chart is the one source of gpuplane's Kubernetes objects: the
 // manifests in deploy/agent, deploy/scheduler and deploy/admission are the
 // chart rendered with its default values (TestManifestsAreRendered keeps
 // them so). It holds the chart and rendering only; it must not talk to a
-// cluster.
+// cluster but through Helm's own actions (ActionConfig).
 package helmchart
 
 import (
@@ -19,10 +19,12 @@ import (
 	"slices"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
 // files is the chart directory; all: keeps .helmignore.
@@ -131,4 +133,20 @@ func stripComments(s string) string {
 		b.WriteString(line)
 	}
 	return b.String()
+}
+
+// ActionConfig is Helm's action configuration for the cluster kubeconfig
+// reaches, releases stored as Secrets in namespace, as the helm command
+// keeps them.
+func ActionConfig(kubeconfig, namespace string, debug func(format string, v ...any)) (*action.Configuration, error) {
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig, flags.Namespace = &kubeconfig, &namespace
+	cfg := new(action.Configuration)
+	if debug == nil {
+		debug = func(string, ...any) {}
+	}
+	if err := cfg.Init(flags, namespace, "secret", debug); err != nil {
+		return nil, fmt.Errorf("helm: %w", err)
+	}
+	return cfg, nil
 }

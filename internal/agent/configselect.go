@@ -20,12 +20,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
+	"github.com/gpuplane/gpuplane/api/gpunode"
 )
 
 // ConfigLabel is the Node label that picks one of the configs in
-// --config-dir for the node, as NVIDIA's device plugin's config manager
-// reads it.
-const ConfigLabel = "nvidia.com/device-plugin.config"
+// --config-dir for the node.
+const ConfigLabel = gpunode.ConfigLabel
 
 // Fallbacks when a node has no ConfigLabel and no --config-default is set.
 const (

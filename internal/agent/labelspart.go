@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -60,19 +61,21 @@ func labelsSink(f *runFlags, node string, log *slog.Logger) (labels.Sink, error)
 	return labels.NewNodeSink(nodes, node, labels.DefaultFieldManager)
 }
 
-// restConfig reads kubeconfig, or the pod's in-cluster config when it is
-// empty.
+// restConfig reads kubeconfig, else the files $KUBECONFIG names, else the
+// pod's in-cluster config; never ~/.kube/config, so an agent started by
+// hand without a kubeconfig cannot reach whatever cluster its user works on.
 func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+		rules.Precedence = nil
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		if kubeconfig != "" {
 			return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no --kubeconfig and no in-cluster config: %w", err)
+		return nil, fmt.Errorf("no --kubeconfig, $KUBECONFIG or in-cluster config: %w", err)
 	}
 	return cfg, nil
 }

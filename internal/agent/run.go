@@ -101,8 +101,8 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.webConfigFile, "web-config-file", "", "web configuration file for /metrics and /healthz in the format node_exporter's --web.config.file reads (Prometheus exporter-toolkit): TLS certificates, client-certificate auth, basic-auth users; empty serves plain HTTP")
 	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", metrics.DefaultPodResourcesSocket, "the kubelet's PodResources socket: labels GPU series with their pods, serves container_gpu_allocation, and records on each pod the GPUs it holds (gpuplane.io/gpus-held); empty turns these off (when the socket is absent, gpuplane_podresources_up says so)")
 	fs.StringVar(&f.procfs, "procfs", "/proc", "where the host's /proc is mounted; GPU processes are mapped to pods through /proc/<pid>/cgroup")
-	fs.StringVar(&f.labels, "labels", "", "where GPU feature labels go: node (the Node, by server-side apply), file (a node-feature-discovery features file) or none; default node when --kubeconfig or an in-cluster config is available, else none")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file for labelling the Node, reading the GPUs gpuplane-scheduler chose for the node's pods and recording what they got (default: the pod's in-cluster config)")
+	fs.StringVar(&f.labels, "labels", "", "where GPU feature labels go: node (the Node, by server-side apply), file (a node-feature-discovery features file) or none; default node when --kubeconfig, $KUBECONFIG or an in-cluster config is available, else none")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file for labelling the Node, reading the GPUs gpuplane-scheduler chose for the node's pods and recording what they got (default: $KUBECONFIG, else the pod's in-cluster config)")
 	fs.DurationVar(&f.labelsInterval, "labels-interval", defaultLabelsInterval, "how often the labels are rewritten; 0 labels once at start and after each config reload (config flags.gfd.sleepInterval, flags.gfd.oneshot)")
 	fs.StringVar(&f.labelsFile, "labels-file", DefaultFeatureFile, "node-feature-discovery features file written by --labels=file")
 	fs.StringVar(&f.overLimit, "gpu-memory-over-limit", OverLimitReport, "what happens to a pod whose processes use more GPU memory than the part of a GPU it asked for (time-slicing cannot enforce it): report (a Warning event on the pod and gpuplane_pod_gpu_memory_* series) or evict (also evict it through the Eviction API, PodDisruptionBudgets respected, once over for --gpu-memory-over-limit-grace); needs --metrics-addr, --pod-resources-socket and the API server")
@@ -270,7 +270,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 
 	// One backend for every part.
-	bo := f.backend
+	bo := f.backend.WithEnv()
 	bo.NodeName = node
 	bo.FailOnInitError = first.cfg.FailOnInitError()
 	bo.Logger = log

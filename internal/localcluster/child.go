@@ -29,6 +29,21 @@ func StartChild(name, binary string, args []string, logPath string) (*Child, err
 	return &Child{sp: sp, p: p}, nil
 }
 
+// StartChildEnv is StartChild with env as the child's whole environment
+// instead of this process's.
+func StartChildEnv(name, binary string, args, env []string, logPath string) (*Child, error) {
+	if env == nil {
+		env = []string{}
+	}
+	sp := newSpawner()
+	p, err := startProcess(sp, name, binary, args, "", logPath, env...)
+	if err != nil {
+		sp.close()
+		return nil, err
+	}
+	return &Child{sp: sp, p: p}, nil
+}
+
 // Pid returns the child's process id, which is also its process group id.
 func (c *Child) Pid() int { return c.p.cmd.Process.Pid }
 

@@ -76,7 +76,7 @@ type process struct {
 
 // startProcess runs binary with args, output appended to logPath, in a new
 // process group that receives SIGKILL when the starting thread dies.
-func startProcess(sp *spawner, name, binary string, args []string, dir, logPath string) (*process, error) {
+func startProcess(sp *spawner, name, binary string, args []string, dir, logPath string, env ...string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the log of %s: %w", name, err)
@@ -86,6 +86,9 @@ func startProcess(sp *spawner, name, binary string, args []string, dir, logPath 
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.Env = os.Environ()
+	if env != nil {
+		cmd.Env = env
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid:   true,
 		Pdeathsig: syscall.SIGKILL,

@@ -31,6 +31,9 @@ type podState struct {
 	// terminal is set once the pod ended here; its devices are free.
 	terminal bool
 	timer    *time.Timer
+	// run holds the processes of a pod whose containers run for real
+	// (Config.Containers).
+	run *runPod
 }
 
 // startPods watches the pods bound to the node and starts the worker that
@@ -138,6 +141,9 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 	case st.terminal:
 		// Ended here, but writing that to the pod's status failed.
 		return s.completePod(ctx, key, pod)
+	case st.run != nil:
+		// Its containers' supervisors write its status.
+		return nil
 	case pod.Status.Phase == corev1.PodPending:
 		// Admitted, but reporting it Running failed: try again.
 		if err := s.updateStatus(ctx, pod, s.runningStatus); err != nil {
@@ -193,6 +199,23 @@ func (s *Simulator) startPod(ctx context.Context, key string, pod *corev1.Pod) e
 		pod = patched
 	}
 	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, allocation: alloc}
+	if s.cfg.Containers.runnable(pod) {
+		run, err := s.startRunPod(ctx, key, pod)
+		var failed *podFailure
+		if errors.As(err, &failed) {
+			s.release(key)
+			return s.refusePod(ctx, key, pod, &admissionError{Reason: failed.reason, Message: failed.message})
+		}
+		if err != nil {
+			s.release(key)
+			return err
+		}
+		st.run = run
+		s.mu.Lock()
+		s.pods[key] = st
+		s.mu.Unlock()
+		return nil
+	}
 	s.mu.Lock()
 	s.pods[key] = st
 	s.mu.Unlock()
@@ -324,13 +347,19 @@ func (s *Simulator) endPod(key string) {
 func (s *Simulator) forget(key string, uid types.UID) {
 	s.mu.Lock()
 	st := s.pods[key]
+	var run *runPod
 	if st != nil && (uid == "" || st.uid == uid) {
 		if st.timer != nil {
 			st.timer.Stop()
 		}
+		run = st.run
 		delete(s.pods, key)
 	}
 	s.mu.Unlock()
+	if run != nil {
+		run.stop()
+		s.log.Info("pod's containers stopped", "pod", key)
+	}
 	if s.release(key) {
 		s.log.Info("devices freed", "pod", key)
 	}

@@ -46,6 +46,10 @@ type Config struct {
 	// stops.
 	DeleteNodeOnStop bool
 
+	// Containers, when set, runs the containers of the pods bound to the
+	// node whose images it has binaries for, as processes.
+	Containers *ContainerConfig
+
 	// Agent, when set, starts gpuplane-agent against Dir as a child process
 	// that stops with the simulator. Without it, an agent started elsewhere
 	// with --kubelet-dir Dir registers on its own.
@@ -294,6 +298,17 @@ func (s *Simulator) stop(ctx context.Context) error {
 		}
 	}
 	s.cancel()
+	s.mu.Lock()
+	var runs []*runPod
+	for _, st := range s.pods {
+		if st.run != nil {
+			runs = append(runs, st.run)
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range runs {
+		r.stop()
+	}
 	if s.registrationServer != nil {
 		s.registrationServer.Stop()
 	}

@@ -64,6 +64,7 @@ type upFlags struct {
 	kwokProduct  string
 	kwokGPUs     int
 	scheduler    string
+	install      string
 	binDir       string
 	agentBinary  string
 	crdDir       string
@@ -91,7 +92,8 @@ systems dgxa100, dgxh100, dgxh200, dgxb200; the rented servers 4xt4, 8xv100,
 		Example: `  gpuplane dev up
   gpuplane dev up --nodes 2 --profile dgxh100 --kwok-nodes 100
   gpuplane dev up --node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4
-  gpuplane dev up --scheduler none`,
+  gpuplane dev up --scheduler none
+  gpuplane dev up --install chart --node-profiles dgxh100,dgxh100:mig-mixed`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := resolve()
@@ -112,6 +114,7 @@ systems dgxa100, dgxh100, dgxh200, dgxb200; the rented servers 4xt4, 8xv100,
 	fs.StringVar(&f.kwokProduct, "kwok-product", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.product label of the kwok nodes")
 	fs.IntVar(&f.kwokGPUs, "kwok-gpus", 8, "nvidia.com/gpu capacity of each kwok node")
 	fs.StringVar(&f.scheduler, "scheduler", SchedulerGPUPlane, "scheduler to run: gpuplane (gpuplane-scheduler for pods with schedulerName gpuplane-scheduler, kube-scheduler for the rest; installs gpuplane's CRDs and admission policies), kube-scheduler (alone) or none")
+	fs.StringVar(&f.install, "install", InstallProcesses, "how gpuplane is installed: "+InstallProcesses+" (the supervisor runs an agent per node and the scheduler) or "+InstallChart+" (gpuplane's Helm chart, installed with Helm's Go SDK: its objects go through the API server, and the simulated nodes run its agent and scheduler pods from the chart's pod specs, under the chart's RBAC; needs --scheduler gpuplane)")
 	fs.StringVar(&f.crdDir, "crd-dir", "", "with --scheduler gpuplane: directory of the Queue and PodGroup CRDs (default: deploy/crds beside bin/, else the ones built into gpuplane)")
 	fs.StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default $"+localcluster.BinDirEnv+", else the checkout's bin/)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "gpuplane-agent to run on the simulated nodes (default: beside this binary, else on $PATH)")
@@ -199,7 +202,16 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 			return nil, err
 		}
 	}
-	spec := &Spec{Scheduler: f.scheduler, KwokNodes: f.kwokNodes, KwokProduct: f.kwokProduct, KwokGPUs: f.kwokGPUs}
+	spec := &Spec{Install: f.install, Scheduler: f.scheduler, KwokNodes: f.kwokNodes, KwokProduct: f.kwokProduct, KwokGPUs: f.kwokGPUs}
+	switch f.install {
+	case InstallProcesses:
+	case InstallChart:
+		if f.scheduler != SchedulerGPUPlane {
+			return nil, cliutil.Usagef("--install %s installs gpuplane-scheduler from the chart: it needs --scheduler %s, not %q", InstallChart, SchedulerGPUPlane, f.scheduler)
+		}
+	default:
+		return nil, cliutil.Usagef("--install %q: want %s or %s", f.install, InstallProcesses, InstallChart)
+	}
 	cpCfg := localcluster.Config{BinDir: defaultBinDir(f.binDir), ControllerManager: true, Kwok: f.kwokNodes > 0}
 	switch f.scheduler {
 	case SchedulerKube:

@@ -190,9 +190,17 @@ func (s *supervisor) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
-	if s.spec.Scheduler == SchedulerGPUPlane {
-		if err := s.startGPUPlaneScheduler(ctx, cp); err != nil {
+	chart := s.spec.Install == InstallChart
+	if chart {
+		if err := s.installChart(ctx, cp); err != nil {
 			return err
+		}
+	}
+	if s.spec.Scheduler == SchedulerGPUPlane {
+		if !chart {
+			if err := s.startGPUPlaneScheduler(ctx, cp); err != nil {
+				return err
+			}
 		}
 		s.step("waiting for the API server to enforce the admission policies")
 		if err := waitAdmission(ctx, client); err != nil {
@@ -200,25 +208,33 @@ func (s *supervisor) start(ctx context.Context) error {
 		}
 	}
 	for i, n := range s.spec.Nodes {
-		s.step("starting node %s (%s) with gpuplane-agent", n.Name, n.Profile)
-		sim, err := nodesim.Start(ctx, nodesim.Config{
+		cfg := nodesim.Config{
 			NodeName: n.Name, Dir: s.dir.path(filepath.Join("n", strconv.Itoa(i))), Client: client,
 			Labels: map[string]string{NodeKindLabel: "agent", ProfileLabel: labelValue(n.Profile)},
 			Logger: s.log.With("part", "nodesim"),
-			Agent: &nodesim.AgentConfig{
+		}
+		if chart {
+			s.step("starting node %s (%s): it runs the chart's pods", n.Name, n.Profile)
+			s.chartNode(&cfg, n, cp)
+		} else {
+			s.step("starting node %s (%s) with gpuplane-agent", n.Name, n.Profile)
+			cfg.Agent = &nodesim.AgentConfig{
 				Binary: s.spec.AgentBinary, Profile: n.SimProfile, ConfigFile: n.AgentConfig,
 				Kubeconfig: cp.Kubeconfig(), LogPath: s.dir.path("agent-" + n.Name + ".log"),
-			},
-		})
+			}
+		}
+		sim, err := nodesim.Start(ctx, cfg)
 		if err != nil {
 			return err
 		}
 		s.mu.Lock()
 		s.sims = append(s.sims, sim)
-		s.state.Pids["gpuplane-agent/"+n.Name] = sim.AgentPid()
-		s.state.Logs["gpuplane-agent/"+n.Name] = s.dir.path("agent-" + n.Name + ".log")
-		if u := sim.AgentMetricsURL(); u != "" {
-			s.state.Metrics[n.Name] = u
+		if !chart {
+			s.state.Pids["gpuplane-agent/"+n.Name] = sim.AgentPid()
+			s.state.Logs["gpuplane-agent/"+n.Name] = s.dir.path("agent-" + n.Name + ".log")
+			if u := sim.AgentMetricsURL(); u != "" {
+				s.state.Metrics[n.Name] = u
+			}
 		}
 		s.mu.Unlock()
 		if err := s.writeState(); err != nil {
@@ -234,6 +250,12 @@ func (s *supervisor) start(ctx context.Context) error {
 	s.step("waiting for %d nodes to be Ready with their GPUs", len(s.spec.Nodes)+s.spec.KwokNodes)
 	if err := s.waitNodes(ctx, client); err != nil {
 		return err
+	}
+	if chart {
+		s.step("waiting for the chart's agent and scheduler pods to be Ready")
+		if err := s.waitChartPods(ctx, client); err != nil {
+			return err
+		}
 	}
 	s.step("cluster up in %.1fs", time.Since(started).Seconds())
 	return nil
@@ -304,6 +326,11 @@ func (s *supervisor) waitNodes(ctx context.Context, client kubernetes.Interface)
 			last = err.Error()
 		} else {
 			last = fmt.Sprintf("%d of %d nodes Ready%s", ready, want, missing)
+		}
+		if s.spec.Install == InstallChart {
+			if err := s.chartCrashes(ctx, client); err != nil {
+				return err
+			}
 		}
 		for _, sim := range s.sims {
 			if n, exit := sim.AgentRestarts(); n > 0 || exit != nil {

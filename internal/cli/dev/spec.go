@@ -20,6 +20,16 @@ const (
 	ModeTimeSlicing = "time-slicing"
 )
 
+// How `dev up` installs gpuplane.
+const (
+	// InstallProcesses runs the agents and the scheduler as processes of
+	// the supervisor.
+	InstallProcesses = "processes"
+	// InstallChart installs gpuplane's Helm chart; the node simulators run
+	// its pods.
+	InstallChart = "chart"
+)
+
 // Schedulers `dev up` can run.
 const (
 	SchedulerKube     = "kube-scheduler"
@@ -30,6 +40,8 @@ const (
 // Spec is the resolved description of a dev cluster: written by `up`, read
 // by the supervisor.
 type Spec struct {
+	// Install is InstallProcesses or InstallChart.
+	Install         string `json:"install,omitempty"`
 	BinDir          string `json:"binDir"`
 	AgentBinary     string `json:"agentBinary"`
 	Scheduler       string `json:"scheduler"`
@@ -54,6 +66,9 @@ type NodeSpec struct {
 	Replicas   int    `json:"replicas,omitempty"`
 	// AgentConfig is the agent's config file, empty for none.
 	AgentConfig string `json:"agentConfig,omitempty"`
+	// ConfigName names the node's config in the chart's config.map (the
+	// node's nvidia.com/device-plugin.config label).
+	ConfigName string `json:"configName,omitempty"`
 	// Resources are the device-plugin resources the node must report
 	// before the cluster counts as up.
 	Resources []string `json:"resources"`
@@ -98,7 +113,10 @@ func prepareNode(ctx context.Context, name, arg, dir string) (NodeSpec, error) {
 	if err != nil {
 		return NodeSpec{}, err
 	}
-	n := NodeSpec{Name: name, Profile: arg, SimProfile: profile, Mode: mode, Replicas: replicas, Resources: []string{gpunode.ResourceGPU}}
+	n := NodeSpec{Name: name, Profile: arg, SimProfile: profile, Mode: mode, Replicas: replicas, Resources: []string{gpunode.ResourceGPU}, ConfigName: mode}
+	if replicas > 0 {
+		n.ConfigName = fmt.Sprintf("%s-%d", mode, replicas)
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return n, fmt.Errorf("creating the directory of node %s: %w", name, err)
 	}

@@ -9,10 +9,14 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/gpu/nvml"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 )
+
+// EnvSimulate names a simulated profile when --simulate is not given.
+const EnvSimulate = gpunode.EnvSimulate
 
 // Options choose and configure a backend.
 type Options struct {
@@ -33,13 +37,23 @@ type Options struct {
 
 // AddFlags registers the backend flags every agent command shares.
 func AddFlags(fs *pflag.FlagSet, o *Options) {
-	fs.StringVar(&o.Simulate, "simulate", o.Simulate, "simulate the node's GPUs instead of using NVML: a DGX (dgxa100, dgxh100, dgxh200, dgxb200), a rented server (4xt4, 8xv100, 4xa10g, 8xl4, 8xl40s, 8xa100-80gb, 8xh100-pcie), or a profile YAML file")
+	fs.StringVar(&o.Simulate, "simulate", o.Simulate, "simulate the node's GPUs instead of using NVML: a DGX (dgxa100, dgxh100, dgxh200, dgxb200), a rented server (4xt4, 8xv100, 4xa10g, 8xl4, 8xl40s, 8xa100-80gb, 8xh100-pcie), or a profile YAML file (env "+EnvSimulate+")")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of this node (default: $NODE_NAME, else the host name); simulated GPU UUIDs derive from it")
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "path of the NVML library (default: libnvidia-ml.so.1 from the loader's search path)")
 }
 
+// WithEnv returns o with Simulate taken from $GPUPLANE_SIMULATE when the
+// flag did not set it.
+func (o Options) WithEnv() Options {
+	if o.Simulate == "" {
+		o.Simulate = os.Getenv(EnvSimulate)
+	}
+	return o
+}
+
 // Open returns the backend the options select.
 func Open(_ context.Context, o Options) (gpu.Backend, error) {
+	o = o.WithEnv()
 	node := o.NodeName
 	if node == "" {
 		node = os.Getenv("NODE_NAME")

@@ -220,14 +220,14 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 // refuses (an answer, such as Forbidden, or a CRD older than the
 // scheduler: returned) or ctx ends; an unreachable API server is retried
 // every apiRetryLog.
-func ensureCRDsRetrying(ctx context.Context, dyn dynamic.Interface, manage bool, log logr.Logger) error {
+func ensureCRDsRetrying(ctx context.Context, dyn dynamic.Interface, host string, manage bool, log logr.Logger) error {
 	for {
 		err := ensureCRDs(ctx, dyn, manage, log)
 		var status apierrors.APIStatus
 		if err == nil || errors.As(err, &status) || errors.Is(err, errCRDOlder) || ctx.Err() != nil {
 			return err
 		}
-		log.Info("checking the CRDs: the API server is not reachable yet; retrying", "err", err.Error(), "every", apiRetryLog)
+		log.Error(err, "cannot reach the API server; retrying", "host", host, "checking", "the Queue and PodGroup CRDs", "every", apiRetryLog)
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)

@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("creating the API client for CRDs: %w", err)
 	}
-	if err := ensureCRDsRetrying(ctx, dyn, cfg.ManageCRDs, log); err != nil {
+	if err := ensureCRDsRetrying(ctx, dyn, rc.Host, cfg.ManageCRDs, log); err != nil {
 		return err
 	}
 	m := newMetrics()
