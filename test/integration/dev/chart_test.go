@@ -97,6 +97,11 @@ func TestChartOnDevCluster(t *testing.T) {
 			}
 			return true, nil
 		})
+		// The workload kept running on the GPUs it had.
+		got, err := client.CoreV1().Pods("default").Get(ctx, "by-chart", metav1.GetOptions{})
+		if err != nil || got.Status.Phase != corev1.PodRunning || got.Annotations[gpupod.HeldAnnotation] != got.Annotations[gpupod.GPUsAnnotation] {
+			t.Errorf("after the upgrade pod by-chart is %v (err %v), want Running on the GPUs it held", got.Status.Phase, err)
+		}
 	})
 
 	t.Run("uninstall leaves none of its objects", func(t *testing.T) {
