@@ -19,7 +19,7 @@ export GOFLAGS := $(strip $(GOFLAGS) -tags=kustomize_disable_go_plugin_support)
 .PHONY: help build test test-unit lint verify generate manifests demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
-include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk
+include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk hack/images.mk
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -33,13 +33,14 @@ build: ## build the gpuplane binaries into bin/
 # packages under test/ start real components and run in their own tiers.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '^github.com/gpuplane/gpuplane/test/')
 
-test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, monitoring
+test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, monitoring, images
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-fuzz
 	@$(MAKE) --no-print-directory test-conformance
 	@$(MAKE) --no-print-directory test-integration
 	@$(MAKE) --no-print-directory monitoring-tools
 	@$(MAKE) --no-print-directory test-monitoring
+	@$(MAKE) --no-print-directory test-images
 
 test-unit: ## unit tests of the product module, with the race detector
 	$(GO) test $(GOTESTFLAGS) $(UNIT_PKGS)
