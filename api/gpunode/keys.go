@@ -38,6 +38,9 @@ const (
 	ReasonNoGPUs                    = "NoGPUs"
 	ReasonDevicePluginNotRegistered = "DevicePluginNotRegistered"
 	ReasonHealthMonitorDown         = "HealthMonitorDown"
+	ReasonDeviceNodesMissing        = "DeviceNodesMissing"
+	ReasonMIGModeChangePending      = "MIGModeChangePending"
+	ReasonCDISpecsMissing           = "CDISpecsMissing"
 )
 
 // TopologyAnnotation is the Node annotation describing the GPUs' NVLink

@@ -35,14 +35,22 @@ type nodeCondition struct {
 }
 
 // checkNode runs the node's checks in order and returns the condition:
-// GPUs listed, device plugin registered with the kubelet, GPU events
-// watched. Each failure names its fix.
+// GPUs listed, their device nodes present and no MIG change pending
+// (host), device plugin registered with the kubelet, GPU events watched,
+// CDI specs written (host). Each failure names its fix.
 func checkNode(gpus int, p *probes) nodeCondition {
 	if gpus == 0 {
 		return nodeCondition{corev1.ConditionFalse, gpunode.ReasonNoGPUs,
 			"NVML lists no GPUs. Fix: check `nvidia-smi -L` on the node; a GPU that fell off the bus needs a reset or a reboot"}
 	}
 	m := p.manager.Load()
+	var registered []string
+	if m != nil {
+		registered = slices.Sorted(maps.Keys(m.Registrations()))
+	}
+	if c := p.host.check(registered); c != nil && c.reason != gpunode.ReasonCDISpecsMissing {
+		return *c
+	}
 	switch {
 	case m == nil:
 		return nodeCondition{corev1.ConditionFalse, gpunode.ReasonDevicePluginNotRegistered,
@@ -57,7 +65,10 @@ func checkNode(gpus int, p *probes) nodeCondition {
 				fmt.Sprintf("GPU events are not watched, so failing GPUs go unseen: %s. Fix: the agent restarts itself after %s without events; if that does not mend it, check the driver (nvidia-smi -q)", st.Err, liveGrace)}
 		}
 	}
-	resources := slices.Sorted(maps.Keys(m.Registrations()))
+	if c := p.host.check(registered); c != nil {
+		return *c
+	}
+	resources := registered
 	return nodeCondition{corev1.ConditionTrue, gpunode.ReasonAgentReady,
 		fmt.Sprintf("%d GPUs offered as %s; GPU events watched", gpus, strings.Join(resources, ", "))}
 }

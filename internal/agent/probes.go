@@ -3,6 +3,8 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +29,10 @@ const liveGrace = 2 * time.Minute
 type probes struct {
 	manager atomic.Pointer[deviceplugin.Manager]
 	health  *monitorHealth
-	now     func() time.Time
+	// host holds the node's checks beyond the agent's parts; nil skips
+	// them.
+	host *hostChecks
+	now  func() time.Time
 
 	mu        sync.Mutex
 	downSince time.Time
@@ -50,6 +55,13 @@ func (p *probes) ready() error {
 		if st := mon.Status(); !st.Monitoring && !st.Disabled {
 			errs = append(errs, fmt.Errorf("health monitor: not receiving GPU events: %s", st.Err))
 		}
+	}
+	var registered []string
+	if m := p.manager.Load(); m != nil {
+		registered = slices.Sorted(maps.Keys(m.Registrations()))
+	}
+	if c := p.host.check(registered); c != nil {
+		errs = append(errs, fmt.Errorf("node: %s: %s", c.reason, c.message))
 	}
 	return errors.Join(errs...)
 }

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -305,6 +306,12 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 	healthSrc := newMonitorHealth(devices)
 	probe := newProbes(healthSrc)
+	// Simulated GPUs have no device nodes to look for.
+	devRoot := "/"
+	if strings.HasPrefix(backend.Name(), "sim") {
+		devRoot = ""
+	}
+	probe.host = newHostChecks(backend, devices, devRoot, f.cdiDir)
 	plugin := PluginOptions{
 		ConfigFile: configFile, SelectConfig: selectConfig, Overrides: overrides, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir,
 		Backend: backend, HealthCheckInterval: f.healthEvery, LookupEnv: os.LookupEnv, Reload: reload,

@@ -97,7 +97,12 @@ func MPSPipeDir(mpsRoot string, r *sharing.Resource) string {
 
 // Path is the file the spec of r is written to.
 func (w *Writer) Path(r *sharing.Resource) string {
-	return filepath.Join(w.dir, specPrefix+strings.ReplaceAll(r.Name, "/", "-")+".yaml")
+	return SpecPath(w.dir, r.Name)
+}
+
+// SpecPath is where the spec of the resource named resource is in dir.
+func SpecPath(dir, resource string) string {
+	return filepath.Join(dir, specPrefix+strings.ReplaceAll(resource, "/", "-")+".yaml")
 }
 
 // Spec builds the CDI spec of a resource: one device per GPU or MIG device

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // TestLayerIsDeterministic: the same files give the same layer whatever
@@ -182,3 +192,54 @@ func runIn(t *testing.T, root string, argv ...string) (string, error) {
 	return out.String(), err
 }
 
+
+// TestPushToRegistry writes a small layout and pushes it to an OCI
+// registry server on loopback (go-containerregistry's registry), then
+// reads the index back by its new name and tag.
+func TestPushToRegistry(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	l, err := layer([]file{{name: "usr/bin/gpuplane", mode: 0o755, data: []byte("x")}}, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}})
+	dir := t.TempDir()
+	lp, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{RefNameAnnotation: "ghcr.io/gpuplane/gpuplane:v0.1.0"})); err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := Push(context.Background(), dir, host+"/team", "v9.9.9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := host + "/team/gpuplane:v9.9.9"
+	if len(pushed) != 1 || pushed[0] != want {
+		t.Fatalf("pushed %v, want [%s]", pushed, want)
+	}
+	ref, err := name.ParseReference(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Index(ref)
+	if err != nil {
+		t.Fatalf("reading back %s: %v", want, err)
+	}
+	gd, _ := got.Digest()
+	wd, _ := idx.Digest()
+	if gd != wd {
+		t.Errorf("the registry serves %s, pushed %s", gd, wd)
+	}
+	if _, err := Push(context.Background(), t.TempDir(), host, ""); err == nil || !strings.Contains(err.Error(), "make images") {
+		t.Errorf("pushing an empty directory: %v, want an error saying to run make images", err)
+	}
+}
