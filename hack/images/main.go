@@ -106,4 +106,3 @@ func split(s string) []string {
 	}
 	return out
 }
-

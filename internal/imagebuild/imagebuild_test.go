@@ -192,7 +192,6 @@ func runIn(t *testing.T, root string, argv ...string) (string, error) {
 	return out.String(), err
 }
 
-
 // TestPushToRegistry writes a small layout and pushes it to an OCI
 // registry server on loopback (go-containerregistry's registry), then
 // reads the index back by its new name and tag.
