@@ -72,6 +72,7 @@ verify: generate ## fail when formatting, go.mod or generated files are stale
 	@test -z "$$(git status --porcelain -- api deploy)" || { git status --short -- api deploy; echo "generated files are stale: run 'make generate' and commit them"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) mod tidy -diff
+	cd test/conformance && $(GO) mod tidy -diff
 	$(GO) vet ./...
 
 demo: build controlplane-bins ## a local cluster of simulated DGX H100 nodes running the agent: examples/ scheduled, allocations, labels, metrics
