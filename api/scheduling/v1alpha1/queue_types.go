@@ -63,6 +63,15 @@ type QueueSpec struct {
 	// +optional
 	// +kubebuilder:default=Any
 	Reclaim ReclaimPolicy `json:"reclaim,omitempty"`
+
+	// NamespaceSelector says which namespaces may submit work to this queue
+	// and to the queues below it: a pod from a namespace whose labels it
+	// does not match waits with reason QueueNotAllowed. A queue admits a
+	// namespace only if it and every queue above it do. Unset admits every
+	// namespace. Select namespaces by name with the label the API server
+	// sets on each, kubernetes.io/metadata.name.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 }
 
 // QueueResource is a queue's share of one resource. A guarantee above the

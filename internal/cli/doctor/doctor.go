@@ -354,6 +354,10 @@ func fixFor(reason string, p *corev1.Pod) string {
 		return "the pod's queue forbids it (spec.preemption / spec.reclaim: Never); it waits for room to free up"
 	case "UnknownQueue", "QueueNotLeaf":
 		return "kubectl get queues; set the pod's " + v1alpha1.QueueLabel + " label to a leaf queue"
+	case "QueueNotAllowed":
+		return "kubectl get queues -o custom-columns=NAME:.metadata.name,NAMESPACES:.spec.namespaceSelector; submit to a queue that admits namespace " + p.Namespace
+	case "ConflictingQueues", "ConflictingPodGroups", "QueueMismatch":
+		return "kubectl get pod " + p.Name + " -n " + p.Namespace + " -o yaml: keep one queue (pod group) label or annotation, or make them agree"
 	}
 	return ""
 }
@@ -375,14 +379,19 @@ func sameGPUs(a, b string) bool {
 
 // gang shows the pod's PodGroup, when it names one.
 func (d *doctor) gang(ctx context.Context, r *Report, p *corev1.Pod) {
-	name := cmp.Or(p.Labels[v1alpha1.PodGroupLabel], p.Labels[v1alpha1.SchedulerPluginsPodGroupLabel])
+	named, err := v1alpha1.PodGroupName(p.Labels, p.Annotations)
+	if err != nil {
+		r.add("gang", Fail, err.Error(), "kubectl label/annotate the pod so that one pod group is named")
+		return
+	}
+	name := named.Value
 	if name == "" {
 		return
 	}
 	u, err := d.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(p.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
-			r.add("gang", Fail, fmt.Sprintf("PodGroup %s does not exist", name), fmt.Sprintf("create PodGroup %s in namespace %s, or remove the pod's %s label", name, p.Namespace, v1alpha1.PodGroupLabel))
+			r.add("gang", Fail, fmt.Sprintf("PodGroup %s (named by the pod's %s) does not exist", name, named.From), fmt.Sprintf("create PodGroup %s in namespace %s, or remove the pod's %s", name, p.Namespace, named.From))
 		}
 		return
 	}
@@ -405,14 +414,19 @@ func (d *doctor) gang(ctx context.Context, r *Report, p *corev1.Pod) {
 
 // queue shows the Queue the pod (or its PodGroup) names, with its usage.
 func (d *doctor) queue(ctx context.Context, r *Report, p *corev1.Pod) {
-	name := cmp.Or(p.Labels[v1alpha1.QueueLabel], p.Labels[v1alpha1.KueueQueueLabel])
+	named, err := v1alpha1.PodQueueName(p.Labels, p.Annotations)
+	if err != nil {
+		r.add("queue", Fail, err.Error(), "kubectl label/annotate the pod so that one queue is named")
+		return
+	}
+	name := named.Value
 	if name == "" {
 		return
 	}
 	u, err := d.dyn.Resource(v1alpha1.QueuesResource).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			r.add("queue", Fail, fmt.Sprintf("Queue %s does not exist", name), "kubectl get queues; create it or set the pod's "+v1alpha1.QueueLabel+" label to an existing one")
+			r.add("queue", Fail, fmt.Sprintf("Queue %s (named by the pod's %s) does not exist", name, named.From), "kubectl get queues; create it or set the pod's "+v1alpha1.QueueLabel+" label to an existing one")
 		}
 		return
 	}

@@ -249,10 +249,11 @@ func waitingPods(pods []corev1.Pod, schedulerName string) []Gang {
 	for i := range pods {
 		p := &pods[i]
 		if p.Spec.SchedulerName != schedulerName || p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending || p.DeletionTimestamp != nil ||
-			p.Labels[v1alpha1.PodGroupLabel] != "" || p.Labels[v1alpha1.SchedulerPluginsPodGroupLabel] != "" {
+			podGroupOf(p) != "" {
 			continue
 		}
-		k := key{ns: p.Namespace, owner: p.Name, queue: cmp.Or(p.Labels[v1alpha1.QueueLabel], p.Labels[v1alpha1.KueueQueueLabel])}
+		q, _ := v1alpha1.PodQueueName(p.Labels, p.Annotations)
+		k := key{ns: p.Namespace, owner: p.Name, queue: q.Value}
 		if ref := metav1.GetControllerOf(p); ref != nil {
 			k.owner = strings.ToLower(ref.Kind) + "/" + ref.Name
 		}
@@ -457,4 +458,12 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// podGroupOf is the PodGroup a pod names in any dialect gpuplane-scheduler
+// reads; a pod whose dialects disagree is listed on its own, with the
+// reason the scheduler gave it.
+func podGroupOf(p *corev1.Pod) string {
+	g, _ := v1alpha1.PodGroupName(p.Labels, p.Annotations)
+	return g.Value
 }

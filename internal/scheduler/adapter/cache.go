@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"cmp"
 	"errors"
 	"maps"
 	"slices"
@@ -36,7 +37,12 @@ type podInfo struct {
 	bad   *BadInputError
 	group string // the core's group name
 	pg    string // the PodGroup's namespace/name, "" for a lone pod
+	// groupFrom is the label or annotation that named pg.
+	groupFrom v1alpha1.Key
 	class string // classKey of a pending pod of ours
+	// queue is the queue the pod's own labels or annotations name
+	// (v1alpha1.PodQueueName), "" for none.
+	queue v1alpha1.Named
 
 	// cls caches the pod's predicate class for the builder generation
 	// clsGen; only the builder touches them, under the cache's lock.
@@ -84,6 +90,7 @@ type clusterCache struct {
 	queues    map[string]*v1alpha1.Queue
 	podGroups map[string]*v1alpha1.PodGroup
 	nsQueue   map[string]string
+	nsLabels  map[string]map[string]string
 	classes   map[string]int32
 	pdbs      map[string]*policyv1.PodDisruptionBudget
 
@@ -110,7 +117,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		changed:       make(chan struct{}, 1),
 		nodes:         map[string]*nodeInfo{}, replicas: 1, badNodes: map[string]nodeProblem{}, nodeWarnings: map[string]nodeProblem{},
 		pods: map[string]*podInfo{}, queues: map[string]*v1alpha1.Queue{}, podGroups: map[string]*v1alpha1.PodGroup{},
-		nsQueue: map[string]string{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
+		nsQueue: map[string]string{}, nsLabels: map[string]map[string]string{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 	}
@@ -291,13 +298,19 @@ func (c *clusterCache) problems() (bad, warned []nodeProblem) {
 
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
-// podGroupOf returns the name of the PodGroup a pod joins ("" for none).
-func podGroupOf(p *corev1.Pod) string {
-	if g := p.Labels[v1alpha1.PodGroupLabel]; g != "" {
-		return g
+// membershipError is the reason a pod waits when its labels and
+// annotations do not say plainly which group and queue it joins.
+func membershipError(err error) *BadInputError {
+	var conflict *v1alpha1.ConflictError
+	if errors.As(err, &conflict) {
+		if conflict.What == "queue" {
+			return badInput("ConflictingQueues", "%v", err)
+		}
+		return badInput("ConflictingPodGroups", "%v", err)
 	}
-	return p.Labels[v1alpha1.SchedulerPluginsPodGroupLabel]
+	return badInput("InvalidName", "%v", err)
 }
+
 
 // nodeOf is the node whose resources pi holds ("" for none): its own once
 // bound (until it finishes), else the one a bind in flight names.
@@ -373,6 +386,7 @@ func allocationChanged(old, p *podInfo) bool {
 	return o.UID != n.UID || o.Spec.SchedulerName != n.Spec.SchedulerName || o.Spec.NodeName != n.Spec.NodeName || old.terminal() != p.terminal() ||
 		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || !maps.Equal(o.Labels, n.Labels) ||
 		o.Annotations[GPUsAnnotation] != n.Annotations[GPUsAnnotation] || o.Annotations[HeldAnnotation] != n.Annotations[HeldAnnotation] || (old.bad == nil) != (p.bad == nil) ||
+		old.queue != p.queue || old.pg != p.pg ||
 		a.MilliCPU != b.MilliCPU || a.MemoryMiB != b.MemoryMiB || a.GPUs != b.GPUs || a.GPUMilli != b.GPUMilli || a.Replicas != b.Replicas ||
 		a.GPUMemoryMiB != b.GPUMemoryMiB || a.MIGSlices != b.MIGSlices || a.MIGProfile != b.MIGProfile || a.ShareResource != b.ShareResource
 }
@@ -400,16 +414,25 @@ func (c *clusterCache) upsertPod(p *corev1.Pod) {
 func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	key := podKey(p)
 	pi := &podInfo{pod: p, key: key, group: gpupod.LonePodGroupPrefix + key}
-	if g := podGroupOf(p); g != "" {
-		pi.pg = p.Namespace + "/" + g
-		pi.group = "pg/" + pi.pg
-	}
 	req, err := podRequest(p, c.replicas)
 	var bad *BadInputError
 	if errors.As(err, &bad) {
 		pi.bad = bad
 	}
 	pi.req = req
+	// A pod that names its group or queue in two dialects that disagree
+	// waits until the user says which one they meant.
+	g, gerr := v1alpha1.PodGroupName(p.Labels, p.Annotations)
+	if g.Value != "" {
+		pi.pg = p.Namespace + "/" + g.Value
+		pi.group = "pg/" + pi.pg
+		pi.groupFrom = g.From
+	}
+	q, qerr := v1alpha1.PodQueueName(p.Labels, p.Annotations)
+	pi.queue = q
+	if err := cmp.Or(gerr, qerr); err != nil && pi.bad == nil {
+		pi.bad = membershipError(err)
+	}
 	if p.Spec.NodeName == "" {
 		pi.class = classKey(p)
 	}
@@ -437,6 +460,7 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	// thousands of kubelet updates from each costing a cycle.
 	if old == nil || old.pod.Spec.NodeName != p.Spec.NodeName || old.terminal() != pi.terminal() ||
 		(old.pod.DeletionTimestamp == nil) != (p.DeletionTimestamp == nil) || !maps.Equal(old.pod.Labels, p.Labels) ||
+		old.queue != pi.queue || old.pg != pi.pg || (old.bad == nil) != (pi.bad == nil) ||
 		len(old.pod.Spec.SchedulingGates) != len(p.Spec.SchedulingGates) {
 		c.poke()
 	}
@@ -652,6 +676,12 @@ func (c *clusterCache) deletePodGroup(g *v1alpha1.PodGroup) {
 func (c *clusterCache) upsertNamespace(ns *corev1.Namespace) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !maps.Equal(c.nsLabels[ns.Name], ns.Labels) {
+		// Queues admit namespaces by their labels (spec.namespaceSelector):
+		// the next cycle checks every group again.
+		c.nsLabels[ns.Name] = ns.Labels
+		c.poke()
+	}
 	q := ns.Annotations[v1alpha1.DefaultQueueAnnotation]
 	if c.nsQueue[ns.Name] != q {
 		c.nsQueue[ns.Name] = q
@@ -666,6 +696,7 @@ func (c *clusterCache) deleteNamespace(ns *corev1.Namespace) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.nsQueue, ns.Name)
+	delete(c.nsLabels, ns.Name)
 }
 
 func (c *clusterCache) upsertPriorityClass(pc *schedulingv1.PriorityClass) {

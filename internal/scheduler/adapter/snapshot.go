@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corehelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -68,6 +70,9 @@ type cycleInput struct {
 	// queueErrs says why a Queue was left out of the hierarchy.
 	queueErrs map[string]*BadInputError
 	queueObjs map[string]*v1alpha1.Queue
+	// admits holds the namespace selector of each queue that has one
+	// (spec.namespaceSelector).
+	admits    map[string]labels.Selector
 	startedAt time.Time
 }
 
@@ -213,7 +218,7 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		var g *groupInfo
 		for _, pi := range members {
 			if g == nil {
-				g = b.newGroup(c, pi, valid)
+				g = b.newGroup(c, in, pi, members, valid)
 				in.groups[name] = g
 			}
 			_, isAssumed := c.assumed[pi.key]
@@ -289,17 +294,16 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 
 func podPriority(p *corev1.Pod) int32 { return corehelpers.PodPriority(p) }
 
-func (b *builder) newGroup(c *clusterCache, pi *podInfo, valid map[string]bool) *groupInfo {
-	p := pi.pod
+func (b *builder) newGroup(c *clusterCache, in *cycleInput, pi *podInfo, members map[string]*podInfo, valid map[string]bool) *groupInfo {
 	g := &groupInfo{name: pi.group, pgKey: pi.pg, minMember: 1}
-	q := ""
+	pgQueue := ""
 	if pi.pg != "" {
 		g.pg = c.podGroups[pi.pg]
 		if g.pg == nil {
-			g.held = badInput("PodGroupNotFound", "pod group %s does not exist: create the PodGroup or remove the pod's %s label", pi.pg, v1alpha1.PodGroupLabel)
+			g.held = badInput("PodGroupNotFound", "pod group %s does not exist: create the PodGroup or remove the pod's %s", pi.pg, cmp.Or(pi.groupFrom, v1alpha1.GroupKeys[0]))
 		} else {
 			g.minMember = int(g.pg.Spec.MinMember)
-			q = g.pg.Spec.Queue
+			pgQueue = g.pg.Spec.Queue
 			mr, err := boundedResources("spec.minResources", g.pg.Spec.MinResources)
 			switch {
 			case err != nil:
@@ -310,8 +314,11 @@ func (b *builder) newGroup(c *clusterCache, pi *podInfo, valid map[string]bool) 
 			g.minResources = mr
 		}
 	}
-	q = podQueue(c, p, q)
+	q, mismatch := groupQueue(c, pi, members, pgQueue)
 	g.queue = q
+	if g.held == nil && mismatch != nil {
+		g.held = mismatch
+	}
 	leaf, known := valid[q]
 	switch {
 	case g.held != nil:
@@ -326,14 +333,73 @@ func (b *builder) newGroup(c *clusterCache, pi *podInfo, valid map[string]bool) 
 		// children's guarantees, and fairness between queues is defined
 		// for the leaves.
 		g.held = badInput("QueueNotLeaf", "queue %q has child queues and takes no work itself: submit to one of its children", q)
+	default:
+		g.held = admitsNamespace(c, in, q, pi.pod.Namespace)
 	}
 	return g
 }
 
-// podQueue resolves a pod's queue: its PodGroup's (pgQueue), its label,
-// Kueue's label, its namespace's default, the built-in default.
-func podQueue(c *clusterCache, p *corev1.Pod, pgQueue string) string {
-	for _, v := range []string{pgQueue, p.Labels[v1alpha1.QueueLabel], p.Labels[v1alpha1.KueueQueueLabel], c.nsQueue[p.Namespace]} {
+// groupQueue resolves a group's queue: its PodGroup's spec.queue (the
+// group's own word, over whatever its pods say), else the queue its members
+// name (v1alpha1.QueueKeys), else the namespace's default, else the
+// built-in default. Members that name different queues make the group wait
+// (QueueMismatch) rather than have one of them win by the order they were
+// seen in.
+func groupQueue(c *clusterCache, pi *podInfo, members map[string]*podInfo, pgQueue string) (string, *BadInputError) {
+	if pgQueue != "" {
+		return pgQueue, nil
+	}
+	// The member with the least key decides, so that the group's queue and
+	// the reason it waits do not depend on map order.
+	var first *podInfo
+	for _, m := range members {
+		if m.queue.Value != "" && !m.terminal() && (first == nil || m.key < first.key) {
+			first = m
+		}
+	}
+	if first == nil {
+		return podQueue(c, pi, ""), nil
+	}
+	want, from := first.queue.Value, fmt.Sprintf("pod %s's %s", first.key, first.queue.From)
+	var mismatch *podInfo
+	for _, m := range members {
+		if m.queue.Value != "" && m.queue.Value != want && !m.terminal() && (mismatch == nil || m.key < mismatch.key) {
+			mismatch = m
+		}
+	}
+	if mismatch != nil {
+		return want, badInput("QueueMismatch", "the pods of group %s name different queues: %s names %q, pod %s's %s names %q; give every pod the same queue",
+			strings.TrimPrefix(pi.group, "pg/"), from, want, mismatch.key, mismatch.queue.From, mismatch.queue.Value)
+	}
+	return want, nil
+}
+
+// admitsNamespace checks that queue q and the queues above it admit pods
+// of namespace ns (spec.namespaceSelector).
+func admitsNamespace(c *clusterCache, in *cycleInput, q, ns string) *BadInputError {
+	if len(in.admits) == 0 {
+		return nil
+	}
+	nsLabels := labels.Set(c.nsLabels[ns])
+	for seen := 0; q != "" && seen <= len(in.queueObjs); seen++ {
+		if sel, ok := in.admits[q]; ok && !sel.Matches(nsLabels) {
+			return badInput("QueueNotAllowed", "namespace %s may not submit to queue %q: queue %q admits only namespaces matching %s (spec.namespaceSelector); use a queue that admits %s, or ask the queue's owner to admit it",
+				ns, q, q, truncate(sel.String()), ns)
+		}
+		obj := in.queueObjs[q]
+		if obj == nil {
+			break
+		}
+		q = obj.Spec.Parent
+	}
+	return nil
+}
+
+// podQueue resolves a pod's queue: its PodGroup's (pgQueue), the queue its
+// own labels or annotations name, its namespace's default, the built-in
+// default.
+func podQueue(c *clusterCache, pi *podInfo, pgQueue string) string {
+	for _, v := range []string{pgQueue, pi.queue.Value, c.nsQueue[pi.pod.Namespace]} {
 		if v != "" {
 			return v
 		}
@@ -579,10 +645,10 @@ func (b *builder) allocationQueue(c *clusterCache, pi *podInfo) string {
 		if pg := c.podGroups[pi.pg]; pg != nil {
 			pgQueue = pg.Spec.Queue
 		}
-		return podQueue(c, pi.pod, pgQueue)
+		return podQueue(c, pi, pgQueue)
 	}
 	if pi.pod.Spec.SchedulerName == b.schedulerName {
-		return podQueue(c, pi.pod, "")
+		return podQueue(c, pi, "")
 	}
 	return queue.DefaultQueue
 }
@@ -652,6 +718,17 @@ func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
 		if _, err := queue.New(append(slices.Clone(out), q)); err != nil {
 			in.queueErrs[n] = badInput("InvalidQueue", "%v", err)
 			continue
+		}
+		if ls := c.queues[n].Spec.NamespaceSelector; ls != nil {
+			sel, err := metav1.LabelSelectorAsSelector(ls)
+			if err != nil {
+				in.queueErrs[n] = badInput("InvalidQueue", "spec.namespaceSelector: %v", err)
+				continue
+			}
+			if in.admits == nil {
+				in.admits = map[string]labels.Selector{}
+			}
+			in.admits[n] = sel
 		}
 		out = append(out, q)
 	}
