@@ -39,7 +39,7 @@ type podInfo struct {
 	pg    string // the PodGroup's namespace/name, "" for a lone pod
 	// groupFrom is the label or annotation that named pg.
 	groupFrom v1alpha1.Key
-	class string // classKey of a pending pod of ours
+	class     string // classKey of a pending pod of ours
 	// queue is the queue the pod's own labels or annotations name
 	// (v1alpha1.PodQueueName), "" for none.
 	queue v1alpha1.Named
@@ -310,7 +310,6 @@ func membershipError(err error) *BadInputError {
 	}
 	return badInput("InvalidName", "%v", err)
 }
-
 
 // nodeOf is the node whose resources pi holds ("" for none): its own once
 // bound (until it finishes), else the one a bind in flight names.
