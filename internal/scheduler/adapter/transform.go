@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
 
 // lastApplied is kubectl's copy of the whole object it applied: often the
@@ -58,8 +59,11 @@ func slimMeta(o metav1.Object) {
 
 // podAnnotations are the pod annotations the scheduler reads: its own GPU
 // choice, the node's record of what the pod holds, and the ways a pod asks
-// for part of a GPU (gpupod.ReadFraction). A new one read must be added.
-var podAnnotations = []string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation, gpupod.FractionAnnotation, gpupod.MemoryAnnotation, gpupod.KAIFraction, gpupod.KAIMemory}
+// for part of a GPU (gpupod.ReadFraction), and the other schedulers'
+// group and queue annotations (v1alpha1.GroupKeys, QueueKeys). A new one
+// read must be added.
+var podAnnotations = []string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation, gpupod.FractionAnnotation, gpupod.MemoryAnnotation, gpupod.KAIFraction, gpupod.KAIMemory,
+	v1alpha1.VolcanoGroupAnnotation, v1alpha1.VolcanoQueueAnnotation}
 
 func slimPod(p *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -117,8 +118,15 @@ func TestForCacheKeepsWhatTheSchedulerReads(t *testing.T) {
 	if pod.Annotations[lastApplied] == "" || node.Status.Images == nil {
 		t.Error("the transform changed the object it was given a copy of")
 	}
-	// Each annotation the scheduler reads survives the transform.
-	for _, k := range podAnnotations {
+	// Each annotation the scheduler reads survives the transform, the
+	// dialects' group and queue annotations among them.
+	read := slices.Clone(podAnnotations)
+	for _, k := range slices.Concat(v1alpha1.GroupKeys, v1alpha1.QueueKeys) {
+		if k.Annotation {
+			read = append(read, k.Name)
+		}
+	}
+	for _, k := range read {
 		p := pod.DeepCopy()
 		p.Annotations[k] = "v"
 		if s, _ := forCache(p); s.(*corev1.Pod).Annotations[k] != "v" {
