@@ -22,7 +22,9 @@ FUZZ_TARGETS := \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \
 	./internal/gpu/sim:FuzzParse \
-	./internal/cli/cost:FuzzDecode
+	./internal/cli/cost:FuzzDecode \
+	./api/scheduling/v1alpha1:FuzzPodMembership \
+	./internal/scheduler/grouper:FuzzRuleEval
 
 .PHONY: test-fuzz
 

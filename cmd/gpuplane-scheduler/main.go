@@ -25,13 +25,23 @@ const usage = `gpuplane-scheduler schedules the pods that opt in with
 spec.schedulerName: gpuplane-scheduler.
 
 Pods join a gang with the label scheduling.gpuplane.io/pod-group=<PodGroup>
-(or scheduling.x-k8s.io/pod-group) and a queue with
-scheduling.gpuplane.io/queue=<Queue> (or kueue.x-k8s.io/queue-name); without
-one they use their namespace's scheduling.gpuplane.io/default-queue
-annotation, else the built-in "default" queue (a leaf queue: one with child
-queues takes no work). At start the scheduler applies the Queue and
-PodGroup CRDs it was built with where the cluster's are missing or lack a
-field (--manage-crds), and refuses to run against older ones.
+(or scheduler-plugins' scheduling.x-k8s.io/pod-group label, or Volcano's
+scheduling.k8s.io/group-name annotation). A pod that names none and is owned
+by a workload (a Job, JobSet, PyTorchJob, MPIJob, TrainJob, RayCluster,
+Deployment, ... or any kind a GroupingRule names) joins the PodGroup the
+scheduler makes for that workload (--derive-pod-groups): its size comes from
+the workload's spec, its queue from the workload's labels.
+
+A pod's queue is its PodGroup's spec.queue, else the first of its labels
+scheduling.gpuplane.io/queue, kueue.x-k8s.io/queue-name, kai.scheduler/queue
+or its annotation scheduling.volcano.sh/queue-name (two that disagree make
+it wait), else its namespace's scheduling.gpuplane.io/default-queue
+annotation, else the built-in "default" queue. Work runs in leaf queues,
+from the namespaces each queue admits (spec.namespaceSelector).
+
+At start the scheduler applies the Queue, PodGroup and GroupingRule CRDs it
+was built with where the cluster's are missing or lack a field
+(--manage-crds), and refuses to run against older ones.
 
 A gang is bound only when all of it (spec.minMember pods) has a place: its
 placement is written to the PodGroup's status.placement first, then its pods
@@ -87,6 +97,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", def.RenewDeadline, "how long the leader retries renewing before it gives up")
 	fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", def.RetryPeriod, "time between Lease attempts")
 	fs.StringVar(&cfg.ServeAddr, "serve-address", ":10259", "address of /metrics, /healthz and /readyz; empty serves none")
+	derive := fs.Bool("derive-pod-groups", true, "make a PodGroup for each workload that owns pending pods (Job, JobSet, PyTorchJob, RayCluster, ... and any kind a GroupingRule names) and label its pods with it; false leaves pods that name no PodGroup on their own")
 	fs.BoolVar(&cfg.ManageCRDs, "manage-crds", true, "at start, apply the Queue and PodGroup CRDs this scheduler was built with where the cluster's lack a field (server-side apply; RBAC: get and patch customresourcedefinitions); false only checks them. It never runs against older CRDs")
 	fs.BoolVar(&cfg.Profiling, "profiling", false, "also serve Go's /debug/pprof/ on --serve-address (heap, CPU, goroutines), to diagnose memory or time; keep that address off the network when on")
 	if err := fs.Parse(args); err != nil {
@@ -106,6 +117,7 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.NoDerivedGroups = !*derive
 	if !*leaderElect {
 		cfg.LeaseName = ""
 	}

@@ -30,10 +30,11 @@ var rendered = map[string]string{
 // copied are files the chart carries as copies of their source elsewhere
 // in deploy/ (Helm reads nothing outside the chart's directory).
 var copied = map[string]string{
-	"gpuplane/crds/scheduling.gpuplane.io_queues.yaml":    "../crds/scheduling.gpuplane.io_queues.yaml",
-	"gpuplane/crds/scheduling.gpuplane.io_podgroups.yaml": "../crds/scheduling.gpuplane.io_podgroups.yaml",
-	"gpuplane/files/gpu-alerts.rules.yaml":                "../monitoring/gpu-alerts.rules.yaml",
-	"gpuplane/files/grafana-dashboard.json":               "../monitoring/grafana-dashboard.json",
+	"gpuplane/crds/scheduling.gpuplane.io_queues.yaml":        "../crds/scheduling.gpuplane.io_queues.yaml",
+	"gpuplane/crds/scheduling.gpuplane.io_podgroups.yaml":     "../crds/scheduling.gpuplane.io_podgroups.yaml",
+	"gpuplane/crds/scheduling.gpuplane.io_groupingrules.yaml": "../crds/scheduling.gpuplane.io_groupingrules.yaml",
+	"gpuplane/files/gpu-alerts.rules.yaml":                    "../monitoring/gpu-alerts.rules.yaml",
+	"gpuplane/files/grafana-dashboard.json":                   "../monitoring/grafana-dashboard.json",
 }
 
 func header(tmpl string) string {

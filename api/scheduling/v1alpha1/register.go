@@ -14,7 +14,7 @@ var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha
 
 // AddToScheme registers this package's types with a scheme.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &Queue{}, &QueueList{}, &PodGroup{}, &PodGroupList{})
+	s.AddKnownTypes(SchemeGroupVersion, &Queue{}, &QueueList{}, &PodGroup{}, &PodGroupList{}, &GroupingRule{}, &GroupingRuleList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }
@@ -42,8 +42,9 @@ const (
 
 // GroupVersionResources of the scheduling CRDs, for dynamic clients.
 var (
-	QueuesResource    = SchemeGroupVersion.WithResource("queues")
-	PodGroupsResource = SchemeGroupVersion.WithResource("podgroups")
+	QueuesResource        = SchemeGroupVersion.WithResource("queues")
+	PodGroupsResource     = SchemeGroupVersion.WithResource("podgroups")
+	GroupingRulesResource = SchemeGroupVersion.WithResource("groupingrules")
 )
 
 // Condition types gpuplane-scheduler writes.

@@ -263,11 +263,11 @@ func (s *supervisor) start(ctx context.Context) error {
 
 // startGPUPlaneScheduler runs gpuplane-scheduler against the cluster.
 func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *localcluster.ControlPlane) error {
-	s.step("installing the Queue and PodGroup CRDs")
+	s.step("installing the Queue, PodGroup and GroupingRule CRDs")
 	kubectl := filepath.Join(s.spec.BinDir, localcluster.BinKubectl)
 	for _, args := range [][]string{
 		{"apply", "-f", s.spec.CRDDir},
-		{"wait", "--for", "condition=established", "--timeout", "60s", "crd", "queues.scheduling.gpuplane.io", "podgroups.scheduling.gpuplane.io"},
+		{"wait", "--for", "condition=established", "--timeout", "60s", "crd", "queues.scheduling.gpuplane.io", "podgroups.scheduling.gpuplane.io", "groupingrules.scheduling.gpuplane.io"},
 	} {
 		cmd := exec.CommandContext(ctx, kubectl, append(args, "--kubeconfig", cp.Kubeconfig())...)
 		if out, err := cmd.CombinedOutput(); err != nil {

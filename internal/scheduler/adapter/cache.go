@@ -40,6 +40,8 @@ type podInfo struct {
 	// groupFrom is the label or annotation that named pg.
 	groupFrom v1alpha1.Key
 	class     string // classKey of a pending pod of ours
+	// awaiting: the pod waits for the group its workload makes (Grouping).
+	awaiting bool
 	// queue is the queue the pod's own labels or annotations name
 	// (v1alpha1.PodQueueName), "" for none.
 	queue v1alpha1.Named
@@ -72,6 +74,9 @@ type assumption struct {
 type clusterCache struct {
 	// schedulerName is the spec.schedulerName whose pending pods are ours.
 	schedulerName string
+	// grouping derives pod groups from workloads; nil when off. Set before
+	// the informers start.
+	grouping Grouping
 
 	mu sync.Mutex
 	// changed receives a token when anything the next cycle reads changes.
@@ -298,6 +303,25 @@ func (c *clusterCache) problems() (bad, warned []nodeProblem) {
 
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
+// Grouping derives a pod's group from the workload that owns it
+// (grouper.Grouper).
+type Grouping interface {
+	// Awaiting reports whether the pod waits for its derived group, and
+	// with an error why that group cannot be made.
+	Awaiting(p *corev1.Pod) (bool, error)
+}
+
+// regroup asks again whether a pod waits for its derived group: the
+// grouper settled it without changing the pod.
+func (c *clusterCache) regroup(namespace, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pi := c.pods[namespace+"/"+name]; pi != nil {
+		c.upsertPodLocked(pi.pod)
+		c.poke()
+	}
+}
+
 // membershipError is the reason a pod waits when its labels and
 // annotations do not say plainly which group and queue it joins.
 func membershipError(err error) *BadInputError {
@@ -385,7 +409,7 @@ func allocationChanged(old, p *podInfo) bool {
 	return o.UID != n.UID || o.Spec.SchedulerName != n.Spec.SchedulerName || o.Spec.NodeName != n.Spec.NodeName || old.terminal() != p.terminal() ||
 		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || !maps.Equal(o.Labels, n.Labels) ||
 		o.Annotations[GPUsAnnotation] != n.Annotations[GPUsAnnotation] || o.Annotations[HeldAnnotation] != n.Annotations[HeldAnnotation] || (old.bad == nil) != (p.bad == nil) ||
-		old.queue != p.queue || old.pg != p.pg ||
+		old.queue != p.queue || old.pg != p.pg || old.awaiting != p.awaiting ||
 		a.MilliCPU != b.MilliCPU || a.MemoryMiB != b.MemoryMiB || a.GPUs != b.GPUs || a.GPUMilli != b.GPUMilli || a.Replicas != b.Replicas ||
 		a.GPUMemoryMiB != b.GPUMemoryMiB || a.MIGSlices != b.MIGSlices || a.MIGProfile != b.MIGProfile || a.ShareResource != b.ShareResource
 }
@@ -432,6 +456,13 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if err := cmp.Or(gerr, qerr); err != nil && pi.bad == nil {
 		pi.bad = membershipError(err)
 	}
+	if c.grouping != nil && pi.pg == "" && pi.bad == nil {
+		aw, err := c.grouping.Awaiting(p)
+		if err != nil {
+			pi.bad = badInput("GroupingFailed", "%v", err)
+		}
+		pi.awaiting = aw && err == nil
+	}
 	if p.Spec.NodeName == "" {
 		pi.class = classKey(p)
 	}
@@ -459,7 +490,7 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	// thousands of kubelet updates from each costing a cycle.
 	if old == nil || old.pod.Spec.NodeName != p.Spec.NodeName || old.terminal() != pi.terminal() ||
 		(old.pod.DeletionTimestamp == nil) != (p.DeletionTimestamp == nil) || !maps.Equal(old.pod.Labels, p.Labels) ||
-		old.queue != pi.queue || old.pg != pi.pg || (old.bad == nil) != (pi.bad == nil) ||
+		old.queue != pi.queue || old.pg != pi.pg || (old.bad == nil) != (pi.bad == nil) || old.awaiting != pi.awaiting ||
 		len(old.pod.Spec.SchedulingGates) != len(p.Spec.SchedulingGates) {
 		c.poke()
 	}

@@ -70,6 +70,10 @@ type Config struct {
 	// when false, such a cluster is only an error. Either way the scheduler
 	// does not run against CRDs older than itself.
 	ManageCRDs bool
+	// NoDerivedGroups turns off deriving PodGroups from the workloads that
+	// own pods (internal/scheduler/grouper): pods then gang only through a
+	// PodGroup they name.
+	NoDerivedGroups bool
 	// Logger receives the scheduler's logs; nil discards.
 	Logger *slog.Logger
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -25,12 +26,14 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/grouper"
 )
 
 // ErrLostLeadership is returned by Run when another replica took over the
@@ -81,6 +84,26 @@ func Run(ctx context.Context, cfg Config) error {
 		{factory.Policy().V1().PodDisruptionBudgets().Informer(), handler[*policyv1.PodDisruptionBudget](c.upsertPDB, c.deletePDB)},
 		{dfactory.ForResource(v1alpha1.QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
 		{dfactory.ForResource(v1alpha1.PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
+	}
+	// Pod groups derived from the workloads that own pods: the grouper
+	// answers the cache's pods and makes groups while this replica leads.
+	var grp *grouper.Grouper
+	if !cfg.NoDerivedGroups {
+		disc, err := discovery.NewDiscoveryClientForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("creating the discovery client: %w", err)
+		}
+		grp, err = grouper.New(grouper.Config{SchedulerName: cfg.SchedulerName, Client: client, Dynamic: dyn,
+			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)), Log: log.WithName("grouper")})
+		if err != nil {
+			return err
+		}
+		grp.OnSettled(c.regroup)
+		c.grouping = grp
+		regs = append(regs, struct {
+			inf cache.SharedIndexInformer
+			h   cache.ResourceEventHandler
+		}{dfactory.ForResource(v1alpha1.GroupingRulesResource).Informer(), handler(typed(log, grp.UpsertRule), typed(log, grp.DeleteRule))})
 	}
 	for _, r := range regs {
 		if _, err := r.inf.AddEventHandler(r.h); err != nil {
@@ -147,6 +170,9 @@ func Run(ctx context.Context, cfg Config) error {
 			defer close(done)
 			st.run(ctx)
 		}()
+		if grp != nil {
+			go grp.Run(ctx)
+		}
 		l.run(ctx)
 		api.wait()
 		<-done

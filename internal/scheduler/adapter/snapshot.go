@@ -228,6 +228,9 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			case pi.bound() || isAssumed:
 				g.bound = append(g.bound, pi)
 			case p.Spec.SchedulerName != b.schedulerName, p.DeletionTimestamp != nil:
+			case pi.awaiting:
+				// Its workload's group is being made; the pod is labelled
+				// with it in a moment.
 			case len(p.Spec.SchedulingGates) > 0:
 				// Gated pods are not ready to be scheduled; the API server
 				// already says so on the pod (SchedulingGated).

@@ -1,0 +1,545 @@
+package grouper
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+)
+
+const (
+	// maxOwnerDepth bounds the owner chain walked from a pod: the deepest
+	// real chain (pod, StatefulSet, leader pod, StatefulSet, workload) is
+	// five.
+	maxOwnerDepth = 8
+	// decisionTTL is how long a workload's group stands before the next pod
+	// of it has it worked out again (a Job's parallelism edited, a rule's
+	// error fixed in the workload).
+	decisionTTL = 30 * time.Second
+	// maxWaiting bounds the pods remembered per workload while its group is
+	// worked out; the rest are found again as they are updated.
+	maxWaiting = 100000
+)
+
+// Config is what a Grouper needs.
+type Config struct {
+	// SchedulerName: only pods with this spec.schedulerName are grouped.
+	SchedulerName string
+	Client        kubernetes.Interface
+	Dynamic       dynamic.Interface
+	// Mapper maps an owner reference's kind to its resource.
+	Mapper meta.ResettableRESTMapper
+	Log    logr.Logger
+}
+
+// Grouper derives PodGroups from the workloads that own pending pods. The
+// scheduler's pod cache asks it, for each pending pod that names no group,
+// whether the pod must wait for its group (Awaiting); the Grouper works the
+// group out on its own goroutine, creates the PodGroup and labels the pod
+// with it (v1alpha1.PodGroupLabel), after which the pod is an ordinary
+// member. Its decisions are cached per owner, so a 1,000-pod job costs one
+// owner walk.
+type Grouper struct {
+	cfg     Config
+	builtin []*Rule
+	queue   workqueue.TypedRateLimitingInterface[ownerKey]
+
+	mu sync.Mutex
+	// objects are the GroupingRule objects, compiled; rules the rule in
+	// force per kind: an object's over a shipped one, the oldest object's
+	// when several name one kind.
+	objects   map[string]*ruleObject
+	rules     map[schema.GroupKind]*Rule
+	decisions map[types.UID]*decision
+	waiting   map[types.UID]map[string]types.NamespacedName
+	// held are the pods waiting with the error of their workload's
+	// decision: settled again when the decision is made anew (a rule
+	// changed, or the error's retry).
+	held map[types.UID]*heldPods
+	notify    func(namespace, name string)
+	// statusDirty says GroupingRule conditions need writing.
+	statusDirty chan struct{}
+}
+
+type ruleObject struct {
+	obj  *v1alpha1.GroupingRule
+	rule *Rule
+	err  error // compile error or the duplicate it loses to
+}
+
+// ownerKey is a pod's controller owner: what a decision is cached by.
+type ownerKey struct {
+	Namespace, APIVersion, Kind, Name string
+	UID                               types.UID
+}
+
+type heldPods struct {
+	key  ownerKey
+	pods map[string]types.NamespacedName
+}
+
+type decision struct {
+	group string // the PodGroup's name; "" when the pod joins none
+	err   error  // why the workload's group cannot be made
+	at    time.Time
+}
+
+// New returns a Grouper with the shipped rules.
+func New(cfg Config) (*Grouper, error) {
+	b, err := Builtin()
+	if err != nil {
+		return nil, err
+	}
+	g := &Grouper{cfg: cfg, builtin: b,
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[ownerKey](), workqueue.TypedRateLimitingQueueConfig[ownerKey]{Name: "grouper"}),
+		objects: map[string]*ruleObject{}, decisions: map[types.UID]*decision{}, waiting: map[types.UID]map[string]types.NamespacedName{},
+		held: map[types.UID]*heldPods{}, statusDirty: make(chan struct{}, 1), notify: func(string, string) {},
+	}
+	g.recomputeLocked()
+	return g, nil
+}
+
+// OnSettled sets the function told of a pod whose wait is over without a
+// label change (it joins no group, or its group cannot be made): the pod
+// cache then asks Awaiting again. It is called without the Grouper's lock.
+func (g *Grouper) OnSettled(f func(namespace, name string)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.notify = f
+}
+
+// Awaiting reports whether pod p waits for the group its workload makes,
+// and with an error why that group cannot be made. Pods that name a group
+// themselves, are bound or finished, belong to another scheduler or have no
+// controller owner never wait.
+func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
+	if p.Spec.SchedulerName != g.cfg.SchedulerName || p.Spec.NodeName != "" || p.DeletionTimestamp != nil ||
+		p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false, nil
+	}
+	if named, _ := v1alpha1.PodGroupName(p.Labels, p.Annotations); named.Value != "" {
+		return false, nil
+	}
+	ref := metav1.GetControllerOfNoCopy(p)
+	if ref == nil || ref.UID == "" {
+		return false, nil
+	}
+	k := ownerKey{Namespace: p.Namespace, APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d := g.decisions[ref.UID]
+	if d == nil || d.group != "" || time.Since(d.at) > decisionTTL {
+		w := g.waiting[ref.UID]
+		if w == nil {
+			w = map[string]types.NamespacedName{}
+			g.waiting[ref.UID] = w
+		}
+		if len(w) < maxWaiting {
+			w[p.Namespace+"/"+p.Name] = types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		}
+		g.queue.Add(k)
+	}
+	switch {
+	case d == nil:
+		return true, nil
+	case d.err != nil:
+		return true, d.err
+	default:
+		// A group: the pod waits for its label. None: it goes alone.
+		return d.group != "", nil
+	}
+}
+
+// rule is the rule in force for a kind, nil for none.
+func (g *Grouper) rule(gk schema.GroupKind) *Rule {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rules[gk]
+}
+
+// Run works out groups until ctx ends. Only the leading replica runs it;
+// a standby's pods wait in its queue for it to lead.
+func (g *Grouper) Run(ctx context.Context) {
+	defer g.queue.ShutDown()
+	go func() {
+		<-ctx.Done()
+		g.queue.ShutDown()
+	}()
+	go g.writeStatuses(ctx)
+	for {
+		k, quit := g.queue.Get()
+		if quit {
+			return
+		}
+		if err := g.process(ctx, k); err != nil && ctx.Err() == nil {
+			g.cfg.Log.Error(err, "deriving a pod group; retrying", "owner", k.Kind+"/"+k.Name, "namespace", k.Namespace)
+			g.queue.AddRateLimited(k)
+		} else {
+			g.queue.Forget(k)
+		}
+		g.queue.Done(k)
+	}
+}
+
+// process decides k's group, when not decided lately, and settles the
+// pods waiting for it.
+func (g *Grouper) process(ctx context.Context, k ownerKey) error {
+	g.mu.Lock()
+	d := g.decisions[k.UID]
+	g.mu.Unlock()
+	fresh := false
+	if d == nil || time.Since(d.at) > decisionTTL {
+		nd, err := g.decide(ctx, k)
+		if err != nil {
+			return err
+		}
+		nd.at = time.Now()
+		d, fresh = nd, true
+		g.mu.Lock()
+		g.decisions[k.UID] = d
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
+	pods := g.waiting[k.UID]
+	delete(g.waiting, k.UID)
+	if pods == nil {
+		pods = map[string]types.NamespacedName{}
+	}
+	if h := g.held[k.UID]; h != nil && fresh {
+		maps.Copy(pods, h.pods)
+		delete(g.held, k.UID)
+	}
+	if d.err != nil {
+		h := g.held[k.UID]
+		if h == nil {
+			h = &heldPods{key: k, pods: map[string]types.NamespacedName{}}
+			g.held[k.UID] = h
+		}
+		for key, p := range pods {
+			if len(h.pods) < maxWaiting {
+				h.pods[key] = p
+			}
+		}
+	}
+	notify := g.notify
+	g.mu.Unlock()
+	if d.err != nil && fresh {
+		// The workload or the rule may be fixed without a pod changing.
+		g.queue.AddAfter(k, decisionTTL)
+	}
+	var failed []types.NamespacedName
+	for _, p := range pods {
+		if d.group == "" || d.err != nil {
+			notify(p.Namespace, p.Name)
+			continue
+		}
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, v1alpha1.PodGroupLabel, d.group)
+		_, err := g.cfg.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "gpuplane-scheduler"})
+		if err != nil && !apierrors.IsNotFound(err) {
+			failed = append(failed, p)
+		}
+	}
+	if len(failed) > 0 {
+		g.mu.Lock()
+		w := g.waiting[k.UID]
+		if w == nil {
+			w = map[string]types.NamespacedName{}
+			g.waiting[k.UID] = w
+		}
+		for _, p := range failed {
+			w[p.Namespace+"/"+p.Name] = p
+		}
+		g.mu.Unlock()
+		return fmt.Errorf("labelling %d pods with pod group %s", len(failed), d.group)
+	}
+	return nil
+}
+
+// decide walks k's owner chain and makes the group of the topmost owner
+// that has a rule. An error return is transient (the API); a decision with
+// an error is the workload's or the rule's to fix.
+func (g *Grouper) decide(ctx context.Context, k ownerKey) (*decision, error) {
+	var top *unstructured.Unstructured
+	var topRule *Rule
+	ref := &metav1.OwnerReference{APIVersion: k.APIVersion, Kind: k.Kind, Name: k.Name, UID: k.UID}
+	for range maxOwnerDepth {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil {
+			break
+		}
+		gk := schema.GroupKind{Group: gv.Group, Kind: ref.Kind}
+		rule := g.rule(gk)
+		obj, err := g.get(ctx, gv.WithKind(ref.Kind), k.Namespace, ref.Name)
+		switch {
+		case err == nil:
+		case apierrors.IsNotFound(err) || errors.Is(err, errNotNamespaced):
+			// The owner is gone (its pods follow) or is not a workload.
+			obj = nil
+		case rule != nil:
+			return nil, fmt.Errorf("reading %s %s/%s: %w", gk, k.Namespace, ref.Name, err)
+		default:
+			// An owner without a rule that cannot be read (no RBAC to read
+			// an unknown kind): the chain ends here.
+			g.cfg.Log.V(1).Info("owner not readable; the chain ends below it", "owner", gk.String()+"/"+ref.Name, "err", err.Error())
+			obj = nil
+		}
+		if obj == nil || obj.GetUID() != ref.UID {
+			break
+		}
+		if rule != nil {
+			top, topRule = obj, rule
+		}
+		if ref = metav1.GetControllerOfNoCopy(obj); ref == nil {
+			break
+		}
+	}
+	if top == nil {
+		return &decision{}, nil
+	}
+	d, err := topRule.Eval(top.Object, top.GetLabels(), top.GetAnnotations())
+	if err != nil {
+		return &decision{err: fmt.Errorf("%s %s: %w", top.GetKind(), top.GetName(), err)}, nil
+	}
+	name := GroupName(top.GetKind(), top.GetName(), top.GetUID())
+	if err := g.ensurePodGroup(ctx, name, top, topRule, d); err != nil {
+		var perm *permanentError
+		if errors.As(err, &perm) {
+			return &decision{err: err}, nil
+		}
+		return nil, err
+	}
+	return &decision{group: name}, nil
+}
+
+var errNotNamespaced = errors.New("not a namespaced kind")
+
+// get reads one owner, refreshing the mapper once when the kind is new to
+// it (an operator's CRD installed after the scheduler started).
+func (g *Grouper) get(ctx context.Context, gvk schema.GroupVersionKind, ns, name string) (*unstructured.Unstructured, error) {
+	m, err := g.cfg.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		g.cfg.Mapper.Reset()
+		m, err = g.cfg.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.Scope.Name() != meta.RESTScopeNameNamespace {
+		return nil, errNotNamespaced
+	}
+	return g.cfg.Dynamic.Resource(m.Resource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+type permanentError struct{ msg string }
+
+func (e *permanentError) Error() string { return e.msg }
+
+// ensurePodGroup creates the workload's PodGroup, or brings its spec up to
+// date with the workload's. It never takes over a PodGroup it did not make.
+func (g *Grouper) ensurePodGroup(ctx context.Context, name string, top *unstructured.Unstructured, r *Rule, d Derived) error {
+	ns := top.GetNamespace()
+	from := fmt.Sprintf("%s %s/%s: %s", schema.FromAPIVersionAndKind(top.GetAPIVersion(), top.GetKind()).GroupKind(), ns, top.GetName(), d.Explain)
+	want := &v1alpha1.PodGroup{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels:      map[string]string{v1alpha1.DerivedLabel: "true"},
+			Annotations: map[string]string{v1alpha1.DerivedFromAnnotation: from},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: top.GetAPIVersion(), Kind: top.GetKind(), Name: top.GetName(), UID: top.GetUID(),
+				Controller: new(true)}},
+		},
+		Spec: v1alpha1.PodGroupSpec{MinMember: d.MinMember, Queue: d.Queue, PriorityClassName: d.PriorityClassName},
+	}
+	res := g.cfg.Dynamic.Resource(v1alpha1.PodGroupsResource).Namespace(ns)
+	cur, err := res.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
+		if err != nil {
+			return err
+		}
+		_, err = res.Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{FieldManager: "gpuplane-scheduler"})
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("PodGroup %s/%s created meanwhile; retrying", ns, name)
+		}
+		if err == nil {
+			g.cfg.Log.Info("derived a pod group", "podGroup", ns+"/"+name, "from", from)
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if cur.GetLabels()[v1alpha1.DerivedLabel] != "true" {
+		return &permanentError{fmt.Sprintf("PodGroup %s/%s exists and was not made by gpuplane-scheduler: delete it, or label the pods with %s to use it", ns, name, v1alpha1.PodGroupLabel)}
+	}
+	var have v1alpha1.PodGroup
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(cur.Object, &have); err != nil {
+		return err
+	}
+	if have.Spec.MinMember == want.Spec.MinMember && have.Spec.Queue == want.Spec.Queue && have.Spec.PriorityClassName == want.Spec.PriorityClassName &&
+		have.Annotations[v1alpha1.DerivedFromAnnotation] == from {
+		return nil
+	}
+	have.Spec.MinMember, have.Spec.Queue, have.Spec.PriorityClassName = want.Spec.MinMember, want.Spec.Queue, want.Spec.PriorityClassName
+	if have.Annotations == nil {
+		have.Annotations = map[string]string{}
+	}
+	have.Annotations[v1alpha1.DerivedFromAnnotation] = from
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&have)
+	if err != nil {
+		return err
+	}
+	_, err = res.Update(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{FieldManager: "gpuplane-scheduler"})
+	return err
+}
+
+// GroupName is the PodGroup made for a workload: its kind and name, cut
+// to fit a label value, and a digest of its UID, so that a workload
+// recreated under the same name gets a group of its own.
+func GroupName(kind, name string, uid types.UID) string {
+	sum := sha256.Sum256([]byte(uid))
+	suffix := "-" + hex.EncodeToString(sum[:])[:6]
+	base := strings.ToLower(kind) + "-" + name
+	if limit := 63 - len(suffix); len(base) > limit {
+		base = strings.TrimRight(base[:limit], "-.")
+	}
+	return base + suffix
+}
+
+// UpsertRule takes a GroupingRule object in (the informer's add and
+// update).
+func (g *Grouper) UpsertRule(o *v1alpha1.GroupingRule) {
+	r, err := Compile(o.Name, o.Spec)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.objects[o.Name] = &ruleObject{obj: o, rule: r, err: err}
+	g.recomputeLocked()
+}
+
+// DeleteRule drops a GroupingRule object.
+func (g *Grouper) DeleteRule(o *v1alpha1.GroupingRule) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.objects, o.Name)
+	g.recomputeLocked()
+}
+
+// recomputeLocked rebuilds the rule in force per kind and forgets every
+// decision, so that the next pod of each workload is grouped by the new
+// rules. Caller holds mu.
+func (g *Grouper) recomputeLocked() {
+	rules := map[schema.GroupKind]*Rule{}
+	for _, r := range g.builtin {
+		rules[r.Target] = r
+	}
+	objs := make([]*ruleObject, 0, len(g.objects))
+	for _, o := range g.objects {
+		objs = append(objs, o)
+	}
+	slices.SortFunc(objs, func(a, b *ruleObject) int {
+		return cmp.Or(a.obj.CreationTimestamp.Compare(b.obj.CreationTimestamp.Time), cmp.Compare(a.obj.Name, b.obj.Name))
+	})
+	owner := map[schema.GroupKind]string{}
+	for _, o := range objs {
+		var dup *permanentError
+		if errors.As(o.err, &dup) {
+			o.err = nil
+		}
+		if o.rule == nil {
+			continue
+		}
+		if first, taken := owner[o.rule.Target]; taken {
+			o.err = &permanentError{fmt.Sprintf("GroupingRule %s already targets %s; this one is not used", first, o.rule.Target)}
+			continue
+		}
+		owner[o.rule.Target] = o.obj.Name
+		rules[o.rule.Target] = o.rule
+	}
+	g.rules = rules
+	clear(g.decisions)
+	for _, h := range g.held {
+		g.queue.Add(h.key)
+	}
+	g.markStatusDirty()
+}
+
+func (g *Grouper) markStatusDirty() {
+	select {
+	case g.statusDirty <- struct{}{}:
+	default:
+	}
+}
+
+// writeStatuses keeps each GroupingRule's Valid condition true to what
+// was made of it.
+func (g *Grouper) writeStatuses(ctx context.Context) {
+	written := map[string]metav1.Condition{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.statusDirty:
+		}
+		g.mu.Lock()
+		var todo []*ruleObject
+		for _, o := range g.objects {
+			todo = append(todo, o)
+		}
+		g.mu.Unlock()
+		for _, o := range todo {
+			c := metav1.Condition{Type: v1alpha1.ConditionValid, Status: metav1.ConditionTrue, Reason: "Compiled", Message: "the rule is in force for " + o.obj.Spec.Target.Kind}
+			if o.err != nil {
+				c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Invalid", o.err.Error()
+				var dup *permanentError
+				if errors.As(o.err, &dup) {
+					c.Reason = "DuplicateTarget"
+				}
+			}
+			if prev, ok := written[o.obj.Name]; ok && prev == c {
+				continue
+			}
+			if cur := meta.FindStatusCondition(o.obj.Status.Conditions, c.Type); cur != nil && cur.Status == c.Status && cur.Reason == c.Reason && cur.Message == c.Message {
+				written[o.obj.Name] = c
+				continue
+			}
+			c.ObservedGeneration = o.obj.Generation
+			c.LastTransitionTime = metav1.Now()
+			if cur := meta.FindStatusCondition(o.obj.Status.Conditions, c.Type); cur != nil && cur.Status == c.Status {
+				c.LastTransitionTime = cur.LastTransitionTime
+			}
+			patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []metav1.Condition{c}}})
+			if err != nil {
+				continue
+			}
+			_, err = g.cfg.Dynamic.Resource(v1alpha1.GroupingRulesResource).Patch(ctx, o.obj.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+			if err != nil && !apierrors.IsNotFound(err) {
+				g.cfg.Log.Error(err, "writing a GroupingRule's condition; retrying", "rule", o.obj.Name)
+				time.AfterFunc(5*time.Second, g.markStatusDirty)
+				continue
+			}
+			written[o.obj.Name] = c
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package grouper
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+)
+
+func builtinRule(t *testing.T, gk schema.GroupKind) *Rule {
+	t.Helper()
+	rules, err := Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rules {
+		if r.Target == gk {
+			return r
+		}
+	}
+	t.Fatalf("no shipped rule for %v", gk)
+	return nil
+}
+
+// decode reads YAML or JSON as the API server's clients do: whole numbers
+// as int64.
+func decode(y []byte) (map[string]any, error) {
+	js, err := yaml.YAMLToJSON(y)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	err = json.Unmarshal(js, &m)
+	return m, err
+}
+
+func obj(t *testing.T, y string) map[string]any {
+	t.Helper()
+	m, err := decode([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// The shipped rules give each kind's gang size from the workload as its
+// operator's users write it.
+func TestBuiltinRules(t *testing.T) {
+	tests := []struct {
+		name string
+		gk   schema.GroupKind
+		obj  string
+		want int32
+	}{
+		{"indexed job, completions = parallelism", schema.GroupKind{Group: "batch", Kind: "Job"},
+			`{spec: {completionMode: Indexed, completions: 4, parallelism: 4}}`, 4},
+		{"indexed job with more completions than parallelism is a work queue", schema.GroupKind{Group: "batch", Kind: "Job"},
+			`{spec: {completionMode: Indexed, completions: 100, parallelism: 4}}`, 1},
+		{"non-indexed job", schema.GroupKind{Group: "batch", Kind: "Job"}, `{spec: {parallelism: 8}}`, 1},
+		{"non-indexed job asking for a gang", schema.GroupKind{Group: "batch", Kind: "Job"},
+			`{metadata: {annotations: {scheduling.gpuplane.io/gang: "true"}}, spec: {parallelism: 8}}`, 8},
+		{"job without parallelism", schema.GroupKind{Group: "batch", Kind: "Job"}, `{spec: {}}`, 1},
+		{"deployment", schema.GroupKind{Group: "apps", Kind: "Deployment"}, `{spec: {replicas: 10}}`, 1},
+		{"jobset", schema.GroupKind{Group: "jobset.x-k8s.io", Kind: "JobSet"},
+			`{spec: {replicatedJobs: [{name: leader, template: {spec: {parallelism: 1}}}, {name: workers, replicas: 2, template: {spec: {parallelism: 4}}}]}}`, 9},
+		{"pytorchjob", schema.GroupKind{Group: "kubeflow.org", Kind: "PyTorchJob"},
+			`{spec: {pytorchReplicaSpecs: {Master: {replicas: 1}, Worker: {replicas: 7}}}}`, 8},
+		{"elastic pytorchjob gangs at its minimum", schema.GroupKind{Group: "kubeflow.org", Kind: "PyTorchJob"},
+			`{spec: {elasticPolicy: {minReplicas: 2, maxReplicas: 8}, pytorchReplicaSpecs: {Worker: {replicas: 8}}}}`, 2},
+		{"mpijob", schema.GroupKind{Group: "kubeflow.org", Kind: "MPIJob"},
+			`{spec: {mpiReplicaSpecs: {Launcher: {replicas: 1}, Worker: {replicas: 4}}}}`, 5},
+		{"trainjob", schema.GroupKind{Group: "trainer.kubeflow.org", Kind: "TrainJob"}, `{spec: {trainer: {numNodes: 4}}}`, 4},
+		{"raycluster with multi-host groups", schema.GroupKind{Group: "ray.io", Kind: "RayCluster"},
+			`{spec: {headGroupSpec: {}, workerGroupSpecs: [{minReplicas: 2, numOfHosts: 4}, {minReplicas: 1}]}}`, 10},
+		{"rayjob", schema.GroupKind{Group: "ray.io", Kind: "RayJob"},
+			`{spec: {rayClusterSpec: {workerGroupSpecs: [{minReplicas: 3, maxReplicas: 10}]}}}`, 4},
+		{"raycluster without workers", schema.GroupKind{Group: "ray.io", Kind: "RayCluster"}, `{spec: {headGroupSpec: {}}}`, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := builtinRule(t, tc.gk).Eval(obj(t, tc.obj), nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.MinMember != tc.want {
+				t.Errorf("minMember %d, want %d", d.MinMember, tc.want)
+			}
+		})
+	}
+}
+
+// The queue comes from the workload's own labels in any dialect, unless the
+// rule says otherwise.
+func TestRuleQueue(t *testing.T) {
+	r := builtinRule(t, schema.GroupKind{Group: "kubeflow.org", Kind: "PyTorchJob"})
+	d, err := r.Eval(obj(t, `{spec: {pytorchReplicaSpecs: {Worker: {replicas: 2}}}}`), map[string]string{v1alpha1.KueueQueueLabel: "team-a"}, nil)
+	if err != nil || d.Queue != "team-a" || !strings.Contains(d.Explain, "label "+v1alpha1.KueueQueueLabel) {
+		t.Errorf("= %+v, %v; want queue team-a explained by Kueue's label", d, err)
+	}
+	_, err = r.Eval(obj(t, `{spec: {pytorchReplicaSpecs: {Worker: {replicas: 2}}}}`), map[string]string{v1alpha1.KueueQueueLabel: "a", v1alpha1.QueueLabel: "b"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "names queue") {
+		t.Errorf("conflicting workload labels: %v, want a conflict error", err)
+	}
+	custom, err := Compile("mine", v1alpha1.GroupingRuleSpec{Target: v1alpha1.GroupKind{Group: "example.com", Kind: "Trainer"},
+		MinMember: "object.spec.workers", Queue: "'team-' + object.metadata.namespace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err = custom.Eval(obj(t, `{metadata: {namespace: ml}, spec: {workers: 3}}`), nil, nil)
+	if err != nil || d.Queue != "team-ml" || d.MinMember != 3 {
+		t.Errorf("= %+v, %v; want 3 in team-ml", d, err)
+	}
+}
+
+// Bad rules and bad workloads are errors that name the field, never a
+// silent minMember of 1.
+func TestRuleErrors(t *testing.T) {
+	compile := []struct {
+		name string
+		spec v1alpha1.GroupingRuleSpec
+		want string
+	}{
+		{"no kind", v1alpha1.GroupingRuleSpec{MinMember: "1"}, "spec.target.kind: required"},
+		{"bad group", v1alpha1.GroupingRuleSpec{Target: v1alpha1.GroupKind{Group: "Not A Group", Kind: "X"}, MinMember: "1"}, "spec.target.group"},
+		{"no minMember", v1alpha1.GroupingRuleSpec{Target: v1alpha1.GroupKind{Kind: "X"}}, "spec.minMember: required"},
+		{"syntax", v1alpha1.GroupingRuleSpec{Target: v1alpha1.GroupKind{Kind: "X"}, MinMember: "object.spec.("}, "spec.minMember: does not compile"},
+		{"wrong type", v1alpha1.GroupingRuleSpec{Target: v1alpha1.GroupKind{Kind: "X"}, MinMember: "'eight'"}, "spec.minMember: gives a string, want a int"},
+		{"queue not a string", v1alpha1.GroupingRuleSpec{Target: v1alpha1.GroupKind{Kind: "X"}, MinMember: "1", Queue: "1 + 1"}, "spec.queue: gives a int"},
+	}
+	for _, tc := range compile {
+		if _, err := Compile("r", tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	eval := []struct {
+		name, expr, obj, want string
+	}{
+		{"negative", "object.spec.count", `{spec: {count: -3}}`, "gave -3, want 1 to 100000"},
+		{"too many", "object.spec.count", `{spec: {count: 200000}}`, "gave 200000"},
+		{"missing field", "object.spec.workers", `{spec: {}}`, "no such key: workers"},
+		{"not an int", "object.spec.count", `{spec: {count: "8"}}`, "want an int"},
+		{"sum of strings", "object.spec.l.sum()", `{spec: {l: [1, "2"]}}`, "element 1 is not an int"},
+		{"too costly", "object.spec.l.map(a, object.spec.l.map(b, object.spec.l.map(c, a * b * c).sum()).sum()).sum()", `{spec: {l: [` + strings.Repeat("1,", 299) + `1]}}`, "cost"},
+	}
+	for _, tc := range eval {
+		r, err := Compile("r", v1alpha1.GroupingRuleSpec{Target: v1alpha1.GroupKind{Kind: "X"}, MinMember: tc.expr})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_, err = r.Eval(obj(t, tc.obj), nil, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "spec.minMember") {
+			t.Errorf("%s: %v, want an error naming spec.minMember with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// FuzzRuleEval feeds the shipped rules arbitrary workloads: an error or a
+// bounded minMember, never a panic.
+func FuzzRuleEval(f *testing.F) {
+	f.Add(`{"spec":{"completionMode":"Indexed","completions":4,"parallelism":4}}`)
+	f.Add(`{"spec":{"replicatedJobs":[{"replicas":2,"template":{"spec":{"parallelism":9223372036854775807}}}]}}`)
+	f.Add(`{"spec":{"pytorchReplicaSpecs":{"Worker":{"replicas":-1}}}}`)
+	rules, err := Builtin()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, js string) {
+		m, err := decode([]byte(js))
+		if err != nil || m == nil {
+			return
+		}
+		for _, r := range rules {
+			d, err := r.Eval(m, nil, nil)
+			if err == nil && (d.MinMember < 1 || d.MinMember > MaxMinMember) {
+				t.Fatalf("%s: minMember %d out of bounds", r.Name, d.MinMember)
+			}
+		}
+	})
+}
