@@ -60,8 +60,11 @@ type Config struct {
 // whether the pod must wait for its group (Awaiting); the Grouper works the
 // group out on its own goroutine, creates the PodGroup and labels the pod
 // with it (v1alpha1.PodGroupLabel), after which the pod is an ordinary
-// member. Its decisions are cached per owner, so a 1,000-pod job costs one
-// owner walk.
+// member. A workload whose rule gives minMember 1 (a Deployment, a Job that
+// is not Indexed) makes no group: its pods stay on their own, labelled with
+// the workload's queue (v1alpha1.QueueLabel) when it names one and they do
+// not. Decisions are cached per owner, so a 1,000-pod job costs one owner
+// walk.
 type Grouper struct {
 	cfg     Config
 	builtin []*Rule
@@ -103,8 +106,26 @@ type heldPods struct {
 
 type decision struct {
 	group string // the PodGroup's name; "" when the pod joins none
-	err   error  // why the workload's group cannot be made
+	// queue is the queue a workload that is no gang (minMember 1) names:
+	// its pods are labelled with it and stay on their own, so that each
+	// can be placed, preempted and reclaimed alone, as before.
+	queue string
+	err   error // why the workload's group cannot be made
 	at    time.Time
+}
+
+// needsLabel reports whether a pod without a group must be labelled by
+// decision d before it is scheduled.
+func (d *decision) needsLabel(p *corev1.Pod) bool {
+	if d.group != "" {
+		return true
+	}
+	if d.queue == "" {
+		return false
+	}
+	// A pod that names a queue itself keeps it.
+	q, _ := v1alpha1.PodQueueName(p.Labels, p.Annotations)
+	return q.Value == ""
 }
 
 // New returns a Grouper with the shipped rules.
@@ -151,7 +172,7 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	d := g.decisions[ref.UID]
-	if d == nil || d.group != "" || time.Since(d.at) > decisionTTL {
+	if d == nil || d.needsLabel(p) || time.Since(d.at) > decisionTTL {
 		w := g.waiting[ref.UID]
 		if w == nil {
 			w = map[string]types.NamespacedName{}
@@ -168,8 +189,9 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	case d.err != nil:
 		return true, d.err
 	default:
-		// A group: the pod waits for its label. None: it goes alone.
-		return d.group != "", nil
+		// A group or a queue: the pod waits for its label. Neither: it
+		// goes alone.
+		return d.needsLabel(p), nil
 	}
 }
 
@@ -252,11 +274,15 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 	}
 	var failed []types.NamespacedName
 	for _, p := range pods {
-		if d.group == "" || d.err != nil {
+		key, value := v1alpha1.PodGroupLabel, d.group
+		if d.group == "" {
+			key, value = v1alpha1.QueueLabel, d.queue
+		}
+		if value == "" || d.err != nil {
 			notify(p.Namespace, p.Name)
 			continue
 		}
-		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, v1alpha1.PodGroupLabel, d.group)
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value)
 		_, err := g.cfg.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "gpuplane-scheduler"})
 		if err != nil && !apierrors.IsNotFound(err) {
 			failed = append(failed, p)
@@ -273,7 +299,7 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 			w[p.Namespace+"/"+p.Name] = p
 		}
 		g.mu.Unlock()
-		return fmt.Errorf("labelling %d pods with pod group %s", len(failed), d.group)
+		return fmt.Errorf("labelling %d pods with pod group %q or queue %q", len(failed), d.group, d.queue)
 	}
 	return nil
 }
@@ -322,6 +348,10 @@ func (g *Grouper) decide(ctx context.Context, k ownerKey) (*decision, error) {
 	d, err := topRule.Eval(top.Object, top.GetLabels(), top.GetAnnotations())
 	if err != nil {
 		return &decision{err: fmt.Errorf("%s %s: %w", top.GetKind(), top.GetName(), err)}, nil
+	}
+	if d.MinMember <= 1 {
+		// No gang: the pods stay on their own, in the workload's queue.
+		return &decision{queue: d.Queue}, nil
 	}
 	name := GroupName(top.GetKind(), top.GetName(), top.GetUID())
 	if err := g.ensurePodGroup(ctx, name, top, topRule, d); err != nil {

@@ -80,9 +80,6 @@ func TestJobsAreGangScheduledWithoutAPodGroup(t *testing.T) {
 	if g := c.derivedGroup("Job", "fits", string(fits.UID)); g.Spec.MinMember != 2 {
 		t.Errorf("PodGroup %s: minMember %d, want 2", g.Name, g.Spec.MinMember)
 	}
-	if g := c.derivedGroup("Job", "plain", string(plain.UID)); g.Spec.MinMember != 1 {
-		t.Errorf("PodGroup %s: minMember %d, want 1 for a Job that is not Indexed", g.Name, g.Spec.MinMember)
-	}
 	t.Run("an Indexed Job that fits runs whole", func(t *testing.T) {
 		c.waitBound("job=fits", 2, 60*time.Second)
 		pods, err := c.pods(t.Context(), "job=fits")
@@ -95,8 +92,18 @@ func TestJobsAreGangScheduledWithoutAPodGroup(t *testing.T) {
 			}
 		}
 	})
-	t.Run("a plain Job's pods are placed as they fit", func(t *testing.T) {
+	t.Run("a plain Job's pods are placed as they fit, each on its own", func(t *testing.T) {
 		c.waitBound("job=plain", 3, 60*time.Second)
+		pods, err := c.pods(t.Context(), "job=plain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods {
+			if g := p.Labels[v1alpha1.PodGroupLabel]; g != "" {
+				t.Errorf("pod %s joined group %s; a Job that is not Indexed is no gang", p.Name, g)
+			}
+		}
+		_ = plain
 	})
 	t.Run("an Indexed Job that cannot run whole starts no pod", func(t *testing.T) {
 		framework.Eventually(t, 30*time.Second, "too-big's group unschedulable", func(ctx context.Context) (bool, error) {
@@ -193,18 +200,30 @@ func TestCompetingGangsNeverStartInPart(t *testing.T) {
 	c.waitBound("rs="+second, 3, 60*time.Second)
 }
 
-// A Job that is not a gang still gets a group: its queue comes from the
-// Job's own labels (Kueue's here), which its pods do not carry.
-func TestJobQueueComesFromTheWorkload(t *testing.T) {
+// A Job that is no gang makes no group, but its pods go to the queue the
+// Job names (Kueue's label here, which its pods do not carry); a gang's
+// PodGroup takes its queue the same way and says where it came from.
+func TestWorkloadQueueComesFromTheWorkload(t *testing.T) {
 	c := newCluster(t, gpuNodes(1, "jobq")...)
 	q := c.ns + "-batch"
 	c.queue(q, "", 0, 0)
 	c.run(adapter.Config{})
-	j := c.job("plain", 2, 1, false, map[string]string{v1alpha1.KueueQueueLabel: q})
+	c.job("plain", 2, 1, false, map[string]string{v1alpha1.KueueQueueLabel: q})
+	gang := c.job("gang", 2, 1, true, map[string]string{v1alpha1.KueueQueueLabel: q})
 	c.waitBound("job=plain", 2, 60*time.Second)
-	pg := c.derivedGroup("Job", "plain", string(j.UID))
-	if pg.Spec.MinMember != 1 || pg.Spec.Queue != q {
-		t.Errorf("PodGroup %s: minMember %d queue %q, want 1 in %s", pg.Name, pg.Spec.MinMember, pg.Spec.Queue, q)
+	c.waitBound("job=gang", 2, 60*time.Second)
+	pods, err := c.pods(t.Context(), "job=plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Labels[v1alpha1.QueueLabel] != q || p.Labels[v1alpha1.PodGroupLabel] != "" {
+			t.Errorf("pod %s: queue label %q, group %q; want queue %s and no group", p.Name, p.Labels[v1alpha1.QueueLabel], p.Labels[v1alpha1.PodGroupLabel], q)
+		}
+	}
+	pg := c.derivedGroup("Job", "gang", string(gang.UID))
+	if pg.Spec.MinMember != 2 || pg.Spec.Queue != q {
+		t.Errorf("PodGroup %s: minMember %d queue %q, want 2 in %s", pg.Name, pg.Spec.MinMember, pg.Spec.Queue, q)
 	}
 	if from := pg.Annotations[v1alpha1.DerivedFromAnnotation]; !strings.Contains(from, "label "+v1alpha1.KueueQueueLabel) {
 		t.Errorf("derived-from %q does not say where the queue came from", from)
