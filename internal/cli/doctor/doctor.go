@@ -356,6 +356,8 @@ func fixFor(reason string, p *corev1.Pod) string {
 		return "kubectl get queues; set the pod's " + v1alpha1.QueueLabel + " label to a leaf queue"
 	case "QueueNotAllowed":
 		return "kubectl get queues -o custom-columns=NAME:.metadata.name,NAMESPACES:.spec.namespaceSelector; submit to a queue that admits namespace " + p.Namespace
+	case "GroupingFailed":
+		return "kubectl get groupingrules; fix the workload's field or the rule's expression the message names (the pod is placed once its group can be made)"
 	case "ConflictingQueues", "ConflictingPodGroups", "QueueMismatch":
 		return "kubectl get pod " + p.Name + " -n " + p.Namespace + " -o yaml: keep one queue (pod group) label or annotation, or make them agree"
 	}
@@ -400,6 +402,9 @@ func (d *doctor) gang(ctx context.Context, r *Report, p *corev1.Pod) {
 		return
 	}
 	detail := fmt.Sprintf("PodGroup %s: minMember %d, phase %s", name, g.Spec.MinMember, cmp.Or(string(g.Status.Phase), "Unknown"))
+	if from := g.Annotations[v1alpha1.DerivedFromAnnotation]; from != "" {
+		detail += "; derived from " + from
+	}
 	result := OK
 	if c := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.ConditionSchedulable); c != nil && c.Status == metav1.ConditionFalse {
 		detail += "; " + c.Message

@@ -95,6 +95,9 @@ type Gang struct {
 	Scheduled int32  `json:"scheduled"`
 	Count     int32  `json:"count,omitempty"`
 	Why       string `json:"why,omitempty"`
+	// DerivedFrom, for a PodGroup gpuplane-scheduler made, names the
+	// workload and says where minMember and the queue came from.
+	DerivedFrom string `json:"derivedFrom,omitempty"`
 }
 
 // Kinds of waiting entries.
@@ -127,7 +130,10 @@ func NewCommand() *cobra.Command {
   WAITING  pod groups that are not placed and why (their Schedulable
            condition, e.g. "gang 2/8 placeable; 0/1000 nodes available"),
            and pods without a group that wait, per owner and reason (their
-           PodScheduled condition).
+           PodScheduled condition). With -o wide, a pod group the scheduler
+           derived from a workload (a Job, JobSet, PyTorchJob, ...) says
+           which, and where its minMember and queue came from (the rule and
+           field, or the workload's label).
 
 The Queue and PodGroup sections are empty when the CRDs are not installed.`,
 		Example: `  gpuplane status
@@ -221,7 +227,7 @@ func Collect(ctx context.Context, rc *rest.Config, schedulerName string) (*Statu
 				continue
 			}
 			gang := Gang{Kind: KindPodGroup, Namespace: g.Namespace, Name: g.Name, Queue: g.Spec.Queue, Phase: string(g.Status.Phase),
-				MinMember: g.Spec.MinMember, Scheduled: g.Status.Scheduled}
+				MinMember: g.Spec.MinMember, Scheduled: g.Status.Scheduled, DerivedFrom: g.Annotations[v1alpha1.DerivedFromAnnotation]}
 			if gang.Phase == "" {
 				gang.Phase = "Unknown"
 			}
@@ -442,13 +448,21 @@ func Print(w io.Writer, st *Status, wide bool) error {
 	}
 	fmt.Fprintln(w, "\nWAITING")
 	t = cliutil.NewTable(w)
-	fmt.Fprintln(t, "KIND\tNAMESPACE/NAME\tQUEUE\tPHASE\tPODS\tWHY")
+	header := "KIND\tNAMESPACE/NAME\tQUEUE\tPHASE\tPODS\tWHY"
+	if wide {
+		header += "\tDERIVED FROM"
+	}
+	fmt.Fprintln(t, header)
 	for _, g := range st.Waiting {
 		pods := fmt.Sprintf("%d/%d bound", g.Scheduled, g.MinMember)
 		if g.Kind == KindPods {
 			pods = fmt.Sprintf("%d waiting", g.Count)
 		}
-		fmt.Fprintf(t, "%s\t%s/%s\t%s\t%s\t%s\t%s\n", g.Kind, g.Namespace, g.Name, dash(g.Queue), g.Phase, pods, dash(g.Why))
+		fmt.Fprintf(t, "%s\t%s/%s\t%s\t%s\t%s\t%s", g.Kind, g.Namespace, g.Name, dash(g.Queue), g.Phase, pods, dash(g.Why))
+		if wide {
+			fmt.Fprintf(t, "\t%s", dash(g.DerivedFrom))
+		}
+		fmt.Fprintln(t)
 	}
 	return t.Flush()
 }

@@ -128,9 +128,12 @@ func TestPodOverItsGPUMemoryLimit(t *testing.T) {
 		}
 		return p.DeletionTimestamp != nil, fmt.Errorf("frac is not being deleted")
 	})
-	if evs := events("frac", agent.ReasonEvictedOverLimit); len(evs) != 1 {
-		t.Errorf("eviction events on frac: %v, want one", evs)
-	}
+	// Events are recorded asynchronously: the eviction's may land just
+	// after the pod's deletion.
+	framework.Eventually(t, 10*time.Second, "the eviction event on frac", func(context.Context) (bool, error) {
+		evs := events("frac", agent.ReasonEvictedOverLimit)
+		return len(evs) == 1, fmt.Errorf("eviction events on frac: %v, want one", evs)
+	})
 	p, err := env.Client.CoreV1().Pods(ns.Name).Get(ctx, "whole", metav1.GetOptions{})
 	if err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("whole, which asked for no memory limit: %v (deleting: %v), want it left alone", err, p != nil && p.DeletionTimestamp != nil)

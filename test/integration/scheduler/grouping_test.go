@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/cli/status"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -116,6 +118,21 @@ func TestJobsAreGangScheduledWithoutAPodGroup(t *testing.T) {
 		})
 		if n, _, err := c.bound(t.Context(), "job=too-big"); err != nil || n != 0 {
 			t.Fatalf("%d pods of too-big bound (%v), want none", n, err)
+		}
+	})
+	t.Run("gpuplane status shows the derived group and where its size came from", func(t *testing.T) {
+		st, err := status.Collect(t.Context(), env.Config, c.scheduler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := status.Print(&out, st, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"DERIVED FROM", c.ns + "/" + pg.Name, "Job.batch " + c.ns + "/too-big: minMember 3 from builtin/batch-job spec.minMember"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("status -o wide lacks %q:\n%s", want, out.String())
+			}
 		}
 	})
 }
