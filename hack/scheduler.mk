@@ -24,3 +24,16 @@ SCALE_ROUNDS ?=
 bench-scheduler-scale: controlplane-bins ## gpuplane-scheduler vs kube-scheduler: throughput and creation-to-binding latency at scale
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_NODES=$(SCALE_NODES) GPUPLANE_BENCH_ROUNDS=$(SCALE_ROUNDS) $(GO) test -run '^$$' \
 		-bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 180m ./test/integration/schedulerscale/
+
+# make bench-job-gangs   an Indexed Job of 8 workers x 8 GPUs, as users submit
+#                        it (no PodGroup), under each scheduler on JOB_NODES
+#                        kwok nodes: time to all workers bound, and two such
+#                        jobs on 12 free nodes (kube-scheduler may deadlock
+#                        them). About 3 minutes.
+JOB_NODES ?= 100
+
+.PHONY: bench-job-gangs
+
+bench-job-gangs: controlplane-bins ## a training Job's gang under gpuplane-scheduler vs kube-scheduler: time to start, and the two-job deadlock
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_JOB_NODES=$(JOB_NODES) $(GO) test -run '^$$' \
+		-bench BenchmarkJobGangs -benchtime 1x -timeout 30m ./test/integration/schedulerscale/

@@ -1,6 +1,8 @@
 package grouper
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -180,4 +182,29 @@ func FuzzRuleEval(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The GroupingRules in examples/ compile and give what their comments say.
+func TestExampleRules(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "workloads", "02-grouping-rule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o v1alpha1.GroupingRule
+	if err := yaml.UnmarshalStrict(data, &o); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Compile(o.Name, o.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for y, want := range map[string]int32{
+		`{spec: {minAvailable: 3, queue: research, tasks: [{replicas: 4}]}}`: 3,
+		`{spec: {tasks: [{replicas: 1, name: ps}, {replicas: 4, name: worker}]}}`: 5,
+	} {
+		d, err := r.Eval(obj(t, y), nil, nil)
+		if err != nil || d.MinMember != want {
+			t.Errorf("%s: %+v, %v; want minMember %d", y, d, err, want)
+		}
+	}
 }

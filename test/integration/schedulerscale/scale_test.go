@@ -72,6 +72,10 @@ func TestMain(m *testing.M) {
 	// own kube-scheduler would be a third process competing for the API.
 	cfg.Scheduler = false
 	cfg.ComponentQPS, cfg.ComponentBurst = qps, burst
+	// A Job's pods run until deleted, as training workers do: kwok's
+	// pod-complete stage would finish them at once and free their GPUs
+	// (BenchmarkJobGangs).
+	cfg.KwokStages = slices.DeleteFunc(localcluster.DefaultKwokStages(), func(s string) bool { return strings.HasSuffix(s, "/pod-complete.yaml") })
 	os.Exit(framework.Main(m, cfg, &env))
 }
 
