@@ -39,6 +39,8 @@ const (
 	// of it has it worked out again (a Job's parallelism edited, a rule's
 	// error fixed in the workload).
 	decisionTTL = 30 * time.Second
+	// labelWorkers bounds the pod label patches in flight.
+	labelWorkers = 32
 	// maxWaiting bounds the pods remembered per workload while its group is
 	// worked out; the rest are found again as they are updated.
 	maxWaiting = 100000
@@ -272,22 +274,38 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 		// The workload or the rule may be fixed without a pod changing.
 		g.queue.AddAfter(k, decisionTTL)
 	}
-	var failed []types.NamespacedName
-	for _, p := range pods {
-		key, value := v1alpha1.PodGroupLabel, d.group
-		if d.group == "" {
-			key, value = v1alpha1.QueueLabel, d.queue
-		}
-		if value == "" || d.err != nil {
-			notify(p.Namespace, p.Name)
-			continue
-		}
-		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value)
-		_, err := g.cfg.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "gpuplane-scheduler"})
-		if err != nil && !apierrors.IsNotFound(err) {
-			failed = append(failed, p)
-		}
+	key, value := v1alpha1.PodGroupLabel, d.group
+	if d.group == "" {
+		key, value = v1alpha1.QueueLabel, d.queue
 	}
+	if value == "" || d.err != nil {
+		for _, p := range pods {
+			notify(p.Namespace, p.Name)
+		}
+		return nil
+	}
+	// A gang starts once every member is labelled: the patches go out
+	// together (within the client's rate limit), not one after another.
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value))
+	var (
+		failed []types.NamespacedName
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, labelWorkers)
+	)
+	for _, p := range pods {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, err := g.cfg.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "gpuplane-scheduler"})
+			if err != nil && !apierrors.IsNotFound(err) {
+				mu.Lock()
+				failed = append(failed, p)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 	if len(failed) > 0 {
 		g.mu.Lock()
 		w := g.waiting[k.UID]
