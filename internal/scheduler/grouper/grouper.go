@@ -85,6 +85,8 @@ type Grouper struct {
 	// changed, or the error's retry).
 	held map[types.UID]*heldPods
 	notify    func(namespace, name string)
+	// now is the clock decisions are aged by.
+	now func() time.Time
 	// statusDirty says GroupingRule conditions need writing.
 	statusDirty chan struct{}
 }
@@ -139,7 +141,7 @@ func New(cfg Config) (*Grouper, error) {
 	g := &Grouper{cfg: cfg, builtin: b,
 		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[ownerKey](), workqueue.TypedRateLimitingQueueConfig[ownerKey]{Name: "grouper"}),
 		objects: map[string]*ruleObject{}, decisions: map[types.UID]*decision{}, waiting: map[types.UID]map[string]types.NamespacedName{},
-		held: map[types.UID]*heldPods{}, statusDirty: make(chan struct{}, 1), notify: func(string, string) {},
+		held: map[types.UID]*heldPods{}, statusDirty: make(chan struct{}, 1), notify: func(string, string) {}, now: time.Now,
 	}
 	g.recomputeLocked()
 	return g, nil
@@ -174,7 +176,7 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	d := g.decisions[ref.UID]
-	if d == nil || d.needsLabel(p) || time.Since(d.at) > decisionTTL {
+	if d == nil || d.needsLabel(p) || g.now().Sub(d.at) > decisionTTL {
 		w := g.waiting[ref.UID]
 		if w == nil {
 			w = map[string]types.NamespacedName{}
@@ -235,12 +237,12 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 	d := g.decisions[k.UID]
 	g.mu.Unlock()
 	fresh := false
-	if d == nil || time.Since(d.at) > decisionTTL {
+	if d == nil || g.now().Sub(d.at) > decisionTTL {
 		nd, err := g.decide(ctx, k)
 		if err != nil {
 			return err
 		}
-		nd.at = time.Now()
+		nd.at = g.now()
 		d, fresh = nd, true
 		g.mu.Lock()
 		g.decisions[k.UID] = d
@@ -342,6 +344,10 @@ func (g *Grouper) decide(ctx context.Context, k ownerKey) (*decision, error) {
 		case apierrors.IsNotFound(err) || errors.Is(err, errNotNamespaced):
 			// The owner is gone (its pods follow) or is not a workload.
 			obj = nil
+		case rule != nil && apierrors.IsForbidden(err):
+			// Said on the pods, not only in the log: without it they
+			// would wait with no reason.
+			return &decision{err: fmt.Errorf("gpuplane-scheduler may not read %s %s/%s: grant it get on %s (the chart's scheduler.workloadKinds)", gk, k.Namespace, ref.Name, gk)}, nil
 		case rule != nil:
 			return nil, fmt.Errorf("reading %s %s/%s: %w", gk, k.Namespace, ref.Name, err)
 		default:
@@ -374,7 +380,7 @@ func (g *Grouper) decide(ctx context.Context, k ownerKey) (*decision, error) {
 	name := GroupName(top.GetKind(), top.GetName(), top.GetUID())
 	if err := g.ensurePodGroup(ctx, name, top, topRule, d); err != nil {
 		var perm *permanentError
-		if errors.As(err, &perm) {
+		if errors.As(err, &perm) || apierrors.IsForbidden(err) {
 			return &decision{err: err}, nil
 		}
 		return nil, err
