@@ -83,8 +83,8 @@ type Grouper struct {
 	// held are the pods waiting with the error of their workload's
 	// decision: settled again when the decision is made anew (a rule
 	// changed, or the error's retry).
-	held map[types.UID]*heldPods
-	notify    func(namespace, name string)
+	held   map[types.UID]*heldPods
+	notify func(namespace, name string)
 	// now is the clock decisions are aged by.
 	now func() time.Time
 	// statusDirty says GroupingRule conditions need writing.

@@ -1,6 +1,7 @@
 package grouper
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -87,7 +88,7 @@ func TestAwaiting(t *testing.T) {
 		t.Error("a pod of a workload with no group and no queue waits")
 	}
 	decide(&decision{err: errTest})
-	if aw, err := g.Awaiting(pod(nil)); !aw || err != errTest {
+	if aw, err := g.Awaiting(pod(nil)); !aw || !errors.Is(err, errTest) {
 		t.Errorf("= %v, %v; want the pod held with the workload's error", aw, err)
 	}
 }

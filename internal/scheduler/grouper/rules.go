@@ -129,14 +129,14 @@ func compileExpr(field, src string, want *cel.Type) (cel.Program, error) {
 	}
 	ast, iss := env.Compile(src)
 	if iss.Err() != nil {
-		return nil, fmt.Errorf("%s: does not compile: %v", field, iss.Err())
+		return nil, fmt.Errorf("%s: does not compile: %w", field, iss.Err())
 	}
 	if t := ast.OutputType(); !t.IsExactType(want) && !t.IsExactType(cel.DynType) {
 		return nil, fmt.Errorf("%s: gives a %s, want a %s", field, t, want)
 	}
 	prg, err := env.Program(ast, cel.CostLimit(evalCostLimit), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", field, err)
+		return nil, fmt.Errorf("%s: %w", field, err)
 	}
 	return prg, nil
 }

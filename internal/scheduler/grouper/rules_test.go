@@ -199,7 +199,7 @@ func TestExampleRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	for y, want := range map[string]int32{
-		`{spec: {minAvailable: 3, queue: research, tasks: [{replicas: 4}]}}`: 3,
+		`{spec: {minAvailable: 3, queue: research, tasks: [{replicas: 4}]}}`:      3,
 		`{spec: {tasks: [{replicas: 1, name: ps}, {replicas: 4, name: worker}]}}`: 5,
 	} {
 		d, err := r.Eval(obj(t, y), nil, nil)

@@ -36,6 +36,8 @@ import (
 //     without a bind); deadlocked is 1 when both jobs have workers bound
 //     and neither has all 8: GPUs held by jobs that cannot start.
 //
+// Run with:
+//
 //	GPUPLANE_CONTROLPLANE_BIN=$PWD/bin go test -run '^$' -bench BenchmarkJobGangs -benchtime 1x -timeout 30m ./test/integration/schedulerscale/
 func BenchmarkJobGangs(b *testing.B) {
 	nodes := envInt("GPUPLANE_BENCH_JOB_NODES", 100)
