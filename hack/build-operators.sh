@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the workload operators gpuplane's integration tests run as real
+# processes, each from its own module under tools/operators/<name> (they want
+# different Kubernetes library versions), into BIN_DIR/operators/<name>, and
+# copies the CRDs that ship inside each operator's module beside it
+# (BIN_DIR/operators/<name>-crds/). An operator is rebuilt only when its
+# module's pins change (a stamp file records a hash of go.mod and go.sum).
+#
+# Usage: hack/build-operators.sh [BIN_DIR]
+# Environment: GO (default go), BUILD_PARALLEL (go build -p, default 2),
+# FORCE=1 to rebuild.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin_dir="${1:-${repo_root}/bin}/operators"
+GO="${GO:-go}"
+BUILD_PARALLEL="${BUILD_PARALLEL:-2}"
+
+# name|main package|module|CRD directory inside the module
+operators=(
+	"jobset|sigs.k8s.io/jobset|sigs.k8s.io/jobset|config/components/crd/bases"
+)
+
+mkdir -p "${bin_dir}"
+for entry in "${operators[@]}"; do
+	IFS='|' read -r name pkg module crds <<<"${entry}"
+	dir="${repo_root}/tools/operators/${name}"
+	[[ -f "${dir}/go.mod" ]] || { echo "operator-bins: missing ${dir}/go.mod" >&2; exit 1; }
+	want="$(cat "${dir}/go.mod" "${dir}/go.sum" | sha256sum | cut -c1-16)"
+	stamp="${bin_dir}/.${name}-pins"
+	if [[ -z "${FORCE:-}" && -x "${bin_dir}/${name}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
+		continue
+	fi
+	start=$(date +%s)
+	echo "operator-bins: building ${name} from ${pkg} (first time only; a minute or more)"
+	(cd "${dir}" && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 "${GO}" build -p "${BUILD_PARALLEL}" -o "${bin_dir}/${name}.tmp" "${pkg}")
+	src="$(cd "${dir}" && GOWORK=off GOFLAGS=-mod=mod "${GO}" list -m -f '{{.Dir}}' "${module}")"
+	rm -rf "${bin_dir}/${name}-crds"
+	mkdir -p "${bin_dir}/${name}-crds"
+	cp "${src}/${crds}"/*.yaml "${bin_dir}/${name}-crds/"
+	chmod u+w "${bin_dir}/${name}-crds/"*.yaml
+	mv "${bin_dir}/${name}.tmp" "${bin_dir}/${name}"
+	echo "${want}" >"${stamp}"
+	echo "operator-bins: ${name} built in $(( $(date +%s) - start ))s"
+done

@@ -1,0 +1,234 @@
+// Package operators_test runs workloads through the operators users submit
+// them with, built from their own modules into bin/operators by
+// `make operator-bins`, against a real control plane with gpuplane-scheduler
+// in-process: no PodGroup is written by hand; the scheduler derives each
+// gang from the workload the operator made.
+package operators_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/gpuplane/gpuplane/internal/localcluster"
+	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+var env *framework.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(framework.Main(m, localcluster.DefaultConfig(), &env))
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// operatorsDir is where `make operator-bins` puts the operators and their
+// CRDs: bin/operators beside the control plane's binaries.
+func operatorsDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(env.ControlPlane.BinDir(), "operators")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("no operators at %s (run make operator-bins): %v", dir, err)
+	}
+	return dir
+}
+
+var nodeSeq atomic.Int64
+
+// cluster is one test's namespace, kwok GPU nodes and scheduler name.
+type cluster struct {
+	t         *testing.T
+	ns        string
+	scheduler string
+	dyn       dynamic.Interface
+}
+
+func newCluster(t *testing.T, gpuNodes int) *cluster {
+	t.Helper()
+	dyn := env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
+	ns := env.CreateNamespace(t)
+	c := &cluster{t: t, ns: ns, scheduler: "gpuplane-" + ns, dyn: dyn}
+	var nodes []*corev1.Node
+	for range gpuNodes {
+		nodes = append(nodes, framework.GPUNode(fmt.Sprintf("op-%d", nodeSeq.Add(1))).GPUs(8).Label("test-ns", ns).Obj())
+	}
+	if err := env.CreateNodes(t.Context(), nodes, 4); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.DeleteNodes(context.Background(), "test-ns="+ns); err != nil {
+			t.Error(err)
+		}
+	})
+	env.WaitNodesReady(t, "test-ns="+ns, gpuNodes, 60*time.Second)
+	framework.Eventually(t, 60*time.Second, "nodes without not-ready taints", func(ctx context.Context) (bool, error) {
+		list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "test-ns=" + ns})
+		if err != nil {
+			return false, err
+		}
+		for _, n := range list.Items {
+			for _, tn := range n.Spec.Taints {
+				if strings.HasPrefix(tn.Key, "node.kubernetes.io/") {
+					return false, fmt.Errorf("node %s has taint %s", n.Name, tn.Key)
+				}
+			}
+		}
+		return true, nil
+	})
+	return c
+}
+
+// runScheduler runs gpuplane-scheduler in-process for the test.
+func (c *cluster) runScheduler() {
+	cfg := adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond, PartialGangGrace: 2 * time.Second}
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- adapter.Run(ctx, cfg) }()
+	c.t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				c.t.Errorf("scheduler stopped with %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			c.t.Error("scheduler did not stop within 30s")
+		}
+	})
+}
+
+// podSpec is the pod template of a workload's GPU workers: this test's
+// scheduler, its nodes, gpus GPUs each.
+func (c *cluster) podSpec(gpus int) map[string]any {
+	p := framework.Pod(c.ns, "x").SchedulerName(c.scheduler).GPUs(gpus).NodeSelector("test-ns", c.ns).Obj()
+	tolerations := make([]any, 0, len(p.Spec.Tolerations))
+	for _, tl := range p.Spec.Tolerations {
+		tolerations = append(tolerations, map[string]any{"key": tl.Key, "operator": string(tl.Operator), "effect": string(tl.Effect)})
+	}
+	return map[string]any{
+		"schedulerName": c.scheduler,
+		"restartPolicy": "Never",
+		"nodeSelector":  map[string]any{"test-ns": c.ns},
+		"tolerations":   tolerations,
+		"containers": []any{map[string]any{"name": "worker", "image": "trainer",
+			"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": fmt.Sprint(gpus)}}}},
+	}
+}
+
+// bound counts the pods matching selector that have a node, and all of
+// them.
+func (c *cluster) bound(ctx context.Context, selector string) (int, int, error) {
+	list, err := env.Client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return 0, 0, err
+	}
+	n := 0
+	for _, p := range list.Items {
+		if p.Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n, len(list.Items), nil
+}
+
+// startOperator runs an operator binary as a process for the test, with
+// args, logging to the test's temporary directory.
+func startOperator(t *testing.T, name string, args ...string) {
+	t.Helper()
+	bin := filepath.Join(operatorsDir(t), name)
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.ControlPlane.Kubeconfig(), "NAMESPACE=default", "POD_NAMESPACE=default")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		_ = logf.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				t.Logf("last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+			}
+		}
+	})
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// servingCert writes a self-signed certificate for 127.0.0.1 as tls.crt
+// and tls.key into a new directory: an operator's webhook server will not
+// start without one, though no webhook configuration points the API server
+// at it.
+func servingCert(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
