@@ -19,6 +19,7 @@ BUILD_PARALLEL="${BUILD_PARALLEL:-2}"
 # name|main package|module|CRD directory inside the module
 operators=(
 	"jobset|sigs.k8s.io/jobset|sigs.k8s.io/jobset|config/components/crd/bases"
+	"training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|github.com/kubeflow/training-operator|manifests/base/crds"
 )
 
 mkdir -p "${bin_dir}"
@@ -37,7 +38,7 @@ for entry in "${operators[@]}"; do
 	src="$(cd "${dir}" && GOWORK=off GOFLAGS=-mod=mod "${GO}" list -m -f '{{.Dir}}' "${module}")"
 	rm -rf "${bin_dir}/${name}-crds"
 	mkdir -p "${bin_dir}/${name}-crds"
-	cp "${src}/${crds}"/*.yaml "${bin_dir}/${name}-crds/"
+	find "${src}/${crds}" -maxdepth 1 -name '*.yaml' ! -name kustomization.yaml -exec cp {} "${bin_dir}/${name}-crds/" \;
 	chmod u+w "${bin_dir}/${name}-crds/"*.yaml
 	mv "${bin_dir}/${name}.tmp" "${bin_dir}/${name}"
 	echo "${want}" >"${stamp}"

@@ -1,0 +1,166 @@
+package operators_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+var pyTorchJobs = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: "pytorchjobs"}
+
+// startTrainingOperator runs Kubeflow's training-operator (v1, pinned in
+// tools/operators/training-operator) with its CRDs. It manages its webhook
+// certificate itself, into a Secret and a ValidatingWebhookConfiguration it
+// expects to exist in its namespace; the configuration here has no webhook,
+// so the API server never calls it and the controllers run as they do
+// behind it.
+func startTrainingOperator(t *testing.T) {
+	t.Helper()
+	env.InstallCRDs(t, filepath.Join(operatorsDir(t), "training-operator-crds"))
+	ctx := t.Context()
+	const ns = "kubeflow"
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "training-operator-webhook-cert"}}
+	if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "validator.training-operator.kubeflow.org"}}
+	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	startOperator(t, "training-operator", "--kubeconfig", env.ControlPlane.Kubeconfig(),
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--webhook-server-port="+strconv.Itoa(freePort(t)),
+		"--enable-scheme=pytorchjob", "--enable-scheme=mpijob")
+	// In a cluster the kubelet mounts the Secret where the operator waits
+	// for its certificate before it starts its controllers; here the test
+	// does.
+	framework.Eventually(t, 60*time.Second, "the training operator's certificate", func(ctx context.Context) (bool, error) {
+		s, err := env.Client.CoreV1().Secrets(ns).Get(ctx, secret.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if len(s.Data["tls.crt"]) == 0 || len(s.Data["tls.key"]) == 0 {
+			return false, errors.New("not written yet")
+		}
+		if err := os.MkdirAll(trainingCertDir, 0o700); err != nil {
+			return false, err
+		}
+		for _, f := range []string{"tls.key", "ca.crt", "tls.crt"} {
+			if err := os.WriteFile(filepath.Join(trainingCertDir, f), s.Data[f], 0o600); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+}
+
+// trainingCertDir is where training-operator v1 reads its webhook
+// certificate (a path it does not let one change).
+const trainingCertDir = "/tmp/k8s-webhook-server/serving-certs"
+
+// pyTorchJob creates a PyTorchJob of one master and workers workers, gpus
+// GPUs each, as its users write it.
+func (c *cluster) pyTorchJob(name string, workers int64, gpus int) {
+	c.t.Helper()
+	replica := func(n int64) map[string]any {
+		spec := c.podSpec(gpus)
+		spec["containers"].([]any)[0].(map[string]any)["name"] = "pytorch"
+		return map[string]any{"replicas": n, "restartPolicy": "Never",
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"ptj": name}}, "spec": spec}}
+	}
+	job := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+		"metadata": map[string]any{"name": name, "namespace": c.ns},
+		"spec": map[string]any{"pytorchReplicaSpecs": map[string]any{
+			"Master": replica(1),
+			"Worker": replica(workers),
+		}},
+	}}
+	if _, err := c.dyn.Resource(pyTorchJobs).Namespace(c.ns).Create(c.t.Context(), job, metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("creating PyTorchJob %s: %v", name, err)
+	}
+}
+
+// Two PyTorchJobs submitted through the training operator that together do
+// not fit never both start in part: one runs whole (master and workers),
+// the other waits whole, and runs once the first is gone.
+func TestCompetingPyTorchJobs(t *testing.T) {
+	c := newCluster(t, 2) // 16 GPUs
+	startTrainingOperator(t)
+	c.runScheduler()
+	c.pyTorchJob("first", 3, 4)  // 4 pods x 4 GPUs
+	c.pyTorchJob("second", 3, 4) // the same: only one fits
+	var running, waiting string
+	framework.Eventually(t, 90*time.Second, "one PyTorchJob running whole", func(ctx context.Context) (bool, error) {
+		a, ta, err := c.bound(ctx, "ptj=first")
+		if err != nil {
+			return false, err
+		}
+		b, tb, err := c.bound(ctx, "ptj=second")
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case a > 0 && b > 0:
+			t.Fatalf("both started: %d of first's and %d of second's pods bound", a, b)
+		case a == 4:
+			running, waiting = "first", "second"
+		case b == 4:
+			running, waiting = "second", "first"
+		}
+		return running != "", fmt.Errorf("first %d/%d, second %d/%d bound", a, ta, b, tb)
+	})
+	for range 10 {
+		if n, total, err := c.bound(t.Context(), "ptj="+waiting); err != nil || n != 0 || total != 4 {
+			t.Fatalf("%s: %d of %d pods bound (%v), want its 4 pods made and none bound while %s runs", waiting, n, total, err, running)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	list, err := c.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(c.ns).List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.DerivedLabel + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range list.Items {
+		if mm, _, _ := unstructured.NestedInt64(u.Object, "spec", "minMember"); mm != 4 {
+			t.Errorf("PodGroup %s: minMember %d, want 4 (master and three workers)", u.GetName(), mm)
+		}
+	}
+	if len(list.Items) != 2 {
+		t.Errorf("%d derived PodGroups, want one per PyTorchJob", len(list.Items))
+	}
+	bg := metav1.DeletePropagationBackground
+	if err := c.dyn.Resource(pyTorchJobs).Namespace(c.ns).Delete(t.Context(), running, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, running+"'s pods gone", func(ctx context.Context) (bool, error) {
+		pods, err := env.Client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "ptj=" + running})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			_ = env.Client.CoreV1().Pods(c.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
+		}
+		return len(pods.Items) == 0, fmt.Errorf("%d pods left", len(pods.Items))
+	})
+	framework.Eventually(t, 60*time.Second, waiting+" running whole", func(ctx context.Context) (bool, error) {
+		n, total, err := c.bound(ctx, "ptj="+waiting)
+		return err == nil && n == 4, fmt.Errorf("%d of %d bound (%v)", n, total, err)
+	})
+}
