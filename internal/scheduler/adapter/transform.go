@@ -88,6 +88,8 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		Priority:          s.Priority,
 		PriorityClassName: s.PriorityClassName,
 		SchedulingGates:   s.SchedulingGates,
+		// The Workload API's group reference, which the grouper reads.
+		SchedulingGroup: s.SchedulingGroup,
 		Overhead:          lists.intern(s.Overhead),
 		Resources:         s.Resources,
 		InitContainers:    slimContainers(s.InitContainers),

@@ -97,10 +97,32 @@ type ruleObject struct {
 	err  error // compile error or the duplicate it loses to
 }
 
-// ownerKey is a pod's controller owner: what a decision is cached by.
+// ownerKey is a pod's controller owner, or the Workload API PodGroup it
+// names (ByName: the pod's reference has no UID): what a decision is
+// cached by.
 type ownerKey struct {
 	Namespace, APIVersion, Kind, Name string
 	UID                               types.UID
+	ByName                            bool
+}
+
+// WorkloadPodGroupAPIVersion is the Kubernetes Workload API's PodGroup, which
+// a pod names in spec.schedulingGroup.podGroupName (Kubernetes 1.36, alpha
+// behind the GenericWorkload feature gate).
+const WorkloadPodGroupAPIVersion = "scheduling.k8s.io/v1alpha2"
+
+// groupRef is what a pod's group is worked out from: the Workload API
+// PodGroup it names, else its controller owner; ok false for neither.
+func groupRef(p *corev1.Pod) (ownerKey, bool) {
+	if sg := p.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil && *sg.PodGroupName != "" {
+		return ownerKey{Namespace: p.Namespace, APIVersion: WorkloadPodGroupAPIVersion, Kind: "PodGroup", Name: *sg.PodGroupName,
+			UID: types.UID("schedulingGroup:" + p.Namespace + "/" + *sg.PodGroupName), ByName: true}, true
+	}
+	ref := metav1.GetControllerOfNoCopy(p)
+	if ref == nil || ref.UID == "" {
+		return ownerKey{}, false
+	}
+	return ownerKey{Namespace: p.Namespace, APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID}, true
 }
 
 type heldPods struct {
@@ -157,9 +179,11 @@ func (g *Grouper) OnSettled(f func(namespace, name string)) {
 }
 
 // Awaiting reports whether pod p waits for the group its workload makes,
-// and with an error why that group cannot be made. Pods that name a group
-// themselves, are bound or finished, belong to another scheduler or have no
-// controller owner never wait.
+// and with an error why that group cannot be made. The group is worked out
+// from the Workload API PodGroup the pod names (spec.schedulingGroup), else
+// from its controller owner chain. Pods that name a group by label or
+// annotation, are bound or finished, belong to another scheduler, or have
+// neither reference never wait.
 func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	if p.Spec.SchedulerName != g.cfg.SchedulerName || p.Spec.NodeName != "" || p.DeletionTimestamp != nil ||
 		p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -168,19 +192,18 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	if named, _ := v1alpha1.PodGroupName(p.Labels, p.Annotations); named.Value != "" {
 		return false, nil
 	}
-	ref := metav1.GetControllerOfNoCopy(p)
-	if ref == nil || ref.UID == "" {
+	k, ok := groupRef(p)
+	if !ok {
 		return false, nil
 	}
-	k := ownerKey{Namespace: p.Namespace, APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	d := g.decisions[ref.UID]
+	d := g.decisions[k.UID]
 	if d == nil || d.needsLabel(p) || g.now().Sub(d.at) > decisionTTL {
-		w := g.waiting[ref.UID]
+		w := g.waiting[k.UID]
 		if w == nil {
 			w = map[string]types.NamespacedName{}
-			g.waiting[ref.UID] = w
+			g.waiting[k.UID] = w
 		}
 		if len(w) < maxWaiting {
 			w[p.Namespace+"/"+p.Name] = types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
@@ -341,6 +364,12 @@ func (g *Grouper) decide(ctx context.Context, k ownerKey) (*decision, error) {
 		obj, err := g.get(ctx, gv.WithKind(ref.Kind), k.Namespace, ref.Name)
 		switch {
 		case err == nil:
+		case k.ByName && apierrors.IsNotFound(err):
+			// The Workload API lets a pod name its PodGroup before the
+			// PodGroup exists: it waits for it.
+			return &decision{err: fmt.Errorf("%s %s/%s, named by the pod's spec.schedulingGroup, does not exist yet", gk, k.Namespace, ref.Name)}, nil
+		case rule != nil && meta.IsNoMatchError(err):
+			return &decision{err: fmt.Errorf("the API server does not serve %s: %w", gk, err)}, nil
 		case apierrors.IsNotFound(err) || errors.Is(err, errNotNamespaced):
 			// The owner is gone (its pods follow) or is not a workload.
 			obj = nil
@@ -356,11 +385,15 @@ func (g *Grouper) decide(ctx context.Context, k ownerKey) (*decision, error) {
 			g.cfg.Log.V(1).Info("owner not readable; the chain ends below it", "owner", gk.String()+"/"+ref.Name, "err", err.Error())
 			obj = nil
 		}
-		if obj == nil || obj.GetUID() != ref.UID {
+		if obj == nil || (obj.GetUID() != ref.UID && !k.ByName) {
 			break
 		}
 		if rule != nil {
 			top, topRule = obj, rule
+		}
+		if k.ByName {
+			// The PodGroup the pod names is its group, whatever owns it.
+			break
 		}
 		if ref = metav1.GetControllerOfNoCopy(obj); ref == nil {
 			break

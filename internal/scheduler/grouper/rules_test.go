@@ -81,6 +81,8 @@ func TestBuiltinRules(t *testing.T) {
 		{"rayjob", schema.GroupKind{Group: "ray.io", Kind: "RayJob"},
 			`{spec: {rayClusterSpec: {workerGroupSpecs: [{minReplicas: 3, maxReplicas: 10}]}}}`, 4},
 		{"raycluster without workers", schema.GroupKind{Group: "ray.io", Kind: "RayCluster"}, `{spec: {headGroupSpec: {}}}`, 1},
+		{"workload API gang", schema.GroupKind{Group: "scheduling.k8s.io", Kind: "PodGroup"}, `{spec: {schedulingPolicy: {gang: {minCount: 6}}}}`, 6},
+		{"workload API basic", schema.GroupKind{Group: "scheduling.k8s.io", Kind: "PodGroup"}, `{spec: {schedulingPolicy: {basic: {}}}}`, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

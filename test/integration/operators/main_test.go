@@ -39,7 +39,11 @@ import (
 var env *framework.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, localcluster.DefaultConfig(), &env))
+	cfg := localcluster.DefaultConfig()
+	// The Workload API (scheduling.k8s.io/v1alpha2 PodGroup, pod
+	// spec.schedulingGroup) is alpha in Kubernetes 1.36.
+	cfg.ExtraAPIServerArgs = append(cfg.ExtraAPIServerArgs, "--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha2=true")
+	os.Exit(framework.Main(m, cfg, &env))
 }
 
 func repoRoot() string {
