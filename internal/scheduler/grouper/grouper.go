@@ -39,6 +39,8 @@ const (
 	// of it has it worked out again (a Job's parallelism edited, a rule's
 	// error fixed in the workload).
 	decisionTTL = 30 * time.Second
+	// forgetAfter is how long a decision no pod asked about again is kept.
+	forgetAfter = 10 * decisionTTL
 	// labelWorkers bounds the pod label patches in flight.
 	labelWorkers = 32
 	// maxWaiting bounds the pods remembered per workload while its group is
@@ -222,6 +224,20 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	}
 }
 
+// forgetOld drops the decisions no pod has needed for a while: a CronJob's
+// Jobs, each with a UID of its own, would otherwise grow the cache for good.
+// A pod of a forgotten workload only costs the walk again.
+func (g *Grouper) forgetOld() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	for uid, d := range g.decisions {
+		if now.Sub(d.at) > forgetAfter && g.waiting[uid] == nil && g.held[uid] == nil {
+			delete(g.decisions, uid)
+		}
+	}
+}
+
 // rule is the rule in force for a kind, nil for none.
 func (g *Grouper) rule(gk schema.GroupKind) *Rule {
 	g.mu.Lock()
@@ -238,6 +254,18 @@ func (g *Grouper) Run(ctx context.Context) {
 		g.queue.ShutDown()
 	}()
 	go g.writeStatuses(ctx)
+	go func() {
+		t := time.NewTicker(decisionTTL)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				g.forgetOld()
+			}
+		}
+	}()
 	for {
 		k, quit := g.queue.Get()
 		if quit {

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -94,3 +96,26 @@ func TestAwaiting(t *testing.T) {
 }
 
 var errTest = &permanentError{"spec.minMember: no such key: workers"}
+
+// Decisions of workloads no pod asks about any more are forgotten.
+func TestForgetOld(t *testing.T) {
+	g, err := New(Config{SchedulerName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	g.now = func() time.Time { return now }
+	g.decisions["old"] = &decision{at: now.Add(-forgetAfter - time.Second)}
+	g.decisions["recent"] = &decision{at: now.Add(-time.Second)}
+	g.decisions["held"] = &decision{at: now.Add(-forgetAfter - time.Second), err: errTest}
+	g.held["held"] = &heldPods{pods: map[string]types.NamespacedName{"ml/p": {Namespace: "ml", Name: "p"}}}
+	g.forgetOld()
+	if _, ok := g.decisions["old"]; ok {
+		t.Error("an old decision was kept")
+	}
+	for _, k := range []types.UID{"recent", "held"} {
+		if _, ok := g.decisions[k]; !ok {
+			t.Errorf("decision %s was dropped", k)
+		}
+	}
+}
