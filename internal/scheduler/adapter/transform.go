@@ -90,10 +90,10 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		SchedulingGates:   s.SchedulingGates,
 		// The Workload API's group reference, which the grouper reads.
 		SchedulingGroup: s.SchedulingGroup,
-		Overhead:          lists.intern(s.Overhead),
-		Resources:         s.Resources,
-		InitContainers:    slimContainers(s.InitContainers),
-		Containers:        slimContainers(s.Containers),
+		Overhead:        lists.intern(s.Overhead),
+		Resources:       s.Resources,
+		InitContainers:  slimContainers(s.InitContainers),
+		Containers:      slimContainers(s.Containers),
 	}
 	out.Status = corev1.PodStatus{Phase: p.Status.Phase}
 	for _, c := range p.Status.Conditions {

@@ -86,7 +86,7 @@ func TestJobSetIsOneGang(t *testing.T) {
 	c.jobSet("too-big", 3, 2, 4) // 6 pods x 4 GPUs
 	framework.Eventually(t, 90*time.Second, "JobSet fits bound whole", func(ctx context.Context) (bool, error) {
 		n, total, err := c.bound(ctx, "js=fits")
-		return err == nil && n == 4, fmt.Errorf("%d of %d bound (%v)", n, total, err)
+		return err == nil && n == 4, fmt.Errorf("%d of %d bound (%w)", n, total, err)
 	})
 	var groups []string
 	framework.Eventually(t, 30*time.Second, "the JobSets' derived PodGroups", func(ctx context.Context) (bool, error) {

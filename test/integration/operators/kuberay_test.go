@@ -67,7 +67,7 @@ func TestRayClusterIsOneGang(t *testing.T) {
 	c.rayCluster("fits", 3, 4) // head + 12 GPUs
 	framework.Eventually(t, 90*time.Second, "RayCluster fits bound whole", func(ctx context.Context) (bool, error) {
 		n, total, err := c.bound(ctx, "rc=fits")
-		return err == nil && n == 4, fmt.Errorf("%d of %d bound (%v)", n, total, err)
+		return err == nil && n == 4, fmt.Errorf("%d of %d bound (%w)", n, total, err)
 	})
 	c.rayCluster("waits", 2, 4) // head + 8 GPUs: 4 are free
 	framework.Eventually(t, 60*time.Second, "RayCluster waits's pods made", func(ctx context.Context) (bool, error) {
@@ -75,7 +75,7 @@ func TestRayClusterIsOneGang(t *testing.T) {
 		if n > 0 {
 			t.Fatalf("%d of waits's pods bound while it cannot run whole", n)
 		}
-		return err == nil && total == 3, fmt.Errorf("%d pods (%v)", total, err)
+		return err == nil && total == 3, fmt.Errorf("%d pods (%w)", total, err)
 	})
 	for range 10 {
 		if n, _, err := c.bound(t.Context(), "rc=waits"); err != nil || n != 0 {
@@ -107,6 +107,6 @@ func TestRayClusterIsOneGang(t *testing.T) {
 			_ = env.Client.CoreV1().Pods(c.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
 		}
 		n, total, err := c.bound(ctx, "rc=waits")
-		return err == nil && n == 3, fmt.Errorf("%d of %d bound (%v)", n, total, err)
+		return err == nil && n == 3, fmt.Errorf("%d of %d bound (%w)", n, total, err)
 	})
 }

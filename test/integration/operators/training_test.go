@@ -161,6 +161,6 @@ func TestCompetingPyTorchJobs(t *testing.T) {
 	})
 	framework.Eventually(t, 60*time.Second, waiting+" running whole", func(ctx context.Context) (bool, error) {
 		n, total, err := c.bound(ctx, "ptj="+waiting)
-		return err == nil && n == 4, fmt.Errorf("%d of %d bound (%v)", n, total, err)
+		return err == nil && n == 4, fmt.Errorf("%d of %d bound (%w)", n, total, err)
 	})
 }

@@ -48,7 +48,7 @@ func TestWorkloadAPIPodGroups(t *testing.T) {
 	pods("too-big", 3, 6) // 18 GPUs: never fits beside anything
 	framework.Eventually(t, 60*time.Second, "the fitting gang bound", func(ctx context.Context) (bool, error) {
 		n, total, err := c.bound(ctx, "wg=fits")
-		return err == nil && n == 3, fmt.Errorf("%d of %d bound (%v)", n, total, err)
+		return err == nil && n == 3, fmt.Errorf("%d of %d bound (%w)", n, total, err)
 	})
 	list, err := c.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(c.ns).List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.DerivedLabel + "=true"})
 	if err != nil {
