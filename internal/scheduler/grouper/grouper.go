@@ -341,10 +341,11 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 	// together (within the client's rate limit), not one after another.
 	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value))
 	var (
-		failed []types.NamespacedName
-		mu     sync.Mutex
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, labelWorkers)
+		failed    []types.NamespacedName
+		forbidden error
+		mu        sync.Mutex
+		wg        sync.WaitGroup
+		sem       = make(chan struct{}, labelWorkers)
 	)
 	for _, p := range pods {
 		sem <- struct{}{}
@@ -354,11 +355,32 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 			if err != nil && !apierrors.IsNotFound(err) {
 				mu.Lock()
 				failed = append(failed, p)
+				if apierrors.IsForbidden(err) {
+					forbidden = err
+				}
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
+	if forbidden != nil {
+		// Without the right to label pods no retry helps: the pods say
+		// so, and the decision is made again (rights granted) later.
+		nd := &decision{err: fmt.Errorf("gpuplane-scheduler may not label pods with their group (grant it patch on pods): %w", forbidden), at: g.now()}
+		g.mu.Lock()
+		g.decisions[k.UID] = nd
+		h := &heldPods{key: k, pods: map[string]types.NamespacedName{}}
+		for _, p := range pods {
+			h.pods[p.Namespace+"/"+p.Name] = p
+		}
+		g.held[k.UID] = h
+		g.mu.Unlock()
+		g.queue.AddAfter(k, decisionTTL)
+		for _, p := range pods {
+			notify(p.Namespace, p.Name)
+		}
+		return nil
+	}
 	if len(failed) > 0 {
 		g.mu.Lock()
 		w := g.waiting[k.UID]
