@@ -177,6 +177,21 @@ until "$bin/gpuplane" status -o json | grep -q 'insufficient nvidia.com/gpu'; do
 done
 "$kubectl" get pods -l 'scheduling.gpuplane.io/queue in (team-a,team-b)' -o wide
 
+section "a training Job as users submit it (examples/workloads): gpuplane-scheduler derives its gang, no PodGroup written"
+"$kubectl" apply -f examples/workloads/01-indexed-job-gang.yaml
+deadline=$((SECONDS + 60))
+until [[ "$("$kubectl" get pods -l job-name=ddp-train -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c .)" == 4 ]]; do
+	if ((SECONDS > deadline)); then
+		echo "demo: ddp-train's four workers were not bound within 60 s" >&2
+		"$kubectl" get pods -l job-name=ddp-train -o wide >&2
+		exit 1
+	fi
+	sleep 0.5
+done
+"$kubectl" get podgroups -l scheduling.gpuplane.io/derived=true \
+	-o custom-columns='PODGROUP:.metadata.name,MIN:.spec.minMember,QUEUE:.spec.queue,DERIVED FROM:.metadata.annotations.scheduling\.gpuplane\.io/derived-from'
+"$kubectl" get pods -l job-name=ddp-train -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,GROUP:.metadata.labels.scheduling\.gpuplane\.io/pod-group'
+
 section "gpuplane status"
 "$bin/gpuplane" status -o wide
 
