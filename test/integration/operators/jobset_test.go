@@ -117,7 +117,11 @@ func TestJobSetIsOneGang(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	if _, total, _ := c.bound(t.Context(), "js=too-big"); total != 6 {
-		t.Errorf("too-big has %d pods, want the controller to have made 6", total)
-	}
+	framework.Eventually(t, 60*time.Second, "too-big's six pods made, none bound", func(ctx context.Context) (bool, error) {
+		n, total, err := c.bound(ctx, "js=too-big")
+		if n > 0 {
+			t.Fatalf("%d of too-big's pods bound", n)
+		}
+		return err == nil && total == 6, fmt.Errorf("%d pods (%w)", total, err)
+	})
 }
