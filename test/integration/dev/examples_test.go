@@ -87,37 +87,6 @@ func TestExamples(t *testing.T) {
 		}
 	})
 
-	t.Run("workloads", func(t *testing.T) {
-		dir := filepath.Join(repoRoot(t), "examples", "workloads")
-		if out, err := kubectl(t, stateDir, "apply", "-f", dir); err != nil {
-			t.Fatalf("kubectl apply -f %s: %v\n%s", dir, err, out)
-		}
-		// The Indexed Job runs as one gang of four, in the group the
-		// scheduler derived from it.
-		framework.Eventually(t, 120*time.Second, "ddp-train's four workers bound in its derived group", func(ctx context.Context) (bool, error) {
-			list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=ddp-train"})
-			if err != nil {
-				return false, err
-			}
-			bound, group := 0, ""
-			for _, p := range list.Items {
-				g := p.Labels[v1alpha1.PodGroupLabel]
-				if !strings.HasPrefix(g, "job-ddp-train-") || (group != "" && g != group) {
-					return false, fmt.Errorf("pod %s in group %q", p.Name, g)
-				}
-				group = g
-				if p.Spec.NodeName != "" {
-					bound++
-				}
-			}
-			return bound == 4, fmt.Errorf("%d of %d workers bound", bound, len(list.Items))
-		})
-		out, err := kubectl(t, stateDir, "get", "groupingrules", "volcano-jobs", "-o", "jsonpath={.status.conditions[0].status}")
-		if err != nil || strings.TrimSpace(out) != "True" {
-			t.Errorf("GroupingRule volcano-jobs Valid = %q (%v), want True", out, err)
-		}
-	})
-
 	t.Run("fractions", func(t *testing.T) {
 		dir := filepath.Join(repoRoot(t), "examples", "fractions")
 		if out, err := kubectl(t, stateDir, "apply", "-f", dir); err != nil {
@@ -320,6 +289,43 @@ func TestExamples(t *testing.T) {
 		}
 		if got := env(infra.Spec.Containers[0]); got != "(unset)" {
 			t.Errorf("NVIDIA_VISIBLE_DEVICES in an unrestricted namespace = %q, want it left alone", got)
+		}
+	})
+
+	// Last of the project's examples: its gang takes four GPUs for 30 s,
+	// which the examples above must not wait for.
+	t.Run("workloads", func(t *testing.T) {
+		dir := filepath.Join(repoRoot(t), "examples", "workloads")
+		if out, err := kubectl(t, stateDir, "apply", "-f", dir); err != nil {
+			t.Fatalf("kubectl apply -f %s: %v\n%s", dir, err, out)
+		}
+		// The Indexed Job runs as one gang of four, in the group the
+		// scheduler derived from it.
+		framework.Eventually(t, 120*time.Second, "ddp-train's four workers bound in its derived group", func(ctx context.Context) (bool, error) {
+			list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=ddp-train"})
+			if err != nil {
+				return false, err
+			}
+			bound, group := 0, ""
+			for _, p := range list.Items {
+				g := p.Labels[v1alpha1.PodGroupLabel]
+				if !strings.HasPrefix(g, "job-ddp-train-") || (group != "" && g != group) {
+					return false, fmt.Errorf("pod %s in group %q", p.Name, g)
+				}
+				group = g
+				if p.Spec.NodeName != "" {
+					bound++
+				}
+			}
+			return bound == 4, fmt.Errorf("%d of %d workers bound", bound, len(list.Items))
+		})
+		out, err := kubectl(t, stateDir, "get", "groupingrules", "volcano-jobs", "-o", "jsonpath={.status.conditions[0].status}")
+		if err != nil || strings.TrimSpace(out) != "True" {
+			t.Errorf("GroupingRule volcano-jobs Valid = %q (%v), want True", out, err)
+		}
+		// Its GPUs back for what follows.
+		if out, err := kubectl(t, stateDir, "delete", "job", "ddp-train", "--cascade=foreground", "--wait=true", "--timeout=60s"); err != nil {
+			t.Errorf("deleting Job ddp-train: %v\n%s", err, out)
 		}
 	})
 
