@@ -139,7 +139,8 @@ func TestReload(t *testing.T) {
 	}
 	t.Run("valid change", func(t *testing.T) {
 		reload("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 5\n")
-		k.waitCounts(2*time.Second, "nvidia.com/gpu", 40, 40)
+		// The plugin re-registers with the kubelet: seconds on a loaded machine.
+		k.waitCounts(15*time.Second, "nvidia.com/gpu", 40, 40)
 	})
 	t.Run("invalid change keeps the last good config", func(t *testing.T) {
 		reload("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n")
