@@ -2,12 +2,14 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
@@ -18,16 +20,11 @@ import (
 // namespace named ns.
 func (c *cluster) restrictQueue(q, ns string) {
 	c.t.Helper()
-	u, err := c.dyn.Resource(v1alpha1.QueuesResource).Get(c.t.Context(), q, metav1.GetOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	sel := map[string]any{"matchLabels": map[string]any{corev1.LabelMetadataName: ns}}
-	if err := unstructured.SetNestedMap(u.Object, sel, "spec", "namespaceSelector"); err != nil {
-		c.t.Fatal(err)
-	}
-	if _, err := c.dyn.Resource(v1alpha1.QueuesResource).Update(c.t.Context(), u, metav1.UpdateOptions{}); err != nil {
-		c.t.Fatal(err)
+	// A merge patch: the scheduler writes the Queue's status meanwhile, so
+	// an update of what was read would conflict.
+	patch := fmt.Sprintf(`{"spec":{"namespaceSelector":{"matchLabels":{%q:%q}}}}`, corev1.LabelMetadataName, ns)
+	if _, err := c.dyn.Resource(v1alpha1.QueuesResource).Patch(context.Background(), q, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		c.t.Error(err)
 	}
 }
 
