@@ -126,6 +126,27 @@ func (e *Env) WaitNodesReady(t TB, selector string, want int, timeout time.Durat
 	Eventually(t, timeout, fmt.Sprintf("%d Ready nodes matching %q", want, selector), e.NodesReady(selector, want))
 }
 
+// WaitNodesUntainted waits until the nodes matching selector carry none of
+// the node.kubernetes.io/ taints the controller-manager puts on new nodes
+// until it has seen them Ready: pods that do not tolerate them would wait.
+func (e *Env) WaitNodesUntainted(t TB, selector string, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, "nodes without not-ready taints", func(ctx context.Context) (bool, error) {
+		list, err := e.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		for _, n := range list.Items {
+			for _, tn := range n.Spec.Taints {
+				if strings.HasPrefix(tn.Key, "node.kubernetes.io/") {
+					return false, fmt.Errorf("node %s has taint %s", n.Name, tn.Key)
+				}
+			}
+		}
+		return true, nil
+	})
+}
+
 // PodPhase is a Condition: the pod is in phase.
 func (e *Env) PodPhase(namespace, name string, phase corev1.PodPhase) Condition {
 	return func(ctx context.Context) (bool, error) {

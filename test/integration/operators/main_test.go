@@ -90,20 +90,7 @@ func newCluster(t *testing.T, gpuNodes int) *cluster {
 		}
 	})
 	env.WaitNodesReady(t, "test-ns="+ns, gpuNodes, 60*time.Second)
-	framework.Eventually(t, 60*time.Second, "nodes without not-ready taints", func(ctx context.Context) (bool, error) {
-		list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "test-ns=" + ns})
-		if err != nil {
-			return false, err
-		}
-		for _, n := range list.Items {
-			for _, tn := range n.Spec.Taints {
-				if strings.HasPrefix(tn.Key, "node.kubernetes.io/") {
-					return false, fmt.Errorf("node %s has taint %s", n.Name, tn.Key)
-				}
-			}
-		}
-		return true, nil
-	})
+	env.WaitNodesUntainted(t, "test-ns="+ns, 60*time.Second)
 	return c
 }
 

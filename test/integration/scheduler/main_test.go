@@ -97,20 +97,7 @@ func newCluster(t *testing.T, nodes ...*framework.NodeBuilder) *cluster {
 	env.WaitNodesReady(t, "test-ns="+ns, len(objs), 60*time.Second)
 	// The controller-manager taints new nodes not-ready until it has seen
 	// them Ready; pods that do not tolerate that wait, as they should.
-	framework.Eventually(t, 60*time.Second, "nodes without not-ready taints", func(ctx context.Context) (bool, error) {
-		list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "test-ns=" + ns})
-		if err != nil {
-			return false, err
-		}
-		for _, n := range list.Items {
-			for _, tn := range n.Spec.Taints {
-				if strings.HasPrefix(tn.Key, "node.kubernetes.io/") {
-					return false, fmt.Errorf("node %s has taint %s", n.Name, tn.Key)
-				}
-			}
-		}
-		return true, nil
-	})
+	env.WaitNodesUntainted(t, "test-ns="+ns, 60*time.Second)
 	return c
 }
 
