@@ -36,7 +36,10 @@ import (
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
-var env *framework.Env
+var (
+	env       *framework.Env
+	crdClient dynamic.Interface
+)
 
 func TestMain(m *testing.M) {
 	cfg := localcluster.DefaultConfig()
@@ -74,7 +77,11 @@ type cluster struct {
 
 func newCluster(t *testing.T, gpuNodes int) *cluster {
 	t.Helper()
-	dyn := env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
+	if crdClient == nil {
+		// Once per package run: the CRDs outlive each test.
+		crdClient = env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
+	}
+	dyn := crdClient
 	ns := env.CreateNamespace(t)
 	c := &cluster{t: t, ns: ns, scheduler: "gpuplane-" + ns, dyn: dyn}
 	var nodes []*corev1.Node
