@@ -3,6 +3,7 @@ package operators_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,9 +63,10 @@ health:
 }
 
 // lws creates a LeaderWorkerSet of replicas groups, each a leader and
-// size - 1 workers, gpus GPUs per pod, as its users write it. It retries
-// while the operator's webhook is not serving yet.
-func (c *cluster) lws(name string, replicas, size int64, gpus int) {
+// size - 1 workers, gpus GPUs per pod, as its users write it, with the
+// spec fields of extra. It retries while the operator's webhook is not
+// serving yet.
+func (c *cluster) lws(name string, replicas, size int64, gpus int, extra ...map[string]any) {
 	c.t.Helper()
 	spec := c.podSpec(gpus)
 	spec["restartPolicy"] = "Always" // a StatefulSet's pods
@@ -79,6 +81,9 @@ func (c *cluster) lws(name string, replicas, size int64, gpus int) {
 			},
 		},
 	}}
+	for _, e := range extra {
+		maps.Copy(obj.Object["spec"].(map[string]any), e)
+	}
 	framework.Eventually(c.t, 60*time.Second, "LeaderWorkerSet "+name+" created", func(ctx context.Context) (bool, error) {
 		_, err := c.dyn.Resource(leaderWorkerSets).Namespace(c.ns).Create(ctx, obj.DeepCopy(), metav1.CreateOptions{})
 		return err == nil, err
@@ -213,6 +218,47 @@ func TestLeaderWorkerSetGroupsCompete(t *testing.T) {
 	if b, all, err := c.boundByGroup(t.Context(), "lws=rivals"); err != nil || b[waiting] != 0 || b[running] != 2 {
 		t.Fatalf("bound %v of %v (%v): want group %s whole and none of %s", b, all, err, running, waiting)
 	}
+}
+
+// With startupPolicy LeaderReady, LWS makes a group's workers only once
+// its leader is ready: the leader is placed alone, and its workers are a
+// gang of their own (size - 1), bound whole or not at all.
+func TestLeaderWorkerSetLeaderReady(t *testing.T) {
+	c := newCluster(t, 1) // 8 GPUs
+	startLWS(t, c.ns)
+	c.runScheduler()
+	// A leader and two workers of 4 GPUs: the leader fits, and then room
+	// for one worker only.
+	c.lws("staged", 1, 3, 4, map[string]any{"startupPolicy": "LeaderReady"})
+	framework.Eventually(t, 90*time.Second, "the leader bound alone, its workers made and refused whole", func(ctx context.Context) (bool, error) {
+		list, err := env.Client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "lws=staged"})
+		if err != nil {
+			return false, err
+		}
+		leader, workers, workersBound := false, 0, 0
+		for _, p := range list.Items {
+			if p.Labels["leaderworkerset.sigs.k8s.io/worker-index"] == "0" {
+				leader = p.Spec.NodeName != ""
+				continue
+			}
+			workers++
+			if p.Spec.NodeName != "" {
+				workersBound++
+			}
+		}
+		if workersBound > 0 {
+			t.Fatalf("%d of the workers bound: two workers of 4 GPUs cannot fit the 4 GPUs their leader leaves", workersBound)
+		}
+		mm, refused, err := c.derivedGroups(ctx)
+		var name string
+		for n := range mm {
+			if strings.HasPrefix(n, "leaderworkerset-staged-") {
+				name = n
+			}
+		}
+		return err == nil && leader && workers == 2 && strings.HasPrefix(name, "leaderworkerset-staged-0-workers-") && mm[name] == 2 && refused[name] && len(mm) == 1,
+			fmt.Errorf("leader bound %v, %d workers, groups %v, %q refused %v (%v)", leader, workers, mm, name, refused[name], err)
+	})
 }
 
 // deletePods deletes the pods matching selector at once (kwok's pods have
