@@ -167,6 +167,9 @@ func FuzzRuleEval(f *testing.F) {
 	f.Add(`{"spec":{"completionMode":"Indexed","completions":4,"parallelism":4}}`)
 	f.Add(`{"spec":{"replicatedJobs":[{"replicas":2,"template":{"spec":{"parallelism":9223372036854775807}}}]}}`)
 	f.Add(`{"spec":{"pytorchReplicaSpecs":{"Worker":{"replicas":-1}}}}`)
+	f.Add(`{"spec":{"startupPolicy":"LeaderReady","leaderWorkerTemplate":{"size":1}}}`)
+	f.Add(`{"metadata":{"annotations":{"leaderworkerset.sigs.k8s.io/exclusive-topology":"rack"}},"spec":{"leaderWorkerTemplate":{"size":0}}}`)
+	f.Add(`{"spec":{"trainer":{"numNodes":-4}}}`)
 	rules, err := Builtin()
 	if err != nil {
 		f.Fatal(err)
@@ -180,6 +183,16 @@ func FuzzRuleEval(f *testing.F) {
 			d, err := r.Eval(m, nil, nil)
 			if err == nil && (d.MinMember < 1 || d.MinMember > MaxMinMember) {
 				t.Fatalf("%s: minMember %d out of bounds", r.Name, d.MinMember)
+			}
+			// A splitting rule's key, from pod labels the workload's
+			// own may not match, and the group it sizes.
+			key, err := r.GroupKey(m, PodMeta{Labels: map[string]string{"leaderworkerset.sigs.k8s.io/group-index": "0",
+				"leaderworkerset.sigs.k8s.io/worker-index": "1", "jobset.sigs.k8s.io/replicatedjob-name": "node"}})
+			if err != nil {
+				continue
+			}
+			if d, err := r.EvalGroup(m, key, nil, nil); err == nil && (d.MinMember < 1 || d.MinMember > MaxMinMember) {
+				t.Fatalf("%s: group %q: minMember %d out of bounds", r.Name, key, d.MinMember)
 			}
 		}
 	})
