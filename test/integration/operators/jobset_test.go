@@ -3,8 +3,6 @@ package operators_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -25,27 +24,7 @@ var jobSets = schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1
 // them, and the JobSets here set every field a webhook would default.
 func startJobSet(t *testing.T) {
 	t.Helper()
-	env.InstallCRDs(t, filepath.Join(operatorsDir(t), "jobset-crds"))
-	cfg := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
-kind: Configuration
-leaderElection:
-  leaderElect: false
-internalCertManagement:
-  enable: false
-webhook:
-  host: 127.0.0.1
-  port: %d
-  certDir: %s
-metrics:
-  bindAddress: "0"
-health:
-  healthProbeBindAddress: "0"
-`, freePort(t), servingCert(t))
-	path := filepath.Join(t.TempDir(), "jobset.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startOperator(t, "jobset", "--config", path, "--kubeconfig", env.ControlPlane.Kubeconfig())
+	startOperator(t, localcluster.OperatorJobSet)
 }
 
 // jobSet creates a JobSet of one replicated Job: replicas Jobs of workers
