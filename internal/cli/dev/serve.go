@@ -79,6 +79,7 @@ type supervisor struct {
 	cp        *localcluster.ControlPlane
 	sims      []*nodesim.Simulator
 	scheduler *localcluster.Child
+	operators []*localcluster.Operator
 }
 
 // serve runs the supervisor until SIGTERM or SIGINT, then stops everything.
@@ -207,6 +208,27 @@ func (s *supervisor) start(ctx context.Context) error {
 			return err
 		}
 	}
+	// The operators start while the nodes do: each waits only for the API
+	// server.
+	opCtx, cancelOps := context.WithCancel(ctx)
+	defer cancelOps()
+	operatorsDone := make(chan error, 1)
+	go func() { operatorsDone <- s.startOperators(opCtx, cp) }()
+	if err := s.startNodes(ctx, cp, client, chart); err != nil {
+		cancelOps()
+		<-operatorsDone
+		return err
+	}
+	if err := <-operatorsDone; err != nil {
+		return err
+	}
+	s.step("cluster up in %.1fs", time.Since(started).Seconds())
+	return nil
+}
+
+// startNodes starts the simulated nodes and the kwok nodes and waits until
+// every node is Ready with its GPUs.
+func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPlane, client kubernetes.Interface, chart bool) error {
 	for i, n := range s.spec.Nodes {
 		cfg := nodesim.Config{
 			NodeName: n.Name, Dir: s.dir.path(filepath.Join("n", strconv.Itoa(i))), Client: client,
@@ -257,9 +279,38 @@ func (s *supervisor) start(ctx context.Context) error {
 			return err
 		}
 	}
-	s.step("cluster up in %.1fs", time.Since(started).Seconds())
 	return nil
 }
+
+// startOperators starts the workload operators of --operators, one after
+// the other (each installs its CRDs and waits for its readiness).
+func (s *supervisor) startOperators(ctx context.Context, cp *localcluster.ControlPlane) error {
+	for _, name := range s.spec.Operators {
+		started := time.Now()
+		s.step("starting workload operator %s", name)
+		op, err := localcluster.StartOperator(ctx, localcluster.OperatorConfig{
+			Name: name, Dir: s.spec.OperatorsDir,
+			RESTConfig: clientConfig(cp.RESTConfig()), Kubeconfig: cp.Kubeconfig(),
+			WorkDir: s.dir.path(filepath.Join("operators", name)),
+		})
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.operators = append(s.operators, op)
+		s.state.Pids[operatorComponent(name)] = op.Pid()
+		s.state.Logs[operatorComponent(name)] = op.LogPath()
+		s.mu.Unlock()
+		if err := s.writeState(); err != nil {
+			return err
+		}
+		s.step("workload operator %s ready (%.1fs; CRDs %s)", name, time.Since(started).Seconds(), strings.Join(op.CRDs(), ", "))
+	}
+	return nil
+}
+
+// operatorComponent names an operator among the cluster's processes.
+func operatorComponent(name string) string { return "operator/" + name }
 
 // startGPUPlaneScheduler runs gpuplane-scheduler against the cluster.
 func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *localcluster.ControlPlane) error {
@@ -439,11 +490,11 @@ func createKwokNodes(ctx context.Context, client kubernetes.Interface, spec *Spe
 	return errors.Join(errs...)
 }
 
-// stop stops the nodes (and their agents), the scheduler and the control
-// plane, and waits until every process is gone.
+// stop stops the nodes (and their agents), the operators, the scheduler
+// and the control plane, and waits until every process is gone.
 func (s *supervisor) stop(ctx context.Context) error {
 	s.mu.Lock()
-	sims, sched, cp := s.sims, s.scheduler, s.cp
+	sims, sched, ops, cp := s.sims, s.scheduler, s.operators, s.cp
 	s.mu.Unlock()
 	var errs []error
 	var wg sync.WaitGroup
@@ -451,6 +502,15 @@ func (s *supervisor) stop(ctx context.Context) error {
 	for _, sim := range sims {
 		wg.Go(func() {
 			if err := sim.Stop(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	for _, op := range ops {
+		wg.Go(func() {
+			if err := op.Stop(ctx, 10*time.Second); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
