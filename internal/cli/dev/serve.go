@@ -282,30 +282,38 @@ func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPla
 	return nil
 }
 
-// startOperators starts the workload operators of --operators, one after
-// the other (each installs its CRDs and waits for its readiness).
+// startOperators starts the workload operators of --operators, all at
+// once (each installs its CRDs and waits for its readiness).
 func (s *supervisor) startOperators(ctx context.Context, cp *localcluster.ControlPlane) error {
-	for _, name := range s.spec.Operators {
-		started := time.Now()
-		s.step("starting workload operator %s", name)
-		op, err := localcluster.StartOperator(ctx, localcluster.OperatorConfig{
-			Name: name, Dir: s.spec.OperatorsDir,
-			RESTConfig: clientConfig(cp.RESTConfig()), Kubeconfig: cp.Kubeconfig(),
-			WorkDir: s.dir.path(filepath.Join("operators", name)),
-		})
-		if err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.operators = append(s.operators, op)
-		s.state.Pids[operatorComponent(name)] = op.Pid()
-		s.state.Logs[operatorComponent(name)] = op.LogPath()
-		s.mu.Unlock()
-		if err := s.writeState(); err != nil {
-			return err
-		}
-		s.step("workload operator %s ready (%.1fs; CRDs %s)", name, time.Since(started).Seconds(), strings.Join(op.CRDs(), ", "))
+	errs := make([]error, len(s.spec.Operators))
+	var wg sync.WaitGroup
+	for i, name := range s.spec.Operators {
+		wg.Go(func() { errs[i] = s.startOperator(ctx, cp, name) })
 	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (s *supervisor) startOperator(ctx context.Context, cp *localcluster.ControlPlane, name string) error {
+	started := time.Now()
+	s.step("starting workload operator %s", name)
+	op, err := localcluster.StartOperator(ctx, localcluster.OperatorConfig{
+		Name: name, Dir: s.spec.OperatorsDir,
+		RESTConfig: clientConfig(cp.RESTConfig()), Kubeconfig: cp.Kubeconfig(),
+		WorkDir: s.dir.path(filepath.Join("operators", name)),
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.operators = append(s.operators, op)
+	s.state.Pids[operatorComponent(name)] = op.Pid()
+	s.state.Logs[operatorComponent(name)] = op.LogPath()
+	s.mu.Unlock()
+	if err := s.writeState(); err != nil {
+		return err
+	}
+	s.step("workload operator %s ready (%.1fs; CRDs %s)", name, time.Since(started).Seconds(), strings.Join(op.CRDs(), ", "))
 	return nil
 }
 
