@@ -208,11 +208,10 @@ echo "the PodGroups gpuplane-scheduler derived, each from the workload that owns
 "$kubectl" get podgroups -l scheduling.gpuplane.io/derived=true \
 	-o custom-columns='PODGROUP:.metadata.name,MIN:.spec.minMember,QUEUE:.spec.queue,DERIVED FROM:.metadata.annotations.scheduling\.gpuplane\.io/derived-from'
 echo
-echo "each gang bound whole: its pods, the node and the GPUs gpuplane-scheduler chose for each (the head needs none):"
-for ((i = 0; i < ${#gangs[@]}; i += 2)); do
-	"$kubectl" get pods -l "${gangs[i]}" --sort-by=.metadata.name $( ((i > 0)) && echo --no-headers) \
-		-o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,GPUS:.metadata.annotations.gpuplane\.io/gpus,GROUP:.metadata.labels.scheduling\.gpuplane\.io/pod-group'
-done
+echo "each gang bound whole: its pods, the node and the GPUs gpuplane-scheduler chose for each (the Ray head asks for none):"
+groups=$("$kubectl" get podgroups -l scheduling.gpuplane.io/derived=true -o jsonpath='{.items[*].metadata.name}')
+"$kubectl" get pods -l "scheduling.gpuplane.io/pod-group in (${groups// /,})" --sort-by=.metadata.labels.scheduling\.gpuplane\.io/pod-group \
+	-o custom-columns='GROUP:.metadata.labels.scheduling\.gpuplane\.io/pod-group,POD:.metadata.name,NODE:.spec.nodeName,GPUS:.metadata.annotations.gpuplane\.io/gpus'
 
 section "gpuplane status"
 "$bin/gpuplane" status -o wide
