@@ -210,7 +210,7 @@ echo "the PodGroups gpuplane-scheduler derived, each from the workload that owns
 echo
 echo "each gang bound whole: its pods, the node and the GPUs gpuplane-scheduler chose for each (the Ray head asks for none):"
 groups=$("$kubectl" get podgroups -l scheduling.gpuplane.io/derived=true -o jsonpath='{.items[*].metadata.name}')
-"$kubectl" get pods -l "scheduling.gpuplane.io/pod-group in (${groups// /,})" --sort-by=.metadata.labels.scheduling\.gpuplane\.io/pod-group \
+"$kubectl" get pods -l "scheduling.gpuplane.io/pod-group in (${groups// /,})" --sort-by=.metadata.name \
 	-o custom-columns='GROUP:.metadata.labels.scheduling\.gpuplane\.io/pod-group,POD:.metadata.name,NODE:.spec.nodeName,GPUS:.metadata.annotations.gpuplane\.io/gpus'
 
 section "gpuplane status"
