@@ -191,33 +191,37 @@ func (s *supervisor) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
+	// The operators start while gpuplane and the nodes do: each needs only
+	// the API server, and installing their large CRDs is most of their
+	// start.
+	opCtx, cancelOps := context.WithCancel(ctx)
+	defer cancelOps()
+	operatorsDone := make(chan error, 1)
+	go func() { operatorsDone <- s.startOperators(opCtx, cp) }()
+	stopOperators := func(err error) error {
+		cancelOps()
+		<-operatorsDone
+		return err
+	}
 	chart := s.spec.Install == InstallChart
 	if chart {
 		if err := s.installChart(ctx, cp); err != nil {
-			return err
+			return stopOperators(err)
 		}
 	}
 	if s.spec.Scheduler == SchedulerGPUPlane {
 		if !chart {
 			if err := s.startGPUPlaneScheduler(ctx, cp); err != nil {
-				return err
+				return stopOperators(err)
 			}
 		}
 		s.step("waiting for the API server to enforce the admission policies")
 		if err := waitAdmission(ctx, client); err != nil {
-			return err
+			return stopOperators(err)
 		}
 	}
-	// The operators start while the nodes do: each waits only for the API
-	// server.
-	opCtx, cancelOps := context.WithCancel(ctx)
-	defer cancelOps()
-	operatorsDone := make(chan error, 1)
-	go func() { operatorsDone <- s.startOperators(opCtx, cp) }()
 	if err := s.startNodes(ctx, cp, client, chart); err != nil {
-		cancelOps()
-		<-operatorsDone
-		return err
+		return stopOperators(err)
 	}
 	if err := <-operatorsDone; err != nil {
 		return err
