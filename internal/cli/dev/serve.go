@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -327,16 +328,19 @@ func operatorComponent(name string) string { return "operator/" + name }
 // startGPUPlaneScheduler runs gpuplane-scheduler against the cluster.
 func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *localcluster.ControlPlane) error {
 	s.step("installing the Queue, PodGroup and GroupingRule CRDs")
-	kubectl := filepath.Join(s.spec.BinDir, localcluster.BinKubectl)
-	for _, args := range [][]string{
-		{"apply", "-f", s.spec.CRDDir},
-		{"wait", "--for", "condition=established", "--timeout", "60s", "crd", "queues.scheduling.gpuplane.io", "podgroups.scheduling.gpuplane.io", "groupingrules.scheduling.gpuplane.io"},
-	} {
-		cmd := exec.CommandContext(ctx, kubectl, append(args, "--kubeconfig", cp.Kubeconfig())...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		}
+	// Polled until Established: `kubectl wait` fails instead of waiting on
+	// a CRD the API server has not given conditions yet, which happens
+	// when it is busy (with operators' CRDs, for one).
+	dyn, err := dynamic.NewForConfig(clientConfig(cp.RESTConfig()))
+	if err != nil {
+		return err
 	}
+	crdCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if _, err := localcluster.InstallCRDs(crdCtx, dyn, s.spec.CRDDir); err != nil {
+		return err
+	}
+	kubectl := filepath.Join(s.spec.BinDir, localcluster.BinKubectl)
 	// The admission policies that let pods written for other GPU
 	// schedulers run as written (deploy/admission).
 	s.step("installing the admission policies for pods written for other GPU schedulers")
