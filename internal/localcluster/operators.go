@@ -367,7 +367,7 @@ func trainingRecipe(ctx context.Context, run *operatorRun) ([]string, []string, 
 		return nil, nil, err
 	}
 	if _, err := os.Stat(trainingMountCheck); err != nil {
-		if err := os.MkdirAll(filepath.Dir(trainingMountCheck), 0o755); err != nil { //nolint:gosec // a directory any local user's training operator checks
+		if err := os.MkdirAll(filepath.Dir(trainingMountCheck), 0o755); err != nil {
 			return nil, nil, fmt.Errorf("making the training operator's certificate directory: %w", err)
 		}
 		b, err := os.ReadFile(filepath.Join(certDir, "tls.crt"))

@@ -155,7 +155,7 @@ func TestStateDir(t *testing.T) {
 func TestResolveOperators(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []string{"kuberay", "training-operator"} {
-		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o755); err != nil { //nolint:gosec // an executable stand-in
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.MkdirAll(filepath.Join(dir, f+"-crds"), 0o750); err != nil {
