@@ -75,7 +75,7 @@ verify: generate ## fail when formatting, go.mod or generated files are stale
 	cd test/conformance && $(GO) mod tidy -diff
 	$(GO) vet ./...
 
-demo: build controlplane-bins ## a local cluster of simulated DGX H100 nodes running the agent: examples/ scheduled, allocations, labels, metrics
+demo: build controlplane-bins demo-operator-bins ## a local cluster of simulated DGX H100 nodes running the agent: examples/ scheduled, allocations, labels, metrics, a PyTorchJob and a RayCluster gang-scheduled
 	hack/demo.sh
 
 bench: ## Go benchmarks of the product module's packages (results and the other benchmark targets: docs/benchmarks.md)

@@ -6,7 +6,9 @@
 # (BIN_DIR/operators/<name>-crds/). An operator is rebuilt only when its
 # module's pins change (a stamp file records a hash of go.mod and go.sum).
 #
-# Usage: hack/build-operators.sh [BIN_DIR]
+# Usage: hack/build-operators.sh [BIN_DIR [NAME...]]
+# With NAMEs, only those operators are built (`make demo` builds the two it
+# runs); without, all of them.
 # Environment: GO (default go), BUILD_PARALLEL (go build -p, default 2),
 # FORCE=1 to rebuild.
 set -euo pipefail
@@ -25,9 +27,19 @@ operators=(
 	"trainer|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager|github.com/kubeflow/trainer/v2|manifests/base/crds"
 )
 
+wanted=("${@:2}")
+for w in "${wanted[@]}"; do
+	known=
+	for entry in "${operators[@]}"; do [[ "${entry%%|*}" == "${w}" ]] && known=1; done
+	[[ -n "${known}" ]] || { echo "operator-bins: unknown operator ${w}" >&2; exit 1; }
+done
+
 mkdir -p "${bin_dir}"
 for entry in "${operators[@]}"; do
 	IFS='|' read -r name pkg module crds <<<"${entry}"
+	if ((${#wanted[@]} > 0)) && [[ " ${wanted[*]} " != *" ${name} "* ]]; then
+		continue
+	fi
 	dir="${repo_root}/tools/operators/${name}"
 	[[ -f "${dir}/go.mod" ]] || { echo "operator-bins: missing ${dir}/go.mod" >&2; exit 1; }
 	want="$(cat "${dir}/go.mod" "${dir}/go.sum" | sha256sum | cut -c1-16)"

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # hack/demo.sh: gpuplane on a laptop with no GPU and no cluster.
 #
-# Brings up a local cluster (gpuplane dev up) with three simulated DGX H100
+# Brings up a local cluster (gpuplane dev up) with five simulated DGX H100
 # nodes, each running the real gpuplane-agent: one with whole GPUs, one with
-# MIG in mixed strategy, one with time-slicing. Applies examples/, waits for
-# the pods, prints which pod got which GPUs, the agent's node labels and a
-# few metrics, then stops the cluster (also on failure or Ctrl-C).
+# MIG in mixed strategy, one with time-slicing, a batch pool for two teams'
+# queues and one more with whole GPUs; gpuplane-scheduler; and two workload
+# operators as users run them (Kubeflow's training operator, KubeRay).
+# Applies examples/, waits for the pods, prints which pod got which GPUs, the
+# agent's node labels and a few metrics, runs the teams' queues, then submits
+# an Indexed Job, a PyTorchJob and a RayCluster as users write them and shows
+# the gangs gpuplane-scheduler derived from them, and stops the cluster (also
+# on failure or Ctrl-C).
 #
-# Needs bin/gpuplane, bin/gpuplane-agent and the control-plane binaries:
-# `make build controlplane-bins` (what `make demo` runs first).
+# Needs bin/gpuplane, bin/gpuplane-agent, the control-plane binaries and the
+# two operators: `make build controlplane-bins demo-operator-bins` (what
+# `make demo` runs first).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/bin"
 cd "$root"
 
-for b in gpuplane gpuplane-agent kubectl kube-apiserver etcd; do
+for b in gpuplane gpuplane-agent kubectl kube-apiserver etcd operators/training-operator operators/kuberay; do
 	if [[ ! -x "$bin/$b" ]]; then
-		echo "demo: $bin/$b is missing; run \`make build controlplane-bins\` first" >&2
+		echo "demo: $bin/$b is missing; run \`make build controlplane-bins demo-operator-bins\` first" >&2
 		exit 1
 	fi
 done
@@ -48,9 +54,9 @@ trap 'exit 130' INT TERM
 
 section() { printf '\n== %s\n' "$*"; }
 
-section "starting a local cluster: 4 simulated DGX H100 nodes running gpuplane-agent, gpuplane-scheduler"
-"$bin/gpuplane" dev up --scheduler gpuplane \
-	--node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,dgxh100
+section "starting a local cluster: 5 simulated DGX H100 nodes running gpuplane-agent, gpuplane-scheduler, the training operator and KubeRay"
+"$bin/gpuplane" dev up --scheduler gpuplane --operators training-operator,kuberay \
+	--node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,dgxh100,dgxh100
 export KUBECONFIG="$GPUPLANE_DEV_DIR/kubeconfig"
 # The fourth node is the teams' batch pool: only work that asks for it lands
 # there, so the queues below compete for exactly its 8 GPUs.
@@ -177,20 +183,35 @@ until "$bin/gpuplane" status -o json | grep -q 'insufficient nvidia.com/gpu'; do
 done
 "$kubectl" get pods -l 'scheduling.gpuplane.io/queue in (team-a,team-b)' -o wide
 
-section "a training Job as users submit it (examples/workloads): gpuplane-scheduler derives its gang, no PodGroup written"
-"$kubectl" apply -f examples/workloads/01-indexed-job-gang.yaml
-deadline=$((SECONDS + 60))
-until [[ "$("$kubectl" get pods -l job-name=ddp-train -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c .)" == 4 ]]; do
-	if ((SECONDS > deadline)); then
-		echo "demo: ddp-train's four workers were not bound within 60 s" >&2
-		"$kubectl" get pods -l job-name=ddp-train -o wide >&2
-		exit 1
-	fi
-	sleep 0.5
+section "workloads as users submit them (examples/workloads): an Indexed Job, a PyTorchJob, a RayCluster; no PodGroup written"
+"$kubectl" apply -f examples/workloads/01-indexed-job-gang.yaml \
+	-f examples/workloads/04-pytorchjob.yaml -f examples/workloads/05-raycluster.yaml
+# Each gang's pods, by the labels their controllers put on them, and how
+# many there are: the Job's 4 workers, the PyTorchJob's master and 3 workers
+# (made by the training operator), the RayCluster's head and 2 workers (made
+# by KubeRay).
+gangs=("job-name=ddp-train" 4 "training.kubeflow.org/job-name=resnet-ddp" 4 "ray.io/cluster=ray-gpu" 3)
+deadline=$((SECONDS + 90))
+for ((i = 0; i < ${#gangs[@]}; i += 2)); do
+	sel=${gangs[i]} want=${gangs[i + 1]}
+	until [[ "$("$kubectl" get pods -l "$sel" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c .)" == "$want" ]]; do
+		if ((SECONDS > deadline)); then
+			echo "demo: the $want pods of $sel were not all bound within 90 s" >&2
+			"$kubectl" get pods -l "$sel" -o wide >&2
+			"$bin/gpuplane" status >&2
+			exit 1
+		fi
+		sleep 0.5
+	done
 done
+echo "the PodGroups gpuplane-scheduler derived, each from the workload that owns the pods:"
 "$kubectl" get podgroups -l scheduling.gpuplane.io/derived=true \
 	-o custom-columns='PODGROUP:.metadata.name,MIN:.spec.minMember,QUEUE:.spec.queue,DERIVED FROM:.metadata.annotations.scheduling\.gpuplane\.io/derived-from'
-"$kubectl" get pods -l job-name=ddp-train -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,GROUP:.metadata.labels.scheduling\.gpuplane\.io/pod-group'
+echo
+echo "each gang bound whole: its pods, the node and the GPUs gpuplane-scheduler chose for each (the Ray head asks for none):"
+groups=$("$kubectl" get podgroups -l scheduling.gpuplane.io/derived=true -o jsonpath='{.items[*].metadata.name}')
+"$kubectl" get pods -l "scheduling.gpuplane.io/pod-group in (${groups// /,})" --sort-by=.metadata.name \
+	-o custom-columns='GROUP:.metadata.labels.scheduling\.gpuplane\.io/pod-group,POD:.metadata.name,NODE:.spec.nodeName,GPUS:.metadata.annotations.gpuplane\.io/gpus'
 
 section "gpuplane status"
 "$bin/gpuplane" status -o wide

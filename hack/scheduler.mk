@@ -37,3 +37,17 @@ JOB_NODES ?= 100
 bench-job-gangs: controlplane-bins ## a training Job's gang under gpuplane-scheduler vs kube-scheduler: time to start, and the two-job deadlock
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_JOB_NODES=$(JOB_NODES) $(GO) test -run '^$$' \
 		-bench BenchmarkJobGangs -benchtime 1x -timeout 30m ./test/integration/schedulerscale/
+
+# make bench-pytorchjob-gangs   the same rounds with the workload issue #15
+#                               names: a PyTorchJob of 8 x 8 GPUs (a master
+#                               and 7 workers) made into pods by Kubeflow's
+#                               training operator (built into bin/operators
+#                               first), five runs (-count 5) for medians.
+#                               About 10 minutes.
+
+.PHONY: bench-pytorchjob-gangs
+
+bench-pytorchjob-gangs: controlplane-bins ## a PyTorchJob's gang through the training operator under gpuplane-scheduler vs kube-scheduler: time to start, the two-job deadlock, 5 runs
+	@GO="$(GO)" $(CURDIR)/hack/build-operators.sh "$(BIN)" training-operator
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_JOB_NODES=$(JOB_NODES) $(GO) test -run '^$$' \
+		-bench BenchmarkPyTorchJobGangs -benchtime 1x -count 5 -timeout 60m ./test/integration/schedulerscale/

@@ -7,6 +7,12 @@
 // certificates and service-account keys it generates, and one kubeconfig per
 // identity.
 //
+// It also starts the workload operators that `make operator-bins` builds
+// into bin/operators (JobSet, Kubeflow's training operator, KubeRay) as
+// processes beside that control plane, with the scaffolding their own
+// installation would have made (StartOperator): the integration tests, the
+// benchmarks and `gpuplane dev up --operators` share that one recipe.
+//
 // Every process runs in its own process group and receives SIGKILL when the
 // process that started it dies, so a crashed or killed test leaves nothing
 // behind; Stop waits for each process to exit before it returns.

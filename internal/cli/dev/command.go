@@ -68,6 +68,8 @@ type upFlags struct {
 	binDir       string
 	agentBinary  string
 	crdDir       string
+	operators    []string
+	operatorsDir string
 	timeout      time.Duration
 }
 
@@ -88,11 +90,20 @@ systems dgxa100, dgxh100, dgxh200, dgxb200; the rented servers 4xt4, 8xv100,
   mig-mixed             GPU 0 split into seven 1-slice MIG devices, GPU 1 into
                         two 3-slice ones, the agent in mixed strategy
                         (nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb on H100)
-  time-slicing[=N]      every GPU shared N ways (default 4)`,
+  time-slicing[=N]      every GPU shared N ways (default 4)
+
+--operators runs workload operators beside the scheduler, as processes of
+the cluster, so their workloads (PyTorchJob, RayCluster, JobSet, ...) run as
+users submit them: ` + strings.Join(localcluster.Operators(), ", ") + `.
+make operator-bins builds them into bin/operators; up installs their CRDs and
+what their own installation would make (a namespace, the Secret and webhook
+configuration the training operator updates, serving certificates) and
+waits until each is ready.`,
 		Example: `  gpuplane dev up
   gpuplane dev up --nodes 2 --profile dgxh100 --kwok-nodes 100
   gpuplane dev up --node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4
   gpuplane dev up --scheduler none
+  gpuplane dev up --operators training-operator,kuberay
   gpuplane dev up --install chart --node-profiles dgxh100,dgxh100:mig-mixed`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -118,6 +129,8 @@ systems dgxa100, dgxh100, dgxh200, dgxb200; the rented servers 4xt4, 8xv100,
 	fs.StringVar(&f.crdDir, "crd-dir", "", "with --scheduler gpuplane: directory of the Queue and PodGroup CRDs (default: deploy/crds beside bin/, else the ones built into gpuplane)")
 	fs.StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default $"+localcluster.BinDirEnv+", else the checkout's bin/)")
 	fs.StringVar(&f.agentBinary, "agent-binary", "", "gpuplane-agent to run on the simulated nodes (default: beside this binary, else on $PATH)")
+	fs.StringSliceVar(&f.operators, "operators", nil, "workload operators to run beside the scheduler, comma-separated: "+strings.Join(localcluster.Operators(), ", ")+" (built by make operator-bins)")
+	fs.StringVar(&f.operatorsDir, "operators-dir", "", "directory of the workload operators and their CRDs (default: operators/ in the control-plane binaries' directory)")
 	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "how long to wait for the cluster to come up")
 	return cmd
 }
@@ -253,12 +266,48 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 			}
 		}
 	}
+	if err := resolveOperators(spec, f); err != nil {
+		return nil, err
+	}
 	if f.nodes+len(f.nodeProfiles) > 0 {
 		if spec.AgentBinary, err = findBinary("gpuplane-agent", f.agentBinary); err != nil {
 			return nil, fmt.Errorf("%w; build it with `make build` or pass --agent-binary", err)
 		}
 	}
 	return spec, nil
+}
+
+// resolveOperators checks --operators: known names, each once, built into
+// the operators directory.
+func resolveOperators(spec *Spec, f *upFlags) error {
+	if len(f.operators) == 0 {
+		return nil
+	}
+	dir := f.operatorsDir
+	if dir == "" {
+		dir = localcluster.OperatorsDir(spec.BinDir)
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return cliutil.Usagef("--operators-dir %q: %w", f.operatorsDir, err)
+	}
+	seen := map[string]bool{}
+	for _, name := range f.operators {
+		name = strings.TrimSpace(name)
+		if seen[name] {
+			return cliutil.Usagef("--operators: %s given twice", name)
+		}
+		seen[name] = true
+		if err := localcluster.VerifyOperator(dir, name); err != nil {
+			if errors.Is(err, localcluster.ErrUnknownOperator) {
+				return cliutil.Usagef("--operators: %w", err)
+			}
+			return fmt.Errorf("--operators: %w", err)
+		}
+		spec.Operators = append(spec.Operators, name)
+	}
+	spec.OperatorsDir = dir
+	return nil
 }
 
 // defaultBinDir returns explicit, else $GPUPLANE_CONTROLPLANE_BIN (through

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -79,6 +80,7 @@ type supervisor struct {
 	cp        *localcluster.ControlPlane
 	sims      []*nodesim.Simulator
 	scheduler *localcluster.Child
+	operators []*localcluster.Operator
 }
 
 // serve runs the supervisor until SIGTERM or SIGINT, then stops everything.
@@ -190,23 +192,48 @@ func (s *supervisor) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
+	// The operators start while gpuplane and the nodes do: each needs only
+	// the API server, and installing their large CRDs is most of their
+	// start.
+	opCtx, cancelOps := context.WithCancel(ctx)
+	defer cancelOps()
+	operatorsDone := make(chan error, 1)
+	go func() { operatorsDone <- s.startOperators(opCtx, cp) }()
+	stopOperators := func(err error) error {
+		cancelOps()
+		<-operatorsDone
+		return err
+	}
 	chart := s.spec.Install == InstallChart
 	if chart {
 		if err := s.installChart(ctx, cp); err != nil {
-			return err
+			return stopOperators(err)
 		}
 	}
 	if s.spec.Scheduler == SchedulerGPUPlane {
 		if !chart {
 			if err := s.startGPUPlaneScheduler(ctx, cp); err != nil {
-				return err
+				return stopOperators(err)
 			}
 		}
 		s.step("waiting for the API server to enforce the admission policies")
 		if err := waitAdmission(ctx, client); err != nil {
-			return err
+			return stopOperators(err)
 		}
 	}
+	if err := s.startNodes(ctx, cp, client, chart); err != nil {
+		return stopOperators(err)
+	}
+	if err := <-operatorsDone; err != nil {
+		return err
+	}
+	s.step("cluster up in %.1fs", time.Since(started).Seconds())
+	return nil
+}
+
+// startNodes starts the simulated nodes and the kwok nodes and waits until
+// every node is Ready with its GPUs.
+func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPlane, client kubernetes.Interface, chart bool) error {
 	for i, n := range s.spec.Nodes {
 		cfg := nodesim.Config{
 			NodeName: n.Name, Dir: s.dir.path(filepath.Join("n", strconv.Itoa(i))), Client: client,
@@ -257,23 +284,63 @@ func (s *supervisor) start(ctx context.Context) error {
 			return err
 		}
 	}
-	s.step("cluster up in %.1fs", time.Since(started).Seconds())
 	return nil
 }
+
+// startOperators starts the workload operators of --operators, all at
+// once (each installs its CRDs and waits for its readiness).
+func (s *supervisor) startOperators(ctx context.Context, cp *localcluster.ControlPlane) error {
+	errs := make([]error, len(s.spec.Operators))
+	var wg sync.WaitGroup
+	for i, name := range s.spec.Operators {
+		wg.Go(func() { errs[i] = s.startOperator(ctx, cp, name) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (s *supervisor) startOperator(ctx context.Context, cp *localcluster.ControlPlane, name string) error {
+	started := time.Now()
+	s.step("starting workload operator %s", name)
+	op, err := localcluster.StartOperator(ctx, localcluster.OperatorConfig{
+		Name: name, Dir: s.spec.OperatorsDir,
+		RESTConfig: clientConfig(cp.RESTConfig()), Kubeconfig: cp.Kubeconfig(),
+		WorkDir: s.dir.path(filepath.Join("operators", name)),
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.operators = append(s.operators, op)
+	s.state.Pids[operatorComponent(name)] = op.Pid()
+	s.state.Logs[operatorComponent(name)] = op.LogPath()
+	s.mu.Unlock()
+	if err := s.writeState(); err != nil {
+		return err
+	}
+	s.step("workload operator %s ready (%.1fs; CRDs %s)", name, time.Since(started).Seconds(), strings.Join(op.CRDs(), ", "))
+	return nil
+}
+
+// operatorComponent names an operator among the cluster's processes.
+func operatorComponent(name string) string { return "operator/" + name }
 
 // startGPUPlaneScheduler runs gpuplane-scheduler against the cluster.
 func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *localcluster.ControlPlane) error {
 	s.step("installing the Queue, PodGroup and GroupingRule CRDs")
-	kubectl := filepath.Join(s.spec.BinDir, localcluster.BinKubectl)
-	for _, args := range [][]string{
-		{"apply", "-f", s.spec.CRDDir},
-		{"wait", "--for", "condition=established", "--timeout", "60s", "crd", "queues.scheduling.gpuplane.io", "podgroups.scheduling.gpuplane.io", "groupingrules.scheduling.gpuplane.io"},
-	} {
-		cmd := exec.CommandContext(ctx, kubectl, append(args, "--kubeconfig", cp.Kubeconfig())...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		}
+	// Polled until Established: `kubectl wait` fails instead of waiting on
+	// a CRD the API server has not given conditions yet, which happens
+	// when it is busy (with operators' CRDs, for one).
+	dyn, err := dynamic.NewForConfig(clientConfig(cp.RESTConfig()))
+	if err != nil {
+		return err
 	}
+	crdCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if _, err := localcluster.InstallCRDs(crdCtx, dyn, s.spec.CRDDir); err != nil {
+		return err
+	}
+	kubectl := filepath.Join(s.spec.BinDir, localcluster.BinKubectl)
 	// The admission policies that let pods written for other GPU
 	// schedulers run as written (deploy/admission).
 	s.step("installing the admission policies for pods written for other GPU schedulers")
@@ -439,11 +506,11 @@ func createKwokNodes(ctx context.Context, client kubernetes.Interface, spec *Spe
 	return errors.Join(errs...)
 }
 
-// stop stops the nodes (and their agents), the scheduler and the control
-// plane, and waits until every process is gone.
+// stop stops the nodes (and their agents), the operators, the scheduler
+// and the control plane, and waits until every process is gone.
 func (s *supervisor) stop(ctx context.Context) error {
 	s.mu.Lock()
-	sims, sched, cp := s.sims, s.scheduler, s.cp
+	sims, sched, ops, cp := s.sims, s.scheduler, s.operators, s.cp
 	s.mu.Unlock()
 	var errs []error
 	var wg sync.WaitGroup
@@ -451,6 +518,15 @@ func (s *supervisor) stop(ctx context.Context) error {
 	for _, sim := range sims {
 		wg.Go(func() {
 			if err := sim.Stop(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	for _, op := range ops {
+		wg.Go(func() {
+			if err := op.Stop(ctx, 10*time.Second); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

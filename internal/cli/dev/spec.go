@@ -52,6 +52,10 @@ type Spec struct {
 	KwokNodes   int        `json:"kwokNodes"`
 	KwokProduct string     `json:"kwokProduct"`
 	KwokGPUs    int        `json:"kwokGPUs"`
+	// Operators are the workload operators to run beside the scheduler
+	// (localcluster.Operators), from OperatorsDir.
+	Operators    []string `json:"operators,omitempty"`
+	OperatorsDir string   `json:"operatorsDir,omitempty"`
 }
 
 // NodeSpec is one simulated node.

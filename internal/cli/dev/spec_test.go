@@ -151,3 +151,55 @@ func TestStateDir(t *testing.T) {
 		}
 	})
 }
+
+func TestResolveOperators(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"kuberay", "training-operator"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, f+"-crds"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f+"-crds", "crd.yaml"), []byte("kind: CustomResourceDefinition\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name      string
+		operators []string
+		want      []string
+		wantUsage string
+		wantErr   string
+	}{
+		{name: "none", operators: nil},
+		{name: "both", operators: []string{"training-operator", " kuberay"}, want: []string{"training-operator", "kuberay"}},
+		{name: "unknown", operators: []string{"volcano"}, wantUsage: "unknown workload operator \"volcano\""},
+		{name: "twice", operators: []string{"kuberay", "kuberay"}, wantUsage: "kuberay given twice"},
+		{name: "not built", operators: []string{"jobset"}, wantErr: "make operator-bins"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := &Spec{BinDir: "/nonexistent"}
+			err := resolveOperators(spec, &upFlags{operators: tt.operators, operatorsDir: dir})
+			var ue *cliutil.UsageError
+			switch {
+			case tt.wantUsage != "":
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantUsage) {
+					t.Fatalf("error %v, want a usage error mentioning %q", err, tt.wantUsage)
+				}
+			case tt.wantErr != "":
+				if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one (not a usage error) mentioning %q", err, tt.wantErr)
+				}
+			default:
+				if err != nil || !slices.Equal(spec.Operators, tt.want) {
+					t.Fatalf("operators %v, error %v; want %v", spec.Operators, err, tt.want)
+				}
+				if len(tt.want) > 0 && spec.OperatorsDir != dir {
+					t.Errorf("operators dir %q, want %q", spec.OperatorsDir, dir)
+				}
+			}
+		})
+	}
+}

@@ -66,7 +66,10 @@ func yamlFiles(t *testing.T, dir string) []string {
 func TestExamples(t *testing.T) {
 	// The DGX H100s run the project's examples; the T4, A100 MIG and
 	// A100 80GB nodes are those the seed articles' workloads ask for.
-	stateDir, client := cluster(t, "--nodes", "0", "--node-profiles", "dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,4xt4,dgxa100:mig-mixed,8xa100-80gb")
+	// The training operator and KubeRay run the PyTorchJob and RayCluster
+	// of examples/workloads, as in the demo.
+	stateDir, client := cluster(t, "--nodes", "0", "--node-profiles", "dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,4xt4,dgxa100:mig-mixed,8xa100-80gb",
+		"--operators", "training-operator,kuberay")
 	waitLabelled(t, client, 6)
 
 	t.Run("project examples", func(t *testing.T) {
@@ -300,32 +303,44 @@ func TestExamples(t *testing.T) {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", dir, err, out)
 		}
 		// The Indexed Job runs as one gang of four, in the group the
-		// scheduler derived from it.
-		framework.Eventually(t, 120*time.Second, "ddp-train's four workers bound in its derived group", func(ctx context.Context) (bool, error) {
-			list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=ddp-train"})
-			if err != nil {
-				return false, err
+		// scheduler derived from it; so do the PyTorchJob's master and
+		// three workers (made by the training operator) and the
+		// RayCluster's head and two workers (made by KubeRay).
+		for _, g := range []struct {
+			selector, groupPrefix string
+			pods                  int
+		}{
+			{"job-name=ddp-train", "job-ddp-train-", 4},
+			{"training.kubeflow.org/job-name=resnet-ddp", "pytorchjob-resnet-ddp-", 4},
+			{"ray.io/cluster=ray-gpu", "raycluster-ray-gpu-", 3},
+		} {
+			waitGang(t, client, g.selector, g.groupPrefix, g.pods)
+		}
+		// Every workload's group says where its size came from.
+		groups, err := kubectl(t, stateDir, "get", "podgroups", "-l", v1alpha1.DerivedLabel+"=true",
+			"-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.minMember} {.metadata.annotations.scheduling\.gpuplane\.io/derived-from}{"\n"}{end}`)
+		if err != nil {
+			t.Fatalf("listing the derived PodGroups: %v\n%s", err, groups)
+		}
+		for _, want := range []string{" 4 PyTorchJob.kubeflow.org default/resnet-ddp", " 3 RayCluster.ray.io default/ray-gpu", " 4 Job.batch default/ddp-train"} {
+			if !strings.Contains(groups, want) {
+				t.Errorf("no derived PodGroup %q among:\n%s", want, groups)
 			}
-			bound, group := 0, ""
-			for _, p := range list.Items {
-				g := p.Labels[v1alpha1.PodGroupLabel]
-				if !strings.HasPrefix(g, "job-ddp-train-") || (group != "" && g != group) {
-					return false, fmt.Errorf("pod %s in group %q", p.Name, g)
-				}
-				group = g
-				if p.Spec.NodeName != "" {
-					bound++
-				}
-			}
-			return bound == 4, fmt.Errorf("%d of %d workers bound", bound, len(list.Items))
-		})
+		}
+		// dev status lists the operators among the cluster's processes.
+		if out, code := gpuplane(t, stateDir, "dev", "status"); code != 0 || !regexp.MustCompile(`operator/training-operator\s+\d+\s+true`).MatchString(out) ||
+			!regexp.MustCompile(`operator/kuberay\s+\d+\s+true`).MatchString(out) {
+			t.Errorf("dev status (exit %d) does not show both operators running:\n%s", code, out)
+		}
 		out, err := kubectl(t, stateDir, "get", "groupingrules", "volcano-jobs", "-o", "jsonpath={.status.conditions[0].status}")
 		if err != nil || strings.TrimSpace(out) != "True" {
 			t.Errorf("GroupingRule volcano-jobs Valid = %q (%v), want True", out, err)
 		}
-		// Its GPUs back for what follows.
-		if out, err := kubectl(t, stateDir, "delete", "job", "ddp-train", "--cascade=foreground", "--wait=true", "--timeout=60s"); err != nil {
-			t.Errorf("deleting Job ddp-train: %v\n%s", err, out)
+		// Their GPUs back for what follows.
+		for _, w := range []string{"job/ddp-train", "pytorchjob/resnet-ddp", "raycluster/ray-gpu"} {
+			if out, err := kubectl(t, stateDir, "delete", w, "--cascade=foreground", "--wait=true", "--timeout=60s"); err != nil {
+				t.Errorf("deleting %s: %v\n%s", w, err, out)
+			}
 		}
 	})
 
@@ -374,6 +389,31 @@ func TestExamples(t *testing.T) {
 		// the H100s, 03 and 07 (2 replicas) on the T4s, 06 on the A100
 		// 80GB node, 08 in a 1g.5gb MIG slice of an A100 40GB.
 		waitPods(t, client, "seeds", 10, nil)
+	})
+}
+
+// waitGang waits until the pods matching selector are n, all in one
+// PodGroup whose name starts with groupPrefix (the one the scheduler derived
+// from their workload), and all bound.
+func waitGang(t *testing.T, client kubernetes.Interface, selector, groupPrefix string, n int) {
+	t.Helper()
+	framework.Eventually(t, 120*time.Second, fmt.Sprintf("the %d pods of %s bound in their derived group", n, selector), func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		bound, group := 0, ""
+		for _, p := range list.Items {
+			g := p.Labels[v1alpha1.PodGroupLabel]
+			if !strings.HasPrefix(g, groupPrefix) || (group != "" && g != group) {
+				return false, fmt.Errorf("pod %s in group %q", p.Name, g)
+			}
+			group = g
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound == n && len(list.Items) == n, fmt.Errorf("%d of %d pods bound", bound, len(list.Items))
 	})
 }
 

@@ -3,8 +3,6 @@ package operators_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -28,29 +27,7 @@ var jobSets = schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1
 // (registerMutatingWebhooks).
 func startJobSet(t *testing.T) (int, string) {
 	t.Helper()
-	env.InstallCRDs(t, filepath.Join(operatorsDir(t), "jobset-crds"))
-	port, certDir := freePort(t), servingCert(t)
-	cfg := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
-kind: Configuration
-leaderElection:
-  leaderElect: false
-internalCertManagement:
-  enable: false
-webhook:
-  host: 127.0.0.1
-  port: %d
-  certDir: %s
-metrics:
-  bindAddress: "0"
-health:
-  healthProbeBindAddress: "0"
-`, port, certDir)
-	path := filepath.Join(t.TempDir(), "jobset.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startOperator(t, "jobset", "--config", path, "--kubeconfig", env.ControlPlane.Kubeconfig())
-	return port, certDir
+	return startOperator(t, localcluster.OperatorJobSet).Webhook()
 }
 
 // jobSet creates a JobSet of one replicated Job: replicas Jobs of workers

@@ -3,7 +3,6 @@ package operators_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -22,9 +22,7 @@ var rayClusters = schema.GroupVersionResource{Group: "ray.io", Version: "v1", Re
 // asked for.
 func startKubeRay(t *testing.T) {
 	t.Helper()
-	env.InstallCRDs(t, filepath.Join(operatorsDir(t), "kuberay-crds"))
-	startOperator(t, "kuberay", "--kubeconfig", env.ControlPlane.Kubeconfig(),
-		"--metrics-addr=0", "--health-probe-bind-address=0", "--enable-leader-election=false")
+	startOperator(t, localcluster.OperatorKubeRay)
 }
 
 // rayCluster creates a RayCluster whose head asks for no GPU and whose one

@@ -59,7 +59,7 @@ health:
 		webhookRoute{"mpod.lws.x-k8s.io", "/mutate--v1-pod",
 			admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 			&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "leaderworkerset.sigs.k8s.io/name", Operator: metav1.LabelSelectorOpExists}}}})
-	startOperator(t, "lws", "--config", path)
+	startProcess(t, "lws", "--config", path)
 }
 
 // lws creates a LeaderWorkerSet of replicas groups, each a leader and

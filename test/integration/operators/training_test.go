@@ -2,78 +2,29 @@ package operators_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 var pyTorchJobs = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: "pytorchjobs"}
 
 // startTrainingOperator runs Kubeflow's training-operator (v1, pinned in
-// tools/operators/training-operator) with its CRDs. It manages its webhook
-// certificate itself, into a Secret and a ValidatingWebhookConfiguration it
-// expects to exist in its namespace; the configuration here has no webhook,
-// so the API server never calls it and the controllers run as they do
-// behind it.
+// tools/operators/training-operator) with its CRDs and the webhook
+// scaffolding its installation would make (localcluster.StartOperator),
+// only its PyTorchJob and MPIJob controllers.
 func startTrainingOperator(t *testing.T) {
 	t.Helper()
-	env.InstallCRDs(t, filepath.Join(operatorsDir(t), "training-operator-crds"))
-	ctx := t.Context()
-	const ns = "kubeflow"
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "training-operator-webhook-cert"}}
-	if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "validator.training-operator.kubeflow.org"}}
-	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	startOperator(t, "training-operator", "--kubeconfig", env.ControlPlane.Kubeconfig(),
-		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--webhook-server-port="+strconv.Itoa(freePort(t)),
-		"--enable-scheme=pytorchjob", "--enable-scheme=mpijob")
-	// In a cluster the kubelet mounts the Secret where the operator waits
-	// for its certificate before it starts its controllers; here the test
-	// does.
-	framework.Eventually(t, 60*time.Second, "the training operator's certificate", func(ctx context.Context) (bool, error) {
-		s, err := env.Client.CoreV1().Secrets(ns).Get(ctx, secret.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		if len(s.Data["tls.crt"]) == 0 || len(s.Data["tls.key"]) == 0 {
-			return false, errors.New("not written yet")
-		}
-		if err := os.MkdirAll(trainingCertDir, 0o700); err != nil {
-			return false, err
-		}
-		for _, f := range []string{"tls.key", "ca.crt", "tls.crt"} {
-			if err := os.WriteFile(filepath.Join(trainingCertDir, f), s.Data[f], 0o600); err != nil {
-				return false, err
-			}
-		}
-		return true, nil
-	})
+	startOperator(t, localcluster.OperatorTraining, "--enable-scheme=pytorchjob", "--enable-scheme=mpijob")
 }
-
-// trainingCertDir is where training-operator v1 reads its webhook
-// certificate (a path it does not let one change).
-const trainingCertDir = "/tmp/k8s-webhook-server/serving-certs"
 
 // pyTorchJob creates a PyTorchJob of one master and workers workers, gpus
 // GPUs each, as its users write it.

@@ -53,7 +53,7 @@ func startTrainer(t *testing.T, ns string) {
 	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	startOperator(t, "trainer", "--kubeconfig", env.ControlPlane.Kubeconfig(),
+	startProcess(t, "trainer", "--kubeconfig", env.ControlPlane.Kubeconfig(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--webhook-server-port="+strconv.Itoa(freePort(t)))
 	// In a cluster the kubelet mounts the Secret where the trainer waits
 	// for its certificate before it starts its controllers; here the test

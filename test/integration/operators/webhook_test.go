@@ -27,7 +27,12 @@ type webhookRoute struct {
 // would refuse every object it matches.
 func registerMutatingWebhooks(t *testing.T, name, ns string, port int, certDir string, routes ...webhookRoute) {
 	t.Helper()
-	ca, err := os.ReadFile(filepath.Join(certDir, "tls.crt"))
+	// The CA that signed the server's certificate, or the certificate
+	// itself when it signed itself (servingCert).
+	ca, err := os.ReadFile(filepath.Join(certDir, "ca.crt"))
+	if err != nil {
+		ca, err = os.ReadFile(filepath.Join(certDir, "tls.crt"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

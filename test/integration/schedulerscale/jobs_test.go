@@ -12,6 +12,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -36,12 +37,23 @@ import (
 //     without a bind); deadlocked is 1 when both jobs have workers bound
 //     and neither has all 8: GPUs held by jobs that cannot start.
 //
+// Each round starts its scheduler and waits until it has bound (and the
+// round deleted) a probe pod that asks for nothing, so what is timed is the
+// job, not the scheduler's start.
+//
 // Run with:
 //
 //	GPUPLANE_CONTROLPLANE_BIN=$PWD/bin go test -run '^$' -bench BenchmarkJobGangs -benchtime 1x -timeout 30m ./test/integration/schedulerscale/
 func BenchmarkJobGangs(b *testing.B) {
 	nodes := envInt("GPUPLANE_BENCH_JOB_NODES", 100)
 	label := fmt.Sprintf("jobs-%d", nodes)
+	gangNodes(b, label, nodes)
+	runGangRounds(b, label, nodes, submitIndexedJob)
+}
+
+// gangNodes creates nodes kwok nodes of 8 GPUs labelled bench=label for
+// the benchmark, installs gpuplane's CRDs and builds gpuplane-scheduler.
+func gangNodes(b *testing.B, label string, nodes int) {
 	objs := make([]*corev1.Node, nodes)
 	for i := range objs {
 		objs[i] = framework.GPUNode(fmt.Sprintf("%s-%04d", label, i)).GPUs(8).Label("bench", label).Obj()
@@ -56,12 +68,16 @@ func BenchmarkJobGangs(b *testing.B) {
 	})
 	env.WaitNodesReady(b, "bench="+label, nodes, 5*time.Minute)
 	waitUntainted(b, "bench="+label)
-	_, file, _, _ := runtime.Caller(0)
-	env.InstallCRDs(b, filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "crds"))
+	env.InstallCRDs(b, filepath.Join(repoRoot(), "deploy", "crds"))
 	var err error
 	if schedulerBin, err = framework.BuildCommand(b.Context(), b.TempDir(), "gpuplane-scheduler"); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// runGangRounds runs the four rounds, one job and two jobs under each
+// scheduler, with submit making the workloads.
+func runGangRounds(b *testing.B, label string, nodes int, submit submitFunc) {
 	for _, free := range []int{0, 12} {
 		for _, sched := range []string{"gpuplane-scheduler", "kube-scheduler"} {
 			name := fmt.Sprintf("nodes=%d/jobs=1/scheduler=%s", nodes, sched)
@@ -70,11 +86,54 @@ func BenchmarkJobGangs(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				for b.Loop() {
-					jobRound(b, label, sched, nodes, free)
+					gangRound(b, label, sched, free, submit)
 				}
 			})
 		}
 	}
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// gangLabel is the pod label that says which of a round's workloads a pod
+// belongs to.
+const gangLabel = "bench-gang"
+
+// gangPods and gangGPUs are the shape of every round's workload: 8 pods
+// of 8 GPUs.
+const (
+	gangPods = 8
+	gangGPUs = 8
+)
+
+// A submitFunc creates a workload named name in ns whose pods (gangPods of
+// them, gangGPUs GPUs each) are for scheduler schedName, on the nodes
+// labelled bench=label, with the pod label gangLabel=name.
+type submitFunc func(ctx context.Context, ns, name, schedName, label string) error
+
+// gangPodSpec is the pod spec of a workload's every pod.
+func gangPodSpec(schedName, label, container string) corev1.PodSpec {
+	return corev1.PodSpec{SchedulerName: schedName, RestartPolicy: corev1.RestartPolicyNever,
+		NodeSelector: map[string]string{"bench": label},
+		Tolerations:  framework.Pod("", "x").Obj().Spec.Tolerations,
+		Containers: []corev1.Container{{Name: container, Image: "trainer",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{framework.ResourceGPU: *resource.NewQuantity(gangGPUs, resource.DecimalSI)}}}}}
+}
+
+// submitIndexedJob creates an Indexed Job of gangPods workers,
+// parallelism = completions.
+func submitIndexedJob(ctx context.Context, ns, name, schedName, label string) error {
+	workers := int32(gangPods)
+	mode := batchv1.IndexedCompletion
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: batchv1.JobSpec{Parallelism: &workers, Completions: &workers, CompletionMode: &mode,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{gangLabel: name}},
+				Spec: gangPodSpec(schedName, label, "worker")}}}
+	_, err := env.Client.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{})
+	return err
 }
 
 // cordon marks all but the first free nodes of the label unschedulable
@@ -97,10 +156,12 @@ func cordon(b *testing.B, label string, free int, on bool) {
 	}
 }
 
-func jobRound(b *testing.B, label, sched string, nodes, free int) {
+// gangRound runs one round: one workload on the free cluster (free 0), or
+// two at once with only free nodes schedulable, under scheduler sched.
+func gangRound(b *testing.B, label, sched string, free int, submit submitFunc) {
 	b.StopTimer()
 	defer b.StartTimer() // runs last, after the clean-up
-	ns, err := env.Client.CoreV1().Namespaces().Create(b.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "jobs-"}}, metav1.CreateOptions{})
+	ns, err := env.Client.CoreV1().Namespaces().Create(b.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "gangs-"}}, metav1.CreateOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -123,23 +184,23 @@ func jobRound(b *testing.B, label, sched string, nodes, free int) {
 	cordon(b, label, free, true)
 
 	var mu sync.Mutex
-	bound := map[string]map[string]time.Time{} // job, pod
+	bound := map[string]map[string]time.Time{} // workload, pod
 	last := time.Now()
 	factory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(ns.Name))
 	inf := factory.Core().V1().Pods().Informer()
 	seen := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Spec.NodeName == "" {
+		if !ok || p.Spec.NodeName == "" || p.Labels[gangLabel] == "" {
 			return
 		}
-		job := p.Labels["job-name"]
+		w := p.Labels[gangLabel]
 		mu.Lock()
 		defer mu.Unlock()
-		if bound[job] == nil {
-			bound[job] = map[string]time.Time{}
+		if bound[w] == nil {
+			bound[w] = map[string]time.Time{}
 		}
-		if _, ok := bound[job][p.Name]; !ok {
-			bound[job][p.Name] = time.Now()
+		if _, ok := bound[w][p.Name]; !ok {
+			bound[w][p.Name] = time.Now()
 			last = time.Now()
 		}
 	}
@@ -153,57 +214,49 @@ func jobRound(b *testing.B, label, sched string, nodes, free int) {
 
 	_, stopSched := startScheduler(b, round{scheduler: sched})
 	defer stopSched()
-	// Both schedulers have their caches synced well within this: what is
-	// timed is the job, not the scheduler's start.
-	time.Sleep(3 * time.Second)
 	schedName := "default-scheduler"
 	if sched == "gpuplane-scheduler" {
 		schedName = "gpuplane-scheduler"
 	}
+	// What is timed is the workload, not the scheduler's start: a pod
+	// that asks for nothing, bound and gone, says it is serving.
+	waitSchedulerServing(b, ns.Name, schedName, label)
 	jobs := []string{"a"}
 	if free > 0 {
 		jobs = []string{"a", "b"}
 	}
-	workers := int32(8)
 	created := map[string]time.Time{}
 	b.StartTimer()
 	for _, name := range jobs {
-		mode := batchv1.IndexedCompletion
-		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: batchv1.JobSpec{Parallelism: &workers, Completions: &workers, CompletionMode: &mode,
-				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{SchedulerName: schedName, RestartPolicy: corev1.RestartPolicyNever,
-					NodeSelector: map[string]string{"bench": label},
-					Tolerations:  framework.Pod("", "x").Obj().Spec.Tolerations,
-					Containers: []corev1.Container{{Name: "worker", Image: "trainer",
-						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{framework.ResourceGPU: resource.MustParse("8")}}}}}}}}
 		created[name] = time.Now()
-		if _, err := env.Client.BatchV1().Jobs(ns.Name).Create(b.Context(), j, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
+		if err := submit(b.Context(), ns.Name, name, schedName, label); err != nil {
+			b.Fatalf("creating workload %s: %v", name, err)
 		}
 	}
-	// Settled: every job whole, or 10 s without a bind.
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	// Settled: every workload whole, or 10 s without a bind.
+	settled := func() bool {
 		mu.Lock()
+		defer mu.Unlock()
 		whole := 0
 		for _, j := range jobs {
-			if len(bound[j]) == int(workers) {
+			if len(bound[j]) == gangPods {
 				whole++
 			}
 		}
-		quiet := time.Since(last) > 10*time.Second
-		mu.Unlock()
-		if whole == len(jobs) || quiet {
-			break
-		}
+		return whole == len(jobs) || time.Since(last) > 10*time.Second
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !settled() && time.Now().Before(deadline) {
+		<-tick.C
 	}
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()
 	if free == 0 {
-		if len(bound["a"]) != int(workers) {
-			b.Fatalf("%d of %d workers bound", len(bound["a"]), workers)
+		if len(bound["a"]) != gangPods {
+			b.Fatalf("%d of %d pods bound", len(bound["a"]), gangPods)
 		}
 		var end time.Time
 		for _, t := range bound["a"] {
@@ -216,11 +269,31 @@ func jobRound(b *testing.B, label, sched string, nodes, free int) {
 	}
 	na, nb := len(bound["a"]), len(bound["b"])
 	dead := 0
-	if na > 0 && nb > 0 && na < int(workers) && nb < int(workers) {
+	if na > 0 && nb > 0 && na < gangPods && nb < gangPods {
 		dead = 1
 	}
 	b.ReportMetric(float64(na), "bound-a")
 	b.ReportMetric(float64(nb), "bound-b")
 	b.ReportMetric(float64(dead), "deadlocked")
-	b.Logf("%s: job a %d/8 bound, job b %d/8 bound (%s)", sched, na, nb, map[bool]string{true: "deadlocked", false: "no deadlock"}[dead == 1])
+	b.Logf("%s: a %d/%d bound, b %d/%d bound (%s)", sched, na, gangPods, nb, gangPods, map[bool]string{true: "deadlocked", false: "no deadlock"}[dead == 1])
+}
+
+// waitSchedulerServing creates a pod for schedName that asks for no GPU,
+// waits until it is bound, deletes it and waits until it is gone.
+func waitSchedulerServing(b *testing.B, ns, schedName, label string) {
+	p := framework.Pod(ns, "scheduler-probe").SchedulerName(schedName).NodeSelector("bench", label).Obj()
+	if _, err := env.Client.CoreV1().Pods(ns).Create(b.Context(), p, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	framework.Eventually(b, 60*time.Second, schedName+" binding a probe pod", func(ctx context.Context) (bool, error) {
+		got, err := env.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		return err == nil && got.Spec.NodeName != "", err
+	})
+	if err := env.Client.CoreV1().Pods(ns).Delete(b.Context(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}); err != nil {
+		b.Fatal(err)
+	}
+	framework.Eventually(b, 60*time.Second, "the probe pod gone", func(ctx context.Context) (bool, error) {
+		_, err := env.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
 }
