@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,33 @@ func TestQueueNamespaceSelector(t *testing.T) {
 	in = c.snapshot(b, newRefusals(), time.Unix(101, 0))
 	if g := in.groups["pod/b-train/intruder"]; g == nil || g.held != nil {
 		t.Errorf("after relabelling: %+v, want admitted", g)
+	}
+}
+
+// mirrorGrouping answers as the grouper does for pods of a Volcano
+// PodGroup it mirrored: wait until the mirror is seen.
+type mirrorGrouping struct{}
+
+func (mirrorGrouping) Awaiting(*corev1.Pod) (bool, error) { return true, nil }
+
+// A pod that names a Volcano PodGroup the grouping mirrored waits, with no
+// condition, until the cache has the mirrored PodGroup, then is scheduled
+// in it: it never says PodGroupNotFound in between.
+func TestVolcanoPodWaitsForItsMirror(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	f.cache.grouping = mirrorGrouping{}
+	for i := range 2 {
+		p := testPod("ns", fmt.Sprint("vc-", i), rl("nvidia.com/gpu", "1"))
+		p.Annotations = map[string]string{v1alpha1.VolcanoGroupAnnotation: "train"}
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	if len(f.status.conditions) != 0 || len(f.api.binds) != 0 {
+		t.Fatalf("conditions %v, binds %v before the mirror is seen; want neither", f.status.conditions, f.api.binds)
+	}
+	f.cache.upsertPodGroup(podGroup("train", 2))
+	f.cycle()
+	if len(f.api.binds) != 2 {
+		t.Fatalf("binds %v, conditions %v; want the gang of 2 bound", f.api.binds, f.status.conditions)
 	}
 }

@@ -45,8 +45,8 @@ func asSchedulerServiceAccount(t *testing.T) *rest.Config {
 func schedulerMayGet(t *testing.T, ns, group, resource string) {
 	t.Helper()
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User:   schedulerUser,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:gpuplane-system", "system:authenticated"},
+		User:               schedulerUser,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:gpuplane-system", "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Group: group, Resource: resource},
 	}}
 	out, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
