@@ -55,7 +55,7 @@ func (g *Grouper) decideVolcano(ctx context.Context, k ownerKey) (*decision, err
 	}
 	d, err := FromVolcano(obj.Object)
 	if err != nil {
-		err = fmt.Errorf("Volcano PodGroup %s/%s: %w", k.Namespace, k.Name, err)
+		err = fmt.Errorf("the Volcano PodGroup %s/%s: %w", k.Namespace, k.Name, err)
 		g.event(obj, corev1.EventTypeWarning, "InvalidPodGroup", err.Error()+"; its pods wait until it is fixed")
 		return &decision{err: err, mirror: true}, nil
 	}
