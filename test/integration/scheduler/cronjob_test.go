@@ -94,11 +94,13 @@ func TestCronJobRunsAreGangs(t *testing.T) {
 	schedulerMayGet(t, c.ns, "batch", "jobs")
 	c.run(adapter.Config{RESTConfig: cfg})
 
-	// Three pods of 6 GPUs: two 8-GPU nodes hold two of them, not the
-	// gang.
+	// A pod of 8 GPUs fills one of the two nodes: the other holds two of
+	// a run's three pods of 4 GPUs, not the gang.
+	c.create(c.pod("filler").GPUs(8))
+	env.WaitPodPhase(t, c.ns, "filler", corev1.PodRunning, 30*time.Second)
 	pods := int32(3)
 	mode := batchv1.IndexedCompletion
-	tmpl := c.pod("nightly").GPUs(6).Label("cron", "nightly").Obj()
+	tmpl := c.pod("nightly").GPUs(4).Label("cron", "nightly").Obj()
 	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 	cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: "nightly"},
 		Spec: batchv1.CronJobSpec{Schedule: "* * * * *", ConcurrencyPolicy: batchv1.ForbidConcurrent,
@@ -155,12 +157,9 @@ func TestCronJobRunsAreGangs(t *testing.T) {
 	})
 
 	t.Run("with room the run starts whole in its queue", func(t *testing.T) {
-		extra := gpuNodes(1, "cron")[0].Label("test-ns", c.ns).Obj()
-		if err := env.CreateNodes(t.Context(), []*corev1.Node{extra}, 1); err != nil {
+		if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), "filler", deleteNow()); err != nil {
 			t.Fatal(err)
 		}
-		env.WaitNodesReady(t, "test-ns="+c.ns, 3, 60*time.Second)
-		env.WaitNodesUntainted(t, "test-ns="+c.ns, 60*time.Second)
 		c.waitBound(firstPods, 3, 60*time.Second)
 		ps, err := c.pods(t.Context(), firstPods)
 		if err != nil {
