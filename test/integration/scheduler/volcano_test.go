@@ -155,6 +155,13 @@ func TestVolcanoPodGroup(t *testing.T) {
 		})
 	})
 
+	t.Run("a PodGroup of gpuplane's of the same name made by hand is not taken over", func(t *testing.T) {
+		c.podGroup("clash", 1, "")
+		c.volcanoPodGroup("clash", map[string]any{"minMember": int64(1)})
+		c.volcanoPods("clash", 1, 1)
+		c.waitCondition("clash-0", "GroupingFailed", "names both Volcano PodGroup "+c.ns+"/clash and a PodGroup of gpuplane's", 30*time.Second)
+	})
+
 	t.Run("an invalid Volcano PodGroup holds its pods with the field named", func(t *testing.T) {
 		bad := c.volcanoPodGroup("broken", map[string]any{"minMember": int64(0)})
 		c.volcanoPods("broken", 1, 1)
