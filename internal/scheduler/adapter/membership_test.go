@@ -167,7 +167,17 @@ func TestVolcanoPodWaitsForItsMirror(t *testing.T) {
 	if len(f.status.conditions) != 0 || len(f.api.binds) != 0 {
 		t.Fatalf("conditions %v, binds %v before the mirror is seen; want neither", f.status.conditions, f.api.binds)
 	}
+	// A PodGroup of that name made by hand is not the mirror: the pods
+	// still wait for the grouping's answer.
 	f.cache.upsertPodGroup(podGroup("train", 2))
+	f.cycle()
+	if len(f.status.conditions) != 0 || len(f.api.binds) != 0 {
+		t.Fatalf("conditions %v, binds %v with a hand-made PodGroup; want neither", f.status.conditions, f.api.binds)
+	}
+	mirror := podGroup("train", 2)
+	mirror.Labels = map[string]string{v1alpha1.DerivedLabel: "true"}
+	mirror.Generation = 2
+	f.cache.upsertPodGroup(mirror)
 	f.cycle()
 	if len(f.api.binds) != 2 {
 		t.Fatalf("binds %v, conditions %v; want the gang of 2 bound", f.api.binds, f.status.conditions)

@@ -212,8 +212,9 @@ func (g *Grouper) OnSettled(f func(namespace, name string)) {
 // A pod that names its group with Volcano's annotation waits while the
 // Volcano PodGroup of that name, if any, is looked up, and (true) when a
 // gpuplane PodGroup was mirrored from it: the caller lets it go once it
-// sees that PodGroup. With no Volcano PodGroup of the name (or no Volcano
-// CRD) it does not wait: the annotation names a gpuplane PodGroup.
+// sees that PodGroup (labelled v1alpha1.DerivedLabel). With no Volcano
+// PodGroup of the name (or no Volcano CRD) it does not wait: the
+// annotation names a gpuplane PodGroup.
 func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	if p.Spec.SchedulerName != g.cfg.SchedulerName || p.Spec.NodeName != "" || p.DeletionTimestamp != nil ||
 		p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
