@@ -145,3 +145,36 @@ func TestAwaitingVolcano(t *testing.T) {
 		t.Errorf("a pod naming its group by gpuplane's label: %v, %v; want no wait", aw, err)
 	}
 }
+
+// A Volcano PodGroup is cluster input anyone who may create one writes:
+// whatever its spec, FromVolcano returns an error or a group within
+// PodGroup's bounds, and never panics.
+func FuzzFromVolcano(f *testing.F) {
+	for _, seed := range []string{
+		`{"minMember": 4, "queue": "research", "priorityClassName": "high", "minResources": {"cpu": "4", "nvidia.com/gpu": 4}}`,
+		`{"minMember": 2, "minTaskMember": {"worker": 2}}`,
+		`{"minMember": 0}`, `{"minMember": -1}`, `{"minMember": 1e300}`, `{"minMember": "4"}`,
+		`{"minMember": 1, "queue": ""}`, `{"minMember": 1, "minResources": {"memory": "-1Gi"}}`,
+		`{"minMember": 1, "minResources": [1]}`, `null`, `[]`, `"spec"`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var spec any
+		if json.Unmarshal(data, &spec) != nil {
+			return
+		}
+		d, err := FromVolcano(map[string]any{"spec": intsOf(spec)})
+		if err != nil {
+			return
+		}
+		if d.MinMember < 1 || d.MinMember > MaxMinMember {
+			t.Fatalf("minMember %d out of bounds for %s", d.MinMember, data)
+		}
+		for name, q := range d.MinResources {
+			if q.Sign() < 0 {
+				t.Fatalf("minResources[%s] = %s is negative for %s", name, q.String(), data)
+			}
+		}
+	})
+}
