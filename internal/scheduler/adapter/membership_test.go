@@ -183,3 +183,35 @@ func TestVolcanoPodWaitsForItsMirror(t *testing.T) {
 		t.Fatalf("binds %v, conditions %v; want the gang of 2 bound", f.api.binds, f.status.conditions)
 	}
 }
+
+// A bound member of a gang that names no queue itself counts in the queue
+// its group was admitted to (the one another member names), not in its
+// namespace's default: a Volcano gang whose first pod alone carries the
+// queue annotation is counted whole in that queue.
+func TestBoundGangCountsInItsGroupsQueue(t *testing.T) {
+	c := newClusterCache(v1alpha1.SchedulerName)
+	c.upsertNode(gpuNode("n", 8))
+	c.upsertQueue(gpuQueue("mine", "", "", ""))
+	c.upsertPodGroup(podGroup("vg", 2))
+	for i, q := range []string{"mine", ""} {
+		p := testPod("ns", fmt.Sprint("vc-", i), rl("nvidia.com/gpu", "2"))
+		p.Annotations = map[string]string{v1alpha1.VolcanoGroupAnnotation: "vg"}
+		if q != "" {
+			p.Annotations[v1alpha1.VolcanoQueueAnnotation] = q
+		}
+		p.Spec.NodeName = "n"
+		p.Status.Phase = corev1.PodRunning
+		c.upsertPod(p)
+	}
+	in := c.snapshot(newBuilder(v1alpha1.SchedulerName, -1, logr.Discard()), newRefusals(), time.Unix(200, 0))
+	n := 0
+	for a := range in.snap.AllRunning() {
+		n++
+		if a.Queue != "mine" {
+			t.Errorf("%s counts in queue %q, want mine", a.Pod, a.Queue)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d running allocations, want 2", n)
+	}
+}
