@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -107,13 +108,7 @@ func FromVolcano(obj map[string]any) (Derived, error) {
 		if !ok {
 			return d, fmt.Errorf("spec.minResources: a %T, want a map of resource names to quantities", raw)
 		}
-		names := slices.Sorted(func(yield func(string) bool) {
-			for k := range m {
-				if !yield(k) {
-					return
-				}
-			}
-		})
+		names := slices.Sorted(maps.Keys(m))
 		for _, name := range names {
 			q, err := quantity(m[name])
 			if err != nil {
