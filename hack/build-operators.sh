@@ -21,6 +21,8 @@ operators=(
 	"jobset|sigs.k8s.io/jobset|sigs.k8s.io/jobset|config/components/crd/bases"
 	"training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|github.com/kubeflow/training-operator|manifests/base/crds"
 	"kuberay|github.com/ray-project/kuberay/ray-operator|github.com/ray-project/kuberay/ray-operator|config/crd/bases"
+	"lws|sigs.k8s.io/lws/cmd|sigs.k8s.io/lws|config/crd/bases"
+	"trainer|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager|github.com/kubeflow/trainer/v2|manifests/base/crds"
 )
 
 mkdir -p "${bin_dir}"

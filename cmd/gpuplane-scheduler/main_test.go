@@ -16,6 +16,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "bad value", args: []string{"--cycle-interval", "soon"}, want: []string{"--cycle-interval", "Usage: gpuplane-scheduler [flags]"}},
 		{name: "stray argument", args: []string{"run"}, want: []string{`unexpected argument "run"`, "Usage: gpuplane-scheduler [flags]"}},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: []string{`--log-level "loud"`}},
+		{name: "gc percent out of range", args: []string{"--gc-percent", "5"}, want: []string{"--gc-percent 5: want 10 to 1000"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

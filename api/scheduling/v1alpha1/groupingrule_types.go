@@ -9,9 +9,10 @@ import (
 // gang-scheduled without a PodGroup written by hand. The scheduler walks a
 // pending pod's controller owner chain (pod, Job, JobSet, ...) and uses the
 // rule of the topmost owner that has one; its expressions are CEL over that
-// owner, bound to the variable `object`. gpuplane-scheduler ships rules for
-// the common kinds; a GroupingRule for the same kind replaces the shipped
-// one.
+// owner, bound to the variable `object`. A rule with GroupBy splits the
+// workload into several groups, one per key its pods give (a
+// LeaderWorkerSet's replicas). gpuplane-scheduler ships rules for the common
+// kinds; a GroupingRule for the same kind replaces the shipped one.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=gr
@@ -33,17 +34,32 @@ type GroupingRuleSpec struct {
 	// Target is the kind of workload the rule applies to.
 	Target GroupKind `json:"target"`
 
-	// MinMember is a CEL expression over `object` giving the number of pods
-	// that must be placeable before any is bound (an int, at least 1):
-	// `object.spec.parallelism`, say. Elastic workloads give their
-	// minimum; pods above it join the group and are placed as room
-	// appears.
+	// GroupBy, when set, splits the workload into several groups: a CEL
+	// expression over `pod` (the pending pod's metadata: name, namespace,
+	// labels, annotations) and `object` giving the key of the group the
+	// pod joins (a string: "" for the workload's one group, else a DNS
+	// label of at most 63 characters, such as a LeaderWorkerSet's
+	// `pod.metadata.labels['leaderworkerset.sigs.k8s.io/group-index']`).
+	// Each key's group is a PodGroup of its own, named after the workload
+	// and the key; the other expressions are worked out per group, with
+	// the key bound to `group`. Unset, the workload is one group and
+	// `group` is "".
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	GroupBy string `json:"groupBy,omitempty"`
+
+	// MinMember is a CEL expression over `object` (and `group`, the key
+	// GroupBy gave) giving the number of pods that must be placeable
+	// before any is bound (an int, at least 1): `object.spec.parallelism`,
+	// say. Elastic workloads give their minimum; pods above it join the
+	// group and are placed as room appears. 1 makes no PodGroup: the pods
+	// are placed one by one as they fit.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
 	MinMember string `json:"minMember"`
 
-	// Queue is a CEL expression over `object` giving the Queue's name (a
-	// string; "" for none). Unset, the workload's own labels and
+	// Queue is a CEL expression over `object` and `group` giving the
+	// Queue's name (a string; "" for none). Unset, the workload's own labels and
 	// annotations name it, as a pod's would (kueue.x-k8s.io/queue-name,
 	// scheduling.gpuplane.io/queue, ...); with neither, the namespace's
 	// default queue.
@@ -51,8 +67,8 @@ type GroupingRuleSpec struct {
 	// +kubebuilder:validation:MaxLength=4096
 	Queue string `json:"queue,omitempty"`
 
-	// PriorityClassName is a CEL expression over `object` giving the
-	// group's priority class (a string; "" for none).
+	// PriorityClassName is a CEL expression over `object` and `group`
+	// giving the group's priority class (a string; "" for none).
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	PriorityClassName string `json:"priorityClassName,omitempty"`

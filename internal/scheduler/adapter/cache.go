@@ -238,6 +238,9 @@ func (c *clusterCache) updateReplicas() {
 
 // usesShared reports whether a pod asks for nvidia.com/gpu.shared.
 func usesShared(p *corev1.Pod) bool {
+	if _, ok := p.Spec.Overhead[ResourceGPUShared]; ok {
+		return true // the cache keeps a pod's requests as its overhead (forCache)
+	}
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range cs {
 			if _, ok := cs[i].Resources.Requests[ResourceGPUShared]; ok {

@@ -299,13 +299,10 @@ func badInput(reason, format string, args ...any) *BadInputError {
 	return &BadInputError{Reason: reason, Msg: fmt.Sprintf(format, args...)}
 }
 
-// podRequest builds the core's request of a pod from its containers'
-// requests (init containers and pod overhead included, as the kubelet
-// counts them). replicas is the least sharing factor of nvidia.com/gpu.shared
-// on the cluster's nodes (1 when unknown): a request for fewer replicas
-// than that is a Request.Replicas, whose share each GPU sets; for more, it
-// is whole GPUs.
-func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
+// checkContainers refuses, naming the container, extended resources whose
+// request and limit differ and GPUs asked for in fractions: what a pod's
+// containers must satisfy before their sum means anything.
+func checkContainers(p *corev1.Pod) *BadInputError {
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range cs {
 			c := &cs[i]
@@ -314,19 +311,32 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 					continue
 				}
 				if req, ok := c.Resources.Requests[name]; ok && req.Cmp(lim) != 0 {
-					return model.Request{}, badInput("RequestsNotLimits",
+					return badInput("RequestsNotLimits",
 						"container %q asks for %s request %s but limit %s: extended resources must have equal requests and limits (set both to the same whole number)",
 						c.Name, name, req.String(), lim.String())
 				}
 			}
 			for name, req := range c.Resources.Requests {
 				if isExtended(name) && req.MilliValue()%1000 != 0 {
-					return model.Request{}, badInput("FractionalGPU",
+					return badInput("FractionalGPU",
 						"container %q asks for %s of %s: GPUs are counted whole; ask for a whole number, or for nvidia.com/gpu.shared or a nvidia.com/mig-<profile> to share one",
 						c.Name, req.String(), name)
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// podRequest builds the core's request of a pod from its containers'
+// requests (init containers and pod overhead included, as the kubelet
+// counts them). replicas is the least sharing factor of nvidia.com/gpu.shared
+// on the cluster's nodes (1 when unknown): a request for fewer replicas
+// than that is a Request.Replicas, whose share each GPU sets; for more, it
+// is whole GPUs.
+func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
+	if err := checkContainers(p); err != nil {
+		return model.Request{}, err
 	}
 	reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	if err := podRequestBounds(reqs); err != nil {

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/go-logr/logr"
@@ -78,36 +80,50 @@ func TestForCacheKeepsWhatTheSchedulerReads(t *testing.T) {
 	sp, _ := forCache(pod.DeepCopy())
 	sn, _ := forCache(node.DeepCopy())
 	slimP, slimN := sp.(*corev1.Pod), sn.(*corev1.Node)
+	pending := pod.DeepCopy()
+	pending.Spec.NodeName = ""
+	sq, _ := forCache(pending.DeepCopy())
+	slimQ := sq.(*corev1.Pod)
 
-	wantReq, err1 := podRequest(pod, 1)
-	gotReq, err2 := podRequest(slimP, 1)
-	if err1 != nil || err2 != nil || !reflect.DeepEqual(wantReq, gotReq) {
-		t.Errorf("podRequest = %+v, %v; from the full pod %+v, %v", gotReq, err2, wantReq, err1)
+	for _, c := range []struct{ full, slim *corev1.Pod }{{pod, slimP}, {pending, slimQ}} {
+		wantReq, err1 := podRequest(c.full, 1)
+		gotReq, err2 := podRequest(c.slim, 1)
+		if err1 != nil || err2 != nil || !reflect.DeepEqual(wantReq, gotReq) {
+			t.Errorf("podRequest = %+v, %v; from the full pod %+v, %v", gotReq, err2, wantReq, err1)
+		}
+		if !reflect.DeepEqual(otherExtended(c.slim), otherExtended(c.full)) || usesShared(c.slim) != usesShared(c.full) {
+			t.Errorf("extended resources differ: %v, from the full pod %v", otherExtended(c.slim), otherExtended(c.full))
+		}
 	}
-	if classKey(slimP) != classKey(pod) {
-		t.Errorf("classKey differs:\n%s\n%s", classKey(slimP), classKey(pod))
+	if classKey(slimQ) != classKey(pending) {
+		t.Errorf("classKey differs:\n%s\n%s", classKey(slimQ), classKey(pending))
 	}
-	if got, want := staticFit(logr.Discard(), slimP, otherExtended(slimP), slimN), staticFit(logr.Discard(), pod, otherExtended(pod), node); got != want {
+	if got, want := staticFit(logr.Discard(), slimQ, otherExtended(slimQ), slimN), staticFit(logr.Discard(), pending, otherExtended(pending), node); got != want {
 		t.Errorf("staticFit = %q, want %q", got, want)
+	}
+	if slimP.Spec.Affinity != nil || slimP.Spec.Tolerations != nil || slimP.Spec.NodeSelector != nil || slimP.Status.Conditions != nil {
+		t.Error("a bound pod kept what only a waiting pod is read for (affinity, tolerations, node selector, conditions)")
 	}
 	wantNode, _, err1 := convertNode(node)
 	gotNode, _, err2 := convertNode(slimN)
 	if err1 != nil || err2 != nil || !reflect.DeepEqual(wantNode.GPUs, gotNode.GPUs) || wantNode.MilliCPU != gotNode.MilliCPU || (gotNode.Topology == nil) != (wantNode.Topology == nil) {
 		t.Errorf("convertNode = %+v, %v; from the full node %+v, %v", gotNode, err2, wantNode, err1)
 	}
+	if again, _ := forCache(slimP); !reflect.DeepEqual(again, slimP) {
+		t.Error("the transform of a cached pod is not the pod: informers may apply it twice")
+	}
 	for what, gone := range map[string]bool{
 		"pod managed fields":    len(slimP.ManagedFields) == 0,
 		"pod last-applied":      slimP.Annotations[lastApplied] == "",
-		"container image":       slimP.Spec.Containers[0].Image == "",
-		"container env":         slimP.Spec.Containers[0].Env == nil,
 		"volumes":               slimP.Spec.Volumes == nil,
 		"container statuses":    slimP.Status.ContainerStatuses == nil,
 		"node images":           slimN.Status.Images == nil,
 		"node managed fields":   len(slimN.ManagedFields) == 0,
 		"kept: gpus annotation": slimP.Annotations[GPUsAnnotation] == "0,1",
 		"kept: uid and version": slimP.UID == pod.UID && slimP.ResourceVersion == pod.ResourceVersion,
-		"kept: sidecar policy":  slimP.Spec.InitContainers[0].RestartPolicy != nil,
-		"kept: phase":           slimP.Status.Phase == corev1.PodRunning && len(slimP.Status.Conditions) == 1 && slimP.Status.Conditions[0].Type == corev1.PodScheduled,
+		"requests as overhead":  slimP.Spec.Containers == nil && slimP.Spec.InitContainers == nil && slimP.Spec.Overhead.Name("nvidia.com/gpu", resource.DecimalSI).Value() == 2,
+		"kept: phase":           slimP.Status.Phase == corev1.PodRunning,
+		"kept: waiting's cond.": len(slimQ.Status.Conditions) == 1 && slimQ.Status.Conditions[0].Type == corev1.PodScheduled,
 		"other annotations":     len(slimP.Annotations) == 1,
 		"kept: node taints":     len(slimN.Spec.Taints) == 1,
 	} {
@@ -143,8 +159,8 @@ func TestForCacheSharesAlikeMaps(t *testing.T) {
 	b, _ := forCache(fullPod("ns", "b", "n"))
 	pa, pb := a.(*corev1.Pod), b.(*corev1.Pod)
 	same := func(x, y any) bool { return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer() }
-	if !same(pa.Labels, pb.Labels) || !same(pa.Spec.NodeSelector, pb.Spec.NodeSelector) ||
-		!same(pa.Spec.Containers[0].Resources.Limits, pb.Spec.Containers[0].Resources.Limits) {
+	if !same(pa.Labels, pb.Labels) || !same(pa.Spec.Overhead, pb.Spec.Overhead) || !same(pa.Annotations, pb.Annotations) ||
+		!same(pa.OwnerReferences, pb.OwnerReferences) {
 		t.Error("two pods of one workload keep separate copies of alike maps")
 	}
 	c := fullPod("ns", "c", "n")
@@ -157,6 +173,19 @@ func TestForCacheSharesAlikeMaps(t *testing.T) {
 	y := strMaps.intern(map[string]string{"a": "b", "c": ""})
 	if same(x, y) {
 		t.Error("two different maps were taken for one")
+	}
+}
+
+// A pod whose containers fail a check that names the container keeps them,
+// so that the refusal still names it.
+func TestForCacheKeepsContainersARefusalNames(t *testing.T) {
+	p := fullPod("ns", "p", "")
+	p.Spec.Containers[0].Resources.Requests = rl("nvidia.com/gpu", "1", "cpu", "8")
+	s, _ := forCache(p)
+	_, err := podRequest(s.(*corev1.Pod), 1)
+	var bad *BadInputError
+	if !errors.As(err, &bad) || bad.Reason != "RequestsNotLimits" || !strings.Contains(bad.Msg, `"trainer"`) {
+		t.Errorf("podRequest of the cached pod = %v, want RequestsNotLimits naming the container", err)
 	}
 }
 

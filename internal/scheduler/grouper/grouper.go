@@ -83,7 +83,7 @@ type Grouper struct {
 	objects   map[string]*ruleObject
 	rules     map[schema.GroupKind]*Rule
 	decisions map[types.UID]*decision
-	waiting   map[types.UID]map[string]types.NamespacedName
+	waiting   map[types.UID]map[string]waitingPod
 	// held are the pods waiting with the error of their workload's
 	// decision: settled again when the decision is made anew (a rule
 	// changed, or the error's retry).
@@ -135,7 +135,15 @@ func groupRef(p *corev1.Pod) (ownerKey, bool) {
 
 type heldPods struct {
 	key  ownerKey
-	pods map[string]types.NamespacedName
+	pods map[string]waitingPod
+}
+
+// waitingPod is a pod waiting for its group, with the key of the group it
+// joins when its workload's rule splits it (spec.groupBy).
+type waitingPod struct {
+	types.NamespacedName
+	key   string
+	keyed bool // key was worked out (under a split decision)
 }
 
 type decision struct {
@@ -151,6 +159,10 @@ type decision struct {
 	// names the group already.
 	mirror bool
 	at     time.Time
+	// split is set when the workload's rule splits it into a group per
+	// key of its pods (spec.groupBy); group and queue are then each
+	// key's, in split.groups.
+	split *split
 }
 
 // needsLabel reports whether a pod without a group must be labelled by
@@ -178,7 +190,7 @@ func New(cfg Config) (*Grouper, error) {
 	}
 	g := &Grouper{cfg: cfg, builtin: b,
 		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[ownerKey](), workqueue.TypedRateLimitingQueueConfig[ownerKey]{Name: "grouper"}),
-		objects: map[string]*ruleObject{}, decisions: map[types.UID]*decision{}, waiting: map[types.UID]map[string]types.NamespacedName{},
+		objects: map[string]*ruleObject{}, decisions: map[types.UID]*decision{}, waiting: map[types.UID]map[string]waitingPod{},
 		held: map[types.UID]*heldPods{}, statusDirty: make(chan struct{}, 1), notify: func(string, string) {}, now: time.Now,
 	}
 	g.recomputeLocked()
@@ -236,14 +248,24 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	d := g.decisions[k.UID]
-	if d == nil || d.needsLabel(p) || g.now().Sub(d.at) > decisionTTL {
+	wp := waitingPod{NamespacedName: nameOf(p)}
+	stale := d != nil && g.now().Sub(d.at) > decisionTTL
+	if d != nil && d.split != nil {
+		// The key's group; a stale decision's until it is made anew.
+		var err error
+		if d, wp.key, err = g.splitDecisionLocked(k, d, p); err != nil {
+			return true, err
+		}
+		wp.keyed = true
+	}
+	if d == nil || d.needsLabel(p) || stale {
 		w := g.waiting[k.UID]
 		if w == nil {
-			w = map[string]types.NamespacedName{}
+			w = map[string]waitingPod{}
 			g.waiting[k.UID] = w
 		}
 		if len(w) < maxWaiting {
-			w[p.Namespace+"/"+p.Name] = types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+			w[p.Namespace+"/"+p.Name] = wp
 		}
 		g.queue.Add(k)
 	}
@@ -336,34 +358,90 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 		g.decisions[k.UID] = d
 		g.mu.Unlock()
 	}
+	if d.split != nil {
+		if err := g.decideKeys(ctx, k, d); err != nil {
+			return err
+		}
+	}
 	g.mu.Lock()
 	pods := g.waiting[k.UID]
 	delete(g.waiting, k.UID)
-	if pods == nil {
-		pods = map[string]types.NamespacedName{}
-	}
+	var reask []waitingPod
 	if h := g.held[k.UID]; h != nil && fresh {
-		maps.Copy(pods, h.pods)
+		if d.split != nil {
+			// Their keys were worked out under the old decision: they
+			// ask again.
+			reask = slices.Collect(maps.Values(h.pods))
+		} else {
+			if pods == nil {
+				pods = map[string]waitingPod{}
+			}
+			maps.Copy(pods, h.pods)
+		}
 		delete(g.held, k.UID)
 	}
-	if d.err != nil {
+	// Each pod's decision: the workload's, or its key's group's.
+	by := map[*decision][]waitingPod{}
+	for key, p := range pods {
+		pd := d
+		if d.split != nil && !p.keyed {
+			// It asked before the workload was found to split: it asks
+			// again, and its key is worked out.
+			reask = append(reask, p)
+			continue
+		}
+		if d.split != nil {
+			if pd = d.split.groups[p.key]; pd == nil {
+				// A key first seen while the others were decided.
+				if g.waiting[k.UID] == nil {
+					g.waiting[k.UID] = map[string]waitingPod{}
+				}
+				g.waiting[k.UID][key] = p
+				g.queue.Add(k)
+				continue
+			}
+		}
+		by[pd] = append(by[pd], p)
+	}
+	failedAny := false
+	for pd, ps := range by {
+		if pd.err == nil {
+			continue
+		}
+		failedAny = true
 		h := g.held[k.UID]
 		if h == nil {
-			h = &heldPods{key: k, pods: map[string]types.NamespacedName{}}
+			h = &heldPods{key: k, pods: map[string]waitingPod{}}
 			g.held[k.UID] = h
 		}
-		for key, p := range pods {
+		for _, p := range ps {
 			if len(h.pods) < maxWaiting {
-				h.pods[key] = p
+				h.pods[p.Namespace+"/"+p.Name] = p
 			}
 		}
 	}
 	notify := g.notify
 	g.mu.Unlock()
-	if d.err != nil && fresh {
+	if (fresh && d.err != nil) || failedAny {
 		// The workload or the rule may be fixed without a pod changing.
 		g.queue.AddAfter(k, decisionTTL)
 	}
+	for _, p := range reask {
+		notify(p.Namespace, p.Name)
+	}
+	var errs []error
+	for pd, ps := range by {
+		if err := g.settle(ctx, k, pd, ps, notify); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// settle labels pods with their group, or with their queue when their
+// workload makes no gang, or tells the pod cache that they wait no more
+// for a label (no group and no queue, or an error).
+func (g *Grouper) settle(ctx context.Context, k ownerKey, d *decision, pods []waitingPod, notify func(namespace, name string)) error {
 	key, value := v1alpha1.PodGroupLabel, d.group
 	if d.group == "" {
 		key, value = v1alpha1.QueueLabel, d.queue
@@ -378,7 +456,7 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 	// together (within the client's rate limit), not one after another.
 	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value))
 	var (
-		failed    []types.NamespacedName
+		failed    []waitingPod
 		forbidden error
 		mu        sync.Mutex
 		wg        sync.WaitGroup
@@ -406,11 +484,14 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 		nd := &decision{err: fmt.Errorf("gpuplane-scheduler may not label pods with their group (grant it patch on pods): %w", forbidden), at: g.now()}
 		g.mu.Lock()
 		g.decisions[k.UID] = nd
-		h := &heldPods{key: k, pods: map[string]types.NamespacedName{}}
+		h := g.held[k.UID]
+		if h == nil {
+			h = &heldPods{key: k, pods: map[string]waitingPod{}}
+			g.held[k.UID] = h
+		}
 		for _, p := range pods {
 			h.pods[p.Namespace+"/"+p.Name] = p
 		}
-		g.held[k.UID] = h
 		g.mu.Unlock()
 		g.queue.AddAfter(k, decisionTTL)
 		for _, p := range pods {
@@ -422,7 +503,7 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 		g.mu.Lock()
 		w := g.waiting[k.UID]
 		if w == nil {
-			w = map[string]types.NamespacedName{}
+			w = map[string]waitingPod{}
 			g.waiting[k.UID] = w
 		}
 		for _, p := range failed {
@@ -492,15 +573,30 @@ func (g *Grouper) decide(ctx context.Context, k ownerKey) (*decision, error) {
 	if top == nil {
 		return &decision{}, nil
 	}
-	d, err := topRule.Eval(top.Object, top.GetLabels(), top.GetAnnotations())
+	if topRule.Splits() {
+		// Each key's group is made as the first pod with the key asks.
+		return &decision{split: &split{rule: topRule, top: top, groups: map[string]*decision{}}}, nil
+	}
+	return g.makeGroup(ctx, top, topRule, "")
+}
+
+// makeGroup works out the group of key group ("" when the rule does not
+// split) of workload top under rule r and makes its PodGroup. An error
+// return is transient; a decision with an error is the workload's or the
+// rule's to fix.
+func (g *Grouper) makeGroup(ctx context.Context, top *unstructured.Unstructured, r *Rule, group string) (*decision, error) {
+	d, err := r.EvalGroup(top.Object, group, top.GetLabels(), top.GetAnnotations())
 	if err != nil {
+		if r.Splits() {
+			return &decision{err: fmt.Errorf("%s %s, group %q: %w", top.GetKind(), top.GetName(), group, err)}, nil
+		}
 		return &decision{err: fmt.Errorf("%s %s: %w", top.GetKind(), top.GetName(), err)}, nil
 	}
 	if d.MinMember <= 1 {
 		// No gang: the pods stay on their own, in the workload's queue.
 		return &decision{queue: d.Queue}, nil
 	}
-	name := GroupName(top.GetKind(), top.GetName(), top.GetUID())
+	name := SplitGroupName(top.GetKind(), top.GetName(), top.GetUID(), group)
 	if err := g.ensurePodGroup(ctx, name, top, d); err != nil {
 		var perm *permanentError
 		if errors.As(err, &perm) || apierrors.IsForbidden(err) {
@@ -606,13 +702,28 @@ func (g *Grouper) ensurePodGroup(ctx context.Context, name string, top *unstruct
 // to fit a label value, and a digest of its UID, so that a workload
 // recreated under the same name gets a group of its own.
 func GroupName(kind, name string, uid types.UID) string {
-	sum := sha256.Sum256([]byte(uid))
-	suffix := "-" + hex.EncodeToString(sum[:])[:6]
+	return SplitGroupName(kind, name, uid, "")
+}
+
+// SplitGroupName is the PodGroup made for the group of key group of a
+// workload its rule splits (spec.groupBy): GroupName's with the key
+// before the digest, which covers the key too (a long key is left out
+// of the name; the derived-from annotation gives it).
+func SplitGroupName(kind, name string, uid types.UID, group string) string {
+	id := string(uid)
+	if group != "" {
+		id += "/" + group
+	}
+	sum := sha256.Sum256([]byte(id))
+	tail := "-" + hex.EncodeToString(sum[:])[:6]
+	if group != "" && len(group) <= 24 {
+		tail = "-" + group + tail
+	}
 	base := strings.ToLower(kind) + "-" + name
-	if limit := 63 - len(suffix); len(base) > limit {
+	if limit := 63 - len(tail); len(base) > limit {
 		base = strings.TrimRight(base[:limit], "-.")
 	}
-	return base + suffix
+	return base + tail
 }
 
 // UpsertRule takes a GroupingRule object in (the informer's add and

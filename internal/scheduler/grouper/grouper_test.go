@@ -108,7 +108,7 @@ func TestForgetOld(t *testing.T) {
 	g.decisions["old"] = &decision{at: now.Add(-forgetAfter - time.Second)}
 	g.decisions["recent"] = &decision{at: now.Add(-time.Second)}
 	g.decisions["held"] = &decision{at: now.Add(-forgetAfter - time.Second), err: errTest}
-	g.held["held"] = &heldPods{pods: map[string]types.NamespacedName{"ml/p": {Namespace: "ml", Name: "p"}}}
+	g.held["held"] = &heldPods{pods: map[string]waitingPod{"ml/p": {NamespacedName: types.NamespacedName{Namespace: "ml", Name: "p"}}}}
 	g.forgetOld()
 	if _, ok := g.decisions["old"]; ok {
 		t.Error("an old decision was kept")

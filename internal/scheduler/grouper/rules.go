@@ -37,7 +37,7 @@ type Rule struct {
 	Target schema.GroupKind
 	Spec   v1alpha1.GroupingRuleSpec
 
-	minMember, queue, priority cel.Program
+	groupBy, minMember, queue, priority cel.Program
 }
 
 // Derived is what a rule makes of one workload.
@@ -54,11 +54,15 @@ type Derived struct {
 }
 
 // env is the CEL environment rules compile in: `object` is the workload,
-// with optional field access (object.spec.?replicas.orValue(1)), the
-// string and list extensions, two-variable comprehensions and sum().
+// `pod` the pending pod's metadata (spec.groupBy only), `group` the key
+// spec.groupBy gave ("" without it), with optional field access
+// (object.spec.?replicas.orValue(1)), the string and list extensions,
+// two-variable comprehensions and sum().
 var env = func() *cel.Env {
 	e, err := cel.NewEnv(
 		cel.Variable("object", cel.DynType),
+		cel.Variable("pod", cel.DynType),
+		cel.Variable("group", cel.StringType),
 		cel.OptionalTypes(),
 		ext.Strings(),
 		ext.Lists(),
@@ -108,6 +112,11 @@ func Compile(name string, spec v1alpha1.GroupingRuleSpec) (*Rule, error) {
 		}
 	}
 	var err error
+	if spec.GroupBy != "" {
+		if r.groupBy, err = compileExpr("spec.groupBy", spec.GroupBy, cel.StringType); err != nil {
+			return nil, err
+		}
+	}
 	if spec.MinMember == "" {
 		return nil, errors.New("spec.minMember: required (a CEL expression giving an int, such as object.spec.parallelism)")
 	}
@@ -124,7 +133,75 @@ func Compile(name string, spec v1alpha1.GroupingRuleSpec) (*Rule, error) {
 			return nil, err
 		}
 	}
+	// Only spec.groupBy sees the pod: a group's size, queue and priority
+	// are the group's, the same whichever of its pods asks.
+	for field, src := range map[string]string{"spec.minMember": spec.MinMember, "spec.queue": spec.Queue, "spec.priorityClassName": spec.PriorityClassName} {
+		if src == "" {
+			continue
+		}
+		if ast, iss := env.Compile(src); iss.Err() == nil && referencesPod(ast) {
+			return nil, fmt.Errorf("%s: reads pod, which only spec.groupBy may (use group, the key spec.groupBy gave)", field)
+		}
+	}
 	return r, nil
+}
+
+// referencesPod reports whether a checked expression reads the variable
+// pod.
+func referencesPod(ast *cel.Ast) bool {
+	checked, err := cel.AstToCheckedExpr(ast)
+	if err != nil {
+		return false
+	}
+	for _, ref := range checked.GetReferenceMap() {
+		if ref.GetName() == "pod" {
+			return true
+		}
+	}
+	return false
+}
+
+// Splits reports whether the rule splits a workload into several groups
+// (spec.groupBy).
+func (r *Rule) Splits() bool { return r.groupBy != nil }
+
+// PodMeta is what spec.groupBy sees of a pod: its identity and metadata,
+// never its spec or status (a group must not change as the pod runs).
+type PodMeta struct {
+	Name, Namespace     string
+	Labels, Annotations map[string]string
+}
+
+// GroupKey works out the key of the group a pod of the workload obj joins:
+// "" for the workload's one group (always, for a rule without
+// spec.groupBy), else a DNS label.
+func (r *Rule) GroupKey(obj map[string]any, pod PodMeta) (string, error) {
+	if r.groupBy == nil {
+		return "", nil
+	}
+	labels, annotations := pod.Labels, pod.Annotations
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	in := map[string]any{"object": obj, "group": "", "pod": map[string]any{"metadata": map[string]any{
+		"name": pod.Name, "namespace": pod.Namespace, "labels": labels, "annotations": annotations}}}
+	v, err := evalExpr(r.groupBy, in)
+	if err != nil {
+		return "", fmt.Errorf("GroupingRule %s: spec.groupBy: %w", r.Name, err)
+	}
+	key, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("GroupingRule %s: spec.groupBy: gave %T, want a string", r.Name, v)
+	}
+	if key != "" {
+		if errs := validation.IsDNS1123Label(key); len(errs) > 0 {
+			return "", fmt.Errorf("GroupingRule %s: spec.groupBy: gave %q, want \"\" or a DNS label: %s", r.Name, truncate(key), strings.Join(errs, "; "))
+		}
+	}
+	return key, nil
 }
 
 func compileExpr(field, src string, want *cel.Type) (cel.Program, error) {
@@ -149,7 +226,12 @@ func compileExpr(field, src string, want *cel.Type) (cel.Program, error) {
 // JSON. The queue, when the rule gives no expression for it, is the one the
 // workload's own labels and annotations name (v1alpha1.QueueKeys).
 func (r *Rule) Eval(obj map[string]any, labels, annotations map[string]string) (Derived, error) {
-	in := map[string]any{"object": obj}
+	return r.EvalGroup(obj, "", labels, annotations)
+}
+
+// EvalGroup works out the group of key group (GroupKey's) of a workload.
+func (r *Rule) EvalGroup(obj map[string]any, group string, labels, annotations map[string]string) (Derived, error) {
+	in := map[string]any{"object": obj, "group": group}
 	var d Derived
 	v, err := evalExpr(r.minMember, in)
 	if err != nil {
@@ -164,6 +246,9 @@ func (r *Rule) Eval(obj map[string]any, labels, annotations map[string]string) (
 	}
 	d.MinMember = int32(n)
 	explain := []string{fmt.Sprintf("minMember %d from %s spec.minMember", n, r.Name)}
+	if r.groupBy != nil {
+		explain = append([]string{fmt.Sprintf("group %q from %s spec.groupBy", group, r.Name)}, explain...)
+	}
 	if r.queue != nil {
 		s, err := evalString(r.queue, in, "spec.queue")
 		if err != nil {

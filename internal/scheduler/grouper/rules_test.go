@@ -75,7 +75,6 @@ func TestBuiltinRules(t *testing.T) {
 			`{spec: {elasticPolicy: {minReplicas: 2, maxReplicas: 8}, pytorchReplicaSpecs: {Worker: {replicas: 8}}}}`, 2},
 		{"mpijob", schema.GroupKind{Group: "kubeflow.org", Kind: "MPIJob"},
 			`{spec: {mpiReplicaSpecs: {Launcher: {replicas: 1}, Worker: {replicas: 4}}}}`, 5},
-		{"trainjob", schema.GroupKind{Group: "trainer.kubeflow.org", Kind: "TrainJob"}, `{spec: {trainer: {numNodes: 4}}}`, 4},
 		{"raycluster with multi-host groups", schema.GroupKind{Group: "ray.io", Kind: "RayCluster"},
 			`{spec: {headGroupSpec: {}, workerGroupSpecs: [{minReplicas: 2, numOfHosts: 4}, {minReplicas: 1}]}}`, 10},
 		{"rayjob", schema.GroupKind{Group: "ray.io", Kind: "RayJob"},
@@ -168,6 +167,9 @@ func FuzzRuleEval(f *testing.F) {
 	f.Add(`{"spec":{"completionMode":"Indexed","completions":4,"parallelism":4}}`)
 	f.Add(`{"spec":{"replicatedJobs":[{"replicas":2,"template":{"spec":{"parallelism":9223372036854775807}}}]}}`)
 	f.Add(`{"spec":{"pytorchReplicaSpecs":{"Worker":{"replicas":-1}}}}`)
+	f.Add(`{"spec":{"startupPolicy":"LeaderReady","leaderWorkerTemplate":{"size":1}}}`)
+	f.Add(`{"metadata":{"annotations":{"leaderworkerset.sigs.k8s.io/exclusive-topology":"rack"}},"spec":{"leaderWorkerTemplate":{"size":0}}}`)
+	f.Add(`{"spec":{"trainer":{"numNodes":-4}}}`)
 	rules, err := Builtin()
 	if err != nil {
 		f.Fatal(err)
@@ -181,6 +183,16 @@ func FuzzRuleEval(f *testing.F) {
 			d, err := r.Eval(m, nil, nil)
 			if err == nil && (d.MinMember < 1 || d.MinMember > MaxMinMember) {
 				t.Fatalf("%s: minMember %d out of bounds", r.Name, d.MinMember)
+			}
+			// A splitting rule's key, from pod labels the workload's
+			// own may not match, and the group it sizes.
+			key, err := r.GroupKey(m, PodMeta{Labels: map[string]string{"leaderworkerset.sigs.k8s.io/group-index": "0",
+				"leaderworkerset.sigs.k8s.io/worker-index": "1", "jobset.sigs.k8s.io/replicatedjob-name": "node"}})
+			if err != nil {
+				continue
+			}
+			if d, err := r.EvalGroup(m, key, nil, nil); err == nil && (d.MinMember < 1 || d.MinMember > MaxMinMember) {
+				t.Fatalf("%s: group %q: minMember %d out of bounds", r.Name, key, d.MinMember)
 			}
 		}
 	})
@@ -207,6 +219,116 @@ func TestExampleRules(t *testing.T) {
 		d, err := r.Eval(obj(t, y), nil, nil)
 		if err != nil || d.MinMember != want {
 			t.Errorf("%s: %+v, %v; want minMember %d", y, d, err, want)
+		}
+	}
+}
+
+// A rule with spec.groupBy splits a workload by its pods' keys, and sizes
+// each key's group: a LeaderWorkerSet per replica, a TrainJob's trainer
+// apart from its initializers.
+func TestGroupBy(t *testing.T) {
+	lws := builtinRule(t, schema.GroupKind{Group: "leaderworkerset.x-k8s.io", Kind: "LeaderWorkerSet"})
+	train := builtinRule(t, schema.GroupKind{Group: "trainer.kubeflow.org", Kind: "TrainJob"})
+	const (
+		gi = "leaderworkerset.sigs.k8s.io/group-index"
+		wi = "leaderworkerset.sigs.k8s.io/worker-index"
+		rj = "jobset.sigs.k8s.io/replicatedjob-name"
+	)
+	tests := []struct {
+		name      string
+		rule      *Rule
+		obj       string
+		labels    map[string]string
+		wantKey   string
+		wantMin   int32
+		wantPrioC string
+	}{
+		{"lws leader", lws, `{spec: {replicas: 2, leaderWorkerTemplate: {size: 4}}}`, map[string]string{gi: "1", wi: "0"}, "1", 4, ""},
+		{"lws worker joins its leader", lws, `{spec: {replicas: 2, leaderWorkerTemplate: {size: 4, workerTemplate: {spec: {priorityClassName: high}}}}}`,
+			map[string]string{gi: "1", wi: "3"}, "1", 4, "high"},
+		{"lws without size", lws, `{spec: {leaderWorkerTemplate: {}}}`, map[string]string{gi: "0"}, "0", 1, ""},
+		{"lws LeaderReady leader goes alone", lws, `{spec: {startupPolicy: LeaderReady, leaderWorkerTemplate: {size: 4}}}`,
+			map[string]string{gi: "0", wi: "0"}, "0", 1, ""},
+		{"lws LeaderReady workers gang without their leader", lws, `{spec: {startupPolicy: LeaderReady, leaderWorkerTemplate: {size: 4}}}`,
+			map[string]string{gi: "0", wi: "2"}, "0-workers", 3, ""},
+		{"lws exclusive placement: workers gang without their leader", lws,
+			`{metadata: {annotations: {leaderworkerset.sigs.k8s.io/exclusive-topology: rack}}, spec: {leaderWorkerTemplate: {size: 4}}}`,
+			map[string]string{gi: "0", wi: "1"}, "0-workers", 3, ""},
+		{"lws exclusive placement: leader alone", lws,
+			`{metadata: {annotations: {leaderworkerset.sigs.k8s.io/exclusive-topology: rack}}, spec: {leaderWorkerTemplate: {size: 4}}}`,
+			map[string]string{gi: "0", wi: "0"}, "0", 1, ""},
+		{"trainjob node", train, `{spec: {trainer: {numNodes: 4}}}`, map[string]string{rj: "node"}, "trainer", 4, ""},
+		{"trainjob mpi launcher joins the nodes", train, `{spec: {trainer: {numNodes: 4}}}`, map[string]string{rj: "launcher"}, "trainer", 4, ""},
+		{"trainjob initializer alone", train, `{spec: {trainer: {numNodes: 4}}}`, map[string]string{rj: "model-initializer"}, "model-initializer", 1, ""},
+		{"trainjob without numNodes", train, `{spec: {}}`, map[string]string{rj: "node"}, "trainer", 1, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := obj(t, tc.obj)
+			key, err := tc.rule.GroupKey(o, PodMeta{Name: "p", Namespace: "ml", Labels: tc.labels})
+			if err != nil || key != tc.wantKey {
+				t.Fatalf("key %q, %v; want %q", key, err, tc.wantKey)
+			}
+			d, err := tc.rule.EvalGroup(o, key, nil, nil)
+			if err != nil || d.MinMember != tc.wantMin || d.PriorityClassName != tc.wantPrioC {
+				t.Fatalf("= %+v, %v; want minMember %d, priority class %q", d, err, tc.wantMin, tc.wantPrioC)
+			}
+			if !strings.Contains(d.Explain, `group "`+key+`"`) {
+				t.Errorf("explain %q does not name the group", d.Explain)
+			}
+		})
+	}
+	if key, err := builtinRule(t, schema.GroupKind{Group: "batch", Kind: "Job"}).GroupKey(obj(t, `{}`), PodMeta{}); key != "" || err != nil {
+		t.Errorf("a rule without groupBy gave key %q, %v; want the workload's one group", key, err)
+	}
+}
+
+// spec.groupBy's mistakes are errors naming it: at compile time on the
+// rule's Valid condition, at evaluation on the pod.
+func TestGroupByErrors(t *testing.T) {
+	spec := func(groupBy, minMember string) v1alpha1.GroupingRuleSpec {
+		return v1alpha1.GroupingRuleSpec{Target: v1alpha1.GroupKind{Kind: "X"}, GroupBy: groupBy, MinMember: minMember}
+	}
+	for name, tc := range map[string]struct {
+		spec v1alpha1.GroupingRuleSpec
+		want string
+	}{
+		"not a string":            {spec("1", "1"), "spec.groupBy: gives a int, want a string"},
+		"syntax":                  {spec("pod.metadata.(", "1"), "spec.groupBy: does not compile"},
+		"minMember reads the pod": {spec("'a'", "size(pod.metadata.name)"), "spec.minMember: reads pod"},
+		"queue reads the pod": {v1alpha1.GroupingRuleSpec{Target: v1alpha1.GroupKind{Kind: "X"}, MinMember: "1", Queue: "pod.metadata.name"},
+			"spec.queue: reads pod"},
+		"too long": {spec(strings.Repeat(" ", 4097), "1"), "spec.groupBy: 4097 bytes"},
+	} {
+		if _, err := Compile("r", tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+	for name, tc := range map[string]struct {
+		groupBy string
+		labels  map[string]string
+		want    string
+	}{
+		"missing label": {"pod.metadata.labels['k']", nil, "no such key: k"},
+		"not a label":   {"pod.metadata.labels['k']", map[string]string{"k": "Not_A_Label"}, `gave "Not_A_Label", want "" or a DNS label`},
+		"too long":      {"pod.metadata.labels['k']", map[string]string{"k": strings.Repeat("a", 64)}, "want \"\" or a DNS label"},
+	} {
+		r, err := Compile("r", spec(tc.groupBy, "2"))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		_, err = r.GroupKey(obj(t, `{}`), PodMeta{Labels: tc.labels})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "spec.groupBy") {
+			t.Errorf("%s: %v, want an error naming spec.groupBy with %q", name, err, tc.want)
+		}
+	}
+	r, err := Compile("r", spec("pod.metadata.name", "group == 'a' ? 2 : 1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]int32{"a": 2, "b": 1} {
+		if d, err := r.EvalGroup(obj(t, `{}`), key, nil, nil); err != nil || d.MinMember != want {
+			t.Errorf("group %s: %+v, %v; want minMember %d", key, d, err, want)
 		}
 	}
 }

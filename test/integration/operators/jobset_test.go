@@ -22,10 +22,14 @@ var jobSets = schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1
 // startJobSet runs the JobSet controller (sigs.k8s.io/jobset, pinned in
 // tools/operators/jobset) with its CRD installed. Its webhooks are not
 // registered with the API server: the controller runs as it does behind
-// them, and the JobSets here set every field a webhook would default.
-func startJobSet(t *testing.T) {
+// them, and the JobSets here set every field a webhook would default. It
+// returns its webhook server's port and certificate directory, for a test
+// whose JobSets another operator writes to register the defaulting webhook
+// (registerMutatingWebhooks).
+func startJobSet(t *testing.T) (int, string) {
 	t.Helper()
 	env.InstallCRDs(t, filepath.Join(operatorsDir(t), "jobset-crds"))
+	port, certDir := freePort(t), servingCert(t)
 	cfg := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
 kind: Configuration
 leaderElection:
@@ -40,12 +44,13 @@ metrics:
   bindAddress: "0"
 health:
   healthProbeBindAddress: "0"
-`, freePort(t), servingCert(t))
+`, port, certDir)
 	path := filepath.Join(t.TempDir(), "jobset.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	startOperator(t, "jobset", "--config", path, "--kubeconfig", env.ControlPlane.Kubeconfig())
+	return port, certDir
 }
 
 // jobSet creates a JobSet of one replicated Job: replicas Jobs of workers

@@ -151,7 +151,7 @@ func jobRound(b *testing.B, label, sched string, nodes, free int) {
 	factory.Start(stop)
 	factory.WaitForCacheSync(stop)
 
-	_, stopSched := startScheduler(b, sched)
+	_, stopSched := startScheduler(b, round{scheduler: sched})
 	defer stopSched()
 	// Both schedulers have their caches synced well within this: what is
 	// timed is the job, not the scheduler's start.

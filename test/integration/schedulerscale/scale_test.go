@@ -94,6 +94,8 @@ type round struct {
 	// backlog creates every pod before the scheduler starts, so that
 	// throughput is the scheduler's own and not the creation rate.
 	backlog bool
+	// gcPercent is gpuplane-scheduler's --gc-percent; 0 leaves its default.
+	gcPercent int
 }
 
 func (r round) name(nodes int) string {
@@ -101,7 +103,11 @@ func (r round) name(nodes int) string {
 	if r.backlog {
 		start = "backlog"
 	}
-	return fmt.Sprintf("nodes=%d/pods=%d/gang=%d/start=%s/scheduler=%s", nodes, r.pods, r.gang, start, r.scheduler)
+	name := fmt.Sprintf("nodes=%d/pods=%d/gang=%d/start=%s/scheduler=%s", nodes, r.pods, r.gang, start, r.scheduler)
+	if r.gcPercent > 0 {
+		name += fmt.Sprintf("/gc=%d", r.gcPercent)
+	}
+	return name
 }
 
 // BenchmarkSchedulerAtScale creates the nodes once, then runs rounds:
@@ -137,7 +143,9 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 			b.Logf("cleaning up: %v", err)
 		}
 	})
-	env.WaitNodesReady(b, "bench="+label, nodes, 10*time.Minute)
+	// kwok readies about ten nodes a second on a quiet machine; a loaded
+	// one needs more than 10 minutes for 5,000.
+	env.WaitNodesReady(b, "bench="+label, nodes, max(10*time.Minute, time.Duration(nodes)*300*time.Millisecond))
 	waitUntainted(b, "bench="+label)
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
@@ -157,14 +165,36 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 			kinds[strings.TrimSpace(k)] = true
 		}
 	}
-	for _, r := range []round{
+	rounds := []round{
 		{scheduler: "gpuplane-scheduler", pods: nodes * 8, gang: 1},
 		{scheduler: "kube-scheduler", pods: nodes * 8, gang: 1},
 		{scheduler: "gpuplane-scheduler", pods: nodes * 8, gang: 1, backlog: true},
 		{scheduler: "kube-scheduler", pods: nodes * 8, gang: 1, backlog: true},
 		// 500 gangs of 8 on 1,000 nodes: half the GPUs.
 		{scheduler: "gpuplane-scheduler", pods: nodes * 4, gang: 8},
-	} {
+	}
+	// GPUPLANE_BENCH_GC_PERCENTS (e.g. "100,50") runs each
+	// gpuplane-scheduler round once per --gc-percent, to weigh memory
+	// against throughput in one run.
+	if v := os.Getenv("GPUPLANE_BENCH_GC_PERCENTS"); v != "" {
+		var expanded []round
+		for _, r := range rounds {
+			if r.scheduler != "gpuplane-scheduler" {
+				expanded = append(expanded, r)
+				continue
+			}
+			for _, f := range strings.Split(v, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || n < 10 {
+					b.Fatalf("GPUPLANE_BENCH_GC_PERCENTS: %q is not a --gc-percent", f)
+				}
+				r.gcPercent = n
+				expanded = append(expanded, r)
+			}
+		}
+		rounds = expanded
+	}
+	for _, r := range rounds {
 		kind := "burst"
 		switch {
 		case r.gang > 1:
@@ -202,10 +232,10 @@ func waitUntainted(b *testing.B, selector string) {
 // pid and a stop function. kube-scheduler gets a configuration of its own:
 // the admin kubeconfig, the shared client budget, no leader election, no
 // serving port.
-func startScheduler(b *testing.B, name string) (int, func()) {
+func startScheduler(b *testing.B, r round) (int, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var cmd *exec.Cmd
-	switch name {
+	switch r.scheduler {
 	case "gpuplane-scheduler":
 		serve := []string{"--serve-address", ""}
 		if heapDir != "" {
@@ -216,6 +246,9 @@ func startScheduler(b *testing.B, name string) (int, func()) {
 			profileAddr = ln.Addr().String()
 			_ = ln.Close()
 			serve = []string{"--serve-address", profileAddr, "--profiling"}
+		}
+		if r.gcPercent > 0 {
+			serve = append(serve, "--gc-percent", strconv.Itoa(r.gcPercent))
 		}
 		cmd = exec.CommandContext(ctx, schedulerBin, append([]string{"--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
 			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(burst), "--log-level", "warn"}, serve...)...)
@@ -247,7 +280,7 @@ func startScheduler(b *testing.B, name string) (int, func()) {
 	return cmd.Process.Pid, func() {
 		cancel()
 		if err := cmd.Wait(); err != nil && ctx.Err() == nil {
-			b.Errorf("%s: %v", name, err)
+			b.Errorf("%s: %v", r.scheduler, err)
 		}
 	}
 }
@@ -484,9 +517,9 @@ func run(b *testing.B, dyn dynamic.Interface, r round) {
 		created = 0
 		b.StartTimer()
 		start = time.Now()
-		pid, stopScheduler = startScheduler(b, r.scheduler)
+		pid, stopScheduler = startScheduler(b, r)
 	} else {
-		pid, stopScheduler = startScheduler(b, r.scheduler)
+		pid, stopScheduler = startScheduler(b, r)
 		// Both schedulers get to sync their informers before the burst:
 		// one probe pod is bound first.
 		probe := framework.Pod(ns, "probe").GPUs(1).SchedulerName(schedName).Label("probe", "yes").Obj()
