@@ -8,7 +8,7 @@ GOTESTFLAGS ?= -race -count=1
 CONTROLPLANE_BUILD_PARALLEL ?= 2
 INTEGRATION_PKGS ?= ./test/integration/...
 
-.PHONY: controlplane-bins operator-bins demo-operator-bins test-integration
+.PHONY: controlplane-bins operator-bins demo-operator-bins third-party-crds test-integration
 
 # The workload operators `make demo` runs: a first demo builds only these.
 DEMO_OPERATORS ?= training-operator kuberay
@@ -16,11 +16,14 @@ DEMO_OPERATORS ?= training-operator kuberay
 controlplane-bins: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kubectl into bin/ (only when tools/go.mod changes)
 	@GO="$(GO)" BUILD_PARALLEL="$(CONTROLPLANE_BUILD_PARALLEL)" $(CURDIR)/hack/build-controlplane.sh "$(BIN)"
 
-operator-bins: ## build the workload operators the integration tests run (JobSet, training-operator, KubeRay) into bin/operators (only when tools/operators/*/go.mod changes)
+operator-bins: ## build the workload operators the integration tests run (JobSet, training-operator, KubeRay, LeaderWorkerSet, Trainer) into bin/operators (only when tools/operators/*/go.mod changes)
 	@GO="$(GO)" BUILD_PARALLEL="$(CONTROLPLANE_BUILD_PARALLEL)" $(CURDIR)/hack/build-operators.sh "$(BIN)"
 
 demo-operator-bins: ## build only the operators the demo runs ($(DEMO_OPERATORS)) into bin/operators
 	@GO="$(GO)" BUILD_PARALLEL="$(CONTROLPLANE_BUILD_PARALLEL)" $(CURDIR)/hack/build-operators.sh "$(BIN)" $(DEMO_OPERATORS)
 
-test-integration: controlplane-bins operator-bins ## integration tests against a real etcd, kube-apiserver, controller-manager, kwok and workload operators
+third-party-crds: ## copy the CRDs tests install from other projects' Go modules (Volcano's PodGroup) into bin/crds (only when a pin changes)
+	@GO="$(GO)" $(CURDIR)/hack/fetch-crds.sh "$(BIN)"
+
+test-integration: controlplane-bins operator-bins third-party-crds ## integration tests against a real etcd, kube-apiserver, controller-manager, kwok and workload operators
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test $(GOTESTFLAGS) $(INTEGRATION_PKGS)

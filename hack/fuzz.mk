@@ -24,7 +24,8 @@ FUZZ_TARGETS := \
 	./internal/gpu/sim:FuzzParse \
 	./internal/cli/cost:FuzzDecode \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
-	./internal/scheduler/grouper:FuzzRuleEval
+	./internal/scheduler/grouper:FuzzRuleEval \
+	./internal/scheduler/grouper:FuzzFromVolcano
 
 .PHONY: test-fuzz
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
@@ -289,9 +291,20 @@ func (c *cycle) finish() {
 			}
 			if !p.placed {
 				u := model.Unplaced{Group: p.g.Name, Code: model.UnplacedNoFit, Reason: "does not fit"}
+				least := leastNeed(p.g)
 				switch {
 				case !c.tree.Admits(p.q, p.admit):
 					u.Code, u.Reason = model.UnplacedQueueLimit, "queue limit"
+					if q, over := c.tree.LimitBelow(p.q, p.admit); over {
+						// Waiting cannot help: say so, and what to change.
+						u.Code, u.Need, u.Queue, u.Limit = model.UnplacedAboveQueueLimit, p.admit, c.tree.Name(q), c.tree.Spec(q).Limit
+						u.Reason = fmt.Sprintf("needs %s admitted, above queue %q's limit %s", describe(p.admit), u.Queue, describe(u.Limit))
+					}
+				case p.g.Min() > 1 && !least.Fits(c.capacity):
+					// A gang only: a pod alone that no node can hold hears
+					// why of each node, which says more.
+					u.Code, u.Need, u.Capacity = model.UnplacedAboveCapacity, least, c.capacity
+					u.Reason = fmt.Sprintf("needs at least %s, more than all nodes have together (%s)", describe(least), describe(c.capacity))
 				case p.forbidden == model.UnplacedPreemptionDisabled:
 					u.Code = p.forbidden
 					u.Reason = fmt.Sprintf("fits only by preempting lower-priority pods, and queue %q has spec.preemption: Never", c.tree.Name(p.q))
@@ -335,6 +348,52 @@ func (c *cycle) finish() {
 		s.touched = append(s.touched, b.NodeIndex)
 	}
 	s.st.Commit()
+}
+
+// describe prints a quota vector for a reason: its non-zero components.
+func describe(r model.Resources) string {
+	var parts []string
+	if r.MilliCPU != 0 {
+		parts = append(parts, fmt.Sprintf("cpu %dm", r.MilliCPU))
+	}
+	if r.MemoryMiB != 0 {
+		parts = append(parts, fmt.Sprintf("memory %dMi", r.MemoryMiB))
+	}
+	if r.GPUMilli != 0 {
+		parts = append(parts, fmt.Sprintf("GPUs %s", strconv.FormatFloat(float64(r.GPUMilli)/model.MilliPerGPU, 'f', -1, 64)))
+	}
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// leastNeed is the least group g can start with: for each resource, the
+// sum of the requests of its Min() smallest pods. (Each resource is summed
+// over its own smallest pods, so no set of Min() pods needs less.)
+func leastNeed(g *model.PodGroup) model.Resources {
+	k := g.Min()
+	if k >= len(g.Pods) {
+		var r model.Resources
+		for i := range g.Pods {
+			r = r.Add(model.Of(&g.Pods[i].Request))
+		}
+		return r
+	}
+	cpu, mem, gpu := make([]int64, len(g.Pods)), make([]int64, len(g.Pods)), make([]int64, len(g.Pods))
+	for i := range g.Pods {
+		r := model.Of(&g.Pods[i].Request)
+		cpu[i], mem[i], gpu[i] = r.MilliCPU, r.MemoryMiB, r.GPUMilli
+	}
+	sum := func(v []int64) int64 {
+		slices.Sort(v)
+		var t int64
+		for _, x := range v[:k] {
+			t += x
+		}
+		return t
+	}
+	return model.Resources{MilliCPU: sum(cpu), MemoryMiB: sum(mem), GPUMilli: sum(gpu)}
 }
 
 // explain records on u where p's first pod was refused, node by node, the

@@ -53,7 +53,11 @@
 //
 // What a cycle returns besides binds, evictions and holds: every group left
 // pending, with a code and a reason (a held one as
-// UnplacedWaitingForVictims); for those the driver marked
+// UnplacedWaitingForVictims; one that can never start as it is, because
+// what it needs admitted exceeds a queue limit on its own or its minMember
+// smallest pods need more than all nodes together, as
+// UnplacedAboveQueueLimit or UnplacedAboveCapacity with the need and the
+// limit); for those the driver marked
 // PodGroup.Explain, which filter refused how many nodes (unschedulable,
 // selector or taints, cpu, memory, GPU) for its first pod and how many of
 // its pods fit at once; and every queue's usage, fair share and guarantee

@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -261,13 +262,17 @@ func TestMinResourcesAdmission(t *testing.T) {
 		group      model.PodGroup
 		wantBinds  int
 		wantReason string
+		// wantCode is the Unplaced code; UnplacedQueueLimit when unset.
+		wantCode string
 	}{
 		{name: "no minResources: the pods' requests", running: 3, group: one(model.Resources{}), wantBinds: 1},
 		{name: "minResources below the requests change nothing", running: 3, group: one(gpus(500)), wantBinds: 1},
 		{name: "minResources within what the queue has left", running: 2, group: one(gpus(2000)), wantBinds: 1},
 		{name: "minResources above what the queue has left", running: 3, group: one(gpus(2000)), wantReason: "queue limit"},
-		{name: "minResources alone above the queue's limit", group: one(gpus(5000)), wantReason: "queue limit"},
-		{name: "minResources alone above the parent's limit", group: in("b", gpus(7000)), wantReason: "queue limit"},
+		{name: "minResources alone above the queue's limit", group: one(gpus(5000)), wantCode: model.UnplacedAboveQueueLimit,
+			wantReason: `needs cpu 1000m, GPUs 5 admitted, above queue "a"'s limit GPUs 4`},
+		{name: "minResources alone above the parent's limit", group: in("b", gpus(7000)), wantCode: model.UnplacedAboveQueueLimit,
+			wantReason: `needs cpu 1000m, GPUs 7 admitted, above queue "org"'s limit GPUs 6`},
 		{name: "minResources within the parent's limit", group: in("b", gpus(6000)), wantBinds: 1},
 		{name: "minResources above what the parent has left", running: 1, group: in("b", gpus(6000)), wantReason: "queue limit"},
 		{name: "CPU in minResources without a CPU limit", group: one(model.Resources{MilliCPU: 1 << 40}), wantBinds: 1},
@@ -291,8 +296,8 @@ func TestMinResourcesAdmission(t *testing.T) {
 			if len(d.Binds) != tc.wantBinds {
 				t.Fatalf("%d binds, want %d (unplaced %+v)", len(d.Binds), tc.wantBinds, d.Unplaced)
 			}
-			if tc.wantReason != "" && (len(d.Unplaced) != 1 || d.Unplaced[0].Reason != tc.wantReason) {
-				t.Fatalf("unplaced %+v, want g with reason %q", d.Unplaced, tc.wantReason)
+			if tc.wantReason != "" && (len(d.Unplaced) != 1 || d.Unplaced[0].Reason != tc.wantReason || d.Unplaced[0].Code != cmp.Or(tc.wantCode, model.UnplacedQueueLimit)) {
+				t.Fatalf("unplaced %+v, want g with code %s, reason %q", d.Unplaced, cmp.Or(tc.wantCode, model.UnplacedQueueLimit), tc.wantReason)
 			}
 		})
 	}
@@ -467,5 +472,78 @@ func TestExplainAndQueueStatus(t *testing.T) {
 		if q.Name == "team" && (q.Usage.GPUMilli != 4000 || q.Guaranteed.GPUMilli != 4000 || q.FairShare.GPUMilli == 0) {
 			t.Errorf("team's status %+v: want 4 GPUs in use, 4 guaranteed and a fair share", q)
 		}
+	}
+}
+
+// A group that can never start as it is says so, with what it needs and the
+// limit it exceeds, rather than waiting as if room could appear: its
+// minMember pods above its queue's limit (or a parent's), or more than every
+// node of the cluster has together. A group that only waits for room keeps
+// the reasons it had.
+func TestNeverFits(t *testing.T) {
+	gpus := func(n int64) model.Resources { return model.Resources{GPUMilli: n * model.MilliPerGPU} }
+	queues := []model.Queue{{Name: "org", Limit: gpus(6)}, {Name: "a", Parent: "org", Limit: gpus(3)}, {Name: "b", Parent: "org"}}
+	// Two nodes of 8 GPUs: 16 in all.
+	nodes := schedtest.Cluster("n", 2, 8, 64000, 1<<20)
+	tests := []struct {
+		name      string
+		group     model.PodGroup
+		wantCode  string
+		wantQueue string
+		wantNeed  int64 // GPUs
+	}{
+		{name: "minMember 4 of 1 GPU above its queue's limit of 3",
+			group:    schedtest.Group("g").Queue("a").MinMember(4).Pods(4, schedtest.GPU(1, 0)).Obj(),
+			wantCode: model.UnplacedAboveQueueLimit, wantQueue: "a", wantNeed: 4},
+		{name: "minMember 7 above the parent's limit of 6",
+			group:    schedtest.Group("g").Queue("b").MinMember(7).Pods(7, schedtest.GPU(1, 0)).Obj(),
+			wantCode: model.UnplacedAboveQueueLimit, wantQueue: "org", wantNeed: 7},
+		{name: "minMember 3 of 8 GPUs above the cluster's 16",
+			group:    schedtest.Group("g").Queue("default").MinMember(3).Pods(3, schedtest.GPU(8, 0)).Obj(),
+			wantCode: model.UnplacedAboveCapacity, wantNeed: 24},
+		{name: "minMember 3 of 5 GPUs fits the cluster's 16 in sum but not its nodes: it waits",
+			group:    schedtest.Group("g").Queue("default").MinMember(3).Pods(3, schedtest.GPU(5, 0)).Obj(),
+			wantCode: model.UnplacedNoFit},
+		{name: "more pods than minMember: only the minMember smallest count",
+			group:    schedtest.Group("g").Queue("default").MinMember(2).Pods(2, schedtest.GPU(8, 0)).Pods(1, schedtest.GPU(6, 0)).Obj(),
+			wantCode: ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, Queues: queues, Pending: []model.PodGroup{tc.group}}, scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantCode == "" {
+				if len(d.Unplaced) != 0 {
+					t.Fatalf("unplaced %+v, want the group placed", d.Unplaced)
+				}
+				return
+			}
+			if len(d.Binds) != 0 || len(d.Unplaced) != 1 {
+				t.Fatalf("%d binds, unplaced %+v; want g unplaced whole", len(d.Binds), d.Unplaced)
+			}
+			u := d.Unplaced[0]
+			if u.Code != tc.wantCode {
+				t.Fatalf("code %s (%s), want %s", u.Code, u.Reason, tc.wantCode)
+			}
+			if tc.wantNeed > 0 && u.Need.GPUMilli != tc.wantNeed*model.MilliPerGPU {
+				t.Errorf("need %+v, want %d GPUs", u.Need, tc.wantNeed)
+			}
+			switch tc.wantCode {
+			case model.UnplacedAboveQueueLimit:
+				if u.Queue != tc.wantQueue || u.Limit.GPUMilli == 0 || !strings.Contains(u.Reason, fmt.Sprintf("above queue %q's limit", tc.wantQueue)) {
+					t.Errorf("queue %q limit %+v reason %q; want queue %s's limit", u.Queue, u.Limit, u.Reason, tc.wantQueue)
+				}
+			case model.UnplacedAboveCapacity:
+				if u.Capacity.GPUMilli != 16*model.MilliPerGPU || !strings.Contains(u.Reason, "more than all nodes have together (cpu 128000m, memory 2097152Mi, GPUs 16)") {
+					t.Errorf("capacity %+v reason %q; want the cluster's 16 GPUs", u.Capacity, u.Reason)
+				}
+			}
+		})
 	}
 }

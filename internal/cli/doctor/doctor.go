@@ -350,6 +350,10 @@ func fixFor(reason string, p *corev1.Pod) string {
 		return "gpuplane status -o wide shows each node's free GPUs; gpuplane doctor node NAME explains a node you expected it on"
 	case "QueueLimit":
 		return "kubectl get queues -o yaml: the queue's status has its usage against spec.resources[].limit; raise the limit or wait for its work to finish"
+	case "ExceedsQueueLimit":
+		return "waiting cannot help: lower the PodGroup's spec.minMember (or the workload's size it is derived from) or the pods' requests, or raise the queue's spec.resources[].limit (kubectl get queues -o yaml)"
+	case "ExceedsClusterCapacity":
+		return "waiting cannot help until nodes are added: gpuplane status shows the cluster's GPUs; lower the gang's spec.minMember or the pods' requests"
 	case "PreemptionDisabled", "ReclaimDisabled":
 		return "the pod's queue forbids it (spec.preemption / spec.reclaim: Never); it waits for room to free up"
 	case "UnknownQueue", "QueueNotLeaf":
@@ -357,7 +361,7 @@ func fixFor(reason string, p *corev1.Pod) string {
 	case "QueueNotAllowed":
 		return "kubectl get queues -o custom-columns=NAME:.metadata.name,NAMESPACES:.spec.namespaceSelector; submit to a queue that admits namespace " + p.Namespace
 	case "GroupingFailed":
-		return "kubectl get groupingrules; fix the workload's field or the rule's expression the message names (the pod is placed once its group can be made)"
+		return "kubectl get groupingrules; fix the workload's field, the rule's expression or the Volcano PodGroup's field the message names (the pod is placed once its group can be made)"
 	case "ConflictingQueues", "ConflictingPodGroups", "QueueMismatch":
 		return "kubectl get pod " + p.Name + " -n " + p.Namespace + " -o yaml: keep one queue (pod group) label or annotation, or make them agree"
 	}

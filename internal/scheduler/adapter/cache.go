@@ -459,12 +459,24 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if err := cmp.Or(gerr, qerr); err != nil && pi.bad == nil {
 		pi.bad = membershipError(err)
 	}
-	if c.grouping != nil && pi.pg == "" && pi.bad == nil {
+	// Volcano's annotation may name a Volcano PodGroup, which the grouping
+	// mirrors into a PodGroup of gpuplane's of the same name: the pod waits
+	// while the grouping looks it up, and then until this cache has the
+	// mirror (upsertPodGroup asks again). A PodGroup of that name made by
+	// hand does not end the wait: the grouping may yet find that it clashes
+	// with a Volcano PodGroup.
+	volcano := pi.groupFrom.Name == v1alpha1.VolcanoGroupAnnotation && pi.groupFrom.Annotation
+	if c.grouping != nil && (pi.pg == "" || volcano) && pi.bad == nil {
 		aw, err := c.grouping.Awaiting(p)
 		if err != nil {
 			pi.bad = badInput("GroupingFailed", "%v", err)
 		}
 		pi.awaiting = aw && err == nil
+		if pi.awaiting && pi.pg != "" {
+			if pg := c.podGroups[pi.pg]; pg != nil && pg.Labels[v1alpha1.DerivedLabel] == "true" {
+				pi.awaiting = false
+			}
+		}
 	}
 	if p.Spec.NodeName == "" {
 		pi.class = classKey(p)
@@ -691,6 +703,19 @@ func (c *clusterCache) upsertPodGroup(g *v1alpha1.PodGroup) {
 	c.podGroups[key] = g
 	if old == nil || old.Spec.Queue != g.Spec.Queue {
 		c.markMembers("pg/" + key)
+	}
+	if old == nil || old.Labels[v1alpha1.DerivedLabel] != g.Labels[v1alpha1.DerivedLabel] {
+		// Pods that waited for this PodGroup to be mirrored (Volcano's)
+		// go on.
+		var waiting []*corev1.Pod
+		for _, pi := range c.members["pg/"+key] {
+			if pi.awaiting {
+				waiting = append(waiting, pi.pod)
+			}
+		}
+		for _, p := range waiting {
+			c.upsertPodLocked(p)
+		}
 	}
 	if old == nil || old.Generation != g.Generation {
 		c.poke()

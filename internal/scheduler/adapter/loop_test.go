@@ -169,11 +169,12 @@ func podGroup(name string, minMember int32) *v1alpha1.PodGroup {
 func TestLoopBindsGangsWholeOrNotAtAll(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8), gpuNode("b", 8))
 	f.cache.upsertPodGroup(podGroup("fits", 3))
-	f.cache.upsertPodGroup(podGroup("too-big", 4))
+	// too-big would fit the two nodes alone (16 GPUs), not beside fits.
+	f.cache.upsertPodGroup(podGroup("too-big", 2))
 	for i := range 3 {
 		f.cache.upsertPod(gangPod(fmt.Sprint("fits-", i), "fits", 4))
 	}
-	for i := range 4 {
+	for i := range 2 {
 		f.cache.upsertPod(gangPod(fmt.Sprint("big-", i), "too-big", 8))
 	}
 	f.cycle()
@@ -201,7 +202,7 @@ func TestLoopBindsGangsWholeOrNotAtAll(t *testing.T) {
 		t.Errorf("%d binds assumed, want 3 (the cache counts them until the informer shows them)", assumed)
 	}
 	// Node a is full and b has 4 GPUs left: none of the 8-GPU members fits.
-	if got := f.status.conditions["ns/big-0"]; !strings.Contains(got, "gang 0/4 placeable (0 already bound); 0/2 nodes available: 2 insufficient nvidia.com/gpu") {
+	if got := f.status.conditions["ns/big-0"]; !strings.Contains(got, "gang 0/2 placeable (0 already bound); 0/2 nodes available: 2 insufficient nvidia.com/gpu") {
 		t.Errorf("the waiting gang's pods say %q, want how much of the gang fits and why", got)
 	}
 	if _, ok := f.status.statuses["pg/ns/too-big"].(*v1alpha1.PodGroup); !ok {

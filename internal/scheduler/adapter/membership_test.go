@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,75 @@ func TestQueueNamespaceSelector(t *testing.T) {
 	in = c.snapshot(b, newRefusals(), time.Unix(101, 0))
 	if g := in.groups["pod/b-train/intruder"]; g == nil || g.held != nil {
 		t.Errorf("after relabelling: %+v, want admitted", g)
+	}
+}
+
+// mirrorGrouping answers as the grouper does for pods of a Volcano
+// PodGroup it mirrored: wait until the mirror is seen.
+type mirrorGrouping struct{}
+
+func (mirrorGrouping) Awaiting(*corev1.Pod) (bool, error) { return true, nil }
+
+// A pod that names a Volcano PodGroup the grouping mirrored waits, with no
+// condition, until the cache has the mirrored PodGroup, then is scheduled
+// in it: it never says PodGroupNotFound in between.
+func TestVolcanoPodWaitsForItsMirror(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	f.cache.grouping = mirrorGrouping{}
+	for i := range 2 {
+		p := testPod("ns", fmt.Sprint("vc-", i), rl("nvidia.com/gpu", "1"))
+		p.Annotations = map[string]string{v1alpha1.VolcanoGroupAnnotation: "train"}
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	if len(f.status.conditions) != 0 || len(f.api.binds) != 0 {
+		t.Fatalf("conditions %v, binds %v before the mirror is seen; want neither", f.status.conditions, f.api.binds)
+	}
+	// A PodGroup of that name made by hand is not the mirror: the pods
+	// still wait for the grouping's answer.
+	f.cache.upsertPodGroup(podGroup("train", 2))
+	f.cycle()
+	if len(f.status.conditions) != 0 || len(f.api.binds) != 0 {
+		t.Fatalf("conditions %v, binds %v with a hand-made PodGroup; want neither", f.status.conditions, f.api.binds)
+	}
+	mirror := podGroup("train", 2)
+	mirror.Labels = map[string]string{v1alpha1.DerivedLabel: "true"}
+	mirror.Generation = 2
+	f.cache.upsertPodGroup(mirror)
+	f.cycle()
+	if len(f.api.binds) != 2 {
+		t.Fatalf("binds %v, conditions %v; want the gang of 2 bound", f.api.binds, f.status.conditions)
+	}
+}
+
+// A bound member of a gang that names no queue itself counts in the queue
+// its group was admitted to (the one another member names), not in its
+// namespace's default: a Volcano gang whose first pod alone carries the
+// queue annotation is counted whole in that queue.
+func TestBoundGangCountsInItsGroupsQueue(t *testing.T) {
+	c := newClusterCache(v1alpha1.SchedulerName)
+	c.upsertNode(gpuNode("n", 8))
+	c.upsertQueue(gpuQueue("mine", "", "", ""))
+	c.upsertPodGroup(podGroup("vg", 2))
+	for i, q := range []string{"mine", ""} {
+		p := testPod("ns", fmt.Sprint("vc-", i), rl("nvidia.com/gpu", "2"))
+		p.Annotations = map[string]string{v1alpha1.VolcanoGroupAnnotation: "vg"}
+		if q != "" {
+			p.Annotations[v1alpha1.VolcanoQueueAnnotation] = q
+		}
+		p.Spec.NodeName = "n"
+		p.Status.Phase = corev1.PodRunning
+		c.upsertPod(p)
+	}
+	in := c.snapshot(newBuilder(v1alpha1.SchedulerName, -1, logr.Discard()), newRefusals(), time.Unix(200, 0))
+	n := 0
+	for a := range in.snap.AllRunning() {
+		n++
+		if a.Queue != "mine" {
+			t.Errorf("%s counts in queue %q, want mine", a.Pod, a.Queue)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d running allocations, want 2", n)
 	}
 }

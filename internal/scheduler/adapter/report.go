@@ -38,7 +38,9 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 		l.status.podCondition(pi.pod, pi.bad.Reason, pi.bad.Msg)
 	}
 	// 2. Groups held back before the core, and groups it could not place.
-	msgs := map[string]string{}
+	// reasons holds the PodGroup condition's reason where it is not
+	// "Waiting".
+	msgs, reasons := map[string]string{}, map[string]string{}
 	for name, g := range in.groups {
 		if g.held != nil && len(g.pending) > 0 && !placed[name] {
 			msgs[name] = g.held.Msg
@@ -54,6 +56,16 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 	for _, u := range d.Unplaced {
 		g := in.groups[u.Group]
 		if g == nil || placed[u.Group] {
+			continue
+		}
+		if u.Code == model.UnplacedAboveQueueLimit || u.Code == model.UnplacedAboveCapacity {
+			// Waiting cannot help: the group, the queue or the cluster
+			// must change, and the message says which field.
+			msg := aboveLimitMessage(in, g, u)
+			msgs[u.Group], reasons[u.Group] = msg, u.Code
+			for _, pi := range g.pending {
+				l.status.podCondition(pi.pod, u.Code, msg)
+			}
 			continue
 		}
 		if u.Code == model.UnplacedPreemptionDisabled || u.Code == model.UnplacedReclaimDisabled || u.Code == model.UnplacedWaitingForVictims {
@@ -85,7 +97,7 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 	// 3. PodGroup status.
 	for name, g := range in.groups {
 		if g.pg != nil {
-			l.podGroupStatus(g, msgs[name], placed[name], in.startedAt)
+			l.podGroupStatus(g, msgs[name], reasons[name], placed[name], in.startedAt)
 		}
 	}
 	// 4. Queue status, at most once a second.
@@ -197,6 +209,39 @@ func minResourcesAboveLimit(in *cycleInput, g *groupInfo, mr model.Resources) st
 	return ""
 }
 
+// aboveLimitMessage says why group g can never start as it is
+// (model.UnplacedAboveQueueLimit or UnplacedAboveCapacity), naming the
+// field to change: the PodGroup's spec.minResources or spec.minMember (and
+// where a derived minMember came from), the queue's limit, the cluster's
+// capacity.
+func aboveLimitMessage(in *cycleInput, g *groupInfo, u model.Unplaced) string {
+	what := "the pod"
+	if g.pg != nil {
+		what = fmt.Sprintf("PodGroup %s", g.pgKey)
+		if from := g.pg.Annotations[v1alpha1.DerivedFromAnnotation]; from != "" {
+			what += " (derived from " + from + ")"
+		}
+	}
+	pods := len(g.pending)
+	if u.Code == model.UnplacedAboveCapacity {
+		if g.pg == nil {
+			return fmt.Sprintf("the pod asks for %s, more than all the cluster's nodes have together (%s): lower its requests or add nodes",
+				formatResources(u.Need), formatResources(u.Capacity))
+		}
+		return fmt.Sprintf("%s: spec.minMember %d needs at least %s for its pods, more than all the cluster's nodes have together (%s): it cannot start until nodes are added; lower spec.minMember or the pods' requests, or add nodes",
+			what, g.minMember, formatResources(u.Need), formatResources(u.Capacity))
+	}
+	if g.pg != nil {
+		if msg := minResourcesAboveLimit(in, g, g.minResources); msg != "" {
+			return msg
+		}
+		return fmt.Sprintf("%s: spec.minMember %d: its %d pending pods need %s admitted, above queue %q's limit %s (spec.resources[].limit): it can never start in that queue; lower spec.minMember or the pods' requests, or raise the queue's limit",
+			what, g.minMember, pods, formatResources(u.Need), u.Queue, formatResources(u.Limit))
+	}
+	return fmt.Sprintf("the pod asks for %s, above queue %q's limit %s (spec.resources[].limit): it can never start in that queue; lower its requests or raise the queue's limit",
+		formatResources(u.Need), u.Queue, formatResources(u.Limit))
+}
+
 // formatResources prints the quota vector as a resource list would.
 func formatResources(r model.Resources) string {
 	var parts []string
@@ -234,8 +279,9 @@ func gpuResourceName(r *model.Request) string {
 	return string(ResourceGPU)
 }
 
-// podGroupStatus writes phase, counts and the Schedulable condition.
-func (l *loop) podGroupStatus(g *groupInfo, waitMsg string, placed bool, now time.Time) {
+// podGroupStatus writes phase, counts and the Schedulable condition;
+// waitReason, when set, is the condition's reason for a group that waits.
+func (l *loop) podGroupStatus(g *groupInfo, waitMsg, waitReason string, placed bool, now time.Time) {
 	pg := g.pg
 	st := v1alpha1.PodGroupStatus{Conditions: slices.Clone(pg.Status.Conditions), Placement: pg.Status.Placement}
 	for _, pi := range g.bound {
@@ -269,8 +315,11 @@ func (l *loop) podGroupStatus(g *groupInfo, waitMsg string, placed bool, now tim
 			st.Placement = nil
 		}
 		cond = metav1.Condition{Type: v1alpha1.ConditionSchedulable, Status: metav1.ConditionFalse, Reason: "Waiting", Message: waitMsg, ObservedGeneration: pg.Generation}
-		if g.held != nil {
+		switch {
+		case g.held != nil:
 			cond.Reason = g.held.Reason
+		case waitReason != "":
+			cond.Reason = waitReason
 		}
 		if cond.Message == "" {
 			cond.Message = "waiting for a scheduling cycle"

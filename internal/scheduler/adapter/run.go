@@ -153,6 +153,9 @@ func Run(ctx context.Context, cfg Config) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: cfg.SchedulerName})
+	if grp != nil {
+		grp.SetRecorder(recorder)
+	}
 
 	lead := func(ctx context.Context) {
 		m.leader.Set(1)

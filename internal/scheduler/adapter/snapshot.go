@@ -112,6 +112,10 @@ type builder struct {
 	classKeys    []string // active class keys with a label, sorted
 	nextClass    int
 
+	// groupQueues memoizes, within one runningAllocations, each PodGroup's
+	// queue (allocationQueue).
+	groupQueues map[string]string
+
 	// nodeAllocs holds each node's allocations; a node's slice is
 	// replaced, never changed, when its pods change (the core relies on
 	// it: model.Snapshot.RunningByNode).
@@ -491,6 +495,10 @@ func (b *builder) modelNodesFor(used map[string]bool, nodesChanged bool) []model
 // whose refusals expired). An unchanged node's chunk is the very slice of
 // the last snapshot, which tells the core to skip it. Caller holds c.mu.
 func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time) [][]model.Allocation {
+	if b.groupQueues == nil {
+		b.groupQueues = map[string]string{}
+	}
+	clear(b.groupQueues)
 	for _, pod := range r.expire(now) {
 		if pi := c.pods[pod]; pi != nil {
 			if n := c.nodeOf(pi); n != "" {
@@ -644,11 +652,18 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 // scheduler's lone pods.
 func (b *builder) allocationQueue(c *clusterCache, pi *podInfo) string {
 	if pi.pg != "" {
+		// A member that names no queue itself counts in the queue its
+		// group was admitted to, not in its namespace's default.
+		if q, ok := b.groupQueues[pi.group]; ok {
+			return q
+		}
 		pgQueue := ""
 		if pg := c.podGroups[pi.pg]; pg != nil {
 			pgQueue = pg.Spec.Queue
 		}
-		return podQueue(c, pi, pgQueue)
+		q, _ := groupQueue(c, pi, c.members[pi.group], pgQueue)
+		b.groupQueues[pi.group] = q
+		return q
 	}
 	if pi.pod.Spec.SchedulerName == b.schedulerName {
 		return podQueue(c, pi, "")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -91,6 +93,9 @@ type Grouper struct {
 	now func() time.Time
 	// statusDirty says GroupingRule conditions need writing.
 	statusDirty chan struct{}
+	// recorder records events on the objects groups are made from; nil
+	// records none.
+	recorder record.EventRecorder
 }
 
 type ruleObject struct {
@@ -100,12 +105,13 @@ type ruleObject struct {
 }
 
 // ownerKey is a pod's controller owner, or the Workload API PodGroup it
-// names (ByName: the pod's reference has no UID): what a decision is
-// cached by.
+// names (ByName: the pod's reference has no UID), or the Volcano PodGroup
+// its annotation names (Volcano): what a decision is cached by.
 type ownerKey struct {
 	Namespace, APIVersion, Kind, Name string
 	UID                               types.UID
 	ByName                            bool
+	Volcano                           bool
 }
 
 // WorkloadPodGroupAPIVersion is the Kubernetes Workload API's PodGroup, which
@@ -147,7 +153,12 @@ type decision struct {
 	// can be placed, preempted and reclaimed alone, as before.
 	queue string
 	err   error // why the workload's group cannot be made
-	at    time.Time
+	// mirror: the decision is about the Volcano PodGroup a pod names by
+	// annotation; group is set when a gpuplane PodGroup of that name was
+	// mirrored from it. Pods are never labelled for it: their annotation
+	// names the group already.
+	mirror bool
+	at     time.Time
 	// split is set when the workload's rule splits it into a group per
 	// key of its pods (spec.groupBy); group and queue are then each
 	// key's, in split.groups.
@@ -157,6 +168,9 @@ type decision struct {
 // needsLabel reports whether a pod without a group must be labelled by
 // decision d before it is scheduled.
 func (d *decision) needsLabel(p *corev1.Pod) bool {
+	if d.mirror {
+		return false
+	}
 	if d.group != "" {
 		return true
 	}
@@ -183,6 +197,14 @@ func New(cfg Config) (*Grouper, error) {
 	return g, nil
 }
 
+// SetRecorder sets the recorder of the events the Grouper records on the
+// objects it makes groups from (an invalid Volcano PodGroup).
+func (g *Grouper) SetRecorder(r record.EventRecorder) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.recorder = r
+}
+
 // OnSettled sets the function told of a pod whose wait is over without a
 // label change (it joins no group, or its group cannot be made): the pod
 // cache then asks Awaiting again. It is called without the Grouper's lock.
@@ -195,20 +217,33 @@ func (g *Grouper) OnSettled(f func(namespace, name string)) {
 // Awaiting reports whether pod p waits for the group its workload makes,
 // and with an error why that group cannot be made. The group is worked out
 // from the Workload API PodGroup the pod names (spec.schedulingGroup), else
-// from its controller owner chain. Pods that name a group by label or
-// annotation, are bound or finished, belong to another scheduler, or have
-// neither reference never wait.
+// from its controller owner chain. Pods that name a group by label, are
+// bound or finished, belong to another scheduler, or have neither reference
+// never wait.
+//
+// A pod that names its group with Volcano's annotation waits while the
+// Volcano PodGroup of that name, if any, is looked up, and (true) when a
+// gpuplane PodGroup was mirrored from it: the caller lets it go once it
+// sees that PodGroup (labelled v1alpha1.DerivedLabel). With no Volcano
+// PodGroup of the name (or no Volcano CRD) it does not wait: the
+// annotation names a gpuplane PodGroup.
 func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	if p.Spec.SchedulerName != g.cfg.SchedulerName || p.Spec.NodeName != "" || p.DeletionTimestamp != nil ||
 		p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false, nil
 	}
-	if named, _ := v1alpha1.PodGroupName(p.Labels, p.Annotations); named.Value != "" {
+	var k ownerKey
+	named, _ := v1alpha1.PodGroupName(p.Labels, p.Annotations)
+	switch {
+	case named.From.Name == v1alpha1.VolcanoGroupAnnotation && named.From.Annotation:
+		k = volcanoKey(p.Namespace, named.Value)
+	case named.Value != "":
 		return false, nil
-	}
-	k, ok := groupRef(p)
-	if !ok {
-		return false, nil
+	default:
+		var ok bool
+		if k, ok = groupRef(p); !ok {
+			return false, nil
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -239,6 +274,8 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 		return true, nil
 	case d.err != nil:
 		return true, d.err
+	case d.mirror:
+		return d.group != "", nil
 	default:
 		// A group or a queue: the pod waits for its label. Neither: it
 		// goes alone.
@@ -409,7 +446,7 @@ func (g *Grouper) settle(ctx context.Context, k ownerKey, d *decision, pods []wa
 	if d.group == "" {
 		key, value = v1alpha1.QueueLabel, d.queue
 	}
-	if value == "" || d.err != nil {
+	if value == "" || d.err != nil || d.mirror {
 		for _, p := range pods {
 			notify(p.Namespace, p.Name)
 		}
@@ -482,6 +519,9 @@ func (g *Grouper) settle(ctx context.Context, k ownerKey, d *decision, pods []wa
 // that has a rule. An error return is transient (the API); a decision with
 // an error is the workload's or the rule's to fix.
 func (g *Grouper) decide(ctx context.Context, k ownerKey) (*decision, error) {
+	if k.Volcano {
+		return g.decideVolcano(ctx, k)
+	}
 	var top *unstructured.Unstructured
 	var topRule *Rule
 	ref := &metav1.OwnerReference{APIVersion: k.APIVersion, Kind: k.Kind, Name: k.Name, UID: k.UID}
@@ -557,7 +597,7 @@ func (g *Grouper) makeGroup(ctx context.Context, top *unstructured.Unstructured,
 		return &decision{queue: d.Queue}, nil
 	}
 	name := SplitGroupName(top.GetKind(), top.GetName(), top.GetUID(), group)
-	if err := g.ensurePodGroup(ctx, name, top, r, d); err != nil {
+	if err := g.ensurePodGroup(ctx, name, top, d); err != nil {
 		var perm *permanentError
 		if errors.As(err, &perm) || apierrors.IsForbidden(err) {
 			return &decision{err: err}, nil
@@ -590,9 +630,10 @@ type permanentError struct{ msg string }
 
 func (e *permanentError) Error() string { return e.msg }
 
-// ensurePodGroup creates the workload's PodGroup, or brings its spec up to
-// date with the workload's. It never takes over a PodGroup it did not make.
-func (g *Grouper) ensurePodGroup(ctx context.Context, name string, top *unstructured.Unstructured, r *Rule, d Derived) error {
+// ensurePodGroup creates the workload's PodGroup (top is the workload, or
+// the Volcano PodGroup it is mirrored from), or brings its spec up to date
+// with the workload's. It never takes over a PodGroup it did not make.
+func (g *Grouper) ensurePodGroup(ctx context.Context, name string, top *unstructured.Unstructured, d Derived) error {
 	ns := top.GetNamespace()
 	from := fmt.Sprintf("%s %s/%s: %s", schema.FromAPIVersionAndKind(top.GetAPIVersion(), top.GetKind()).GroupKind(), ns, top.GetName(), d.Explain)
 	want := &v1alpha1.PodGroup{
@@ -603,7 +644,7 @@ func (g *Grouper) ensurePodGroup(ctx context.Context, name string, top *unstruct
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: top.GetAPIVersion(), Kind: top.GetKind(), Name: top.GetName(), UID: top.GetUID(),
 				Controller: new(true)}},
 		},
-		Spec: v1alpha1.PodGroupSpec{MinMember: d.MinMember, Queue: d.Queue, PriorityClassName: d.PriorityClassName},
+		Spec: v1alpha1.PodGroupSpec{MinMember: d.MinMember, Queue: d.Queue, PriorityClassName: d.PriorityClassName, MinResources: d.MinResources},
 	}
 	res := g.cfg.Dynamic.Resource(v1alpha1.PodGroupsResource).Namespace(ns)
 	cur, err := res.Get(ctx, name, metav1.GetOptions{})
@@ -625,6 +666,10 @@ func (g *Grouper) ensurePodGroup(ctx context.Context, name string, top *unstruct
 		return err
 	}
 	if cur.GetLabels()[v1alpha1.DerivedLabel] != "true" {
+		if top.GroupVersionKind() == VolcanoPodGroupKind {
+			return &permanentError{fmt.Sprintf("the pods' annotation %s names both Volcano PodGroup %s/%s and a PodGroup of gpuplane's of the same name, which gpuplane-scheduler did not make: delete one of them",
+				v1alpha1.VolcanoGroupAnnotation, ns, name)}
+		}
 		return &permanentError{fmt.Sprintf("PodGroup %s/%s exists and was not made by gpuplane-scheduler: delete it, or label the pods with %s to use it", ns, name, v1alpha1.PodGroupLabel)}
 	}
 	var have v1alpha1.PodGroup
@@ -632,10 +677,15 @@ func (g *Grouper) ensurePodGroup(ctx context.Context, name string, top *unstruct
 		return err
 	}
 	if have.Spec.MinMember == want.Spec.MinMember && have.Spec.Queue == want.Spec.Queue && have.Spec.PriorityClassName == want.Spec.PriorityClassName &&
-		have.Annotations[v1alpha1.DerivedFromAnnotation] == from {
+		equality.Semantic.DeepEqual(have.Spec.MinResources, want.Spec.MinResources) && have.Annotations[v1alpha1.DerivedFromAnnotation] == from &&
+		equality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) {
 		return nil
 	}
 	have.Spec.MinMember, have.Spec.Queue, have.Spec.PriorityClassName = want.Spec.MinMember, want.Spec.Queue, want.Spec.PriorityClassName
+	have.Spec.MinResources = want.Spec.MinResources
+	// An owner recreated under the same name (a Volcano PodGroup deleted and
+	// made again before the garbage collector took the old mirror) owns it.
+	have.OwnerReferences = want.OwnerReferences
 	if have.Annotations == nil {
 		have.Annotations = map[string]string{}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/ext"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -44,6 +45,9 @@ type Derived struct {
 	MinMember         int32
 	Queue             string
 	PriorityClassName string
+	// MinResources is what the group's queue must admit before its pods
+	// are considered (PodGroup spec.minResources); nil for none.
+	MinResources corev1.ResourceList
 	// Explain says where each value came from, for the PodGroup's
 	// derived-from annotation and `gpuplane status`.
 	Explain string

@@ -421,6 +421,14 @@ const (
 	// UnplacedWaitingForVictims: the group is placed once the pods
 	// evicted for it exit (Decisions.Holds).
 	UnplacedWaitingForVictims = "WaitingForPreemption"
+	// UnplacedAboveQueueLimit: what the group needs admitted exceeds the
+	// limit of its queue, or of an ancestor, on its own: it can never
+	// start there, however idle the queue (Unplaced.Queue, Unplaced.Need).
+	UnplacedAboveQueueLimit = "ExceedsQueueLimit"
+	// UnplacedAboveCapacity: the least the group can start with (its
+	// minMember smallest pods) exceeds what every node of the cluster has
+	// together (Unplaced.Need, Unplaced.Capacity).
+	UnplacedAboveCapacity = "ExceedsClusterCapacity"
 )
 
 // Unplaced records a pending group the cycle could not place: Code says
@@ -437,6 +445,13 @@ type Unplaced struct {
 	Nodes     int           `json:"nodes,omitempty"`
 	Filtered  []FilterCount `json:"filtered,omitempty"`
 	Placeable int           `json:"placeable,omitempty"`
+	// For UnplacedAboveQueueLimit and UnplacedAboveCapacity: Need is what
+	// the group needs, Queue and Limit the queue whose limit it exceeds,
+	// Capacity the cluster's.
+	Need     Resources `json:"need,omitzero"`
+	Queue    string    `json:"queue,omitempty"`
+	Limit    Resources `json:"limit,omitzero"`
+	Capacity Resources `json:"capacity,omitzero"`
 }
 
 // FilterCount is how many nodes one filter refused.

@@ -165,6 +165,19 @@ func (t *Tree) Admits(i int, r model.Resources) bool {
 	return true
 }
 
+// LimitBelow returns the first queue on the path from i to its root whose
+// limit r alone exceeds, whatever that queue's usage: a group that needs r
+// admitted can never start there until the limit or the group changes. ok
+// is false when every limit on the path holds r.
+func (t *Tree) LimitBelow(i int, r model.Resources) (q int, ok bool) {
+	for j := i; j >= 0; j = t.nodes[j].parent {
+		if !withinLimit(r, t.nodes[j].q.Limit) {
+			return j, true
+		}
+	}
+	return -1, false
+}
+
 // ComputeFairShares divides capacity among the roots, then each queue's
 // share among its children, by water filling per resource: guarantees
 // first, then what is left in proportion to the queues' weights for that

@@ -201,3 +201,29 @@ func TestAboveFairShare(t *testing.T) {
 		t.Errorf("b uses 2 of its 4 GPUs' fair share and no scarce resource above it: want not above")
 	}
 }
+
+// LimitBelow finds the queue whose limit a need exceeds on its own, from the
+// leaf up; usage does not count.
+func TestLimitBelow(t *testing.T) {
+	gpus := func(n int64) model.Resources { return model.Resources{GPUMilli: n * 1000} }
+	tr, err := New([]model.Queue{{Name: "org", Limit: gpus(6)}, {Name: "a", Parent: "org", Limit: gpus(3)}, {Name: "b", Parent: "org"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := tr.Leaf("a"), tr.Leaf("b")
+	tr.AddUsage(a, gpus(3))
+	for _, tc := range []struct {
+		leaf int
+		need int64
+		want string
+	}{{a, 3, ""}, {a, 4, "a"}, {b, 6, ""}, {b, 7, "org"}, {a, 7, "a"}} {
+		q, over := tr.LimitBelow(tc.leaf, gpus(tc.need))
+		got := ""
+		if over {
+			got = tr.Name(q)
+		}
+		if got != tc.want {
+			t.Errorf("LimitBelow(%s, %d GPUs) = %q, want %q", tr.Name(tc.leaf), tc.need, got, tc.want)
+		}
+	}
+}

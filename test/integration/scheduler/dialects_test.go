@@ -58,7 +58,7 @@ func TestDialectsAndQueueNamespaces(t *testing.T) {
 				return false, err
 			}
 			got, _, _ := unstructured.NestedString(u.Object, "status", "usage", string(framework.ResourceGPU))
-			return got == "6", nil
+			return got == "6", fmt.Errorf("usage %q", got)
 		})
 	})
 	t.Run("a namespace the queue does not admit waits with the reason", func(t *testing.T) {

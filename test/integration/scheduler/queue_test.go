@@ -323,7 +323,7 @@ func TestPodGroupMinResources(t *testing.T) {
 	}
 	t.Run("above the queue's limit the gang waits and says what to change", func(t *testing.T) {
 		gang("huge", "6")
-		c.waitCondition("huge-0", corev1.PodReasonUnschedulable, "above queue", 30*time.Second)
+		c.waitCondition("huge-0", "ExceedsQueueLimit", "asks for minResources {nvidia.com/gpu=6}, above queue", 30*time.Second)
 		if n, _, err := c.bound(t.Context(), "gang=huge"); err != nil || n != 0 {
 			t.Fatalf("%d pods bound (err %v), want 0", n, err)
 		}
