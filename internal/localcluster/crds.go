@@ -29,7 +29,7 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 func InstallCRDs(ctx context.Context, client dynamic.Interface, dir string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("installing CRDs: no YAML files in %s (%v)", dir, err)
+		return nil, fmt.Errorf("installing CRDs: no YAML files in %s: %w", dir, err)
 	}
 	sort.Strings(files)
 	var names []string
@@ -69,7 +69,7 @@ func InstallCRDs(ctx context.Context, client dynamic.Interface, dir string) ([]s
 			}
 			select {
 			case <-ctx.Done():
-				return nil, fmt.Errorf("waiting for CRD %s to be established: %w (last: %v)", n, ctx.Err(), err)
+				return nil, fmt.Errorf("waiting for CRD %s to be established: %w (last: %w)", n, ctx.Err(), err)
 			case <-tick.C:
 			}
 		}

@@ -208,7 +208,7 @@ func waitOperatorReady(ctx context.Context, op *Operator, url string, timeout ti
 	// Not faster: the operators log every failed probe.
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	last := "no answer yet"
+	var last string
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {

@@ -201,7 +201,9 @@ func (s *supervisor) start(ctx context.Context) error {
 	go func() { operatorsDone <- s.startOperators(opCtx, cp) }()
 	stopOperators := func(err error) error {
 		cancelOps()
-		<-operatorsDone
+		if opErr := <-operatorsDone; opErr != nil && !errors.Is(opErr, context.Canceled) {
+			return errors.Join(err, opErr)
+		}
 		return err
 	}
 	chart := s.spec.Install == InstallChart

@@ -158,7 +158,7 @@ func TestLeaderWorkerSetGangPerGroup(t *testing.T) {
 			}
 		}
 		return err == nil && gerr == nil && all["0"] == 3 && refused[name],
-			fmt.Errorf("too-big has %v pods, group %q unschedulable %v (%v, %v)", all, name, refused[name], err, gerr)
+			fmt.Errorf("too-big has %v pods, group %q unschedulable %v (%w, %w)", all, name, refused[name], err, gerr)
 	})
 	mm, _, err := c.derivedGroups(t.Context())
 	if err != nil {
@@ -213,7 +213,7 @@ func TestLeaderWorkerSetGroupsCompete(t *testing.T) {
 			}
 		}
 		return err == nil && running != "" && all[waiting] == 2 && waitingRefused,
-			fmt.Errorf("bound %v of %v, the waiting group refused %v (%v)", b, all, waitingRefused, err)
+			fmt.Errorf("bound %v of %v, the waiting group refused %v (%w)", b, all, waitingRefused, err)
 	})
 	if b, all, err := c.boundByGroup(t.Context(), "lws=rivals"); err != nil || b[waiting] != 0 || b[running] != 2 {
 		t.Fatalf("bound %v of %v (%v): want group %s whole and none of %s", b, all, err, running, waiting)
@@ -257,7 +257,7 @@ func TestLeaderWorkerSetLeaderReady(t *testing.T) {
 			}
 		}
 		return err == nil && leader && workers == 2 && strings.HasPrefix(name, "leaderworkerset-staged-0-workers-") && mm[name] == 2 && refused[name] && len(mm) == 1,
-			fmt.Errorf("leader bound %v, %d workers, groups %v, %q refused %v (%v)", leader, workers, mm, name, refused[name], err)
+			fmt.Errorf("leader bound %v, %d workers, groups %v, %q refused %v (%w)", leader, workers, mm, name, refused[name], err)
 	})
 }
 

@@ -166,7 +166,7 @@ func TestTrainJobNodesAreOneGang(t *testing.T) {
 			}
 		}
 		return err == nil && gerr == nil && total == 5 && refused[name] && mm[name] == 5,
-			fmt.Errorf("%d pods, group %q minMember %d unschedulable %v (%v, %v)", total, name, mm[name], refused[name], err, gerr)
+			fmt.Errorf("%d pods, group %q minMember %d unschedulable %v (%w, %w)", total, name, mm[name], refused[name], err, gerr)
 	})
 
 	c.trainingRuntime("gpu-with-init", 4, true)
@@ -177,7 +177,7 @@ func TestTrainJobNodesAreOneGang(t *testing.T) {
 			return false, err
 		}
 		n, nt, err := c.bound(ctx, trainJobPods("with-init", "node"))
-		return err == nil && i == 1 && n == 2, fmt.Errorf("initializer %d/%d, nodes %d/%d bound (%v)", i, it, n, nt, err)
+		return err == nil && i == 1 && n == 2, fmt.Errorf("initializer %d/%d, nodes %d/%d bound (%w)", i, it, n, nt, err)
 	})
 	mm, _, err := c.derivedGroups(t.Context())
 	if err != nil {
