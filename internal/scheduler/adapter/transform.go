@@ -37,7 +37,7 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // one (checkContainers) keeps each container's name, resources and restart
 // policy. Labels, annotations, node selectors, resource lists, owner
 // references and common strings, alike across the pods of a workload, are
-// shared between pods (internTable, stringTable, ownerTable).
+// shared between pods (sharedTable).
 // A node keeps its metadata, its spec and of its status capacity and
 // allocatable. The scheduler never writes back a whole cached object (it
 // binds, evicts, and patches status), so nothing is lost on the server.
@@ -86,14 +86,14 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 	// Pods of a workload repeat these too (a GPU choice has few values).
 	out.Annotations = strMaps.intern(out.Annotations)
 	out.Labels = strMaps.intern(p.Labels)
-	out.Namespace, out.GenerateName = strs.intern(p.Namespace), strs.intern(p.GenerateName)
-	out.OwnerReferences = owners.intern(p.OwnerReferences)
+	out.Namespace, out.GenerateName = shareString(p.Namespace), shareString(p.GenerateName)
+	out.OwnerReferences = shareOwners(p.OwnerReferences)
 	s := &p.Spec
 	out.Spec = corev1.PodSpec{
-		SchedulerName:     strs.intern(s.SchedulerName),
-		NodeName:          strs.intern(s.NodeName),
+		SchedulerName:     shareString(s.SchedulerName),
+		NodeName:          shareString(s.NodeName),
 		Priority:          s.Priority,
-		PriorityClassName: strs.intern(s.PriorityClassName),
+		PriorityClassName: shareString(s.PriorityClassName),
 		// The Workload API's group reference, which the grouper reads.
 		SchedulingGroup: s.SchedulingGroup,
 	}
@@ -162,48 +162,57 @@ func slimContainers(cs []corev1.Container) []corev1.Container {
 }
 
 // lists and strMaps are the cache's tables of shared resource lists and
-// string maps (labels, node selectors).
+// string maps (labels, annotations, node selectors); strs shares the
+// strings many cached objects repeat (namespaces, node, scheduler and
+// priority class names), owners the owner reference of the pods of one
+// workload.
 var (
 	lists   = newInternTable[corev1.ResourceName](func(q resource.Quantity) string { return q.String() })
 	strMaps = newInternTable[string](func(s string) string { return s })
+	strs    = newSharedTable[string, string](1 << 16) // a large cluster's node names
+	owners  = newSharedTable[ownerKey, []metav1.OwnerReference](maxInterned)
 )
 
-// maxInterned bounds an internTable: past it the table starts over.
+// maxInterned bounds a table of maps or owner references: past it the
+// table starts over.
 const maxInterned = 4096
 
-// strs shares the strings many cached objects repeat (namespaces, node,
-// scheduler and priority class names); owners the owner references of the
-// pods of one workload.
-var (
-	strs   = &stringTable{m: map[string]string{}}
-	owners = &ownerTable{m: map[ownerKey][]metav1.OwnerReference{}}
-)
-
-// maxStrings bounds stringTable: past it the table starts over. It holds a
-// large cluster's node names.
-const maxStrings = 1 << 16
-
-// stringTable keeps one copy of each distinct string; like internTable,
-// nothing depends on it.
-type stringTable struct {
-	mu sync.Mutex
-	m  map[string]string
+// sharedTable keeps one value per key, for cached objects to share: alike
+// values held once. Cached objects are never written, so sharing is safe;
+// the table is bounded (past max entries it starts over), and nothing
+// depends on it: a value the table forgot stays with the objects that hold
+// it.
+type sharedTable[K comparable, V any] struct {
+	mu  sync.Mutex
+	m   map[K]V
+	max int
 }
 
-func (t *stringTable) intern(s string) string {
+func newSharedTable[K comparable, V any](maxEntries int) *sharedTable[K, V] {
+	return &sharedTable[K, V]{m: map[K]V{}, max: maxEntries}
+}
+
+// share returns the value kept for k, keeping v for it when there is
+// none. Callers hold t.mu.
+func (t *sharedTable[K, V]) share(k K, v V) V {
+	if shared, ok := t.m[k]; ok {
+		return shared
+	}
+	if len(t.m) >= t.max {
+		clear(t.m)
+	}
+	t.m[k] = v
+	return v
+}
+
+// shareString shares one copy of each distinct string.
+func shareString(s string) string {
 	if s == "" || len(s) > 253 {
 		return s
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if shared, ok := t.m[s]; ok {
-		return shared
-	}
-	if len(t.m) >= maxStrings {
-		clear(t.m)
-	}
-	t.m[s] = s
-	return s
+	strs.mu.Lock()
+	defer strs.mu.Unlock()
+	return strs.share(s, s)
 }
 
 // ownerKey is a pod's single owner reference, as a map key.
@@ -223,55 +232,40 @@ func tristate(b *bool) int8 {
 	return 1
 }
 
-// ownerTable shares the owner reference of pods with one owner (the pods
+// shareOwners shares the owner reference of pods with one owner (the pods
 // of a ReplicaSet, a Job, a StatefulSet): the same slice for all of them.
-type ownerTable struct {
-	mu sync.Mutex
-	m  map[ownerKey][]metav1.OwnerReference
-}
-
-func (t *ownerTable) intern(refs []metav1.OwnerReference) []metav1.OwnerReference {
+func shareOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
 	if len(refs) != 1 {
 		return refs
 	}
 	r := &refs[0]
 	k := ownerKey{r.APIVersion, r.Kind, r.Name, r.UID, tristate(r.Controller), tristate(r.BlockOwnerDeletion)}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if shared, ok := t.m[k]; ok {
-		return shared
-	}
-	if len(t.m) >= maxInterned {
-		clear(t.m)
-	}
-	t.m[k] = refs
-	return refs
+	owners.mu.Lock()
+	defer owners.mu.Unlock()
+	return owners.share(k, refs)
 }
 
 // internTable shares one copy of each distinct map among the cached pods.
 // The pods of a workload carry the same labels and ask for the same
 // resources, and a decoded map costs a few hundred bytes (a resource
-// list's Quantities more), the largest part of a slimmed pod. Cached
-// objects are never written, so sharing is safe; the table is bounded,
-// and nothing depends on it (a map the table forgot stays with the pods
-// that hold it).
+// list's Quantities more), the largest part of a slimmed pod. A map is
+// keyed by its sorted entries.
 type internTable[K ~string, V any] struct {
-	mu  sync.Mutex
-	m   map[string]map[K]V
+	t   *sharedTable[string, map[K]V]
 	str func(V) string
 	b   strings.Builder
 }
 
 func newInternTable[K ~string, V any](str func(V) string) *internTable[K, V] {
-	return &internTable[K, V]{m: map[string]map[K]V{}, str: str}
+	return &internTable[K, V]{t: newSharedTable[string, map[K]V](maxInterned), str: str}
 }
 
 func (t *internTable[K, V]) intern(m map[K]V) map[K]V {
 	if len(m) == 0 || len(m) > 64 {
 		return m
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.t.mu.Lock()
+	defer t.t.mu.Unlock()
 	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -288,15 +282,7 @@ func (t *internTable[K, V]) intern(m map[K]V) map[K]V {
 		t.b.WriteByte(':')
 		t.b.WriteString(v)
 	}
-	key := t.b.String()
-	if shared, ok := t.m[key]; ok {
-		return shared
-	}
-	if len(t.m) >= maxInterned {
-		clear(t.m)
-	}
-	t.m[key] = m
-	return m
+	return t.t.share(t.b.String(), m)
 }
 
 func slimNode(n *corev1.Node) *corev1.Node {
