@@ -34,6 +34,8 @@ const (
 	// OperatorKubeRay is KubeRay's ray-operator (RayCluster, RayJob,
 	// RayService).
 	OperatorKubeRay = "kuberay"
+	// OperatorLWS is the LeaderWorkerSet controller (sigs.k8s.io/lws).
+	OperatorLWS = "lws"
 )
 
 // operatorsSubdir is the directory beside the control-plane binaries that
@@ -305,21 +307,28 @@ var operatorRecipes = map[string]operatorRecipe{
 	OperatorJobSet:   jobSetRecipe,
 	OperatorTraining: trainingRecipe,
 	OperatorKubeRay:  kubeRayRecipe,
+	OperatorLWS:      controllerConfigRecipe("config.lws.x-k8s.io/v1alpha1", "lws.yaml"),
 }
 
-// jobSetRecipe runs the JobSet controller from a configuration file: no
-// leader election, its certificate management off and a serving
-// certificate of ours instead.
-func jobSetRecipe(_ context.Context, run *operatorRun) ([]string, []string, error) {
-	certDir := filepath.Join(run.cfg.WorkDir, "serving-certs")
-	if err := servingCert(certDir); err != nil {
-		return nil, nil, err
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
+// jobSetRecipe runs the JobSet controller.
+var jobSetRecipe = controllerConfigRecipe("config.jobset.x-k8s.io/v1alpha1", "jobset.yaml")
+
+// controllerConfigRecipe runs an operator that takes a configuration file
+// of the given apiVersion (JobSet's and LeaderWorkerSet's share a shape):
+// no leader election, its certificate management off and a serving
+// certificate of ours instead, its webhook server on a loopback port that
+// Operator.Webhook returns.
+func controllerConfigRecipe(apiVersion, file string) operatorRecipe {
+	return func(_ context.Context, run *operatorRun) ([]string, []string, error) {
+		certDir := filepath.Join(run.cfg.WorkDir, "serving-certs")
+		if err := servingCert(certDir); err != nil {
+			return nil, nil, err
+		}
+		port, err := freePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg := fmt.Sprintf(`apiVersion: %s
 kind: Configuration
 leaderElection:
   leaderElect: false
@@ -333,13 +342,14 @@ metrics:
   bindAddress: "0"
 health:
   healthProbeBindAddress: %s
-`, loopback, port, certDir, run.probeAddr)
-	path := filepath.Join(run.cfg.WorkDir, "jobset.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return nil, nil, err
+`, apiVersion, loopback, port, certDir, run.probeAddr)
+		path := filepath.Join(run.cfg.WorkDir, file)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			return nil, nil, err
+		}
+		run.webhookPort, run.certDir = port, certDir
+		return []string{"--config", path, "--kubeconfig", run.cfg.Kubeconfig}, nil, nil
 	}
-	run.webhookPort, run.certDir = port, certDir
-	return []string{"--config", path, "--kubeconfig", run.cfg.Kubeconfig}, nil, nil
 }
 
 // Names the training operator v1 looks for in its installation.

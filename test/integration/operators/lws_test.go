@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -32,34 +31,13 @@ const lwsGroupIndexLabel = "leaderworkerset.sigs.k8s.io/group-index"
 // loopback, for LWS pods and objects only, and removes them when it ends.
 func startLWS(t *testing.T, ns string) {
 	t.Helper()
-	env.InstallCRDs(t, filepath.Join(operatorsDir(t), "lws-crds"))
-	port, certDir := freePort(t), servingCert(t)
-	cfg := fmt.Sprintf(`apiVersion: config.lws.x-k8s.io/v1alpha1
-kind: Configuration
-leaderElection:
-  leaderElect: false
-internalCertManagement:
-  enable: false
-webhook:
-  host: 127.0.0.1
-  port: %d
-  certDir: %s
-metrics:
-  bindAddress: "0"
-health:
-  healthProbeBindAddress: "0"
-`, port, certDir)
-	path := filepath.Join(t.TempDir(), "lws.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	port, certDir := startOperator(t, localcluster.OperatorLWS).Webhook()
 	registerMutatingWebhooks(t, "lws-"+ns, ns, port, certDir,
 		webhookRoute{"mleaderworkerset.lws.x-k8s.io", "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
 			admissionregistrationv1.Rule{APIGroups: []string{"leaderworkerset.x-k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leaderworkersets"}}, nil},
 		webhookRoute{"mpod.lws.x-k8s.io", "/mutate--v1-pod",
 			admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 			&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "leaderworkerset.sigs.k8s.io/name", Operator: metav1.LabelSelectorOpExists}}}})
-	startProcess(t, "lws", "--config", path)
 }
 
 // lws creates a LeaderWorkerSet of replicas groups, each a leader and

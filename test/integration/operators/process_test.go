@@ -2,13 +2,6 @@ package operators_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -16,12 +9,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
-// The operators localcluster.StartOperator has no recipe for yet
-// (LeaderWorkerSet, Kubeflow Trainer) are started here as plain processes,
-// their CRDs and webhooks set up by their tests.
+// The Kubeflow Trainer, which localcluster.StartOperator has no recipe for
+// (it reads its certificate from a fixed path its test fills from the
+// Secret it writes), is started here as a plain process, its CRDs set up by
+// its test.
 
 // trainingCertDir is where the Kubeflow Trainer reads its webhook
 // certificate (a fixed path; in a cluster the kubelet mounts its Secret
@@ -80,35 +73,4 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// servingCert writes a self-signed certificate for 127.0.0.1 as tls.crt
-// and tls.key into a new directory: an operator's webhook server will not
-// start without one, though no webhook configuration points the API server
-// at it.
-func servingCert(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
