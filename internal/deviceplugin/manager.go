@@ -25,6 +25,15 @@ const (
 	DefaultRetryInterval = time.Second
 	// waitingLogInterval spaces the "waiting for the kubelet" messages.
 	waitingLogInterval = 30 * time.Second
+	// unwatchedGrace is how long a registered server may go without a
+	// ListAndWatch stream from the kubelet before it registers again. The
+	// kubelet opens the stream as soon as it accepts a registration; it
+	// closes it only when it drops the plugin. One way it does: when the
+	// stream of a plugin's earlier registration ends after the new one was
+	// accepted (a config reload), the kubelet's device manager disconnects
+	// whichever client is registered under the resource name by then, the
+	// new one included, and never asks it for devices again.
+	unwatchedGrace = 5 * time.Second
 )
 
 // ManagerOptions configure a Manager.
@@ -190,6 +199,7 @@ func (m *Manager) Run(ctx context.Context, s Set) error {
 			}
 			m.registerAll(ctx, true)
 		case <-retry.C:
+			m.checkWatched()
 			if !m.hasPending() {
 				continue
 			}
@@ -275,6 +285,31 @@ func (m *Manager) restartAll() {
 		m.mu.Lock()
 		m.pending[srv.res.Name] = true
 		m.mu.Unlock()
+	}
+}
+
+// checkWatched marks for registration every registered server the kubelet
+// has not watched for unwatchedGrace: the kubelet dropped it. While the
+// kubelet's socket is absent the kubelet is down, and its return
+// re-registers everything anyway.
+func (m *Manager) checkWatched() {
+	if !m.kubeletPresent() {
+		return
+	}
+	now := time.Now()
+	for _, srv := range m.Servers() {
+		d := srv.unwatchedFor(now)
+		if d < unwatchedGrace {
+			continue
+		}
+		m.mu.Lock()
+		already := m.pending[srv.res.Name]
+		m.pending[srv.res.Name] = true
+		m.mu.Unlock()
+		if !already {
+			m.log.Warn("the kubelet is not watching this resource's devices (it dropped the plugin); registering again",
+				"resource", srv.res.Name, "unwatched", d.Round(time.Millisecond))
+		}
 	}
 }
 

@@ -79,6 +79,11 @@ type Server struct {
 	mu     sync.Mutex
 	grpc   *grpc.Server
 	stopCh chan struct{}
+	// streams counts the kubelet's open ListAndWatch streams; idleSince is
+	// when the server last had none (since it started, was registered or
+	// lost its last stream).
+	streams   int
+	idleSince time.Time
 }
 
 var _ pluginapi.DevicePluginServer = (*Server)(nil)
@@ -152,6 +157,7 @@ func (s *Server) Start() error {
 	}
 	s.grpc = grpc.NewServer()
 	s.stopCh = make(chan struct{})
+	s.streams, s.idleSince = 0, time.Now()
 	pluginapi.RegisterDevicePluginServer(s.grpc, s)
 	srv := s.grpc
 	go func() {
@@ -177,6 +183,17 @@ func (s *Server) Stop() {
 	}
 }
 
+// unwatchedFor is how long the running server has had no ListAndWatch
+// stream from the kubelet, 0 while it has one or is not running.
+func (s *Server) unwatchedFor(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpc == nil || s.streams > 0 {
+		return 0
+	}
+	return now.Sub(s.idleSince)
+}
+
 // Register tells the kubelet at kubeletSocket about this sharing.
 func (s *Server) Register(ctx context.Context, kubeletSocket string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -195,6 +212,11 @@ func (s *Server) Register(ctx context.Context, kubeletSocket string) error {
 	if err != nil {
 		return fmt.Errorf("registering %s with the kubelet at %s: %w", s.res.Name, kubeletSocket, err)
 	}
+	s.mu.Lock()
+	if s.streams == 0 {
+		s.idleSince = time.Now()
+	}
+	s.mu.Unlock()
 	return nil
 }
 
@@ -233,7 +255,15 @@ func (s *Server) healthy(d *sharing.Device) bool {
 func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	s.mu.Lock()
 	stop := s.stopCh
+	s.streams++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.streams--; s.streams == 0 {
+			s.idleSince = time.Now()
+		}
+		s.mu.Unlock()
+	}()
 	changes, cancel := s.health.Changes()
 	defer cancel()
 	last, sent := "", false
