@@ -31,18 +31,16 @@
 // Each GPU is in service (not tracked) or in one state below. Every state
 // has a timeout and a next step, so a GPU is never left without one:
 //
-//	                 fault
-//	in service ──────────────► draining ──(no pods left on the GPU, or
-//	    ▲                         │        evictionTimeout)──► resetting
-//	    │                         │ failed again within window
-//	    │                         ▼                              │ reset ok (or the
-//	    │                       held ◄──(reset failed or not ────┘ class does not reset)
-//	    │                         │      supported)              ▼
-//	    │      retryHeldAfter     │◄──(fault, or no answer ── validating
-//	    │     ──► resetting ◄─────┘    within validationTimeout)   │
-//	    │                                                          │ answered for
-//	 returned ◄────────────────────────────────────────────────────┘ `validation`
-//	 (window, then forgotten; a fault within it: draining, then held)
+//	in service --fault--> draining --> resetting --> validating --> returned
+//	                          |             |             |             |
+//	                          |  failed     | reset       | fault or    | window
+//	                          |  again      | refused     | no answer   | passed
+//	                          v             v             v             v
+//	                        held <----------+-------------+         in service
+//	                          |
+//	                          +--retryHeldAfter--> resetting (or validating)
+//
+// The states:
 //
 //   - draining: evict the GPU's pods (refused evictions, as under a
 //     PodDisruptionBudget, are retried); next when no pod holds the GPU,
