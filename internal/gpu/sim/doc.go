@@ -48,7 +48,8 @@
 // Recover, Reset, FailCall, ClearFaults (faults). ResetGPU is gpu.Resetter:
 // it also brings a lost GPU back, and FailCall(OpResetGPU, ...) makes it
 // fail, a reset that does not mend the GPU. Controls are not NVML
-// calls: FailCall does not affect them.
+// calls: FailCall does not affect them. ControlHandler serves the fault
+// controls over HTTP, for a running agent's --simulate-control-addr.
 //
 // # Profile files
 //
