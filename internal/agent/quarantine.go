@@ -53,7 +53,13 @@ func newQuarantinePart(cfg *rest.Config, node string, conf *configv1.Config, bac
 		log.Info("GPU quarantine is off (health.quarantine.disabled or health.disabled): a failed GPU's devices are only withdrawn")
 		return nil, nil
 	}
+	// The Node's taint and condition have a client (and a request budget)
+	// of their own, so that events and evictions never delay them.
 	c, err := newNodeClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	nodeWriter, err := newNodeClient(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +84,7 @@ func newQuarantinePart(cfg *rest.Config, node string, conf *configv1.Config, bac
 		}
 	}
 	q := &quarantinePart{
-		node: quarantine.NewKubeNode(c.rest, node), pods: quarantine.NewKubePods(lister, evict, uid),
+		node: quarantine.NewKubeNode(nodeWriter.rest, node), pods: quarantine.NewKubePods(lister, evict, uid),
 		backend: backend, devices: devices, health: h, metrics: quarantine.NewMetrics(), log: log,
 		policy: make(chan quarantine.Policy, 1), first: quarantine.PolicyFrom(conf.Health.Quarantine),
 	}

@@ -194,6 +194,11 @@ func (c *Controller) Run(ctx context.Context, faults <-chan health.Fault) error 
 func (c *Controller) Fault(ctx context.Context, f health.Fault) {
 	c.mu.Lock()
 	c.fault(f)
+	// The Node shows the fault before any step is taken: a GPU whose
+	// quarantine ends within the step would otherwise never be shown.
+	if c.resumed {
+		c.sync(ctx)
+	}
 	c.mu.Unlock()
 	c.Step(ctx)
 }

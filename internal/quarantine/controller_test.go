@@ -71,6 +71,7 @@ type fakeNode struct {
 	writeErr error
 	last     NodeStatus
 	writes   int
+	history  []NodeStatus
 }
 
 func (f *fakeNode) Record(context.Context) (gpunode.QuarantineRecord, error) { return f.record, nil }
@@ -80,6 +81,7 @@ func (f *fakeNode) Write(_ context.Context, s NodeStatus) error {
 	}
 	f.last = s
 	f.writes++
+	f.history = append(f.history, s)
 	return nil
 }
 
@@ -497,5 +499,26 @@ func TestNodeWriteRetried(t *testing.T) {
 	h.advance(time.Second)
 	if h.node.last.TaintValue != "xid-79" {
 		t.Fatalf("the taint was not written on retry: %+v", h.node.last)
+	}
+}
+
+func TestAQuickReturnIsShownFirst(t *testing.T) {
+	p := testPolicy()
+	p.Validation = 0
+	h := newHarness(t, p)
+	h.pods.onGPU[3] = nil
+	h.c.Step(context.Background())
+	h.fault(3, 79)
+	h.advance(time.Second)
+	h.wantState(3, stateInService)
+	tainted := false
+	for _, s := range h.node.history {
+		tainted = tainted || s.TaintValue == "xid-79" && s.Condition.Reason == gpunode.ReasonGPUQuarantined
+	}
+	if !tainted {
+		t.Fatalf("the Node never showed the fault: %+v", h.node.history)
+	}
+	if h.node.last.TaintValue != "" {
+		t.Fatal("the taint stayed after the GPU returned")
 	}
 }

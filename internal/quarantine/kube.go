@@ -34,6 +34,10 @@ type KubeNode struct {
 	last       Condition
 	written    bool
 	transition time.Time
+	// spec is the taint value and record last written, so that a write
+	// that changes only the condition costs one request.
+	spec        string
+	specWritten bool
 }
 
 var _ NodeWriter = (*KubeNode)(nil)
@@ -75,14 +79,21 @@ func (k *KubeNode) Record(ctx context.Context) (gpunode.QuarantineRecord, error)
 // so other writers' taints are read and kept), then the condition by
 // server-side apply to the status.
 func (k *KubeNode) Write(ctx context.Context, s NodeStatus) error {
-	var err error
-	for range 5 {
-		if err = k.writeSpec(ctx, s); !apierrors.IsConflict(err) {
-			break
-		}
-	}
+	spec, err := gpunode.FormatQuarantine(s.Record)
 	if err != nil {
 		return err
+	}
+	spec = s.TaintValue + "\n" + spec
+	if !k.specWritten || spec != k.spec {
+		for range 5 {
+			if err = k.writeSpec(ctx, s); !apierrors.IsConflict(err) {
+				break
+			}
+		}
+		if err != nil {
+			return err
+		}
+		k.spec, k.specWritten = spec, true
 	}
 	return k.writeCondition(ctx, s.Condition)
 }
