@@ -59,7 +59,11 @@ func newQuarantinePart(cfg *rest.Config, node string, conf *configv1.Config, bac
 	if err != nil {
 		return nil, err
 	}
-	nodeWriter, err := newNodeClient(cfg)
+	// Its writes are bounded by the GPUs' steps (a handful per fault), so
+	// client-go's default budget (5/s) would only delay a burst of faults.
+	writerCfg := rest.CopyConfig(cfg)
+	writerCfg.QPS, writerCfg.Burst = 50, 100
+	nodeWriter, err := newNodeClient(writerCfg)
 	if err != nil {
 		return nil, err
 	}

@@ -410,3 +410,68 @@ func TestResetFailureAndSchedulers(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUScopedFaultWithdrawsOnlyThatGPU: a double-bit ECC error (XID 48)
+// on GPU 5 whose reset fails. The node is not tainted, only GPU 5 is
+// withdrawn: of eight one-GPU pods, four for kube-scheduler and four for
+// gpuplane-scheduler, seven are placed on the other GPUs and one waits,
+// unschedulable, until GPU 5 returns, and then gets it.
+func TestGPUScopedFaultWithdrawsOnlyThatGPU(t *testing.T) {
+	n := startNode(t, "q-gpu5", fmt.Sprintf(fastQuarantine, "20s"))
+	ns := env.CreateNamespace(t)
+	stop := runGPUplaneScheduler(t)
+	defer stop()
+	n.fault(t, "/fail?op=ResetGPU&gpu=5&message=the+driver+refused+the+reset")
+	n.fault(t, "/xid?gpu=5&xid=48")
+	n.waitQuarantine(t, 30*time.Second, false, gpunode.ReasonGPUHeld, fmt.Sprintf("GPU 5 (%s)", n.uuids[5]), "XID 48", "memory-uncorrectable")
+	n.waitGPUs(t, 8, 7)
+	for i := range 8 {
+		scheduler := corev1.DefaultSchedulerName
+		if i%2 == 1 {
+			scheduler = "gpuplane-scheduler"
+		}
+		p := framework.Pod(ns, fmt.Sprintf("w-%d", i)).GPUs(1).SchedulerName(scheduler).NodeSelector("kubernetes.io/hostname", n.name).Obj()
+		if _, err := env.Client.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var waiting string
+	framework.Eventually(t, 90*time.Second, "seven pods Running and one unschedulable", func(ctx context.Context) (bool, error) {
+		pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		running, unschedulable := 0, 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && p.Spec.NodeName == "" {
+					unschedulable++
+					waiting = p.Name
+				}
+			}
+		}
+		return running == 7 && unschedulable == 1, fmt.Errorf("%d Running, %d unschedulable", running, unschedulable)
+	})
+	for pod, ids := range n.podResources(t) {
+		if slices.Contains(ids, n.uuids[5]) {
+			t.Fatalf("pod %s holds the quarantined GPU 5", pod)
+		}
+	}
+	node, err := n.get(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tn, has := taint(node); has {
+		t.Fatalf("a GPU-scoped fault tainted the node: %v", tn)
+	}
+	// The reset works again: GPU 5 returns and the waiting pod gets it.
+	n.fault(t, "/clear")
+	n.waitQuarantine(t, 90*time.Second, false, gpunode.ReasonNoGPUQuarantined)
+	env.WaitPodPhase(t, ns, waiting, corev1.PodRunning, 90*time.Second)
+	if ids := n.podResources(t)[ns+"/"+waiting]; !slices.Equal(ids, []string{n.uuids[5]}) {
+		t.Fatalf("the waiting pod %s got %v, want GPU 5 (%s)", waiting, ids, n.uuids[5])
+	}
+}
