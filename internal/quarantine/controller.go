@@ -105,10 +105,10 @@ type gpuState struct {
 	noReset bool
 	// cleanSince is when the GPU started answering during validation.
 	cleanSince time.Time
-	// evicted remembers when each pod's eviction was last asked for, and
-	// blocked which refusals were already told.
-	evicted map[types.UID]time.Time
-	blocked map[types.UID]bool
+	// evicted remembers when each pod's eviction (by namespace/name) was
+	// last asked for, and blocked which refusals were already told.
+	evicted map[string]time.Time
+	blocked map[string]bool
 	// shown is set once the Node showed this quarantine.
 	shown bool
 }
@@ -289,7 +289,7 @@ func (c *Controller) enter(g *gpuState, state string, now time.Time, why string)
 	c.o.Metrics.setState(g.index, g.uuid, cmpOr(from, stateInService), state)
 	g.state, g.entered, g.why, g.cleanSince = state, now, why, time.Time{}
 	if state == gpunode.QuarantineDraining {
-		g.evicted, g.blocked = map[types.UID]time.Time{}, map[types.UID]bool{}
+		g.evicted, g.blocked = map[string]time.Time{}, map[string]bool{}
 	}
 	c.log.Info("GPU quarantine step", "gpu", g.index, "uuid", g.uuid, "from", from, "to", state, "xid", g.xid, "why", why)
 }
@@ -310,7 +310,10 @@ func (c *Controller) Step(ctx context.Context) {
 	for _, i := range sortedKeys(c.gpus) {
 		c.step(ctx, c.gpus[i])
 	}
-	c.sync(ctx)
+	// Until the Node's record is read, writing would overwrite it.
+	if c.resumed {
+		c.sync(ctx)
+	}
 }
 
 func sortedKeys(m map[int]*gpuState) []int {
@@ -376,21 +379,22 @@ func (c *Controller) drain(ctx context.Context, g *gpuState, now time.Time, in t
 	}
 	var waiting []string
 	for _, p := range pods {
-		if at, ok := g.evicted[p.UID]; ok && now.Sub(at) < evictRetry {
+		key := p.String()
+		if at, ok := g.evicted[key]; ok && now.Sub(at) < evictRetry {
 			waiting = append(waiting, p.String())
 			continue
 		}
 		err := c.o.Pods.Evict(ctx, p)
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
-			g.evicted[p.UID] = now
+			g.evicted[key] = now
 			c.o.Metrics.eviction("evicted")
 			c.o.Events.Eventf(corev1.EventTypeNormal, ReasonEvicted, "GPU %d (%s): evicted pod %s, which held it", g.index, g.uuid, p)
 		case apierrors.IsTooManyRequests(err):
-			g.evicted[p.UID] = now
+			g.evicted[key] = now
 			c.o.Metrics.eviction("refused")
-			if !g.blocked[p.UID] {
-				g.blocked[p.UID] = true
+			if !g.blocked[key] {
+				g.blocked[key] = true
 				c.o.Events.Eventf(corev1.EventTypeWarning, ReasonEvictionRefused, "GPU %d (%s): eviction of pod %s refused (%v); retried until %s",
 					g.index, g.uuid, p, err, g.entered.Add(c.policy.EvictionTimeout).UTC().Format(time.RFC3339))
 			}

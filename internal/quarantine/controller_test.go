@@ -522,3 +522,13 @@ func TestAQuickReturnIsShownFirst(t *testing.T) {
 		t.Fatal("the taint stayed after the GPU returned")
 	}
 }
+
+func TestEvictsEveryPodOfTheGPU(t *testing.T) {
+	h := newHarness(t, testPolicy())
+	// Pods the agent's watch has not shown yet have no UID.
+	h.pods.onGPU[1] = []PodRef{{Namespace: "ml", Name: "a"}, {Namespace: "ml", Name: "b"}, {Namespace: "web", Name: "a"}}
+	h.fault(1, 48)
+	if !slices.Equal(h.pods.evicted, []string{"ml/a", "ml/b", "web/a"}) {
+		t.Fatalf("evicted %v, want every pod of GPU 1 and no other", h.pods.evicted)
+	}
+}
