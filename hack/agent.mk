@@ -18,6 +18,6 @@ bench-agent: controlplane-bins ## the whole agent's RSS over 10,000 scrapes, aga
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test -run '^$$' \
 		-bench BenchmarkAgentRSSOver10000Scrapes -benchtime 1x -count 3 -benchmem ./test/integration/agent/
 
-bench-quarantine: controlplane-bins ## XID to taint (and, as the peer, to the allocatable drop) on a simulated DGX H100's real agent: medians of 21 faults
+bench-quarantine: controlplane-bins ## XID to taint (and, as the peer, to the allocatable drop) on a simulated DGX H100's real agent: medians of 21 faults, three runs
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test -run '^$$' \
-		-bench BenchmarkXIDToTaint -benchtime 21x -count 1 ./test/integration/quarantine/
+		-bench BenchmarkXIDToTaint -benchtime 21x -count 3 ./test/integration/quarantine/
