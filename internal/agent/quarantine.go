@@ -164,7 +164,7 @@ func (q *quarantinePart) run(ctx context.Context) error {
 	faults, stop := mon.Faults()
 	defer stop()
 	c, err := quarantine.New(quarantine.Options{
-		Policy: q.first, Devices: q.devices, Pods: q.pods, GPUs: quarantine.BackendGPUs{Backend: q.backend},
+		Policy: q.first, Devices: q.devices, Pods: q.pods, GPUs: quarantine.BackendGPUs{Backend: q.backend, Devices: q.devices},
 		Holder: mon, Node: q.node, Events: q.events(ctx), Metrics: q.metrics, Logger: q.log,
 	})
 	if err != nil {

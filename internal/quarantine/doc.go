@@ -51,7 +51,9 @@
 //     that does not reset goes straight to validating.
 //   - validating: the GPU must answer, with no critical event, for
 //     `validation`; a fault, or no answer within validationTimeout, holds
-//     it.
+//     it. A GPU in MIG mode must also still have the MIG devices the
+//     device plugin offers: a reset destroys MIG instances, so it returns
+//     only once its layout is applied again.
 //   - held: out of service, and the condition says why; after
 //     retryHeldAfter it is reset and revalidated again (revalidated only,
 //     when the driver has no reset, so a GPU reset by hand returns).

@@ -259,7 +259,13 @@ func holds(p *podresourcesv1.PodResources, resources map[string]*sharing.Resourc
 func (k *KubePods) Evict(ctx context.Context, p PodRef) error { return k.evict(ctx, p) }
 
 // BackendGPUs is GPUs over the hardware seam.
-type BackendGPUs struct{ Backend gpu.Backend }
+type BackendGPUs struct {
+	Backend gpu.Backend
+	// Devices are the GPUs as the device plugin offers them (the
+	// inventory at start): Check fails while a GPU lacks a MIG device it
+	// had, as a reset destroys MIG instances.
+	Devices []gpu.Device
+}
 
 var _ GPUs = BackendGPUs{}
 
@@ -272,8 +278,43 @@ func (b BackendGPUs) Reset(ctx context.Context, index int) error {
 	return r.ResetGPU(ctx, index)
 }
 
-// Check implements GPUs: the GPU answers a telemetry read.
+// Check implements GPUs: the GPU answers a telemetry read, and still has
+// the MIG devices the device plugin offers of it.
 func (b BackendGPUs) Check(ctx context.Context, index int) error {
 	var s gpu.Sample
-	return b.Backend.Sample(ctx, index, &s)
+	if err := b.Backend.Sample(ctx, index, &s); err != nil {
+		return err
+	}
+	var want []gpu.MIGDevice
+	for _, d := range b.Devices {
+		if d.Index == index {
+			want = d.MIGDevices
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	devs, err := b.Backend.Devices(ctx)
+	if err != nil && len(devs) == 0 {
+		return fmt.Errorf("listing the GPU's MIG devices: %w", err)
+	}
+	have := map[string]bool{}
+	for _, d := range devs {
+		if d.Index == index {
+			for _, m := range d.MIGDevices {
+				have[m.UUID] = true
+			}
+		}
+	}
+	var missing []string
+	for _, m := range want {
+		if !have[m.UUID] {
+			missing = append(missing, m.UUID)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%d of its %d MIG devices are gone (first %s), as a reset destroys MIG instances: apply the GPU's MIG layout again (nvidia.com/mig.config) and it returns",
+			len(missing), len(want), missing[0])
+	}
+	return nil
 }
