@@ -126,6 +126,8 @@ type Controller struct {
 	uuids   map[int]string
 	resumed bool
 	written *NodeStatus
+	// writeErr is the last failed write's error, said once.
+	writeErr string
 }
 
 // evictRetry is how long an asked eviction is given before it is asked

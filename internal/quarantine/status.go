@@ -103,10 +103,16 @@ func (c *Controller) sync(ctx context.Context) {
 		return
 	}
 	if err := c.o.Node.Write(ctx, s); err != nil {
-		if ctx.Err() == nil {
-			c.log.Warn("showing the GPU quarantine on the Node; retrying", "err", err)
+		// Retried every step; said again only when the error changes.
+		if ctx.Err() == nil && err.Error() != c.writeErr {
+			c.log.Warn("showing the GPU quarantine on the Node; retrying every step", "err", err)
 		}
+		c.writeErr = err.Error()
 		return
+	}
+	if c.writeErr != "" {
+		c.log.Info("the GPU quarantine is shown on the Node again")
+		c.writeErr = ""
 	}
 	c.written = &s
 	now := c.o.Clock.Now()
