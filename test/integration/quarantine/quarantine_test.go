@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -474,4 +475,36 @@ func TestGPUScopedFaultWithdrawsOnlyThatGPU(t *testing.T) {
 	if ids := n.podResources(t)[ns+"/"+waiting]; !slices.Equal(ids, []string{n.uuids[5]}) {
 		t.Fatalf("the waiting pod %s got %v, want GPU 5 (%s)", waiting, ids, n.uuids[5])
 	}
+}
+
+// TestAgentRestartResumesTheQuarantine: the agent is killed while GPU 3 is
+// held. The Node keeps its taint and condition meanwhile, and the restarted
+// agent takes the quarantine up from the Node's record: GPU 3 stays out of
+// service until its retry resets, revalidates and returns it.
+func TestAgentRestartResumesTheQuarantine(t *testing.T) {
+	n := startNode(t, "q-restart", fmt.Sprintf(fastQuarantine, "30s"))
+	n.fault(t, "/fail?op=ResetGPU&gpu=3")
+	n.fault(t, "/lose?gpu=3")
+	n.waitQuarantine(t, 30*time.Second, true, gpunode.ReasonGPUHeld, fmt.Sprintf("GPU 3 (%s)", n.uuids[3]), "reset failed")
+	pid := n.sim.AgentPid()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing the agent (pid %d): %v", pid, err)
+	}
+	framework.Eventually(t, 60*time.Second, "the agent restarted", func(context.Context) (bool, error) {
+		restarts, _ := n.sim.AgentRestarts()
+		return restarts >= 1, fmt.Errorf("%d restarts", restarts)
+	})
+	framework.Eventually(t, 60*time.Second, "the restarted agent resumes the quarantine", func(context.Context) (bool, error) {
+		events := n.nodeEvents(t)
+		return slices.Contains(events, quarantine.ReasonResumed), fmt.Errorf("events %v", events)
+	})
+	// Still out of service: tainted, held, GPU 3 withdrawn.
+	node := n.waitQuarantine(t, 10*time.Second, true, gpunode.ReasonGPUHeld, fmt.Sprintf("GPU 3 (%s)", n.uuids[3]))
+	if a := node.Status.Allocatable[gpunode.ResourceGPU]; a.Value() != 7 {
+		n.waitGPUs(t, 8, 7)
+	}
+	// The retry (30s after it was held, kept across the restart) resets
+	// the GPU, the restarted simulated node's reset works, and it returns.
+	n.waitQuarantine(t, 90*time.Second, false, gpunode.ReasonNoGPUQuarantined)
+	n.waitGPUs(t, 8, 8)
 }
