@@ -239,7 +239,8 @@ wait_quarantine NoGPUQuarantined 120
 node_view
 echo "every step, as events on the Node:"
 "$kubectl" get events -n default --field-selector involvedObject.kind=Node,involvedObject.name="$qnode" \
-	--sort-by=.firstTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message | grep -E '^(REASON|GPU)'
+	--sort-by=.firstTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message |
+	grep -E '^(REASON|GPUQuarantine|GPUPod|GPUDrain|GPUReset|GPUHeld|GPURetry|GPUReturned|GPUFailedAgain)'
 
 section "gpuplane status"
 "$bin/gpuplane" status -o wide
