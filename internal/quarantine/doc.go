@@ -22,6 +22,9 @@
 //     for the validation time;
 //   - the taint and condition lifted when it passes.
 //
+// A fault on a MIG device quarantines its whole GPU: a reset is GPU-wide,
+// so the pods on the GPU's other MIG devices are evicted too.
+//
 // Every step is a Node event and a gpuplane_gpu_quarantine_* metric, and
 // the steps are recorded in the Node's gpuplane.io/gpu-quarantine
 // annotation so that a restarted agent resumes them.

@@ -335,6 +335,24 @@ func TestXID79OnGPU3(t *testing.T) {
 		t.Fatalf("quarantine record = %+v, %v; want GPU 3 returned", rec, err)
 	}
 
+	// Every step is also a metric on the agent's /metrics.
+	metrics := n.scrape(t)
+	for _, want := range []string{
+		fmt.Sprintf(`gpuplane_gpu_quarantine_state{gpu="3",state="returned",uuid="%s"} 1`, n.uuids[3]),
+		fmt.Sprintf(`gpuplane_gpu_quarantine_state{gpu="3",state="held",uuid="%s"} 0`, n.uuids[3]),
+		fmt.Sprintf(`gpuplane_gpu_quarantine_state{gpu="0",state="in-service",uuid="%s"} 1`, n.uuids[0]),
+		`gpuplane_gpu_quarantine_transitions_total{class="bus",from="in-service",to="draining"} 1`,
+		`gpuplane_gpu_quarantine_transitions_total{class="bus",from="validating",to="returned"} 1`,
+		`gpuplane_gpu_quarantine_resets_total{result="ok"} 1`,
+		`gpuplane_gpu_quarantine_evictions_total{result="evicted"} 1`,
+		`gpuplane_gpu_quarantine_fault_to_node_seconds_count 1`,
+		`gpuplane_gpu_quarantine_state_duration_seconds_count{state="validating"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
 	// Failing again within the window: drained and held, not reset again.
 	n.fault(t, "/xid?gpu=3&xid=79")
 	n.waitQuarantine(t, 30*time.Second, true, gpunode.ReasonGPUHeld, fmt.Sprintf("GPU 3 (%s)", n.uuids[3]), "failed again", "failure 2")
@@ -507,4 +525,23 @@ func TestAgentRestartResumesTheQuarantine(t *testing.T) {
 	// the GPU, the restarted simulated node's reset works, and it returns.
 	n.waitQuarantine(t, 90*time.Second, false, gpunode.ReasonNoGPUQuarantined)
 	n.waitGPUs(t, 8, 8)
+}
+
+// scrape reads the agent's /metrics.
+func (n *simNode) scrape(t testing.TB) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, n.sim.AgentMetricsURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scraping the agent: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
