@@ -14,8 +14,7 @@ import (
 // whole node (by default XID 79, a GPU that fell off the bus) is being
 // handled. Its value is TaintValue of the XID ("xid-79"). A fault confined
 // to one GPU taints nothing: that GPU's devices are withdrawn from the
-// kubelet, so the node's allocatable drops by them and both schedulers
-// place no pod on them.
+// kubelet, so the node's allocatable drops by them.
 const TaintGPUFault = "gpuplane.io/gpu-fault"
 
 // TaintValue is the value of TaintGPUFault for a fault with XID xid.
