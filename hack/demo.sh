@@ -9,8 +9,9 @@
 # Applies examples/, waits for the pods, prints which pod got which GPUs, the
 # agent's node labels and a few metrics, runs the teams' queues, then submits
 # an Indexed Job, a PyTorchJob and a RayCluster as users write them and shows
-# the gangs gpuplane-scheduler derived from them, and stops the cluster (also
-# on failure or Ctrl-C).
+# the gangs gpuplane-scheduler derived from them, fails a GPU (it falls off
+# the bus) and shows the agent quarantine it and bring it back, and stops
+# the cluster (also on failure or Ctrl-C).
 #
 # Needs bin/gpuplane, bin/gpuplane-agent, the control-plane binaries and the
 # two operators: `make build controlplane-bins demo-operator-bins` (what
@@ -212,6 +213,34 @@ echo "each gang bound whole: its pods, the node and the GPUs gpuplane-scheduler 
 groups=$("$kubectl" get podgroups -l scheduling.gpuplane.io/derived=true -o jsonpath='{.items[*].metadata.name}')
 "$kubectl" get pods -l "scheduling.gpuplane.io/pod-group in (${groups// /,})" --sort-by=.metadata.name \
 	-o custom-columns='GROUP:.metadata.labels.scheduling\.gpuplane\.io/pod-group,POD:.metadata.name,NODE:.spec.nodeName,GPUS:.metadata.annotations.gpuplane\.io/gpus'
+
+qnode=gpu-node-5
+section "a GPU falls off the bus: $qnode's GPU 3 is quarantined, reset, revalidated and returned"
+"$bin/gpuplane" dev fault "$qnode" --gpu 3 --lose
+node_view() {
+	"$kubectl" get node "$qnode" -o jsonpath='  taint: {.spec.taints[?(@.key=="gpuplane.io/gpu-fault")].value}{"\n"}  GPUs allocatable: {.status.allocatable.nvidia\.com/gpu} of {.status.capacity.nvidia\.com/gpu}{"\n"}  GPUQuarantine: {.status.conditions[?(@.type=="GPUQuarantine")].reason}: {.status.conditions[?(@.type=="GPUQuarantine")].message}{"\n"}'
+}
+wait_quarantine() { # reason timeout-seconds
+	local deadline=$((SECONDS + $2))
+	until [[ $("$kubectl" get node "$qnode" -o jsonpath='{.status.conditions[?(@.type=="GPUQuarantine")].reason}') == "$1" ]]; do
+		if ((SECONDS > deadline)); then
+			echo "demo: $qnode's GPUQuarantine condition is not $1 after $2 s" >&2
+			node_view >&2
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+wait_quarantine GPUQuarantined 30
+echo "the node is tainted NoSchedule (XID 79 affects the node) and GPU 3 is withdrawn:"
+node_view
+echo "the GPU is reset and must answer for 30 s (health.quarantine.validation) before it returns..."
+wait_quarantine NoGPUQuarantined 120
+node_view
+echo "every step, as events on the Node:"
+"$kubectl" get events -n default --field-selector involvedObject.kind=Node,involvedObject.name="$qnode" \
+	--sort-by=.firstTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message |
+	grep -E '^(REASON|GPUQuarantine|GPUPod|GPUDrain|GPUReset|GPUHeld|GPURetry|GPUReturned|GPUFailedAgain)'
 
 section "gpuplane status"
 "$bin/gpuplane" status -o wide

@@ -38,6 +38,14 @@
 //     scheduler places a MIG pod on a GPU that has a free instance of the
 //     size it asks for, by the same index the device plugin uses.
 //
+// # GPU quarantine
+//
+// While a GPU is quarantined after a critical fault, gpuplane-agent keeps
+// the GPUQuarantine condition on its Node (ConditionGPUQuarantine), taints
+// the Node TaintGPUFault:NoSchedule when the fault affects the whole node,
+// and records each GPU's step in QuarantineAnnotation, parsed by
+// ParseQuarantine, so that a restarted agent resumes it.
+//
 // This package must not import anything of gpuplane's internal/ tree: the
 // agent, the scheduler and the CLI all import it.
 package gpunode

@@ -56,3 +56,37 @@ func FuzzParseLabels(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseQuarantine: any annotation value parses to a record within the
+// bounds or to an error, never a panic; what parses survives a round trip.
+func FuzzParseQuarantine(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"gpus":[{"gpu":3,"uuid":"GPU-3","xid":79,"class":"bus","state":"held","node":true,"since":"2026-11-25T17:00:00Z","fails":2}]}`,
+		`{"v":1,"gpus":[]}`, `{"v":2,"gpus":[]}`, `{"v":1,"gpus":[{"gpu":-1}]}`, `{`, ``, `{"v":1}{}`,
+		`{"v":1,"gpus":[{"gpu":0,"uuid":"a","state":"returned","since":"2026-01-01T00:00:00Z"},{"gpu":0,"uuid":"a","state":"held","since":"2026-01-01T00:00:00Z"}]}`,
+		`{"v":1,"gpus":[{"gpu":1,"uuid":"b","state":"validating","since":"2026-01-01T00:00:00Z","xid":99999999}]}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := gpunode.ParseQuarantine(s)
+		if err != nil {
+			return
+		}
+		if len(r.GPUs) > gpunode.MaxGPUs {
+			t.Fatalf("accepted %d GPUs", len(r.GPUs))
+		}
+		for _, g := range r.GPUs {
+			if g.Index < 0 || g.Index >= gpunode.MaxGPUs || g.XID > gpunode.MaxXID || g.Fails < 0 {
+				t.Fatalf("accepted out-of-bounds GPU %+v", g)
+			}
+		}
+		out, err := gpunode.FormatQuarantine(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gpunode.ParseQuarantine(out); err != nil {
+			t.Fatalf("round trip of %q: %v", s, err)
+		}
+	})
+}

@@ -3,6 +3,8 @@
 // labels, metrics), and this package connects them and runs them on one
 // context. It holds wiring and the small adapters between parts (the
 // health monitor as a metrics source, the device plugin's config as the
-// labels' config, a core/v1-only Node client for the labels); it must not
+// labels' config, a core/v1-only Node client for the labels, the
+// quarantine's PodResources, eviction and event adapters, the simulated
+// GPUs' loopback fault controls); it must not
 // implement a part itself: each part lives in its own package.
 package agent

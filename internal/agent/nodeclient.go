@@ -77,14 +77,17 @@ func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 }
 
 // evict asks the Eviction API to evict a pod (pods/eviction), so that
-// PodDisruptionBudgets hold; the UID precondition spares a pod recreated
-// under the same name.
+// PodDisruptionBudgets hold; the UID precondition, when the UID is known,
+// spares a pod recreated under the same name.
 func (c *nodeClient) evict(ctx context.Context, p *corev1.Pod) error {
-	body, err := json.Marshal(&policyv1.Eviction{
-		TypeMeta:      metav1.TypeMeta{APIVersion: policyv1.SchemeGroupVersion.String(), Kind: "Eviction"},
-		ObjectMeta:    metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}},
-	})
+	ev := &policyv1.Eviction{
+		TypeMeta:   metav1.TypeMeta{APIVersion: policyv1.SchemeGroupVersion.String(), Kind: "Eviction"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
+	}
+	if p.UID != "" {
+		ev.DeleteOptions = &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}
+	}
+	body, err := json.Marshal(ev)
 	if err != nil {
 		return err
 	}

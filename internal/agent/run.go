@@ -74,6 +74,7 @@ type runFlags struct {
 	overLimit          string
 	overLimitGrace     time.Duration
 	nodeCondition      bool
+	simControlAddr     string
 
 	// metricsReady, when set, is given the metrics listener's address
 	// (tests ask for port 0).
@@ -108,6 +109,7 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.labelsFile, "labels-file", DefaultFeatureFile, "node-feature-discovery features file written by --labels=file")
 	fs.StringVar(&f.overLimit, "gpu-memory-over-limit", OverLimitReport, "what happens to a pod whose processes use more GPU memory than the part of a GPU it asked for (time-slicing cannot enforce it): report (a Warning event on the pod and gpuplane_pod_gpu_memory_* series) or evict (also evict it through the Eviction API, PodDisruptionBudgets respected, once over for --gpu-memory-over-limit-grace); needs --metrics-addr, --pod-resources-socket and the API server")
 	fs.DurationVar(&f.overLimitGrace, "gpu-memory-over-limit-grace", 30*time.Second, "how long a pod may stay over its GPU memory limit before --gpu-memory-over-limit=evict evicts it")
+	fs.StringVar(&f.simControlAddr, "simulate-control-addr", "", "with --simulate: serve the simulated GPUs' fault controls (POST /xid?gpu=3&xid=79, /lose, /fail?op=ResetGPU, /clear) on this loopback address, for tests and demos")
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
 }
 
@@ -199,6 +201,12 @@ Run without a sub-command, it runs these parts over one view of the GPUs:
     named by --node-name under the field manager gpuplane-agent, or written
     to a node-feature-discovery features file (--labels). The labels follow
     the sharing and MIG strategy of the config the device plugin serves.
+  - GPU quarantine (with the API server): a critical fault takes the GPU
+    out of service with the GPUQuarantine Node condition, the
+    gpuplane.io/gpu-fault:NoSchedule taint when its XID class affects the
+    node, eviction of the pods on that GPU, a reset and revalidation; the
+    taint and condition are lifted when the GPU passes (config
+    health.quarantine).
 If a part cannot run, the agent stops the others and exits non-zero.
 
 Settings come from, in order of precedence: a flag, then an environment
@@ -356,6 +364,25 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	if recorder != nil {
 		parts = append(parts, *recorder)
 	}
+	if f.simControlAddr != "" {
+		p, err := simControlPart(backend, f.simControlAddr, log.With("part", "sim control"))
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
+	// The quarantine needs the API server: it taints, evicts and writes
+	// the Node's condition.
+	var quarantine *quarantinePart
+	if apiConfig != nil {
+		if quarantine, err = newQuarantinePart(apiConfig, node, first.cfg, backend, devices, podsOnNode, f.podResourcesSocket, healthSrc, log.With("part", "quarantine")); err != nil {
+			return err
+		}
+	}
+	if quarantine != nil {
+		onResources = append(onResources, quarantine.setResources)
+		parts = append(parts, part{name: "quarantine", run: quarantine.run})
+	}
 	if sink != nil {
 		var interval *time.Duration
 		if f.changedConfig("labels-interval") {
@@ -365,11 +392,25 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		plugin.OnConfig = lp.setConfig
 		parts = append(parts, part{name: "labels", run: lp.run})
 	}
+	if quarantine != nil {
+		labelsConfig := plugin.OnConfig
+		plugin.OnConfig = func(c *configv1.Config) {
+			if labelsConfig != nil {
+				labelsConfig(c)
+			}
+			quarantine.setConfig(c)
+		}
+	}
 	if f.metricsAddr != "" {
 		// The health monitor's own series (critical events by kind and
 		// XID) are served beside the exporter's.
 		healthReg := prometheus.NewRegistry()
 		plugin.Registerer = healthReg
+		if quarantine != nil {
+			if err := quarantine.register(healthReg); err != nil {
+				return err
+			}
+		}
 		shares := newShareBook(backend, log.With("part", "metrics"))
 		if podsOnNode != nil {
 			shares.charged = podsOnNode.chargedShare

@@ -251,6 +251,19 @@ type MIGManager interface {
 	GPUInstances(ctx context.Context, index int) ([]GPUInstance, error)
 }
 
+// Resetter is an optional capability of a Backend: resetting one GPU, as
+// the quarantine does after a fault whose documented resolution is a
+// reset. Detect it with a type assertion.
+type Resetter interface {
+	// ResetGPU resets the GPU at index: its state, memory errors pending
+	// a reset and MIG instances are cleared, and a GPU that fell off the
+	// bus may answer again. It fails with an error wrapping ErrInUse
+	// while processes use the GPU, ErrGPULost when the GPU stays off the
+	// bus, and ErrNotSupported when the driver offers no reset through
+	// this backend (the error says how to reset it by hand).
+	ResetGPU(ctx context.Context, index int) error
+}
+
 // Backend is a whole node's GPUs.
 type Backend interface {
 	Inventory

@@ -276,3 +276,65 @@ func TestMonitorFailureIsLoud(t *testing.T) {
 	h.fake.events <- gpu.Event{Kind: gpu.EventMonitorRecovered, Index: -1}
 	eventually(t, "monitor recovered", func() bool { return h.mon.Status().Monitoring })
 }
+
+func TestMonitorHoldAndFaults(t *testing.T) {
+	t.Run("faults reach the reader, also for an unhealthy device", func(t *testing.T) {
+		h := start(t, time.Minute, newFake())
+		faults, stop := h.mon.Faults()
+		defer stop()
+		eventually(t, "monitoring", func() bool { return h.mon.Status().Monitoring })
+		h.fake.events <- xid(1, 79, -1, -1)
+		h.fake.events <- xid(1, 94, -1, -1)
+		h.fake.events <- xid(2, 48, 2, 0) // MIG device of GPU 2
+		h.fake.events <- gpu.Event{Kind: gpu.EventECCDoubleBit, UUID: "GPU-0", Index: 0, GPUInstanceID: -1, ComputeInstanceID: -1}
+		want := []Fault{{GPU: 1, UUID: "GPU-1", XID: 79}, {GPU: 1, UUID: "GPU-1", XID: 94}, {GPU: 2, UUID: "GPU-2", XID: 48}, {GPU: 0, UUID: "GPU-0", XID: XIDDoubleBitECC}}
+		for i, w := range want {
+			f := <-faults
+			if f.GPU != w.GPU || f.UUID != w.UUID || f.XID != w.XID {
+				t.Errorf("fault %d = %+v, want %+v", i, f, w)
+			}
+		}
+	})
+	t.Run("a lost GPU is an XID 79 fault", func(t *testing.T) {
+		fake := newFake()
+		h := start(t, time.Minute, fake)
+		faults, stop := h.mon.Faults()
+		defer stop()
+		eventually(t, "monitoring", func() bool { return h.mon.Status().Monitoring })
+		fake.set(func(f *fakeBackend) { f.lost[3] = true })
+		h.clock.Step(time.Second)
+		f := <-faults
+		if f.GPU != 3 || f.XID != XIDFallenOffBus || f.Reason != "lost" {
+			t.Fatalf("fault = %+v", f)
+		}
+	})
+	t.Run("a held GPU outlasts probation until released", func(t *testing.T) {
+		h := start(t, 5*time.Second, newFake())
+		eventually(t, "monitoring", func() bool { return h.mon.Status().Monitoring })
+		h.fake.events <- xid(2, 79, -1, -1)
+		eventually(t, "unhealthy", func() bool { return !h.mon.Healthy("GPU-2") })
+		h.mon.Hold("GPU-2", "quarantined")
+		for range 3 {
+			h.clock.Step(10 * time.Second)
+		}
+		h.fake.events <- xid(3, 79, -1, -1) // marker: the probes ran before it
+		eventually(t, "marker", func() bool { return !h.mon.Healthy("GPU-3") })
+		if h.mon.Healthy("GPU-2") || h.mon.Healthy("MIG-2a") {
+			t.Fatal("a held GPU recovered on probation")
+		}
+		changes, stop := h.mon.Changes()
+		defer stop()
+		h.mon.Release("GPU-2")
+		<-changes
+		if !h.mon.Healthy("GPU-2") || !h.mon.Healthy("MIG-2b") {
+			t.Fatal("a released GPU is not healthy")
+		}
+	})
+	t.Run("hold takes a healthy GPU out", func(t *testing.T) {
+		h := start(t, 5*time.Second, newFake())
+		h.mon.Hold("GPU-0", "quarantined")
+		if h.mon.Healthy("GPU-0") {
+			t.Fatal("held GPU healthy")
+		}
+	})
+}

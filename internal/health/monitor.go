@@ -76,7 +76,28 @@ type Monitor struct {
 	migByID   map[[3]int]string       // (gpu, gi, ci) -> MIG UUID
 	status    Status
 	listeners map[chan struct{}]struct{}
+	// held are GPUs (by UUID) kept unhealthy by Hold.
+	held map[string]string
+	// faults receive every critical event.
+	faults map[chan Fault]struct{}
 }
+
+// Fault is one critical event on a GPU, as the monitor acted on it.
+type Fault struct {
+	// GPU and UUID name the physical GPU (the parent of a MIG device).
+	GPU  int
+	UUID string
+	// XID is the event's XID: 48 for a double-bit ECC error, 79 for a GPU
+	// a probe found off the bus.
+	XID uint64
+	// Reason is the device's unhealthy reason ("xid 79", "lost").
+	Reason string
+	Time   time.Time
+}
+
+// faultBuffer bounds the faults queued for a slow reader; more are
+// dropped with a log line (the device stays unhealthy all the same).
+const faultBuffer = 256
 
 // NewMonitor prepares a monitor for the given devices (as the inventory
 // reported them); every device starts healthy.
@@ -105,6 +126,8 @@ func NewMonitor(backend gpu.Backend, devices []gpu.Device, opts Options) (*Monit
 		devices:   map[string]*deviceState{},
 		migByID:   map[[3]int]string{},
 		listeners: map[chan struct{}]struct{}{},
+		held:      map[string]string{},
+		faults:    map[chan Fault]struct{}{},
 		status:    Status{Disabled: opts.Policy.Disabled},
 	}
 	if opts.Registerer != nil {
@@ -136,12 +159,81 @@ func (m *Monitor) Healthy(uuid string) bool {
 	if !d.health.Healthy {
 		return false
 	}
+	if _, held := m.held[uuid]; held {
+		return false
+	}
 	if d.parent != "" {
 		if p, ok := m.devices[d.parent]; ok && !p.health.Healthy {
 			return false
 		}
+		if _, held := m.held[d.parent]; held {
+			return false
+		}
 	}
 	return true
+}
+
+// Faults returns a channel that receives every critical event the
+// monitor acts on, also for a device already unhealthy, and a function
+// that stops them.
+func (m *Monitor) Faults() (<-chan Fault, func()) {
+	ch := make(chan Fault, faultBuffer)
+	m.mu.Lock()
+	m.faults[ch] = struct{}{}
+	m.mu.Unlock()
+	return ch, func() {
+		m.mu.Lock()
+		delete(m.faults, ch)
+		m.mu.Unlock()
+	}
+}
+
+// fault must be called with m.mu held.
+func (m *Monitor) fault(f Fault) {
+	for ch := range m.faults {
+		select {
+		case ch <- f:
+		default:
+			m.log.Error("a critical GPU event was not passed on: its reader is behind", "uuid", f.UUID, "reason", f.Reason)
+		}
+	}
+}
+
+// Hold keeps a GPU (by UUID) and its MIG devices unhealthy, whatever the
+// probation says, until Release: the quarantine holds a GPU it has taken
+// out of service.
+func (m *Monitor) Hold(uuid, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.held[uuid]; ok {
+		m.held[uuid] = reason
+		return
+	}
+	m.held[uuid] = reason
+	if d, ok := m.devices[uuid]; ok && d.health.Healthy {
+		d.health = DeviceHealth{UUID: uuid, Reason: reason, Since: m.opts.Clock.Now()}
+	}
+	m.log.Info("GPU held out of service", "uuid", uuid, "reason", reason)
+	m.notify()
+}
+
+// Release ends Hold: the GPU and its MIG devices are healthy again at
+// once (the holder has revalidated the GPU).
+func (m *Monitor) Release(uuid string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.held[uuid]; !ok {
+		return
+	}
+	delete(m.held, uuid)
+	now := m.opts.Clock.Now()
+	for id, d := range m.devices {
+		if id == uuid || d.parent == uuid {
+			d.health = DeviceHealth{UUID: id, Healthy: true, Since: now}
+		}
+	}
+	m.log.Info("GPU released into service", "uuid", uuid)
+	m.notify()
 }
 
 // Device returns the health record of a device.
@@ -326,6 +418,32 @@ func (m *Monitor) handle(ev gpu.Event) {
 	if was {
 		m.notify()
 	}
+	code := ev.XID
+	if ev.Kind == gpu.EventECCDoubleBit {
+		code = XIDDoubleBitECC
+	}
+	gpuUUID := uuid
+	if d.parent != "" {
+		gpuUUID = d.parent
+	}
+	m.fault(Fault{GPU: d.gpuIndex, UUID: gpuUUID, XID: code, Reason: reason, Time: now})
+}
+
+// XIDs the monitor gives faults that come without one.
+const (
+	// XIDDoubleBitECC is NVIDIA's XID of a double-bit ECC error.
+	XIDDoubleBitECC = 48
+	// XIDFallenOffBus is NVIDIA's XID of a GPU that fell off the bus.
+	XIDFallenOffBus = 79
+)
+
+// isHeld must be called with m.mu held.
+func (m *Monitor) isHeld(uuid string, d *deviceState) bool {
+	if _, ok := m.held[uuid]; ok {
+		return true
+	}
+	_, ok := m.held[d.parent]
+	return ok && d.parent != ""
 }
 
 // probe checks every GPU: one that does not answer becomes unhealthy; an
@@ -359,6 +477,11 @@ func (m *Monitor) probe(ctx context.Context) {
 				changed = changed || d.health.Healthy
 				d.health = DeviceHealth{UUID: uuid, Reason: "lost", Since: now}
 				m.log.Error("GPU is lost (fell off the bus)", "uuid", uuid, "index", g.index)
+				if uuid == g.uuid {
+					m.fault(Fault{GPU: g.index, UUID: g.uuid, XID: XIDFallenOffBus, Reason: "lost", Time: now})
+				}
+			case !lost && err == nil && !d.health.Healthy && m.isHeld(uuid, d):
+				// The holder decides when it returns.
 			case !lost && err == nil && !d.health.Healthy && m.opts.Policy.Probation > 0 && now.Sub(d.health.Since) >= m.opts.Policy.Probation:
 				m.log.Info("device is healthy again after probation", "uuid", uuid, "was", d.health.Reason, "probation", m.opts.Policy.Probation)
 				d.health = DeviceHealth{UUID: uuid, Healthy: true, Since: now}

@@ -101,8 +101,8 @@ func TestAlertRules(t *testing.T) {
 		args []string
 		want string
 	}{
-		{name: "check rules file", args: []string{"check", "rules", filepath.Join(dir, "gpu-alerts.rules.yaml")}, want: "SUCCESS: 7 rules found"},
-		{name: "check PrometheusRule groups", args: []string{"check", "rules", fromCRD}, want: "SUCCESS: 7 rules found"},
+		{name: "check rules file", args: []string{"check", "rules", filepath.Join(dir, "gpu-alerts.rules.yaml")}, want: "SUCCESS: 8 rules found"},
+		{name: "check PrometheusRule groups", args: []string{"check", "rules", fromCRD}, want: "SUCCESS: 8 rules found"},
 		{name: "unit tests", args: []string{"test", "rules", filepath.Join(dir, "gpu-alerts.test.yaml")}, want: "SUCCESS"},
 	}
 	for _, tt := range tests {

@@ -9,7 +9,10 @@
 //     side on different GPUs of one node;
 //   - sharing.allocationPolicy: "distributed" (default) or "packed", how
 //     replicas and MIG devices are chosen for a request;
-//   - health: probation time, extra ignored XIDs, switching checks off.
+//   - health: probation time, extra ignored XIDs, switching checks off;
+//   - health.quarantine: what a critical GPU fault leads to, per class of
+//     XIDs (scope gpu or node, evict, reset), with the timeouts of each
+//     step (DefaultQuarantineClasses follows NVIDIA's XID catalogue).
 //
 // One alias is accepted because users paste it from articles:
 // sharing.mig.strategy means flags.migStrategy (Load logs a note).

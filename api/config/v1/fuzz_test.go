@@ -18,6 +18,8 @@ func FuzzLoad(f *testing.F) {
 		"version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      rename: gpu-mps\n      devices: [0, 1]\n      replicas: 1000000\n",
 		"version: v1\nsharing:\n  mig:\n    strategy: single\n",
 		"version: v1\nhealth:\n  probation: 30s\n",
+		"version: v1\nhealth:\n  quarantine:\n    window: 10m\n    classes:\n    - name: nvlink\n      xids: [74]\n      scope: node\n      reset: false\n",
+		"version: v1\nhealth:\n  quarantine:\n    classes:\n    - name: a\n    - name: b\n",
 		"{\"version\": \"v1\", \"flags\": {\"plugin\": {\"deviceListStrategy\": [\"envvar\", \"cdi-cri\"]}}}",
 		"- a\n- b\n",
 	} {

@@ -328,4 +328,5 @@ func (c *Config) setDefaults() {
 		c.Sharing.AllocationPolicy = AllocationDistributed
 	}
 	setDefault(&c.Health.Probation, Duration{DefaultProbation})
+	c.Health.Quarantine.setDefaults()
 }

@@ -247,6 +247,9 @@ type Health struct {
 	// answer NVML, before it is Healthy again. Zero means never recover
 	// (NVIDIA's behaviour). Default 60s.
 	Probation *Duration `json:"probation,omitempty"`
+	// Quarantine is what happens after a critical fault: Node condition,
+	// taint, eviction of the GPU's pods, reset and revalidation.
+	Quarantine Quarantine `json:"quarantine,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s".

@@ -124,6 +124,9 @@ func (c *Config) Validate() error {
 	if p := c.Flags.Plugin.CDIAnnotationPrefix; p != nil && !strings.HasSuffix(*p, "/") {
 		return fmt.Errorf("config: flags.plugin.cdiAnnotationPrefix: %q must end with '/': %w", *p, ErrInvalid)
 	}
+	if err := c.Health.Quarantine.validate("health.quarantine"); err != nil {
+		return err
+	}
 	if err := oneOf("sharing.allocationPolicy", c.Sharing.AllocationPolicy, AllocationDistributed, AllocationPacked, ""); err != nil {
 		return err
 	}

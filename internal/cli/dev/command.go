@@ -27,7 +27,7 @@ func NewCommand() *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a local cluster with simulated GPU nodes: dev up | down | status",
+		Short: "Run a local cluster with simulated GPU nodes: dev up | down | status | fault",
 		Long: `dev runs a local Kubernetes cluster for trying gpuplane without a cluster
 or a GPU: etcd, kube-apiserver, kube-controller-manager and a scheduler built
 from their Go modules (make controlplane-bins), simulated DGX nodes each
@@ -52,7 +52,7 @@ The cluster runs in the background under a supervisor process until
 		}
 		return stateDir(abs), nil
 	}
-	cmd.AddCommand(newUpCommand(resolve), newDownCommand(resolve), newStatusCommand(resolve), newServeCommand(resolve))
+	cmd.AddCommand(newUpCommand(resolve), newDownCommand(resolve), newStatusCommand(resolve), newFaultCommand(resolve), newServeCommand(resolve))
 	return cmd
 }
 

@@ -103,7 +103,7 @@ func serve(dir stateDir) error {
 	s := &supervisor{
 		dir: dir, spec: spec, progress: progress,
 		log:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		state: State{Phase: PhaseStarting, Pid: os.Getpid(), Pids: map[string]int{}, Metrics: map[string]string{}, Logs: map[string]string{}},
+		state: State{Phase: PhaseStarting, Pid: os.Getpid(), Pids: map[string]int{}, Metrics: map[string]string{}, Faults: map[string]string{}, Logs: map[string]string{}},
 	}
 	if err := s.writeState(); err != nil {
 		return err
@@ -247,10 +247,19 @@ func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPla
 			s.chartNode(&cfg, n, cp)
 		} else {
 			s.step("starting node %s (%s) with gpuplane-agent", n.Name, n.Profile)
+			control, err := freeLoopbackAddr()
+			if err != nil {
+				return err
+			}
 			cfg.Agent = &nodesim.AgentConfig{
 				Binary: s.spec.AgentBinary, Profile: n.SimProfile, ConfigFile: n.AgentConfig,
 				Kubeconfig: cp.Kubeconfig(), LogPath: s.dir.path("agent-" + n.Name + ".log"),
+				// gpuplane dev fault reaches the simulated GPUs here.
+				ExtraArgs: []string{"--simulate-control-addr", control},
 			}
+			s.mu.Lock()
+			s.state.Faults[n.Name] = control
+			s.mu.Unlock()
 		}
 		sim, err := nodesim.Start(ctx, cfg)
 		if err != nil {

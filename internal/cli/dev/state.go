@@ -46,6 +46,9 @@ type State struct {
 	Pids map[string]int `json:"pids,omitempty"`
 	// Metrics are the agents' /metrics URLs by node.
 	Metrics map[string]string `json:"metrics,omitempty"`
+	// Faults are the loopback addresses of the simulated agents' fault
+	// controls by node (gpuplane dev fault).
+	Faults map[string]string `json:"faults,omitempty"`
 	// Logs are log files by component.
 	Logs map[string]string `json:"logs,omitempty"`
 }

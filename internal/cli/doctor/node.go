@@ -52,6 +52,21 @@ func (d *doctor) node(ctx context.Context, n *corev1.Node) *Report {
 			"kubectl -n gpuplane-system get pods -o wide --field-selector spec.nodeName="+n.Name)
 	}
 
+	// The agent's quarantine of failed GPUs (its GPUQuarantine condition).
+	for _, c := range n.Status.Conditions {
+		if c.Type != gpunode.ConditionGPUQuarantine || c.Status != corev1.ConditionTrue {
+			continue
+		}
+		res, fix := Warn, "the agent returns the GPU once it passes revalidation; 'kubectl describe node "+n.Name+"' shows each step as an event"
+		if c.Reason == gpunode.ReasonGPUHeld {
+			fix = "the agent resets and revalidates a held GPU again after health.quarantine.retryHeldAfter; a GPU it cannot reset can be reset by hand on the node (nvidia-smi --gpu-reset -i INDEX) and then returns at that retry"
+		}
+		if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == gpunode.TaintGPUFault }) {
+			res = Fail // node-wide: nothing new is placed here
+		}
+		r.add("quarantine", res, c.Reason+": "+c.Message, fix)
+	}
+
 	// GPU resources the agent advertises, against their capacity.
 	var names []corev1.ResourceName
 	for name := range n.Status.Capacity {
@@ -78,6 +93,9 @@ func (d *doctor) node(ctx context.Context, n *corev1.Node) *Report {
 
 	var taints []string
 	for _, t := range n.Spec.Taints {
+		if t.Key == gpunode.TaintGPUFault {
+			continue // the quarantine check above says what lifts it
+		}
 		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
 			taints = append(taints, fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect))
 		}

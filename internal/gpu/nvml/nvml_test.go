@@ -429,3 +429,18 @@ func TestSampleOptionalReadings(t *testing.T) {
 		t.Errorf("second sample: has %b, profiling %+v, unsupported %b", second.Has, second.Profiling, second.Unsupported)
 	}
 }
+
+func TestResetGPUNotSupported(t *testing.T) {
+	b, err := Open(Options{Library: fakeDGX(t), Hostname: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	err = b.ResetGPU(context.Background(), 0)
+	if !errors.Is(err, gpu.ErrNotSupported) || !strings.Contains(err.Error(), "nvidia-smi --gpu-reset -i 0") {
+		t.Fatalf("ResetGPU = %v, want ErrNotSupported naming the manual reset", err)
+	}
+	if err := b.ResetGPU(context.Background(), 99); !errors.Is(err, gpu.ErrNotFound) {
+		t.Fatalf("ResetGPU(99) = %v, want ErrNotFound", err)
+	}
+}

@@ -45,8 +45,11 @@
 // Beyond gpu.Backend, a Backend has controls for tests and demos:
 // RunProcess, SetProcessLoad, StopProcess (load); InjectXID, InjectMIGXID,
 // InjectECC, InjectPCIeReplay, FailEventWait (events and counters); LoseGPU,
-// Recover, Reset, FailCall, ClearFaults (faults). Controls are not NVML
-// calls: FailCall does not affect them.
+// Recover, Reset, FailCall, ClearFaults (faults). ResetGPU is gpu.Resetter:
+// it also brings a lost GPU back, and FailCall(OpResetGPU, ...) makes it
+// fail, a reset that does not mend the GPU. Controls are not NVML
+// calls: FailCall does not affect them. ControlHandler serves the fault
+// controls over HTTP, for a running agent's --simulate-control-addr.
 //
 // # Profile files
 //

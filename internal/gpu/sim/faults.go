@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,6 +28,9 @@ const (
 	OpDestroyComputeInstance Op = "DestroyComputeInstance"
 	OpDestroyGPUInstance     Op = "DestroyGPUInstance"
 	OpGPUInstances           Op = "GPUInstances"
+	// OpResetGPU is gpu.Resetter's reset: a fault injected into it is a
+	// reset the driver refuses.
+	OpResetGPU Op = "ResetGPU"
 )
 
 var opDoing = map[Op]string{
@@ -43,13 +47,14 @@ var opDoing = map[Op]string{
 	OpDestroyComputeInstance: "destroying MIG compute instance",
 	OpDestroyGPUInstance:     "destroying MIG GPU instance",
 	OpGPUInstances:           "listing MIG GPU instances",
+	OpResetGPU:               "resetting GPU",
 }
 
 // Ops lists every Op.
 func Ops() []Op {
 	return []Op{OpSystem, OpDevices, OpTopology, OpSample, OpProcesses, OpSubscribe, OpSetMIGMode,
 		OpMIGProfiles, OpCreateGPUInstance, OpCreateComputeInstance, OpDestroyComputeInstance,
-		OpDestroyGPUInstance, OpGPUInstances}
+		OpDestroyGPUInstance, OpGPUInstances, OpResetGPU}
 }
 
 func (o Op) doing() string {
@@ -200,4 +205,37 @@ func (b *Backend) resetLocked(g *simGPU) {
 	g.tel.ecc.VolatileSingleBit, g.tel.ecc.VolatileDoubleBit = 0, 0
 	g.tel.remap.Pending = false
 	g.reload()
+}
+
+var _ gpu.Resetter = (*Backend)(nil)
+
+// ResetGPU implements gpu.Resetter as the driver's reset behaves: like
+// Reset, and a GPU that fell off the bus (LoseGPU) answers again
+// afterwards, as a secondary bus reset brings it back. A fault injected
+// with FailCall(OpResetGPU, index, err) makes it fail with err, leaving
+// the GPU as it was (lost or not): a reset that does not mend the GPU.
+func (b *Backend) ResetGPU(_ context.Context, index int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return gpu.ErrClosed
+	}
+	if index < 0 || index >= len(b.gpus) {
+		return fmt.Errorf("resetting GPU: gpu %d: %w (node has %d GPUs)", index, gpu.ErrNotFound, len(b.gpus))
+	}
+	g := b.gpus[index]
+	if err := b.faults[faultKey{OpResetGPU, index}]; err != nil {
+		return fmt.Errorf("gpu %d (%s): %s: %w", index, g.uuid, OpResetGPU.doing(), err)
+	}
+	if !g.lost && len(g.procs) > 0 {
+		return fmt.Errorf("resetting GPU: gpu %d (%s): %d processes run on it (first: pid %d): %w",
+			index, g.uuid, len(g.procs), g.procs[0].PID, gpu.ErrInUse)
+	}
+	if g.lost {
+		g.lost = false
+		b.dropProcesses(g)
+	}
+	b.resetLocked(g)
+	b.log.Info("simulated GPU reset", "gpu", index, "uuid", g.uuid)
+	return nil
 }

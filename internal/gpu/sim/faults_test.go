@@ -94,6 +94,8 @@ func opAnswer(b *Backend, op Op, index, skip int) (string, error) {
 		return "", b.DestroyGPUInstance(ctx, index, 3)
 	case OpGPUInstances:
 		return render(b.GPUInstances(ctx, index))
+	case OpResetGPU:
+		return "", b.ResetGPU(ctx, index)
 	}
 	return "", fmt.Errorf("no caller for %s", op)
 }
@@ -103,7 +105,10 @@ func opAnswer(b *Backend, op Op, index, skip int) (string, error) {
 func TestFaultTouchesOnlyItsGPU(t *testing.T) {
 	injected := errors.New("injected for the test")
 	for _, op := range Ops() {
-		if op == OpSystem {
+		// ResetGPU changes the GPU rather than reading it, and is refused
+		// while processes run, as they do on every GPU here: TestResetGPU
+		// covers its faults.
+		if op == OpSystem || op == OpResetGPU {
 			continue
 		}
 		t.Run(string(op), func(t *testing.T) {
@@ -151,7 +156,8 @@ func TestFaultTouchesOnlyItsGPU(t *testing.T) {
 
 func TestLostGPUTouchesOnlyItself(t *testing.T) {
 	for _, op := range Ops() {
-		if op == OpSystem {
+		// ResetGPU is what brings a lost GPU back (TestResetGPU).
+		if op == OpSystem || op == OpResetGPU {
 			continue
 		}
 		t.Run(string(op), func(t *testing.T) {
@@ -395,4 +401,63 @@ func TestControlsRejectUnknownGPU(t *testing.T) {
 	if err != nil || len(devs) != 8 {
 		t.Errorf("node changed by rejected controls: %d GPUs, %v", len(devs), err)
 	}
+}
+
+func TestResetGPU(t *testing.T) {
+	ctx := context.Background()
+	t.Run("brings a lost GPU back", func(t *testing.T) {
+		b, _ := newTestBackend(t, "dgxh100")
+		if err := b.LoseGPU(3); err != nil {
+			t.Fatal(err)
+		}
+		var s gpu.Sample
+		if err := b.Sample(ctx, 3, &s); !errors.Is(err, gpu.ErrGPULost) {
+			t.Fatalf("Sample of a lost GPU = %v", err)
+		}
+		if err := b.ResetGPU(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Sample(ctx, 3, &s); err != nil {
+			t.Fatalf("Sample after the reset = %v", err)
+		}
+	})
+	t.Run("refuses while processes run", func(t *testing.T) {
+		b, _ := newTestBackend(t, "dgxh100")
+		if err := b.RunProcess(2, Proc{PID: 42, MemMiB: 100}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ResetGPU(ctx, 2); !errors.Is(err, gpu.ErrInUse) {
+			t.Fatalf("ResetGPU with a process = %v, want ErrInUse", err)
+		}
+	})
+	t.Run("an injected failure leaves the GPU lost", func(t *testing.T) {
+		b, _ := newTestBackend(t, "dgxh100")
+		if err := b.LoseGPU(3); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.FailCall(OpResetGPU, 3, nil); err != nil {
+			t.Fatal(err)
+		}
+		err := b.ResetGPU(ctx, 3)
+		if !errors.Is(err, ErrInjected) || !strings.Contains(err.Error(), "resetting GPU") {
+			t.Fatalf("ResetGPU with a fault = %v", err)
+		}
+		var s gpu.Sample
+		if err := b.Sample(ctx, 3, &s); !errors.Is(err, gpu.ErrGPULost) {
+			t.Fatalf("GPU answers after a failed reset: %v", err)
+		}
+		if err := b.ResetGPU(ctx, 4); err != nil {
+			t.Fatalf("the fault reached GPU 4: %v", err)
+		}
+		b.ClearFaults()
+		if err := b.ResetGPU(ctx, 3); err != nil {
+			t.Fatalf("ResetGPU after ClearFaults = %v", err)
+		}
+	})
+	t.Run("unknown GPU", func(t *testing.T) {
+		b, _ := newTestBackend(t, "dgxh100")
+		if err := b.ResetGPU(ctx, 8); !errors.Is(err, gpu.ErrNotFound) {
+			t.Fatalf("ResetGPU(8) = %v", err)
+		}
+	})
 }

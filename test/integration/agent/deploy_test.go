@@ -192,6 +192,23 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 	}
 	labelPatch := []byte(`{"metadata":{"labels":{"nvidia.com/gpu.product":"NVIDIA-H100-80GB-HBM3"}}}`)
 	specPatch := []byte(`{"spec":{"unschedulable":true}}`)
+	// Taints are replaced whole: the patches keep the ones the API server
+	// put on the new Nodes (node.kubernetes.io/not-ready).
+	withTaint := func(node string, key, value string) []byte {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		taints := append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffectNoSchedule})
+		b, err := json.Marshal(map[string]any{"spec": map[string]any{"taints": taints}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	faultTaint := withTaint("policy-node-a", "gpuplane.io/gpu-fault", "xid-79")
+	faultTaintB := withTaint("policy-node-b", "gpuplane.io/gpu-fault", "xid-79")
+	otherTaint := withTaint("policy-node-a", "example.com/maintenance", "")
 	condition := func(typ string) []byte {
 		return []byte(`{"status":{"conditions":[{"type":"` + typ + `","status":"False","reason":"Test","message":"m"}]}}`)
 	}
@@ -222,6 +239,10 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 		{"another node's labels", impersonated("policy-node-a"), "policy-node-b", labelPatch, false, false},
 		{"token without a node", impersonated(""), "policy-node-a", labelPatch, false, false},
 		{"own node's spec", impersonated("policy-node-a"), "policy-node-a", specPatch, false, false},
+		{"bound token: own node's GPUQuarantine condition", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-a", condition("GPUQuarantine"), true, true},
+		{"bound token: own node's gpu-fault taint", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-a", faultTaint, true, false},
+		{"bound token: another node's gpu-fault taint", func(*testing.T) kubernetes.Interface { return bound }, "policy-node-b", faultTaintB, false, false},
+		{"own node's other taints", impersonated("policy-node-a"), "policy-node-a", otherTaint, false, false},
 	}
 	// Admission picks a new policy up asynchronously: wait until it denies
 	// before checking what it allows. A denial must come from a validation
