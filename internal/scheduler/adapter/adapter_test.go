@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -237,6 +238,29 @@ func TestConvertNode(t *testing.T) {
 		{name: "a negative GPU count is refused",
 			node:    testNode("n", rl("nvidia.com/gpu", "-1"), nil, nil),
 			wantErr: "status.allocatable[nvidia.com/gpu]: must be a whole number"},
+		{name: "a GPU the node quarantined keeps its index and serves nothing",
+			node: func() *corev1.Node {
+				n := testNode("n", rl("nvidia.com/gpu", "7"), nil, map[string]string{gpunode.QuarantineAnnotation: `{"v":1,"gpus":[` +
+					`{"gpu":3,"uuid":"GPU-3","xid":48,"class":"memory-uncorrectable","state":"draining","since":"2026-11-25T10:00:00Z","fails":1},` +
+					`{"gpu":5,"uuid":"GPU-5","xid":79,"class":"bus","state":"returned","since":"2026-11-25T09:00:00Z","fails":1}]}`})
+				n.Status.Capacity = rl("nvidia.com/gpu", "8")
+				return n
+			}(),
+			wantGPUs: 8,
+			check: func(t *testing.T, n model.Node) {
+				for _, g := range n.GPUs {
+					if g.Withdrawn != (g.Index == 3) {
+						t.Errorf("GPU %d withdrawn %v; want only GPU 3 (GPU 5 has returned)", g.Index, g.Withdrawn)
+					}
+				}
+			}},
+		{name: "an unreadable quarantine record places by allocatable and says so",
+			node: func() *corev1.Node {
+				n := testNode("n", rl("nvidia.com/gpu", "7"), nil, map[string]string{gpunode.QuarantineAnnotation: `{"v":1,"gpus":[{"gpu":-1}]}`})
+				n.Status.Capacity = rl("nvidia.com/gpu", "8")
+				return n
+			}(),
+			wantGPUs: 7, wantWarn: "gpus[0].gpu"},
 		{name: "zero replicas are refused",
 			node:    testNode("n", rl("nvidia.com/gpu.shared", "8"), map[string]string{"nvidia.com/gpu.replicas": "0"}, nil),
 			wantErr: "label nvidia.com/gpu.replicas: must be a whole number from 1 to 1000, got \"0\""},

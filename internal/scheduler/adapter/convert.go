@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -85,6 +86,18 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 	if err != nil {
 		return model.Node{}, "", err
 	}
+	// GPUs the node's quarantine withdrew (gpuplane.io/gpu-quarantine) have
+	// left allocatable but not capacity: the node is sized from capacity
+	// then, so that every GPU keeps its index, and those GPUs serve nothing.
+	withdrawn, warning := quarantinedGPUs(n)
+	if len(withdrawn) > 0 {
+		if whole, err = deviceCount(n.Status.Capacity, ResourceGPU, maxDevices); err != nil {
+			return model.Node{}, "", errors.New(strings.Replace(err.Error(), "allocatable", "capacity", 1))
+		}
+		if shared, err = deviceCount(n.Status.Capacity, ResourceGPUShared, maxDevices); err != nil {
+			return model.Node{}, "", errors.New(strings.Replace(err.Error(), "allocatable", "capacity", 1))
+		}
+	}
 	plain := whole
 	switch {
 	case shared > 0:
@@ -95,7 +108,6 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		whole /= replicas
 	}
 	var topo *gpunode.Topology
-	warning := ""
 	if s, ok := n.Annotations[gpunode.TopologyAnnotation]; ok {
 		if topo, err = gpunode.ParseTopology(s); err != nil {
 			topo, warning = nil, "annotation "+err.Error()+"; placing without NVLink topology"
@@ -176,6 +188,7 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		if i < len(reserved) {
 			g.MemoryMiB -= reserved[i]
 		}
+		g.Withdrawn = withdrawn[i]
 		if topo != nil && i < len(topo.NUMA) {
 			g.NUMANode = topo.NUMA[i]
 		}
@@ -185,6 +198,32 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		out.Topology = topologyOf(topo)
 	}
 	return out, warning, nil
+}
+
+// quarantinedGPUs reads the GPU indexes n's agent has out of service from
+// its quarantine record (every state but returned). A record that does not
+// parse is reported and read as none: the node is then placed by its
+// allocatable alone.
+func quarantinedGPUs(n *corev1.Node) (map[int]bool, string) {
+	s, ok := n.Annotations[gpunode.QuarantineAnnotation]
+	if !ok {
+		return nil, ""
+	}
+	rec, err := gpunode.ParseQuarantine(s)
+	if err != nil {
+		return nil, "annotation " + err.Error() + "; placing by allocatable without knowing which GPUs are out of service"
+	}
+	var out map[int]bool
+	for _, g := range rec.GPUs {
+		if g.State == gpunode.QuarantineReturned {
+			continue
+		}
+		if out == nil {
+			out = map[int]bool{}
+		}
+		out[g.Index] = true
+	}
+	return out, ""
 }
 
 // migCount is how many GPUs a MIG layout puts in MIG mode.

@@ -46,6 +46,10 @@ type GPU struct {
 	MinShareMilli int64 `json:"minShareMilli,omitempty"`
 	// NUMANode is the NUMA node the GPU is attached to (-1 if unknown).
 	NUMANode int `json:"numaNode,omitempty"`
+	// Withdrawn GPUs are out of service (their node quarantined them after
+	// a fault): they serve no new request; what runs on them stays
+	// counted.
+	Withdrawn bool `json:"withdrawn,omitempty"`
 }
 
 // ShareMilli is how much of g a share of req takes: Replicas of the GPU's

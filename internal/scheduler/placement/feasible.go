@@ -20,13 +20,13 @@ func modelAllowed(req *model.Request, g *model.GPU) bool {
 }
 
 // serves reports whether GPU g, empty, can serve req's kind of GPU request:
-// a model req allows, and offered the way req asks: whole GPUs from GPUs
+// a GPU in service, of a model req allows, and offered the way req asks: whole GPUs from GPUs
 // not in MIG mode and not offered only as shares; a share from GPUs not in
 // MIG mode, not offered only whole, with the memory, and shared under the
 // resource req asks through; a MIG instance from a MIG GPU with the
 // slices, in its static layout's size when it has one.
 func serves(req *model.Request, g *model.GPU) bool {
-	if !modelAllowed(req, g) {
+	if g.Withdrawn || !modelAllowed(req, g) {
 		return false
 	}
 	switch {

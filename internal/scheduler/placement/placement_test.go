@@ -70,6 +70,31 @@ func TestOptions(t *testing.T) {
 	}
 }
 
+// A withdrawn GPU (quarantined by its node) is offered to no request,
+// whole, shared or MIG, and the node's other GPUs keep their indexes.
+func TestWithdrawnGPU(t *testing.T) {
+	n := gpuNode("a", 8000, 4)
+	n.GPUs[1].Withdrawn = true
+	st := NewState([]model.Node{n})
+	for _, req := range []model.Request{{GPUs: 1}, {GPUs: 3}, {GPUMilli: 300}} {
+		for _, o := range st.Options(0, &req) {
+			for _, sh := range o.Shares {
+				if sh.Index == 1 {
+					t.Fatalf("request %+v was offered withdrawn GPU 1: %+v", req, o)
+				}
+			}
+		}
+	}
+	if opts := st.Options(0, &model.Request{GPUs: 4}); len(opts) != 0 {
+		t.Fatalf("four whole GPUs on a node with one withdrawn: %+v", opts)
+	}
+	mig := gpuNode("m", 8000, 1)
+	mig.GPUs[0].MIGSlices, mig.GPUs[0].Withdrawn = 7, true
+	if opts := NewState([]model.Node{mig}).Options(0, &model.Request{MIGSlices: 1}); len(opts) != 0 {
+		t.Fatalf("a MIG instance on a withdrawn GPU: %+v", opts)
+	}
+}
+
 // A GPU its node hands out as 4 replicas under nvidia.com/gpu takes four
 // shares at most, however small, and only shares asked through that name.
 func TestSharesAsReplicas(t *testing.T) {

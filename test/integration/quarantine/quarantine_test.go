@@ -23,6 +23,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/internal/quarantine"
@@ -432,12 +433,11 @@ func TestResetFailureAndSchedulers(t *testing.T) {
 
 // TestGPUScopedFaultWithdrawsOnlyThatGPU: a double-bit ECC error (XID 48)
 // on GPU 5 whose reset fails. The node is not tainted, only GPU 5 is
-// withdrawn: of eight one-GPU pods kube-scheduler places seven on the
-// other GPUs, the eighth waits, unschedulable on the reduced allocatable,
-// and once GPU 5 returns it gets it. (gpuplane-scheduler is held to the
-// taint in TestResetFailureAndSchedulers; with a GPU withdrawn and no
-// taint it models the node's GPUs by index and does not yet know which
-// one is out, so it is not asserted here.)
+// withdrawn. Four one-GPU pods go through kube-scheduler first, then four
+// through gpuplane-scheduler, which reads which GPU is out from the Node's
+// quarantine record: seven run on the other GPUs, each of gpuplane's on the
+// GPU it chose, the eighth waits, unschedulable, and once GPU 5 returns it
+// gets it.
 func TestGPUScopedFaultWithdrawsOnlyThatGPU(t *testing.T) {
 	n := startNode(t, "q-gpu5", fmt.Sprintf(fastQuarantine, "20s"))
 	ns := env.CreateNamespace(t)
@@ -445,10 +445,21 @@ func TestGPUScopedFaultWithdrawsOnlyThatGPU(t *testing.T) {
 	n.fault(t, "/xid?gpu=5&xid=48")
 	n.waitQuarantine(t, 30*time.Second, false, gpunode.ReasonGPUHeld, fmt.Sprintf("GPU 5 (%s)", n.uuids[5]), "XID 48", "memory-uncorrectable")
 	n.waitGPUs(t, 8, 7)
+	stop := runGPUplaneScheduler(t)
+	defer stop()
 	for i := range 8 {
-		p := framework.Pod(ns, fmt.Sprintf("w-%d", i)).GPUs(1).NodeSelector("kubernetes.io/hostname", n.name).Obj()
+		scheduler := corev1.DefaultSchedulerName
+		if i >= 4 {
+			scheduler = "gpuplane-scheduler"
+		}
+		p := framework.Pod(ns, fmt.Sprintf("w-%d", i)).GPUs(1).SchedulerName(scheduler).NodeSelector("kubernetes.io/hostname", n.name).Obj()
 		if _, err := env.Client.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
+		}
+		if i == 3 {
+			for k := range 4 {
+				env.WaitPodPhase(t, ns, fmt.Sprintf("w-%d", k), corev1.PodRunning, 90*time.Second)
+			}
 		}
 	}
 	var waiting string
@@ -466,7 +477,7 @@ func TestGPUScopedFaultWithdrawsOnlyThatGPU(t *testing.T) {
 				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && p.Spec.NodeName == "" {
 					unschedulable++
 					waiting = p.Name
-					if !strings.Contains(c.Message, "Insufficient "+gpunode.ResourceGPU) {
+					if p.Spec.SchedulerName == corev1.DefaultSchedulerName && !strings.Contains(c.Message, "Insufficient "+gpunode.ResourceGPU) {
 						t.Errorf("kube-scheduler's reason is not the withdrawn GPU: %q", c.Message)
 					}
 				}
@@ -474,9 +485,27 @@ func TestGPUScopedFaultWithdrawsOnlyThatGPU(t *testing.T) {
 		}
 		return running == 7 && unschedulable == 1, fmt.Errorf("%d Running, %d unschedulable", running, unschedulable)
 	})
-	for pod, ids := range n.podResources(t) {
+	held := n.podResources(t)
+	for pod, ids := range held {
 		if slices.Contains(ids, n.uuids[5]) {
 			t.Fatalf("pod %s holds the quarantined GPU 5", pod)
+		}
+	}
+	// gpuplane-scheduler's pods got the GPU it chose for them.
+	for i := 4; i < 8; i++ {
+		p, err := env.Client.CoreV1().Pods(ns).Get(t.Context(), fmt.Sprintf("w-%d", i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		choice, err := gpupod.ParseGPUs(p.Annotations[gpupod.GPUsAnnotation], 8)
+		if err != nil || len(choice) != 1 {
+			t.Fatalf("pod %s: gpuplane-scheduler's choice %q: %v", p.Name, p.Annotations[gpupod.GPUsAnnotation], err)
+		}
+		if idx := choice[0].Index; idx == 5 || !slices.Equal(held[ns+"/"+p.Name], []string{n.uuids[idx]}) {
+			t.Fatalf("pod %s: gpuplane-scheduler chose GPU %d, the node gave %v (GPU 5 is out)", p.Name, idx, held[ns+"/"+p.Name])
 		}
 	}
 	node, err := n.get(t.Context())
