@@ -2,6 +2,8 @@ package model
 
 import (
 	"iter"
+	"reflect"
+	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
@@ -46,6 +48,35 @@ type GPU struct {
 	MinShareMilli int64 `json:"minShareMilli,omitempty"`
 	// NUMANode is the NUMA node the GPU is attached to (-1 if unknown).
 	NUMANode int `json:"numaNode,omitempty"`
+	// DeviceSets names the device sets the GPU belongs to: the sets of
+	// devices that satisfy a ResourceClaim's requests (Request.DeviceSet),
+	// as the driver of the core evaluated its selectors. Sorted.
+	DeviceSets []string `json:"deviceSets,omitempty"`
+	// ClaimOnly GPUs are offered only through ResourceClaims (a DRA
+	// driver publishes them and no device plugin advertises them):
+	// requests without a DeviceSet skip them.
+	ClaimOnly bool `json:"claimOnly,omitempty"`
+}
+
+// SameGPUs reports whether two GPU lists are equal, field by field.
+func SameGPUs(a, b []GPU) bool {
+	return slices.EqualFunc(a, b, func(x, y GPU) bool {
+		if !slices.Equal(x.DeviceSets, y.DeviceSets) {
+			return false
+		}
+		x.DeviceSets, y.DeviceSets = nil, nil
+		return reflect.DeepEqual(x, y)
+	})
+}
+
+// InSet reports whether the GPU belongs to the device set name.
+func (g *GPU) InSet(name string) bool {
+	for _, s := range g.DeviceSets {
+		if s == name {
+			return true
+		}
+	}
+	return false
 }
 
 // ShareMilli is how much of g a share of req takes: Replicas of the GPU's
@@ -121,7 +152,12 @@ type Request struct {
 	MIGSlices  int    `json:"migSlices,omitempty"`
 	MIGProfile string `json:"migProfile,omitempty"`
 	// GPUModels lists allowed GPU models; empty allows any.
-	GPUModels    []string          `json:"gpuModels,omitempty"`
+	GPUModels []string `json:"gpuModels,omitempty"`
+	// DeviceSet, when set, asks for GPUs through ResourceClaims: only
+	// GPUs that belong to this set (GPU.DeviceSets) serve the request, and
+	// its GPUs are whole GPUs (GPUs). Empty: the device plugin's GPUs,
+	// never a ClaimOnly one.
+	DeviceSet    string            `json:"deviceSet,omitempty"`
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	Tolerations  []Toleration      `json:"tolerations,omitempty"`
 }
