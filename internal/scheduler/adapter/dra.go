@@ -33,7 +33,9 @@ type draDevice struct {
 // their nodes, so no device is given twice. Read and written under the
 // cluster cache's lock.
 type draCache struct {
-	slices  map[string]*resourceapi.ResourceSlice // by name
+	slices map[string]*resourceapi.ResourceSlice // by name
+	// byNode indexes the slices by the node they name.
+	byNode  map[string]map[string]*resourceapi.ResourceSlice
 	classes map[string]*resourceapi.DeviceClass
 	claims  map[string]*resourceapi.ResourceClaim // namespace/name
 	// claimNode is the node an allocated claim's devices are on.
@@ -69,7 +71,7 @@ type consumer struct {
 }
 
 func newDRACache() *draCache {
-	return &draCache{slices: map[string]*resourceapi.ResourceSlice{}, classes: map[string]*resourceapi.DeviceClass{},
+	return &draCache{slices: map[string]*resourceapi.ResourceSlice{}, byNode: map[string]map[string]*resourceapi.ResourceSlice{}, classes: map[string]*resourceapi.DeviceClass{},
 		claims: map[string]*resourceapi.ResourceClaim{}, claimNode: map[string]string{}, onNode: map[string]map[string]bool{},
 		inflight: map[string]*inflightClaim{}, cel: dracel.NewCache(celCacheSize, dracel.Features{EnableConsumableCapacity: true})}
 }
@@ -82,25 +84,42 @@ func (c *clusterCache) upsertSlice(s *resourceapi.ResourceSlice) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.dra.slices[s.Name]
+	if old != nil {
+		c.dropSlice(old)
+	}
 	if s.Spec.Driver != dra.DriverName || s.Spec.NodeName == nil {
 		if old != nil {
-			delete(c.dra.slices, s.Name)
 			c.refreshDRANode(*old.Spec.NodeName)
 		}
 		return
 	}
 	c.dra.slices[s.Name] = s
-	if old != nil && *old.Spec.NodeName != *s.Spec.NodeName {
+	node := *s.Spec.NodeName
+	if c.dra.byNode[node] == nil {
+		c.dra.byNode[node] = map[string]*resourceapi.ResourceSlice{}
+	}
+	c.dra.byNode[node][s.Name] = s
+	if old != nil && *old.Spec.NodeName != node {
 		c.refreshDRANode(*old.Spec.NodeName)
 	}
-	c.refreshDRANode(*s.Spec.NodeName)
+	c.refreshDRANode(node)
+}
+
+// dropSlice forgets a stored slice. Caller holds mu.
+func (c *clusterCache) dropSlice(old *resourceapi.ResourceSlice) {
+	delete(c.dra.slices, old.Name)
+	node := *old.Spec.NodeName
+	delete(c.dra.byNode[node], old.Name)
+	if len(c.dra.byNode[node]) == 0 {
+		delete(c.dra.byNode, node)
+	}
 }
 
 func (c *clusterCache) deleteSlice(s *resourceapi.ResourceSlice) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.dra.slices[s.Name]; old != nil {
-		delete(c.dra.slices, s.Name)
+		c.dropSlice(old)
 		c.refreshDRANode(*old.Spec.NodeName)
 	}
 }
@@ -237,10 +256,8 @@ func (c *clusterCache) refreshDRANode(node string) {
 func (c *clusterCache) withDRA(node string, base model.Node) (model.Node, []*draDevice) {
 	// The newest generation of each pool wins, as for the allocator.
 	gen := map[string]int64{}
-	for _, s := range c.dra.slices {
-		if *s.Spec.NodeName == node {
-			gen[s.Spec.Pool.Name] = max(gen[s.Spec.Pool.Name], s.Spec.Pool.Generation)
-		}
+	for _, s := range c.dra.byNode[node] {
+		gen[s.Spec.Pool.Name] = max(gen[s.Spec.Pool.Name], s.Spec.Pool.Generation)
 	}
 	if len(gen) == 0 {
 		return base, nil
@@ -250,8 +267,8 @@ func (c *clusterCache) withDRA(node string, base model.Node) (model.Node, []*dra
 		d   *draDevice
 	}
 	var found []indexed
-	for _, s := range c.dra.slices {
-		if *s.Spec.NodeName != node || s.Spec.Pool.Generation != gen[s.Spec.Pool.Name] {
+	for _, s := range c.dra.byNode[node] {
+		if s.Spec.Pool.Generation != gen[s.Spec.Pool.Name] {
 			continue
 		}
 		for i := range s.Spec.Devices {

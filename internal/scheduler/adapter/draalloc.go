@@ -18,7 +18,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 
-	"github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -151,10 +150,7 @@ func (c *clusterCache) allocatedOn(ni *nodeInfo) sets.Set[structured.DeviceID] {
 // ("pool/name") when only is not nil. Caller holds mu.
 func (c *clusterCache) allocateOn(ctx context.Context, ni *nodeInfo, allocated sets.Set[structured.DeviceID], only sets.Set[string], claims []*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
 	var slices []*resourceapi.ResourceSlice
-	for _, s := range c.dra.slices {
-		if s.Spec.NodeName == nil || *s.Spec.NodeName != ni.node.Name || s.Spec.Driver != dra.DriverName {
-			continue
-		}
+	for _, s := range c.dra.byNode[ni.node.Name] {
 		if only != nil {
 			cp := *s
 			cp.Spec.Devices = nil
