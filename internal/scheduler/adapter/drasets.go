@@ -185,11 +185,14 @@ func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*
 			case x.Capacity != nil && len(x.Capacity.Requests) > 0:
 				return fail(ci, "UnsupportedClaim", "%s.exactly.capacity: consumable capacity is not supported by gpuplane-scheduler: ask for whole devices", field)
 			}
-			count := int(x.Count)
+			count := x.Count
 			if count <= 0 {
 				count = 1
 			}
-			s.count += count
+			if count > maxClaimGPUs || int64(s.count)+count > maxClaimGPUs {
+				return fail(ci, "TooManyDevices", "%s.exactly.count: the pod's claims ask for more than %d devices, more than a node publishes: ask for fewer", field, maxClaimGPUs)
+			}
+			s.count += int(count)
 			class := classes[x.DeviceClassName]
 			if class == nil {
 				return fail(ci, "DeviceClassNotFound", "%s.exactly.deviceClassName: DeviceClass %q does not exist: create it or name an existing one", field, x.DeviceClassName)
