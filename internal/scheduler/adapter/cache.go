@@ -185,7 +185,11 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 	}
 	delete(c.badNodes, n.Name)
 	base := m
-	m, devs := c.withDRA(n.Name, base)
+	m, devs := c.withDRA(n, base)
+	if m.Topology != nil && base.Topology == nil {
+		// The topology describes the GPUs the node's slices publish.
+		warn = ""
+	}
 	if warn != "" {
 		c.nodeWarnings[n.Name] = nodeProblem{node: n, msg: warn}
 	} else {

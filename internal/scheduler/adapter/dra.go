@@ -11,6 +11,7 @@ import (
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -238,7 +239,11 @@ func (c *clusterCache) refreshDRANode(node string) {
 	if ni == nil {
 		return
 	}
-	m, devs := c.withDRA(node, ni.base)
+	m, devs := c.withDRA(ni.node, ni.base)
+	if m.Topology != nil && ni.base.Topology == nil {
+		// The topology describes the GPUs the node's slices publish.
+		delete(c.nodeWarnings, node)
+	}
 	if !sameModelNode(&ni.m, &m) {
 		c.nodesVersion++
 		c.dirty[node] = true
@@ -251,9 +256,12 @@ func (c *clusterCache) refreshDRANode(node string) {
 // A node whose device plugin advertises GPUs keeps them, and a device
 // whose index attribute names one of them is that GPU: one GPU, whichever
 // way a pod asks for it. A node without them gets one claim-only GPU per
-// device, ordered by index. Only devices of type gpu count. Caller holds
+// device, ordered by index, with the NVLink topology of the node's
+// gpuplane.io/gpu-topology annotation when it describes exactly those
+// devices, indexed 0 to n-1. Only devices of type gpu count. Caller holds
 // mu.
-func (c *clusterCache) withDRA(node string, base model.Node) (model.Node, []*draDevice) {
+func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*draDevice) {
+	node := n.Name
 	// The newest generation of each pool wins, as for the allocator.
 	gen := map[string]int64{}
 	for _, s := range c.dra.byNode[node] {
@@ -313,6 +321,13 @@ func (c *clusterCache) withDRA(node string, base model.Node) (model.Node, []*dra
 			g.MemoryMiB = q.Value.Value() >> 20
 		}
 		m.GPUs[i], devs[i] = g, f.d
+	}
+	inOrder := true
+	for i, f := range found {
+		inOrder = inOrder && f.idx == int64(i)
+	}
+	if t, err := gpunode.ParseTopology(n.Annotations[gpunode.TopologyAnnotation]); err == nil && t != nil && t.GPUs == len(found) && inOrder {
+		m.Topology = topologyOf(t)
 	}
 	return m, devs
 }

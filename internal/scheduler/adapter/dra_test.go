@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
 
@@ -301,4 +302,33 @@ func TestDRADevicePluginAndClaimsShareOneLedger(t *testing.T) {
 		t.Fatalf("claim writes %v, want none: one of the two GPUs is the device-plugin pod's", log)
 	}
 	_ = context.Background()
+}
+
+func TestDRAClaimKeepsNVLinkIslandsWhole(t *testing.T) {
+	n := draNode("a")
+	n.Annotations = map[string]string{gpunode.TopologyAnnotation: `{"v":1,"gpus":8,"groups":[{"gpus":[0,1,2,3],"nvlinks":12},{"gpus":[4,5,6,7],"nvlinks":12}]}`}
+	f := newLoopFixture(t, Config{}, n)
+	f.cache.upsertSlice(gpuSlice("a", 8, "H100"))
+	f.cache.upsertClass(gpuClass("gpu.gpuplane.io"))
+	// gpu-0 is held by a claim allocated elsewhere (no pod of ours).
+	held := gpuClaim("held", "gpu.gpuplane.io", 1)
+	held.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: dra.DriverName, Pool: "a", Device: "gpu-0"}}},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}
+	f.cache.upsertClaim(held)
+	f.cache.upsertClaim(gpuClaim("four", "gpu.gpuplane.io", 4))
+	f.cache.upsertPod(claimPod("four", "four"))
+	f.cycle()
+	log := f.api.claimLog()
+	if len(log) != 1 || strings.Fields(log[0])[3] != "a/gpu-4,a/gpu-5,a/gpu-6,a/gpu-7" {
+		t.Fatalf("claim writes %v, want the four GPUs of the free NVLink island", log)
+	}
+	f.status.mu.Lock()
+	defer f.status.mu.Unlock()
+	for _, e := range f.status.events {
+		if strings.Contains(e, "GPUTopologyIgnored") {
+			t.Errorf("the topology that describes the slice's GPUs was reported ignored: %s", e)
+		}
+	}
 }

@@ -638,7 +638,7 @@ func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.G
 // line (the core refuses over-allocated snapshots). Caller holds c.mu.
 func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, now time.Time) []model.Allocation {
 	pods := c.onNode[ni.node.Name]
-	if len(pods) == 0 {
+	if len(pods) == 0 && len(c.dra.onNode[ni.node.Name]) == 0 {
 		return nil
 	}
 	m := &ni.m
