@@ -332,3 +332,20 @@ func TestDRAClaimKeepsNVLinkIslandsWhole(t *testing.T) {
 		}
 	}
 }
+
+func TestDRATwoNewPodsOfOneClaim(t *testing.T) {
+	f := newDRAFixture(t, map[string]int{"a": 8, "b": 8})
+	f.cache.upsertClaim(gpuClaim("shared", "gpu.gpuplane.io", 2))
+	f.cache.upsertPod(claimPod("one", "shared"))
+	f.cache.upsertPod(claimPod("two", "shared"))
+	f.cycle()
+	if log := f.api.claimLog(); len(log) != 1 {
+		t.Fatalf("claim writes %v, want one allocation: the claim is allocated once", log)
+	}
+	f.applyClaims()
+	f.cycle()
+	log := f.api.claimLog()
+	if len(log) != 2 || !strings.HasSuffix(log[1], " -") || strings.Fields(log[1])[2] != strings.Fields(log[0])[2] {
+		t.Fatalf("claim writes %v, want the second pod joining the claim on its node", log)
+	}
+}

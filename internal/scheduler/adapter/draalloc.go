@@ -73,6 +73,13 @@ func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen [
 	if ni == nil {
 		return nil, nil, fmt.Errorf("node %s is gone", node)
 	}
+	for _, cl := range pc.alloc {
+		if f := c.dra.inflight[claimKey(cl)]; f != nil {
+			// Another pod sharing the claim got it allocated this cycle:
+			// this one joins it next cycle, on its node.
+			return nil, nil, fmt.Errorf("ResourceClaim %s is being allocated for another pod; the pod joins it on its node next cycle", claimKey(cl))
+		}
+	}
 	var results []resourceapi.AllocationResult
 	if len(pc.alloc) > 0 {
 		allocated := c.allocatedOn(ni)
