@@ -314,7 +314,7 @@ func releaseOnce(ctx context.Context, w *apiWriter, cl *resourceapi.ResourceClai
 	claims := w.client.ResourceV1().ResourceClaims(cl.Namespace)
 	rest := slices.DeleteFunc(slices.Clone(cl.Status.ReservedFor), func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == cw.pod.UID })
 	ours := cw.alloc != nil && cl.Status.Allocation != nil && apiequality.Semantic.DeepEqual(cl.Status.Allocation.Devices, cw.alloc.Devices)
-	if len(rest) == len(cl.Status.ReservedFor) && !(ours && len(rest) == 0) {
+	if len(rest) == len(cl.Status.ReservedFor) && (!ours || len(rest) > 0) {
 		return nil
 	}
 	status := map[string]any{"reservedFor": rest}
