@@ -314,28 +314,29 @@ func releaseOnce(ctx context.Context, w *apiWriter, cl *resourceapi.ResourceClai
 	claims := w.client.ResourceV1().ResourceClaims(cl.Namespace)
 	rest := slices.DeleteFunc(slices.Clone(cl.Status.ReservedFor), func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == cw.pod.UID })
 	ours := cw.alloc != nil && cl.Status.Allocation != nil && apiequality.Semantic.DeepEqual(cl.Status.Allocation.Devices, cw.alloc.Devices)
-	if len(rest) == len(cl.Status.ReservedFor) && (!ours || len(rest) > 0) {
-		return nil
-	}
-	status := map[string]any{"reservedFor": rest}
 	dealloc := ours && len(rest) == 0
-	if dealloc {
-		status["allocation"] = nil
-		status["reservedFor"] = nil
+	next := cl
+	if len(rest) != len(cl.Status.ReservedFor) || dealloc {
+		status := map[string]any{"reservedFor": rest}
+		if dealloc {
+			status["allocation"] = nil
+			status["reservedFor"] = nil
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": cl.ResourceVersion}, "status": status})
+		if err != nil {
+			return fmt.Errorf("encoding the release: %w", err)
+		}
+		if next, err = claims.Patch(ctx, cl.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			return fmt.Errorf("clearing status.reservedFor/allocation: %w", err)
+		}
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": cl.ResourceVersion}, "status": status})
-	if err != nil {
-		return fmt.Errorf("encoding the release: %w", err)
-	}
-	next, err := claims.Patch(ctx, cl.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return fmt.Errorf("clearing status.reservedFor/allocation: %w", err)
-	}
-	if !dealloc || !slices.Contains(next.Finalizers, resourceapi.Finalizer) {
+	// The finalizer this scheduler added goes once the claim is neither
+	// allocated nor reserved (also when the allocation was never written).
+	if cw.alloc == nil || next.Status.Allocation != nil || len(next.Status.ReservedFor) > 0 || !slices.Contains(next.Finalizers, resourceapi.Finalizer) {
 		return nil
 	}
 	fin := slices.DeleteFunc(slices.Clone(next.Finalizers), func(f string) bool { return f == resourceapi.Finalizer })
-	patch, err = json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": next.ResourceVersion, "finalizers": fin}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": next.ResourceVersion, "finalizers": fin}})
 	if err != nil {
 		return fmt.Errorf("encoding the finalizer removal: %w", err)
 	}
