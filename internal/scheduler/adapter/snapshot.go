@@ -666,9 +666,10 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 	}
 	type entry struct {
 		pi     *podInfo
-		req    model.Request
 		shares []model.GPUShare
 		known  bool
+		// claimGPUs are the GPUs the pod holds through claims.
+		claimGPUs int
 	}
 	// Devices held through ResourceClaims: by the pod that holds them,
 	// and claims no pod here holds, which hold their devices all the same.
@@ -683,12 +684,12 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 	}
 	entries := make([]entry, 0, len(pods))
 	for _, pi := range pods {
-		e := entry{pi: pi, req: pi.req}
+		e := entry{pi: pi}
 		if len(pi.pod.Spec.ResourceClaims) > 0 {
 			// What a pod holds through claims is what their allocations
 			// say, whoever wrote them.
 			e.shares, e.known = byPod[pi.key], true
-			e.req.GPUs += len(e.shares)
+			e.claimGPUs = len(e.shares)
 			entries = append(entries, e)
 			continue
 		}
@@ -721,7 +722,8 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		return cmp.Compare(x.pi.key, y.pi.key)
 	})
 	for _, e := range entries {
-		req := e.req
+		req := e.pi.req
+		req.GPUs += e.claimGPUs
 		if !e.known {
 			e.shares = autoShares(m, gpuFree, sliceFree, &req)
 		}
