@@ -171,18 +171,37 @@ func runDRA(b *testing.B, scheduler, class string, n int) {
 	stop()
 	checkDRAClaims(b, ns, n)
 
-	// The namespace goes, and with it the pods and their claims; the
-	// next round waits until no claim holds a device.
-	if err := env.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}); err != nil {
-		b.Fatal(err)
+	// The pods go at once (a namespace's deletion takes them gracefully,
+	// for many minutes on a loaded machine), their claims after them, and
+	// the next round waits until no claim holds a device.
+	var zero int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for _, p := range pods {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := env.Client.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			if err != nil && !apierrors.IsNotFound(err) {
+				b.Errorf("deleting pod %s: %v", p.Name, err)
+			}
+		})
 	}
-	framework.Eventually(b, 20*time.Minute, "the round's claims gone", func(ctx context.Context) (bool, error) {
-		list, err := env.Client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+	wg.Wait()
+	framework.Eventually(b, 20*time.Minute, "the round's pods and claims gone", func(ctx context.Context) (bool, error) {
+		pl, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, err
 		}
-		return len(list.Items) == 0, fmt.Errorf("%d claims left", len(list.Items))
+		cl, err := env.Client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, err
+		}
+		return len(pl.Items) == 0 && len(cl.Items) == 0, fmt.Errorf("%d pods and %d claims left", len(pl.Items), len(cl.Items))
 	})
+	if err := env.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // checkDRAClaims fails the round when a bound pod's claim is not
