@@ -16,7 +16,7 @@ COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 # machine without the driver. The tag leaves kustomize's plugin loader out.
 export GOFLAGS := $(strip $(GOFLAGS) -tags=kustomize_disable_go_plugin_support)
 
-.PHONY: help build test test-unit lint verify generate manifests demo bench bench-dra-scale clean
+.PHONY: help build test test-unit lint verify generate manifests demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
 include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk hack/images.mk
@@ -80,9 +80,6 @@ demo: build controlplane-bins demo-operator-bins ## a local cluster of simulated
 
 bench: ## Go benchmarks of the product module's packages (results and the other benchmark targets: docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
-
-bench-dra-scale: controlplane-bins ## pods with one-GPU ResourceClaims on 1,000 kwok nodes: gpuplane-scheduler against kube-scheduler in one run (docs/benchmarks.md)
-	GPUPLANE_CONTROLPLANE_BIN=$(BIN) $(GO) test -run '^$$' -bench BenchmarkDRAClaimsAtScale -benchtime 1x -timeout 120m ./test/integration/schedulerscale/
 
 clean: ## remove built binaries
 	rm -rf $(BIN)
