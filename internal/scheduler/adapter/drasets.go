@@ -63,7 +63,7 @@ func (b *builder) resolveClaims(c *clusterCache, pi *podInfo) (*podClaims, *BadI
 	names := podClaimNames(p)
 	var specs []claimSpecKey
 	for i, rc := range p.Spec.ResourceClaims {
-		field := fieldOf(i, rc)
+		field := lazyField{i, rc}
 		if names[i] == "" {
 			return nil, badInput("WaitingForResourceClaim", "%s: the ResourceClaim from template %q is not made yet (kube-controller-manager's resourceclaim controller makes it)", field, deref(rc.ResourceClaimTemplateName))
 		}
@@ -103,7 +103,24 @@ func (b *builder) resolveClaims(c *clusterCache, pi *podInfo) (*podClaims, *BadI
 	if len(specs) == 0 {
 		return pc, nil
 	}
-	set := b.deviceSet(c, specs)
+	var set *deviceSet
+	if len(pc.alloc) == 1 {
+		// One claim to allocate, the common case: its set is kept with
+		// the claim object it was made from.
+		b.resetSets(c)
+		cl := pc.alloc[0]
+		if m, ok := b.claimSets[claimKey(cl)]; ok && m.claim == cl {
+			set = m.set
+		} else {
+			set = b.deviceSet(c, specs)
+			if len(b.claimSets) >= maxClaimSets {
+				clear(b.claimSets)
+			}
+			b.claimSets[claimKey(cl)] = claimSetMemo{claim: cl, set: set}
+		}
+	} else {
+		set = b.deviceSet(c, specs)
+	}
 	if set.err != "" {
 		cl := pc.alloc[set.errClaim]
 		return nil, badInput(set.errCode, "ResourceClaim %s: %s", claimKey(cl), set.err)
@@ -111,6 +128,15 @@ func (b *builder) resolveClaims(c *clusterCache, pi *podInfo) (*podClaims, *BadI
 	pc.set = set
 	return pc, nil
 }
+
+// lazyField names a pod's spec.resourceClaims entry in a message, worded
+// only when the message is.
+type lazyField struct {
+	i  int
+	rc corev1.PodResourceClaim
+}
+
+func (f lazyField) String() string { return fieldOf(f.i, f.rc) }
 
 func deref(s *string) string {
 	if s == nil {
@@ -133,10 +159,7 @@ func ownedBy(cl *resourceapi.ResourceClaim, p *corev1.Pod) bool {
 // once per shape while slices and classes stay the same. Caller holds
 // c.mu.
 func (b *builder) deviceSet(c *clusterCache, specs []claimSpecKey) *deviceSet {
-	if b.draVersion != c.dra.version || b.draNodes != b.nodesVersion || b.draSets == nil {
-		b.draSets = map[string]*deviceSet{}
-		b.draVersion, b.draNodes = c.dra.version, b.nodesVersion
-	}
+	b.resetSets(c)
 	raw, err := json.Marshal(specs)
 	if err != nil {
 		return &deviceSet{err: fmt.Sprintf("encoding its requests: %v", err), errCode: "InvalidResourceClaim"}
@@ -155,8 +178,28 @@ func (b *builder) deviceSet(c *clusterCache, specs []claimSpecKey) *deviceSet {
 	return s
 }
 
-// maxDeviceSets bounds the device sets kept between cycles.
-const maxDeviceSets = 1024
+// resetSets forgets the device sets once slices, classes or nodes
+// changed. Caller holds c.mu.
+func (b *builder) resetSets(c *clusterCache) {
+	if b.draVersion != c.dra.version || b.draNodes != b.nodesVersion || b.draSets == nil {
+		b.draSets = map[string]*deviceSet{}
+		b.claimSets = map[string]claimSetMemo{}
+		b.draVersion, b.draNodes = c.dra.version, b.nodesVersion
+	}
+}
+
+// claimSetMemo is the device set of one claim object.
+type claimSetMemo struct {
+	claim *resourceapi.ResourceClaim
+	set   *deviceSet
+}
+
+// maxDeviceSets and maxClaimSets bound the device sets kept between
+// cycles, by shape and by claim.
+const (
+	maxDeviceSets = 1024
+	maxClaimSets  = 1 << 17
+)
 
 // evalDeviceSet finds, on every node, the GPUs that satisfy the claims'
 // requests: of gpuplane's driver, passing the selectors of the request's

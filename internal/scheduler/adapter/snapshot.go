@@ -128,6 +128,7 @@ type builder struct {
 	// while slices, classes and nodes stay the same, and the sets the
 	// last model nodes were given.
 	draSets    map[string]*deviceSet
+	claimSets  map[string]claimSetMemo
 	draVersion int
 	draNodes   int
 	nextSet    int

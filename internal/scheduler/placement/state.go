@@ -24,8 +24,8 @@ type NodeState struct {
 
 	class int32
 	// ordered: the node's GPUs are not interchangeable (a topology, or
-	// device sets that differ between them), so its signature keeps
-	// them in index order.
+	// device sets or claim-only marks that differ between them), so its
+	// signature keeps them in index order.
 	ordered bool
 	sig     int32 // -1 when stale
 	sigMix  int32 // sig plus the pod mix; -1 when stale
@@ -102,7 +102,9 @@ func NewState(nodes []model.Node) *State {
 		}
 		ns.ShareSizes = map[int64]int{}
 		ns.class = s.classOf(n)
-		ns.ordered = n.Topology != nil || slices.ContainsFunc(n.GPUs, func(g model.GPU) bool { return len(g.DeviceSets) > 0 })
+		ns.ordered = n.Topology != nil || slices.ContainsFunc(n.GPUs, func(g model.GPU) bool {
+			return g.ClaimOnly != n.GPUs[0].ClaimOnly || !slices.Equal(g.DeviceSets, n.GPUs[0].DeviceSets)
+		})
 		ns.sig, ns.sigMix = -1, -1
 	}
 	return s
