@@ -137,7 +137,7 @@ func sameNodes(a, b []model.Node) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.Name != y.Name || x.MilliCPU != y.MilliCPU || x.MemoryMiB != y.MemoryMiB || x.Unschedulable != y.Unschedulable ||
-			!sameSlice(x.GPUs, y.GPUs) && !model.SameGPUs(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) ||
+			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) ||
 			len(x.Labels) != len(y.Labels) {
 			return false
 		}

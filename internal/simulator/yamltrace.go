@@ -147,6 +147,11 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 				return nil, fmt.Errorf("trace %s: pods[%d] (%s): claimGPUs asks for GPUs through a claim: drop gpus, gpuMilli, gpuMemoryMiB and migSlices", name, i, p.Name)
 			}
 			req.GPUs, req.DeviceSet = p.ClaimGPUs, claimSet(p.ClaimModels)
+			for k, m := range p.ClaimModels {
+				if m == "" || strings.ContainsAny(m, ",|*") {
+					return nil, fmt.Errorf("trace %s: pods[%d].claimModels[%d]: %q: a model name must not be empty or contain ',', '|' or '*'", name, i, k, m)
+				}
+			}
 		} else if len(p.ClaimModels) > 0 {
 			return nil, fmt.Errorf("trace %s: pods[%d].claimModels: needs claimGPUs", name, i)
 		}
@@ -181,7 +186,7 @@ func claimSet(models []string) string {
 	}
 	m := slices.Clone(models)
 	slices.Sort(m)
-	return "claims:" + strings.Join(slices.Compact(m), ",")
+	return "claims:" + strings.Join(slices.Compact(m), "|")
 }
 
 // addDeviceSets puts every GPU of a DRA node in the device sets of the
@@ -191,7 +196,7 @@ func addDeviceSets(tr *Trace) {
 	sets := map[string][]string{}
 	for _, p := range tr.Pods {
 		if s := p.Request.DeviceSet; s != "" {
-			models := strings.Split(strings.TrimPrefix(s, "claims:"), ",")
+			models := strings.Split(strings.TrimPrefix(s, "claims:"), "|")
 			if models[0] == "*" {
 				models = nil
 			}
@@ -208,11 +213,13 @@ func addDeviceSets(tr *Trace) {
 			if !gpus[g].ClaimOnly {
 				continue
 			}
+			var in []string
 			for _, s := range names {
 				if len(sets[s]) == 0 || slices.Contains(sets[s], gpus[g].Model) {
-					gpus[g].DeviceSets = append(gpus[g].DeviceSets, s)
+					in = append(in, s)
 				}
 			}
+			gpus[g].DeviceSets = strings.Join(in, ",")
 		}
 	}
 }

@@ -272,7 +272,7 @@ func usesShared(p *corev1.Pod) bool {
 
 func sameModelNode(a, b *model.Node) bool {
 	return a.MilliCPU == b.MilliCPU && a.MemoryMiB == b.MemoryMiB && a.Unschedulable == b.Unschedulable &&
-		model.SameGPUs(a.GPUs, b.GPUs) && (a.Topology == nil) == (b.Topology == nil)
+		slices.Equal(a.GPUs, b.GPUs) && (a.Topology == nil) == (b.Topology == nil)
 }
 
 func (c *clusterCache) deleteNode(n *corev1.Node) {

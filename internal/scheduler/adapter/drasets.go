@@ -307,12 +307,15 @@ func withDeviceSets(gpus []model.GPU, i int, sets []*deviceSet) []model.GPU {
 			out = make([]model.GPU, len(gpus))
 			for g := range gpus {
 				out[g] = gpus[g]
-				out[g].DeviceSets = nil
+				out[g].DeviceSets = ""
 			}
 		}
 		for g := range out {
 			if g < 64 && m&(1<<uint(g)) != 0 {
-				out[g].DeviceSets = append(out[g].DeviceSets, s.name)
+				if out[g].DeviceSets != "" {
+					out[g].DeviceSets += ","
+				}
+				out[g].DeviceSets += s.name
 			}
 		}
 	}

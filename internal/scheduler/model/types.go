@@ -2,8 +2,7 @@ package model
 
 import (
 	"iter"
-	"reflect"
-	"slices"
+	"strings"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
@@ -50,28 +49,20 @@ type GPU struct {
 	NUMANode int `json:"numaNode,omitempty"`
 	// DeviceSets names the device sets the GPU belongs to: the sets of
 	// devices that satisfy a ResourceClaim's requests (Request.DeviceSet),
-	// as the driver of the core evaluated its selectors. Sorted.
-	DeviceSets []string `json:"deviceSets,omitempty"`
+	// as the driver of the core evaluated its selectors; sorted and
+	// comma-separated, so that a GPU stays a comparable value.
+	DeviceSets string `json:"deviceSets,omitempty"`
 	// ClaimOnly GPUs are offered only through ResourceClaims (a DRA
 	// driver publishes them and no device plugin advertises them):
 	// requests without a DeviceSet skip them.
 	ClaimOnly bool `json:"claimOnly,omitempty"`
 }
 
-// SameGPUs reports whether two GPU lists are equal, field by field.
-func SameGPUs(a, b []GPU) bool {
-	return slices.EqualFunc(a, b, func(x, y GPU) bool {
-		if !slices.Equal(x.DeviceSets, y.DeviceSets) {
-			return false
-		}
-		x.DeviceSets, y.DeviceSets = nil, nil
-		return reflect.DeepEqual(x, y)
-	})
-}
-
 // InSet reports whether the GPU belongs to the device set name.
 func (g *GPU) InSet(name string) bool {
-	for _, s := range g.DeviceSets {
+	for rest := g.DeviceSets; rest != ""; {
+		var s string
+		s, rest, _ = strings.Cut(rest, ",")
 		if s == name {
 			return true
 		}

@@ -408,7 +408,7 @@ func TestDeviceSets(t *testing.T) {
 	for g := range n.GPUs {
 		n.GPUs[g].ClaimOnly = true
 		if g >= 2 {
-			n.GPUs[g].DeviceSets = []string{"h100"}
+			n.GPUs[g].DeviceSets = "h100"
 		}
 	}
 	st := NewState([]model.Node{n})

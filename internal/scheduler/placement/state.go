@@ -103,7 +103,7 @@ func NewState(nodes []model.Node) *State {
 		ns.ShareSizes = map[int64]int{}
 		ns.class = s.classOf(n)
 		ns.ordered = n.Topology != nil || slices.ContainsFunc(n.GPUs, func(g model.GPU) bool {
-			return g.ClaimOnly != n.GPUs[0].ClaimOnly || !slices.Equal(g.DeviceSets, n.GPUs[0].DeviceSets)
+			return g.ClaimOnly != n.GPUs[0].ClaimOnly || g.DeviceSets != n.GPUs[0].DeviceSets
 		})
 		ns.sig, ns.sigMix = -1, -1
 	}
@@ -115,7 +115,7 @@ func (s *State) classOf(n *model.Node) int32 {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d/%d/%v|", n.MilliCPU, n.MemoryMiB, n.Unschedulable)
 	for _, g := range n.GPUs {
-		fmt.Fprintf(&b, "%s:%d:%d:%d:%d:%d:%t:%t:%s:%d:%t:%s,", g.Model, g.MemoryMiB, g.Capacity(), g.MIGSlices, g.MIGInstanceSlices, g.NUMANode, g.SharesOnly, g.WholeOnly, g.ShareResource, g.MinShareMilli, g.ClaimOnly, strings.Join(g.DeviceSets, ";"))
+		fmt.Fprintf(&b, "%s:%d:%d:%d:%d:%d:%t:%t:%s:%d:%t:%s,", g.Model, g.MemoryMiB, g.Capacity(), g.MIGSlices, g.MIGInstanceSlices, g.NUMANode, g.SharesOnly, g.WholeOnly, g.ShareResource, g.MinShareMilli, g.ClaimOnly, g.DeviceSets)
 	}
 	keys := make([]string, 0, len(n.Labels))
 	for k := range n.Labels {
