@@ -181,10 +181,14 @@ func (w *apiWriter) bindPod(ctx context.Context, t bindTask) error {
 		ObjectMeta: metav1.ObjectMeta{Namespace: t.pod.Namespace, Name: t.pod.Name, UID: t.pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: t.node},
 	}
-	if len(t.shares) > 0 || t.queue != "" {
+	// A pod's GPUs are recorded once: in its ResourceClaims' allocations
+	// when it has claims, else in the annotation the device plugin
+	// steers by.
+	annotate := len(t.shares) > 0 && len(t.claims) == 0
+	if annotate || t.queue != "" {
 		b.Annotations = make(map[string]string, 2)
 	}
-	if len(t.shares) > 0 {
+	if annotate {
 		b.Annotations[GPUsAnnotation] = formatShares(t.shares)
 	}
 	if t.queue != "" {
