@@ -19,6 +19,7 @@ FUZZ_TARGETS := \
 	./internal/scheduler/adapter:FuzzPodRequest \
 	./internal/scheduler/adapter:FuzzParseShares \
 	./internal/scheduler/adapter:FuzzQueueAndPodGroup \
+	./internal/scheduler/adapter:FuzzDRASliceAndClaim \
 	./internal/simulator:FuzzParseOpenBNodes \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \

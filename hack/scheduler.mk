@@ -25,6 +25,22 @@ bench-scheduler-scale: controlplane-bins ## gpuplane-scheduler vs kube-scheduler
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_NODES=$(SCALE_NODES) GPUPLANE_BENCH_ROUNDS=$(SCALE_ROUNDS) $(GO) test -run '^$$' \
 		-bench BenchmarkSchedulerAtScale -benchtime 1x -timeout 180m ./test/integration/schedulerscale/
 
+# make bench-dra-scale   pods with one-GPU ResourceClaims (from a template) on
+#                        SCALE_NODES kwok nodes with no device-plugin GPUs,
+#                        each publishing 8 GPUs in a ResourceSlice of
+#                        gpu.gpuplane.io: gpuplane-scheduler against
+#                        kube-scheduler's DynamicResources plugin in one run,
+#                        DRA_ROUNDS rounds each (results: docs/benchmarks.md,
+#                        "ResourceClaims at scale"). About 30 minutes at
+#                        1,000 nodes on a loaded 2-core machine.
+DRA_ROUNDS ?= 3
+
+.PHONY: bench-dra-scale
+
+bench-dra-scale: controlplane-bins ## gpuplane-scheduler vs kube-scheduler: pods with one-GPU ResourceClaims per second at scale
+	GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_NODES=$(SCALE_NODES) GPUPLANE_BENCH_DRA_ROUNDS=$(DRA_ROUNDS) $(GO) test -run '^$$' \
+		-bench BenchmarkDRAClaimsAtScale -benchtime 1x -timeout 180m ./test/integration/schedulerscale/
+
 # make bench-job-gangs   an Indexed Job of 8 workers x 8 GPUs, as users submit
 #                        it (no PodGroup), under each scheduler on JOB_NODES
 #                        kwok nodes: time to all workers bound, and two such

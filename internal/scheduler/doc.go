@@ -75,6 +75,14 @@
 // group where it fits with exactly the evictions left. Evictions take whole
 // groups, at most 64 per placed group, and never exceed Snapshot.Budget.
 //
+// ResourceClaims. A pod that asks for GPUs through claims asks for whole
+// GPUs of a device set (model.Request.DeviceSet): the GPUs its driver found
+// to satisfy the claims' selectors. The core places it like any GPU
+// request, among those GPUs only, with the same filters and scores, and
+// says "no device satisfies the claims" of a node that has none of them:
+// the node and the devices are its decision, which the Kubernetes adapter
+// writes into the claims and the simulator replays.
+//
 // State between cycles. A Scheduler keeps the free state, the running pods
 // by node, their groups (model.Allocation.Group, else the pod alone) and
 // each queue's usage, and brings them in line with each snapshot by its

@@ -57,6 +57,7 @@ pods:
 	f.Add("nodes:\n- {name: n, count: 2000000000, gpus: 8}\npods: []\n")
 	f.Add("nodes:\n- {name: n, gpus: 2000000000}\npods: []\n")
 	f.Add("nodes: []\npods:\n- {name: p, count: 2000000000}\n")
+	f.Add("nodes:\n- {name: d, gpus: 8, gpuModel: H100, dra: true}\npods:\n- {name: c, count: 3, claimGPUs: 2, claimModels: [H100, H100]}\n")
 	f.Fuzz(func(t *testing.T, y string) {
 		tr, err := ReadYAMLTrace("trace.yaml", strings.NewReader(y))
 		if err != nil {

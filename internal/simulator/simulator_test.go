@@ -316,3 +316,49 @@ func TestShareAsReplicas(t *testing.T) {
 		}
 	}
 }
+
+const claimTrace = `
+nodes:
+- {name: dp, count: 1, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: A100}
+- {name: dra, count: 2, milliCPU: 64000, memoryMiB: 262144, gpus: 4, gpuModel: H100, dra: true}
+pods:
+- {name: claim, count: 8, claimGPUs: 1, claimModels: [H100], milliCPU: 1000, duration: 100}
+- {name: extra, count: 1, claimGPUs: 1, milliCPU: 1000, createdAt: 1, duration: 100}
+- {name: plugin, count: 8, gpus: 1, milliCPU: 1000, createdAt: 2, duration: 100}
+- {name: b200, count: 1, claimGPUs: 1, claimModels: [B200], milliCPU: 1000, createdAt: 3, duration: 10}
+`
+
+// Pods that ask through claims take only the GPUs of DRA nodes their
+// claims select, device-plugin pods never those: the simulator replays
+// the core's device sets as the scheduler's adapter makes them.
+func TestRunEventWithClaims(t *testing.T) {
+	tr, err := ReadYAMLTrace("claims.yaml", strings.NewReader(claimTrace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range tr.Nodes {
+		for _, g := range n.GPUs {
+			if strings.HasPrefix(n.Name, "dra") != (g.DeviceSets == "claims:*,claims:H100" && g.ClaimOnly) {
+				t.Fatalf("node %s GPU %d: device sets %v, claim-only %v", n.Name, g.Index, g.DeviceSets, g.ClaimOnly)
+			}
+		}
+	}
+	r, err := RunEvent(context.Background(), tr, EventConfig{Policy: "gpuplane", Interval: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 8 claim pods fill the 8 H100s; extra (any model) finds none left
+	// among DRA GPUs and waits until they finish; the 8 plugin pods take
+	// the A100s; the B200 claim never runs.
+	if r.FailedPods != 1 {
+		t.Fatalf("%d pods never ran, want 1 (the B200 claim)", r.FailedPods)
+	}
+	if ev := r.Event; ev.Queues[0].Started != 17 {
+		t.Fatalf("queue %+v: want 17 pods started", ev.Queues[0])
+	}
+	for _, bad := range []string{"pods: [{name: p, claimGPUs: 1, gpus: 1}]", "pods: [{name: p, claimModels: [H100]}]", "pods: [{name: p, claimGPUs: -1}]"} {
+		if _, err := ReadYAMLTrace("bad.yaml", strings.NewReader(bad)); err == nil {
+			t.Errorf("trace %q accepted", bad)
+		}
+	}
+}

@@ -3,6 +3,9 @@ package simulator
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
@@ -21,6 +24,20 @@ import (
 //
 // A pods entry with count > 1 and minMember > 0 is one gang of count pods;
 // without minMember it is count independent pods named NAME-i.
+//
+// Dynamic Resource Allocation: a node with dra: true publishes its GPUs
+// through gpuplane's DRA driver only (ResourceSlices, no device plugin),
+// and a pod with claimGPUs: N asks for N whole GPUs through a
+// ResourceClaim, of the models in claimModels when set (what a CEL
+// selector on productName picks). The trace gives each distinct claim
+// shape a device set of the GPUs of DRA nodes it selects, as
+// gpuplane-scheduler's adapter does from the claims' selectors, so the
+// core places such pods on exactly those GPUs:
+//
+//	nodes:
+//	- {name: dra, count: 2, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, dra: true}
+//	pods:
+//	- {name: claim, count: 4, claimGPUs: 1, claimModels: [H100], milliCPU: 1000}
 type YAMLTrace struct {
 	Nodes  []YAMLNode    `json:"nodes"`
 	Queues []model.Queue `json:"queues,omitempty"`
@@ -39,6 +56,8 @@ type YAMLNode struct {
 	MIGSlices    int               `json:"migSlices,omitempty"`
 	NVLink       bool              `json:"nvlink,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
+	// DRA nodes offer their GPUs only through ResourceClaims.
+	DRA bool `json:"dra,omitempty"`
 }
 
 // YAMLPod describes count pods of one shape.
@@ -57,6 +76,10 @@ type YAMLPod struct {
 	GPUMemoryMiB int64    `json:"gpuMemoryMiB,omitempty"`
 	MIGSlices    int      `json:"migSlices,omitempty"`
 	GPUModels    []string `json:"gpuModels,omitempty"`
+	// ClaimGPUs asks for that many whole GPUs through a ResourceClaim,
+	// of the models in ClaimModels when set.
+	ClaimGPUs   int      `json:"claimGPUs,omitempty"`
+	ClaimModels []string `json:"claimModels,omitempty"`
 }
 
 // ReadYAMLTrace parses our YAML trace format; unknown fields are errors.
@@ -90,7 +113,8 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 				nd.Name = fmt.Sprintf("%s-%d", n.Name, k)
 			}
 			for g := range n.GPUs {
-				nd.GPUs = append(nd.GPUs, model.GPU{Index: g, Model: n.GPUModel, MemoryMiB: n.GPUMemoryMiB, MIGSlices: n.MIGSlices, NUMANode: g * 2 / max(n.GPUs, 1)})
+				nd.GPUs = append(nd.GPUs, model.GPU{Index: g, Model: n.GPUModel, MemoryMiB: n.GPUMemoryMiB, MIGSlices: n.MIGSlices, NUMANode: g * 2 / max(n.GPUs, 1),
+					ClaimOnly: n.DRA})
 			}
 			if n.NVLink && n.GPUs > 1 {
 				nd.Topology = gpu.NewTopology(n.GPUs)
@@ -115,6 +139,22 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		}
 		req := model.Request{MilliCPU: p.MilliCPU, MemoryMiB: p.MemoryMiB, GPUs: p.GPUs, GPUMilli: p.GPUMilli,
 			GPUMemoryMiB: p.GPUMemoryMiB, MIGSlices: p.MIGSlices, GPUModels: p.GPUModels}
+		if p.ClaimGPUs < 0 || p.ClaimGPUs > MaxNodeGPUs {
+			return nil, fmt.Errorf("trace %s: pods[%d].claimGPUs: must be in 0..%d, got %d", name, i, MaxNodeGPUs, p.ClaimGPUs)
+		}
+		if p.ClaimGPUs > 0 {
+			if req.UsesGPU() {
+				return nil, fmt.Errorf("trace %s: pods[%d] (%s): claimGPUs asks for GPUs through a claim: drop gpus, gpuMilli, gpuMemoryMiB and migSlices", name, i, p.Name)
+			}
+			req.GPUs, req.DeviceSet = p.ClaimGPUs, claimSet(p.ClaimModels)
+			for k, m := range p.ClaimModels {
+				if m == "" || strings.ContainsAny(m, ",|*") {
+					return nil, fmt.Errorf("trace %s: pods[%d].claimModels[%d]: %q: a model name must not be empty or contain ',', '|' or '*'", name, i, k, m)
+				}
+			}
+		} else if len(p.ClaimModels) > 0 {
+			return nil, fmt.Errorf("trace %s: pods[%d].claimModels: needs claimGPUs", name, i)
+		}
 		if req.GPUs > 0 {
 			req.GPUMilli = 0
 		}
@@ -134,5 +174,52 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		}
 	}
 	sortByCreation(tr.Pods)
+	addDeviceSets(tr)
 	return tr, nil
+}
+
+// claimSet names the device set of a claim for GPUs of the given models
+// (any model when none).
+func claimSet(models []string) string {
+	if len(models) == 0 {
+		return "claims:*"
+	}
+	m := slices.Clone(models)
+	slices.Sort(m)
+	return "claims:" + strings.Join(slices.Compact(m), "|")
+}
+
+// addDeviceSets puts every GPU of a DRA node in the device sets of the
+// trace's claims that select it: all GPUs for a claim of any model, the
+// GPUs of its models otherwise.
+func addDeviceSets(tr *Trace) {
+	sets := map[string][]string{}
+	for _, p := range tr.Pods {
+		if s := p.Request.DeviceSet; s != "" {
+			models := strings.Split(strings.TrimPrefix(s, "claims:"), "|")
+			if models[0] == "*" {
+				models = nil
+			}
+			sets[s] = models
+		}
+	}
+	if len(sets) == 0 {
+		return
+	}
+	names := slices.Sorted(maps.Keys(sets))
+	for i := range tr.Nodes {
+		gpus := tr.Nodes[i].GPUs
+		for g := range gpus {
+			if !gpus[g].ClaimOnly {
+				continue
+			}
+			var in []string
+			for _, s := range names {
+				if len(sets[s]) == 0 || slices.Contains(sets[s], gpus[g].Model) {
+					in = append(in, s)
+				}
+			}
+			gpus[g].DeviceSets = strings.Join(in, ",")
+		}
+	}
 }

@@ -76,7 +76,12 @@ type bindTask struct {
 	// queue is the Queue the pod's usage counts against, recorded on the
 	// pod with the binding (gpupod.QueueAnnotation).
 	queue string
-	done  func(error)
+	// claims are the pod's ResourceClaim allocations and reservations,
+	// written before the pod is bound and undone if the bind fails;
+	// reserved says a gang's commit already wrote them.
+	claims   []claimWrite
+	reserved bool
+	done     func(error)
 }
 
 // bind queues a binding.
@@ -94,13 +99,29 @@ func (w *apiWriter) bind(ctx context.Context, t bindTask) {
 // any bind is sent.
 func (w *apiWriter) bindGang(ctx context.Context, pg *v1alpha1.PodGroup, placement []v1alpha1.MemberPlacement, members []bindTask, committed func(error)) {
 	run := func(ctx context.Context) {
-		err := w.commit(ctx, pg, placement)
+		// The gang's claims first, all or none: a member is never bound
+		// without its devices, and no claim stays allocated for a gang
+		// that is not bound.
+		var claims []claimWrite
+		for _, m := range members {
+			claims = append(claims, m.claims...)
+		}
+		err := w.reserveClaims(ctx, claims)
+		if err == nil {
+			err = w.commit(ctx, pg, placement)
+			if err != nil {
+				w.releaseClaims(ctx, claims)
+			}
+		}
 		committed(err)
 		if err != nil {
 			for _, m := range members {
 				m.done(fmt.Errorf("committing the gang's placement: %w", err))
 			}
 			return
+		}
+		for i := range members {
+			members[i].reserved = true
 		}
 		for _, m := range members {
 			// The worker that committed must not wait on the queue it
@@ -142,14 +163,32 @@ func (w *apiWriter) commit(ctx context.Context, pg *v1alpha1.PodGroup, placement
 }
 
 func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
+	if len(t.claims) > 0 && !t.reserved {
+		if err := w.reserveClaims(ctx, t.claims); err != nil {
+			return err
+		}
+	}
+	err := w.bindPod(ctx, t)
+	if err != nil && len(t.claims) > 0 {
+		w.releaseClaims(ctx, t.claims)
+	}
+	return err
+}
+
+// bindPod binds one pod through the pods/binding subresource.
+func (w *apiWriter) bindPod(ctx context.Context, t bindTask) error {
 	b := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: t.pod.Namespace, Name: t.pod.Name, UID: t.pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: t.node},
 	}
-	if len(t.shares) > 0 || t.queue != "" {
+	// A pod's GPUs are recorded once: in its ResourceClaims' allocations
+	// when it has claims, else in the annotation the device plugin
+	// steers by.
+	annotate := len(t.shares) > 0 && len(t.claims) == 0
+	if annotate || t.queue != "" {
 		b.Annotations = make(map[string]string, 2)
 	}
-	if len(t.shares) > 0 {
+	if annotate {
 		b.Annotations[GPUsAnnotation] = formatShares(t.shares)
 	}
 	if t.queue != "" {

@@ -185,6 +185,10 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 	if len(order) == 0 {
 		return placed
 	}
+	// Claims: each group's pods get their devices from the structured
+	// allocator, on the core's choice; a group whose claims do not all
+	// allocate is not bound this cycle.
+	order = b.allocateClaims(ctx, in, order, byGroup, placed)
 	placements := map[string][]v1alpha1.MemberPlacement{}
 	for _, name := range order {
 		b.cache.assumeAll(byGroup[name])
@@ -210,15 +214,61 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 	return placed
 }
 
-// bindTask is a bind whose failure drops the assumption (the pod is
-// offered again next cycle) and says why on the pod.
+// bindTask is a bind whose failure drops the assumption and the claim
+// allocations in flight (the pod is offered again next cycle) and says
+// why on the pod.
 func (b *binder) bindTask(pod *corev1.Pod, node string, gpus []model.GPUShare) bindTask {
-	return bindTask{pod: pod, assumption: assumption{node: node, shares: gpus}, done: func(err error) {
+	return bindTask{pod: pod, assumption: assumption{node: node, shares: gpus}, done: b.bindDone(pod, node, nil)}
+}
+
+func (b *binder) bindDone(pod *corev1.Pod, node string, claims []claimWrite) func(error) {
+	return func(err error) {
 		if err != nil {
+			b.cache.forgetClaims(podKey(pod), claims)
 			b.cache.forget(podKey(pod))
 			b.status.event(pod, corev1.EventTypeWarning, "FailedBinding", fmt.Sprintf("binding to %s: %v", node, err))
 		}
-	}}
+	}
+}
+
+// allocateClaims allocates the claims of the pods of each group in order
+// (allocateClaims of the cache) and returns the groups whose pods all got
+// theirs; for the others it forgets what it allocated and says why on the
+// pod that failed.
+func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []string, byGroup map[string][]bindTask, placed map[string]bool) []string {
+	if len(in.claims) == 0 {
+		return order
+	}
+	out := order[:0]
+	for _, name := range order {
+		tasks := byGroup[name]
+		ok := true
+		for i := range tasks {
+			t := &tasks[i]
+			pc := in.claims[podKey(t.pod)]
+			if pc == nil {
+				continue
+			}
+			writes, shares, err := b.cache.allocateClaims(ctx, t.node, t.shares, t.pod, pc)
+			if err != nil {
+				for _, done := range tasks[:i] {
+					b.cache.forgetClaims(podKey(done.pod), done.claims)
+				}
+				b.status.event(t.pod, corev1.EventTypeWarning, "FailedClaimAllocation", err.Error())
+				b.status.podCondition(t.pod, "ClaimAllocationFailed", err.Error())
+				ok = false
+				break
+			}
+			t.claims, t.shares = writes, shares
+			t.done = b.bindDone(t.pod, t.node, writes)
+		}
+		if ok {
+			out = append(out, name)
+		} else {
+			delete(placed, name)
+		}
+	}
+	return out
 }
 
 // placementOf is a gang's placement once the new binds land: its members

@@ -24,7 +24,12 @@ import (
 
 type nodeInfo struct {
 	node *corev1.Node
+	// base is the node as its own object describes it (convertNode); m
+	// adds the GPUs its ResourceSlices publish (withDRA), and devs holds
+	// their devices, aligned with m.GPUs.
+	base model.Node
 	m    model.Node
+	devs []*draDevice
 	// replicas is the node's shared-GPU sharing factor, 0 without shared
 	// replicas.
 	replicas int
@@ -114,6 +119,10 @@ type clusterCache struct {
 	// allDirty all of them (a change every allocation may depend on).
 	dirty    map[string]bool
 	allDirty bool
+
+	// dra holds ResourceSlices, DeviceClasses, ResourceClaims and the
+	// claim allocations in flight.
+	dra *draCache
 }
 
 func newClusterCache(schedulerName string) *clusterCache {
@@ -125,6 +134,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		nsQueue: map[string]string{}, nsLabels: map[string]map[string]string{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
+		dra: newDRACache(),
 	}
 }
 
@@ -174,6 +184,12 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 		return
 	}
 	delete(c.badNodes, n.Name)
+	base := m
+	m, devs := c.withDRA(n, base)
+	if m.Topology != nil && base.Topology == nil {
+		// The topology describes the GPUs the node's slices publish.
+		warn = ""
+	}
 	if warn != "" {
 		c.nodeWarnings[n.Name] = nodeProblem{node: n, msg: warn}
 	} else {
@@ -188,7 +204,7 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 	if old == nil || !sameModelNode(&old.m, &m) {
 		c.dirty[n.Name] = true
 	}
-	ni := &nodeInfo{node: n, m: m, replicas: sharedReplicas(n)}
+	ni := &nodeInfo{node: n, base: base, m: m, devs: devs, replicas: sharedReplicas(n)}
 	c.nodes[n.Name] = ni
 	if old == nil || old.replicas != ni.replicas {
 		c.updateReplicas()
@@ -506,7 +522,7 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if old == nil || old.pod.Spec.NodeName != p.Spec.NodeName || old.terminal() != pi.terminal() ||
 		(old.pod.DeletionTimestamp == nil) != (p.DeletionTimestamp == nil) || !maps.Equal(old.pod.Labels, p.Labels) ||
 		old.queue != pi.queue || old.pg != pi.pg || (old.bad == nil) != (pi.bad == nil) || old.awaiting != pi.awaiting ||
-		len(old.pod.Spec.SchedulingGates) != len(p.Spec.SchedulingGates) {
+		len(old.pod.Spec.SchedulingGates) != len(p.Spec.SchedulingGates) || len(old.pod.Status.ResourceClaimStatuses) != len(p.Status.ResourceClaimStatuses) {
 		c.poke()
 	}
 }

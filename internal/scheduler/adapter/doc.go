@@ -30,6 +30,43 @@
 // core's decision. Run adds leader election on a Lease, /metrics, /healthz and
 // /readyz, and the start-up reconcile that leaves no gang half-bound.
 //
+// ResourceClaims (dra.go, drasets.go, draalloc.go). Informers keep the
+// ResourceSlices of gpuplane's driver (api/dra.DriverName) that name a
+// node, the DeviceClasses and the ResourceClaims, slimmed by transforms
+// (other drivers' devices and the claims' device status are dropped). A
+// node's GPUs are those its device plugin advertises, with the slice's
+// device whose index attribute names each; a node without any gets one
+// claim-only GPU per device of type gpu (model.GPU.ClaimOnly): one GPU,
+// one entry in the core's books, whichever way a pod asks for it. For the
+// pending pods that name claims, the claims still to allocate are turned
+// into a device set (model.GPU.DeviceSets, model.Request.DeviceSet): the
+// GPUs that pass their DeviceClass's and their own CEL selectors,
+// evaluated with dynamic-resource-allocation's CEL cache once per claim
+// shape while slices and classes stay the same, and how many devices they
+// ask for in all. So the core decides, with its own filters and
+// fragmentation-aware scores, which node and which of those GPUs; the
+// adapter only says which GPUs may serve. A claim already allocated pins
+// its pod to the allocation's node. Claims that cannot be allocated (an
+// unknown DeviceClass, a selector that fails, what the scheduler does not
+// allocate) hold the pod's group back with a reason naming the claim and
+// the field, before the core sees it.
+//
+// Carrying a bind out, the binder hands the core's choice to the
+// structured allocator (k8s.io/dynamic-resource-allocation/structured,
+// the one kube-scheduler runs) over exactly the chosen devices, and over
+// all the node's free devices should the claims' constraints refuse them;
+// a group whose claims do not all allocate is not bound this cycle. The
+// allocations are in flight from then on (draCache.inflight, as
+// kube-scheduler's assume cache): every snapshot counts them on their
+// nodes until the informer shows them, so no device is given twice. The
+// writer adds the delete-protection finalizer and writes status.allocation
+// and status.reservedFor, each with the resourceVersion it read, before
+// binding; a gang's claims are all written before its PodGroup commit and
+// any bind, and released (allocation and reservation cleared, finalizer
+// removed) when a write, the commit or a bind fails. Devices held by
+// claims count for the pod that holds them, or, for a claim no pod on its
+// node holds, as a non-preemptible allocation of its own.
+//
 // What it says of waiting groups and queues it renders from the core's
 // decisions (model.Unplaced, model.QueueStatus): it asks the core to
 // explain a bounded number of groups per cycle and words the answer, never

@@ -32,12 +32,36 @@ type fakeWriter struct {
 	deleted    []string
 	refuse     bool
 	commitFail error
+	// bindFail fails every bind; claims and claimWrites record the claim
+	// updates binds carry ("claim pod node devices", "-" for a join).
+	bindFail    error
+	claims      []string
+	claimWrites []claimWrite
 }
 
 var _ clusterWriter = (*fakeWriter)(nil)
 
 func (f *fakeWriter) bind(_ context.Context, t bindTask) {
 	f.mu.Lock()
+	for _, w := range t.claims {
+		devs := "-"
+		node := t.node
+		if w.alloc != nil {
+			var names []string
+			for _, r := range w.alloc.Devices.Results {
+				names = append(names, r.Pool+"/"+r.Device)
+			}
+			devs = strings.Join(names, ",")
+			node = allocationNode(w.alloc)
+		}
+		f.claims = append(f.claims, fmt.Sprintf("%s %s %s %s", claimKey(w.claim), podKey(w.pod), node, devs))
+		f.claimWrites = append(f.claimWrites, w)
+	}
+	if f.bindFail != nil {
+		f.mu.Unlock()
+		t.done(f.bindFail)
+		return
+	}
 	f.binds = append(f.binds, fmt.Sprintf("%s %s %s", podKey(t.pod), t.node, formatShares(t.shares)))
 	if f.queues == nil {
 		f.queues = map[string]string{}

@@ -271,6 +271,8 @@ func kindReason(r *model.Request) string {
 
 func gpuResourceName(r *model.Request) string {
 	switch {
+	case r.DeviceSet != "":
+		return "free devices for the claims"
 	case r.MIGSlices > 0:
 		return migResourcePrefix + r.MIGProfile
 	case r.Shared():

@@ -82,6 +82,11 @@ func Run(ctx context.Context, cfg Config) error {
 		{factory.Core().V1().Namespaces().Informer(), handler(c.upsertNamespace, c.deleteNamespace)},
 		{factory.Scheduling().V1().PriorityClasses().Informer(), handler[*schedulingv1.PriorityClass](c.upsertPriorityClass, c.deletePriorityClass)},
 		{factory.Policy().V1().PodDisruptionBudgets().Informer(), handler[*policyv1.PodDisruptionBudget](c.upsertPDB, c.deletePDB)},
+		// DRA: the devices gpuplane's driver publishes, the classes claims
+		// select through, and the claims of the pods it schedules.
+		{factory.Resource().V1().ResourceSlices().Informer(), handler(c.upsertSlice, c.deleteSlice)},
+		{factory.Resource().V1().DeviceClasses().Informer(), handler(c.upsertClass, c.deleteClass)},
+		{factory.Resource().V1().ResourceClaims().Informer(), handler(c.upsertClaim, c.deleteClaim)},
 		{dfactory.ForResource(v1alpha1.QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
 		{dfactory.ForResource(v1alpha1.PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
 	}

@@ -74,6 +74,9 @@ type cycleInput struct {
 	// (spec.namespaceSelector).
 	admits    map[string]labels.Selector
 	startedAt time.Time
+	// claims are the ResourceClaims of the pending pods that name some,
+	// by pod key.
+	claims map[string]*podClaims
 }
 
 type podClass struct {
@@ -120,6 +123,16 @@ type builder struct {
 	// replaced, never changed, when its pods change (the core relies on
 	// it: model.Snapshot.RunningByNode).
 	nodeAllocs map[string][]model.Allocation
+
+	// The device sets of the claims of pending pods (drasets.go), kept
+	// while slices, classes and nodes stay the same, and the sets the
+	// last model nodes were given.
+	draSets    map[string]*deviceSet
+	claimSets  map[string]claimSetMemo
+	draVersion int
+	draNodes   int
+	nextSet    int
+	setNames   []string
 }
 
 func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
@@ -252,9 +265,29 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 	// 3. Pending groups; groups held back for what they say stay out. The core orders them
 	//    itself (priority, age, name), so map order is fine here.
 	used := map[string]bool{}
+	sets := map[string]*deviceSet{}
 	for name, g := range in.groups {
 		if len(g.pending) == 0 {
 			continue
+		}
+		if g.held != nil {
+			continue
+		}
+		// Pods that ask through ResourceClaims: the claims to allocate
+		// and the devices that may serve them, or why the group waits.
+		for _, pi := range g.pending {
+			if len(pi.pod.Spec.ResourceClaims) == 0 {
+				continue
+			}
+			pc, bad := b.resolveClaims(c, pi)
+			if bad != nil {
+				g.held = badInput(bad.Reason, "pod %s: %s", pi.key, bad.Msg)
+				break
+			}
+			if in.claims == nil {
+				in.claims = map[string]*podClaims{}
+			}
+			in.claims[pi.key] = pc
 		}
 		if g.held != nil {
 			continue
@@ -274,6 +307,15 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		for i, pi := range g.pending {
 			cl := b.class(pi, used)
 			req := pi.req
+			if pc := in.claims[pi.key]; pc != nil {
+				if pc.set != nil {
+					req.GPUs, req.DeviceSet = pc.set.count, pc.set.name
+					sets[pc.set.name] = pc.set
+				}
+				if pc.node != "" {
+					cl = b.pinnedClass(pi, cl, pc.node, used)
+				}
+			}
 			if !cl.all {
 				req.NodeSelector = map[string]string{classLabelPrefix + strconv.Itoa(cl.id): "true"}
 			}
@@ -293,7 +335,7 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		}
 		in.snap.Pending = append(in.snap.Pending, pg)
 	}
-	in.snap.Nodes = b.modelNodesFor(used, nodesChanged)
+	in.snap.Nodes = b.modelNodesFor(used, sets, nodesChanged)
 	in.snap.Budget = model.DisruptionBudget{MaxEvictions: b.budget}
 	in.snap.Now = now.UnixMilli()
 	return in
@@ -459,22 +501,55 @@ func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
 	return cl
 }
 
+// pinnedClass is a pod's class narrowed to the one node its allocated
+// claims are on.
+func (b *builder) pinnedClass(pi *podInfo, base *podClass, node string, used map[string]bool) *podClass {
+	key := cmp.Or(pi.class, classKey(pi.pod)) + "\x00node=" + node
+	cl := b.classes[key]
+	if cl == nil {
+		cl = &podClass{pod: pi.pod, id: b.nextClass, match: make([]bool, len(b.nodes)), extended: base.extended}
+		b.nextClass++
+		other := 0
+		for i, n := range b.nodes {
+			if n.node.Name == node {
+				cl.match[i] = base.match[i]
+			} else if !n.m.Unschedulable {
+				other++
+			}
+		}
+		cl.why = append(slices.Clone(base.why), classReason{reason: "its ResourceClaims are allocated on node " + node, nodes: other})
+		b.classes[key] = cl
+	}
+	used[key] = true
+	return cl
+}
+
 // modelNodesFor returns the core's nodes with the labels of the classes in
 // use; the slice is reused while neither nodes nor classes change, so the
 // core keeps its incremental state.
-func (b *builder) modelNodesFor(used map[string]bool, nodesChanged bool) []model.Node {
+func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet, nodesChanged bool) []model.Node {
 	keys := make([]string, 0, len(used))
 	for k := range used {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if !nodesChanged && slices.Equal(keys, b.classKeys) && b.modelNodes != nil {
+	names := make([]string, 0, len(sets))
+	for k := range sets {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.setNames) && b.modelNodes != nil {
 		return b.modelNodes
 	}
-	b.classKeys = keys
+	b.classKeys, b.setNames = keys, names
+	inUse := make([]*deviceSet, len(names))
+	for i, k := range names {
+		inUse[i] = sets[k]
+	}
 	b.modelNodes = make([]model.Node, len(b.nodes))
 	for i, n := range b.nodes {
 		m := n.m
+		m.GPUs = withDeviceSets(m.GPUs, i, inUse)
 		m.Labels = nil
 		for _, k := range keys {
 			cl := b.classes[k]
@@ -564,7 +639,7 @@ func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.G
 // line (the core refuses over-allocated snapshots). Caller holds c.mu.
 func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, now time.Time) []model.Allocation {
 	pods := c.onNode[ni.node.Name]
-	if len(pods) == 0 {
+	if len(pods) == 0 && len(c.dra.onNode[ni.node.Name]) == 0 {
 		return nil
 	}
 	m := &ni.m
@@ -594,10 +669,31 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		pi     *podInfo
 		shares []model.GPUShare
 		known  bool
+		// claimGPUs are the GPUs the pod holds through claims.
+		claimGPUs int
+	}
+	// Devices held through ResourceClaims: by the pod that holds them,
+	// and claims no pod here holds, which hold their devices all the same.
+	byPod, orphans := c.claimShares(ni)
+	out := make([]model.Allocation, 0, len(pods)+len(orphans))
+	for _, a := range orphanAllocations(ni.node.Name, orphans) {
+		if !take(&a.Request, a.GPUs) {
+			b.log.V(2).Info("allocated claim over-allocates its node; left out of the snapshot", "claim", a.Pod, "node", ni.node.Name)
+			continue
+		}
+		out = append(out, a)
 	}
 	entries := make([]entry, 0, len(pods))
 	for _, pi := range pods {
 		e := entry{pi: pi}
+		if len(pi.pod.Spec.ResourceClaims) > 0 {
+			// What a pod holds through claims is what their allocations
+			// say, whoever wrote them.
+			e.shares, e.known = byPod[pi.key], true
+			e.claimGPUs = len(e.shares)
+			entries = append(entries, e)
+			continue
+		}
 		// The node's record of what the pod holds first, then what this
 		// scheduler assumed or chose for it.
 		if s, ok := pi.pod.Annotations[HeldAnnotation]; ok && pi.bound() {
@@ -626,9 +722,9 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		}
 		return cmp.Compare(x.pi.key, y.pi.key)
 	})
-	out := make([]model.Allocation, 0, len(entries))
 	for _, e := range entries {
 		req := e.pi.req
+		req.GPUs += e.claimGPUs
 		if !e.known {
 			e.shares = autoShares(m, gpuFree, sliceFree, &req)
 		}

@@ -7,11 +7,13 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 
+	"github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
@@ -47,10 +49,31 @@ func forCache(obj any) (any, error) {
 		return slimPod(o), nil
 	case *corev1.Node:
 		return slimNode(o), nil
+	case *resourceapi.ResourceSlice:
+		return slimSlice(o), nil
+	case *resourceapi.ResourceClaim:
+		slimMeta(o)
+		// Drivers' per-device status (network data, conditions) is the
+		// node's business; the scheduler reads the allocation and the
+		// consumers.
+		o.Status.Devices = nil
+		return o, nil
 	case metav1.Object:
 		slimMeta(o)
 	}
 	return obj, nil
+}
+
+// slimSlice keeps what the scheduler reads of a ResourceSlice: all of a
+// node's slice of gpuplane's driver; of any other, only its metadata and
+// where it is, since the scheduler allocates only gpuplane's devices.
+func slimSlice(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+	slimMeta(s)
+	if s.Spec.Driver == dra.DriverName && s.Spec.NodeName != nil {
+		return s
+	}
+	return &resourceapi.ResourceSlice{TypeMeta: s.TypeMeta, ObjectMeta: s.ObjectMeta,
+		Spec: resourceapi.ResourceSliceSpec{Driver: s.Spec.Driver, Pool: s.Spec.Pool, NodeName: s.Spec.NodeName}}
 }
 
 func slimMeta(o metav1.Object) {
@@ -96,8 +119,11 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		PriorityClassName: shareString(s.PriorityClassName),
 		// The Workload API's group reference, which the grouper reads.
 		SchedulingGroup: s.SchedulingGroup,
+		// The pod's ResourceClaims and the names of the claims made from
+		// its templates, which the scheduler allocates (dra.go).
+		ResourceClaims: s.ResourceClaims,
 	}
-	out.Status = corev1.PodStatus{Phase: p.Status.Phase}
+	out.Status = corev1.PodStatus{Phase: p.Status.Phase, ResourceClaimStatuses: p.Status.ResourceClaimStatuses}
 	if s.NodeName == "" {
 		// Where a pod may go is read only while it waits: NodeName is
 		// never unset, so a bound pod needs none of this.

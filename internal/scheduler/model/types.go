@@ -2,6 +2,7 @@ package model
 
 import (
 	"iter"
+	"strings"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
@@ -50,6 +51,27 @@ type GPU struct {
 	// a fault): they serve no new request; what runs on them stays
 	// counted.
 	Withdrawn bool `json:"withdrawn,omitempty"`
+	// DeviceSets names the device sets the GPU belongs to: the sets of
+	// devices that satisfy a ResourceClaim's requests (Request.DeviceSet),
+	// as the driver of the core evaluated its selectors; sorted and
+	// comma-separated, so that a GPU stays a comparable value.
+	DeviceSets string `json:"deviceSets,omitempty"`
+	// ClaimOnly GPUs are offered only through ResourceClaims (a DRA
+	// driver publishes them and no device plugin advertises them):
+	// requests without a DeviceSet skip them.
+	ClaimOnly bool `json:"claimOnly,omitempty"`
+}
+
+// InSet reports whether the GPU belongs to the device set name.
+func (g *GPU) InSet(name string) bool {
+	for rest := g.DeviceSets; rest != ""; {
+		var s string
+		s, rest, _ = strings.Cut(rest, ",")
+		if s == name {
+			return true
+		}
+	}
+	return false
 }
 
 // ShareMilli is how much of g a share of req takes: Replicas of the GPU's
@@ -125,7 +147,12 @@ type Request struct {
 	MIGSlices  int    `json:"migSlices,omitempty"`
 	MIGProfile string `json:"migProfile,omitempty"`
 	// GPUModels lists allowed GPU models; empty allows any.
-	GPUModels    []string          `json:"gpuModels,omitempty"`
+	GPUModels []string `json:"gpuModels,omitempty"`
+	// DeviceSet, when set, asks for GPUs through ResourceClaims: only
+	// GPUs that belong to this set (GPU.DeviceSets) serve the request, and
+	// its GPUs are whole GPUs (GPUs). Empty: the device plugin's GPUs,
+	// never a ClaimOnly one.
+	DeviceSet    string            `json:"deviceSet,omitempty"`
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	Tolerations  []Toleration      `json:"tolerations,omitempty"`
 }

@@ -9,6 +9,12 @@
 // changed since its last call, so one placement costs far less than a scan
 // of the cluster.
 //
+// GPUs a DRA driver publishes join the same books: a request through
+// ResourceClaims (model.Request.DeviceSet) is served only by GPUs of its
+// device set, any other request never by a claim-only GPU, and a node with
+// device sets keeps its GPUs in index order in its signature, since they
+// are no longer interchangeable.
+//
 // It must not know about queues, gangs, priorities or preemption (the cycle
 // in package scheduler does), and must not read the outside world.
 package placement

@@ -19,6 +19,16 @@ func modelAllowed(req *model.Request, g *model.GPU) bool {
 	return len(req.GPUModels) == 0 || slices.Contains(req.GPUModels, g.Model)
 }
 
+// claimAllowed reports whether GPU g may serve req as far as claims go: a
+// request through claims takes only GPUs of its device set, any other
+// request only GPUs the device plugin offers.
+func claimAllowed(req *model.Request, g *model.GPU) bool {
+	if req.DeviceSet != "" {
+		return g.InSet(req.DeviceSet)
+	}
+	return !g.ClaimOnly
+}
+
 // serves reports whether GPU g, empty, can serve req's kind of GPU request:
 // a GPU in service, of a model req allows, and offered the way req asks: whole GPUs from GPUs
 // not in MIG mode and not offered only as shares; a share from GPUs not in
@@ -26,7 +36,7 @@ func modelAllowed(req *model.Request, g *model.GPU) bool {
 // resource req asks through; a MIG instance from a MIG GPU with the
 // slices, in its static layout's size when it has one.
 func serves(req *model.Request, g *model.GPU) bool {
-	if g.Withdrawn || !modelAllowed(req, g) {
+	if g.Withdrawn || !modelAllowed(req, g) || !claimAllowed(req, g) {
 		return false
 	}
 	switch {
@@ -241,6 +251,9 @@ const (
 	// MIG instance is asked for (no sharing, another share resource, no
 	// MIG instance of that size), however free it is.
 	FilterGPUKind = "no GPU offered that way"
+	// FilterClaimDevices: no device of the node satisfies the pod's
+	// ResourceClaims (their device classes and selectors), however free.
+	FilterClaimDevices = "no device satisfies the claims"
 )
 
 // Why returns the first filter that refuses req on node i as the state
@@ -256,6 +269,8 @@ func (s *State) Why(i int, req *model.Request) string {
 		return FilterCPU
 	case ns.FreeMem < req.MemoryMiB:
 		return FilterMemory
+	case req.DeviceSet != "" && !slices.ContainsFunc(ns.Node.GPUs, func(g model.GPU) bool { return serves(req, &g) }):
+		return FilterClaimDevices
 	case (req.Shared() || req.MIGSlices > 0) && !slices.ContainsFunc(ns.Node.GPUs, func(g model.GPU) bool { return serves(req, &g) }):
 		return FilterGPUKind
 	case s.Options(i, req) == nil:

@@ -35,7 +35,7 @@ func TargetsFrom(reqs []model.Request, popularity float64) ([]Target, error) {
 	byKey := map[string]*entry{}
 	for i := range reqs {
 		r := reqs[i]
-		k := fmt.Sprintf("%d/%d/%d/%d/%d/%d/%s/%s", r.MilliCPU, r.GPUs, r.GPUMilli, r.Replicas, r.GPUMemoryMiB, r.MIGSlices, r.ShareResource, strings.Join(r.GPUModels, "|"))
+		k := fmt.Sprintf("%d/%d/%d/%d/%d/%d/%s/%s/%s", r.MilliCPU, r.GPUs, r.GPUMilli, r.Replicas, r.GPUMemoryMiB, r.MIGSlices, r.ShareResource, strings.Join(r.GPUModels, "|"), r.DeviceSet)
 		e := byKey[k]
 		if e == nil {
 			r.MemoryMiB = 0

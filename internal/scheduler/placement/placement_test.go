@@ -424,3 +424,40 @@ func TestGPUPlaneFollowsCPUPressure(t *testing.T) {
 		})
 	}
 }
+
+// Claim-only GPUs serve only requests through claims, and a request
+// through claims only GPUs of its device set; nodes whose GPUs differ only
+// in their device sets do not share a signature.
+func TestDeviceSets(t *testing.T) {
+	n := gpuNode("a", 8000, 4)
+	for g := range n.GPUs {
+		n.GPUs[g].ClaimOnly = true
+		if g >= 2 {
+			n.GPUs[g].DeviceSets = "h100"
+		}
+	}
+	st := NewState([]model.Node{n})
+	if o := st.Options(0, &model.Request{GPUs: 1}); o != nil {
+		t.Errorf("a device-plugin request got %v on claim-only GPUs", o)
+	}
+	if w := st.Why(0, &model.Request{GPUs: 1, DeviceSet: "b200"}); w != FilterClaimDevices {
+		t.Errorf("a claim no GPU serves is refused with %q, want %q", w, FilterClaimDevices)
+	}
+	o := st.Options(0, &model.Request{GPUs: 2, DeviceSet: "h100"})
+	if len(o) != 1 || o[0].Shares[0].Index != 2 || o[0].Shares[1].Index != 3 {
+		t.Fatalf("options %+v, want GPUs 2 and 3 (the set's)", o)
+	}
+	if o := st.Options(0, &model.Request{GPUs: 3, DeviceSet: "h100"}); o != nil {
+		t.Errorf("3 GPUs of a set of 2 placed: %+v", o)
+	}
+	// Two nodes alike but for which GPU is busy: with device sets on
+	// some GPUs they are not interchangeable.
+	a, b := n, n
+	b.Name = "b"
+	st = NewState([]model.Node{a, b})
+	_ = st.Assign(0, &model.Request{GPUs: 1, DeviceSet: "h100"}, []model.GPUShare{{Index: 2, Milli: 1000}})
+	_ = st.Assign(1, &model.Request{GPUs: 1}, []model.GPUShare{{Index: 0, Milli: 1000}})
+	if st.signature(0) == st.signature(1) {
+		t.Error("nodes with different GPUs of a device set busy share a signature")
+	}
+}

@@ -22,9 +22,13 @@ type NodeState struct {
 	Pods       int
 	ShareSizes map[int64]int
 
-	class  int32
-	sig    int32 // -1 when stale
-	sigMix int32 // sig plus the pod mix; -1 when stale
+	class int32
+	// ordered: the node's GPUs are not interchangeable (a topology, or
+	// device sets or claim-only marks that differ between them), so its
+	// signature keeps them in index order.
+	ordered bool
+	sig     int32 // -1 when stale
+	sigMix  int32 // sig plus the pod mix; -1 when stale
 }
 
 // GPUUsed reports whether GPU g holds any allocation.
@@ -98,6 +102,9 @@ func NewState(nodes []model.Node) *State {
 		}
 		ns.ShareSizes = map[int64]int{}
 		ns.class = s.classOf(n)
+		ns.ordered = n.Topology != nil || slices.ContainsFunc(n.GPUs, func(g model.GPU) bool {
+			return g.ClaimOnly != n.GPUs[0].ClaimOnly || g.DeviceSets != n.GPUs[0].DeviceSets
+		})
 		ns.sig, ns.sigMix = -1, -1
 	}
 	return s
@@ -108,7 +115,7 @@ func (s *State) classOf(n *model.Node) int32 {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d/%d/%v|", n.MilliCPU, n.MemoryMiB, n.Unschedulable)
 	for _, g := range n.GPUs {
-		fmt.Fprintf(&b, "%s:%d:%d:%d:%d:%d:%t:%t:%s:%d,", g.Model, g.MemoryMiB, g.Capacity(), g.MIGSlices, g.MIGInstanceSlices, g.NUMANode, g.SharesOnly, g.WholeOnly, g.ShareResource, g.MinShareMilli)
+		fmt.Fprintf(&b, "%s:%d:%d:%d:%d:%d:%t:%t:%s:%d:%t:%s,", g.Model, g.MemoryMiB, g.Capacity(), g.MIGSlices, g.MIGInstanceSlices, g.NUMANode, g.SharesOnly, g.WholeOnly, g.ShareResource, g.MinShareMilli, g.ClaimOnly, g.DeviceSets)
 	}
 	keys := make([]string, 0, len(n.Labels))
 	for k := range n.Labels {
@@ -139,9 +146,9 @@ func (s *State) classOf(n *model.Node) int32 {
 	return id
 }
 
-// signature interns a node's class plus its free state. Nodes without a
-// topology sort their GPUs, so nodes that differ only in which GPU is busy
-// share a signature.
+// signature interns a node's class plus its free state. Nodes whose GPUs
+// are interchangeable (no topology, no device sets) sort their GPUs, so
+// nodes that differ only in which GPU is busy share a signature.
 func (s *State) signature(i int) int32 {
 	ns := &s.Nodes[i]
 	if ns.sig >= 0 {
@@ -155,7 +162,7 @@ func (s *State) signature(i int) int32 {
 	for g := range ns.GPUFree {
 		gpus = append(gpus, [3]int64{ns.GPUFree[g], ns.GPUMem[g], int64(ns.SliceFree[g])})
 	}
-	if ns.Node.Topology == nil {
+	if !ns.ordered {
 		slices.SortFunc(gpus, func(a, b [3]int64) int { return slices.Compare(a[:], b[:]) })
 	}
 	for _, g := range gpus {

@@ -1,0 +1,73 @@
+package adapter
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpuplane/gpuplane/api/dra"
+)
+
+// FuzzDRASliceAndClaim feeds the scheduler a ResourceSlice, a DeviceClass
+// and a ResourceClaim with whatever a writer may have put in them (device
+// count, type and index attributes, memory, selectors, counts): the cycle
+// never panics, a node never gets more GPUs than maxClaimGPUs, and a claim
+// that is allocated gets as many distinct devices as it asked for, all on
+// the pod's node.
+func FuzzDRASliceAndClaim(f *testing.F) {
+	f.Add(8, "gpu", int64(0), "H100", "80Gi", `device.driver == "gpu.gpuplane.io"`, `device.attributes["gpu.gpuplane.io"].productName == "H100"`, int64(1), "gpu.gpuplane.io")
+	f.Add(2, "mig", int64(-3), "", "-1", `true`, `device.attributes["gpu.gpuplane.io"].nosuch`, int64(3), "other")
+	f.Add(300, "gpu", int64(1<<40), "A100", "1e30", `device.capacity["gpu.gpuplane.io"].memory.compareTo(quantity("40Gi")) >= 0`, `device.attributes[`, int64(-1), "gpu.gpuplane.io")
+	f.Fuzz(func(t *testing.T, devices int, typ string, index int64, product, mem, classSel, claimSel string, count int64, class string) {
+		devices = min(max(devices, 0), 300)
+		f := newLoopFixture(t, Config{}, draNode("a"))
+		s := gpuSlice("a", 0, "")
+		for i := range devices {
+			d := resourceapi.Device{Name: fmt.Sprint("dev-", i), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				dra.AttrType:        {StringValue: ptr.To(typ)},
+				dra.AttrIndex:       {IntValue: ptr.To(index + int64(i))},
+				dra.AttrProductName: {StringValue: ptr.To(product)},
+			}}
+			if q, err := resource.ParseQuantity(mem); err == nil {
+				d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{dra.CapacityMemory: {Value: q}}
+			}
+			s.Spec.Devices = append(s.Spec.Devices, d)
+		}
+		f.cache.upsertSlice(s)
+		dc := gpuClass("gpu.gpuplane.io")
+		dc.Spec.Selectors[0].CEL.Expression = classSel
+		f.cache.upsertClass(dc)
+		var sels []string
+		if claimSel != "" {
+			sels = append(sels, claimSel)
+		}
+		f.cache.upsertClaim(gpuClaim("c", class, count, sels...))
+		f.cache.upsertPod(claimPod("p", "c"))
+		f.cycle()
+		f.cache.mu.Lock()
+		gpus := len(f.cache.nodes["a"].m.GPUs)
+		f.cache.mu.Unlock()
+		if gpus > maxClaimGPUs {
+			t.Fatalf("node has %d GPUs from its slice, more than %d", gpus, maxClaimGPUs)
+		}
+		for _, w := range f.api.claimLog() {
+			parts := strings.Fields(w)
+			devs := strings.Split(parts[3], ",")
+			want := max(count, 1)
+			seen := map[string]bool{}
+			for _, d := range devs {
+				if seen[d] {
+					t.Fatalf("device %s allocated twice in %q", d, w)
+				}
+				seen[d] = true
+			}
+			if int64(len(devs)) != want || parts[2] != "a" {
+				t.Fatalf("claim write %q, want %d devices on node a", w, want)
+			}
+		}
+	})
+}
