@@ -22,6 +22,7 @@ FUZZ_TARGETS := \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \
 	./internal/gpu/sim:FuzzParse \
+	./internal/mig:FuzzParse \
 	./internal/cli/cost:FuzzDecode \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
 	./internal/scheduler/grouper:FuzzRuleEval \

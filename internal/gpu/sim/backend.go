@@ -237,7 +237,7 @@ func (g *simGPU) device() gpu.Device {
 	d := gpu.Device{
 		Index: g.index, Minor: g.index, UUID: g.uuid, Name: s.Name, Brand: s.Brand,
 		Architecture: s.Architecture, ComputeCapability: s.ComputeCapability,
-		MemoryMiB: s.MemoryMiB, ReservedMiB: s.ReservedMiB, PCIBusID: s.PCIBusID, NUMANode: s.NUMANode,
+		MemoryMiB: s.MemoryMiB, ReservedMiB: s.ReservedMiB, PCIBusID: s.PCIBusID, PCIDeviceID: s.PCIDeviceID, NUMANode: s.NUMANode,
 		MIG: gpu.MIGMode{Capable: g.mig.capable, Current: g.mig.current, Pending: g.mig.pending},
 	}
 	if g.mig.current {
