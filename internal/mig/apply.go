@@ -161,3 +161,16 @@ func build(ctx context.Context, hw Hardware, index int, to Layout, insts []Insta
 	}
 	return nil
 }
+
+// ApplyPlan applies every change of a plan in GPU order, stopping at the
+// first GPU that fails (GPUs before it keep their new layout, the failing
+// one its previous one when it rolled back). It is for a node with no pods
+// on the changing GPUs: the agent evicts them first.
+func ApplyPlan(ctx context.Context, hw Hardware, p *Plan) error {
+	for _, c := range p.Changes {
+		if err := ApplyGPU(ctx, hw, c.Index, c.To, c.Instances); err != nil {
+			return err
+		}
+	}
+	return nil
+}
