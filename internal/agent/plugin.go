@@ -70,7 +70,7 @@ type PluginOptions struct {
 	// health comes from (the MIG part withdraws the devices of GPUs it
 	// re-partitions this way).
 	WrapHealth func(deviceplugin.HealthSource) deviceplugin.HealthSource
-	Logger      *slog.Logger
+	Logger     *slog.Logger
 }
 
 // pluginState is what one good config produced.
