@@ -23,6 +23,7 @@ FUZZ_TARGETS := \
 	./internal/simulator:FuzzReadYAMLTrace \
 	./internal/gpu/sim:FuzzParse \
 	./internal/mig:FuzzParse \
+	./internal/gpu/sim:FuzzParseState \
 	./internal/cli/cost:FuzzDecode \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
 	./internal/scheduler/grouper:FuzzRuleEval \
