@@ -1,0 +1,229 @@
+package nodesim_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/internal/nodesim"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
+)
+
+// migConfig is the mig-parted config of the MIG tests' ConfigMap.
+const migConfig = `version: v1
+mig-configs:
+  all-disabled:
+    - devices: all
+      mig-enabled: false
+  gpu3-3g:
+    - devices: all
+      mig-enabled: false
+    - devices: [3]
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+  gpu3-5-3g:
+    - devices: all
+      mig-enabled: false
+    - devices: [3, 5]
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+  gpu3-too-big:
+    - devices: [3]
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 3}
+`
+
+const mig3g = "nvidia.com/mig-3g.40gb"
+
+// migNode starts a simulated DGX H100 whose agent re-partitions GPUs by
+// the node's nvidia.com/mig.config label and a ConfigMap in ns.
+func migNode(t *testing.T, name, ns string, extra ...string) *nodesim.Simulator {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mig-parted-config"}, Data: map[string]string{"config.yaml": migConfig}}
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--mig-strategy", "mixed", "--mig-config-map", ns + "/mig-parted-config", "--mig-eviction-timeout", "3s"}, extra...)
+	return startNode(t, name, "dgxh100", "", env.ControlPlane.Kubeconfig(), args...)
+}
+
+func labelMIG(t *testing.T, node, config string) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{gpunode.LabelMIGConfig: config}}})
+	if _, err := env.Client.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitMIGState waits for the state label and the condition's reason (and
+// a message containing msg, when given).
+func waitMIGState(t *testing.T, node, state, reason string, timeout time.Duration, msg ...string) *corev1.NodeCondition {
+	t.Helper()
+	var cond *corev1.NodeCondition
+	framework.Eventually(t, timeout, fmt.Sprintf("node %s: %s=%s, reason %s", node, gpunode.LabelMIGConfigState, state, reason), func(ctx context.Context) (bool, error) {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cond = nil
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == gpunode.ConditionMIGConfig {
+				cond = &n.Status.Conditions[i]
+			}
+		}
+		got := n.Labels[gpunode.LabelMIGConfigState]
+		if cond == nil || got != state || cond.Reason != reason {
+			return false, fmt.Errorf("state %q, condition %+v", got, cond)
+		}
+		for _, m := range msg {
+			if !strings.Contains(cond.Message, m) {
+				return false, fmt.Errorf("condition message %q lacks %q", cond.Message, m)
+			}
+		}
+		return true, nil
+	})
+	return cond
+}
+
+// onePodPerGPU runs a one-GPU pod on each of the node's 8 GPUs and returns
+// pod name -> GPU index.
+func onePodPerGPU(t *testing.T, s *nodesim.Simulator, node, ns string) map[string]int {
+	t.Helper()
+	for i := range 8 {
+		createPod(t, framework.Pod(ns, fmt.Sprintf("p%d", i)).GPUs(1).NodeName(node).Obj())
+	}
+	index, _ := topology(t, node)
+	out := map[string]int{}
+	for i := range 8 {
+		name := fmt.Sprintf("p%d", i)
+		ids := allocation(t, ns, name).DeviceIDs(gpuRes)
+		if len(ids) != 1 {
+			t.Fatalf("pod %s got %v", name, ids)
+		}
+		out[name] = index[ids[0]].Index
+	}
+	return out
+}
+
+func podOn(gpus map[string]int, gpu int) string {
+	for p, g := range gpus {
+		if g == gpu {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestMIGReconfigureOneGPU changes GPU 3 of a busy DGX H100 through the
+// node's label: bad configs fail before anything moves; a good one evicts
+// GPU 3's pod alone, re-partitions GPU 3 while the pods on the other seven
+// GPUs keep running with the same devices (PodResources), and the new MIG
+// resources are allocatable without an agent restart; a PodDisruptionBudget
+// that blocks an eviction shows in the state until it allows it.
+func TestMIGReconfigureOneGPU(t *testing.T) {
+	const nodeName = "sim-h100-mig"
+	ns := env.CreateNamespace(t)
+	s := migNode(t, nodeName, ns)
+	waitCapacity(t, nodeName, map[string]int64{gpuRes: 8})
+	gpus := onePodPerGPU(t, s, nodeName, ns)
+	before := listPodResources(t, s)
+
+	stillRunning := func(t *testing.T, except ...string) {
+		t.Helper()
+		now := listPodResources(t, s)
+		for name := range gpus {
+			skip := false
+			for _, e := range except {
+				skip = skip || e == name
+			}
+			if skip {
+				continue
+			}
+			p, err := env.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+				t.Errorf("pod %s on GPU %d disturbed: %v %v", name, gpus[name], err, p.Status.Phase)
+				continue
+			}
+			if !sameSet(now[ns+"/"+name][gpuRes], before[ns+"/"+name][gpuRes]) {
+				t.Errorf("pod %s: PodResources %v, was %v", name, now[ns+"/"+name], before[ns+"/"+name])
+			}
+		}
+	}
+
+	t.Run("bad input fails before anything moves", func(t *testing.T) {
+		for _, tc := range []struct{ label, want string }{
+			{"gpu3-too-big", `mig-configs.gpu3-too-big[0].mig-devices."3g.40gb": the layout does not fit the GPU: 3 devices asked, the GPU holds at most 2`},
+			{"no-such-config", `no config named "no-such-config"`},
+		} {
+			labelMIG(t, nodeName, tc.label)
+			waitMIGState(t, nodeName, gpunode.MIGConfigStateFailed, gpunode.ReasonMIGInvalidConfig, 60*time.Second, tc.want, "the GPUs keep their layout")
+			stillRunning(t)
+		}
+		waitCapacity(t, nodeName, map[string]int64{gpuRes: 8})
+	})
+
+	victim := podOn(gpus, 3)
+	t.Run("GPU 3 alone is re-partitioned", func(t *testing.T) {
+		labelMIG(t, nodeName, "gpu3-3g")
+		cond := waitMIGState(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, 90*time.Second)
+		if cond.Status != corev1.ConditionTrue || !strings.Contains(cond.Message, "GPU 3: whole GPU -> mig: 2x3g.40gb") {
+			t.Errorf("condition %+v", cond)
+		}
+		waitCapacity(t, nodeName, map[string]int64{gpuRes: 7, mig3g: 2})
+		framework.Eventually(t, 60*time.Second, "GPU 3's pod "+victim+" evicted", func(ctx context.Context) (bool, error) {
+			_, err := env.Client.CoreV1().Pods(ns).Get(ctx, victim, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		stillRunning(t, victim)
+		createPod(t, framework.Pod(ns, "mig-user").Limit(mig3g, "1").NodeName(nodeName).Obj())
+		if ids := allocation(t, ns, "mig-user").DeviceIDs(mig3g); len(ids) != 1 || !strings.HasPrefix(ids[0], "MIG-") {
+			t.Errorf("mig-user got %v", ids)
+		}
+	})
+
+	t.Run("a PodDisruptionBudget blocks and the state says so", func(t *testing.T) {
+		blocked := podOn(gpus, 5)
+		// The budget protects the pod on GPU 5.
+		p, err := env.Client.CoreV1().Pods(ns).Get(t.Context(), blocked, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Labels = map[string]string{"app": "protected"}
+		if _, err := env.Client.CoreV1().Pods(ns).Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		one := intstr.FromInt32(1)
+		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "protect"},
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "protected"}}}}
+		if _, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Create(t.Context(), pdb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 30*time.Second, "the PDB observed", func(ctx context.Context) (bool, error) {
+			got, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "protect", metav1.GetOptions{})
+			return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, err
+		})
+		labelMIG(t, nodeName, "gpu3-5-3g")
+		cond := waitMIGState(t, nodeName, gpunode.MIGConfigStateFailed, gpunode.ReasonMIGEvictionBlocked, 90*time.Second)
+		if !strings.Contains(cond.Message, ns+"/"+blocked) || !strings.Contains(cond.Message, "disruption budget") {
+			t.Errorf("condition message %q does not name the pod and its budget", cond.Message)
+		}
+		stillRunning(t, victim)
+		if err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(t.Context(), "protect", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitMIGState(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, 3*time.Minute)
+		waitCapacity(t, nodeName, map[string]int64{gpuRes: 6, mig3g: 4})
+		stillRunning(t, victim, blocked)
+	})
+}
