@@ -11,6 +11,7 @@ FUZZ_TARGETS := \
 	./api/config/v1:FuzzLoad \
 	./api/gpunode:FuzzParseTopology \
 	./api/gpunode:FuzzParseLabels \
+	./api/gpunode:FuzzParseMIGLayout \
 	./api/gpupod:FuzzReadAllocation \
 	./api/gpupod:FuzzParseGPUs \
 	./api/gpupod:FuzzReadFraction \

@@ -18,6 +18,7 @@ var rendered = map[string]string{
 	"agent/daemonset.yaml":               "../agent/daemonset.yaml",
 	"agent/rbac.yaml":                    "../agent/rbac.yaml",
 	"agent/policy.yaml":                  "../agent/policy.yaml",
+	"agent/mig-config.yaml":              "../agent/mig-config.yaml",
 	"scheduler/deployment.yaml":          "../scheduler/deployment.yaml",
 	"scheduler/rbac.yaml":                "../scheduler/rbac.yaml",
 	"admission/hide-gpus.yaml":           "../admission/hide-gpus.yaml",
