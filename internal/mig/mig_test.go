@@ -97,7 +97,9 @@ func TestDefaultConfigAppliesOnDGX(t *testing.T) {
 					continue
 				}
 				applyPlan(t, b, p)
-				applied[name] = true
+				// Applied means every GPU is in the config's layout, not
+				// left out by a device-filter.
+				applied[name] = len(p.Unselected) == 0
 			}
 			for _, name := range mustApply[model] {
 				if !applied[name] {

@@ -66,6 +66,9 @@ type Plan struct {
 	// Unchanged are the GPUs the config leaves as they are: already in
 	// their layout, or selected by no entry.
 	Unchanged []int `json:"unchanged"`
+	// Unselected are the GPUs no entry selects (their device-filter or
+	// devices leave them out): they keep whatever layout they have.
+	Unselected []int `json:"unselected,omitempty"`
 	// Targets is, per GPU index, the layout the config gives it (the
 	// current one for a GPU no entry selects).
 	Targets map[int]Layout `json:"targets"`
@@ -119,6 +122,7 @@ func NewPlan(spec *Spec, name string, gpus []GPU) (*Plan, error) {
 		if !ok {
 			p.Targets[g.Index] = g.Current
 			p.Unchanged = append(p.Unchanged, g.Index)
+			p.Unselected = append(p.Unselected, g.Index)
 			continue
 		}
 		insts, err := Fit(e.Path+".mig-devices", g.Profiles, e.Layout)
