@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -225,5 +229,102 @@ func TestMIGReconfigureOneGPU(t *testing.T) {
 		waitMIGState(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, 3*time.Minute)
 		waitCapacity(t, nodeName, map[string]int64{gpuRes: 6, mig3g: 4})
 		stillRunning(t, victim, blocked)
+	})
+}
+
+// TestMIGResumesAfterAgentKilled kills the agent while it applies a
+// layout: the restarted agent starts from what the GPUs have (the
+// simulated GPUs keep their MIG state across agent restarts, as real ones
+// do) and finishes, touching no other GPU's pods.
+func TestMIGResumesAfterAgentKilled(t *testing.T) {
+	const nodeName = "sim-h100-mig-restart"
+	ns := env.CreateNamespace(t)
+	s := migNode(t, nodeName, ns)
+	waitCapacity(t, nodeName, map[string]int64{gpuRes: 8})
+	gpus := onePodPerGPU(t, s, nodeName, ns)
+	before := listPodResources(t, s)
+	untouched := func(t *testing.T, except ...string) {
+		t.Helper()
+		now := listPodResources(t, s)
+		for name := range gpus {
+			if slices.Contains(except, name) {
+				continue
+			}
+			if !sameSet(now[ns+"/"+name][gpuRes], before[ns+"/"+name][gpuRes]) {
+				t.Errorf("pod %s: PodResources %v, was %v", name, now[ns+"/"+name], before[ns+"/"+name])
+			}
+		}
+	}
+	// The node simulator restarts a killed agent, as the kubelet does.
+	kill := func(t *testing.T) {
+		t.Helper()
+		pid := s.AgentPid()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("killing the agent (pid %d): %v", pid, err)
+		}
+	}
+
+	t.Run("killed while the state is pending", func(t *testing.T) {
+		labelMIG(t, nodeName, "gpu3-3g")
+		phase := ""
+		framework.Eventually(t, 60*time.Second, "the state pending", func(ctx context.Context) (bool, error) {
+			n, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			phase = n.Labels[gpunode.LabelMIGConfigState]
+			return phase != "", nil
+		})
+		kill(t)
+		t.Logf("agent killed with the state %q", phase)
+		waitMIGState(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, 2*time.Minute)
+		waitCapacity(t, nodeName, map[string]int64{gpuRes: 7, mig3g: 2})
+		untouched(t, podOn(gpus, 3))
+	})
+
+	t.Run("killed half way through creating GPU 5's instances", func(t *testing.T) {
+		// What a kill between two MIG calls leaves: GPU 5's pod evicted,
+		// MIG mode on, one GPU instance without its compute instance.
+		victim := podOn(gpus, 5)
+		zero := int64(0)
+		if err := env.Client.CoreV1().Pods(ns).Delete(t.Context(), victim, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 30*time.Second, "PodResources without "+victim, func(context.Context) (bool, error) {
+			_, listed := listPodResources(t, s)[ns+"/"+victim]
+			return !listed, nil
+		})
+		n0, _ := s.AgentRestarts()
+		kill(t)
+		state := filepath.Join(s.Dir(), "gpu-state.json")
+		data, err := os.ReadFile(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Version int              `json:"version"`
+			GPUs    []map[string]any `json:"gpus"`
+		}
+		if err := json.Unmarshal(data, &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range st.GPUs {
+			if g["index"] == float64(5) {
+				g["current"], g["pending"] = true, true
+				g["instances"] = []map[string]any{{"profile": "3g.40gb", "start": 4, "size": 4}}
+			}
+		}
+		data, _ = json.Marshal(st)
+		if err := os.WriteFile(state, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		labelMIG(t, nodeName, "gpu3-5-3g")
+		framework.Eventually(t, 60*time.Second, "the agent restarted", func(context.Context) (bool, error) {
+			n, _ := s.AgentRestarts()
+			return n > n0, nil
+		})
+		waitMIGState(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, 2*time.Minute, "GPU 5: mig: none -> mig: 2x3g.40gb")
+		waitCapacity(t, nodeName, map[string]int64{gpuRes: 6, mig3g: 4})
+		untouched(t, podOn(gpus, 3), victim)
 	})
 }
