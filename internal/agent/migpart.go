@@ -64,6 +64,12 @@ type migCluster struct {
 	labelSeen bool
 	data      []byte
 	cmErr     error
+
+	// condStatus and transition are the condition's last written status
+	// and when it last changed (SetStatus runs on the reconciler's
+	// goroutine only).
+	condStatus corev1.ConditionStatus
+	transition metav1.Time
 }
 
 var _ mig.Cluster = (*migCluster)(nil)
@@ -244,21 +250,34 @@ func apiMessage(err error) string {
 	return err.Error()
 }
 
-// SetStatus implements mig.Cluster: the state label by server-side apply
-// of the Node's metadata, the condition by server-side apply of its
-// status, both under migFieldManager.
+// SetStatus implements mig.Cluster: the state label and the
+// gpuplane.io/mig-layout annotation by server-side apply of the Node's
+// metadata, the condition by server-side apply of its status, both under
+// migFieldManager. An empty State (no config chosen) publishes the layout
+// alone, which drops the state label and leaves the condition as it was.
 func (c *migCluster) SetStatus(ctx context.Context, s mig.Status) error {
 	force := true
 	opts := metav1.PatchOptions{FieldManager: migFieldManager, Force: &force}
-	label, err := json.Marshal(map[string]any{
-		"apiVersion": "v1", "kind": "Node",
-		"metadata": map[string]any{"name": c.node, "labels": map[string]string{gpunode.LabelMIGConfigState: s.State}},
-	})
+	meta := map[string]any{"name": c.node}
+	if s.State != "" {
+		meta["labels"] = map[string]string{gpunode.LabelMIGConfigState: s.State}
+	}
+	if s.GPUs != nil {
+		layout, err := json.Marshal(mig.LayoutAnnotation(s.GPUs))
+		if err != nil {
+			return err
+		}
+		meta["annotations"] = map[string]string{gpunode.MIGLayoutAnnotation: string(layout)}
+	}
+	body, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": meta})
 	if err != nil {
 		return err
 	}
-	if _, err := c.client.Patch(ctx, c.node, types.ApplyPatchType, label, opts); err != nil {
-		return fmt.Errorf("writing the %s label of node %s: %w", gpunode.LabelMIGConfigState, c.node, err)
+	if _, err := c.client.Patch(ctx, c.node, types.ApplyPatchType, body, opts); err != nil {
+		return fmt.Errorf("writing the %s label and %s annotation of node %s: %w", gpunode.LabelMIGConfigState, gpunode.MIGLayoutAnnotation, c.node, err)
+	}
+	if s.State == "" {
+		return nil
 	}
 	status := corev1.ConditionFalse
 	if s.State == gpunode.MIGConfigStateSuccess {
@@ -269,12 +288,15 @@ func (c *migCluster) SetStatus(ctx context.Context, s mig.Status) error {
 		msg = "config " + s.Config + ": " + msg
 	}
 	now := metav1.Now().Rfc3339Copy()
+	if status != c.condStatus {
+		c.condStatus, c.transition = status, now
+	}
 	cond, err := json.Marshal(map[string]any{
 		"apiVersion": "v1", "kind": "Node",
 		"metadata": map[string]any{"name": c.node},
 		"status": map[string]any{"conditions": []map[string]any{{
 			"type": gpunode.ConditionMIGConfig, "status": status, "reason": s.Reason, "message": msg,
-			"lastHeartbeatTime": now, "lastTransitionTime": now,
+			"lastHeartbeatTime": now, "lastTransitionTime": c.transition,
 		}}},
 	})
 	if err != nil {

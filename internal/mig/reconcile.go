@@ -23,6 +23,9 @@ type Status struct {
 	// Reason is one of gpunode.ReasonMIG*; Message says what happened,
 	// naming the GPU, the pod or the field.
 	Reason, Message string
+	// GPUs are the node's GPUs as the pass left them, for the
+	// gpuplane.io/mig-layout annotation; nil when they could not be read.
+	GPUs []GPU
 }
 
 // Pod is a pod that holds devices of GPUs a plan changes.
@@ -101,6 +104,8 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 	}
 	name, data, err := r.Cluster.Desired(ctx)
 	if name == "" && err == nil {
+		// No config chosen: only the layout is published.
+		r.status(ctx, Status{})
 		return Outcome{}
 	}
 	if err != nil {
@@ -246,6 +251,9 @@ func (r *Reconciler) evict(ctx context.Context, log *slog.Logger, name string, p
 }
 
 func (r *Reconciler) status(ctx context.Context, s Status) {
+	if gpus, err := GPUs(ctx, r.HW); err == nil {
+		s.GPUs = gpus
+	}
 	if err := r.Cluster.SetStatus(ctx, s); err != nil && r.Log != nil {
 		r.Log.Warn("the MIG status could not be written on the Node", "err", err)
 	}

@@ -2,6 +2,7 @@ package mig_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -138,6 +139,11 @@ func TestReconcileChangesOneGPU(t *testing.T) {
 	if len(d.withdrawn) < 1 || fmt.Sprint(d.withdrawn[0]) != "[3]" || d.refreshed != 1 {
 		t.Fatalf("withdrawn %v, refreshed %d", d.withdrawn, d.refreshed)
 	}
+	for _, s := range c.statuses {
+		if len(s.GPUs) != 8 {
+			t.Fatalf("status without the node's GPUs: %+v", s)
+		}
+	}
 	states := make([]string, len(c.statuses))
 	for i, s := range c.statuses {
 		states[i] = s.State + "/" + s.Reason
@@ -263,7 +269,46 @@ func (f *failOnce) CreateComputeInstance(ctx context.Context, index, gi int, pro
 
 func TestReconcileNoLabelDoesNothing(t *testing.T) {
 	_, c, d, r := partitioned(t)
-	if out := r.Reconcile(context.Background()); out.Status.State != "" || len(c.statuses) != 0 || len(d.withdrawn) != 0 {
+	out := r.Reconcile(context.Background())
+	if out.Status.State != "" || len(d.withdrawn) != 0 {
 		t.Fatalf("outcome %+v", out)
+	}
+	// Only the layout is published.
+	if len(c.statuses) != 1 || c.statuses[0].State != "" || len(c.statuses[0].GPUs) != 8 {
+		t.Fatalf("statuses %+v", c.statuses)
+	}
+}
+
+func TestLayoutAnnotationRoundTrip(t *testing.T) {
+	b, _, _, _ := partitioned(t)
+	gpus, err := mig.GPUs(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mig.LayoutAnnotation(gpus)
+	raw, _ := json.Marshal(l)
+	parsed, err := gpunode.ParseMIGLayout(string(raw))
+	if err != nil {
+		t.Fatalf("the agent's annotation does not parse: %v\n%s", err, raw)
+	}
+	back, err := mig.GPUsFromLayout(parsed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := mig.ParseBytes([]byte(twoConfigs))
+	// Planning from the annotation is planning from the hardware.
+	want, err := mig.NewPlan(spec, "gpu3-big", gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := mig.NewPlan(spec, "gpu3-big", back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Changes) != 1 || got.Changes[0].Index != 3 || fmt.Sprint(got.Changes[0].Instances) != fmt.Sprint(want.Changes[0].Instances) {
+		t.Fatalf("plan from the annotation %+v, from the hardware %+v", got.Changes, want.Changes)
+	}
+	if len(raw) > 4096 {
+		t.Errorf("annotation of a DGX H100 is %d bytes", len(raw))
 	}
 }
