@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	climig "github.com/gpuplane/gpuplane/internal/cli/mig"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -42,6 +43,10 @@ mig-configs:
     - devices: [3, 5]
       mig-enabled: true
       mig-devices: {"3g.40gb": 2}
+  all-3g:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
   gpu3-too-big:
     - devices: [3]
       mig-enabled: true
@@ -52,7 +57,7 @@ const mig3g = "nvidia.com/mig-3g.40gb"
 
 // migNode starts a simulated DGX H100 whose agent re-partitions GPUs by
 // the node's nvidia.com/mig.config label and a ConfigMap in ns.
-func migNode(t *testing.T, name, ns string, extra ...string) *nodesim.Simulator {
+func migNode(t testing.TB, name, ns string, extra ...string) *nodesim.Simulator {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mig-parted-config"}, Data: map[string]string{"config.yaml": migConfig}}
 	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
@@ -62,7 +67,7 @@ func migNode(t *testing.T, name, ns string, extra ...string) *nodesim.Simulator 
 	return startNode(t, name, "dgxh100", "", env.ControlPlane.Kubeconfig(), args...)
 }
 
-func labelMIG(t *testing.T, node, config string) {
+func labelMIG(t testing.TB, node, config string) {
 	t.Helper()
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{gpunode.LabelMIGConfig: config}}})
 	if _, err := env.Client.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -193,6 +198,30 @@ func TestMIGReconfigureOneGPU(t *testing.T) {
 		createPod(t, framework.Pod(ns, "mig-user").Limit(mig3g, "1").NodeName(nodeName).Obj())
 		if ids := allocation(t, ns, "mig-user").DeviceIDs(mig3g); len(ids) != 1 || !strings.HasPrefix(ids[0], "MIG-") {
 			t.Errorf("mig-user got %v", ids)
+		}
+	})
+
+	t.Run("gpuplane mig plan shows GPU 5 and its pod", func(t *testing.T) {
+		var res *climig.Result
+		// The agent publishes the layout after each pass.
+		framework.Eventually(t, 30*time.Second, "a plan from the node's published layout", func(ctx context.Context) (bool, error) {
+			var err error
+			res, err = climig.Plan(ctx, env.Config, nodeName, "gpu3-5-3g", ns, "mig-parted-config", "config.yaml")
+			return err == nil, err
+		})
+		if len(res.Plan.Changes) != 1 || res.Plan.Changes[0].Index != 5 {
+			t.Fatalf("changes %+v, want GPU 5 alone", res.Plan.Changes)
+		}
+		row := res.GPUs[5]
+		if row.From != "whole GPU" || row.To != "mig: 2x3g.40gb" || len(row.Pods) != 1 || row.Pods[0] != ns+"/"+podOn(gpus, 5) {
+			t.Errorf("GPU 5 row %+v", row)
+		}
+		if g3 := res.GPUs[3]; g3.Changes || g3.From != "mig: 2x3g.40gb" {
+			t.Errorf("GPU 3 row %+v", g3)
+		}
+		if _, err := climig.Plan(t.Context(), env.Config, nodeName, "gpu3-too-big", ns, "mig-parted-config", "config.yaml"); err == nil ||
+			!strings.Contains(err.Error(), `mig-configs.gpu3-too-big[0].mig-devices."3g.40gb"`) {
+			t.Errorf("plan of a config that does not fit: %v", err)
 		}
 	})
 
