@@ -32,6 +32,15 @@ func newSimNoT(profile string) *sim.Backend {
 	return b
 }
 
+func readDefault(t testing.TB) []byte {
+	t.Helper()
+	data, err := os.ReadFile("testdata/mig-parted-config-default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 func loadDefault(t testing.TB) *mig.Spec {
 	t.Helper()
 	f, err := os.Open("testdata/mig-parted-config-default.yaml")
