@@ -205,7 +205,11 @@ func Print(w io.Writer, r *Result) error {
 	for _, g := range r.GPUs {
 		moving += len(g.Pods)
 	}
-	fmt.Fprintf(w, "Config %s on node %s: %d of %d GPUs change, %d pods would be evicted.\n\n", r.Config, r.Node, len(r.Plan.Changes), len(r.GPUs), moving)
+	pods := "pods"
+	if moving == 1 {
+		pods = "pod"
+	}
+	fmt.Fprintf(w, "Config %s on node %s: %d of %d GPUs change, %d %s would be evicted.\n\n", r.Config, r.Node, len(r.Plan.Changes), len(r.GPUs), moving, pods)
 	tw := cliutil.NewTable(w)
 	fmt.Fprintln(tw, "GPU\tNAME\tNOW\tAFTER\tPODS THAT MOVE")
 	for _, g := range r.GPUs {
@@ -213,11 +217,11 @@ func Print(w io.Writer, r *Result) error {
 		if !g.Changes {
 			after = "(unchanged)"
 		}
-		pods := "-"
+		movers := "-"
 		if len(g.Pods) > 0 {
-			pods = strings.Join(g.Pods, ", ")
+			movers = strings.Join(g.Pods, ", ")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", g.Index, g.Name, g.From, after, pods)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", g.Index, g.Name, g.From, after, movers)
 	}
 	return tw.Flush()
 }

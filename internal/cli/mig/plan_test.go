@@ -45,7 +45,7 @@ func TestPrint(t *testing.T) {
 	if err := Print(&b, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Config c on node n1: 1 of 2 GPUs change, 1 pods would be evicted.", "0    H100  whole GPU  (unchanged)", "1    H100  whole GPU  mig: 7x1g.10gb  ml/a"} {
+	for _, want := range []string{"Config c on node n1: 1 of 2 GPUs change, 1 pod would be evicted.", "0    H100  whole GPU  (unchanged)", "1    H100  whole GPU  mig: 7x1g.10gb  ml/a"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, b.String())
 		}
