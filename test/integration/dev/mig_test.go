@@ -20,9 +20,11 @@ import (
 
 // TestMIGBothSchedulersSeeNewDevices re-partitions GPU 3 of a dev
 // cluster's MIG node through its nvidia.com/mig.config label (a config
-// added to the ConfigMap dev up creates, as an operator adds one): both
-// kube-scheduler and gpuplane-scheduler then place a pod asking for the new
-// nvidia.com/mig-3g.40gb devices on it, and the node gives each one.
+// added to the ConfigMap dev up creates, as an operator adds one): then
+// kube-scheduler and gpuplane-scheduler each place two pods of one
+// nvidia.com/mig-3g.40gb device there, four in all, which only the new
+// devices beside the old ones make room for, and the node gives each pod a
+// device of its own.
 func TestMIGBothSchedulersSeeNewDevices(t *testing.T) {
 	_, client := cluster(t, "--node-profiles", "dgxh100:mig-mixed", "--scheduler", "gpuplane")
 	const node, res = "gpu-node-1", "nvidia.com/mig-3g.40gb"
@@ -50,29 +52,44 @@ func TestMIGBothSchedulersSeeNewDevices(t *testing.T) {
 		st := n.Labels[gpunode.LabelMIGConfigState]
 		return st == gpunode.MIGConfigStateSuccess && q.Value() == 4, fmt.Errorf("state %q, %s allocatable %s", st, res, q.String())
 	})
-	for _, p := range []struct{ name, scheduler string }{{"by-default", ""}, {"by-gpuplane", "gpuplane-scheduler"}} {
-		t.Run(p.name, func(t *testing.T) {
-			// Two pods of two: together they need all four devices, the
-			// two GPU 1 had and the two GPU 3 has now.
-			b := framework.Pod("default", p.name).Limit(corev1.ResourceName(res), "2")
-			if p.scheduler != "" {
-				b = b.SchedulerName(p.scheduler)
+	// Four pods of one 3g.40gb device each, two per scheduler: together
+	// they need the two devices GPU 1 had and the two GPU 3 has now
+	// (gpuplane-scheduler places one MIG instance per pod).
+	pods := []struct{ name, scheduler string }{
+		{"default-a", ""}, {"default-b", ""}, {"gpuplane-a", "gpuplane-scheduler"}, {"gpuplane-b", "gpuplane-scheduler"},
+	}
+	for _, p := range pods {
+		b := framework.Pod("default", p.name).Limit(corev1.ResourceName(res), "1")
+		if p.scheduler != "" {
+			b = b.SchedulerName(p.scheduler)
+		}
+		if _, err := client.CoreV1().Pods("default").Create(ctx, b.Obj(), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := map[string]string{}
+	for _, p := range pods {
+		framework.Eventually(t, 90*time.Second, "pod "+p.name+" Running with a "+res, func(ctx context.Context) (bool, error) {
+			got, err := client.CoreV1().Pods("default").Get(ctx, p.name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
 			}
-			if _, err := client.CoreV1().Pods("default").Create(ctx, b.Obj(), metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
+			if got.Status.Phase != corev1.PodRunning {
+				return false, fmt.Errorf("phase %v, conditions %+v", got.Status.Phase, got.Status.Conditions)
 			}
-			framework.Eventually(t, 90*time.Second, "pod "+p.name+" Running with two "+res, func(ctx context.Context) (bool, error) {
-				got, err := client.CoreV1().Pods("default").Get(ctx, p.name, metav1.GetOptions{})
-				if err != nil || got.Status.Phase != corev1.PodRunning {
-					return false, fmt.Errorf("phase %v: %v", got.Status.Phase, err)
-				}
-				a, err := gpupod.ReadAllocation(got)
-				if err != nil || a == nil {
-					return false, err
-				}
-				ids := a.DeviceIDs(res)
-				return len(ids) == 2 && strings.HasPrefix(ids[0], "MIG-"), fmt.Errorf("devices %v", ids)
-			})
+			a, err := gpupod.ReadAllocation(got)
+			if err != nil || a == nil {
+				return false, err
+			}
+			ids := a.DeviceIDs(res)
+			if len(ids) != 1 || !strings.HasPrefix(ids[0], "MIG-") {
+				return false, fmt.Errorf("devices %v", ids)
+			}
+			if other, dup := held[ids[0]]; dup {
+				return false, fmt.Errorf("device %s given to %s and %s", ids[0], other, p.name)
+			}
+			held[ids[0]] = p.name
+			return true, nil
 		})
 	}
 }
