@@ -25,6 +25,11 @@ const (
 // GPU, the pod or the config field otherwise.
 const ConditionMIGConfig = "MIGConfigApplied"
 
+// EventReasonMIGEviction is the reason of the Event gpuplane-agent
+// records on a pod it evicts because a GPU the pod holds is being
+// re-partitioned.
+const EventReasonMIGEviction = "MIGReconfiguration"
+
 // Reasons of ConditionMIGConfig.
 const (
 	// ReasonMIGApplied: every GPU is in the chosen layout.

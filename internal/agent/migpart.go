@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/deviceplugin"
@@ -58,6 +59,9 @@ type migCluster struct {
 	pods       *nodePods
 	resources  func() []*sharing.Resource
 	triggerOut chan struct{}
+	// events, when set, records why a pod is evicted and the Node's
+	// state changes.
+	events record.EventRecorder
 
 	mu        sync.Mutex
 	label     string
@@ -69,6 +73,7 @@ type migCluster struct {
 	// and when it last changed (SetStatus runs on the reconciler's
 	// goroutine only).
 	condStatus corev1.ConditionStatus
+	condReason string
 	transition metav1.Time
 }
 
@@ -234,7 +239,14 @@ func (c *migCluster) Evict(ctx context.Context, p mig.Pod) error {
 	}
 	err = c.client.rest.Post().MaxRetries(0).Namespace(p.Namespace).Resource("pods").Name(p.Name).SubResource("eviction").Body(body).Do(ctx).Error()
 	switch {
-	case err == nil, apierrors.IsNotFound(err):
+	case err == nil:
+		if c.events != nil {
+			ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: types.UID(p.UID)}
+			c.events.Eventf(ref, corev1.EventTypeWarning, gpunode.EventReasonMIGEviction,
+				"evicted by gpuplane-agent: GPUs %v of node %s are being re-partitioned (the node's %s label changed)", p.GPUs, c.node, gpunode.LabelMIGConfig)
+		}
+		return nil
+	case apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsTooManyRequests(err):
 		return fmt.Errorf("%s: %w", apiMessage(err), mig.ErrEvictionBlocked)
@@ -288,6 +300,17 @@ func (c *migCluster) SetStatus(ctx context.Context, s mig.Status) error {
 		msg = "config " + s.Config + ": " + msg
 	}
 	now := metav1.Now().Rfc3339Copy()
+	if status != c.condStatus || s.Reason != c.condReason {
+		if c.events != nil {
+			kind := corev1.EventTypeNormal
+			if s.State == gpunode.MIGConfigStateFailed {
+				kind = corev1.EventTypeWarning
+			}
+			ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: c.node, UID: types.UID(c.node)}
+			c.events.Eventf(ref, kind, "MIGConfig"+s.Reason, "%s", msg)
+		}
+		c.condReason = s.Reason
+	}
 	if status != c.condStatus {
 		c.condStatus, c.transition = status, now
 	}

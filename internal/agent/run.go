@@ -395,6 +395,9 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 				return nil
 			},
 			triggerOut: make(chan struct{}, 1)}
+		if mc.events, err = newEventRecorder(ctx, c, node); err != nil {
+			return err
+		}
 		plugin.WrapHealth = gate.wrap
 		onResources = append(onResources, func(rs []*sharing.Resource) { served.Store(&rs) }, gate.setResources)
 		parts = append(parts, newMIGPart(backend, mc, gate, f.migEvictTimeout, log.With("part", "mig")))
@@ -550,21 +553,30 @@ func newOverLimitWatch(ctx context.Context, cfg *rest.Config, usage func(context
 	if err != nil {
 		return nil, err
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(eventSink{rest: c.rest})
-	go func() { <-ctx.Done(); broadcaster.Shutdown() }()
-	// Events name pods only: a scheme of the core group is enough.
-	sch := runtime.NewScheme()
-	if err := corev1.AddToScheme(sch); err != nil {
+	recorder, err := newEventRecorder(ctx, c, node)
+	if err != nil {
 		return nil, err
 	}
-	recorder := broadcaster.NewRecorder(sch, corev1.EventSource{Component: name, Host: node})
 	var evict func(context.Context, *corev1.Pod) error
 	if policy == OverLimitEvict {
 		evict = c.evict
 		log.Info("pods over their GPU memory limit are evicted", "grace", grace)
 	}
 	return newUsageWatch(usage, pods, recorder, evict, grace, log), nil
+}
+
+// newEventRecorder records events through the node client until ctx ends.
+func newEventRecorder(ctx context.Context, c *nodeClient, node string) (record.EventRecorder, error) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(eventSink{rest: c.rest})
+	go func() { <-ctx.Done(); broadcaster.Shutdown() }()
+	// Events name pods and Nodes only: a scheme of the core group is
+	// enough.
+	sch := runtime.NewScheme()
+	if err := corev1.AddToScheme(sch); err != nil {
+		return nil, err
+	}
+	return broadcaster.NewRecorder(sch, corev1.EventSource{Component: name, Host: node}), nil
 }
 
 // UsageWatchOptions configure RunUsageWatch.

@@ -195,6 +195,13 @@ func TestMIGReconfigureOneGPU(t *testing.T) {
 			return apierrors.IsNotFound(err), nil
 		})
 		stillRunning(t, victim)
+		framework.Eventually(t, 30*time.Second, "an event saying why "+victim+" was evicted", func(ctx context.Context) (bool, error) {
+			evs, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + victim + ",reason=" + gpunode.EventReasonMIGEviction})
+			if err != nil || len(evs.Items) == 0 {
+				return false, err
+			}
+			return strings.Contains(evs.Items[0].Message, "GPUs [3] of node "+nodeName+" are being re-partitioned"), fmt.Errorf("message %q", evs.Items[0].Message)
+		})
 		createPod(t, framework.Pod(ns, "mig-user").Limit(mig3g, "1").NodeName(nodeName).Obj())
 		if ids := allocation(t, ns, "mig-user").DeviceIDs(mig3g); len(ids) != 1 || !strings.HasPrefix(ids[0], "MIG-") {
 			t.Errorf("mig-user got %v", ids)
