@@ -500,8 +500,8 @@ func (g *migGate) Refresh(ctx context.Context) error {
 
 // newMIGPart builds the MIG part: the reconciler over the node's GPUs,
 // its label and ConfigMap, PodResources and the device plugin's gate.
-func newMIGPart(hw mig.Hardware, c *migCluster, gate *migGate, timeout time.Duration, log *slog.Logger) part {
-	r := &mig.Reconciler{HW: hw, Cluster: c, Devices: gate, EvictionTimeout: timeout, Log: log}
+func newMIGPart(hw mig.Hardware, c *migCluster, gate *migGate, strategy func() string, timeout time.Duration, log *slog.Logger) part {
+	r := &mig.Reconciler{HW: hw, Cluster: c, Devices: gate, Strategy: strategy, EvictionTimeout: timeout, Log: log}
 	return part{name: "mig", run: func(ctx context.Context) error {
 		synced := c.watch(ctx)
 		// The first pass waits for the label and the ConfigMap to be read,

@@ -338,6 +338,8 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 	var recorder *part
 	var podsOnNode *nodePods
+	// migStrategy follows the config the plugin serves, for the MIG part.
+	var migStrategy atomic.Pointer[string]
 	// Parts that follow the resources the plugin serves.
 	var onResources []func([]*sharing.Resource)
 	var apiConfig *rest.Config
@@ -400,7 +402,13 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		}
 		plugin.WrapHealth = gate.wrap
 		onResources = append(onResources, func(rs []*sharing.Resource) { served.Store(&rs) }, gate.setResources)
-		parts = append(parts, newMIGPart(backend, mc, gate, f.migEvictTimeout, log.With("part", "mig")))
+		strategy := func() string {
+			if p := migStrategy.Load(); p != nil {
+				return *p
+			}
+			return ""
+		}
+		parts = append(parts, newMIGPart(backend, mc, gate, strategy, f.migEvictTimeout, log.With("part", "mig")))
 	}
 	if sink != nil {
 		var interval *time.Duration
@@ -440,6 +448,16 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		}})
 	} else {
 		log.Info("metrics are off (--metrics-addr is empty)")
+	}
+	if f.migConfigMap != "" {
+		labelsOnConfig := plugin.OnConfig
+		plugin.OnConfig = func(cfg *configv1.Config) {
+			st := cfg.MIGStrategy()
+			migStrategy.Store(&st)
+			if labelsOnConfig != nil {
+				labelsOnConfig(cfg)
+			}
+		}
 	}
 	plugin.OnResources = func(rs []*sharing.Resource) {
 		for _, f := range onResources {

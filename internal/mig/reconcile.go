@@ -79,6 +79,9 @@ type Reconciler struct {
 	EvictionTimeout time.Duration
 	// Poll is how often evicted pods are checked for; 1s when zero.
 	Poll time.Duration
+	// Strategy, when set, returns the device plugin's MIG strategy; a
+	// plan whose devices it would not offer is refused (CheckStrategy).
+	Strategy func() string
 	Log  *slog.Logger
 }
 
@@ -122,6 +125,9 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 		return r.report(ctx, Outcome{Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGApplyFailed, Message: err.Error()}})
 	}
 	plan, err := NewPlan(spec, name, gpus)
+	if err == nil && r.Strategy != nil {
+		err = CheckStrategy(r.Strategy(), plan)
+	}
 	if err != nil {
 		return r.report(ctx, Outcome{Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGInvalidConfig,
 			Message: err.Error() + "; nothing was evicted and the GPUs keep their layout"}})

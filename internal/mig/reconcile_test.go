@@ -312,3 +312,31 @@ func TestLayoutAnnotationRoundTrip(t *testing.T) {
 		t.Errorf("annotation of a DGX H100 is %d bytes", len(raw))
 	}
 }
+
+func TestReconcileRefusesWhatTheStrategyWouldNotOffer(t *testing.T) {
+	for _, tc := range []struct{ strategy, want string }{
+		{"none", "mig-configs.gpu3-big[1]: GPU 3: the MIG config does not fit this node: the device plugin's MIG strategy is none"},
+		{"single", "GPU 0 would hold 1g.10gb and GPU 3 3g.40gb: the MIG config does not fit this node: the device plugin's MIG strategy is single"},
+	} {
+		t.Run(tc.strategy, func(t *testing.T) {
+			_, c, d, r := partitioned(t)
+			r.Strategy = func() string { return tc.strategy }
+			c.name = "gpu3-big"
+			out := r.Reconcile(context.Background())
+			if out.Status.Reason != gpunode.ReasonMIGInvalidConfig || !strings.Contains(out.Status.Message, tc.want) {
+				t.Fatalf("outcome %+v, want %q", out.Status, tc.want)
+			}
+			if len(c.evicted) != 0 || len(d.withdrawn) != 0 {
+				t.Errorf("evicted %v, withdrew %v", c.evicted, d.withdrawn)
+			}
+		})
+	}
+	t.Run("single with one profile everywhere", func(t *testing.T) {
+		_, c, _, r := partitioned(t)
+		r.Strategy = func() string { return "single" }
+		c.name = "all-1g.10gb"
+		if out := r.Reconcile(context.Background()); out.Status.State != gpunode.MIGConfigStateSuccess {
+			t.Fatalf("outcome %+v", out)
+		}
+	})
+}
