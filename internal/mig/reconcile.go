@@ -82,7 +82,7 @@ type Reconciler struct {
 	// Strategy, when set, returns the device plugin's MIG strategy; a
 	// plan whose devices it would not offer is refused (CheckStrategy).
 	Strategy func() string
-	Log  *slog.Logger
+	Log      *slog.Logger
 }
 
 // Outcome is one pass's result.
