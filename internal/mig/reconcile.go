@@ -270,14 +270,19 @@ func (r *Reconciler) report(ctx context.Context, o Outcome) Outcome {
 	return o
 }
 
-// Run reconciles at start, whenever trigger receives, and after a failed
-// pass that may pass, with a back-off from minBackoff doubling to
-// maxBackoff, until ctx ends.
+// resync is how often Run passes without being asked.
+const resync = 5 * time.Minute
+
+// Run reconciles at start, whenever trigger receives, every resync, and
+// after a failed pass that may pass, with a back-off from minBackoff
+// doubling to maxBackoff, until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, trigger <-chan struct{}, minBackoff, maxBackoff time.Duration) error {
 	backoff := minBackoff
 	for {
 		out := r.Reconcile(ctx)
-		wait := 24 * time.Hour
+		// A pass every resync even when nothing asks: a layout changed
+		// behind the agent's back (nvidia-smi mig by hand) is put back.
+		wait := resync
 		if out.Retry {
 			wait = backoff
 			backoff = min(backoff*2, maxBackoff)
