@@ -340,3 +340,62 @@ func TestReconcileRefusesWhatTheStrategyWouldNotOffer(t *testing.T) {
 		}
 	})
 }
+
+// TestRunRetriesAndFollowsTriggers: Run passes at start, retries a pass
+// that may pass (a PDB) with back-off, and passes again when triggered.
+func TestRunRetriesAndFollowsTriggers(t *testing.T) {
+	_, c, _, r := partitioned(t)
+	c.mu.Lock()
+	c.name = "gpu3-big"
+	c.blocked["train-3"] = true
+	c.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	trigger := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, trigger, 10*time.Millisecond, 50*time.Millisecond) }()
+	waitFor := func(what string, cond func(s []mig.Status) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c.mu.Lock()
+			ok := cond(c.statuses)
+			c.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: statuses %+v", what, c.statuses)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	count := func(reason string) func([]mig.Status) bool {
+		return func(s []mig.Status) bool {
+			n := 0
+			for _, x := range s {
+				if x.Reason == reason {
+					n++
+				}
+			}
+			return n >= 2
+		}
+	}
+	// Blocked twice: the first pass and a retry.
+	waitFor("retried while blocked", count(gpunode.ReasonMIGEvictionBlocked))
+	c.mu.Lock()
+	delete(c.blocked, "train-3")
+	c.mu.Unlock()
+	waitFor("applied once the PDB allows", func(s []mig.Status) bool {
+		return len(s) > 0 && s[len(s)-1].State == gpunode.MIGConfigStateSuccess
+	})
+	// A trigger makes another pass at once (the resync is minutes away).
+	c.mu.Lock()
+	n := len(c.statuses)
+	c.mu.Unlock()
+	trigger <- struct{}{}
+	waitFor("a pass on trigger", func(s []mig.Status) bool { return len(s) > n })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
