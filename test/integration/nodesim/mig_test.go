@@ -105,6 +105,26 @@ func waitMIGState(t *testing.T, node, state, reason string, timeout time.Duratio
 	return cond
 }
 
+// waitNodeEvent waits for an event on the Node with the reason and a
+// message containing msg.
+func waitNodeEvent(t *testing.T, node, reason, msg string) {
+	t.Helper()
+	framework.Eventually(t, 60*time.Second, fmt.Sprintf("a %s event on node %s saying %q", reason, node, msg), func(ctx context.Context) (bool, error) {
+		evs, err := env.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason})
+		if err != nil {
+			return false, err
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, msg) {
+				return true, nil
+			}
+			seen = append(seen, e.Message)
+		}
+		return false, fmt.Errorf("events: %q", seen)
+	})
+}
+
 // onePodPerGPU runs a one-GPU pod on each of the node's 8 GPUs and returns
 // pod name -> GPU index.
 func onePodPerGPU(t *testing.T, s *nodesim.Simulator, node, ns string) map[string]int {
@@ -186,9 +206,12 @@ func TestMIGReconfigureOneGPU(t *testing.T) {
 	t.Run("GPU 3 alone is re-partitioned", func(t *testing.T) {
 		labelMIG(t, nodeName, "gpu3-3g")
 		cond := waitMIGState(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, 90*time.Second)
-		if cond.Status != corev1.ConditionTrue || !strings.Contains(cond.Message, "GPU 3: whole GPU -> mig: 2x3g.40gb") {
+		if cond.Status != corev1.ConditionTrue {
 			t.Errorf("condition %+v", cond)
 		}
+		// The condition's message may already be a later pass's ("GPUs 0,
+		// ..., 7 are in config"); the Node's events keep each step.
+		waitNodeEvent(t, nodeName, "MIGConfig"+gpunode.ReasonMIGApplied, "GPU 3: whole GPU -> mig: 2x3g.40gb; other GPUs untouched")
 		waitCapacity(t, nodeName, map[string]int64{gpuRes: 7, mig3g: 2})
 		framework.Eventually(t, 60*time.Second, "GPU 3's pod "+victim+" evicted", func(ctx context.Context) (bool, error) {
 			_, err := env.Client.CoreV1().Pods(ns).Get(ctx, victim, metav1.GetOptions{})
@@ -359,7 +382,9 @@ func TestMIGResumesAfterAgentKilled(t *testing.T) {
 			n, _ := s.AgentRestarts()
 			return n > n0, nil
 		})
-		waitMIGState(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, 2*time.Minute, "GPU 5: mig: none -> mig: 2x3g.40gb")
+		waitMIGState(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, 2*time.Minute)
+		// Resumed from what the GPU held: MIG on, no device.
+		waitNodeEvent(t, nodeName, "MIGConfig"+gpunode.ReasonMIGApplied, "GPU 5: mig: none -> mig: 2x3g.40gb")
 		waitCapacity(t, nodeName, map[string]int64{gpuRes: 6, mig3g: 4})
 		untouched(t, podOn(gpus, 3), victim)
 	})
