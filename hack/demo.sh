@@ -7,7 +7,8 @@
 # queues and one more with whole GPUs; gpuplane-scheduler; and two workload
 # operators as users run them (Kubeflow's training operator, KubeRay).
 # Applies examples/, waits for the pods, prints which pod got which GPUs, the
-# agent's node labels and a few metrics, runs the teams' queues, then submits
+# agent's node labels and a few metrics, re-partitions one GPU of the MIG
+# node live through its nvidia.com/mig.config label, runs the teams' queues, then submits
 # an Indexed Job, a PyTorchJob and a RayCluster as users write them and shows
 # the gangs gpuplane-scheduler derived from them, fails a GPU (it falls off
 # the bus) and shows the agent quarantine it and bring it back, and stops
@@ -120,6 +121,36 @@ grep -oE '"node":"[^"]*"|"NVIDIA_VISIBLE_DEVICES":"[^"]*"|"cdiDevices":\[[^]]*\]
 
 section "a Job finishing: tf-gpu-job's pod runs its simulated 20 s, then the Job completes"
 "$kubectl" wait -n default --for=condition=complete job/tf-gpu-job --timeout=60s
+
+section "declarative MIG: one GPU of gpu-node-2 re-partitioned live, the others untouched (nvidia.com/mig.config)"
+# The agent reads mig-parted's configs from a ConfigMap; an operator adds
+# one of their own: GPU 7 into seven 1g.10gb devices, every other GPU as it
+# is (mig-parted leaves the GPUs an entry does not select alone).
+"$kubectl" get configmap -n gpuplane-system default-mig-parted-config -o jsonpath='{.data.config\.yaml}' >"$state/mig.yaml"
+printf '%s\n' '  demo-gpu7-1g:' '    - devices: [7]' '      mig-enabled: true' '      mig-devices:' '        "1g.10gb": 7' >>"$state/mig.yaml"
+"$kubectl" create configmap -n gpuplane-system default-mig-parted-config --from-file=config.yaml="$state/mig.yaml" \
+	--dry-run=client -o yaml | "$kubectl" replace -f - >/dev/null
+allocatable() {
+	"$kubectl" get node gpu-node-2 -o jsonpath='nvidia.com/gpu {.status.allocatable.nvidia\.com/gpu}, mig-1g.10gb {.status.allocatable.nvidia\.com/mig-1g\.10gb}, mig-3g.40gb {.status.allocatable.nvidia\.com/mig-3g\.40gb}'
+}
+echo "gpuplane mig plan shows what labelling the node would change and which pods would move:"
+"$bin/gpuplane" mig plan gpu-node-2 demo-gpu7-1g
+echo
+echo "allocatable before: $(allocatable)"
+mig_start=$(date +%s.%N)
+"$kubectl" label node gpu-node-2 nvidia.com/mig.config=demo-gpu7-1g --overwrite >/dev/null
+deadline=$((SECONDS + 60))
+until [[ $("$kubectl" get node gpu-node-2 -o jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}') == success && $(allocatable) == *"mig-1g.10gb 14"* ]]; do
+	if ((SECONDS > deadline)); then
+		echo "demo: gpu-node-2 did not reach nvidia.com/mig.config.state=success with 14 mig-1g.10gb devices within 60 s: $(allocatable)" >&2
+		"$kubectl" get node gpu-node-2 -o jsonpath='{.status.conditions[?(@.type=="MIGConfigApplied")]}' >&2
+		exit 1
+	fi
+	sleep 0.2
+done
+printf 'state success, new devices allocatable, in %.1f s: %s\n' "$(echo "$(date +%s.%N) - $mig_start" | bc)" \
+	"$("$kubectl" get node gpu-node-2 -o jsonpath='{.status.conditions[?(@.type=="MIGConfigApplied")].message}')"
+echo "allocatable after:  $(allocatable)"
 
 metrics=$("$bin/gpuplane" dev status -o json | sed -n 's/.*"metrics": "\(http[^"]*\)".*/\1/p' | head -1)
 if [[ -n "$metrics" ]]; then

@@ -12,6 +12,7 @@ FUZZ_TARGETS := \
 	./api/gpunode:FuzzParseTopology \
 	./api/gpunode:FuzzParseLabels \
 	./api/gpunode:FuzzParseQuarantine \
+	./api/gpunode:FuzzParseMIGLayout \
 	./api/gpupod:FuzzReadAllocation \
 	./api/gpupod:FuzzParseGPUs \
 	./api/gpupod:FuzzReadFraction \
@@ -24,6 +25,8 @@ FUZZ_TARGETS := \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \
 	./internal/gpu/sim:FuzzParse \
+	./internal/mig:FuzzParse \
+	./internal/gpu/sim:FuzzParseState \
 	./internal/cli/cost:FuzzDecode \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
 	./internal/scheduler/grouper:FuzzRuleEval \

@@ -39,6 +39,20 @@ const Name = "gpuplane"
 // rendered manifests in deploy/ put it.
 const DefaultNamespace = "gpuplane-system"
 
+// MIGConfigMap is the name of the ConfigMap of mig-parted's default
+// configs the chart deploys (agent.mig), and MIGConfigKey its key.
+const (
+	MIGConfigMap = "default-mig-parted-config"
+	MIGConfigKey = "config.yaml"
+)
+
+// MIGPartedConfig returns the mig-parted config the chart's MIG ConfigMap
+// holds, for a cluster that runs the agent without the chart (gpuplane dev
+// up).
+func MIGPartedConfig() ([]byte, error) {
+	return files.ReadFile(Name + "/files/mig-parted-config-default.yaml")
+}
+
 // Load returns the embedded chart.
 func Load() (*chart.Chart, error) {
 	return LoadFS(files, Name)

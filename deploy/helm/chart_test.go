@@ -18,6 +18,7 @@ var rendered = map[string]string{
 	"agent/daemonset.yaml":               "../agent/daemonset.yaml",
 	"agent/rbac.yaml":                    "../agent/rbac.yaml",
 	"agent/policy.yaml":                  "../agent/policy.yaml",
+	"agent/mig-config.yaml":              "../agent/mig-config.yaml",
 	"scheduler/deployment.yaml":          "../scheduler/deployment.yaml",
 	"scheduler/rbac.yaml":                "../scheduler/rbac.yaml",
 	"admission/hide-gpus.yaml":           "../admission/hide-gpus.yaml",
@@ -153,7 +154,7 @@ func TestEveryObjectParses(t *testing.T) {
 	}
 	for kind, n := range map[string]int{
 		"DaemonSet": 1, "Deployment": 1, "ServiceMonitor": 2, "PrometheusRule": 1, "MutatingAdmissionPolicy": 4,
-		"ValidatingAdmissionPolicy": 3, "ConfigMap": 2, "ServiceAccount": 2,
+		"ValidatingAdmissionPolicy": 3, "ConfigMap": 3, "ServiceAccount": 2,
 	} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s objects, want %d (all: %v)", kinds[kind], kind, n, kinds)

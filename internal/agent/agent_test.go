@@ -303,6 +303,9 @@ func TestAgentFlags(t *testing.T) {
 		{"labels on the node without an API server", []string{"--simulate", "dgxh100", "--labels", "node"}, 2, []string{"--labels=node", "--kubeconfig"}},
 		{"procfs missing", []string{"--simulate", "dgxh100", "--procfs", "/nonexistent/proc"}, 2, []string{"--procfs", "/nonexistent/proc"}},
 		{"unknown simulated profile", []string{"--simulate", "dgx-nonesuch", "--labels", "none", "--metrics-addr", ""}, 2, []string{"--simulate"}},
+		{"MIG ConfigMap without a namespace", []string{"--simulate", "dgxh100", "--mig-config-map", "mig-configs"}, 2, []string{"--mig-config-map", "NAMESPACE/NAME"}},
+		{"MIG eviction timeout of zero", []string{"--simulate", "dgxh100", "--mig-config-map", "ns/cm", "--mig-eviction-timeout", "0s"}, 2, []string{"--mig-eviction-timeout"}},
+		{"declarative MIG without an API server", []string{"--simulate", "dgxh100", "--labels", "none", "--metrics-addr", "", "--mig-config-map", "ns/cm"}, 2, []string{"--mig-config-map needs the API server"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -28,6 +28,7 @@ as device-plugin resources, watches their health, and reports them.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return cliutil.FlagError(cmd, err) })
 	root.AddCommand(newInventoryCommand())
+	root.AddCommand(newMIGCommand())
 	attachRun(root)
 	return root
 }

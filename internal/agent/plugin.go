@@ -41,7 +41,8 @@ type PluginOptions struct {
 	HealthCheckInterval time.Duration
 	// LookupEnv reads the environment (os.LookupEnv).
 	LookupEnv func(string) (string, bool)
-	// Reload receives a value for every SIGHUP.
+	// Reload receives a value for every SIGHUP, config choice change and
+	// MIG layout change: the config is read and the GPUs listed again.
 	Reload <-chan struct{}
 	// MPSRunner runs MPS control daemons; nil uses the real binary.
 	MPSRunner mps.Runner
@@ -65,7 +66,11 @@ type PluginOptions struct {
 	// OnResources, when set, is given the resources the plugin serves, at
 	// the same moments as OnConfig.
 	OnResources func([]*sharing.Resource)
-	Logger      *slog.Logger
+	// WrapHealth, when set, wraps the health monitor the kubelet's device
+	// health comes from (the MIG part withdraws the devices of GPUs it
+	// re-partitions this way).
+	WrapHealth func(deviceplugin.HealthSource) deviceplugin.HealthSource
+	Logger     *slog.Logger
 }
 
 // pluginState is what one good config produced.
@@ -130,7 +135,11 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	if o.OnResources != nil {
 		o.OnResources(state.resources)
 	}
-	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: monitor, Steer: o.Steer, Topology: topo, Logger: log.With("part", "deviceplugin")})
+	var healthSrc deviceplugin.HealthSource = monitor
+	if o.WrapHealth != nil {
+		healthSrc = o.WrapHealth(monitor)
+	}
+	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: healthSrc, Steer: o.Steer, Topology: topo, Logger: log.With("part", "deviceplugin")})
 	if err != nil {
 		return err
 	}
@@ -172,6 +181,12 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 			}
 			return err
 		case <-o.Reload:
+			// The GPUs are read again: a MIG layout may have changed.
+			if fresh, err := o.Backend.Devices(ctx); err != nil {
+				log.Error("listing GPUs on reload; keeping the last list", "err", err)
+			} else {
+				devices = fresh
+			}
 			next, err := loadState(o, devices, log)
 			if err != nil {
 				log.Error("config reload failed; keeping the last good config", "err", err)

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,6 +76,9 @@ type runFlags struct {
 	overLimitGrace     time.Duration
 	nodeCondition      bool
 	simControlAddr     string
+	migConfigMap       string
+	migConfigKey       string
+	migEvictTimeout    time.Duration
 
 	// metricsReady, when set, is given the metrics listener's address
 	// (tests ask for port 0).
@@ -110,6 +114,9 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.overLimit, "gpu-memory-over-limit", OverLimitReport, "what happens to a pod whose processes use more GPU memory than the part of a GPU it asked for (time-slicing cannot enforce it): report (a Warning event on the pod and gpuplane_pod_gpu_memory_* series) or evict (also evict it through the Eviction API, PodDisruptionBudgets respected, once over for --gpu-memory-over-limit-grace); needs --metrics-addr, --pod-resources-socket and the API server")
 	fs.DurationVar(&f.overLimitGrace, "gpu-memory-over-limit-grace", 30*time.Second, "how long a pod may stay over its GPU memory limit before --gpu-memory-over-limit=evict evicts it")
 	fs.StringVar(&f.simControlAddr, "simulate-control-addr", "", "with --simulate: serve the simulated GPUs' fault controls (POST /xid?gpu=3&xid=79, /lose, /fail?op=ResetGPU, /clear) on this loopback address, for tests and demos")
+	fs.StringVar(&f.migConfigMap, "mig-config-map", "", "NAMESPACE/NAME of a ConfigMap holding a mig-parted config (version: v1, mig-configs: ...): the node's "+gpunode.LabelMIGConfig+" label names one of its configs and the agent partitions the GPUs by it, evicting the pods of the GPUs that change first, and reports in "+gpunode.LabelMIGConfigState+" and the "+gpunode.ConditionMIGConfig+" condition; empty turns declarative MIG off; needs the API server and --pod-resources-socket")
+	fs.StringVar(&f.migConfigKey, "mig-config-key", DefaultMIGConfigKey, "the key of --mig-config-map that holds the mig-parted config")
+	fs.DurationVar(&f.migEvictTimeout, "mig-eviction-timeout", 5*time.Minute, "how long the pods on GPUs being re-partitioned may take to go (PodDisruptionBudgets respected) before the state says failed; the agent keeps retrying")
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
 }
 
@@ -148,6 +155,18 @@ func (f *runFlags) validate() error {
 	}
 	if f.configDir == "" && (f.changedConfig("config-default") || f.changedConfig("config-fallback")) {
 		return cliutil.Usagef("--config-default and --config-fallback choose among the configs of --config-dir, which is not given")
+	}
+	if f.migConfigMap != "" {
+		ns, n, ok := strings.Cut(f.migConfigMap, "/")
+		if !ok || ns == "" || n == "" || strings.Contains(n, "/") {
+			return cliutil.Usagef("--mig-config-map: %q: want NAMESPACE/NAME, such as gpuplane/default-mig-parted-config", f.migConfigMap)
+		}
+		if f.migConfigKey == "" {
+			return cliutil.Usagef("--mig-config-key: must not be empty (the GPU Operator's ConfigMaps use config.yaml)")
+		}
+		if f.migEvictTimeout <= 0 || f.migEvictTimeout > 24*time.Hour {
+			return cliutil.Usagef("--mig-eviction-timeout: %s: want more than 0 and at most 24h", f.migEvictTimeout)
+		}
 	}
 	if f.labels == labelsFile && f.labelsFile == "" {
 		return cliutil.Usagef("--labels=file needs --labels-file")
@@ -327,6 +346,8 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 	var recorder *part
 	var podsOnNode *nodePods
+	// migStrategy follows the config the plugin serves, for the MIG part.
+	var migStrategy atomic.Pointer[string]
 	// Parts that follow the resources the plugin serves.
 	var onResources []func([]*sharing.Resource)
 	var apiConfig *rest.Config
@@ -383,6 +404,39 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		onResources = append(onResources, quarantine.setResources)
 		parts = append(parts, part{name: "quarantine", run: quarantine.run})
 	}
+	if f.migConfigMap != "" {
+		if apiConfig == nil || f.podResourcesSocket == "" {
+			return cliutil.Usagef("--mig-config-map needs the API server (--kubeconfig or in-cluster) and --pod-resources-socket: the agent reads the node's %s label and finds the pods on each GPU it changes", gpunode.LabelMIGConfig)
+		}
+		c, err := newNodeClient(apiConfig)
+		if err != nil {
+			return err
+		}
+		gate := newMIGGate(reload)
+		ns, cm, _ := strings.Cut(f.migConfigMap, "/")
+		var served atomic.Pointer[[]*sharing.Resource]
+		mc := &migCluster{node: node, namespace: ns, configMap: cm, key: f.migConfigKey, client: c,
+			podRes: metrics.NewSocketPodResources(f.podResourcesSocket), pods: podsOnNode,
+			resources: func() []*sharing.Resource {
+				if p := served.Load(); p != nil {
+					return *p
+				}
+				return nil
+			},
+			triggerOut: make(chan struct{}, 1)}
+		if mc.events, err = newEventRecorder(ctx, c, node); err != nil {
+			return err
+		}
+		plugin.WrapHealth = gate.wrap
+		onResources = append(onResources, func(rs []*sharing.Resource) { served.Store(&rs) }, gate.setResources)
+		strategy := func() string {
+			if p := migStrategy.Load(); p != nil {
+				return *p
+			}
+			return ""
+		}
+		parts = append(parts, newMIGPart(backend, mc, gate, strategy, f.migEvictTimeout, log.With("part", "mig")))
+	}
 	if sink != nil {
 		var interval *time.Duration
 		if f.changedConfig("labels-interval") {
@@ -435,6 +489,16 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		}})
 	} else {
 		log.Info("metrics are off (--metrics-addr is empty)")
+	}
+	if f.migConfigMap != "" {
+		labelsOnConfig := plugin.OnConfig
+		plugin.OnConfig = func(cfg *configv1.Config) {
+			st := cfg.MIGStrategy()
+			migStrategy.Store(&st)
+			if labelsOnConfig != nil {
+				labelsOnConfig(cfg)
+			}
+		}
 	}
 	plugin.OnResources = func(rs []*sharing.Resource) {
 		for _, f := range onResources {
@@ -548,21 +612,30 @@ func newOverLimitWatch(ctx context.Context, cfg *rest.Config, usage func(context
 	if err != nil {
 		return nil, err
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(eventSink{rest: c.rest})
-	go func() { <-ctx.Done(); broadcaster.Shutdown() }()
-	// Events name pods only: a scheme of the core group is enough.
-	sch := runtime.NewScheme()
-	if err := corev1.AddToScheme(sch); err != nil {
+	recorder, err := newEventRecorder(ctx, c, node)
+	if err != nil {
 		return nil, err
 	}
-	recorder := broadcaster.NewRecorder(sch, corev1.EventSource{Component: name, Host: node})
 	var evict func(context.Context, *corev1.Pod) error
 	if policy == OverLimitEvict {
 		evict = c.evict
 		log.Info("pods over their GPU memory limit are evicted", "grace", grace)
 	}
 	return newUsageWatch(usage, pods, recorder, evict, grace, log), nil
+}
+
+// newEventRecorder records events through the node client until ctx ends.
+func newEventRecorder(ctx context.Context, c *nodeClient, node string) (record.EventRecorder, error) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(eventSink{rest: c.rest})
+	go func() { <-ctx.Done(); broadcaster.Shutdown() }()
+	// Events name pods and Nodes only: a scheme of the core group is
+	// enough.
+	sch := runtime.NewScheme()
+	if err := corev1.AddToScheme(sch); err != nil {
+		return nil, err
+	}
+	return broadcaster.NewRecorder(sch, corev1.EventSource{Component: name, Host: node}), nil
 }
 
 // UsageWatchOptions configure RunUsageWatch.

@@ -6,6 +6,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/cli/cost"
 	"github.com/gpuplane/gpuplane/internal/cli/dev"
 	"github.com/gpuplane/gpuplane/internal/cli/doctor"
+	"github.com/gpuplane/gpuplane/internal/cli/mig"
 	"github.com/gpuplane/gpuplane/internal/cli/simulate"
 	"github.com/gpuplane/gpuplane/internal/cli/status"
 )
@@ -16,6 +17,7 @@ func subcommands() []*cobra.Command {
 		status.NewCommand(),
 		doctor.NewCommand(),
 		cost.NewCommand(),
+		mig.NewCommand(),
 		simulate.NewCommand(),
 		dev.NewCommand(),
 	}

@@ -97,6 +97,10 @@ type Device struct {
 	// MemoryMiB - ReservedMiB. 0 when the driver does not say.
 	ReservedMiB uint64 `json:"reservedMiB,omitempty"`
 	PCIBusID    string `json:"pciBusID"`
+	// PCIDeviceID is the PCI device and vendor ID as NVML reports it,
+	// device in the high 16 bits and vendor in the low (0x233010DE for an
+	// H100 SXM5 80GB): what mig-parted's device-filter matches.
+	PCIDeviceID uint32 `json:"pciDeviceID,omitempty"`
 	// NUMANode is the NUMA node the GPU is attached to, or -1 when the
 	// platform does not say.
 	NUMANode   int         `json:"numaNode"`

@@ -153,6 +153,9 @@ func startAgent(cfg Config, log *slog.Logger) (*agentProcess, error) {
 	}
 	args := []string{
 		"--simulate", a.Profile,
+		// The simulated GPUs keep their MIG layout across agent restarts,
+		// as real ones do.
+		"--simulate-state", filepath.Join(cfg.Dir, "gpu-state.json"),
 		"--kubelet-dir", cfg.Dir,
 		"--node-name", cfg.NodeName,
 		"--cdi-dir", filepath.Join(cfg.Dir, "cdi"),

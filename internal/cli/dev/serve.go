@@ -24,6 +24,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/deploy/admission"
+	helmchart "github.com/gpuplane/gpuplane/deploy/helm"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 )
@@ -236,6 +237,11 @@ func (s *supervisor) start(ctx context.Context) error {
 // startNodes starts the simulated nodes and the kwok nodes and waits until
 // every node is Ready with its GPUs.
 func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPlane, client kubernetes.Interface, chart bool) error {
+	if !chart && len(s.spec.Nodes) > 0 {
+		if err := ensureMIGConfigMap(ctx, client); err != nil {
+			return err
+		}
+	}
 	for i, n := range s.spec.Nodes {
 		cfg := nodesim.Config{
 			NodeName: n.Name, Dir: s.dir.path(filepath.Join("n", strconv.Itoa(i))), Client: client,
@@ -254,8 +260,11 @@ func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPla
 			cfg.Agent = &nodesim.AgentConfig{
 				Binary: s.spec.AgentBinary, Profile: n.SimProfile, ConfigFile: n.AgentConfig,
 				Kubeconfig: cp.Kubeconfig(), LogPath: s.dir.path("agent-" + n.Name + ".log"),
-				// gpuplane dev fault reaches the simulated GPUs here.
-				ExtraArgs: []string{"--simulate-control-addr", control},
+				// gpuplane dev fault reaches the simulated GPUs at the
+				// control address; declarative MIG is on, as the chart
+				// turns it on.
+				ExtraArgs: []string{"--simulate-control-addr", control,
+					"--mig-config-map", helmchart.DefaultNamespace + "/" + helmchart.MIGConfigMap},
 			}
 			s.mu.Lock()
 			s.state.Faults[n.Name] = control

@@ -23,6 +23,9 @@ type Options struct {
 	// Simulate names a simulated profile (dgxh100, ...) or a profile file.
 	// Empty means the real GPUs through NVML.
 	Simulate string
+	// SimulateState, with Simulate, is a file that keeps the simulated
+	// GPUs' MIG layout across restarts (sim.Options.StateFile).
+	SimulateState string
 	// NodeName is the node the GPUs belong to. Simulated GPUs derive their
 	// UUIDs from it.
 	NodeName string
@@ -38,6 +41,7 @@ type Options struct {
 // AddFlags registers the backend flags every agent command shares.
 func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.Simulate, "simulate", o.Simulate, "simulate the node's GPUs instead of using NVML: a DGX (dgxa100, dgxh100, dgxh200, dgxb200), a rented server (4xt4, 8xv100, 4xa10g, 8xl4, 8xl40s, 8xa100-80gb, 8xh100-pcie), or a profile YAML file (env "+EnvSimulate+")")
+	fs.StringVar(&o.SimulateState, "simulate-state", o.SimulateState, "with --simulate: a file that keeps the simulated GPUs' MIG mode and instances, so that a restarted agent finds the layout it left, as on real GPUs; empty forgets it")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of this node (default: $NODE_NAME, else the host name); simulated GPU UUIDs derive from it")
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "path of the NVML library (default: libnvidia-ml.so.1 from the loader's search path)")
 }
@@ -62,7 +66,7 @@ func Open(_ context.Context, o Options) (gpu.Backend, error) {
 		node, _ = os.Hostname()
 	}
 	if o.Simulate != "" {
-		return openSim(o.Simulate, node)
+		return openSim(o.Simulate, o.SimulateState, node)
 	}
 	b, err := nvml.Open(nvml.Options{LibraryPath: o.NVMLLibrary, Hostname: node})
 	if err == nil {
@@ -86,7 +90,7 @@ type unknownProfile struct{ error }
 func (unknownProfile) Is(target error) bool { return target == ErrUnknownProfile }
 func (u unknownProfile) Unwrap() error      { return u.error }
 
-func openSim(profile, node string) (gpu.Backend, error) {
+func openSim(profile, state, node string) (gpu.Backend, error) {
 	p, err := sim.Load(profile)
 	if err != nil {
 		if _, statErr := os.Stat(profile); statErr != nil && !strings.ContainsAny(profile, "/.") {
@@ -94,5 +98,5 @@ func openSim(profile, node string) (gpu.Backend, error) {
 		}
 		return nil, err
 	}
-	return sim.New(p, sim.Options{NodeName: node})
+	return sim.New(p, sim.Options{NodeName: node, StateFile: state})
 }

@@ -221,6 +221,7 @@ func (b *Backend) device(index int) (gpu.Device, error) {
 		return d, wrap("PCI info", ret)
 	}
 	d.PCIBusID = busID(pci)
+	d.PCIDeviceID = pci.PciDeviceId
 	d.NUMANode = b.numaNode(h, d.PCIBusID)
 	if cur, pending, ret := h.GetMigMode(); ret == gonvml.SUCCESS {
 		d.MIG = gpu.MIGMode{Capable: true, Current: cur == gonvml.DEVICE_MIG_ENABLE, Pending: pending == gonvml.DEVICE_MIG_ENABLE}

@@ -36,6 +36,11 @@ type Options struct {
 	MIGModeNeedsReset bool
 	// Logger receives a line for every injected fault; nil discards them.
 	Logger *slog.Logger
+	// StateFile, when set, keeps the MIG mode and instances of the GPUs
+	// across restarts, as real GPUs keep them across restarts of the
+	// agent: read at start (the GPUs it lists start in its layout instead
+	// of the profile's) and written after every MIG change.
+	StateFile string
 }
 
 // DefaultNodeName is the node name used when Options.NodeName is empty.
@@ -95,10 +100,12 @@ func New(p *Profile, opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("starting simulated node: %w", err)
 	}
 	b := &Backend{
-		prof:   p.clone(),
-		node:   opts.NodeName,
-		clock:  opts.Clock,
-		opts:   opts,
+		prof:  p.clone(),
+		node:  opts.NodeName,
+		clock: opts.Clock,
+		// The state file is written from the end of New on: creating the
+		// profile's MIG devices must not overwrite it before it is read.
+		opts:   withoutStateFile(opts),
 		log:    opts.Logger,
 		faults: map[faultKey]error{},
 		subs:   map[*subscription]struct{}{},
@@ -137,7 +144,21 @@ func New(p *Profile, opts Options) (*Backend, error) {
 			}
 		}
 	}
+	if opts.StateFile != "" {
+		if err := b.restoreState(opts.StateFile); err != nil {
+			return nil, fmt.Errorf("starting simulated node: %w", err)
+		}
+		b.opts.StateFile = opts.StateFile
+		b.mu.Lock()
+		b.saveState()
+		b.mu.Unlock()
+	}
 	return b, nil
+}
+
+func withoutStateFile(o Options) Options {
+	o.StateFile = ""
+	return o
 }
 
 // Profile returns a copy of the profile the node runs.
@@ -237,7 +258,7 @@ func (g *simGPU) device() gpu.Device {
 	d := gpu.Device{
 		Index: g.index, Minor: g.index, UUID: g.uuid, Name: s.Name, Brand: s.Brand,
 		Architecture: s.Architecture, ComputeCapability: s.ComputeCapability,
-		MemoryMiB: s.MemoryMiB, ReservedMiB: s.ReservedMiB, PCIBusID: s.PCIBusID, NUMANode: s.NUMANode,
+		MemoryMiB: s.MemoryMiB, ReservedMiB: s.ReservedMiB, PCIBusID: s.PCIBusID, PCIDeviceID: s.PCIDeviceID, NUMANode: s.NUMANode,
 		MIG: gpu.MIGMode{Capable: g.mig.capable, Current: g.mig.current, Pending: g.mig.pending},
 	}
 	if g.mig.current {

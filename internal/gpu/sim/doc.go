@@ -40,6 +40,15 @@
 // Options.MIGModeNeedsReset every change waits for Reset. A reset destroys
 // the GPU's MIG instances.
 //
+// # State across restarts
+//
+// With Options.StateFile the GPUs' MIG mode and instances are written to a
+// file after every MIG change and read back by New, so a restarted agent
+// finds the layout it left, as real GPUs keep theirs (the agent's
+// --simulate-state; the node simulator passes one per node). The file is
+// parsed strictly (ParseState) and a GPU it cannot restore stops New with
+// the field named.
+//
 // # Controls
 //
 // Beyond gpu.Backend, a Backend has controls for tests and demos:
@@ -88,7 +97,8 @@
 //
 // # What this package must not do
 //
-// It must not talk to a real driver, read the host's devices or sleep: all
+// It must not talk to a real driver, read the host's devices (beyond its
+// state file) or sleep: all
 // time comes from Options.Clock, and nothing runs in the background except a
 // subscription's delivery goroutine, which ends with the subscription.
 package sim

@@ -202,6 +202,7 @@ func (b *Backend) resetLocked(g *simGPU) {
 	g.tel.advance(g.spec, b.clock.Now())
 	g.mig.gis = nil
 	g.mig.current = g.mig.pending
+	b.saveState()
 	g.tel.ecc.VolatileSingleBit, g.tel.ecc.VolatileDoubleBit = 0, 0
 	g.tel.remap.Pending = false
 	g.reload()

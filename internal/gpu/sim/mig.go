@@ -234,6 +234,7 @@ func (b *Backend) SetMIGMode(_ context.Context, index int, enabled bool) error {
 	if !b.opts.MIGModeNeedsReset && len(g.procs) == 0 {
 		g.mig.current = enabled
 	}
+	b.saveState()
 	return nil
 }
 
@@ -313,6 +314,7 @@ func (b *Backend) CreateGPUInstance(_ context.Context, index int, profile string
 	gi := &gpuInstance{id: s.freeGIID(), prof: p, placement: at}
 	s.gis = append(s.gis, gi)
 	sort.Slice(s.gis, func(i, j int) bool { return s.gis[i].id < s.gis[j].id })
+	b.saveState()
 	return gi.info(), nil
 }
 
@@ -422,6 +424,7 @@ func (b *Backend) CreateComputeInstance(_ context.Context, index, gpuInstanceID 
 	}
 	gi.cis = append(gi.cis, ci)
 	sort.Slice(gi.cis, func(i, j int) bool { return gi.cis[i].id < gi.cis[j].id })
+	b.saveState()
 	return gpu.ComputeInstance{ID: ci.id, GPUInstanceID: gi.id, Profile: ci.name, ProfileID: cp.id, UUID: ci.uuid}, nil
 }
 
@@ -454,6 +457,7 @@ func (b *Backend) DestroyComputeInstance(_ context.Context, index, gpuInstanceID
 			break
 		}
 	}
+	b.saveState()
 	return nil
 }
 
@@ -480,6 +484,7 @@ func (b *Backend) DestroyGPUInstance(_ context.Context, index, gpuInstanceID int
 			break
 		}
 	}
+	b.saveState()
 	return nil
 }
 

@@ -81,6 +81,10 @@ type model struct {
 	cc       gpu.ComputeCapability
 	memMiB   uint64
 	deviceID uint32
+	// boardID, when set, is the PCI device ID the real board reports
+	// where go-nvml's mock carries another: NVIDIA's mig-parted configs
+	// select GPUs by it (device-filter).
+	boardID  uint32
 	migTable string
 
 	idleW, tdpW             float64
@@ -106,9 +110,12 @@ var models = []model{
 		idleW: 30, tdpW: 165, idleSM: 210, maxSM: 1440, memClock: 1215, idleT: 32, maxT: 80, hbm: true},
 	{key: "H100-SXM5-80GB", mock: &gpus.H100_SXM5_80GB, migTable: "H100-80GB",
 		idleW: 70, tdpW: 700, idleSM: 345, maxSM: 1980, memClock: 2619, idleT: 28, maxT: 72, hbm: true},
-	{key: "H200-SXM5-141GB", mock: &gpus.H200_SXM5_141GB, migTable: "H200-141GB",
+	// go-nvml's H200 and B200 mocks report 0x2333 and 0x2B00; the boards
+	// report 0x2335 (H200 SXM 141GB) and 0x2901 (B200), as mig-parted's
+	// default config lists them.
+	{key: "H200-SXM5-141GB", mock: &gpus.H200_SXM5_141GB, boardID: 0x233510DE, migTable: "H200-141GB",
 		idleW: 75, tdpW: 700, idleSM: 345, maxSM: 1980, memClock: 3201, idleT: 28, maxT: 72, hbm: true},
-	{key: "B200-SXM5-180GB", mock: &gpus.B200_SXM5_180GB, migTable: "B200-180GB",
+	{key: "B200-SXM5-180GB", mock: &gpus.B200_SXM5_180GB, boardID: 0x290110DE, migTable: "B200-180GB",
 		idleW: 140, tdpW: 1000, idleSM: 120, maxSM: 1965, memClock: 3996, idleT: 30, maxT: 75, hbm: true},
 	{key: "T4", name: "Tesla T4", brand: nvml.BRAND_TESLA, arch: gpu.ArchTuring, cc: gpu.ComputeCapability{Major: 7, Minor: 5},
 		memMiB: 15360, deviceID: 0x1EB810DE,
@@ -195,6 +202,9 @@ func (m *model) spec() GPUSpec {
 		s.MemoryMiB, s.PCIDeviceID = m.memMiB, m.deviceID
 	} else {
 		readMock(server.NewDeviceFromConfig(*m.mock, 0), &s)
+	}
+	if m.boardID != 0 {
+		s.PCIDeviceID = m.boardID
 	}
 	s.ReservedMiB = s.MemoryMiB / 160
 	return s
@@ -317,6 +327,7 @@ func (x *dgx) profile() (*Profile, error) {
 		}
 		base := m.spec()
 		base.Name, base.Brand, base.MemoryMiB = spec.Name, spec.Brand, spec.MemoryMiB
+		// base keeps the board's PCI device ID where the mock's differs.
 		base.NUMANode = i * 2 / n
 		base.PCIBusID = fmt.Sprintf("0000:%02x:00.0", x.busIDs[i%8])
 		p.GPUs = append(p.GPUs, base)
@@ -339,7 +350,7 @@ func (x *dgx) profile() (*Profile, error) {
 
 func modelByDeviceID(id uint32) (*model, bool) {
 	for i := range models {
-		if m := &models[i]; m.mock != nil && m.mock.PciDeviceId == id || m.mock == nil && m.deviceID == id {
+		if m := &models[i]; m.mock != nil && m.mock.PciDeviceId == id || m.mock == nil && m.deviceID == id || m.boardID != 0 && m.boardID == id {
 			return m, true
 		}
 	}

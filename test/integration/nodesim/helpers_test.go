@@ -37,7 +37,7 @@ func nodeWithAPI(t testing.TB, name, profile, agentConfig string) *nodesim.Simul
 	return startNode(t, name, profile, agentConfig, env.ControlPlane.Kubeconfig())
 }
 
-func startNode(t testing.TB, name, profile, agentConfig, kubeconfig string) *nodesim.Simulator {
+func startNode(t testing.TB, name, profile, agentConfig, kubeconfig string, agentArgs ...string) *nodesim.Simulator {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ns-")
 	if err != nil {
@@ -63,7 +63,7 @@ func startNode(t testing.TB, name, profile, agentConfig, kubeconfig string) *nod
 	}
 	sim, err := nodesim.Start(t.Context(), nodesim.Config{
 		NodeName: name, Dir: filepath.Join(dir, "k"), Client: env.Client, DeleteNodeOnStop: true, Logger: log,
-		Agent: &nodesim.AgentConfig{Binary: agentBinary, Profile: profile, ConfigFile: cfgFile, Kubeconfig: kubeconfig},
+		Agent: &nodesim.AgentConfig{Binary: agentBinary, Profile: profile, ConfigFile: cfgFile, Kubeconfig: kubeconfig, ExtraArgs: agentArgs},
 	})
 	if err != nil {
 		t.Fatalf("starting simulated node %s: %v", name, err)

@@ -1,0 +1,108 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/sharing"
+)
+
+// fakeHealth is a health source that knows a fixed set of devices.
+type fakeHealth struct {
+	healthy map[string]bool
+	ch      chan struct{}
+}
+
+func (f *fakeHealth) Healthy(uuid string) bool { return f.healthy[uuid] }
+func (f *fakeHealth) Changes() (<-chan struct{}, func()) {
+	return f.ch, func() {}
+}
+
+func TestMIGGateWithdrawsAndNotifies(t *testing.T) {
+	inner := &fakeHealth{healthy: map[string]bool{"GPU-0": true, "GPU-1": true, "MIG-1a": true}, ch: make(chan struct{}, 1)}
+	reload := make(chan struct{}, 1)
+	g := newMIGGate(reload)
+	h := g.wrap(inner)
+	g.setResources([]*sharing.Resource{
+		{Name: "nvidia.com/gpu", Devices: []sharing.Device{{ID: "GPU-0", UUID: "GPU-0", GPUIndex: 0, GPUUUID: "GPU-0"}}},
+		{Name: "nvidia.com/mig-1g.10gb", Devices: []sharing.Device{{ID: "MIG-1a", UUID: "MIG-1a", GPUIndex: 1, GPUUUID: "GPU-1", MIG: &gpu.MIGDevice{}}}},
+	})
+	changes, stop := h.Changes()
+	defer stop()
+	if !h.Healthy("GPU-0") || !h.Healthy("MIG-1a") {
+		t.Fatal("devices unhealthy before any withdrawal")
+	}
+	g.Withdraw([]int{1})
+	select {
+	case <-changes:
+	case <-time.After(5 * time.Second):
+		t.Fatal("withdrawing sent no change to the device plugin")
+	}
+	if h.Healthy("MIG-1a") || h.Healthy("GPU-1") || !h.Healthy("GPU-0") {
+		t.Error("GPU 1's devices still offered, or GPU 0's withdrawn")
+	}
+	g.Withdraw(nil)
+	if !h.Healthy("MIG-1a") {
+		t.Error("GPU 1's device not offered again")
+	}
+	// The inner source's changes pass through.
+	inner.ch <- struct{}{}
+	select {
+	case <-changes:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the health monitor's change did not pass through")
+	}
+	// Refresh asks the plugin to reload and waits until it serves again.
+	done := make(chan error, 1)
+	go func() { done <- g.Refresh(context.Background()) }()
+	select {
+	case <-reload:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Refresh sent no reload")
+	}
+	g.setResources(nil)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMIGClusterConfigMap(t *testing.T) {
+	c := &migCluster{namespace: "gpuplane", configMap: "mig", key: "config.yaml", triggerOut: make(chan struct{}, 1)}
+	c.label = "all-balanced"
+	for _, tc := range []struct {
+		name string
+		cm   *corev1.ConfigMap
+		want string
+	}{
+		{"absent", nil, "the MIG ConfigMap gpuplane/mig does not exist"},
+		{"wrong key", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "mig"}, Data: map[string]string{"config": "x"}}, `has no key "config.yaml" (it has config)`},
+		{"good", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "mig"}, Data: map[string]string{"config.yaml": "version: v1"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.setConfigMap(tc.cm)
+			name, data, err := c.Desired(context.Background())
+			if name != "all-balanced" {
+				t.Errorf("name %q", name)
+			}
+			if tc.want == "" {
+				if err != nil || string(data) != "version: v1" {
+					t.Fatalf("data %q err %v", data, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+	c.label = ""
+	if name, _, err := c.Desired(context.Background()); name != "" || err != nil {
+		t.Errorf("an unlabelled node: %q %v", name, err)
+	}
+}

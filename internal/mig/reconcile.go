@@ -1,0 +1,353 @@
+package mig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpuplane/gpuplane/api/gpunode"
+)
+
+// Status is what a node says about its MIG config: the
+// nvidia.com/mig.config.state label and the MIGConfigApplied condition.
+type Status struct {
+	// Config is the config the node's label names.
+	Config string
+	// State is one of gpunode.MIGConfigState*.
+	State string
+	// Reason is one of gpunode.ReasonMIG*; Message says what happened,
+	// naming the GPU, the pod or the field.
+	Reason, Message string
+	// GPUs are the node's GPUs as the pass left them, for the
+	// gpuplane.io/mig-layout annotation; nil when they could not be read.
+	GPUs []GPU
+}
+
+// Pod is a pod that holds devices of GPUs a plan changes.
+type Pod struct {
+	Namespace, Name, UID string
+	// GPUs are the indices of the GPUs it holds devices of.
+	GPUs []int
+}
+
+func (p Pod) String() string { return p.Namespace + "/" + p.Name }
+
+// ErrEvictionBlocked is wrapped by Cluster.Evict when the Eviction API
+// refuses, because a PodDisruptionBudget allows no disruption now.
+var ErrEvictionBlocked = errors.New("the eviction is refused by a PodDisruptionBudget")
+
+// Cluster is the reconciler's view of the API server and the kubelet.
+type Cluster interface {
+	// Desired returns the config the node's nvidia.com/mig.config label
+	// names ("" when it has none) and the mig-parted config the agent's
+	// ConfigMap holds; err says why the ConfigMap cannot be read.
+	Desired(ctx context.Context) (name string, config []byte, err error)
+	// PodsOn lists the pods holding devices of the given GPUs.
+	PodsOn(ctx context.Context, gpus map[int]bool) ([]Pod, error)
+	// Evict asks the Eviction API to evict a pod; a refusal by a
+	// PodDisruptionBudget wraps ErrEvictionBlocked.
+	Evict(ctx context.Context, p Pod) error
+	// SetStatus records the status on the Node.
+	SetStatus(ctx context.Context, s Status) error
+}
+
+// Devices is the device plugin's side: what the kubelet is offered.
+type Devices interface {
+	// Withdraw stops offering the devices of the given GPUs (they are
+	// reported unhealthy, so the kubelet admits no new pod to them) and
+	// offers again those of every other GPU.
+	Withdraw(gpus []int)
+	// Refresh re-reads the GPUs and advertises the devices they now have
+	// (new MIG resources included); the GPUs still withdrawn stay so.
+	Refresh(ctx context.Context) error
+}
+
+// Reconciler brings a node's GPUs to the MIG config its label names, one
+// pass at a time: every pass starts from the hardware, so a failed or
+// interrupted pass is finished by the next one.
+type Reconciler struct {
+	HW      Hardware
+	Cluster Cluster
+	Devices Devices
+	// EvictionTimeout bounds how long pods on changing GPUs may take to
+	// go, PodDisruptionBudgets included.
+	EvictionTimeout time.Duration
+	// Poll is how often evicted pods are checked for; 1s when zero.
+	Poll time.Duration
+	// Strategy, when set, returns the device plugin's MIG strategy; a
+	// plan whose devices it would not offer is refused (CheckStrategy).
+	Strategy func() string
+	Log      *slog.Logger
+}
+
+// Outcome is one pass's result.
+type Outcome struct {
+	Status Status
+	// Retry says the pass should be tried again (after a back-off): it
+	// failed for a reason that may pass (a PDB, a pending mode change, a
+	// call that failed) rather than for a wrong config.
+	Retry bool
+	// Plan is what the pass planned, nil before planning.
+	Plan *Plan
+}
+
+// Reconcile runs one pass: read the label and the ConfigMap, plan and
+// validate against the hardware (before anything is evicted), withdraw the
+// changing GPUs' devices, evict their pods, apply, and advertise the new
+// devices. It writes the status as it goes and returns the last one.
+func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
+	log := r.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	name, data, err := r.Cluster.Desired(ctx)
+	if name == "" && err == nil {
+		// No config chosen: only the layout is published.
+		r.status(ctx, Status{})
+		return Outcome{}
+	}
+	if err != nil {
+		return r.report(ctx, Outcome{Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGInvalidConfig,
+			Message: err.Error() + "; the GPUs keep their layout"}})
+	}
+	spec, err := ParseBytes(data)
+	if err != nil {
+		return r.report(ctx, Outcome{Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGInvalidConfig,
+			Message: "the MIG ConfigMap: " + err.Error() + "; the GPUs keep their layout"}})
+	}
+	gpus, err := GPUs(ctx, r.HW)
+	if err != nil {
+		return r.report(ctx, Outcome{Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGApplyFailed, Message: err.Error()}})
+	}
+	plan, err := NewPlan(spec, name, gpus)
+	if err == nil && r.Strategy != nil {
+		err = CheckStrategy(r.Strategy(), plan)
+	}
+	if err != nil {
+		return r.report(ctx, Outcome{Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGInvalidConfig,
+			Message: err.Error() + "; nothing was evicted and the GPUs keep their layout"}})
+	}
+	if len(plan.Changes) == 0 {
+		r.Devices.Withdraw(nil)
+		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateSuccess, Reason: gpunode.ReasonMIGApplied,
+			Message: fmt.Sprintf("GPUs %s are in config %s", indexList(gpusIndices(gpus)), name)}})
+	}
+	changing := map[int]bool{}
+	var indices []int
+	for _, c := range plan.Changes {
+		changing[c.Index] = true
+		indices = append(indices, c.Index)
+	}
+	// 1. No new pod lands on a changing GPU from here on.
+	r.Devices.Withdraw(indices)
+	// 2. Its pods go, through the Eviction API.
+	out := r.evict(ctx, log, name, plan, changing)
+	if out.Status.State != "" {
+		return r.report(ctx, out)
+	}
+	// 3. Apply, one GPU at a time.
+	r.status(ctx, Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGApplying, Message: describePlan(plan)})
+	var failed []string
+	var rolledBack, pendingMode bool
+	for _, c := range plan.Changes {
+		start := time.Now()
+		err := ApplyGPU(ctx, r.HW, c.Index, c.To, c.Instances)
+		if err == nil {
+			log.Info("MIG layout applied", "gpu", c.Index, "from", c.From.String(), "to", c.To.String(), "took", time.Since(start))
+			continue
+		}
+		log.Error("MIG layout not applied", "gpu", c.Index, "to", c.To.String(), "err", err)
+		var rb *RolledBackError
+		switch {
+		case errors.As(err, &rb):
+			rolledBack = true
+		case errors.Is(err, ErrModePending):
+			pendingMode = true
+		}
+		failed = append(failed, err.Error())
+	}
+	// 4. Advertise what the GPUs have now. A GPU that failed stays
+	// withdrawn only when it holds no devices to offer.
+	r.Devices.Withdraw(nil)
+	if err := r.Devices.Refresh(ctx); err != nil {
+		failed = append(failed, "advertising the new devices: "+err.Error())
+	}
+	switch {
+	case len(failed) == 0:
+		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateSuccess, Reason: gpunode.ReasonMIGApplied,
+			Message: describePlan(plan) + "; other GPUs untouched"}})
+	case rolledBack:
+		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGRolledBack,
+			Message: strings.Join(failed, "; ") + ". Fix: choose a layout the GPU accepts (gpuplane-agent mig apply --simulate checks one)"}})
+	case pendingMode:
+		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGModePending,
+			Message: strings.Join(failed, "; ") + ". Fix: stop the processes on the GPU or reset it (nvidia-smi -r -i <gpu>); the agent retries"}})
+	}
+	return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGApplyFailed,
+		Message: strings.Join(failed, "; ") + "; the agent retries"}})
+}
+
+// evict evicts the pods on the changing GPUs and waits for them to go. It
+// returns a zero Outcome when they are gone.
+func (r *Reconciler) evict(ctx context.Context, log *slog.Logger, name string, plan *Plan, changing map[int]bool) Outcome {
+	poll := r.Poll
+	if poll <= 0 {
+		poll = time.Second
+	}
+	timeout := r.EvictionTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	deadline := time.Now().Add(timeout)
+	var blocked map[string]string
+	evicted := map[string]bool{}
+	for first := true; ; first = false {
+		pods, err := r.Cluster.PodsOn(ctx, changing)
+		if err != nil {
+			return Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGApplyFailed,
+				Message: "finding the pods on GPUs " + indexList(keys(changing)) + ": " + err.Error() + "; nothing was changed, the agent retries"}}
+		}
+		if len(pods) == 0 {
+			return Outcome{}
+		}
+		if first {
+			r.status(ctx, Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGEvicting,
+				Message: fmt.Sprintf("evicting %d pods from GPUs %s (%s) to apply %s", len(pods), indexList(keys(changing)), podList(pods), describePlan(plan))})
+		}
+		blocked = map[string]string{}
+		for _, p := range pods {
+			if evicted[p.UID] {
+				continue
+			}
+			err := r.Cluster.Evict(ctx, p)
+			switch {
+			case err == nil:
+				evicted[p.UID] = true
+				log.Info("evicted a pod to change its GPUs' MIG layout", "pod", p.String(), "gpus", p.GPUs)
+			case errors.Is(err, ErrEvictionBlocked):
+				blocked[p.String()] = err.Error()
+			default:
+				log.Warn("evicting a pod failed; retrying", "pod", p.String(), "err", err)
+			}
+		}
+		if time.Now().After(deadline) {
+			var msgs []string
+			for p, m := range blocked {
+				msgs = append(msgs, p+": "+m)
+			}
+			sort.Strings(msgs)
+			reason, why := gpunode.ReasonMIGApplyFailed, fmt.Sprintf("pods %s still hold GPUs %s", podList(pods), indexList(keys(changing)))
+			if len(blocked) > 0 {
+				reason, why = gpunode.ReasonMIGEvictionBlocked, strings.Join(msgs, "; ")
+			}
+			return Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: reason,
+				Message: fmt.Sprintf("after %s: %s. GPUs %s keep their layout and take no new pods; the agent retries. Fix: relax the PodDisruptionBudget or move the pods", timeout, why, indexList(keys(changing)))}}
+		}
+		select {
+		case <-ctx.Done():
+			return Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGEvicting, Message: "stopped while evicting"}}
+		case <-time.After(poll):
+		}
+	}
+}
+
+func (r *Reconciler) status(ctx context.Context, s Status) {
+	if gpus, err := GPUs(ctx, r.HW); err == nil {
+		s.GPUs = gpus
+	}
+	if err := r.Cluster.SetStatus(ctx, s); err != nil && r.Log != nil {
+		r.Log.Warn("the MIG status could not be written on the Node", "err", err)
+	}
+}
+
+func (r *Reconciler) report(ctx context.Context, o Outcome) Outcome {
+	r.status(ctx, o.Status)
+	return o
+}
+
+// resync is how often Run passes without being asked.
+const resync = 5 * time.Minute
+
+// Run reconciles at start, whenever trigger receives, every resync, and
+// after a failed pass that may pass, with a back-off from minBackoff
+// doubling to maxBackoff, until ctx ends.
+func (r *Reconciler) Run(ctx context.Context, trigger <-chan struct{}, minBackoff, maxBackoff time.Duration) error {
+	backoff := minBackoff
+	for {
+		out := r.Reconcile(ctx)
+		// A pass every resync even when nothing asks: a layout changed
+		// behind the agent's back (nvidia-smi mig by hand) is put back.
+		wait := resync
+		if out.Retry {
+			wait = backoff
+			backoff = min(backoff*2, maxBackoff)
+			if r.Log != nil {
+				r.Log.Info("MIG config not reached; retrying", "in", wait, "reason", out.Status.Reason)
+			}
+		} else {
+			backoff = minBackoff
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-trigger:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func describePlan(p *Plan) string {
+	parts := make([]string, len(p.Changes))
+	for i, c := range p.Changes {
+		parts[i] = fmt.Sprintf("GPU %d: %s -> %s", c.Index, c.From, c.To)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func podList(ps []Pod) string {
+	names := make([]string, 0, len(ps))
+	for i, p := range ps {
+		if i == 5 {
+			names = append(names, fmt.Sprintf("and %d more", len(ps)-5))
+			break
+		}
+		names = append(names, p.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+func keys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+func gpusIndices(gs []GPU) []int {
+	out := make([]int, len(gs))
+	for i, g := range gs {
+		out[i] = g.Index
+	}
+	return out
+}
+
+func indexList(is []int) string {
+	s := make([]string, len(is))
+	for i, x := range is {
+		s[i] = strconv.Itoa(x)
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
