@@ -75,11 +75,10 @@ const (
 	CapacityMultiprocessors = "multiprocessors"
 )
 
-// Shared counters of a MIG-enabled GPU: one counter set per GPU, named by
-// CounterSetName, from which every MIG device of the GPU consumes.
+// Shared counters of a GPU in MIG mode: one counter set per GPU
+// ("gpu-<index>-counters"), from which every MIG device of the GPU
+// consumes its compute slices and the memory slices of its placement.
 const (
-	// CounterMemory is the GPU's memory in bytes.
-	CounterMemory = "memory"
 	// CounterComputeSlices is the GPU's MIG compute slices (7 on an H100).
 	CounterComputeSlices = "compute-slices"
 	// CounterMemorySlicePrefix starts the name of one counter per memory
@@ -98,4 +97,8 @@ const (
 	// given a pod (nvidia.com/gpu, nvidia.com/mig-*): one ledger serves
 	// both, so DRA must not hand it out as well.
 	TaintDevicePlugin = DriverName + "/device-plugin"
+	// TaintMIGLayout marks a MIG device that cannot be created because an
+	// instance of the GPU's current layout (not made for a claim) overlaps
+	// its placement.
+	TaintMIGLayout = DriverName + "/mig-layout"
 )

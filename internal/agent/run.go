@@ -34,6 +34,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/gpu/backends"
 	"github.com/gpuplane/gpuplane/internal/health"
+	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/metrics"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 	"github.com/gpuplane/gpuplane/internal/steer"
@@ -74,6 +75,7 @@ type runFlags struct {
 	overLimit          string
 	overLimitGrace     time.Duration
 	nodeCondition      bool
+	dra                draFlags
 
 	// metricsReady, when set, is given the metrics listener's address
 	// (tests ask for port 0).
@@ -108,6 +110,7 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.labelsFile, "labels-file", DefaultFeatureFile, "node-feature-discovery features file written by --labels=file")
 	fs.StringVar(&f.overLimit, "gpu-memory-over-limit", OverLimitReport, "what happens to a pod whose processes use more GPU memory than the part of a GPU it asked for (time-slicing cannot enforce it): report (a Warning event on the pod and gpuplane_pod_gpu_memory_* series) or evict (also evict it through the Eviction API, PodDisruptionBudgets respected, once over for --gpu-memory-over-limit-grace); needs --metrics-addr, --pod-resources-socket and the API server")
 	fs.DurationVar(&f.overLimitGrace, "gpu-memory-over-limit-grace", 30*time.Second, "how long a pod may stay over its GPU memory limit before --gpu-memory-over-limit=evict evicts it")
+	f.dra.add(fs)
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
 }
 
@@ -194,6 +197,11 @@ Run without a sub-command, it runs these parts over one view of the GPUs:
   - Prometheus metrics on --metrics-addr (/metrics, dcgm-exporter's
     DCGM_FI_* names plus gpuplane_*), with pod, namespace and container from
     the kubelet's PodResources API and /proc/<pid>/cgroup under --procfs.
+  - with --dra, the DRA driver gpu.gpuplane.io: ResourceSlices describing
+    each GPU (and, on GPUs in MIG mode, every MIG profile at every
+    placement, created when a claim is prepared), CDI devices for prepared
+    ResourceClaims, one ledger with the device plugin so that no GPU is
+    given twice.
   - GPU feature labels (GPU Feature Discovery's nvidia.com/gpu.product,
     ...) and the gpuplane.io/gpu-topology annotation, applied to the Node
     named by --node-name under the field manager gpuplane-agent, or written
@@ -394,6 +402,16 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		}})
 	} else {
 		log.Info("metrics are off (--metrics-addr is empty)")
+	}
+	if f.dra.enabled {
+		l, devs := ledger.New(), &pluginDevices{}
+		plugin.Ledger = l
+		onResources = append(onResources, devs.set)
+		p, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, log.With("part", "dra"))
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
 	}
 	plugin.OnResources = func(rs []*sharing.Resource) {
 		for _, f := range onResources {
