@@ -102,3 +102,11 @@ const (
 	// its placement.
 	TaintMIGLayout = DriverName + "/mig-layout"
 )
+
+// PodClaimsAnnotation records on a pod the CDI devices its node prepared
+// for its ResourceClaims, as JSON: the pod's claim reference name (the name
+// in spec.resourceClaims, or the claim's own name for the claim of
+// extended resources) to the CDI device IDs the container runtime got. The
+// simulated node writes it, as it writes gpupod.AllocationAnnotation for
+// the device plugin's devices.
+const PodClaimsAnnotation = "gpuplane.io/dra-claims"
