@@ -122,7 +122,7 @@ func (d *Driver) restore(ctx context.Context) error {
 			changed = true
 			continue
 		}
-		var uuids []string
+		var holds []ledger.Hold
 		for i := range pc.Devices {
 			dev := &pc.Devices[i]
 			if m := dev.MIG; m != nil && m.Created {
@@ -133,10 +133,10 @@ func (d *Driver) restore(ctx context.Context) error {
 				d.created[m.GPUIndex] = append(d.created[m.GPUIndex], gpu.Placement{Start: m.PlacementStart, Size: m.PlacementSize})
 			}
 			if dev.UUID != "" {
-				uuids = append(uuids, dev.UUID)
+				holds = append(holds, d.hold(dev))
 			}
 		}
-		if err := d.o.Ledger.HoldForClaim(uid, uuids); err != nil {
+		if err := d.o.Ledger.Hold(uid, holds); err != nil {
 			return fmt.Errorf("claim %s/%s was prepared before the restart: %w", pc.Namespace, pc.Name, err)
 		}
 	}
@@ -160,6 +160,38 @@ func (d *Driver) ensureMIG(ctx context.Context, dev *preparedDevice) error {
 		}
 	}
 	return d.createMIG(ctx, dev)
+}
+
+// hold is the ledger's record of a prepared device. A MIG device not yet
+// created is held under a name of its placement until it has a UUID.
+func (d *Driver) hold(dv *preparedDevice) ledger.Hold {
+	if dv.MIG == nil {
+		return ledger.Hold{Device: dv.UUID}
+	}
+	gpuUUID := d.gpuUUID(dv.MIG.GPUIndex)
+	if dv.UUID == "" {
+		return ledger.Hold{Device: fmt.Sprintf("%s/mig-%d-%d", gpuUUID, dv.MIG.PlacementStart, dv.MIG.PlacementSize), GPU: gpuUUID}
+	}
+	return ledger.Hold{Device: dv.UUID, GPU: gpuUUID}
+}
+
+func (d *Driver) gpuUUID(index int) string {
+	if d.inv != nil {
+		for _, g := range d.inv.gpus {
+			if g.Index == index {
+				return g.UUID
+			}
+		}
+	}
+	gpus, err := d.o.Backend.Devices(context.Background())
+	if err == nil {
+		for _, g := range gpus {
+			if g.Index == index {
+				return g.UUID
+			}
+		}
+	}
+	return fmt.Sprintf("gpu-%d", index)
 }
 
 // createMIG creates a GPU instance and one compute instance spanning it,
@@ -383,13 +415,13 @@ func configFor(configs []resourceapi.DeviceAllocationConfiguration, request stri
 // apply does a planned claim's side effects: ledger holds, MIG instances,
 // the CDI spec, and the checkpoint that says it is done.
 func (d *Driver) apply(ctx context.Context, uid string, pc *preparedClaim, cfgs []*apidra.DeviceConfig) error {
-	var known []string
-	for _, dv := range pc.Devices {
-		if dv.UUID != "" {
-			known = append(known, dv.UUID)
+	var known []ledger.Hold
+	for i := range pc.Devices {
+		if dv := &pc.Devices[i]; dv.UUID != "" || dv.MIG != nil {
+			known = append(known, d.hold(dv))
 		}
 	}
-	if err := d.o.Ledger.HoldForClaim(uid, known); err != nil {
+	if err := d.o.Ledger.Hold(uid, known); err != nil {
 		return err
 	}
 	for i := range pc.Devices {
@@ -401,7 +433,7 @@ func (d *Driver) apply(ctx context.Context, uid string, pc *preparedClaim, cfgs 
 			return err
 		}
 		d.created[dv.MIG.GPUIndex] = append(d.created[dv.MIG.GPUIndex], gpu.Placement{Start: dv.MIG.PlacementStart, Size: dv.MIG.PlacementSize})
-		if err := d.o.Ledger.HoldForClaim(uid, []string{dv.UUID}); err != nil {
+		if err := d.o.Ledger.Hold(uid, []ledger.Hold{d.hold(dv)}); err != nil {
 			return err
 		}
 	}
@@ -586,7 +618,7 @@ func (d *Driver) taints(dev *device) []resourceapi.DeviceTaint {
 	}
 	s := dev.mig
 	switch {
-	case s.static != nil && d.o.Ledger.PluginHeld(s.static.UUID):
+	case d.o.Ledger.PluginHeld(dev.gpu.UUID), s.static != nil && d.o.Ledger.PluginHeld(s.static.UUID):
 		out = append(out, resourceapi.DeviceTaint{Key: apidra.TaintDevicePlugin, Effect: resourceapi.DeviceTaintEffectNoSchedule})
 	case s.blockedBy != nil:
 		out = append(out, resourceapi.DeviceTaint{Key: apidra.TaintMIGLayout, Value: taintValue(s.blockedBy.Profile), Effect: resourceapi.DeviceTaintEffectNoSchedule})

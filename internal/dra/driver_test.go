@@ -261,7 +261,8 @@ func TestTaints(t *testing.T) {
 	l := ledger.New()
 	h := fakeHealth{devices[2].UUID: "XID 79"}
 	d := testDriver(t, b, t.TempDir(), l, h)
-	l.SetPluginHeld([]string{devices[3].UUID})
+	// The plugin gave GPU 3 and, whole, GPU 1 (in MIG mode) to pods.
+	l.SetPluginHeld([]string{devices[3].UUID, devices[1].UUID})
 	taints := map[string][]resourceapi.DeviceTaint{}
 	for _, s := range d.Resources().Pools[testNode].Slices {
 		for _, dv := range s.Devices {
@@ -277,8 +278,17 @@ func TestTaints(t *testing.T) {
 	if ts := taints["gpu-0-mig-1g-10gb-0-1"]; len(ts) != 0 {
 		t.Errorf("a free MIG device is tainted: %+v", ts)
 	}
+	if ts := taints["gpu-1-mig-1g-10gb-0-1"]; len(ts) != 1 || ts[0].Key != apidra.TaintDevicePlugin {
+		t.Errorf("MIG device of a plugin-held GPU: taints = %+v, want device-plugin", ts)
+	}
 	if _, err := prepareOne(t, d, claim("t1", "gpu-3").obj()); !errors.Is(err, ledger.ErrHeld) {
 		t.Errorf("preparing a plugin-held GPU: %v, want ErrHeld", err)
+	}
+	if _, err := prepareOne(t, d, claim("t2", "gpu-1-mig-1g-10gb-0-1").obj()); !errors.Is(err, ledger.ErrHeld) {
+		t.Errorf("preparing a MIG device of a plugin-held GPU: %v, want ErrHeld", err)
+	}
+	if gis, _ := b.GPUInstances(context.Background(), 1); len(gis) != 0 {
+		t.Errorf("a refused MIG claim made instances %+v", gis)
 	}
 }
 

@@ -26,6 +26,9 @@ type Ledger struct {
 	mu sync.Mutex
 	// claims maps a device UUID to the UID of the claim holding it.
 	claims map[string]string
+	// onGPU maps a held MIG device's UUID to its GPU's UUID: a GPU with a
+	// claimed MIG device is not the plugin's to give whole.
+	onGPU map[string]string
 	// plugin is the set of devices PodResources lists as held by pods.
 	plugin map[string]bool
 	// allocated maps devices the plugin handed out to when; forgotten
@@ -36,15 +39,43 @@ type Ledger struct {
 
 // New returns an empty ledger.
 func New() *Ledger {
-	return &Ledger{now: time.Now, claims: map[string]string{}, plugin: map[string]bool{}, allocated: map[string]time.Time{}, subs: map[chan struct{}]struct{}{}}
+	return &Ledger{now: time.Now, claims: map[string]string{}, onGPU: map[string]string{}, plugin: map[string]bool{}, allocated: map[string]time.Time{}, subs: map[chan struct{}]struct{}{}}
 }
 
-// HoldForClaim records that claim holds every device in uuids, or none of
-// them when one is held by the plugin or by another claim. Holding a device
-// the same claim holds already is not an error (prepare is idempotent).
+// Hold is one device a claim holds: a GPU (GPU empty) or a MIG device of
+// the GPU named by GPU.
+type Hold struct {
+	Device string
+	GPU    string
+}
+
+// HoldForClaim records that claim holds every device in uuids (whole GPUs
+// or MIG devices whose GPU is not known), or none of them when one is held
+// by the plugin or by another claim. Holding a device the same claim holds
+// already is not an error (prepare is idempotent).
 func (l *Ledger) HoldForClaim(claim string, uuids []string) error {
+	holds := make([]Hold, len(uuids))
+	for i, u := range uuids {
+		holds[i] = Hold{Device: u}
+	}
+	return l.Hold(claim, holds)
+}
+
+// Hold is HoldForClaim with the GPU of each MIG device: the plugin must
+// not have given that GPU whole to a pod, and cannot while the claim holds
+// the MIG device.
+func (l *Ledger) Hold(claim string, holds []Hold) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, h := range holds {
+		if h.GPU != "" && l.pluginHeldLocked(h.GPU) {
+			return fmt.Errorf("device %s: its GPU %s %w by a pod the device plugin gave it to", h.Device, h.GPU, ErrHeld)
+		}
+	}
+	uuids := make([]string, len(holds))
+	for i, h := range holds {
+		uuids[i] = h.Device
+	}
 	for _, u := range uuids {
 		if other, ok := l.claims[u]; ok && other != claim {
 			return fmt.Errorf("device %s: %w by ResourceClaim %s", u, ErrHeld, other)
@@ -54,10 +85,13 @@ func (l *Ledger) HoldForClaim(claim string, uuids []string) error {
 		}
 	}
 	changed := false
-	for _, u := range uuids {
-		if _, ok := l.claims[u]; !ok {
-			l.claims[u] = claim
+	for _, h := range holds {
+		if _, ok := l.claims[h.Device]; !ok {
+			l.claims[h.Device] = claim
 			changed = true
+		}
+		if h.GPU != "" {
+			l.onGPU[h.Device] = h.GPU
 		}
 	}
 	if changed {
@@ -74,6 +108,7 @@ func (l *Ledger) ReleaseClaim(claim string) {
 	for u, c := range l.claims {
 		if c == claim {
 			delete(l.claims, u)
+			delete(l.onGPU, u)
 			changed = true
 		}
 	}
@@ -88,7 +123,7 @@ func (l *Ledger) Allocated(uuids []string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, u := range uuids {
-		if c, ok := l.claims[u]; ok {
+		if c, ok := l.claimOfLocked(u); ok {
 			return fmt.Errorf("device %s: %w by ResourceClaim %s", u, ErrHeld, c)
 		}
 	}
@@ -135,12 +170,24 @@ func (l *Ledger) pluginHeldLocked(u string) bool {
 	return ok && l.now().Sub(t) < allocateGrace
 }
 
-// ClaimHolder returns the claim holding the device, if any.
+// ClaimHolder returns the claim holding the device, or for a GPU a claim
+// holding one of its MIG devices, if any.
 func (l *Ledger) ClaimHolder(uuid string) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.claims[uuid]
-	return c, ok
+	return l.claimOfLocked(uuid)
+}
+
+func (l *Ledger) claimOfLocked(uuid string) (string, bool) {
+	if c, ok := l.claims[uuid]; ok {
+		return c, true
+	}
+	for dev, g := range l.onGPU {
+		if g == uuid {
+			return l.claims[dev], true
+		}
+	}
+	return "", false
 }
 
 // PluginHeld reports whether the device plugin gave the device to a pod.

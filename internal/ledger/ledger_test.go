@@ -64,6 +64,24 @@ func TestLedger(t *testing.T) {
 			t.Error("PodResources' GPU-e not recorded")
 		}
 	})
+	t.Run("a MIG claim keeps its GPU from the plugin", func(t *testing.T) {
+		if err := l.Hold("m1", []Hold{{Device: "MIG-1", GPU: "GPU-m"}}); err != nil {
+			t.Fatal(err)
+		}
+		if c, ok := l.ClaimHolder("GPU-m"); !ok || c != "m1" {
+			t.Errorf("ClaimHolder(GPU-m) = %q, %v", c, ok)
+		}
+		if err := l.Allocated([]string{"GPU-m"}); !errors.Is(err, ErrHeld) {
+			t.Errorf("Allocated(GPU-m) = %v, want ErrHeld", err)
+		}
+		if err := l.Hold("m2", []Hold{{Device: "MIG-2", GPU: "GPU-e"}}); !errors.Is(err, ErrHeld) {
+			t.Errorf("MIG claim on a plugin-held GPU: %v, want ErrHeld", err)
+		}
+		l.ReleaseClaim("m1")
+		if _, ok := l.ClaimHolder("GPU-m"); ok {
+			t.Error("GPU-m still claimed after release")
+		}
+	})
 	t.Run("release frees", func(t *testing.T) {
 		l.ReleaseClaim("c1")
 		if got := l.Claimed(); len(got) != 0 {
