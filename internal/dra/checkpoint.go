@@ -154,3 +154,5 @@ func (c *checkpoint) save(path string) error {
 	}
 	return nil
 }
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -91,11 +91,15 @@ func semver(v string) (string, error) {
 	return strings.Join(out, "."), nil
 }
 
-func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
+func str(s string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{StringValue: ptr.To(s)}
+}
 func num(n int) resourceapi.DeviceAttribute {
 	return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(n))}
 }
-func ver(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{VersionValue: ptr.To(s)} }
+func ver(s string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{VersionValue: ptr.To(s)}
+}
 func qty(n int64) resourceapi.DeviceCapacity {
 	return resourceapi.DeviceCapacity{Value: *resource.NewQuantity(n, resource.BinarySI)}
 }
@@ -196,7 +200,9 @@ func nvlinkDomains(gpus []gpu.Device, topo *gpu.Topology) map[int]int {
 }
 
 // buildInventory reads the backend and lays out the devices to publish.
-func buildInventory(ctx context.Context, b gpu.Backend, pcieRoot PCIeRootFunc) (*inventory, error) {
+// Instances at the placements in ours (by GPU index) were made for
+// claims: they are not part of the GPU's static layout.
+func buildInventory(ctx context.Context, b gpu.Backend, pcieRoot PCIeRootFunc, ours map[int][]gpu.Placement) (*inventory, error) {
 	sys, err := b.System(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the driver version: %w", err)
@@ -258,7 +264,7 @@ func buildInventory(ctx context.Context, b gpu.Backend, pcieRoot PCIeRootFunc) (
 		if err != nil {
 			return nil, fmt.Errorf("listing the MIG profiles of GPU %d: %w", g.Index, err)
 		}
-		if err := inv.addMIG(g, profiles, common); err != nil {
+		if err := inv.addMIG(g, profiles, common, ours[g.Index]); err != nil {
 			return nil, err
 		}
 	}
@@ -292,7 +298,7 @@ func (inv *inventory) add(d *device) {
 
 // addMIG adds every profile at every placement of a GPU in MIG mode, and
 // the GPU's counter set.
-func (inv *inventory) addMIG(g *gpu.Device, profiles []gpu.MIGProfile, common map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) error {
+func (inv *inventory) addMIG(g *gpu.Device, profiles []gpu.MIGProfile, common map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, ours []gpu.Placement) error {
 	memSlices, computeSlices := 0, 0
 	for _, p := range profiles {
 		computeSlices = max(computeSlices, p.SliceCount)
@@ -322,6 +328,9 @@ func (inv *inventory) addMIG(g *gpu.Device, profiles []gpu.MIGProfile, common ma
 			spot := &migSpot{profile: p, placement: pl}
 			for k := range g.MIGDevices {
 				m := &g.MIGDevices[k]
+				if slices.Contains(ours, m.Placement) {
+					continue
+				}
 				switch {
 				case m.Placement == pl && m.GPUInstanceProfile == p.ID:
 					spot.static = m

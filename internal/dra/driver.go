@@ -105,7 +105,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	}
 	// The inventory is read after restore, so that instances made for
 	// claims are not mistaken for the GPU's static layout.
-	if d.inv, err = buildInventory(ctx, o.Backend, o.PCIeRoot); err != nil {
+	if d.inv, err = buildInventory(ctx, o.Backend, o.PCIeRoot, d.created); err != nil {
 		return nil, err
 	}
 	return d, nil

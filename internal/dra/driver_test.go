@@ -197,6 +197,13 @@ func TestPrepareDynamicMIG(t *testing.T) {
 		if len(gis) != 1 {
 			t.Fatalf("instance not restored: %+v", gis)
 		}
+		for _, s := range d2.Resources().Pools[testNode].Slices {
+			for _, dv := range s.Devices {
+				if len(dv.Taints) > 0 {
+					t.Errorf("%s tainted %v after restart: the claim's own instance is not the GPU's layout", dv.Name, dv.Taints)
+				}
+			}
+		}
 		unprepareOne(t, d2, "mig-1")
 		gis, _ = b2.GPUInstances(context.Background(), 1)
 		if len(gis) != 0 {

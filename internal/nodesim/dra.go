@@ -45,6 +45,16 @@ type draState struct {
 	claims map[types.UID]preparedRef
 	// podClaims maps a pod key to the claim UIDs it uses.
 	podClaims map[string][]types.UID
+	// unprepare holds claims no pod uses whose unprepare has not
+	// succeeded yet: tried again until it does, as the kubelet does.
+	unprepare map[types.UID]*pendingUnprepare
+}
+
+type pendingUnprepare struct {
+	ref      preparedRef
+	drivers  []string
+	nextTry  time.Time
+	attempts int
 }
 
 type preparedRef struct {
@@ -54,7 +64,7 @@ type preparedRef struct {
 
 func newDRAState() *draState {
 	return &draState{plugins: map[string]*draPlugin{}, seen: map[string]bool{}, users: map[types.UID]map[string]bool{},
-		claims: map[types.UID]preparedRef{}, podClaims: map[string][]types.UID{}}
+		claims: map[types.UID]preparedRef{}, podClaims: map[string][]types.UID{}, unprepare: map[types.UID]*pendingUnprepare{}}
 }
 
 // PluginRegistryDir is where DRA drivers put their registration socket,
@@ -109,6 +119,7 @@ func (s *Simulator) runPluginWatcher() {
 			s.dra.seen[key] = true
 			s.dra.mu.Unlock()
 		}
+		s.unprepareDue()
 		select {
 		case <-s.ctx.Done():
 			s.dra.mu.Lock()
@@ -306,27 +317,62 @@ func (s *Simulator) releaseClaims(key string) {
 		delete(s.dra.users, uid)
 		delete(s.dra.claims, uid)
 	}
-	s.dra.mu.Unlock()
 	for uid, ref := range refs {
-		for _, drv := range ref.drivers {
-			s.dra.mu.Lock()
-			p := s.dra.plugins[drv]
-			s.dra.mu.Unlock()
-			if p == nil {
-				s.log.Warn("cannot unprepare a claim: its driver is not registered", "claim", ref.namespace+"/"+ref.name, "driver", drv)
-				continue
-			}
-			ctx, cancel := context.WithTimeout(s.ctx, 45*time.Second)
-			resp, err := p.client.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ref.namespace, Name: ref.name, Uid: string(uid)}}})
-			cancel()
-			switch {
-			case err != nil:
-				s.log.Warn("NodeUnprepareResources", "claim", ref.namespace+"/"+ref.name, "driver", drv, "err", err)
-			case resp.Claims[string(uid)] != nil && resp.Claims[string(uid)].Error != "":
-				s.log.Warn("NodeUnprepareResources", "claim", ref.namespace+"/"+ref.name, "driver", drv, "err", resp.Claims[string(uid)].Error)
-			default:
-				s.log.Info("claim unprepared", "claim", ref.namespace+"/"+ref.name, "driver", drv)
-			}
+		s.dra.unprepare[uid] = &pendingUnprepare{ref: ref, drivers: slices.Clone(ref.drivers)}
+	}
+	s.dra.mu.Unlock()
+	s.unprepareDue()
+}
+
+// unprepareDue calls NodeUnprepareResources for every claim waiting for it
+// whose retry time has come; a driver that fails (not running, restarting)
+// is asked again with backoff.
+func (s *Simulator) unprepareDue() {
+	now := time.Now()
+	s.dra.mu.Lock()
+	due := map[types.UID]*pendingUnprepare{}
+	for uid, p := range s.dra.unprepare {
+		if !now.Before(p.nextTry) {
+			due[uid] = p
 		}
 	}
+	s.dra.mu.Unlock()
+	for uid, p := range due {
+		var left []string
+		for _, drv := range p.drivers {
+			if err := s.unprepareOne(uid, p.ref, drv); err != nil {
+				s.log.Warn("NodeUnprepareResources; retrying", "claim", p.ref.namespace+"/"+p.ref.name, "driver", drv, "err", err)
+				left = append(left, drv)
+				continue
+			}
+			s.log.Info("claim unprepared", "claim", p.ref.namespace+"/"+p.ref.name, "driver", drv)
+		}
+		s.dra.mu.Lock()
+		if len(left) == 0 {
+			delete(s.dra.unprepare, uid)
+		} else {
+			p.drivers, p.attempts = left, p.attempts+1
+			p.nextTry = time.Now().Add(min(time.Duration(1<<min(p.attempts, 5))*250*time.Millisecond, 8*time.Second))
+		}
+		s.dra.mu.Unlock()
+	}
+}
+
+func (s *Simulator) unprepareOne(uid types.UID, ref preparedRef, drv string) error {
+	s.dra.mu.Lock()
+	p := s.dra.plugins[drv]
+	s.dra.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("driver %s is not registered", drv)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 45*time.Second)
+	defer cancel()
+	resp, err := p.client.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ref.namespace, Name: ref.name, Uid: string(uid)}}})
+	if err != nil {
+		return err
+	}
+	if r := resp.Claims[string(uid)]; r != nil && r.Error != "" {
+		return fmt.Errorf("%s", r.Error)
+	}
+	return nil
 }
