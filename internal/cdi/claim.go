@@ -105,3 +105,21 @@ func (w *Writer) RemoveClaim(claimUID string) error {
 	}
 	return nil
 }
+
+// ClaimSpecUIDs lists the UIDs of the claims whose specs are in the
+// directory.
+func (w *Writer) ClaimSpecUIDs() ([]string, error) {
+	entries, err := os.ReadDir(w.dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing the CDI specs of claims in %s: %w", w.dir, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if uid, ok := strings.CutPrefix(e.Name(), specPrefix+"claim_"); ok {
+			if uid, ok := strings.CutSuffix(uid, ".yaml"); ok && uid != "" {
+				out = append(out, uid)
+			}
+		}
+	}
+	return out, nil
+}

@@ -140,6 +140,20 @@ func (d *Driver) restore(ctx context.Context) error {
 			return fmt.Errorf("claim %s/%s was prepared before the restart: %w", pc.Namespace, pc.Name, err)
 		}
 	}
+	// CDI specs of claims that are not prepared: a crash between writing
+	// one and the checkpoint.
+	uids, err := d.o.CDI.ClaimSpecUIDs()
+	if err != nil {
+		return err
+	}
+	for _, uid := range uids {
+		if pc, ok := d.state.Claims[uid]; !ok || pc.State != statePrepared {
+			d.log.Info("removing the CDI spec of a claim that is not prepared", "uid", uid)
+			if err := d.o.CDI.RemoveClaim(uid); err != nil {
+				return err
+			}
+		}
+	}
 	if changed {
 		return d.state.save(d.o.StateFile)
 	}
@@ -323,12 +337,16 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 	if err != nil {
 		return nil, err
 	}
-	// Record the intent before any side effect: a crash from here on is
-	// rolled back at the next start.
+	// Record the intent before creating MIG devices: a crash from there
+	// on is rolled back at the next start. Without MIG devices to create,
+	// the only side effect before the checkpoint is the CDI spec, which
+	// the next start removes when no prepared claim owns it.
 	d.state.Claims[uid] = pc
-	if err := d.state.save(d.o.StateFile); err != nil {
-		delete(d.state.Claims, uid)
-		return nil, err
+	if needsCreate(pc) {
+		if err := d.state.save(d.o.StateFile); err != nil {
+			delete(d.state.Claims, uid)
+			return nil, err
+		}
 	}
 	if err := d.apply(ctx, uid, pc, cfgs); err != nil {
 		d.rollback(ctx, uid, pc)
@@ -339,6 +357,10 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 		return nil, err
 	}
 	return resultDevices(pc), nil
+}
+
+func needsCreate(pc *preparedClaim) bool {
+	return slices.ContainsFunc(pc.Devices, func(d preparedDevice) bool { return d.MIG != nil && d.UUID == "" })
 }
 
 // plan checks a claim's allocation against the node's devices and decodes

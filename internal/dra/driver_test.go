@@ -319,9 +319,21 @@ func TestRollbackHalfPrepared(t *testing.T) {
 	if err := state.save(filepath.Join(dir, "state", "checkpoint.json")); err != nil {
 		t.Fatal(err)
 	}
+	// And a CDI spec written just before a crash, for a claim the
+	// checkpoint does not know.
+	w, err := cdi.NewWriter(cdi.Options{Dir: dir + "/cdi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteClaim(cdi.ClaimSpec{UID: "orphan", Devices: []cdi.ClaimDevice{{Name: "gpu-2", UUID: "GPU-x", Paths: []string{"/dev/nvidia2"}}}}); err != nil {
+		t.Fatal(err)
+	}
 	d := testDriver(t, b, dir, nil, nil)
 	if got := d.Prepared(); len(got) != 0 {
 		t.Errorf("prepared = %v", got)
+	}
+	if uids, _ := w.ClaimSpecUIDs(); len(uids) != 0 {
+		t.Errorf("orphan CDI specs kept: %v", uids)
 	}
 	if gis, _ := b.GPUInstances(ctx, 0); len(gis) != 0 {
 		t.Errorf("half-made instance kept: %+v", gis)
