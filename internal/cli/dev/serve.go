@@ -223,6 +223,11 @@ func (s *supervisor) start(ctx context.Context) error {
 			return stopOperators(err)
 		}
 	}
+	if s.spec.DRA {
+		if err := s.installDeviceClasses(ctx, client); err != nil {
+			return stopOperators(err)
+		}
+	}
 	if err := s.startNodes(ctx, cp, client, chart); err != nil {
 		return stopOperators(err)
 	}
@@ -249,7 +254,7 @@ func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPla
 			s.step("starting node %s (%s) with gpuplane-agent", n.Name, n.Profile)
 			cfg.Agent = &nodesim.AgentConfig{
 				Binary: s.spec.AgentBinary, Profile: n.SimProfile, ConfigFile: n.AgentConfig,
-				Kubeconfig: cp.Kubeconfig(), LogPath: s.dir.path("agent-" + n.Name + ".log"),
+				Kubeconfig: cp.Kubeconfig(), LogPath: s.dir.path("agent-" + n.Name + ".log"), DRA: s.spec.DRA,
 			}
 		}
 		sim, err := nodesim.Start(ctx, cfg)
