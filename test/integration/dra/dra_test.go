@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apidra "github.com/gpuplane/gpuplane/api/dra"
@@ -107,6 +108,36 @@ func TestClaims(t *testing.T) {
 			t.Error("the claim was unprepared while shared-b still uses it")
 		}
 		deletePod(t, ns, "shared-b")
+		waitNoCDISpec(t, sim, string(c.UID))
+	})
+
+	t.Run("extended resource served through DRA", func(t *testing.T) {
+		// No device plugin on the node advertises nvidia.com/mig-1g.10gb:
+		// kube-scheduler serves the request through the DeviceClass whose
+		// extendedResourceName it is.
+		pod := dpPod(ns, "ext", nodeName)
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("1")}
+		createPod(t, pod)
+		env.WaitPodPhase(t, ns, "ext", corev1.PodRunning, 90*time.Second)
+		got, err := env.Client.CoreV1().Pods(ns).Get(t.Context(), "ext", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := got.Status.ExtendedResourceClaimStatus
+		if st == nil {
+			t.Fatal("no extendedResourceClaimStatus")
+		}
+		if !strings.Contains(got.Annotations[apidra.PodClaimsAnnotation], st.ResourceClaimName) {
+			t.Errorf("%s = %s, want the CDI devices of %s", apidra.PodClaimsAnnotation, got.Annotations[apidra.PodClaimsAnnotation], st.ResourceClaimName)
+		}
+		c, err := env.Client.ResourceV1().ResourceClaims(ns).Get(t.Context(), st.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if devs := allocatedDevices(c); len(devs) != 1 || !strings.Contains(devs[0], "-mig-1g-10gb-") {
+			t.Errorf("allocated %v, want a 1g.10gb MIG device", devs)
+		}
+		deletePod(t, ns, "ext")
 		waitNoCDISpec(t, sim, string(c.UID))
 	})
 
