@@ -9,10 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-
-	apidra "github.com/gpuplane/gpuplane/api/dra"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	apidra "github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/internal/cdi"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 	"github.com/gpuplane/gpuplane/internal/ledger"

@@ -219,7 +219,6 @@ func (s *Simulator) prepareClaims(ctx context.Context, key string, pod *corev1.P
 		return err
 	}
 	recorded := map[string][]string{}
-	var uids []types.UID
 	for ref, name := range names {
 		c, err := s.client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -264,7 +263,6 @@ func (s *Simulator) prepareClaims(ctx context.Context, key string, pod *corev1.P
 			}
 			s.noteClaim(key, c.UID, preparedRef{namespace: c.Namespace, name: c.Name, drivers: drivers})
 		}
-		uids = append(uids, c.UID)
 		recorded[ref] = ids
 	}
 	raw, err := json.Marshal(recorded)
