@@ -1,8 +1,9 @@
 // Package agent builds the gpuplane-agent command: flags become a config,
-// the config builds the node's parts (GPU backend, device plugin, health,
-// labels, metrics), and this package connects them and runs them on one
+// the config builds the node's parts (GPU backend, device plugin, DRA driver,
+// health, labels, metrics), and this package connects them and runs them on one
 // context. It holds wiring and the small adapters between parts (the
 // health monitor as a metrics source, the device plugin's config as the
-// labels' config, a core/v1-only Node client for the labels); it must not
+// labels' config, a core/v1-only Node client for the labels, the ledger
+// as the device plugin's health source when the DRA driver runs); it must not
 // implement a part itself: each part lives in its own package.
 package agent
