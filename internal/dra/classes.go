@@ -56,7 +56,7 @@ func DeviceClasses(cfg *configv1.Config, migProfiles []string) ([]*resourceapi.D
 		}
 		c := &resourceapi.DeviceClass{
 			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "gpuplane"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/part-of": "gpuplane"}},
 			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 				Expression: fmt.Sprintf("device.driver == %q && %s", apidra.DriverName, cel),
 			}}}},
