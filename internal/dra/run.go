@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -57,6 +58,14 @@ func (d *Driver) Serve(ctx context.Context, o ServeOptions) error {
 	}
 	if o.Resync <= 0 {
 		o.Resync = 2 * time.Second
+	}
+	for _, dir := range []string{o.RegistrarDir, o.PluginDir} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("creating the kubelet plugin directory: %w", err)
+		}
 	}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(apidra.DriverName),

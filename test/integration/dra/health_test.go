@@ -82,7 +82,13 @@ func TestUnhealthyGPUTainted(t *testing.T) {
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 2)
-	t.Cleanup(func() { stop(); <-done; <-done })
+	running := 2
+	t.Cleanup(func() {
+		stop()
+		for ; running > 0; running-- {
+			<-done
+		}
+	})
 	go func() { done <- monitor.Run(runCtx) }()
 	w, err := cdi.NewWriter(cdi.Options{Dir: filepath.Join(dir, "cdi")})
 	if err != nil {
@@ -97,8 +103,17 @@ func TestUnhealthyGPUTainted(t *testing.T) {
 			PluginDir: filepath.Join(sim1.PluginsDir(), apidra.DriverName), Resync: 200 * time.Millisecond})
 	}()
 	framework.Eventually(t, 60*time.Second, "the driver's slices published", func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			running--
+			t.Fatalf("the driver or the monitor stopped: %v", err)
+		default:
+		}
 		devs, err := sliceDevices(ctx, nodeName)
-		return err == nil && len(devs) > 3 && slices.Contains(sim1.DRADrivers(), apidra.DriverName), err
+		if err != nil {
+			return false, err
+		}
+		return len(devs) > 3 && slices.Contains(sim1.DRADrivers(), apidra.DriverName), fmt.Errorf("%d devices, drivers %v", len(devs), sim1.DRADrivers())
 	})
 
 	if err := backend.LoseGPU(2); err != nil {
