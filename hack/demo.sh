@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # hack/demo.sh: gpuplane on a laptop with no GPU and no cluster.
 #
-# Brings up a local cluster (gpuplane dev up) with five simulated DGX H100
+# Brings up a local cluster (gpuplane dev up) with six simulated DGX H100
 # nodes, each running the real gpuplane-agent: one with whole GPUs, one with
 # MIG in mixed strategy, one with time-slicing, a batch pool for two teams'
-# queues and one more with whole GPUs; gpuplane-scheduler; and two workload
+# queues, one more with whole GPUs and one with two empty GPUs in MIG mode
+# whose MIG devices the DRA driver creates for claims; gpuplane-scheduler; and two workload
 # operators as users run them (Kubeflow's training operator, KubeRay).
 # Applies examples/, waits for the pods, prints which pod got which GPUs, the
 # agent's node labels and a few metrics, re-partitions one GPU of the MIG
@@ -56,9 +57,9 @@ trap 'exit 130' INT TERM
 
 section() { printf '\n== %s\n' "$*"; }
 
-section "starting a local cluster: 5 simulated DGX H100 nodes running gpuplane-agent, gpuplane-scheduler, the training operator and KubeRay"
+section "starting a local cluster: 6 simulated DGX H100 nodes running gpuplane-agent (device plugin and DRA driver), gpuplane-scheduler, the training operator and KubeRay"
 "$bin/gpuplane" dev up --scheduler gpuplane --operators training-operator,kuberay \
-	--node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,dgxh100,dgxh100
+	--node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,dgxh100,dgxh100,dgxh100:mig-dynamic
 export KUBECONFIG="$GPUPLANE_DEV_DIR/kubeconfig"
 # The fourth node is the teams' batch pool: only work that asks for it lands
 # there, so the queues below compete for exactly its 8 GPUs.
@@ -272,6 +273,33 @@ echo "every step, as events on the Node:"
 "$kubectl" get events -n default --field-selector involvedObject.kind=Node,involvedObject.name="$qnode" \
 	--sort-by=.firstTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message |
 	grep -E '^(REASON|GPUQuarantine|GPUPod|GPUDrain|GPUReset|GPUHeld|GPURetry|GPUReturned|GPUFailedAgain)'
+section "DRA: claims allocated by kube-scheduler from the agents' ResourceSlices, prepared by the same agents"
+"$kubectl" get deviceclasses gpu.gpuplane.io mig.gpu.gpuplane.io mig-2g.20gb.gpu.gpuplane.io \
+	-o custom-columns='DEVICECLASS:.metadata.name,EXTENDED RESOURCE:.spec.extendedResourceName'
+echo "ResourceSlices per node (whole GPUs, MIG profiles at every placement of GPUs in MIG mode, shared counters):"
+"$kubectl" get resourceslices -o custom-columns='NODE:.spec.nodeName,DRIVER:.spec.driver,DEVICES:.spec.devices[*].name' \
+	| awk 'NR > 1 {n = split($3, d, ","); if ($3 == "<none>") n = 0; c[$1] += n} END {for (k in c) printf "  %-14s %d devices\n", k, c[k]}' | sort
+"$kubectl" apply -f examples/dra/ >/dev/null
+deadline=$((SECONDS + 90))
+until [[ $("$kubectl" get pods dra-h100 dra-dynamic-mig dra-shared-a dra-shared-b dra-extended-mig -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null | grep -c Running) -ge 5 ]]; do
+	if ((SECONDS > deadline)); then
+		echo "the DRA pods did not all run:" >&2
+		"$kubectl" get pods dra-h100 dra-dynamic-mig dra-shared-a dra-shared-b dra-extended-mig -o wide >&2
+		"$kubectl" get events --field-selector reason=FailedPrepareDynamicResources >&2
+		exit 1
+	fi
+	sleep 1
+done
+echo "each claim's device (dra-h100 by CEL on productName; dra-dynamic-mig a 2g.20gb MIG device created for it; dra-shared-a/b one claim;"
+echo "dra-extended-mig asked for nvidia.com/mig-2g.20gb as for the device plugin and was served through DRA):"
+for p in dra-h100 dra-dynamic-mig dra-shared-a dra-shared-b dra-extended-mig; do
+	claim=$("$kubectl" get pod "$p" -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}')
+	[[ -n "$claim" ]] || claim=$("$kubectl" get pod "$p" -o jsonpath='{.spec.resourceClaims[0].resourceClaimName}')
+	[[ -n "$claim" ]] || claim=$("$kubectl" get pod "$p" -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}')
+	printf '  %-16s node %-11s claim %-28s device %s\n' "$p" "$("$kubectl" get pod "$p" -o jsonpath='{.spec.nodeName}')" "$claim" \
+		"$("$kubectl" get resourceclaim "$claim" -o jsonpath='{.status.allocation.devices.results[*].device}')"
+	printf '  %-16s CDI devices %s\n' "" "$("$kubectl" get pod "$p" -o jsonpath='{.metadata.annotations.gpuplane\.io/dra-claims}')"
+done
 
 section "gpuplane status"
 "$bin/gpuplane" status -o wide

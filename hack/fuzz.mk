@@ -30,7 +30,9 @@ FUZZ_TARGETS := \
 	./internal/cli/cost:FuzzDecode \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
 	./internal/scheduler/grouper:FuzzRuleEval \
-	./internal/scheduler/grouper:FuzzFromVolcano
+	./internal/scheduler/grouper:FuzzFromVolcano \
+	./api/dra:FuzzDecodeConfig \
+	./internal/dra:FuzzDecodeCheckpoint
 
 .PHONY: test-fuzz
 

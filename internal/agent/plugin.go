@@ -17,6 +17,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/deviceplugin"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/health"
+	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/mps"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 )
@@ -66,11 +67,15 @@ type PluginOptions struct {
 	// OnResources, when set, is given the resources the plugin serves, at
 	// the same moments as OnConfig.
 	OnResources func([]*sharing.Resource)
-	// WrapHealth, when set, wraps the health monitor the kubelet's device
-	// health comes from (the MIG part withdraws the devices of GPUs it
+	// WrapHealth, when set, wraps the health the kubelet's device health
+	// comes from (the MIG part withdraws the devices of GPUs it
 	// re-partitions this way).
 	WrapHealth func(deviceplugin.HealthSource) deviceplugin.HealthSource
-	Logger     *slog.Logger
+	// Ledger, when set, is the node's record of held devices that the DRA
+	// driver shares: devices a claim holds are withdrawn from the kubelet
+	// (reported unhealthy) and Allocate records what it hands out.
+	Ledger *ledger.Ledger
+	Logger *slog.Logger
 }
 
 // pluginState is what one good config produced.
@@ -135,11 +140,14 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	if o.OnResources != nil {
 		o.OnResources(state.resources)
 	}
-	var healthSrc deviceplugin.HealthSource = monitor
-	if o.WrapHealth != nil {
-		healthSrc = o.WrapHealth(monitor)
+	var pluginHealth deviceplugin.HealthSource = monitor
+	if o.Ledger != nil {
+		pluginHealth = newLedgerHealth(monitor, o.Ledger)
 	}
-	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: healthSrc, Steer: o.Steer, Topology: topo, Logger: log.With("part", "deviceplugin")})
+	if o.WrapHealth != nil {
+		pluginHealth = o.WrapHealth(pluginHealth)
+	}
+	manager, err := deviceplugin.NewManager(deviceplugin.ManagerOptions{Dir: o.KubeletDir, Health: pluginHealth, Steer: o.Steer, Topology: topo, Logger: log.With("part", "deviceplugin")})
 	if err != nil {
 		return err
 	}

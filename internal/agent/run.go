@@ -35,6 +35,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/gpu/backends"
 	"github.com/gpuplane/gpuplane/internal/health"
+	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/metrics"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 	"github.com/gpuplane/gpuplane/internal/steer"
@@ -79,6 +80,7 @@ type runFlags struct {
 	migConfigMap       string
 	migConfigKey       string
 	migEvictTimeout    time.Duration
+	dra                draFlags
 
 	// metricsReady, when set, is given the metrics listener's address
 	// (tests ask for port 0).
@@ -117,6 +119,7 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.migConfigMap, "mig-config-map", "", "NAMESPACE/NAME of a ConfigMap holding a mig-parted config (version: v1, mig-configs: ...): the node's "+gpunode.LabelMIGConfig+" label names one of its configs and the agent partitions the GPUs by it, evicting the pods of the GPUs that change first, and reports in "+gpunode.LabelMIGConfigState+" and the "+gpunode.ConditionMIGConfig+" condition; empty turns declarative MIG off; needs the API server and --pod-resources-socket")
 	fs.StringVar(&f.migConfigKey, "mig-config-key", DefaultMIGConfigKey, "the key of --mig-config-map that holds the mig-parted config")
 	fs.DurationVar(&f.migEvictTimeout, "mig-eviction-timeout", 5*time.Minute, "how long the pods on GPUs being re-partitioned may take to go (PodDisruptionBudgets respected) before the state says failed; the agent keeps retrying")
+	f.dra.add(fs)
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
 }
 
@@ -215,6 +218,11 @@ Run without a sub-command, it runs these parts over one view of the GPUs:
   - Prometheus metrics on --metrics-addr (/metrics, dcgm-exporter's
     DCGM_FI_* names plus gpuplane_*), with pod, namespace and container from
     the kubelet's PodResources API and /proc/<pid>/cgroup under --procfs.
+  - with --dra, the DRA driver gpu.gpuplane.io: ResourceSlices describing
+    each GPU (and, on GPUs in MIG mode, every MIG profile at every
+    placement, created when a claim is prepared), CDI devices for prepared
+    ResourceClaims, one ledger with the device plugin so that no GPU is
+    given twice.
   - GPU feature labels (GPU Feature Discovery's nvidia.com/gpu.product,
     ...) and the gpuplane.io/gpu-topology annotation, applied to the Node
     named by --node-name under the field manager gpuplane-agent, or written
@@ -499,6 +507,16 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 				labelsOnConfig(cfg)
 			}
 		}
+	}
+	if f.dra.enabled {
+		l, devs := ledger.New(), &pluginDevices{}
+		plugin.Ledger = l
+		onResources = append(onResources, devs.set)
+		p, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, log.With("part", "dra"))
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
 	}
 	plugin.OnResources = func(rs []*sharing.Resource) {
 		for _, f := range onResources {

@@ -165,36 +165,45 @@ func (w *Writer) Write(r *sharing.Resource) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := w.writeFile(path, r.Name, spec); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// writeFile validates spec with the CDI library and replaces path with it
+// atomically (write to a temporary file, then rename).
+func (w *Writer) writeFile(path, what string, spec *specs.Spec) error {
 	data, err := yaml.Marshal(spec)
 	if err != nil {
-		return "", fmt.Errorf("encoding the CDI spec of %s: %w", r.Name, err)
+		return fmt.Errorf("encoding the CDI spec of %s: %w", what, err)
 	}
 	tmp, err := os.CreateTemp(w.dir, ".tmp-"+specPrefix+"*.yaml")
 	if err != nil {
-		return "", fmt.Errorf("writing the CDI spec of %s: %w", r.Name, err)
+		return fmt.Errorf("writing the CDI spec of %s: %w", what, err)
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }() // no-op after the rename
 	if _, err := tmp.Write(data); err != nil {
 		_ = tmp.Close()
-		return "", fmt.Errorf("writing the CDI spec of %s to %s: %w", r.Name, tmp.Name(), err)
+		return fmt.Errorf("writing the CDI spec of %s to %s: %w", what, tmp.Name(), err)
 	}
 	if err := tmp.Sync(); err != nil {
 		_ = tmp.Close()
-		return "", fmt.Errorf("syncing the CDI spec of %s: %w", r.Name, err)
+		return fmt.Errorf("syncing the CDI spec of %s: %w", what, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("closing the CDI spec of %s: %w", r.Name, err)
+		return fmt.Errorf("closing the CDI spec of %s: %w", what, err)
 	}
 	if err := Validate(tmp.Name()); err != nil {
-		return "", fmt.Errorf("the CDI spec built for %s is invalid: %w", r.Name, err)
+		return fmt.Errorf("the CDI spec built for %s is invalid: %w", what, err)
 	}
 	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return "", fmt.Errorf("setting the mode of the CDI spec of %s: %w", r.Name, err)
+		return fmt.Errorf("setting the mode of the CDI spec of %s: %w", what, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return "", fmt.Errorf("replacing the CDI spec %s: %w", path, err)
+		return fmt.Errorf("replacing the CDI spec %s: %w", path, err)
 	}
-	return path, nil
+	return nil
 }
 
 // Remove deletes the spec file of r, if any.

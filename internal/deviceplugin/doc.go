@@ -6,7 +6,9 @@
 // contract of NVIDIA's plugin (NVIDIA_VISIBLE_DEVICES, volume mounts, CDI
 // annotations or CDI devices, device specs), and GetPreferredAllocation
 // with the devices a Steerer names for a pod its scheduler placed, else
-// through the resource package.
+// through the resource package. A HealthSource that is also an
+// AllocationRecorder (the node's ledger, shared with the DRA driver) is
+// told of every device Allocate hands out and may refuse it.
 //
 // It must not read the config file, talk to the GPU backend or decide
 // health itself: the agent hands it resources, a topology and a health

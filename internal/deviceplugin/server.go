@@ -42,6 +42,15 @@ func (AllHealthy) Healthy(string) bool { return true }
 // Changes implements HealthSource; it never fires.
 func (AllHealthy) Changes() (<-chan struct{}, func()) { return nil, func() {} }
 
+// AllocationRecorder is what a HealthSource may also be: the node's ledger
+// of held devices (internal/ledger), told of every device Allocate hands
+// out, which refuses a device a DRA claim holds.
+type AllocationRecorder interface {
+	// Allocated records that the plugin gave the devices (by GPU or MIG
+	// UUID) to a container, or refuses.
+	Allocated(uuids []string) error
+}
+
 // Steerer names the devices a container being admitted should get when a
 // scheduler chose them: the kubelet asks GetPreferredAllocation with the
 // free device IDs and a count, never with the pod, so the Steerer works
@@ -345,6 +354,15 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 				return nil, status.Errorf(codes.FailedPrecondition, "device %q of %s is unhealthy", id, s.res.Name)
 			}
 			devs = append(devs, d)
+		}
+		if rec, ok := s.health.(AllocationRecorder); ok {
+			uuids := make([]string, len(devs))
+			for i, d := range devs {
+				uuids[i] = d.UUID
+			}
+			if err := rec.Allocated(uuids); err != nil {
+				return nil, status.Errorf(codes.FailedPrecondition, "allocating %v of %s: %v", cr.DevicesIds, s.res.Name, err)
+			}
 		}
 		cresp, err := s.contract.containerResponse(s.res, devs)
 		if err != nil {

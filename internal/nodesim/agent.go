@@ -32,6 +32,9 @@ type AgentConfig struct {
 	// MetricsAddr is passed as --metrics-addr; empty picks a free loopback
 	// port.
 	MetricsAddr string
+	// DRA runs the agent's DRA driver (--dra) with its registration and
+	// plugin sockets in the simulator's directory; needs Kubeconfig.
+	DRA bool
 	// ExtraArgs are appended to the agent's command line.
 	ExtraArgs []string
 	// LogPath receives the agent's output; empty means Dir/agent.log.
@@ -183,6 +186,10 @@ func startAgent(cfg Config, log *slog.Logger) (*agentProcess, error) {
 	}
 	if a.Kubeconfig != "" && !hasFlag(a.ExtraArgs, "kubeconfig") {
 		args = append(args, "--kubeconfig", a.Kubeconfig)
+	}
+	if a.DRA {
+		args = append(args, "--dra", "--dra-registrar-dir", filepath.Join(cfg.Dir, "plugins_registry"),
+			"--dra-plugin-dir", filepath.Join(cfg.Dir, "plugins", "gpu.gpuplane.io"))
 	}
 	if !hasFlag(a.ExtraArgs, "pod-resources-socket") {
 		args = append(args, "--pod-resources-socket", filepath.Join(cfg.Dir, "pod-resources", "kubelet.sock"))

@@ -201,6 +201,12 @@ func (s *Simulator) hostPathFor(p string) string {
 		return s.cfg.Dir
 	case "/var/lib/kubelet/pod-resources":
 		return filepath.Join(s.cfg.Dir, "pod-resources")
+	case "/var/lib/kubelet/plugins_registry":
+		return filepath.Join(s.cfg.Dir, "plugins_registry")
+	case "/var/lib/kubelet/plugins":
+		return filepath.Join(s.cfg.Dir, "plugins")
+	case "/var/lib/kubelet/plugins/gpu.gpuplane.io":
+		return filepath.Join(s.cfg.Dir, "plugins", "gpu.gpuplane.io")
 	case "/var/run/cdi", "/run/cdi":
 		return filepath.Join(s.cfg.Dir, "cdi")
 	case "/proc":

@@ -16,6 +16,16 @@
 //     in the pod annotation gpupod.AllocationAnnotation; runs the pod (Running, then
 //     Succeeded or Failed after its gpuplane.io/sim-duration); frees devices
 //     when a pod ends or is deleted;
+//   - plays the kubelet's DRA part: finds DRA drivers by their registration
+//     socket in Dir/plugins_registry (GetInfo, NotifyRegistrationStatus),
+//     and before a pod bound to the node runs, calls NodePrepareResources
+//     (k8s.io/kubelet/pkg/apis/dra/v1) for its claims (from templates, by
+//     name, and the claim of its extended resources) once each is allocated
+//     and reserved for the pod, keeping the pod Pending with a
+//     FailedPrepareDynamicResources event until then; records the CDI
+//     devices on the pod (api/dra.PodClaimsAnnotation); calls
+//     NodeUnprepareResources when the last pod of the node using a claim
+//     ends, again with backoff until the driver answers;
 //   - serves the kubelet PodResources API v1 on
 //     <dir>/pod-resources/kubelet.sock from its allocation records;
 //   - optionally starts gpuplane-agent as a child process against that
@@ -25,5 +35,5 @@
 //
 // It must not run containers, schedule pods, manage nodes other than its
 // own, or reach into the agent: it talks to plugins only over the device
-// plugin API, as the kubelet does.
+// plugin and DRA APIs, as the kubelet does.
 package nodesim

@@ -198,6 +198,16 @@ func (s *Simulator) startPod(ctx context.Context, key string, pod *corev1.Pod) e
 		// it without reading it again.
 		pod = patched
 	}
+	// Claims are prepared after admission and before the containers
+	// start, as the kubelet's DRA manager does; until they can be, the pod
+	// stays Pending and is tried again.
+	if err := s.prepareClaims(ctx, key, pod); err != nil {
+		var notReady *claimNotReadyError
+		if errors.As(err, &notReady) {
+			s.event(ctx, pod, "FailedPrepareDynamicResources", notReady.msg)
+		}
+		return err
+	}
 	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, allocation: alloc}
 	if s.cfg.Containers.runnable(pod) {
 		run, err := s.startRunPod(ctx, key, pod)
@@ -340,6 +350,7 @@ func (s *Simulator) endPod(key string) {
 	if s.release(key) {
 		s.log.Info("devices freed", "pod", key)
 	}
+	s.releaseClaims(key)
 }
 
 // forget drops the node's record of the pod (of uid, or whatever pod has
@@ -363,6 +374,7 @@ func (s *Simulator) forget(key string, uid types.UID) {
 	if s.release(key) {
 		s.log.Info("devices freed", "pod", key)
 	}
+	s.releaseClaims(key)
 }
 
 // writeAllocation records the allocation on the pod.

@@ -107,6 +107,7 @@ type Simulator struct {
 	registrationServer *grpc.Server
 	podResourcesServer *grpc.Server
 	agent              *agentSupervisor
+	dra                *draState
 
 	nodeDirty chan struct{}
 	// admitMu serializes pod admission; order keeps it in arrival order.
@@ -138,6 +139,9 @@ func Start(ctx context.Context, cfg Config) (*Simulator, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "plugins_registry"), 0o750); err != nil {
+		return nil, fmt.Errorf("creating the plugin registry directory of node %s: %w", cfg.NodeName, err)
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "pod-resources"), 0o750); err != nil {
 		return nil, fmt.Errorf("creating the kubelet directory of node %s: %w", cfg.NodeName, err)
 	}
@@ -153,6 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Simulator, error) {
 		pods:      map[string]*podState{},
 		inUse:     map[string]map[string]string{},
 		nodeIP:    "127.0.0.1",
+		dra:       newDRAState(),
 	}
 	if err := s.start(ctx); err != nil {
 		stopCtx, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -171,6 +176,7 @@ func (s *Simulator) start(ctx context.Context) error {
 	}
 	s.wg.Go(s.runNodeStatus)
 	s.wg.Go(s.runLease)
+	s.wg.Go(s.runPluginWatcher)
 	if err := s.startPods(ctx); err != nil {
 		return err
 	}

@@ -48,6 +48,9 @@ func chartValues(spec *Spec) (map[string]any, error) {
 		"config":    map[string]any{"map": configs, "default": ModeWhole},
 		"scheduler": map[string]any{"replicas": 1},
 		"admission": map[string]any{"kaiPods": true, "hamiPods": true},
+		// The chart's agent pods run the DRA driver only when dev up runs
+		// agents itself (--install processes); see --dra.
+		"agent": map[string]any{"dra": map[string]any{"enabled": false}},
 	}, nil
 }
 

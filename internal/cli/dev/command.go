@@ -71,6 +71,7 @@ type upFlags struct {
 	operators    []string
 	operatorsDir string
 	timeout      time.Duration
+	dra          bool
 }
 
 func newUpCommand(resolve func() (stateDir, error)) *cobra.Command {
@@ -90,7 +91,15 @@ systems dgxa100, dgxh100, dgxh200, dgxb200; the rented servers 4xt4, 8xv100,
   mig-mixed             GPU 0 split into seven 1-slice MIG devices, GPU 1 into
                         two 3-slice ones, the agent in mixed strategy
                         (nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb on H100)
+  mig-dynamic           GPUs 0 and 1 in MIG mode with no MIG devices: the DRA
+                        driver creates them for the claims that ask
   time-slicing[=N]      every GPU shared N ways (default 4)
+
+With --dra (the default) every agent also runs as the DRA driver
+gpu.gpuplane.io beside its device plugin, over one ledger: ResourceSlices
+describe each node's GPUs and MIG profiles, gpuplane's DeviceClasses are
+installed (gpu.gpuplane.io, mig.gpu.gpuplane.io, mig-<profile>.gpu.gpuplane.io),
+and the simulated nodes prepare the claims of the pods bound to them.
 
 --operators runs workload operators beside the scheduler, as processes of
 the cluster, so their workloads (PyTorchJob, RayCluster, JobSet, ...) run as
@@ -102,6 +111,7 @@ waits until each is ready.`,
 		Example: `  gpuplane dev up
   gpuplane dev up --nodes 2 --profile dgxh100 --kwok-nodes 100
   gpuplane dev up --node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4
+  gpuplane dev up --node-profiles dgxh100,dgxh100:mig-dynamic
   gpuplane dev up --scheduler none
   gpuplane dev up --operators training-operator,kuberay
   gpuplane dev up --install chart --node-profiles dgxh100,dgxh100:mig-mixed`,
@@ -132,6 +142,7 @@ waits until each is ready.`,
 	fs.StringSliceVar(&f.operators, "operators", nil, "workload operators to run beside the scheduler, comma-separated: "+strings.Join(localcluster.Operators(), ", ")+" (built by make operator-bins)")
 	fs.StringVar(&f.operatorsDir, "operators-dir", "", "directory of the workload operators and their CRDs (default: operators/ in the control-plane binaries' directory)")
 	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "how long to wait for the cluster to come up")
+	fs.BoolVar(&f.dra, "dra", true, "run every agent's DRA driver (gpu.gpuplane.io: ResourceSlices, claims prepared as CDI devices) beside its device plugin and install gpuplane's DeviceClasses; not with --install chart")
 	return cmd
 }
 
@@ -215,7 +226,7 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 			return nil, err
 		}
 	}
-	spec := &Spec{Install: f.install, Scheduler: f.scheduler, KwokNodes: f.kwokNodes, KwokProduct: f.kwokProduct, KwokGPUs: f.kwokGPUs}
+	spec := &Spec{Install: f.install, Scheduler: f.scheduler, KwokNodes: f.kwokNodes, KwokProduct: f.kwokProduct, KwokGPUs: f.kwokGPUs, DRA: f.dra && f.install == InstallProcesses}
 	switch f.install {
 	case InstallProcesses:
 	case InstallChart:

@@ -1,7 +1,8 @@
 // Package dev implements `gpuplane dev up|down|status`: a local cluster
 // with a real control plane (etcd, kube-apiserver, kube-controller-manager,
 // a scheduler, kwok), simulated GPU nodes that run the real gpuplane-agent
-// (internal/nodesim), and optionally many kwok GPU nodes.
+// (internal/nodesim) with its DRA driver unless --dra=false (and gpuplane's
+// DeviceClasses), and optionally many kwok GPU nodes.
 //
 // `up` re-executes the binary as a hidden `dev serve` supervisor in its own
 // session, which owns every process of the cluster; the state directory

@@ -224,6 +224,11 @@ func (s *supervisor) start(ctx context.Context) error {
 			return stopOperators(err)
 		}
 	}
+	if s.spec.DRA {
+		if err := s.installDeviceClasses(ctx, client); err != nil {
+			return stopOperators(err)
+		}
+	}
 	if err := s.startNodes(ctx, cp, client, chart); err != nil {
 		return stopOperators(err)
 	}
@@ -259,7 +264,7 @@ func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPla
 			}
 			cfg.Agent = &nodesim.AgentConfig{
 				Binary: s.spec.AgentBinary, Profile: n.SimProfile, ConfigFile: n.AgentConfig,
-				Kubeconfig: cp.Kubeconfig(), LogPath: s.dir.path("agent-" + n.Name + ".log"),
+				Kubeconfig: cp.Kubeconfig(), LogPath: s.dir.path("agent-" + n.Name + ".log"), DRA: s.spec.DRA,
 				// gpuplane dev fault reaches the simulated GPUs at the
 				// control address; declarative MIG is on, as the chart
 				// turns it on.

@@ -19,6 +19,9 @@ const (
 	ModeWhole       = "whole"
 	ModeMIGMixed    = "mig-mixed"
 	ModeTimeSlicing = "time-slicing"
+	// ModeMIGDynamic puts GPUs 0 and 1 in MIG mode with no MIG devices:
+	// the DRA driver creates them for the claims that ask (dynamic MIG).
+	ModeMIGDynamic = "mig-dynamic"
 )
 
 // How `dev up` installs gpuplane.
@@ -57,6 +60,9 @@ type Spec struct {
 	// (localcluster.Operators), from OperatorsDir.
 	Operators    []string `json:"operators,omitempty"`
 	OperatorsDir string   `json:"operatorsDir,omitempty"`
+	// DRA runs every agent's DRA driver and installs gpuplane's
+	// DeviceClasses.
+	DRA bool `json:"dra,omitempty"`
 }
 
 // NodeSpec is one simulated node.
@@ -93,11 +99,11 @@ func parseNodeProfile(s string) (profile, mode string, replicas int, err error) 
 	switch mode {
 	case "", ModeWhole:
 		mode = ModeWhole
-	case ModeMIGMixed:
+	case ModeMIGMixed, ModeMIGDynamic:
 	case ModeTimeSlicing:
 		replicas = 4
 	default:
-		return "", "", 0, cliutil.Usagef("node profile %q: unknown mode %q (want whole, mig-mixed or time-slicing[=REPLICAS])", s, mode)
+		return "", "", 0, cliutil.Usagef("node profile %q: unknown mode %q (want whole, mig-mixed, mig-dynamic or time-slicing[=REPLICAS])", s, mode)
 	}
 	if hasRep {
 		if mode != ModeTimeSlicing {
@@ -132,6 +138,12 @@ func prepareNode(ctx context.Context, name, arg, dir string) (NodeSpec, error) {
 		if err := os.WriteFile(n.AgentConfig, []byte(cfg), 0o600); err != nil {
 			return n, fmt.Errorf("writing the agent config of node %s: %w", name, err)
 		}
+	case ModeMIGDynamic:
+		file, err := writeMIGDynamicProfile(profile, filepath.Join(dir, "profile.yaml"))
+		if err != nil {
+			return n, fmt.Errorf("node %s (%s): %w", name, arg, err)
+		}
+		n.SimProfile = file
 	case ModeMIGMixed:
 		file, resources, err := writeMIGProfile(ctx, profile, filepath.Join(dir, "profile.yaml"))
 		if err != nil {

@@ -331,6 +331,7 @@ func leftovers(t *testing.T, d dynamic.Interface) []string {
 		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"},
 		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicybindings"},
 		{Version: "v1", Resource: "secrets"},
+		{Group: "resource.k8s.io", Version: "v1", Resource: "deviceclasses"},
 	}
 	var left []string
 	for _, k := range kinds {

@@ -1,0 +1,228 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ErrHeld is wrapped by the errors of a hold refused because another holder
+// has the device.
+var ErrHeld = errors.New("device is held")
+
+// allocateGrace is how long a device the plugin handed out in Allocate
+// counts as the plugin's before PodResources lists it: the kubelet records
+// the allocation right after Allocate returns.
+const allocateGrace = 30 * time.Second
+
+// Ledger records the holders of a node's devices. The zero value is not
+// usable; call New.
+type Ledger struct {
+	now func() time.Time
+
+	mu sync.Mutex
+	// claims maps a device UUID to the UID of the claim holding it.
+	claims map[string]string
+	// onGPU maps a held MIG device's UUID to its GPU's UUID: a GPU with a
+	// claimed MIG device is not the plugin's to give whole.
+	onGPU map[string]string
+	// plugin is the set of devices PodResources lists as held by pods.
+	plugin map[string]bool
+	// allocated maps devices the plugin handed out to when; forgotten
+	// after allocateGrace or once PodResources lists them.
+	allocated map[string]time.Time
+	subs      map[chan struct{}]struct{}
+}
+
+// New returns an empty ledger.
+func New() *Ledger {
+	return &Ledger{now: time.Now, claims: map[string]string{}, onGPU: map[string]string{}, plugin: map[string]bool{}, allocated: map[string]time.Time{}, subs: map[chan struct{}]struct{}{}}
+}
+
+// Hold is one device a claim holds: a GPU (GPU empty) or a MIG device of
+// the GPU named by GPU.
+type Hold struct {
+	Device string
+	GPU    string
+}
+
+// HoldForClaim records that claim holds every device in uuids (whole GPUs
+// or MIG devices whose GPU is not known), or none of them when one is held
+// by the plugin or by another claim. Holding a device the same claim holds
+// already is not an error (prepare is idempotent).
+func (l *Ledger) HoldForClaim(claim string, uuids []string) error {
+	holds := make([]Hold, len(uuids))
+	for i, u := range uuids {
+		holds[i] = Hold{Device: u}
+	}
+	return l.Hold(claim, holds)
+}
+
+// Hold is HoldForClaim with the GPU of each MIG device: the plugin must
+// not have given that GPU whole to a pod, and cannot while the claim holds
+// the MIG device.
+func (l *Ledger) Hold(claim string, holds []Hold) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, h := range holds {
+		if h.GPU != "" && l.pluginHeldLocked(h.GPU) {
+			return fmt.Errorf("device %s: its GPU %s %w by a pod the device plugin gave it to", h.Device, h.GPU, ErrHeld)
+		}
+	}
+	uuids := make([]string, len(holds))
+	for i, h := range holds {
+		uuids[i] = h.Device
+	}
+	for _, u := range uuids {
+		if other, ok := l.claims[u]; ok && other != claim {
+			return fmt.Errorf("device %s: %w by ResourceClaim %s", u, ErrHeld, other)
+		}
+		if l.pluginHeldLocked(u) {
+			return fmt.Errorf("device %s: %w by a pod the device plugin gave it to", u, ErrHeld)
+		}
+	}
+	changed := false
+	for _, h := range holds {
+		if _, ok := l.claims[h.Device]; !ok {
+			l.claims[h.Device] = claim
+			changed = true
+		}
+		if h.GPU != "" {
+			l.onGPU[h.Device] = h.GPU
+		}
+	}
+	if changed {
+		l.notifyLocked()
+	}
+	return nil
+}
+
+// ReleaseClaim drops every hold of claim.
+func (l *Ledger) ReleaseClaim(claim string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	changed := false
+	for u, c := range l.claims {
+		if c == claim {
+			delete(l.claims, u)
+			delete(l.onGPU, u)
+			changed = true
+		}
+	}
+	if changed {
+		l.notifyLocked()
+	}
+}
+
+// Allocated records that the device plugin handed out uuids in Allocate,
+// or refuses when a claim holds one of them.
+func (l *Ledger) Allocated(uuids []string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, u := range uuids {
+		if c, ok := l.claimOfLocked(u); ok {
+			return fmt.Errorf("device %s: %w by ResourceClaim %s", u, ErrHeld, c)
+		}
+	}
+	t := l.now()
+	changed := false
+	for _, u := range uuids {
+		if !l.plugin[u] {
+			changed = changed || l.allocated[u].IsZero()
+			l.allocated[u] = t
+		}
+	}
+	if changed {
+		l.notifyLocked()
+	}
+	return nil
+}
+
+// SetPluginHeld replaces the devices pods hold through the device plugin,
+// as the PodResources API lists them now.
+func (l *Ledger) SetPluginHeld(uuids []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := make(map[string]bool, len(uuids))
+	for _, u := range uuids {
+		next[u] = true
+	}
+	cutoff := l.now().Add(-allocateGrace)
+	for u, t := range l.allocated {
+		if next[u] || t.Before(cutoff) {
+			delete(l.allocated, u)
+		}
+	}
+	if !maps.Equal(next, l.plugin) {
+		l.plugin = next
+		l.notifyLocked()
+	}
+}
+
+func (l *Ledger) pluginHeldLocked(u string) bool {
+	if l.plugin[u] {
+		return true
+	}
+	t, ok := l.allocated[u]
+	return ok && l.now().Sub(t) < allocateGrace
+}
+
+// ClaimHolder returns the claim holding the device, or for a GPU a claim
+// holding one of its MIG devices, if any.
+func (l *Ledger) ClaimHolder(uuid string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.claimOfLocked(uuid)
+}
+
+func (l *Ledger) claimOfLocked(uuid string) (string, bool) {
+	if c, ok := l.claims[uuid]; ok {
+		return c, true
+	}
+	for dev, g := range l.onGPU {
+		if g == uuid {
+			return l.claims[dev], true
+		}
+	}
+	return "", false
+}
+
+// PluginHeld reports whether the device plugin gave the device to a pod.
+func (l *Ledger) PluginHeld(uuid string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pluginHeldLocked(uuid)
+}
+
+// Claimed lists the devices claims hold, sorted.
+func (l *Ledger) Claimed() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.claims))
+}
+
+// Changes returns a channel that receives (coalesced) after every change,
+// and a function that stops it.
+func (l *Ledger) Changes() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	l.mu.Lock()
+	l.subs[ch] = struct{}{}
+	l.mu.Unlock()
+	return ch, func() {
+		l.mu.Lock()
+		delete(l.subs, ch)
+		l.mu.Unlock()
+	}
+}
+
+func (l *Ledger) notifyLocked() {
+	for ch := range l.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
