@@ -314,14 +314,8 @@ func (c *migCluster) SetStatus(ctx context.Context, s mig.Status) error {
 	if status != c.condStatus {
 		c.condStatus, c.transition = status, now
 	}
-	cond, err := json.Marshal(map[string]any{
-		"apiVersion": "v1", "kind": "Node",
-		"metadata": map[string]any{"name": c.node},
-		"status": map[string]any{"conditions": []map[string]any{{
-			"type": gpunode.ConditionMIGConfig, "status": status, "reason": s.Reason, "message": msg,
-			"lastHeartbeatTime": now, "lastTransitionTime": c.transition,
-		}}},
-	})
+	cond, err := gpunode.ConditionApplyPatch(c.node, gpunode.NodeCondition{Type: gpunode.ConditionMIGConfig,
+		Status: string(status), Reason: s.Reason, Message: msg, Heartbeat: now.Time, Transition: c.transition.Time})
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -102,15 +101,8 @@ func (w *conditionWriter) set(ctx context.Context, c nodeCondition) error {
 	if !w.written || c.status != w.last.status {
 		transition = now
 	}
-	body, err := json.Marshal(map[string]any{
-		"apiVersion": "v1", "kind": "Node",
-		"metadata": map[string]any{"name": w.node},
-		"status": map[string]any{"conditions": []map[string]any{{
-			"type": gpunode.ConditionGPUReady, "status": c.status, "reason": c.reason, "message": c.message,
-			"lastHeartbeatTime":  metav1.NewTime(now).Rfc3339Copy(),
-			"lastTransitionTime": metav1.NewTime(transition).Rfc3339Copy(),
-		}}},
-	})
+	body, err := gpunode.ConditionApplyPatch(w.node, gpunode.NodeCondition{Type: gpunode.ConditionGPUReady,
+		Status: string(c.status), Reason: c.reason, Message: c.message, Heartbeat: now, Transition: transition})
 	if err != nil {
 		return err
 	}

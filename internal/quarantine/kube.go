@@ -150,15 +150,8 @@ func (k *KubeNode) writeCondition(ctx context.Context, c Condition) error {
 	if !k.written || c.Status != k.last.Status {
 		transition = now
 	}
-	body, err := json.Marshal(map[string]any{
-		"apiVersion": "v1", "kind": "Node",
-		"metadata": map[string]any{"name": k.node},
-		"status": map[string]any{"conditions": []map[string]any{{
-			"type": gpunode.ConditionGPUQuarantine, "status": c.Status, "reason": c.Reason, "message": c.Message,
-			"lastHeartbeatTime":  metav1.NewTime(now).Rfc3339Copy(),
-			"lastTransitionTime": metav1.NewTime(transition).Rfc3339Copy(),
-		}}},
-	})
+	body, err := gpunode.ConditionApplyPatch(k.node, gpunode.NodeCondition{Type: gpunode.ConditionGPUQuarantine,
+		Status: string(c.Status), Reason: c.Reason, Message: c.Message, Heartbeat: now, Transition: transition})
 	if err != nil {
 		return err
 	}
