@@ -38,7 +38,7 @@ DRA_ROUNDS ?= 3
 .PHONY: bench-dra-scale
 
 bench-dra-scale: controlplane-bins ## gpuplane-scheduler vs kube-scheduler: pods with one-GPU ResourceClaims per second at scale
-	GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_NODES=$(SCALE_NODES) GPUPLANE_BENCH_DRA_ROUNDS=$(DRA_ROUNDS) $(GO) test -run '^$$' \
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_NODES=$(SCALE_NODES) GPUPLANE_BENCH_DRA_ROUNDS=$(DRA_ROUNDS) $(GO) test -run '^$$' \
 		-bench BenchmarkDRAClaimsAtScale -benchtime 1x -timeout 180m ./test/integration/schedulerscale/
 
 # make bench-job-gangs   an Indexed Job of 8 workers x 8 GPUs, as users submit
