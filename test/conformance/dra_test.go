@@ -189,21 +189,10 @@ func TestDRADriverRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.stopDriver()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			err := k.remove(pod)
-			if err != nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("unprepare kept succeeding 10s after the driver stopped")
-			}
-			// The kubelet may still hold the driver's connection for a
-			// moment: the claim stays recorded only once unprepare fails.
-			if !k.mgr.PodMightNeedToUnprepareResources(pod.UID) {
-				t.Fatal("unprepare succeeded with the driver stopped")
-			}
-			time.Sleep(10 * time.Millisecond) // polling interval
+		if err := k.remove(pod); err == nil {
+			t.Fatal("unprepare succeeded with the driver stopped")
+		} else {
+			t.Logf("unprepare with the driver stopped: %v", err)
 		}
 		if !k.mgr.PodMightNeedToUnprepareResources(pod.UID) {
 			t.Fatal("a failed unprepare dropped the claim from the kubelet's record")
