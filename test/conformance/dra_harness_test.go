@@ -59,7 +59,7 @@ func apiServer(t testing.TB) kubernetes.Interface {
 		controlPlane, controlPlaneErr = localcluster.Start(ctx, localcluster.Config{})
 	})
 	if errors.Is(controlPlaneErr, localcluster.ErrBinaryMissing) && os.Getenv(envRequireControlPlane) != "1" {
-		t.Skipf("the DRA conformance tests need etcd and kube-apiserver (set %s or build bin/ with make controlplane-bins): %v", localcluster.BinDirEnv, controlPlaneErr)
+		t.Skipf("the DRA conformance tests need etcd and kube-apiserver: %v", controlPlaneErr)
 	}
 	if controlPlaneErr != nil {
 		t.Fatalf("starting etcd and kube-apiserver: %v", controlPlaneErr)
