@@ -16,16 +16,22 @@
 //     in the pod annotation gpupod.AllocationAnnotation; runs the pod (Running, then
 //     Succeeded or Failed after its gpuplane.io/sim-duration); frees devices
 //     when a pod ends or is deleted;
-//   - plays the kubelet's DRA part: finds DRA drivers by their registration
-//     socket in Dir/plugins_registry (GetInfo, NotifyRegistrationStatus),
-//     and before a pod bound to the node runs, calls NodePrepareResources
-//     (k8s.io/kubelet/pkg/apis/dra/v1) for its claims (from templates, by
-//     name, and the claim of its extended resources) once each is allocated
-//     and reserved for the pod, keeping the pod Pending with a
-//     FailedPrepareDynamicResources event until then; records the CDI
-//     devices on the pod (api/dra.PodClaimsAnnotation); calls
-//     NodeUnprepareResources when the last pod of the node using a claim
-//     ends, again with backoff until the driver answers;
+//   - plays the kubelet's DRA part as its DRA manager (pkg/kubelet/cm/dra)
+//     and plugin manager do, which test/conformance drives gpuplane's
+//     driver with: finds DRA drivers by their registration socket in
+//     Dir/plugins_registry (GetInfo, NotifyRegistrationStatus) and drops
+//     one whose socket goes away; before a pod bound to the node runs, it
+//     checks every claim of the pod (from templates through the pod's
+//     status, by name, and the claim of its extended resources: owned by
+//     the pod when made from a template, reserved for it, allocated, its
+//     drivers registered), records the pod as the claims' user, then calls
+//     NodePrepareResources (k8s.io/kubelet/pkg/apis/dra/v1) once per driver
+//     for the claims no other pod prepared; until that succeeds the pod
+//     stays Pending with the kubelet's FailedPrepareDynamicResources event;
+//     records the CDI devices on the pod (api/dra.PodClaimsAnnotation);
+//     calls NodeUnprepareResources when the last pod of the node using a
+//     claim ends, even one whose prepare failed, again with backoff until
+//     the driver answers;
 //   - serves the kubelet PodResources API v1 on
 //     <dir>/pod-resources/kubelet.sock from its allocation records;
 //   - optionally starts gpuplane-agent as a child process against that

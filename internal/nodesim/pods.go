@@ -201,7 +201,8 @@ func (s *Simulator) startPod(ctx context.Context, key string, pod *corev1.Pod) e
 	// Claims are prepared after admission and before the containers
 	// start, as the kubelet's DRA manager does; until they can be, the pod
 	// stays Pending and is tried again.
-	if err := s.prepareClaims(ctx, key, pod); err != nil {
+	pod, err = s.prepareClaims(ctx, key, pod)
+	if err != nil {
 		var notReady *claimNotReadyError
 		if errors.As(err, &notReady) {
 			s.event(ctx, pod, "FailedPrepareDynamicResources", notReady.msg)

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "conformance: creating the kubelet directory in the namespace:", err)
 			os.Exit(1)
 		}
-		os.Exit(m.Run())
+		os.Exit(runTests(m))
 	}
 	args := []string{"--mount", "--propagation", "private"}
 	if os.Geteuid() != 0 {
@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 	probe := exec.Command("unshare", append(args, "--", "sh", "-c", "mount -t tmpfs tmpfs /var/lib")...)
 	if out, err := probe.CombinedOutput(); err != nil {
 		noNamespace = fmt.Sprintf("no private mount namespace (unshare %s: %v: %s)", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		os.Exit(m.Run())
+		os.Exit(runTests(m))
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -78,6 +78,19 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// runTests runs the tests, then stops the control plane the DRA tests
+// started.
+func runTests(m *testing.M) int {
+	code := m.Run()
+	if err := stopControlPlane(); err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
 
 // quietKlog keeps the kubelet code's logs out of the test output unless
