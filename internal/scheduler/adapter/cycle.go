@@ -87,6 +87,8 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	}
 	in := l.cache.snapshot(l.build, &l.binder.refusals, now)
 	in.snap.Holds, in.snap.HoldTimeout = l.binder.holds.get(), maxPreemptionWait.Milliseconds()
+	in.snap.Layouts = layoutPolicy(l.cfg)
+	markRepartitioning(&in.snap)
 	l.metrics.phase("snapshot", time.Since(now))
 	l.binder.finishResumed(ctx, in)
 
@@ -116,6 +118,10 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	t = time.Now()
 	placed := l.binder.bind(ctx, in, d.Binds)
 	l.metrics.phase("bind-dispatch", time.Since(t))
+
+	// 4b. MIG layouts proposed for idle GPUs, onto their nodes, where
+	//     their agents apply them.
+	l.writeLayouts(ctx, in, d.Layouts)
 
 	// 5. Gangs left partly bound are completed by the binds above or torn
 	//    down once their grace is over.
