@@ -14,9 +14,26 @@ type demand struct {
 	profile string
 	// req is the first such pod's request: where a new layout would let
 	// it run.
-	req    *model.Request
-	need   int
-	groups []string
+	req  *model.Request
+	need int
+	// units names, per instance or GPU asked for, its group, in queue
+	// order; next is the first one no proposal serves yet.
+	units []string
+	next  int
+}
+
+// serve takes n units off the demand and returns their groups.
+func (w *demand) serve(n int) []string {
+	var out []string
+	end := min(w.next+n, len(w.units))
+	for _, g := range w.units[w.next:end] {
+		if len(out) == 0 || out[len(out)-1] != g {
+			out = append(out, g)
+		}
+	}
+	w.next = end
+	w.need -= n
+	return out
 }
 
 // proposeLayouts proposes new MIG layouts for idle GPUs of the nodes that
@@ -62,13 +79,13 @@ func (c *cycle) proposeLayouts() {
 			busy[i] = true
 			if !p.MIG {
 				if w := byProfile[""]; w != nil {
-					w.need--
+					w.serve(1)
 				}
 				continue
 			}
 			for name, n := range p.Devices {
 				if w := byProfile[name]; w != nil {
-					w.need -= n
+					w.serve(n)
 				}
 			}
 		}
@@ -112,15 +129,14 @@ func (c *cycle) proposeLayouts() {
 					continue
 				}
 				p := gpunode.MIGProposalGPU{Index: gp.Index, At: snap.Now}
+				units := 1
 				if w.profile != "" {
 					p.MIG, p.Devices = true, map[string]int{prof.Name: prof.Instances}
-					w.need -= prof.Instances
-				} else {
-					w.need--
+					units = prof.Instances
 				}
 				chosen[[2]int{i, g}] = true
 				count[i]++
-				c.d.Layouts = append(c.d.Layouts, model.LayoutProposal{Node: n.Name, NodeIndex: i, MIGProposalGPU: p, For: slices.Clone(w.groups)})
+				c.d.Layouts = append(c.d.Layouts, model.LayoutProposal{Node: n.Name, NodeIndex: i, MIGProposalGPU: p, For: w.serve(units)})
 			}
 		}
 	}
@@ -166,8 +182,8 @@ func (c *cycle) layoutDemand() []*demand {
 					out = append(out, w)
 				}
 				w.need += n
-				if len(w.groups) == 0 || w.groups[len(w.groups)-1] != p.g.Name {
-					w.groups = append(w.groups, p.g.Name)
+				for range n {
+					w.units = append(w.units, p.g.Name)
 				}
 			}
 		}
