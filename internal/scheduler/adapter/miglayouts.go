@@ -178,5 +178,65 @@ func (l *loop) writeLayouts(ctx context.Context, in *cycleInput, ls []model.Layo
 			continue
 		}
 		l.metrics.layouts.Add(float64(len(byNode[i])))
+		if l.proposed == nil {
+			l.proposed = map[string][]gpunode.MIGProposalGPU{}
+		}
+		for _, p := range byNode[i] {
+			l.proposed[n.Name] = append(l.proposed[n.Name], p.MIGProposalGPU)
+		}
+	}
+}
+
+// assumeLayouts adds to the snapshot's nodes the proposals written to
+// them that the cache does not show yet, as pending, so that a cycle
+// running before the node's update arrives neither proposes the same
+// demand again nor binds a pod to a GPU about to be re-partitioned. A
+// proposal the node shows (same GPU and time) is no longer assumed.
+func (l *loop) assumeLayouts(snap *model.Snapshot) {
+	if len(l.proposed) == 0 {
+		return
+	}
+	seen := map[string]bool{}
+	cloned := false
+	for i := range snap.Nodes {
+		n := &snap.Nodes[i]
+		ps, ok := l.proposed[n.Name]
+		if !ok {
+			continue
+		}
+		seen[n.Name] = true
+		if n.MIG == nil {
+			delete(l.proposed, n.Name)
+			continue
+		}
+		ps = slices.DeleteFunc(ps, func(p gpunode.MIGProposalGPU) bool {
+			q, ok := n.MIG.Proposal(p.Index)
+			return ok && q.At >= p.At
+		})
+		if len(ps) == 0 {
+			delete(l.proposed, n.Name)
+			continue
+		}
+		l.proposed[n.Name] = ps
+		if !cloned {
+			snap.Nodes, cloned = slices.Clone(snap.Nodes), true
+			n = &snap.Nodes[i]
+		}
+		m := *n.MIG
+		m.Proposals, m.Pending = slices.Clone(m.Proposals), slices.Clone(m.Pending)
+		for _, p := range ps {
+			m.Proposals = slices.DeleteFunc(m.Proposals, func(q gpunode.MIGProposalGPU) bool { return q.Index == p.Index })
+			m.Proposals = append(m.Proposals, p)
+			if !slices.Contains(m.Pending, p.Index) {
+				m.Pending = append(m.Pending, p.Index)
+			}
+		}
+		slices.SortFunc(m.Proposals, func(a, b gpunode.MIGProposalGPU) int { return a.Index - b.Index })
+		n.MIG = &m
+	}
+	for name := range l.proposed {
+		if !seen[name] {
+			delete(l.proposed, name)
+		}
 	}
 }

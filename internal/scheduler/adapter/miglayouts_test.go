@@ -140,3 +140,27 @@ func TestConfigValidatesMIGLayouts(t *testing.T) {
 		})
 	}
 }
+
+// TestAssumeLayouts: a proposal written but not yet seen on the node is
+// pending in the next snapshot; once the node shows it, it is dropped.
+func TestAssumeLayouts(t *testing.T) {
+	written := gpunode.MIGProposalGPU{Index: 1, MIG: true, Devices: map[string]int{"1g.10gb": 7}, At: 1000}
+	l := &loop{proposed: map[string][]gpunode.MIGProposalGPU{"n": {written}}}
+	node := model.Node{Name: "n", GPUs: []model.GPU{{Index: 0}, {Index: 1}}, MIG: &model.NodeMIG{}}
+	snap := model.Snapshot{Nodes: []model.Node{node}, Now: 1100, Layouts: model.LayoutPolicy{Timeout: 2000}}
+	l.assumeLayouts(&snap)
+	markRepartitioning(&snap)
+	if m := snap.Nodes[0].MIG; len(m.Pending) != 1 || m.Pending[0] != 1 || !snap.Nodes[0].GPUs[1].Repartitioning {
+		t.Fatalf("before the node shows it: %+v, GPUs %+v", m, snap.Nodes[0].GPUs)
+	}
+	if node.MIG.Pending != nil {
+		t.Fatal("the cache's node was changed")
+	}
+	shown := node
+	shown.MIG = &model.NodeMIG{Proposals: []gpunode.MIGProposalGPU{written}, Pending: []int{1}}
+	snap = model.Snapshot{Nodes: []model.Node{shown}, Now: 1200}
+	l.assumeLayouts(&snap)
+	if len(l.proposed) != 0 {
+		t.Fatalf("still assumed once shown: %+v", l.proposed)
+	}
+}
