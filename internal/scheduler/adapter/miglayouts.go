@@ -119,6 +119,11 @@ func layoutPolicy(c Config) model.LayoutPolicy {
 		Timeout: c.MIGProposalTimeout.Milliseconds(), MaxPerNode: c.MIGMaxProposalsPerNode}
 }
 
+// assumeProposalFor bounds how long a written proposal the node does not
+// show is taken as on it: an informer is that far behind only when
+// something is wrong.
+const assumeProposalFor = 10 * time.Second
+
 // layoutWriter is the optional capability of a clusterWriter to write a
 // node's MIG proposals.
 type layoutWriter interface {
@@ -191,7 +196,9 @@ func (l *loop) writeLayouts(ctx context.Context, in *cycleInput, ls []model.Layo
 // them that the cache does not show yet, as pending, so that a cycle
 // running before the node's update arrives neither proposes the same
 // demand again nor binds a pod to a GPU about to be re-partitioned. A
-// proposal the node shows (same GPU and time) is no longer assumed.
+// proposal the node shows (the same GPU, as new or newer) is no longer
+// assumed, nor one older than assumeProposalFor (its write was lost or
+// overwritten).
 func (l *loop) assumeLayouts(snap *model.Snapshot) {
 	if len(l.proposed) == 0 {
 		return
@@ -211,7 +218,7 @@ func (l *loop) assumeLayouts(snap *model.Snapshot) {
 		}
 		ps = slices.DeleteFunc(ps, func(p gpunode.MIGProposalGPU) bool {
 			q, ok := n.MIG.Proposal(p.Index)
-			return ok && q.At >= p.At
+			return ok && q.At >= p.At || snap.Now-p.At > assumeProposalFor.Milliseconds()
 		})
 		if len(ps) == 0 {
 			delete(l.proposed, n.Name)

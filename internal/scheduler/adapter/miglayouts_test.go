@@ -164,3 +164,12 @@ func TestAssumeLayouts(t *testing.T) {
 		t.Fatalf("still assumed once shown: %+v", l.proposed)
 	}
 }
+
+func TestAssumeLayoutsForgetsALostWrite(t *testing.T) {
+	l := &loop{proposed: map[string][]gpunode.MIGProposalGPU{"n": {{Index: 1, At: 1000}}}}
+	snap := model.Snapshot{Nodes: []model.Node{{Name: "n", GPUs: []model.GPU{{Index: 0}, {Index: 1}}, MIG: &model.NodeMIG{}}}, Now: 1000 + assumeProposalFor.Milliseconds() + 1}
+	l.assumeLayouts(&snap)
+	if len(l.proposed) != 0 || len(snap.Nodes[0].MIG.Pending) != 0 {
+		t.Fatalf("a proposal written %v ago and never shown is still assumed: %+v", assumeProposalFor, l.proposed)
+	}
+}

@@ -24,7 +24,7 @@ const mig1g = "nvidia.com/mig-1g.10gb"
 
 // runGPUplaneScheduler runs gpuplane-scheduler in-process, with the CRDs
 // from deploy/crds, until the test ends.
-func runGPUplaneScheduler(t *testing.T, cfg adapter.Config) {
+func runGPUplaneScheduler(t testing.TB, cfg adapter.Config) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	env.InstallCRDs(t, filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "crds"))
