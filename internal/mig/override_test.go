@@ -108,10 +108,14 @@ func TestReconcileProposalAppliesOnceIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &mig.Reconciler{HW: b, Cluster: c, Devices: &fakeDevices{}, Poll: 10 * time.Millisecond,
+	d := &fakeDevices{}
+	r := &mig.Reconciler{HW: b, Cluster: c, Devices: d, Poll: 10 * time.Millisecond,
 		Overrides: func(context.Context) (map[int]mig.Layout, error) { return mig.Overrides(prop), nil }}
 	if out := r.Reconcile(ctx); out.Status.Reason != gpunode.ReasonMIGProposalWaiting || !out.Retry {
 		t.Fatalf("with a pod on GPU 3: %+v", out.Status)
+	}
+	if last := d.withdrawn[len(d.withdrawn)-1]; len(last) != 0 {
+		t.Fatalf("GPU 3 waits for its pod but its devices stay withdrawn: %v", d.withdrawn)
 	}
 	c.pods = nil
 	if out := r.Reconcile(ctx); out.Status.State != gpunode.MIGConfigStateSuccess || len(out.Plan.Changes) != 1 {

@@ -153,18 +153,6 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 		return r.report(ctx, Outcome{Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGInvalidConfig,
 			Message: err.Error() + "; nothing was evicted and the GPUs keep their layout"}})
 	}
-	// Proposals never evict: a GPU only a proposal changes waits while
-	// pods hold it.
-	waiting, err := r.holdBusyOverrides(ctx, plan)
-	if err != nil {
-		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGApplyFailed,
-			Message: err.Error() + "; nothing was changed, the agent retries"}})
-	}
-	if len(plan.Changes) == 0 && len(waiting) > 0 {
-		r.Devices.Withdraw(nil)
-		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGProposalWaiting,
-			Message: strings.Join(waiting, "; ") + " (nothing is evicted for a proposed layout)"}})
-	}
 	if len(plan.Changes) == 0 {
 		r.Devices.Withdraw(nil)
 		msg := fmt.Sprintf("GPUs %s are in config %s", indexList(gpusIndices(gpus)), name)
@@ -173,13 +161,27 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 		}
 		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateSuccess, Reason: gpunode.ReasonMIGApplied, Message: msg}})
 	}
-	changing := map[int]bool{}
-	var indices []int
-	for _, c := range plan.Changes {
-		changing[c.Index] = true
-		indices = append(indices, c.Index)
-	}
 	// 1. No new pod lands on a changing GPU from here on.
+	r.Devices.Withdraw(planIndices(plan))
+	// Proposals never evict: a GPU only a proposal changes waits while
+	// pods hold it (looked for once no new pod can land there), and
+	// takes pods again meanwhile.
+	waiting, err := r.holdBusyOverrides(ctx, plan)
+	if err != nil {
+		r.Devices.Withdraw(nil)
+		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGApplyFailed,
+			Message: err.Error() + "; nothing was changed, the agent retries"}})
+	}
+	if len(plan.Changes) == 0 {
+		r.Devices.Withdraw(nil)
+		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGProposalWaiting,
+			Message: strings.Join(waiting, "; ") + " (nothing is evicted for a proposed layout)"}})
+	}
+	changing := map[int]bool{}
+	indices := planIndices(plan)
+	for _, i := range indices {
+		changing[i] = true
+	}
 	r.Devices.Withdraw(indices)
 	// 2. Its pods go, through the Eviction API.
 	out := r.evict(ctx, log, name, plan, changing)
@@ -341,6 +343,14 @@ func (r *Reconciler) Run(ctx context.Context, trigger <-chan struct{}, minBackof
 		}
 		t.Stop()
 	}
+}
+
+func planIndices(p *Plan) []int {
+	out := make([]int, len(p.Changes))
+	for i, c := range p.Changes {
+		out[i] = c.Index
+	}
+	return out
 }
 
 func describePlan(p *Plan) string {
