@@ -14,6 +14,7 @@ FUZZ_ALL := \
 	./api/gpunode:FuzzParseLabels \
 	./api/gpunode:FuzzParseQuarantine \
 	./api/gpunode:FuzzParseMIGLayout \
+	./api/gpunode:FuzzParseMIGProposal \
 	./api/gpupod:FuzzReadAllocation \
 	./api/gpupod:FuzzParseGPUs \
 	./api/gpupod:FuzzReadFraction \

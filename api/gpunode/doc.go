@@ -46,6 +46,16 @@
 // and records each GPU's step in QuarantineAnnotation, parsed by
 // ParseQuarantine, so that a restarted agent resumes it.
 //
+// # MIG layouts that follow demand
+//
+// A Node labelled LabelMIGLayoutPolicy=follow-demand lets
+// gpuplane-scheduler re-partition its idle GPUs: the scheduler writes the
+// layout it proposes for each GPU in MIGProposalAnnotation (ParseMIGProposal,
+// one MIGProposalGPU per GPU, the one definition of a proposal that the
+// scheduler's core, its adapter, the simulator and the agent share), and
+// gpuplane-agent applies each while its GPU holds no pod, reporting the
+// result in MIGLayoutAnnotation and ConditionMIGConfig.
+//
 // This package must not import anything of gpuplane's internal/ tree: the
 // agent, the scheduler and the CLI all import it.
 package gpunode

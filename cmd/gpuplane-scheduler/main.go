@@ -54,6 +54,13 @@ placement that still fits; a gang left partly bound longer than
 --partial-gang-grace has its bound pods deleted. Pods wait with
 PodScheduled=False and an event that says why.
 
+On nodes labelled gpuplane.io/mig-layout-policy=follow-demand the scheduler
+proposes MIG layouts for idle GPUs (annotation gpuplane.io/mig-proposal):
+an idle whole GPU becomes all instances of a MIG profile pending pods ask
+for and no GPU offers, an idle MIG GPU turns whole for pending whole-GPU
+pods; gpuplane-agent applies them. Hysteresis: --mig-demand-min-wait,
+--mig-layout-dwell, --mig-proposal-timeout, --mig-max-proposals-per-node.
+
 Run two replicas with --leader-elect (the default): one schedules, the other
 waits on the Lease. Metrics are on --serve-address/metrics, health on
 /healthz and /readyz.
@@ -94,6 +101,10 @@ func run(args []string, stderr io.Writer) int {
 	fs.Float32Var(&cfg.StatusQPS, "status-qps", def.StatusQPS, "pod condition, PodGroup and Queue status writes per second")
 	fs.IntVar(&cfg.DiagnoseLimit, "diagnose-limit", def.DiagnoseLimit, "waiting groups explained in detail per cycle")
 	fs.DurationVar(&cfg.PartialGangGrace, "partial-gang-grace", def.PartialGangGrace, "how long a gang may stay partly bound before its bound pods are deleted")
+	fs.DurationVar(&cfg.MIGDemandMinWait, "mig-demand-min-wait", def.MIGDemandMinWait, "how long pending MIG or whole-GPU demand waits before an idle GPU of a follow-demand node is re-partitioned for it")
+	fs.DurationVar(&cfg.MIGLayoutDwell, "mig-layout-dwell", def.MIGLayoutDwell, "how long a GPU whose MIG layout was proposed is left alone before another proposal")
+	fs.DurationVar(&cfg.MIGProposalTimeout, "mig-proposal-timeout", def.MIGProposalTimeout, "how long a MIG proposal the node has not applied holds its node and GPU")
+	fs.IntVar(&cfg.MIGMaxProposalsPerNode, "mig-max-proposals-per-node", def.MIGMaxProposalsPerNode, "GPUs of one node a cycle may propose a MIG layout for")
 	fs.StringVar(&cfg.LeaseName, "leader-elect-lease-name", "gpuplane-scheduler", "name of the leader Lease")
 	fs.StringVar(&cfg.LeaseNamespace, "leader-elect-namespace", def.LeaseNamespace, "namespace of the leader Lease")
 	fs.StringVar(&cfg.Identity, "leader-elect-identity", host, "this replica's identity in the Lease (unique per replica)")

@@ -496,8 +496,11 @@ func (g *migGate) Refresh(ctx context.Context) error {
 // its label and ConfigMap, PodResources and the device plugin's gate.
 func newMIGPart(hw mig.Hardware, c *migCluster, gate *migGate, strategy func() string, timeout time.Duration, log *slog.Logger) part {
 	r := &mig.Reconciler{HW: hw, Cluster: c, Devices: gate, Strategy: strategy, EvictionTimeout: timeout, Log: log}
+	proposals := &migProposals{node: c.node, client: c.client, trigger: c.trigger, log: log}
+	r.Overrides = proposals.overrides
 	return part{name: "mig", run: func(ctx context.Context) error {
-		synced := c.watch(ctx)
+		labelSynced, proposalsSynced := c.watch(ctx), proposals.watch(ctx)
+		synced := func() bool { return labelSynced() && proposalsSynced() }
 		// The first pass waits for the label and the ConfigMap to be read,
 		// so that a ConfigMap not seen yet is not reported missing.
 		wait, cancel := context.WithTimeout(ctx, time.Minute)

@@ -17,6 +17,10 @@
 //     validates before anything moves, withdraws the changing GPUs'
 //     devices, evicts their pods, applies, and has the new devices
 //     advertised, reporting pending, success or failed with a reason;
+//   - takes per-GPU overrides of the label's config (Reconciler.Overrides:
+//     gpuplane-scheduler's gpuplane.io/mig-proposal on a node that follows
+//     demand) and applies each only while its GPU holds no pod, never
+//     evicting for it (override.go);
 //   - renders and reads the gpuplane.io/mig-layout annotation, so that
 //     `gpuplane mig plan` plans off the node exactly as the agent would.
 //
@@ -26,5 +30,6 @@
 //
 // What this package must not do: talk to NVML or the API server itself
 // (the backend and the agent's adapters behind Hardware, Cluster and
-// Devices do), or decide which config a node runs (the node's label does).
+// Devices do), or decide which config a node runs (the node's label does,
+// and for the GPUs a proposal names, the scheduler's core).
 package mig

@@ -82,7 +82,13 @@ type Reconciler struct {
 	// Strategy, when set, returns the device plugin's MIG strategy; a
 	// plan whose devices it would not offer is refused (CheckStrategy).
 	Strategy func() string
-	Log      *slog.Logger
+	// Overrides, when set, returns per-GPU layouts that replace what the
+	// label's config gives those GPUs: gpuplane-scheduler's proposals on
+	// a node that follows demand (override.go). A GPU only an override
+	// changes is changed only while it holds no pod: nothing is evicted
+	// for it, and the pass is retried until it is idle.
+	Overrides func(ctx context.Context) (map[int]Layout, error)
+	Log       *slog.Logger
 }
 
 // Outcome is one pass's result.
@@ -106,7 +112,14 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 		log = slog.New(slog.DiscardHandler)
 	}
 	name, data, err := r.Cluster.Desired(ctx)
-	if name == "" && err == nil {
+	var ov map[int]Layout
+	if r.Overrides != nil {
+		var oerr error
+		if ov, oerr = r.Overrides(ctx); oerr != nil {
+			log.Warn("the node's MIG proposals cannot be read; ignoring them", "err", oerr)
+		}
+	}
+	if name == "" && err == nil && len(ov) == 0 {
 		// No config chosen: only the layout is published.
 		r.status(ctx, Status{})
 		return Outcome{}
@@ -115,16 +128,24 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 		return r.report(ctx, Outcome{Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGInvalidConfig,
 			Message: err.Error() + "; the GPUs keep their layout"}})
 	}
-	spec, err := ParseBytes(data)
-	if err != nil {
-		return r.report(ctx, Outcome{Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGInvalidConfig,
-			Message: "the MIG ConfigMap: " + err.Error() + "; the GPUs keep their layout"}})
+	var spec *Spec
+	if name != "" {
+		if spec, err = ParseBytes(data); err != nil {
+			return r.report(ctx, Outcome{Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGInvalidConfig,
+				Message: "the MIG ConfigMap: " + err.Error() + "; the GPUs keep their layout"}})
+		}
 	}
 	gpus, err := GPUs(ctx, r.HW)
 	if err != nil {
 		return r.report(ctx, Outcome{Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGApplyFailed, Message: err.Error()}})
 	}
-	plan, err := NewPlan(spec, name, gpus)
+	plan := unchangedPlan(gpus)
+	if name != "" {
+		plan, err = NewPlan(spec, name, gpus)
+	}
+	if err == nil {
+		err = withOverrides(plan, gpus, ov)
+	}
 	if err == nil && r.Strategy != nil {
 		err = CheckStrategy(r.Strategy(), plan)
 	}
@@ -134,16 +155,33 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 	}
 	if len(plan.Changes) == 0 {
 		r.Devices.Withdraw(nil)
-		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateSuccess, Reason: gpunode.ReasonMIGApplied,
-			Message: fmt.Sprintf("GPUs %s are in config %s", indexList(gpusIndices(gpus)), name)}})
-	}
-	changing := map[int]bool{}
-	var indices []int
-	for _, c := range plan.Changes {
-		changing[c.Index] = true
-		indices = append(indices, c.Index)
+		msg := fmt.Sprintf("GPUs %s are in config %s", indexList(gpusIndices(gpus)), name)
+		if name == "" {
+			msg = fmt.Sprintf("GPUs %s are in their proposed layouts (%s)", indexList(keys(overridden(ov))), gpunode.MIGProposalAnnotation)
+		}
+		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateSuccess, Reason: gpunode.ReasonMIGApplied, Message: msg}})
 	}
 	// 1. No new pod lands on a changing GPU from here on.
+	r.Devices.Withdraw(planIndices(plan))
+	// Proposals never evict: a GPU only a proposal changes waits while
+	// pods hold it (looked for once no new pod can land there), and
+	// takes pods again meanwhile.
+	waiting, err := r.holdBusyOverrides(ctx, plan)
+	if err != nil {
+		r.Devices.Withdraw(nil)
+		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGApplyFailed,
+			Message: err.Error() + "; nothing was changed, the agent retries"}})
+	}
+	if len(plan.Changes) == 0 {
+		r.Devices.Withdraw(nil)
+		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGProposalWaiting,
+			Message: strings.Join(waiting, "; ") + " (nothing is evicted for a proposed layout)"}})
+	}
+	changing := map[int]bool{}
+	indices := planIndices(plan)
+	for _, i := range indices {
+		changing[i] = true
+	}
 	r.Devices.Withdraw(indices)
 	// 2. Its pods go, through the Eviction API.
 	out := r.evict(ctx, log, name, plan, changing)
@@ -178,6 +216,9 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 		failed = append(failed, "advertising the new devices: "+err.Error())
 	}
 	switch {
+	case len(failed) == 0 && len(waiting) > 0:
+		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGProposalWaiting,
+			Message: describePlan(plan) + "; " + strings.Join(waiting, "; ") + " (nothing is evicted for a proposed layout)"}})
 	case len(failed) == 0:
 		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateSuccess, Reason: gpunode.ReasonMIGApplied,
 			Message: describePlan(plan) + "; other GPUs untouched"}})
@@ -302,6 +343,14 @@ func (r *Reconciler) Run(ctx context.Context, trigger <-chan struct{}, minBackof
 		}
 		t.Stop()
 	}
+}
+
+func planIndices(p *Plan) []int {
+	out := make([]int, len(p.Changes))
+	for i, c := range p.Changes {
+		out[i] = c.Index
+	}
+	return out
 }
 
 func describePlan(p *Plan) string {

@@ -83,6 +83,20 @@
 // the node and the devices are its decision, which the Kubernetes adapter
 // writes into the claims and the simulator replays.
 //
+// MIG layouts that follow demand. After the other actions, for the nodes
+// that opt in (model.Node.MIG) the core proposes new MIG layouts in
+// Decisions.Layouts (layouts.go): the MIG instances asked for by groups
+// left pending for want of room turn idle whole GPUs into all instances of
+// that profile, and whole GPUs asked for turn idle MIG GPUs whole. Only
+// GPUs with nothing on them are chosen, so a proposal never evicts; the
+// hysteresis (Snapshot.Layouts) keeps layouts from flapping: demand must
+// have waited, a GPU proposed for is left alone for a dwell time, a node
+// gets a bounded number per cycle and none while one of its proposals is
+// pending, whose supply counts against the demand. A pending GPU
+// (GPU.Repartitioning) serves nothing until its node reports the layout;
+// model.Apply records proposals as pending and model.CompleteLayouts has
+// the node report them, so the simulator replays them.
+//
 // State between cycles. A Scheduler keeps the free state, the running pods
 // by node, their groups (model.Allocation.Group, else the pod alone) and
 // each queue's usage, and brings them in line with each snapshot by its

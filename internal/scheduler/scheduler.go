@@ -109,7 +109,11 @@ func (s *Scheduler) Cycle(snap *model.Snapshot) (model.Decisions, error) {
 	// 8. Record what stays pending and keep the plan in our state.
 	c.finish()
 	t.phase("finish")
-	s.log.Debug("scheduling cycle", "binds", len(d.Binds), "evictions", len(d.Evictions), "holds", len(d.Holds), "unplaced", len(d.Unplaced))
+	// 9. Layouts: propose MIG layouts for idle GPUs of the nodes that
+	//    follow demand, for what stays pending for want of room.
+	c.proposeLayouts()
+	t.phase("layouts")
+	s.log.Debug("scheduling cycle", "binds", len(d.Binds), "evictions", len(d.Evictions), "holds", len(d.Holds), "unplaced", len(d.Unplaced), "layouts", len(d.Layouts))
 	return d, nil
 }
 

@@ -27,6 +27,12 @@ type EventConfig struct {
 	// OnCycle, when set, sees every cycle's snapshot and decisions at
 	// virtual time now, before they are carried out.
 	OnCycle func(now int64, snap *model.Snapshot, d *model.Decisions)
+	// Layouts is the hysteresis of MIG layout proposals for the nodes
+	// that follow demand, in trace seconds; LayoutDelay is how long a
+	// node takes to apply one (re-partitioning a GPU), after which its
+	// GPU serves in the new layout (model.CompleteLayouts).
+	Layouts     model.LayoutPolicy
+	LayoutDelay int64
 }
 
 type simPod struct {
@@ -88,7 +94,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	}
 	slices.SortStableFunc(pods, func(a, b *simPod) int { return cmp.Compare(a.tp.CreatedAt, b.tp.CreatedAt) })
 	capMilli := tr.GPUCapacityMilli()
-	snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1}}
+	snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts}
 	res := &Result{Mode: string(ModeEvent), Policy: cfg.Policy, Seed: cfg.Seed, Pods: len(pods), Event: &EventStats{}}
 	ev := res.Event
 	preempted := map[string]int{}
@@ -145,6 +151,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			}
 		}
 		snap.Now = now
+		ev.LayoutsApplied += model.CompleteLayouts(&snap, now-cfg.LayoutDelay)
 		d, err := s.Cycle(&snap)
 		if err != nil {
 			return nil, fmt.Errorf("event run %s at t=%d: %w", tr.Source, now, err)
@@ -185,8 +192,9 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			}
 		}
 		model.Apply(&snap, &d, now)
+		ev.LayoutsProposed += len(d.Layouts)
 		// Advance the clock to the next event, at least one interval on.
-		nextT := int64(math.MaxInt64)
+		nextT := layoutWake(&snap, cfg, now)
 		if next < len(pods) {
 			nextT = pods[next].tp.CreatedAt
 		}
@@ -228,6 +236,34 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	fillQueueStats(tr, pods, preempted, usage, res)
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// layoutWake is when the MIG layouts of nodes that follow demand next
+// need a cycle: a pending proposal's GPU done re-partitioning, or pending
+// demand old enough to be proposed for; MaxInt64 when never.
+func layoutWake(snap *model.Snapshot, cfg EventConfig, now int64) int64 {
+	t := int64(math.MaxInt64)
+	opted := false
+	for i := range snap.Nodes {
+		m := snap.Nodes[i].MIG
+		if m == nil {
+			continue
+		}
+		opted = true
+		for _, g := range m.Pending {
+			if p, ok := m.Proposal(g); ok {
+				t = min(t, p.At+cfg.LayoutDelay)
+			}
+		}
+	}
+	if opted {
+		for i := range snap.Pending {
+			if at := snap.Pending[i].CreatedAt + cfg.Layouts.MinWait; at > now {
+				t = min(t, at)
+			}
+		}
+	}
+	return t
 }
 
 func percentile(v []float64, p float64) float64 {

@@ -39,4 +39,8 @@ type EventStats struct {
 	Cycles          int     `json:"cycles"`
 	// JainFairness is Jain's index over queues of share/entitlement.
 	JainFairness float64 `json:"jainFairness"`
+	// LayoutsProposed counts the MIG layouts the core proposed for nodes
+	// that follow demand; LayoutsApplied those the nodes then applied.
+	LayoutsProposed int `json:"layoutsProposed,omitempty"`
+	LayoutsApplied  int `json:"layoutsApplied,omitempty"`
 }

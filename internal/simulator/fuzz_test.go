@@ -58,6 +58,7 @@ pods:
 	f.Add("nodes:\n- {name: n, gpus: 2000000000}\npods: []\n")
 	f.Add("nodes: []\npods:\n- {name: p, count: 2000000000}\n")
 	f.Add("nodes:\n- {name: d, gpus: 8, gpuModel: H100, dra: true}\npods:\n- {name: c, count: 3, claimGPUs: 2, claimModels: [H100, H100]}\n")
+	f.Add(migDemandTrace)
 	f.Fuzz(func(t *testing.T, y string) {
 		tr, err := ReadYAMLTrace("trace.yaml", strings.NewReader(y))
 		if err != nil {
@@ -69,6 +70,13 @@ pods:
 		for _, n := range tr.Nodes {
 			if len(n.GPUs) > MaxNodeGPUs {
 				t.Fatalf("accepted node %s with %d GPUs", n.Name, len(n.GPUs))
+			}
+			if n.MIG != nil {
+				for _, p := range n.MIG.Profiles {
+					if p.Slices < 1 || p.Instances < 1 || p.Slices*p.Instances > 7 {
+						t.Fatalf("accepted node %s with MIG profile %+v", n.Name, p)
+					}
+				}
 			}
 		}
 	})

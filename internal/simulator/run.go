@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
 // Mode is how a trace is replayed.
@@ -25,6 +27,9 @@ type Spec struct {
 	// KeepNodeOrder: see PackingConfig.
 	KeepNodeOrder bool
 	Popularity    float64
+	// Layouts and LayoutDelay: see EventConfig (event mode).
+	Layouts     model.LayoutPolicy
+	LayoutDelay int64
 	// Parallel is how many runs execute at once (at least 1).
 	Parallel int
 	// Progress, if set, is called (from any goroutine, serialised) with
@@ -71,7 +76,7 @@ func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
 				var err error
 				switch spec.Mode {
 				case ModeEvent:
-					r, err = RunEvent(ctx, tr, EventConfig{Policy: pol, Seed: seed, Popularity: spec.Popularity,
+					r, err = RunEvent(ctx, tr, EventConfig{Policy: pol, Seed: seed, Popularity: spec.Popularity, Layouts: spec.Layouts, LayoutDelay: spec.LayoutDelay,
 						Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
 				default:
 					r, err = RunPacking(ctx, tr, PackingConfig{Policy: pol, Seed: seed, Tune: spec.Tune, TunedLast: spec.TunedLast, KeepNodeOrder: spec.KeepNodeOrder,

@@ -58,24 +58,32 @@ type YAMLNode struct {
 	Labels       map[string]string `json:"labels,omitempty"`
 	// DRA nodes offer their GPUs only through ResourceClaims.
 	DRA bool `json:"dra,omitempty"`
+	// MIGProfiles, when set, opts the nodes in to MIG layouts that
+	// follow demand (gpuplane.io/mig-layout-policy=follow-demand): the
+	// profiles their GPUs offer, e.g. {name: 1g.10gb, slices: 1,
+	// instances: 7}.
+	MIGProfiles []model.MIGProfile `json:"migProfiles,omitempty"`
 }
 
 // YAMLPod describes count pods of one shape.
 type YAMLPod struct {
-	Name         string   `json:"name"`
-	Count        int      `json:"count,omitempty"`
-	Queue        string   `json:"queue,omitempty"`
-	MinMember    int      `json:"minMember,omitempty"`
-	Priority     int32    `json:"priority,omitempty"`
-	CreatedAt    int64    `json:"createdAt,omitempty"`
-	Duration     int64    `json:"duration,omitempty"`
-	MilliCPU     int64    `json:"milliCPU,omitempty"`
-	MemoryMiB    int64    `json:"memoryMiB,omitempty"`
-	GPUs         int      `json:"gpus,omitempty"`
-	GPUMilli     int64    `json:"gpuMilli,omitempty"`
-	GPUMemoryMiB int64    `json:"gpuMemoryMiB,omitempty"`
-	MIGSlices    int      `json:"migSlices,omitempty"`
-	GPUModels    []string `json:"gpuModels,omitempty"`
+	Name         string `json:"name"`
+	Count        int    `json:"count,omitempty"`
+	Queue        string `json:"queue,omitempty"`
+	MinMember    int    `json:"minMember,omitempty"`
+	Priority     int32  `json:"priority,omitempty"`
+	CreatedAt    int64  `json:"createdAt,omitempty"`
+	Duration     int64  `json:"duration,omitempty"`
+	MilliCPU     int64  `json:"milliCPU,omitempty"`
+	MemoryMiB    int64  `json:"memoryMiB,omitempty"`
+	GPUs         int    `json:"gpus,omitempty"`
+	GPUMilli     int64  `json:"gpuMilli,omitempty"`
+	GPUMemoryMiB int64  `json:"gpuMemoryMiB,omitempty"`
+	MIGSlices    int    `json:"migSlices,omitempty"`
+	// MIGProfile names the MIG profile asked for ("1g.10gb"); migSlices
+	// defaults to its slices.
+	MIGProfile string   `json:"migProfile,omitempty"`
+	GPUModels  []string `json:"gpuModels,omitempty"`
 	// ClaimGPUs asks for that many whole GPUs through a ResourceClaim,
 	// of the models in ClaimModels when set.
 	ClaimGPUs   int      `json:"claimGPUs,omitempty"`
@@ -103,12 +111,23 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		if n.GPUs > MaxNodeGPUs || n.MIGSlices > 7 {
 			return nil, fmt.Errorf("trace %s: nodes[%d] (%s): a node has at most %d GPUs of at most 7 MIG slices, got %d of %d", name, i, n.Name, MaxNodeGPUs, n.GPUs, n.MIGSlices)
 		}
+		if len(n.MIGProfiles) > 32 {
+			return nil, fmt.Errorf("trace %s: nodes[%d].migProfiles: at most 32, got %d", name, i, len(n.MIGProfiles))
+		}
+		for k, p := range n.MIGProfiles {
+			if model.ProfileSlices(p.Name) == 0 || p.Slices != model.ProfileSlices(p.Name) || p.Instances < 1 || p.Instances*p.Slices > 7 {
+				return nil, fmt.Errorf("trace %s: nodes[%d].migProfiles[%d]: want a profile name such as 1g.10gb, its slices, and 1 to 7/slices instances, got %+v", name, i, k, p)
+			}
+		}
 		count := max(n.Count, 1)
 		if count > MaxTraceNodes-len(tr.Nodes) {
 			return nil, fmt.Errorf("trace %s: nodes[%d].count: the trace would have more than %d nodes", name, i, MaxTraceNodes)
 		}
 		for k := range count {
 			nd := model.Node{Name: n.Name, MilliCPU: n.MilliCPU, MemoryMiB: n.MemoryMiB, Labels: n.Labels}
+			if len(n.MIGProfiles) > 0 {
+				nd.MIG = &model.NodeMIG{Profiles: n.MIGProfiles}
+			}
 			if count > 1 {
 				nd.Name = fmt.Sprintf("%s-%d", n.Name, k)
 			}
@@ -138,7 +157,14 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 			return nil, fmt.Errorf("trace %s: pods[%d] (%s): need 0 <= minMember <= count", name, i, p.Name)
 		}
 		req := model.Request{MilliCPU: p.MilliCPU, MemoryMiB: p.MemoryMiB, GPUs: p.GPUs, GPUMilli: p.GPUMilli,
-			GPUMemoryMiB: p.GPUMemoryMiB, MIGSlices: p.MIGSlices, GPUModels: p.GPUModels}
+			GPUMemoryMiB: p.GPUMemoryMiB, MIGSlices: p.MIGSlices, MIGProfile: p.MIGProfile, GPUModels: p.GPUModels}
+		if p.MIGProfile != "" {
+			s := model.ProfileSlices(p.MIGProfile)
+			if s == 0 || p.MIGSlices != 0 && p.MIGSlices != s {
+				return nil, fmt.Errorf("trace %s: pods[%d].migProfile: %q is not a MIG profile such as 1g.10gb of %d slices", name, i, p.MIGProfile, p.MIGSlices)
+			}
+			req.MIGSlices = s
+		}
 		if p.ClaimGPUs < 0 || p.ClaimGPUs > MaxNodeGPUs {
 			return nil, fmt.Errorf("trace %s: pods[%d].claimGPUs: must be in 0..%d, got %d", name, i, MaxNodeGPUs, p.ClaimGPUs)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 	"github.com/gpuplane/gpuplane/internal/simulator"
 )
@@ -24,6 +25,9 @@ type options struct {
 	tune, popularity                                        float64
 	tunedLast, keepNodeOrder                                bool
 	parallel, replicas                                      int
+	// MIG layouts that follow demand, in trace seconds.
+	migMinWait, migDwell, migTimeout, migDelay int64
+	migMaxPerNode                              int
 }
 
 // NewCommand returns the simulate command.
@@ -64,6 +68,11 @@ utilization and fairness.`,
 	f.BoolVar(&o.tunedLast, "tuned-last", false, "packing: drawn pods arrive after the trace instead of before it")
 	f.BoolVar(&o.keepNodeOrder, "keep-node-order", false, "packing: place on nodes in trace order instead of a per-seed permutation")
 	f.Float64Var(&o.popularity, "popularity", 1, "share of pods whose types FGD measures fragmentation against (0..1]")
+	f.Int64Var(&o.migMinWait, "mig-demand-min-wait", 10, "event mode, nodes with migProfiles: seconds pending MIG or whole-GPU demand waits before an idle GPU is re-partitioned for it")
+	f.Int64Var(&o.migDwell, "mig-layout-dwell", 300, "event mode: seconds a GPU proposed for is left alone")
+	f.Int64Var(&o.migTimeout, "mig-proposal-timeout", 120, "event mode: seconds an unapplied proposal holds its node")
+	f.IntVar(&o.migMaxPerNode, "mig-max-proposals-per-node", 1, "event mode: GPUs of one node proposed for per cycle")
+	f.Int64Var(&o.migDelay, "mig-layout-delay", 5, "event mode: seconds a node takes to re-partition a GPU once proposed")
 	f.IntVar(&o.parallel, "parallel", min(2, runtime.NumCPU()), "runs to execute at once")
 	f.StringVar(&o.out, "out", "", "directory for results.csv, curve.csv and plot.svg")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json (one object per policy and seed)")
@@ -121,6 +130,18 @@ func run(cmd *cobra.Command, o *options) error {
 	if o.tune < 0 {
 		return cliutil.Usagef("--tune must be >= 0, got %g", o.tune)
 	}
+	switch {
+	case o.migMinWait < 0:
+		return cliutil.Usagef("--mig-demand-min-wait must be >= 0, got %d", o.migMinWait)
+	case o.migDwell < 0:
+		return cliutil.Usagef("--mig-layout-dwell must be >= 0, got %d", o.migDwell)
+	case o.migTimeout < 0:
+		return cliutil.Usagef("--mig-proposal-timeout must be >= 0, got %d", o.migTimeout)
+	case o.migDelay < 0:
+		return cliutil.Usagef("--mig-layout-delay must be >= 0, got %d", o.migDelay)
+	case o.migMaxPerNode < 1 || o.migMaxPerNode > 64:
+		return cliutil.Usagef("--mig-max-proposals-per-node must be 1 to 64, got %d", o.migMaxPerNode)
+	}
 	if o.popularity <= 0 || o.popularity > 1 {
 		return cliutil.Usagef("--popularity must be in (0,1], got %g", o.popularity)
 	}
@@ -170,6 +191,8 @@ func run(cmd *cobra.Command, o *options) error {
 	results, err := simulator.RunAll(cmd.Context(), tr, simulator.Spec{
 		Mode: mode, Policies: policies, Seeds: seeds, Tune: o.tune, TunedLast: o.tunedLast, KeepNodeOrder: o.keepNodeOrder,
 		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update,
+		Layouts:     model.LayoutPolicy{MinWait: o.migMinWait, Dwell: o.migDwell, Timeout: o.migTimeout, MaxPerNode: o.migMaxPerNode},
+		LayoutDelay: o.migDelay,
 	})
 	prog.finish()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -272,7 +273,7 @@ func usesShared(p *corev1.Pod) bool {
 
 func sameModelNode(a, b *model.Node) bool {
 	return a.MilliCPU == b.MilliCPU && a.MemoryMiB == b.MemoryMiB && a.Unschedulable == b.Unschedulable &&
-		slices.Equal(a.GPUs, b.GPUs) && (a.Topology == nil) == (b.Topology == nil)
+		slices.Equal(a.GPUs, b.GPUs) && (a.Topology == nil) == (b.Topology == nil) && reflect.DeepEqual(a.MIG, b.MIG)
 }
 
 func (c *clusterCache) deleteNode(n *corev1.Node) {

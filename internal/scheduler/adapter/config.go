@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
 
@@ -76,6 +77,18 @@ type Config struct {
 	// own pods (internal/scheduler/grouper): pods then gang only through a
 	// PodGroup they name.
 	NoDerivedGroups bool
+	// MIG layouts that follow demand, on nodes labelled
+	// gpuplane.io/mig-layout-policy=follow-demand: pending MIG (or
+	// whole-GPU) demand must have waited MIGDemandMinWait (default 10s)
+	// before an idle GPU is re-partitioned for it; a GPU proposed for is
+	// left alone for MIGLayoutDwell (default 5m); a node takes at most
+	// MIGMaxProposalsPerNode proposals per cycle (default 1) and none
+	// while one of its proposals is not applied, for up to
+	// MIGProposalTimeout (default 2m).
+	MIGDemandMinWait       time.Duration
+	MIGLayoutDwell         time.Duration
+	MIGProposalTimeout     time.Duration
+	MIGMaxProposalsPerNode int
 	// Logger receives the scheduler's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -124,6 +137,12 @@ func (c Config) Defaults() Config {
 	set(&c.LeaseDuration, 15*time.Second)
 	set(&c.RenewDeadline, 10*time.Second)
 	set(&c.RetryPeriod, 2*time.Second)
+	set(&c.MIGDemandMinWait, 10*time.Second)
+	set(&c.MIGLayoutDwell, 5*time.Minute)
+	set(&c.MIGProposalTimeout, 2*time.Minute)
+	if c.MIGMaxProposalsPerNode == 0 {
+		c.MIGMaxProposalsPerNode = 1
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -143,6 +162,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: min-cycle-interval %v must not exceed cycle-interval %v", c.MinCycleInterval, c.CycleInterval)
 	case c.LeaseName != "" && c.Identity == "":
 		return errors.New("config: leader election needs an identity: set --leader-elect-identity (defaults to the host name)")
+	case c.MIGDemandMinWait < 0:
+		return fmt.Errorf("config: mig-demand-min-wait must be >= 0, got %v", c.MIGDemandMinWait)
+	case c.MIGLayoutDwell < 0:
+		return fmt.Errorf("config: mig-layout-dwell must be >= 0, got %v", c.MIGLayoutDwell)
+	case c.MIGProposalTimeout < 0:
+		return fmt.Errorf("config: mig-proposal-timeout must be >= 0, got %v", c.MIGProposalTimeout)
+	case c.MIGMaxProposalsPerNode < 0 || c.MIGMaxProposalsPerNode > gpunode.MaxGPUs:
+		return fmt.Errorf("config: mig-max-proposals-per-node must be 1 to %d, got %d", gpunode.MaxGPUs, c.MIGMaxProposalsPerNode)
 	case c.LeaseName != "" && c.RenewDeadline >= c.LeaseDuration:
 		return fmt.Errorf("config: leader-elect-renew-deadline %v must be shorter than leader-elect-lease-duration %v", c.RenewDeadline, c.LeaseDuration)
 	}

@@ -197,6 +197,12 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 	if topo != nil {
 		out.Topology = topologyOf(topo)
 	}
+	if m, w := nodeMIG(n, out.GPUs); m != nil || w != "" {
+		out.MIG = m
+		if w != "" {
+			warning = w
+		}
+	}
 	return out, warning, nil
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
+
 	"github.com/gpuplane/gpuplane/internal/scheduler"
 )
 
@@ -32,6 +34,9 @@ type loop struct {
 	queuesAt time.Time
 	// nodeReported is what reportNodes last said of each node.
 	nodeReported map[string]string
+	// proposed holds the MIG proposals written to each node until the
+	// cache shows them (miglayouts.go).
+	proposed map[string][]gpunode.MIGProposalGPU
 }
 
 func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink, m *metrics) (*loop, error) {
@@ -87,6 +92,9 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	}
 	in := l.cache.snapshot(l.build, &l.binder.refusals, now)
 	in.snap.Holds, in.snap.HoldTimeout = l.binder.holds.get(), maxPreemptionWait.Milliseconds()
+	in.snap.Layouts = layoutPolicy(l.cfg)
+	l.assumeLayouts(&in.snap)
+	markRepartitioning(&in.snap)
 	l.metrics.phase("snapshot", time.Since(now))
 	l.binder.finishResumed(ctx, in)
 
@@ -116,6 +124,10 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	t = time.Now()
 	placed := l.binder.bind(ctx, in, d.Binds)
 	l.metrics.phase("bind-dispatch", time.Since(t))
+
+	// 4b. MIG layouts proposed for idle GPUs, onto their nodes, where
+	//     their agents apply them.
+	l.writeLayouts(ctx, in, d.Layouts)
 
 	// 5. Gangs left partly bound are completed by the binds above or torn
 	//    down once their grace is over.

@@ -30,6 +30,15 @@
 // core's decision. Run adds leader election on a Lease, /metrics, /healthz and
 // /readyz, and the start-up reconcile that leaves no gang half-bound.
 //
+// MIG layouts that follow demand (miglayouts.go). A node labelled
+// gpuplane.io/mig-layout-policy=follow-demand is given to the core with its
+// MIG profiles and standing proposals (model.NodeMIG, from the agent's
+// gpuplane.io/mig-layout and gpuplane.io/mig-proposal annotations, a
+// proposal the agent has not reported being pending); the hysteresis comes
+// from the config. The core's Decisions.Layouts are written, merged per
+// node, into gpuplane.io/mig-proposal within the cycle, and counted as
+// pending until the cache shows them.
+//
 // ResourceClaims (dra.go, drasets.go, draalloc.go). Informers keep the
 // ResourceSlices of gpuplane's driver (api/dra.DriverName) that name a
 // node, the DeviceClasses and the ResourceClaims, slimmed by transforms

@@ -24,6 +24,7 @@ type metrics struct {
 	pending        *prometheus.GaugeVec
 	leader         prometheus.Gauge
 	badNodes       prometheus.Gauge
+	layouts        prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -54,8 +55,10 @@ func newMetrics() *metrics {
 			Help: "1 while this replica leads and schedules, 0 while it stands by."}),
 		badNodes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpuplane_scheduler_invalid_nodes",
 			Help: "Nodes left out of scheduling because a GPU label, annotation or allocatable quantity is out of bounds (see the InvalidGPUInfo events)."}),
+		layouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuplane_scheduler_mig_layout_proposals_total",
+			Help: "MIG layouts proposed for idle GPUs of nodes labelled gpuplane.io/mig-layout-policy=follow-demand."}),
 	}
-	m.reg.MustRegister(m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes,
+	m.reg.MustRegister(m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

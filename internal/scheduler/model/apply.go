@@ -76,4 +76,5 @@ func Apply(snap *Snapshot, d *Decisions, now int64) {
 	}
 	snap.Running, snap.Pending = keep, pending
 	snap.Holds = d.Holds
+	recordLayouts(snap, d.Layouts)
 }

@@ -60,6 +60,10 @@ type GPU struct {
 	// driver publishes them and no device plugin advertises them):
 	// requests without a DeviceSet skip them.
 	ClaimOnly bool `json:"claimOnly,omitempty"`
+	// Repartitioning GPUs have a MIG layout proposed for them that their
+	// node has not reported applied (NodeMIG.Pending): they serve no new
+	// request until it has.
+	Repartitioning bool `json:"repartitioning,omitempty"`
 }
 
 // InSet reports whether the GPU belongs to the device set name.
@@ -120,6 +124,9 @@ type Node struct {
 	Topology *gpu.Topology `json:"-"`
 	// Unschedulable nodes keep their running pods but take no new ones.
 	Unschedulable bool `json:"unschedulable,omitempty"`
+	// MIG is set on a node whose MIG layouts follow demand: the core may
+	// propose new layouts for its idle GPUs (layout.go).
+	MIG *NodeMIG `json:"mig,omitempty"`
 }
 
 // Request is what one pod asks for.
@@ -369,6 +376,9 @@ type Snapshot struct {
 	HoldTimeout int64 `json:"holdTimeout,omitempty"`
 	// Now is the snapshot time in the same unit as CreatedAt.
 	Now int64 `json:"now,omitempty"`
+	// Layouts is the hysteresis of MIG layout proposals for the nodes
+	// that opt in (Node.MIG).
+	Layouts LayoutPolicy `json:"layouts,omitzero"`
 }
 
 // Hold is a group whose placement needed evictions, waiting for the
@@ -518,6 +528,9 @@ type Decisions struct {
 	// old: the next snapshot's Holds.
 	Holds    []Hold     `json:"holds,omitempty"`
 	Unplaced []Unplaced `json:"unplaced,omitempty"`
+	// Layouts are the MIG layouts proposed for idle GPUs of nodes that
+	// opt in, for pending pods no GPU could serve as it is.
+	Layouts []LayoutProposal `json:"layouts,omitempty"`
 	// Queues is every queue's status after the cycle.
 	Queues  []QueueStatus `json:"queues,omitempty"`
 	Timings []PhaseTiming `json:"timings,omitempty"`

@@ -36,7 +36,7 @@ func claimAllowed(req *model.Request, g *model.GPU) bool {
 // resource req asks through; a MIG instance from a MIG GPU with the
 // slices, in its static layout's size when it has one.
 func serves(req *model.Request, g *model.GPU) bool {
-	if g.Withdrawn || !modelAllowed(req, g) || !claimAllowed(req, g) {
+	if g.Withdrawn || g.Repartitioning || !modelAllowed(req, g) || !claimAllowed(req, g) {
 		return false
 	}
 	switch {
@@ -74,6 +74,18 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 	}
 	return false
 }
+
+// Hosts reports whether node i, as it is now, would take req were one of
+// its GPUs of an allowed model in the layout req needs: it accepts req
+// (schedulable, selector, taints) and has its CPU and memory free. The
+// core asks it before proposing a new MIG layout for req on the node.
+func (s *State) Hosts(i int, req *model.Request) bool {
+	ns := &s.Nodes[i]
+	return nodeAccepts(ns.Node, req) && ns.FreeCPU >= req.MilliCPU && ns.FreeMem >= req.MemoryMiB
+}
+
+// ModelAllowed reports whether GPU g is of a model req allows.
+func ModelAllowed(req *model.Request, g *model.GPU) bool { return modelAllowed(req, g) }
 
 // nodeAccepts checks the node-level part of StaticFits: schedulability,
 // selector, taints.

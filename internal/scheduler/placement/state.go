@@ -115,7 +115,7 @@ func (s *State) classOf(n *model.Node) int32 {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d/%d/%v|", n.MilliCPU, n.MemoryMiB, n.Unschedulable)
 	for _, g := range n.GPUs {
-		fmt.Fprintf(&b, "%s:%d:%d:%d:%d:%d:%t:%t:%s:%d:%t:%s,", g.Model, g.MemoryMiB, g.Capacity(), g.MIGSlices, g.MIGInstanceSlices, g.NUMANode, g.SharesOnly, g.WholeOnly, g.ShareResource, g.MinShareMilli, g.ClaimOnly, g.DeviceSets)
+		fmt.Fprintf(&b, "%s:%d:%d:%d:%d:%d:%t:%t:%s:%d:%t:%s:%t,", g.Model, g.MemoryMiB, g.Capacity(), g.MIGSlices, g.MIGInstanceSlices, g.NUMANode, g.SharesOnly, g.WholeOnly, g.ShareResource, g.MinShareMilli, g.ClaimOnly, g.DeviceSets, g.Repartitioning)
 	}
 	keys := make([]string, 0, len(n.Labels))
 	for k := range n.Labels {
