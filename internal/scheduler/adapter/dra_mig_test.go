@@ -36,7 +36,9 @@ func migSlices(node string, gpus int) []*resourceapi.ResourceSlice {
 	counters := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-counters"},
 		Spec: resourceapi.ResourceSliceSpec{Driver: dra.DriverName, NodeName: ptr.To(node), Pool: pool}}
 	var out []*resourceapi.ResourceSlice
-	n := func(v int) resourceapi.Counter { return resourceapi.Counter{Value: *resource.NewQuantity(int64(v), resource.DecimalSI)} }
+	n := func(v int) resourceapi.Counter {
+		return resourceapi.Counter{Value: *resource.NewQuantity(int64(v), resource.DecimalSI)}
+	}
 	for g := range gpus {
 		set := fmt.Sprintf("gpu-%d-counters", g)
 		cs := resourceapi.CounterSet{Name: set, Counters: map[string]resourceapi.Counter{dra.CounterComputeSlices: n(7)}}
