@@ -21,6 +21,7 @@ FUZZ_TARGETS := \
 	./internal/scheduler/adapter:FuzzParseShares \
 	./internal/scheduler/adapter:FuzzQueueAndPodGroup \
 	./internal/scheduler/adapter:FuzzDRASliceAndClaim \
+	./internal/scheduler/adapter:FuzzDRAMIGSlices \
 	./internal/simulator:FuzzParseOpenBNodes \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \
