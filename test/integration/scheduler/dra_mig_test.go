@@ -121,7 +121,9 @@ func agentNode(t *testing.T, node, profile string) *dra.Driver {
 		if _, err := env.Client.ResourceV1().ResourceSlices().Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("publishing the agent's slice %d of %s: %v", i, node, err)
 		}
-		t.Cleanup(func() { _ = env.Client.ResourceV1().ResourceSlices().Delete(context.Background(), s.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = env.Client.ResourceV1().ResourceSlices().Delete(context.Background(), s.Name, metav1.DeleteOptions{})
+		})
 	}
 	return d
 }
@@ -150,7 +152,9 @@ func TestDRADynamicMIGClaims(t *testing.T) {
 		if _, err := env.Client.ResourceV1().DeviceClasses().Create(t.Context(), dc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), dc.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), dc.Name, metav1.DeleteOptions{})
+		})
 	}
 	driver := agentNode(t, node, migProfile)
 	c.run(adapter.Config{})
