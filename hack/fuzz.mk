@@ -23,6 +23,7 @@ FUZZ_ALL := \
 	./internal/scheduler/adapter:FuzzParseShares \
 	./internal/scheduler/adapter:FuzzQueueAndPodGroup \
 	./internal/scheduler/adapter:FuzzDRASliceAndClaim \
+	./internal/scheduler/adapter:FuzzDRAMIGSlices \
 	./internal/simulator:FuzzParseOpenBNodes \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \

@@ -77,7 +77,10 @@
 //
 // ResourceClaims. A pod that asks for GPUs through claims asks for whole
 // GPUs of a device set (model.Request.DeviceSet): the GPUs its driver found
-// to satisfy the claims' selectors. The core places it like any GPU
+// to satisfy the claims' selectors (and not tainted against them), or, when
+// the claims ask for one MIG device, a MIG instance of that device's
+// compute slices (model.Request.MIGSlices) on a GPU in MIG mode of the
+// set. The core places it like any GPU
 // request, among those GPUs only, with the same filters and scores, and
 // says "no device satisfies the claims" of a node that has none of them:
 // the node and the devices are its decision, which the Kubernetes adapter

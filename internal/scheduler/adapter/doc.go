@@ -46,13 +46,21 @@
 // node's GPUs are those its device plugin advertises, with the slice's
 // device whose index attribute names each; a node without any gets one
 // claim-only GPU per device of type gpu (model.GPU.ClaimOnly): one GPU,
-// one entry in the core's books, whichever way a pod asks for it. For the
+// one entry in the core's books, whichever way a pod asks for it. The
+// devices of type mig of one GPU (by parentIndex) make one GPU in MIG mode
+// whose compute slices are its counter set's (api/dra.CounterComputeSlices),
+// laid out on demand (dynamic MIG). For the
 // pending pods that name claims, the claims still to allocate are turned
 // into a device set (model.GPU.DeviceSets, model.Request.DeviceSet): the
 // GPUs that pass their DeviceClass's and their own CEL selectors,
 // evaluated with dynamic-resource-allocation's CEL cache once per claim
 // shape while slices and classes stay the same, and how many devices they
-// ask for in all. So the core decides, with its own filters and
+// ask for in all. A device with a NoSchedule or NoExecute taint the
+// request does not tolerate is in no set, as the allocator never gives it.
+// A request whose selectors pass whole GPUs is for whole GPUs; one that
+// passes only MIG devices is for one MIG device, which the core places as
+// the smallest passing device's compute slices of a GPU in MIG mode
+// (model.Request.MIGSlices), among the GPUs where a passing device sits. So the core decides, with its own filters and
 // fragmentation-aware scores, which node and which of those GPUs; the
 // adapter only says which GPUs may serve. A claim already allocated pins
 // its pod to the allocation's node. Claims that cannot be allocated (an
@@ -62,7 +70,9 @@
 //
 // Carrying a bind out, the binder hands the core's choice to the
 // structured allocator (k8s.io/dynamic-resource-allocation/structured,
-// the one kube-scheduler runs) over exactly the chosen devices, and over
+// the one kube-scheduler runs) over exactly the chosen devices (for a MIG
+// instance, every MIG device of the chosen GPU, so that the GPU's shared
+// counters decide the placement), and over
 // all the node's free devices should the claims' constraints refuse them;
 // a group whose claims do not all allocate is not bound this cycle. The
 // allocations are in flight from then on (draCache.inflight, as

@@ -20,10 +20,17 @@ import (
 const maxClaimGPUs = 64
 
 // draDevice is one GPU a node publishes in a ResourceSlice of gpuplane's
-// driver.
+// driver: a whole GPU (dev), or a GPU in MIG mode, which is no device of
+// its own but the MIG devices that consume its shared counters (migs).
 type draDevice struct {
 	pool, name string
 	dev        *resourceapi.Device
+	// slices is, for a MIG device, the compute slices it takes of its
+	// GPU's counter set; the GPU's own for a GPU in MIG mode.
+	slices int
+	// profile is a MIG device's profile ("1g.10gb").
+	profile string
+	migs    []*draDevice
 }
 
 // draCache is the DRA part of the cluster cache: the ResourceSlices of
@@ -258,8 +265,9 @@ func (c *clusterCache) refreshDRANode(node string) {
 // way a pod asks for it. A node without them gets one claim-only GPU per
 // device, ordered by index, with the NVLink topology of the node's
 // gpuplane.io/gpu-topology annotation when it describes exactly those
-// devices, indexed 0 to n-1. Only devices of type gpu count. Caller holds
-// mu.
+// devices, indexed 0 to n-1. Devices of type gpu are whole GPUs; devices
+// of type mig are grouped by their parentIndex into one GPU in MIG mode
+// (migDevices). Caller holds mu.
 func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*draDevice) {
 	node := n.Name
 	// The newest generation of each pool wins, as for the allocator.
@@ -275,10 +283,12 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 		d   *draDevice
 	}
 	var found []indexed
+	var current []*resourceapi.ResourceSlice
 	for _, s := range c.dra.byNode[node] {
 		if s.Spec.Pool.Generation != gen[s.Spec.Pool.Name] {
 			continue
 		}
+		current = append(current, s)
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]
 			if t := d.Attributes[dra.AttrType]; t.StringValue == nil || *t.StringValue != dra.TypeGPU {
@@ -291,6 +301,12 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 			found = append(found, indexed{idx: idx, d: &draDevice{pool: s.Spec.Pool.Name, name: d.Name, dev: d}})
 		}
 	}
+	migs := migDevices(current)
+	for idx, d := range migs {
+		if !slices.ContainsFunc(found, func(f indexed) bool { return f.idx == idx }) {
+			found = append(found, indexed{idx: idx, d: d})
+		}
+	}
 	slices.SortFunc(found, func(a, b indexed) int {
 		if a.idx < 0 != (b.idx < 0) {
 			return cmp.Compare(b.idx, a.idx)
@@ -301,7 +317,12 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 	if len(base.GPUs) > 0 {
 		devs := make([]*draDevice, len(base.GPUs))
 		for _, f := range found {
-			if f.idx >= 0 && f.idx < int64(len(devs)) && devs[f.idx] == nil {
+			if f.idx < 0 || f.idx >= int64(len(devs)) || devs[f.idx] != nil {
+				continue
+			}
+			// A GPU in MIG mode serves MIG devices only where the device
+			// plugin's node says it is in MIG mode too.
+			if (f.d.dev == nil) == (base.GPUs[f.idx].MIGSlices > 0) {
 				devs[f.idx] = f.d
 			}
 		}
@@ -314,10 +335,17 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 	devs := make([]*draDevice, len(found))
 	for i, f := range found {
 		g := model.GPU{Index: i, ClaimOnly: true}
-		if p := f.d.dev.Attributes[dra.AttrProductName]; p.StringValue != nil {
+		dev := f.d.dev
+		if dev == nil {
+			// A GPU in MIG mode: any size of instance its counters fit
+			// (dynamic MIG), named after its largest device.
+			g.MIGSlices = f.d.slices
+			dev = f.d.migs[len(f.d.migs)-1].dev
+		}
+		if p := dev.Attributes[dra.AttrProductName]; p.StringValue != nil {
 			g.Model = *p.StringValue
 		}
-		if q, ok := f.d.dev.Capacity[dra.CapacityMemory]; ok && q.Value.Sign() > 0 {
+		if q, ok := dev.Capacity[dra.CapacityMemory]; ok && q.Value.Sign() > 0 {
 			g.MemoryMiB = q.Value.Value() >> 20
 		}
 		m.GPUs[i], devs[i] = g, f.d
@@ -332,17 +360,102 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 	return m, devs
 }
 
-// deviceIndex returns the GPU index of a node's device, -1 if none.
-func (ni *nodeInfo) deviceIndex(driver, pool, name string) int {
-	if driver != dra.DriverName {
-		return -1
-	}
-	for i, d := range ni.devs {
-		if d != nil && d.pool == pool && d.name == name {
-			return i
+// maxMIGSlices bounds the compute slices one GPU's counter set may
+// declare (7 on the GPUs that have MIG).
+const maxMIGSlices = 64
+
+// migDevices groups a node's MIG devices (type mig) by the GPU they live
+// on (parentIndex) into one GPU in MIG mode each: its compute slices are
+// the compute-slices counter of the counter set its devices consume from
+// (api/dra.CounterComputeSlices), each device's the amount it consumes.
+// A device without a parent index, or that consumes no compute slices of
+// a counter set its pool declares, or from another set than its GPU's
+// other devices, is left out; so is a GPU whose devices come from more
+// than one pool. The devices are ordered by slices, then profile, then
+// name. Caller holds mu.
+func migDevices(current []*resourceapi.ResourceSlice) map[int64]*draDevice {
+	// pool -> counter set -> compute slices.
+	counters := map[string]map[string]int{}
+	for _, s := range current {
+		for _, cs := range s.Spec.SharedCounters {
+			c, ok := cs.Counters[dra.CounterComputeSlices]
+			if !ok || c.Value.Sign() <= 0 || c.Value.Value() > maxMIGSlices {
+				continue
+			}
+			if counters[s.Spec.Pool.Name] == nil {
+				counters[s.Spec.Pool.Name] = map[string]int{}
+			}
+			counters[s.Spec.Pool.Name][cs.Name] = int(c.Value.Value())
 		}
 	}
-	return -1
+	out := map[int64]*draDevice{}
+	sets := map[int64]string{}
+	bad := map[int64]bool{}
+	for _, s := range current {
+		pool := s.Spec.Pool.Name
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			if t := d.Attributes[dra.AttrType]; t.StringValue == nil || *t.StringValue != dra.TypeMIG {
+				continue
+			}
+			a := d.Attributes[dra.AttrParentIndex]
+			if a.IntValue == nil || *a.IntValue < 0 || len(d.ConsumesCounters) != 1 {
+				continue
+			}
+			idx, use := *a.IntValue, d.ConsumesCounters[0]
+			total, ok := counters[pool][use.CounterSet]
+			c, has := use.Counters[dra.CounterComputeSlices]
+			if !ok || !has || c.Value.Sign() <= 0 || c.Value.Value() > int64(total) {
+				continue
+			}
+			g := out[idx]
+			switch {
+			case g == nil:
+				g = &draDevice{pool: pool, slices: total}
+				out[idx], sets[idx] = g, use.CounterSet
+			case g.pool != pool || sets[idx] != use.CounterSet:
+				bad[idx] = true
+			}
+			profile := ""
+			if p := d.Attributes[dra.AttrMIGProfile]; p.StringValue != nil {
+				profile = *p.StringValue
+			}
+			g.migs = append(g.migs, &draDevice{pool: pool, name: d.Name, dev: d, slices: int(c.Value.Value()), profile: profile})
+		}
+	}
+	for idx, g := range out {
+		if bad[idx] {
+			delete(out, idx)
+			continue
+		}
+		slices.SortFunc(g.migs, func(a, b *draDevice) int {
+			return cmp.Or(cmp.Compare(a.slices, b.slices), cmp.Compare(a.profile, b.profile), cmp.Compare(a.name, b.name))
+		})
+	}
+	return out
+}
+
+// deviceShare returns the GPU share a node's device stands for: a whole
+// GPU, or a MIG device's compute slices of its GPU; false if the device
+// is none of the node's GPUs.
+func (ni *nodeInfo) deviceShare(driver, pool, name string) (model.GPUShare, bool) {
+	if driver != dra.DriverName {
+		return model.GPUShare{}, false
+	}
+	for i, d := range ni.devs {
+		if d == nil || d.pool != pool {
+			continue
+		}
+		if d.dev != nil && d.name == name {
+			return model.GPUShare{Index: i, Milli: ni.m.GPUs[i].Capacity(), MemoryMiB: ni.m.GPUs[i].MemoryMiB}, true
+		}
+		for _, mg := range d.migs {
+			if mg.name == name {
+				return model.GPUShare{Index: i, MIGSlices: mg.slices}, true
+			}
+		}
+	}
+	return model.GPUShare{}, false
 }
 
 // claimShares returns, for the node, the GPU shares each pod holds through
@@ -387,8 +500,8 @@ func (c *clusterCache) claimShares(ni *nodeInfo) (byPod map[string][]model.GPUSh
 		}
 		var shares []model.GPUShare
 		for _, r := range alloc.Devices.Results {
-			if g := ni.deviceIndex(r.Driver, r.Pool, r.Device); g >= 0 {
-				shares = append(shares, model.GPUShare{Index: g, Milli: ni.m.GPUs[g].Capacity(), MemoryMiB: ni.m.GPUs[g].MemoryMiB})
+			if sh, ok := ni.deviceShare(r.Driver, r.Pool, r.Device); ok {
+				shares = append(shares, sh)
 			}
 		}
 		if len(shares) == 0 {
@@ -423,10 +536,24 @@ func orphanAllocations(node string, orphans map[string][]model.GPUShare) []model
 	out := make([]model.Allocation, 0, len(orphans))
 	for key, sh := range orphans {
 		name := claimAllocationPrefix + key
-		out = append(out, model.Allocation{Pod: name, Group: name, Node: node, Request: model.Request{GPUs: len(sh)}, GPUs: sh, NonPreemptible: true})
+		out = append(out, model.Allocation{Pod: name, Group: name, Node: node, Request: claimRequest(sh), GPUs: sh, NonPreemptible: true})
 	}
 	slices.SortFunc(out, func(a, b model.Allocation) int { return cmp.Compare(a.Pod, b.Pod) })
 	return out
+}
+
+// claimRequest is the GPU part of the request that claims' shares stand
+// for: their whole GPUs, and the compute slices of their MIG devices.
+func claimRequest(sh []model.GPUShare) model.Request {
+	var r model.Request
+	for _, s := range sh {
+		if s.MIGSlices > 0 {
+			r.MIGSlices += s.MIGSlices
+		} else {
+			r.GPUs++
+		}
+	}
+	return r
 }
 
 // podClaimNames returns the claims a pod names, one per

@@ -85,8 +85,17 @@ func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen [
 		allocated := c.allocatedOn(ni)
 		want := sets.New[string]()
 		for _, s := range chosen {
-			if s.Index >= 0 && s.Index < len(ni.devs) && ni.devs[s.Index] != nil {
-				want.Insert(ni.devs[s.Index].pool + "/" + ni.devs[s.Index].name)
+			if s.Index < 0 || s.Index >= len(ni.devs) || ni.devs[s.Index] == nil {
+				continue
+			}
+			d := ni.devs[s.Index]
+			if d.dev != nil {
+				want.Insert(d.pool + "/" + d.name)
+			}
+			// A MIG instance on the chosen GPU: any of its MIG devices,
+			// as the GPU's counters allow.
+			for _, mg := range d.migs {
+				want.Insert(mg.pool + "/" + mg.name)
 			}
 		}
 		var err error
@@ -111,8 +120,8 @@ func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen [
 		c.placeClaim(key)
 		writes = append(writes, claimWrite{claim: cl, alloc: alloc, pod: pod})
 		for _, r := range alloc.Devices.Results {
-			if g := ni.deviceIndex(r.Driver, r.Pool, r.Device); g >= 0 {
-				shares = append(shares, model.GPUShare{Index: g, Milli: ni.m.GPUs[g].Capacity(), MemoryMiB: ni.m.GPUs[g].MemoryMiB})
+			if sh, ok := ni.deviceShare(r.Driver, r.Pool, r.Device); ok {
+				shares = append(shares, sh)
 			}
 		}
 	}

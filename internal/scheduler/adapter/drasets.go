@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -30,6 +32,17 @@ type deviceSet struct {
 	err      string
 	errClaim int
 	errCode  string
+	// wholeReqs and migReqs count the requests served by whole GPUs and
+	// by MIG devices; migField and migClaim name the last of the latter.
+	wholeReqs, migReqs int
+	migField           string
+	migClaim           int
+	// migSlices, when not 0, says the claims ask for one MIG device,
+	// served by GPUs in MIG mode: the core places it as that many of the
+	// GPU's compute slices (the smallest device that passes the
+	// selectors), migProfile names it.
+	migSlices  int
+	migProfile string
 }
 
 // podClaims is what a pending pod asks through ResourceClaims: the claims
@@ -204,7 +217,8 @@ const (
 // evalDeviceSet finds, on every node, the GPUs that satisfy the claims'
 // requests: of gpuplane's driver, passing the selectors of the request's
 // DeviceClass and then its own, evaluated with the structured allocator's
-// CEL environment and cache. A selector that fails on a device (a missing
+// CEL environment and cache, and not tainted against the request (a
+// NoSchedule or NoExecute device taint none of its tolerations tolerates). A selector that fails on a device (a missing
 // attribute, a type error) fails the set, as it fails kube-scheduler's
 // allocation. What the scheduler does not allocate (a request of all
 // devices, a list of alternatives, admin access) fails it too.
@@ -262,36 +276,112 @@ func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*
 				}
 				progs = append(progs, res)
 			}
+			// match reports whether a device passes the class's and the
+			// request's selectors and taints, or the set's failure.
+			match := func(d *draDevice, node string) (bool, *deviceSet) {
+				if taintRefuses(d.dev, x.Tolerations) {
+					return false, nil
+				}
+				in := dracel.Device{Driver: dra.DriverName, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity, AllowMultipleAllocations: d.dev.AllowMultipleAllocations}
+				for pi, prog := range progs {
+					match, _, err := prog.DeviceMatches(ctx, in)
+					if err != nil {
+						where := fmt.Sprintf("%s.exactly.selectors[%d]", field, pi-nClass)
+						if pi < nClass {
+							where = fmt.Sprintf("DeviceClass %s: spec.selectors[%d]", class.Name, pi)
+						}
+						return false, fail(ci, "SelectorFailed", "%s: %q fails on device %s of node %s: %v: fix the expression (guard an attribute a device may lack with has(...))",
+							where, prog.Expression, d.name, node, err)
+					}
+					if !match {
+						return false, nil
+					}
+				}
+				return true, nil
+			}
+			// Whole GPUs that pass make the request one for whole GPUs;
+			// only when none does anywhere, its MIG devices count.
+			var whole, mig []uint64
+			var smallest *draDevice
 			for ni, n := range nodes {
 				for g, d := range n.devs {
 					if d == nil || g >= 64 {
 						continue
 					}
-					in := dracel.Device{Driver: dra.DriverName, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity, AllowMultipleAllocations: d.dev.AllowMultipleAllocations}
-					ok := true
-					for pi, prog := range progs {
-						match, _, err := prog.DeviceMatches(ctx, in)
-						if err != nil {
-							where := fmt.Sprintf("%s.exactly.selectors[%d]", field, pi-nClass)
-							if pi < nClass {
-								where = fmt.Sprintf("DeviceClass %s: spec.selectors[%d]", class.Name, pi)
+					if d.dev != nil {
+						ok, bad := match(d, n.node.Name)
+						if bad != nil {
+							return bad
+						}
+						if ok {
+							if whole == nil {
+								whole = make([]uint64, len(nodes))
 							}
-							return fail(ci, "SelectorFailed", "%s: %q fails on device %s of node %s: %v: fix the expression (guard an attribute a device may lack with has(...))",
-								where, prog.Expression, d.name, n.node.Name, err)
+							whole[ni] |= 1 << uint(g)
 						}
-						if !match {
-							ok = false
-							break
-						}
+						continue
 					}
-					if ok {
-						s.masks[ni] |= 1 << uint(g)
+					for _, mg := range d.migs {
+						ok, bad := match(mg, n.node.Name)
+						if bad != nil {
+							return bad
+						}
+						if !ok {
+							continue
+						}
+						if mig == nil {
+							mig = make([]uint64, len(nodes))
+						}
+						mig[ni] |= 1 << uint(g)
+						if smallest == nil || mg.slices < smallest.slices {
+							smallest = mg
+						}
 					}
 				}
 			}
+			switch {
+			case whole != nil:
+				for ni := range whole {
+					s.masks[ni] |= whole[ni]
+				}
+				s.wholeReqs++
+			case mig != nil:
+				if count != 1 {
+					return fail(ci, "UnsupportedClaim", "%s.exactly.count: the request selects MIG devices and asks for %d: gpuplane-scheduler places one MIG device per pod's claims; ask for count 1", field, count)
+				}
+				for ni := range mig {
+					s.masks[ni] |= mig[ni]
+				}
+				if s.migSlices == 0 || smallest.slices < s.migSlices {
+					s.migSlices, s.migProfile = smallest.slices, smallest.profile
+				}
+				s.migReqs++
+				s.migField, s.migClaim = field, ci
+			}
 		}
 	}
+	if s.migReqs > 0 && s.migReqs+s.wholeReqs > 1 {
+		return fail(s.migClaim, "UnsupportedClaim", "%s selects MIG devices beside other requests: gpuplane-scheduler places a pod's claims as whole GPUs or as one MIG device, not both", s.migField)
+	}
 	return s
+}
+
+// taintRefuses reports whether a device carries a taint with effect
+// NoSchedule or NoExecute that none of a request's tolerations tolerates:
+// the structured allocator (with DeviceTaints on, as kube-scheduler runs
+// it) then never gives the device to that request, so it is no GPU of the
+// request's set either. Other effects (None, or one this version does not
+// know) do not prevent allocation, as for the allocator.
+func taintRefuses(d *resourceapi.Device, tolerations []resourceapi.DeviceToleration) bool {
+	for _, t := range d.Taints {
+		if t.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.Effect != resourceapi.DeviceTaintEffectNoExecute {
+			continue
+		}
+		if !slices.ContainsFunc(tolerations, func(tol resourceapi.DeviceToleration) bool { return resourceclaim.ToleratesTaint(tol, t) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // withDeviceSets returns the GPUs of node i with the device sets in use

@@ -309,7 +309,12 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			req := pi.req
 			if pc := in.claims[pi.key]; pc != nil {
 				if pc.set != nil {
-					req.GPUs, req.DeviceSet = pc.set.count, pc.set.name
+					req.DeviceSet = pc.set.name
+					if pc.set.migSlices > 0 {
+						req.MIGSlices, req.MIGProfile = pc.set.migSlices, pc.set.migProfile
+					} else {
+						req.GPUs = pc.set.count
+					}
 					sets[pc.set.name] = pc.set
 				}
 				if pc.node != "" {
@@ -669,8 +674,9 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		pi     *podInfo
 		shares []model.GPUShare
 		known  bool
-		// claimGPUs are the GPUs the pod holds through claims.
-		claimGPUs int
+		// claim is what the pod holds through claims: whole GPUs and
+		// MIG slices.
+		claim model.Request
 	}
 	// Devices held through ResourceClaims: by the pod that holds them,
 	// and claims no pod here holds, which hold their devices all the same.
@@ -690,7 +696,7 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 			// What a pod holds through claims is what their allocations
 			// say, whoever wrote them.
 			e.shares, e.known = byPod[pi.key], true
-			e.claimGPUs = len(e.shares)
+			e.claim = claimRequest(e.shares)
 			entries = append(entries, e)
 			continue
 		}
@@ -724,7 +730,8 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 	})
 	for _, e := range entries {
 		req := e.pi.req
-		req.GPUs += e.claimGPUs
+		req.GPUs += e.claim.GPUs
+		req.MIGSlices += e.claim.MIGSlices
 		if !e.known {
 			e.shares = autoShares(m, gpuFree, sliceFree, &req)
 		}
