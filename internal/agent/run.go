@@ -512,7 +512,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		l, devs := ledger.New(), &pluginDevices{}
 		plugin.Ledger = l
 		onResources = append(onResources, devs.set)
-		p, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, log.With("part", "dra"))
+		p, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, plugin.MPSRunner, log.With("part", "dra"))
 		if err != nil {
 			return err
 		}
