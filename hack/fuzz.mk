@@ -13,6 +13,7 @@ FUZZ_TARGETS := \
 	./api/gpunode:FuzzParseLabels \
 	./api/gpunode:FuzzParseQuarantine \
 	./api/gpunode:FuzzParseMIGLayout \
+	./api/gpunode:FuzzParseGPUAPI \
 	./api/gpupod:FuzzReadAllocation \
 	./api/gpupod:FuzzParseGPUs \
 	./api/gpupod:FuzzReadFraction \
