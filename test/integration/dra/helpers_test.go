@@ -84,6 +84,7 @@ func node(t *testing.T, name string) *nodesim.Simulator {
 // its device plugin is expected to advertise nvidia.com/gpu.
 type nodeOptions struct {
 	args     []string
+	labels   map[string]string
 	noPlugin bool
 }
 
@@ -103,7 +104,7 @@ func nodeWith(t *testing.T, name string, o nodeOptions) *nodesim.Simulator {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	sim, err := nodesim.Start(t.Context(), nodesim.Config{
-		NodeName: name, Dir: filepath.Join(dir, "k"), Client: env.Client, DeleteNodeOnStop: true, Logger: log,
+		NodeName: name, Dir: filepath.Join(dir, "k"), Client: env.Client, DeleteNodeOnStop: true, Logger: log, Labels: o.labels,
 		Agent: &nodesim.AgentConfig{Binary: agentBinary, Profile: path, Kubeconfig: env.ControlPlane.Kubeconfig(), DRA: true, ExtraArgs: o.args},
 	})
 	if err != nil {
