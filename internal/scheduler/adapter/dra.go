@@ -388,7 +388,7 @@ func (c *clusterCache) claimShares(ni *nodeInfo) (byPod map[string][]model.GPUSh
 		var shares []model.GPUShare
 		for _, r := range alloc.Devices.Results {
 			if g := ni.deviceIndex(r.Driver, r.Pool, r.Device); g >= 0 {
-				shares = append(shares, model.GPUShare{Index: g, Milli: ni.m.GPUs[g].Capacity(), MemoryMiB: ni.m.GPUs[g].MemoryMiB})
+				shares = append(shares, resultShare(ni, g, &r))
 			}
 		}
 		if len(shares) == 0 {

@@ -310,6 +310,9 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			if pc := in.claims[pi.key]; pc != nil {
 				if pc.set != nil {
 					req.GPUs, req.DeviceSet = pc.set.count, pc.set.name
+					if pc.set.share {
+						req.GPUs, req.GPUMilli, req.GPUMemoryMiB = 0, pc.set.shareMilli, pc.set.shareMemMiB
+					}
 					sets[pc.set.name] = pc.set
 				}
 				if pc.node != "" {
