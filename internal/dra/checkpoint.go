@@ -99,8 +99,8 @@ func decodeCheckpoint(r io.Reader) (*checkpoint, error) {
 		if pc.State != statePreparing && pc.State != statePrepared {
 			return nil, fmt.Errorf("checkpoint: claim %s: state %q: want %s or %s", uid, pc.State, statePreparing, statePrepared)
 		}
-		if s := pc.Sharing; s != nil && s.MPS != nil && (len(s.MPS.Devices) != len(s.MPS.GPUs) || len(s.MPS.PinnedMemLimitsMiB) != len(s.MPS.GPUs) || len(s.MPS.GPUs) > len(pc.Devices)) {
-			return nil, fmt.Errorf("checkpoint: claim %s: sharing.mps: %d GPUs, %d devices and %d limits do not match", uid, len(s.MPS.GPUs), len(s.MPS.Devices), len(s.MPS.PinnedMemLimitsMiB))
+		if err := pc.Sharing.check(len(pc.Devices)); err != nil {
+			return nil, fmt.Errorf("checkpoint: claim %s: %w", uid, err)
 		}
 		if len(pc.Devices) > 64 {
 			return nil, fmt.Errorf("checkpoint: claim %s: %d devices, more than a node has", uid, len(pc.Devices))

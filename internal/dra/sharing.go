@@ -41,6 +41,37 @@ type preparedMPS struct {
 	ActiveThreadPercentage int      `json:"activeThreadPercentage,omitempty"`
 }
 
+// check bounds a checkpointed sharing against the claim's devices.
+func (s *preparedSharing) check(devices int) error {
+	if s == nil {
+		return nil
+	}
+	if len(s.TimeSlices) > devices {
+		return fmt.Errorf("sharing.timeSlices: %d for %d devices", len(s.TimeSlices), devices)
+	}
+	for i, ts := range s.TimeSlices {
+		if ts.GPUIndex < 0 || ts.GPUIndex >= 64 || !ts.Slice.Valid() {
+			return fmt.Errorf("sharing.timeSlices[%d]: GPU %d, slice %d: impossible", i, ts.GPUIndex, int(ts.Slice))
+		}
+	}
+	m := s.MPS
+	if m == nil {
+		return nil
+	}
+	if len(m.Devices) != len(m.GPUs) || len(m.PinnedMemLimitsMiB) != len(m.GPUs) || len(m.GPUs) == 0 || len(m.GPUs) > devices {
+		return fmt.Errorf("sharing.mps: %d GPUs, %d devices and %d limits for a claim of %d devices", len(m.GPUs), len(m.Devices), len(m.PinnedMemLimitsMiB), devices)
+	}
+	for i, d := range m.Devices {
+		if d < 0 || d >= devices {
+			return fmt.Errorf("sharing.mps.devices[%d]: %d is not one of the claim's %d devices", i, d, devices)
+		}
+	}
+	if m.PipeDir == "" || m.LogDir == "" || m.ActiveThreadPercentage < 0 || m.ActiveThreadPercentage > 100 {
+		return fmt.Errorf("sharing.mps: pipe %q, log %q, active thread percentage %d: impossible", m.PipeDir, m.LogDir, m.ActiveThreadPercentage)
+	}
+	return nil
+}
+
 // daemons supervises the MPS control daemons of prepared claims. They
 // live as long as the driver (until Close), not as long as one call.
 type daemons struct {
