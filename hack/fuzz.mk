@@ -15,6 +15,7 @@ FUZZ_ALL := \
 	./api/gpunode:FuzzParseQuarantine \
 	./api/gpunode:FuzzParseMIGLayout \
 	./api/gpunode:FuzzParseMIGProposal \
+	./api/gpunode:FuzzParseGPUAPI \
 	./api/gpupod:FuzzReadAllocation \
 	./api/gpupod:FuzzParseGPUs \
 	./api/gpupod:FuzzReadFraction \

@@ -73,6 +73,9 @@ const (
 	CapacityMemory = "memory"
 	// CapacityMultiprocessors is a device's streaming multiprocessors.
 	CapacityMultiprocessors = "multiprocessors"
+	// CapacityCompute is the percent of a shared GPU's compute a claim
+	// takes (consumable capacity; 100 is the whole GPU).
+	CapacityCompute = "compute"
 )
 
 // Shared counters of a GPU in MIG mode: one counter set per GPU

@@ -90,3 +90,24 @@ func FuzzParseQuarantine(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseGPUAPI(f *testing.F) {
+	for _, s := range []string{"dra", "device-plugin", "both", " both", "DRA", "", "dra,both"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := gpunode.ParseGPUAPI(s)
+		if err != nil {
+			if a != "" {
+				t.Fatalf("%q: error %v with value %q", s, err, a)
+			}
+			return
+		}
+		if !a.DevicePlugin() && !a.DRA() {
+			t.Fatalf("%q -> %q serves through neither API", s, a)
+		}
+		if again, err := gpunode.ParseGPUAPI(string(a)); err != nil || again != a {
+			t.Fatalf("%q -> %q does not parse back: %q, %v", s, a, again, err)
+		}
+	})
+}

@@ -184,6 +184,7 @@ func TestValuesSchemaRefusesMistakes(t *testing.T) {
 		{"unknown fallback", "config: {fallbackStrategies: [first]}", "fallbackStrategies"},
 		{"a config that is not text", "config: {map: {default: {version: v1}}}", "default"},
 		{"bad quantity", "scheduler: {resources: {limits: {memory: lots}}}", "memory"},
+		{"unknown GPU API", "agent: {dra: {gpuAPI: kubelet}}", "gpuAPI"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var vals map[string]any
@@ -205,4 +206,40 @@ func TestValuesSchemaRefusesMistakes(t *testing.T) {
 			t.Errorf("config.name beside the default config.map: got %v, want an error naming config.name", err)
 		}
 	})
+}
+
+// TestGPUAPIValue: the chart passes the pool's GPU API and shared GPUs to
+// the agent.
+func TestGPUAPIValue(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   []string
+		absent []string
+	}{
+		{"default", nil, []string{"--gpu-api=both"}, []string{"--dra-shared-gpus"}},
+		{"dra pool with shared GPUs", map[string]any{"agent": map[string]any{"dra": map[string]any{"gpuAPI": "dra", "sharedGPUs": true}}}, []string{"--gpu-api=dra", "--dra-shared-gpus"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Render(c, tc.values, "gpuplane", DefaultNamespace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := r["agent/daemonset.yaml"]
+			for _, w := range tc.want {
+				if !strings.Contains(ds, w) {
+					t.Errorf("the agent's DaemonSet lacks %s", w)
+				}
+			}
+			for _, w := range tc.absent {
+				if strings.Contains(ds, w) {
+					t.Errorf("the agent's DaemonSet has %s", w)
+				}
+			}
+		})
+	}
 }

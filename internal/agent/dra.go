@@ -19,6 +19,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/metrics"
+	"github.com/gpuplane/gpuplane/internal/mps"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
@@ -28,12 +29,14 @@ type draFlags struct {
 	registrarDir string
 	pluginDir    string
 	stateFile    string
+	sharedGPUs   bool
 }
 
 func (f *draFlags) add(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.enabled, "dra", false, "also serve GPUs as the DRA driver "+apidra.DriverName+" (resource.k8s.io/v1): publish ResourceSlices, prepare ResourceClaims with CDI devices, create MIG devices for claims; shares one ledger with the device plugin so no GPU is given twice; needs the API server")
 	fs.StringVar(&f.registrarDir, "dra-registrar-dir", dra.DefaultRegistrarDir, "with --dra: the kubelet's plugin registration directory")
 	fs.StringVar(&f.pluginDir, "dra-plugin-dir", filepath.Join(dra.DefaultPluginsDir, apidra.DriverName), "with --dra: directory of the driver's DRA socket and, unless --dra-state-file, its checkpoint")
+	fs.BoolVar(&f.sharedGPUs, "dra-shared-gpus", false, "with --dra: publish whole GPUs for consumable capacity (allowMultipleAllocations, with memory and compute request policies), so several claims each get part of one GPU (capacity.requests in the claim); a claim that asks for no capacity still gets a GPU alone")
 	fs.StringVar(&f.stateFile, "dra-state-file", "", "with --dra: the checkpoint of prepared claims (default <dra-plugin-dir>/checkpoint.json); keep it on the host so prepared claims survive a restart")
 }
 
@@ -132,7 +135,7 @@ func (p *pluginDevices) uuid(resource, id string) (string, bool) {
 // and the GPUs before the agent serves anything, so a bad state file stops
 // the agent at start with one message.
 func draPart(ctx context.Context, f *runFlags, backend gpu.Backend, node string, api *rest.Config, health dra.HealthSource,
-	l *ledger.Ledger, devices *pluginDevices, log *slog.Logger) (part, error) {
+	l *ledger.Ledger, devices *pluginDevices, mpsRunner mps.Runner, log *slog.Logger) (part, error) {
 	if api == nil {
 		return part{}, fmt.Errorf("--dra needs the API server (--kubeconfig, $KUBECONFIG or an in-cluster config) to publish ResourceSlices and read ResourceClaims")
 	}
@@ -153,7 +156,15 @@ func draPart(ctx context.Context, f *runFlags, backend gpu.Backend, node string,
 	if backend.Name() == "nvml" {
 		root = dra.SysfsPCIeRoot("/")
 	}
-	driver, err := dra.New(ctx, dra.Options{Backend: backend, NodeName: node, CDI: w, StateFile: state, Ledger: l, Health: health, PCIeRoot: root, Logger: log})
+	// Claims' MPS control daemons keep their pipe and log directories
+	// beside the device plugin's (--mps-root), else under the plugin
+	// directory, which is on the host.
+	mpsRoot := f.mpsRoot
+	if mpsRoot == "" {
+		mpsRoot = filepath.Join(f.dra.pluginDir, "mps")
+	}
+	driver, err := dra.New(ctx, dra.Options{Backend: backend, NodeName: node, CDI: w, StateFile: state, Ledger: l, Health: health, PCIeRoot: root,
+		MPSRoot: mpsRoot, MPSRunner: mpsRunner, SharedGPUs: f.dra.sharedGPUs, Logger: log})
 	if err != nil {
 		return part{}, fmt.Errorf("starting the DRA driver: %w", err)
 	}

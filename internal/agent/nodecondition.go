@@ -51,6 +51,8 @@ func checkNode(gpus int, p *probes) nodeCondition {
 		return *c
 	}
 	switch {
+	case p.withheld.Load():
+		// The GPUs are served through DRA only: nothing to register.
 	case m == nil:
 		return nodeCondition{corev1.ConditionFalse, gpunode.ReasonDevicePluginNotRegistered,
 			"the device plugin is starting (reading its config). Fix: wait; if it stays, the agent's log says why"}

@@ -75,7 +75,11 @@ type PluginOptions struct {
 	// driver shares: devices a claim holds are withdrawn from the kubelet
 	// (reported unhealthy) and Allocate records what it hands out.
 	Ledger *ledger.Ledger
-	Logger *slog.Logger
+	// Withhold advertises no resource to the kubelet (the node's GPUs are
+	// served through DRA only, gpunode.LabelGPUAPI); health, CDI specs and
+	// OnResources go on as usual.
+	Withhold bool
+	Logger   *slog.Logger
 }
 
 // pluginState is what one good config produced.
@@ -158,7 +162,7 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	defer cancel()
 	errs := make(chan error, 2)
 	go func() { errs <- monitor.Run(ctx) }()
-	go func() { errs <- manager.Run(ctx, pluginSet(state)) }()
+	go func() { errs <- manager.Run(ctx, pluginSet(state, o.Withhold)) }()
 	daemons := startMPS(ctx, o, state, log)
 	// waitPart waits for a part to end after the context is cancelled.
 	waitPart := func() {
@@ -208,7 +212,7 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 			}
 			daemons.stop()
 			state = next
-			manager.Update(pluginSet(state))
+			manager.Update(pluginSet(state, o.Withhold))
 			daemons = startMPS(ctx, o, state, log)
 			if o.OnConfig != nil {
 				o.OnConfig(state.cfg)
@@ -221,7 +225,10 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 	}
 }
 
-func pluginSet(s *pluginState) deviceplugin.Set {
+func pluginSet(s *pluginState, withhold bool) deviceplugin.Set {
+	if withhold {
+		return deviceplugin.Set{Contract: deviceplugin.ContractFromConfig(s.cfg)}
+	}
 	return deviceplugin.Set{Resources: s.resources, Contract: deviceplugin.ContractFromConfig(s.cfg)}
 }
 

@@ -33,6 +33,10 @@ type probes struct {
 	// them.
 	host *hostChecks
 	now  func() time.Time
+	// withheld is set when the node's GPUs are served only through DRA
+	// (gpunode.LabelGPUAPI): the device plugin registers no resource, and
+	// that is not a fault.
+	withheld atomic.Bool
 
 	mu        sync.Mutex
 	downSince time.Time
@@ -46,7 +50,9 @@ func (p *probes) setManager(m *deviceplugin.Manager) { p.manager.Store(m) }
 
 func (p *probes) ready() error {
 	var errs []error
-	if m := p.manager.Load(); m == nil {
+	if p.withheld.Load() {
+		// No resource to register: the GPUs are served through DRA.
+	} else if m := p.manager.Load(); m == nil {
 		errs = append(errs, errors.New("device plugin: starting (reading its config)"))
 	} else if err := m.Ready(); err != nil {
 		errs = append(errs, fmt.Errorf("device plugin: %w", err))

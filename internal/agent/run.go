@@ -81,6 +81,7 @@ type runFlags struct {
 	migConfigKey       string
 	migEvictTimeout    time.Duration
 	dra                draFlags
+	gpuAPI             string
 
 	// metricsReady, when set, is given the metrics listener's address
 	// (tests ask for port 0).
@@ -120,6 +121,7 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.migConfigKey, "mig-config-key", DefaultMIGConfigKey, "the key of --mig-config-map that holds the mig-parted config")
 	fs.DurationVar(&f.migEvictTimeout, "mig-eviction-timeout", 5*time.Minute, "how long the pods on GPUs being re-partitioned may take to go (PodDisruptionBudgets respected) before the state says failed; the agent keeps retrying")
 	f.dra.add(fs)
+	fs.StringVar(&f.gpuAPI, "gpu-api", string(gpunode.GPUAPIBoth), "through which API the node's GPUs are served: both (device plugin and, with --dra, the DRA driver, from one ledger), dra (the device plugin advertises nothing; pods asking for nvidia.com/gpu or MIG resources are served through the DeviceClasses' extendedResourceName; needs --dra) or device-plugin (no DRA driver); the Node's "+gpunode.LabelGPUAPI+" label overrides it (read at start)")
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
 }
 
@@ -508,11 +510,23 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 			}
 		}
 	}
-	if f.dra.enabled {
+	api, err := gpuAPIFor(ctx, f, apiConfig, node, log)
+	if err != nil {
+		return err
+	}
+	if !api.DevicePlugin() {
+		log.Info("the device plugin advertises no resource: the node's GPUs are served through DRA only", "gpuAPI", api)
+		plugin.Withhold = true
+		probe.withheld.Store(true)
+	}
+	if f.dra.enabled && !api.DRA() {
+		log.Info("the DRA driver is off on this node: its GPUs are served through the device plugin only", "gpuAPI", api)
+	}
+	if f.dra.enabled && api.DRA() {
 		l, devs := ledger.New(), &pluginDevices{}
 		plugin.Ledger = l
 		onResources = append(onResources, devs.set)
-		p, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, log.With("part", "dra"))
+		p, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, plugin.MPSRunner, log.With("part", "dra"))
 		if err != nil {
 			return err
 		}

@@ -40,8 +40,10 @@ type ClaimSpec struct {
 	// Env is added to every container that uses a device of the claim.
 	Env []string
 	// MPSPipeDir, when set, is mounted and named in
-	// CUDA_MPS_PIPE_DIRECTORY.
+	// CUDA_MPS_PIPE_DIRECTORY; MPSLogDir likewise in
+	// CUDA_MPS_LOG_DIRECTORY.
 	MPSPipeDir string
+	MPSLogDir  string
 }
 
 // ClaimDeviceID is the qualified CDI name of a claim's device.
@@ -77,6 +79,12 @@ func (w *Writer) WriteClaim(c ClaimSpec) (string, error) {
 		spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, "CUDA_MPS_PIPE_DIRECTORY="+c.MPSPipeDir)
 		spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts, &specs.Mount{
 			HostPath: c.MPSPipeDir, ContainerPath: c.MPSPipeDir, Options: []string{"rw", "nosuid", "nodev", "bind"},
+		})
+	}
+	if c.MPSLogDir != "" {
+		spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, "CUDA_MPS_LOG_DIRECTORY="+c.MPSLogDir)
+		spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts, &specs.Mount{
+			HostPath: c.MPSLogDir, ContainerPath: c.MPSLogDir, Options: []string{"rw", "nosuid", "nodev", "bind"},
 		})
 	}
 	for _, d := range c.Devices {

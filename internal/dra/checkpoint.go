@@ -40,6 +40,8 @@ type preparedClaim struct {
 	Devices   []preparedDevice `json:"devices"`
 	// CDISpec is the claim's CDI spec file.
 	CDISpec string `json:"cdiSpec,omitempty"`
+	// Sharing is what the claim's sharing config set up (sharing.go).
+	Sharing *preparedSharing `json:"sharing,omitempty"`
 }
 
 // preparedDevice is one allocated device of a claim.
@@ -52,6 +54,9 @@ type preparedDevice struct {
 	CDIIDs []string `json:"cdiDeviceIDs,omitempty"`
 	// MIG is set for a MIG device.
 	MIG *preparedMIG `json:"mig,omitempty"`
+	// Share is set when the claim has part of a GPU by consumable
+	// capacity (capacity.go).
+	Share *preparedShare `json:"share,omitempty"`
 }
 
 // preparedMIG is a MIG instance a claim uses: created for it (Created),
@@ -94,12 +99,18 @@ func decodeCheckpoint(r io.Reader) (*checkpoint, error) {
 		if pc.State != statePreparing && pc.State != statePrepared {
 			return nil, fmt.Errorf("checkpoint: claim %s: state %q: want %s or %s", uid, pc.State, statePreparing, statePrepared)
 		}
+		if err := pc.Sharing.check(len(pc.Devices)); err != nil {
+			return nil, fmt.Errorf("checkpoint: claim %s: %w", uid, err)
+		}
 		if len(pc.Devices) > 64 {
 			return nil, fmt.Errorf("checkpoint: claim %s: %d devices, more than a node has", uid, len(pc.Devices))
 		}
 		for i, d := range pc.Devices {
 			if d.Device == "" {
 				return nil, fmt.Errorf("checkpoint: claim %s: devices[%d]: no device name", uid, i)
+			}
+			if err := d.Share.check(); err != nil {
+				return nil, fmt.Errorf("checkpoint: claim %s: devices[%d]: %w", uid, i, err)
 			}
 			if m := d.MIG; m != nil && (m.GPUIndex < 0 || m.PlacementStart < 0 || m.PlacementSize <= 0 || m.PlacementStart+m.PlacementSize > 16) {
 				return nil, fmt.Errorf("checkpoint: claim %s: devices[%d]: MIG placement %d:%d on GPU %d is impossible", uid, i, m.PlacementStart, m.PlacementSize, m.GPUIndex)

@@ -30,6 +30,9 @@ type device struct {
 	// attrs and capacity are published as they are.
 	attrs    map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 	capacity map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
+	// multi publishes the device with allowMultipleAllocations: claims
+	// take shares of its capacity (capacity.go).
+	multi *bool
 }
 
 // migSpot is a MIG profile at one placement, and the instance that sits

@@ -15,7 +15,13 @@
 // device against the node's ledger (internal/ledger, shared with the device
 // plugin), decodes the claim's opaque GpuConfig / MigDeviceConfig strictly,
 // creates MIG instances, writes one CDI spec per claim, and checkpoints what
-// it did to a file (write, fsync, rename) before it answers. Unprepare undoes
+// it did to a file (write, fsync, rename) before it answers. A claim's
+// sharing config is applied (sharing.go): MPS starts a control daemon per
+// claim through internal/mps with the claim's limits, its directories in
+// the CDI spec; time-slicing sets the GPUs' slice through gpu.TimeSlicer.
+// With Options.SharedGPUs whole GPUs are published for consumable capacity
+// (capacity.go) and each claim's share is held in the ledger and told to
+// its containers. Unprepare undoes
 // exactly what the checkpoint records. Both are idempotent and survive a
 // restart: on start, claims caught half-prepared are rolled back and the
 // MIG instances of prepared claims are checked. A device that is unhealthy

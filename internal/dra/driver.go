@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/cdi"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/ledger"
+	"github.com/gpuplane/gpuplane/internal/mps"
 )
 
 // HealthSource says whether a GPU or MIG device (by UUID) is healthy, and
@@ -48,9 +48,17 @@ type Options struct {
 	// PCIeRoot finds a GPU's PCIe root complex; nil derives it from the
 	// GPU topology.
 	PCIeRoot PCIeRootFunc
-	// MPSRoot holds the per-claim MPS pipe directories.
+	// MPSRoot holds the per-claim MPS pipe and log directories; claims
+	// configured for MPS are refused without it.
 	MPSRoot string
-	Logger  *slog.Logger
+	// MPSRunner starts the claims' MPS control daemons; nil runs the real
+	// nvidia-cuda-mps-control.
+	MPSRunner mps.Runner
+	// SharedGPUs publishes whole GPUs for consumable capacity (several
+	// claims each with part of a GPU's memory and compute) instead of
+	// one claim per GPU.
+	SharedGPUs bool
+	Logger     *slog.Logger
 }
 
 // Driver is the DRA driver of one node. It implements
@@ -67,6 +75,8 @@ type Driver struct {
 	created map[int][]gpu.Placement
 	// published is the fingerprint of the last published taints.
 	published string
+	// daemons are the claims' MPS control daemons.
+	daemons *daemons
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -99,14 +109,19 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{o: o, log: o.Logger, state: state, created: map[int][]gpu.Placement{}}
+	d := &Driver{o: o, log: o.Logger, state: state, created: map[int][]gpu.Placement{}, daemons: newDaemons()}
 	if err := d.restore(ctx); err != nil {
+		d.Close()
 		return nil, err
 	}
 	// The inventory is read after restore, so that instances made for
 	// claims are not mistaken for the GPU's static layout.
 	if d.inv, err = buildInventory(ctx, o.Backend, o.PCIeRoot, d.created); err != nil {
+		d.Close()
 		return nil, err
+	}
+	if o.SharedGPUs {
+		d.inv.shareGPUs()
 	}
 	return d, nil
 }
@@ -138,6 +153,11 @@ func (d *Driver) restore(ctx context.Context) error {
 		}
 		if err := d.o.Ledger.Hold(uid, holds); err != nil {
 			return fmt.Errorf("claim %s/%s was prepared before the restart: %w", pc.Namespace, pc.Name, err)
+		}
+		// Time slices are set again (a GPU reset drops them) and MPS
+		// control daemons started again.
+		if err := d.startSharing(ctx, uid, pc); err != nil {
+			d.log.Warn("restoring the sharing of a prepared claim", "claim", pc.Namespace+"/"+pc.Name, "err", err)
 		}
 	}
 	// CDI specs of claims that are not prepared: a crash between writing
@@ -180,7 +200,7 @@ func (d *Driver) ensureMIG(ctx context.Context, dev *preparedDevice) error {
 // created is held under a name of its placement until it has a UUID.
 func (d *Driver) hold(dv *preparedDevice) ledger.Hold {
 	if dv.MIG == nil {
-		return ledger.Hold{Device: dv.UUID}
+		return dv.Share.hold(dv.UUID)
 	}
 	gpuUUID := d.gpuUUID(dv.MIG.GPUIndex)
 	if dv.UUID == "" {
@@ -242,6 +262,9 @@ func (d *Driver) destroyMIG(ctx context.Context, m *preparedMIG) error {
 // rollback undoes whatever a half-prepared claim may have done: a created
 // MIG instance at its placement, its CDI spec, its ledger holds.
 func (d *Driver) rollback(ctx context.Context, uid string, pc *preparedClaim) {
+	if err := d.stopSharing(ctx, uid, pc); err != nil {
+		d.log.Warn("rolling back a claim's sharing", "claim", uid, "err", err)
+	}
 	for i := range pc.Devices {
 		m := pc.Devices[i].MIG
 		if m == nil || m.Created {
@@ -337,12 +360,15 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 	if err != nil {
 		return nil, err
 	}
+	if pc.Sharing, err = d.planSharing(uid, pc, cfgs); err != nil {
+		return nil, err
+	}
 	// Record the intent before creating MIG devices: a crash from there
 	// on is rolled back at the next start. Without MIG devices to create,
 	// the only side effect before the checkpoint is the CDI spec, which
 	// the next start removes when no prepared claim owns it.
 	d.state.Claims[uid] = pc
-	if needsCreate(pc) {
+	if needsCreate(pc) || pc.Sharing != nil {
 		if err := d.state.save(d.o.StateFile); err != nil {
 			delete(d.state.Claims, uid)
 			return nil, err
@@ -385,6 +411,9 @@ func (d *Driver) plan(c *resourceapi.ResourceClaim) (*preparedClaim, []*apidra.D
 			return nil, nil, fmt.Errorf("request %s: %w", r.Request, err)
 		}
 		pd := preparedDevice{Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device}
+		if pd.Share, err = shareOf(r, dev); err != nil {
+			return nil, nil, fmt.Errorf("request %s: %w", r.Request, err)
+		}
 		if dev.mig == nil {
 			pd.UUID = dev.gpu.UUID
 			if cfg != nil && cfg.Kind != apidra.KindGpuConfig {
@@ -459,20 +488,24 @@ func (d *Driver) apply(ctx context.Context, uid string, pc *preparedClaim, cfgs 
 			return err
 		}
 	}
+	if err := d.startSharing(ctx, uid, pc); err != nil {
+		return err
+	}
 	spec := cdi.ClaimSpec{UID: uid}
 	for i := range pc.Devices {
 		dv := &pc.Devices[i]
 		dev := d.inv.byName[dv.Device]
 		cd := cdi.ClaimDevice{Name: dv.Device, UUID: dv.UUID, Paths: []string{dev.gpu.Path()}}
 		spec.Devices = append(spec.Devices, cd)
-		env, mps, err := sharingEnv(cfgs[i], dv, dev, i)
+		env, _, err := sharingEnv(cfgs[i], dv, dev, i)
 		if err != nil {
 			return err
 		}
 		spec.Env = append(spec.Env, env...)
-		if mps && d.o.MPSRoot != "" {
-			spec.MPSPipeDir = filepath.Join(d.o.MPSRoot, "claim-"+uid, "pipe")
-		}
+		spec.Env = append(spec.Env, dv.Share.env(i)...)
+	}
+	if s := pc.Sharing; s != nil && s.MPS != nil {
+		spec.MPSPipeDir, spec.MPSLogDir = s.MPS.PipeDir, s.MPS.LogDir
 	}
 	spec.Env = mergeEnv(spec.Env)
 	path, err := d.o.CDI.WriteClaim(spec)
@@ -482,36 +515,6 @@ func (d *Driver) apply(ctx context.Context, uid string, pc *preparedClaim, cfgs 
 	pc.CDISpec = path
 	pc.State = statePrepared
 	return d.state.save(d.o.StateFile)
-}
-
-// sharingEnv is what a device's sharing config gives its containers.
-func sharingEnv(cfg *apidra.DeviceConfig, dv *preparedDevice, dev *device, ordinal int) (env []string, mps bool, err error) {
-	if cfg == nil || cfg.Sharing == nil {
-		return nil, false, nil
-	}
-	s := cfg.Sharing
-	switch s.Strategy {
-	case apidra.StrategyTimeSlicing:
-		return nil, false, nil
-	case apidra.StrategyMPS:
-		if m := s.MPSConfig; m != nil {
-			if p := m.DefaultActiveThreadPercentage; p != nil {
-				env = append(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="+strconv.Itoa(*p))
-			}
-			if limit, ok := m.PinnedMemoryLimit(dv.UUID, strconv.Itoa(dev.gpu.Index)); ok {
-				mem := uint64(dev.gpu.MemoryMiB) << 20
-				if dev.mig != nil {
-					mem = uint64(dev.mig.profile.MemoryMiB) << 20
-				}
-				if uint64(limit) > mem {
-					return nil, false, fmt.Errorf("%s: sharing.mpsConfig: pinned memory limit %d MiB is more than device %s has (%d MiB)", cfg.Kind, limit>>20, dv.Device, mem>>20)
-				}
-				env = append(env, fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%d=%dM", ordinal, limit>>20))
-			}
-		}
-		return env, true, nil
-	}
-	return nil, false, fmt.Errorf("%s: sharing.strategy %q is not supported", cfg.Kind, s.Strategy)
 }
 
 // mergeEnv joins CUDA_MPS_PINNED_DEVICE_MEM_LIMIT entries of several
@@ -545,6 +548,9 @@ func (d *Driver) unprepare(ctx context.Context, uid string) error {
 		return nil
 	}
 	if err := d.o.CDI.RemoveClaim(uid); err != nil {
+		return err
+	}
+	if err := d.stopSharing(ctx, uid, pc); err != nil {
 		return err
 	}
 	for _, dv := range pc.Devices {
@@ -589,7 +595,7 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 	var migSlices []resourceslice.Slice
 	byGPU := map[int]int{}
 	for _, dev := range d.inv.devices {
-		rd := resourceapi.Device{Name: dev.name, Attributes: dev.attrs, Capacity: dev.capacity, ConsumesCounters: dev.consumes(), Taints: d.taints(dev)}
+		rd := resourceapi.Device{Name: dev.name, Attributes: dev.attrs, Capacity: dev.capacity, ConsumesCounters: dev.consumes(), Taints: d.taints(dev), AllowMultipleAllocations: dev.multi}
 		if dev.mig == nil {
 			whole.Devices = append(whole.Devices, rd)
 			continue

@@ -356,6 +356,7 @@ func TestSemver(t *testing.T) {
 func FuzzDecodeCheckpoint(f *testing.F) {
 	f.Add([]byte(`{"version":"gpu.gpuplane.io/checkpoint/v1","claims":{"u":{"namespace":"ns","name":"c","state":"Prepared","devices":[{"requests":["r"],"pool":"n","device":"gpu-0","uuid":"GPU-1","cdiDeviceIDs":["gpu.gpuplane.io/claim=u-gpu-0"]}]}}}`))
 	f.Add([]byte(`{"version":"gpu.gpuplane.io/checkpoint/v1","claims":{"u":{"state":"Preparing","devices":[{"device":"m","mig":{"gpuIndex":0,"profile":"1g.10gb","placementStart":0,"placementSize":1}}]}}}`))
+	f.Add([]byte(`{"version":"gpu.gpuplane.io/checkpoint/v1","claims":{"u":{"state":"Prepared","devices":[{"device":"gpu-0","uuid":"GPU-1","share":{"memoryBytes":1073741824,"deviceBytes":85899345920,"computePercent":25}}],"sharing":{"timeSlices":[{"gpuIndex":0,"slice":3}],"mps":{"pipeDir":"/p","logDir":"/l","gpus":["GPU-1"],"devices":[0],"pinnedMemLimitsMiB":[1024],"activeThreadPercentage":50}}}}}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := decodeCheckpoint(bytes.NewReader(data))
@@ -366,7 +367,17 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 			if uid == "" || pc == nil || (pc.State != statePrepared && pc.State != statePreparing) {
 				t.Fatalf("accepted claim %q: %+v", uid, pc)
 			}
+			if s := pc.Sharing; s != nil && s.MPS != nil {
+				for _, i := range s.MPS.Devices {
+					if i < 0 || i >= len(pc.Devices) {
+						t.Fatalf("accepted MPS device %d of %d", i, len(pc.Devices))
+					}
+				}
+			}
 			for _, d := range pc.Devices {
+				if err := d.Share.check(); err != nil {
+					t.Fatalf("accepted share %+v: %v", d.Share, err)
+				}
 				if m := d.MIG; m != nil && (m.PlacementSize <= 0 || m.PlacementStart < 0) {
 					t.Fatalf("accepted placement %+v", m)
 				}

@@ -56,6 +56,9 @@ func (d *Driver) Serve(ctx context.Context, o ServeOptions) error {
 	if o.Client == nil {
 		return errors.New("dra driver: no API client")
 	}
+	// The claims' MPS control daemons quit with the driver; the next
+	// start brings them back from the checkpoint.
+	defer d.Close()
 	if o.Resync <= 0 {
 		o.Resync = 2 * time.Second
 	}

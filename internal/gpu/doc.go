@@ -3,7 +3,8 @@
 // Everything else in gpuplane (device plugin, health, feature labels, metrics,
 // MIG management, the CLI's inventory) sees GPUs only through the small
 // interfaces declared here: Inventory, Telemetry, Events and MIGManager,
-// gathered in Backend. Three implementations exist:
+// gathered in Backend, and optional capabilities found by type assertion
+// (Resetter, TimeSlicer). Three implementations exist:
 //
 //   - gpu/nvml talks to the NVIDIA driver through NVML. It is the only package
 //     in gpuplane that imports go-nvml's bindings.

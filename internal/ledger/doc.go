@@ -4,7 +4,10 @@
 // both consult it, so that one node can serve nvidia.com/gpu pods and
 // ResourceClaims at once without handing a device to both.
 //
-// Devices are named by UUID (a GPU's or a MIG device's). A claim's hold is
+// Devices are named by UUID (a GPU's or a MIG device's). A GPU published
+// for consumable capacity may be held by several claims at once, each by a
+// share of its memory, as long as the shares fit; a whole hold, the device
+// plugin and a share that does not fit are refused. A claim's hold is
 // taken before the claim is prepared and refused when the plugin or another
 // claim holds the device; the plugin's holds come from the kubelet's
 // PodResources API (what pods hold now) and from Allocate calls not yet

@@ -29,6 +29,10 @@ type Ledger struct {
 	// onGPU maps a held MIG device's UUID to its GPU's UUID: a GPU with a
 	// claimed MIG device is not the plugin's to give whole.
 	onGPU map[string]string
+	// shares maps a GPU's UUID to the claims holding part of it (bytes of
+	// its memory): several claims may hold one GPU by shares as long as
+	// their shares fit.
+	shares map[string]map[string]int64
 	// plugin is the set of devices PodResources lists as held by pods.
 	plugin map[string]bool
 	// allocated maps devices the plugin handed out to when; forgotten
@@ -39,14 +43,17 @@ type Ledger struct {
 
 // New returns an empty ledger.
 func New() *Ledger {
-	return &Ledger{now: time.Now, claims: map[string]string{}, onGPU: map[string]string{}, plugin: map[string]bool{}, allocated: map[string]time.Time{}, subs: map[chan struct{}]struct{}{}}
+	return &Ledger{now: time.Now, claims: map[string]string{}, onGPU: map[string]string{}, shares: map[string]map[string]int64{}, plugin: map[string]bool{}, allocated: map[string]time.Time{}, subs: map[chan struct{}]struct{}{}}
 }
 
 // Hold is one device a claim holds: a GPU (GPU empty) or a MIG device of
-// the GPU named by GPU.
+// the GPU named by GPU; or, with Share set, Share bytes of the Of bytes
+// of memory of the GPU Device (consumable capacity).
 type Hold struct {
 	Device string
 	GPU    string
+	Share  int64
+	Of     int64
 }
 
 // HoldForClaim records that claim holds every device in uuids (whole GPUs
@@ -72,20 +79,30 @@ func (l *Ledger) Hold(claim string, holds []Hold) error {
 			return fmt.Errorf("device %s: its GPU %s %w by a pod the device plugin gave it to", h.Device, h.GPU, ErrHeld)
 		}
 	}
-	uuids := make([]string, len(holds))
-	for i, h := range holds {
-		uuids[i] = h.Device
-	}
-	for _, u := range uuids {
+	for _, h := range holds {
+		u := h.Device
 		if other, ok := l.claims[u]; ok && other != claim {
 			return fmt.Errorf("device %s: %w by ResourceClaim %s", u, ErrHeld, other)
 		}
 		if l.pluginHeldLocked(u) {
 			return fmt.Errorf("device %s: %w by a pod the device plugin gave it to", u, ErrHeld)
 		}
+		if err := l.checkShareLocked(claim, h); err != nil {
+			return err
+		}
 	}
 	changed := false
 	for _, h := range holds {
+		if h.Share > 0 {
+			if l.shares[h.Device] == nil {
+				l.shares[h.Device] = map[string]int64{}
+			}
+			if l.shares[h.Device][claim] != h.Share {
+				l.shares[h.Device][claim] = h.Share
+				changed = true
+			}
+			continue
+		}
 		if _, ok := l.claims[h.Device]; !ok {
 			l.claims[h.Device] = claim
 			changed = true
@@ -100,11 +117,51 @@ func (l *Ledger) Hold(claim string, holds []Hold) error {
 	return nil
 }
 
+// checkShareLocked refuses a whole hold of a GPU others hold shares of,
+// and a share that does not fit beside the others' shares.
+func (l *Ledger) checkShareLocked(claim string, h Hold) error {
+	var others int64
+	var first string
+	for c, b := range l.shares[h.Device] {
+		if c != claim {
+			others += b
+			if first == "" || c < first {
+				first = c
+			}
+		}
+	}
+	switch {
+	case h.Share <= 0 && others > 0:
+		return fmt.Errorf("device %s: %w in part by ResourceClaim %s (and maybe others)", h.Device, ErrHeld, first)
+	case h.Share > 0 && (h.Of <= 0 || h.Share > h.Of):
+		return fmt.Errorf("device %s: a share of %d bytes of %d is impossible", h.Device, h.Share, h.Of)
+	case h.Share > 0 && others+h.Share > h.Of:
+		return fmt.Errorf("device %s: a share of %d MiB does not fit: other claims hold %d MiB of its %d MiB: %w", h.Device, h.Share>>20, others>>20, h.Of>>20, ErrHeld)
+	}
+	return nil
+}
+
+// Shares returns the bytes each claim holds of a GPU by shares.
+func (l *Ledger) Shares(uuid string) map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.shares[uuid])
+}
+
 // ReleaseClaim drops every hold of claim.
 func (l *Ledger) ReleaseClaim(claim string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	changed := false
+	for u, byClaim := range l.shares {
+		if _, ok := byClaim[claim]; ok {
+			delete(byClaim, claim)
+			changed = true
+			if len(byClaim) == 0 {
+				delete(l.shares, u)
+			}
+		}
+	}
 	for u, c := range l.claims {
 		if c == claim {
 			delete(l.claims, u)
@@ -182,6 +239,9 @@ func (l *Ledger) claimOfLocked(uuid string) (string, bool) {
 	if c, ok := l.claims[uuid]; ok {
 		return c, true
 	}
+	if byClaim := l.shares[uuid]; len(byClaim) > 0 {
+		return slices.Min(slices.Collect(maps.Keys(byClaim))), true
+	}
 	for dev, g := range l.onGPU {
 		if g == uuid {
 			return l.claims[dev], true
@@ -201,7 +261,14 @@ func (l *Ledger) PluginHeld(uuid string) bool {
 func (l *Ledger) Claimed() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Sorted(maps.Keys(l.claims))
+	out := slices.Collect(maps.Keys(l.claims))
+	for u := range l.shares {
+		if _, whole := l.claims[u]; !whole {
+			out = append(out, u)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Changes returns a channel that receives (coalesced) after every change,

@@ -92,3 +92,51 @@ func TestLedger(t *testing.T) {
 		}
 	})
 }
+
+func TestShares(t *testing.T) {
+	const gib = int64(1) << 30
+	tests := []struct {
+		name    string
+		holds   map[string]Hold // by claim, in order of the claim names
+		plugin  bool
+		refused string // the claim refused, if any
+	}{
+		{name: "two shares fit", holds: map[string]Hold{"a": {Device: "G", Share: 20 * gib, Of: 80 * gib}, "b": {Device: "G", Share: 60 * gib, Of: 80 * gib}}},
+		{name: "a share too many", holds: map[string]Hold{"a": {Device: "G", Share: 50 * gib, Of: 80 * gib}, "b": {Device: "G", Share: 40 * gib, Of: 80 * gib}}, refused: "b"},
+		{name: "whole after a share", holds: map[string]Hold{"a": {Device: "G", Share: 1 * gib, Of: 80 * gib}, "b": {Device: "G"}}, refused: "b"},
+		{name: "share after whole", holds: map[string]Hold{"a": {Device: "G"}, "b": {Device: "G", Share: 1 * gib, Of: 80 * gib}}, refused: "b"},
+		{name: "share of a plugin-held GPU", holds: map[string]Hold{"a": {Device: "G", Share: 1 * gib, Of: 80 * gib}}, plugin: true, refused: "a"},
+		{name: "share larger than the GPU", holds: map[string]Hold{"a": {Device: "G", Share: 90 * gib, Of: 80 * gib}}, refused: "a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := New()
+			if tt.plugin {
+				l.SetPluginHeld([]string{"G"})
+			}
+			for _, c := range []string{"a", "b"} {
+				h, ok := tt.holds[c]
+				if !ok {
+					continue
+				}
+				err := l.Hold(c, []Hold{h})
+				if (err != nil) != (c == tt.refused) {
+					t.Fatalf("claim %s: err = %v, refused want %v", c, err, c == tt.refused)
+				}
+			}
+			if tt.refused == "" {
+				if _, held := l.ClaimHolder("G"); !held {
+					t.Error("a GPU held by shares has no claim holder")
+				}
+				if err := l.Allocated([]string{"G"}); err == nil {
+					t.Error("the plugin could allocate a GPU held by shares")
+				}
+				l.ReleaseClaim("a")
+				l.ReleaseClaim("b")
+				if len(l.Shares("G")) != 0 || len(l.Claimed()) != 0 {
+					t.Errorf("after release: shares %v, claimed %v", l.Shares("G"), l.Claimed())
+				}
+			}
+		})
+	}
+}

@@ -83,7 +83,10 @@ type DaemonOptions struct {
 	// defaults; zero leaves the daemon's own default.
 	ActiveThreadPercentage int
 	PinnedMemLimitMiB      uint64
-	Runner                 Runner
+	// PinnedMemLimitsMiB, when set, is the limit per GPU (in the order of
+	// GPUs); a zero entry falls back to PinnedMemLimitMiB.
+	PinnedMemLimitsMiB []uint64
+	Runner             Runner
 	// Backoff is the first wait before a restart; it doubles up to a minute.
 	Backoff time.Duration
 	Logger  *slog.Logger
@@ -232,11 +235,16 @@ func (d *Daemon) configure(ctx context.Context) error {
 			return err
 		}
 	}
-	if d.o.PinnedMemLimitMiB > 0 {
-		for i := range d.o.GPUs {
-			if err := d.control(ctx, fmt.Sprintf("set_default_device_pinned_mem_limit %d %dM", i, d.o.PinnedMemLimitMiB)); err != nil {
-				return err
-			}
+	for i := range d.o.GPUs {
+		limit := d.o.PinnedMemLimitMiB
+		if i < len(d.o.PinnedMemLimitsMiB) && d.o.PinnedMemLimitsMiB[i] > 0 {
+			limit = d.o.PinnedMemLimitsMiB[i]
+		}
+		if limit == 0 {
+			continue
+		}
+		if err := d.control(ctx, fmt.Sprintf("set_default_device_pinned_mem_limit %d %dM", i, limit)); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -161,3 +161,27 @@ func TestNewDaemonValidates(t *testing.T) {
 		})
 	}
 }
+
+func TestDaemonPerGPULimits(t *testing.T) {
+	root := t.TempDir()
+	r := &fakeRunner{}
+	d, err := NewDaemon(DaemonOptions{
+		Resource: "claim", PipeDir: PipeDir(root, "c"), LogDir: LogDir(root, "c"),
+		GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}, PinnedMemLimitMiB: 1000, PinnedMemLimitsMiB: []uint64{0, 2000},
+		Runner: r, Backoff: time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	eventually(t, "running", func() bool { return d.Status().Running })
+	cancel()
+	<-done
+	_, inputs, _ := r.snapshot()
+	want := []string{"set_default_device_pinned_mem_limit 0 1000M", "set_default_device_pinned_mem_limit 1 2000M", "set_default_device_pinned_mem_limit 2 1000M", "quit"}
+	if !slices.Equal(inputs, want) {
+		t.Errorf("control inputs %q, want %q", inputs, want)
+	}
+}

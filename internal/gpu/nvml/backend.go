@@ -29,6 +29,10 @@ type Options struct {
 	SysfsRoot string
 	// Hostname is reported in SystemInfo (os.Hostname by default).
 	Hostname string
+	// SMI runs nvidia-smi with the given arguments (SetTimeSlice uses its
+	// compute-policy command, which NVML's public API does not offer);
+	// nil runs the nvidia-smi on $PATH.
+	SMI func(ctx context.Context, args ...string) error
 }
 
 // Backend is gpu.Backend on NVML. It is safe for concurrent use.
@@ -36,6 +40,7 @@ type Backend struct {
 	lib       gonvml.Interface
 	sysfsRoot string
 	hostname  string
+	smi       func(ctx context.Context, args ...string) error
 
 	mu      sync.Mutex
 	closed  bool
@@ -45,6 +50,8 @@ type Backend struct {
 	procTS []uint64
 	fields [][]gonvml.FieldValue
 	gpm    []*gpmState
+	// slices are the time slices this backend set, by GPU index.
+	slices map[int]gpu.TimeSlice
 }
 
 var _ gpu.Backend = (*Backend)(nil)
@@ -63,7 +70,10 @@ func Open(opts Options) (*Backend, error) {
 	if ret := lib.Init(); ret != gonvml.SUCCESS {
 		return nil, initError(ret, path)
 	}
-	b := &Backend{lib: lib, sysfsRoot: opts.SysfsRoot, hostname: opts.Hostname}
+	b := &Backend{lib: lib, sysfsRoot: opts.SysfsRoot, hostname: opts.Hostname, smi: opts.SMI}
+	if b.smi == nil {
+		b.smi = runSMI
+	}
 	if b.sysfsRoot == "" {
 		b.sysfsRoot = "/sys"
 	}

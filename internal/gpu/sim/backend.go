@@ -79,6 +79,8 @@ type simGPU struct {
 	tel   telemetryState
 	// nvlinks is the number of NVLinks the GPU has, 0 without NVLink.
 	nvlinks int
+	// timeSlice is the GPU's time slice (gpu.TimeSlicer).
+	timeSlice gpu.TimeSlice
 }
 
 // uuidSpace is the namespace of the name-based UUIDs of simulated devices.

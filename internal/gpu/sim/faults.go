@@ -31,6 +31,8 @@ const (
 	// OpResetGPU is gpu.Resetter's reset: a fault injected into it is a
 	// reset the driver refuses.
 	OpResetGPU Op = "ResetGPU"
+	// OpSetTimeSlice is gpu.TimeSlicer's SetTimeSlice (and TimeSlice).
+	OpSetTimeSlice Op = "SetTimeSlice"
 )
 
 var opDoing = map[Op]string{
@@ -48,13 +50,14 @@ var opDoing = map[Op]string{
 	OpDestroyGPUInstance:     "destroying MIG GPU instance",
 	OpGPUInstances:           "listing MIG GPU instances",
 	OpResetGPU:               "resetting GPU",
+	OpSetTimeSlice:           "setting the time slice",
 }
 
 // Ops lists every Op.
 func Ops() []Op {
 	return []Op{OpSystem, OpDevices, OpTopology, OpSample, OpProcesses, OpSubscribe, OpSetMIGMode,
 		OpMIGProfiles, OpCreateGPUInstance, OpCreateComputeInstance, OpDestroyComputeInstance,
-		OpDestroyGPUInstance, OpGPUInstances, OpResetGPU}
+		OpDestroyGPUInstance, OpGPUInstances, OpResetGPU, OpSetTimeSlice}
 }
 
 func (o Op) doing() string {
@@ -202,6 +205,7 @@ func (b *Backend) resetLocked(g *simGPU) {
 	g.tel.advance(g.spec, b.clock.Now())
 	g.mig.gis = nil
 	g.mig.current = g.mig.pending
+	g.timeSlice = gpu.TimeSliceDefault
 	b.saveState()
 	g.tel.ecc.VolatileSingleBit, g.tel.ecc.VolatileDoubleBit = 0, 0
 	g.tel.remap.Pending = false

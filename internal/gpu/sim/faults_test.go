@@ -96,6 +96,11 @@ func opAnswer(b *Backend, op Op, index, skip int) (string, error) {
 		return render(b.GPUInstances(ctx, index))
 	case OpResetGPU:
 		return "", b.ResetGPU(ctx, index)
+	case OpSetTimeSlice:
+		if err := b.SetTimeSlice(ctx, index, gpu.TimeSliceLong); err != nil {
+			return "", err
+		}
+		return render(b.TimeSlice(ctx, index))
 	}
 	return "", fmt.Errorf("no caller for %s", op)
 }

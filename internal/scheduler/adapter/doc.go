@@ -84,7 +84,9 @@
 // any bind, and released (allocation and reservation cleared, finalizer
 // removed) when a write, the commit or a bind fails. Devices held by
 // claims count for the pod that holds them, or, for a claim no pod on its
-// node holds, as a non-preemptible allocation of its own.
+// node holds, as a non-preemptible allocation of its own. A claim that
+// asks for consumable capacity is a share of one GPU to the core
+// (dracapacity.go), and an allocated share counts what it consumed.
 //
 // What it says of waiting groups and queues it renders from the core's
 // decisions (model.Unplaced, model.QueueStatus): it asks the core to

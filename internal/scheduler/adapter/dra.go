@@ -501,6 +501,9 @@ func (c *clusterCache) claimShares(ni *nodeInfo) (byPod map[string][]model.GPUSh
 		var shares []model.GPUShare
 		for _, r := range alloc.Devices.Results {
 			if sh, ok := ni.deviceShare(r.Driver, r.Pool, r.Device); ok {
+				if sh.MIGSlices == 0 {
+					sh = resultShare(ni, sh.Index, &r) // a share of a GPU allocated more than once
+				}
 				shares = append(shares, sh)
 			}
 		}

@@ -24,7 +24,7 @@ import (
 // allocatorFeatures are the structured allocator's features gpuplane-
 // scheduler runs with: those kube-scheduler 1.36 enables by default that
 // its stable allocator implements.
-var allocatorFeatures = structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true}
+var allocatorFeatures = structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true, ConsumableCapacity: true}
 
 // claimWrite is one claim update a bind carries out before the pod is
 // bound: the allocation to write (nil when the claim is allocated already
@@ -121,6 +121,9 @@ func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen [
 		writes = append(writes, claimWrite{claim: cl, alloc: alloc, pod: pod})
 		for _, r := range alloc.Devices.Results {
 			if sh, ok := ni.deviceShare(r.Driver, r.Pool, r.Device); ok {
+				if sh.MIGSlices == 0 {
+					sh = resultShare(ni, sh.Index, &r) // a share of a GPU allocated more than once
+				}
 				shares = append(shares, sh)
 			}
 		}
@@ -140,10 +143,10 @@ func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen [
 	return writes, shares, nil
 }
 
-// allocatedOn returns the devices of a node that claims hold, allocated
-// or in flight. Caller holds mu.
-func (c *clusterCache) allocatedOn(ni *nodeInfo) sets.Set[structured.DeviceID] {
-	out := sets.New[structured.DeviceID]()
+// allocatedOn returns the devices and shares of a node that claims hold,
+// allocated or in flight. Caller holds mu.
+func (c *clusterCache) allocatedOn(ni *nodeInfo) structured.AllocatedState {
+	var allocs []*resourceapi.AllocationResult
 	for key := range c.dra.onNode[ni.node.Name] {
 		var alloc *resourceapi.AllocationResult
 		if f := c.dra.inflight[key]; f != nil && f.alloc != nil {
@@ -151,20 +154,17 @@ func (c *clusterCache) allocatedOn(ni *nodeInfo) sets.Set[structured.DeviceID] {
 		} else if cl := c.dra.claims[key]; cl != nil {
 			alloc = cl.Status.Allocation
 		}
-		if alloc == nil {
-			continue
-		}
-		for _, r := range alloc.Devices.Results {
-			out.Insert(structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+		if alloc != nil {
+			allocs = append(allocs, alloc)
 		}
 	}
-	return out
+	return allocatedState(allocs)
 }
 
 // allocateOn runs the structured allocator for claims on one node over
 // the node's slices of gpuplane's driver, narrowed to the devices in only
 // ("pool/name") when only is not nil. Caller holds mu.
-func (c *clusterCache) allocateOn(ctx context.Context, ni *nodeInfo, allocated sets.Set[structured.DeviceID], only sets.Set[string], claims []*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
+func (c *clusterCache) allocateOn(ctx context.Context, ni *nodeInfo, allocated structured.AllocatedState, only sets.Set[string], claims []*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
 	var slices []*resourceapi.ResourceSlice
 	for _, s := range c.dra.byNode[ni.node.Name] {
 		if only != nil {
@@ -179,7 +179,7 @@ func (c *clusterCache) allocateOn(ctx context.Context, ni *nodeInfo, allocated s
 		}
 		slices = append(slices, s)
 	}
-	a, err := structured.NewAllocator(ctx, allocatorFeatures, structured.AllocatedState{AllocatedDevices: allocated}, classLister{c.dra}, slices, c.dra.cel)
+	a, err := structured.NewAllocator(ctx, allocatorFeatures, allocated, classLister{c.dra}, slices, c.dra.cel)
 	if err != nil {
 		return nil, fmt.Errorf("creating the structured allocator: %w", err)
 	}

@@ -27,6 +27,10 @@ type deviceSet struct {
 	name  string
 	masks []uint64
 	count int
+	// shareMilli and shareMemMiB, when the claims ask for capacity, make
+	// the set's one device a share of one GPU (dracapacity.go).
+	shareMilli, shareMemMiB int64
+	share                   bool
 	// err is why the claims cannot be allocated anywhere, with the index
 	// of the claim it concerns among those the set was made for.
 	err      string
@@ -239,12 +243,20 @@ func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*
 				return fail(ci, "UnsupportedClaim", "%s.exactly.allocationMode: All is not supported by gpuplane-scheduler: use ExactCount with a count", field)
 			case x.AdminAccess != nil && *x.AdminAccess:
 				return fail(ci, "UnsupportedClaim", "%s.exactly.adminAccess is not supported by gpuplane-scheduler", field)
-			case x.Capacity != nil && len(x.Capacity.Requests) > 0:
-				return fail(ci, "UnsupportedClaim", "%s.exactly.capacity: consumable capacity is not supported by gpuplane-scheduler: ask for whole devices", field)
 			}
 			count := x.Count
 			if count <= 0 {
 				count = 1
+			}
+			if x.Capacity != nil && len(x.Capacity.Requests) > 0 {
+				milli, mem, err := capacityShare(field, x, count)
+				if err == nil && (s.count > 0 || len(spec.Requests) > 1 || len(specs) > 1) {
+					err = fmt.Errorf("%s.exactly.capacity: a capacity request must be the pod's only device request: gpuplane-scheduler places it as a share of one GPU", field)
+				}
+				if err != nil {
+					return fail(ci, "UnsupportedClaim", "%v", err)
+				}
+				s.share, s.shareMilli, s.shareMemMiB = true, milli, mem
 			}
 			if count > maxClaimGPUs || int64(s.count)+count > maxClaimGPUs {
 				return fail(ci, "TooManyDevices", "%s.exactly.count: the pod's claims ask for more than %d devices, more than a node publishes: ask for fewer", field, maxClaimGPUs)

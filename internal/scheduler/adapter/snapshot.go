@@ -310,9 +310,12 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			if pc := in.claims[pi.key]; pc != nil {
 				if pc.set != nil {
 					req.DeviceSet = pc.set.name
-					if pc.set.migSlices > 0 {
+					switch {
+					case pc.set.migSlices > 0:
 						req.MIGSlices, req.MIGProfile = pc.set.migSlices, pc.set.migProfile
-					} else {
+					case pc.set.share:
+						req.GPUMilli, req.GPUMemoryMiB = pc.set.shareMilli, pc.set.shareMemMiB
+					default:
 						req.GPUs = pc.set.count
 					}
 					sets[pc.set.name] = pc.set

@@ -77,6 +77,19 @@ func installClasses(t *testing.T) {
 // DRA driver, and waits for its ResourceSlices.
 func node(t *testing.T, name string) *nodesim.Simulator {
 	t.Helper()
+	return nodeWith(t, name, nodeOptions{})
+}
+
+// nodeOptions vary a simulated node: the agent's extra flags, and whether
+// its device plugin is expected to advertise nvidia.com/gpu.
+type nodeOptions struct {
+	args     []string
+	labels   map[string]string
+	noPlugin bool
+}
+
+func nodeWith(t *testing.T, name string, o nodeOptions) *nodesim.Simulator {
+	t.Helper()
 	installClasses(t)
 	dir, err := os.MkdirTemp("", "dra-")
 	if err != nil {
@@ -91,8 +104,8 @@ func node(t *testing.T, name string) *nodesim.Simulator {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	sim, err := nodesim.Start(t.Context(), nodesim.Config{
-		NodeName: name, Dir: filepath.Join(dir, "k"), Client: env.Client, DeleteNodeOnStop: true, Logger: log,
-		Agent: &nodesim.AgentConfig{Binary: agentBinary, Profile: path, Kubeconfig: env.ControlPlane.Kubeconfig(), DRA: true},
+		NodeName: name, Dir: filepath.Join(dir, "k"), Client: env.Client, DeleteNodeOnStop: true, Logger: log, Labels: o.labels,
+		Agent: &nodesim.AgentConfig{Binary: agentBinary, Profile: path, Kubeconfig: env.ControlPlane.Kubeconfig(), DRA: true, ExtraArgs: o.args},
 	})
 	if err != nil {
 		t.Fatalf("starting simulated node %s: %v", name, err)
@@ -130,6 +143,12 @@ func node(t *testing.T, name string) *nodesim.Simulator {
 		n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
+		}
+		if o.noPlugin {
+			if !framework.NodeReady(n) {
+				return false, fmt.Errorf("node not Ready")
+			}
+			return true, nil
 		}
 		if q := n.Status.Allocatable["nvidia.com/gpu"]; q.Value() == 0 || !framework.NodeReady(n) {
 			return false, fmt.Errorf("node not Ready with nvidia.com/gpu (%s)", q.String())
