@@ -28,14 +28,25 @@ type Status struct {
 	GPUs []GPU
 }
 
-// Pod is a pod that holds devices of GPUs a plan changes.
+// Pod is a pod that holds devices of GPUs a plan changes: through the
+// device plugin, or through prepared DRA ResourceClaims (Claims). A Pod
+// with no Name is a claim still prepared on the GPUs that no pod uses any
+// more: there is nothing to evict, and the GPUs wait until the kubelet
+// unprepares it.
 type Pod struct {
 	Namespace, Name, UID string
 	// GPUs are the indices of the GPUs it holds devices of.
 	GPUs []int
+	// Claims are the ResourceClaims (in Namespace) by which it holds them.
+	Claims []string
 }
 
-func (p Pod) String() string { return p.Namespace + "/" + p.Name }
+func (p Pod) String() string {
+	if p.Name == "" {
+		return "ResourceClaim " + p.Namespace + "/" + strings.Join(p.Claims, ",") + " (no pod)"
+	}
+	return p.Namespace + "/" + p.Name
+}
 
 // ErrEvictionBlocked is wrapped by Cluster.Evict when the Eviction API
 // refuses, because a PodDisruptionBudget allows no disruption now.
@@ -221,13 +232,17 @@ func (r *Reconciler) evict(ctx context.Context, log *slog.Logger, name string, p
 		}
 		blocked = map[string]string{}
 		for _, p := range pods {
-			if evicted[p.UID] {
+			// Keyed by name and UID: pods whose UID is not known yet
+			// are told apart by name.
+			key := p.String() + "/" + p.UID
+			if p.Name == "" || evicted[key] {
+				// A claim no pod uses: the kubelet unprepares it.
 				continue
 			}
 			err := r.Cluster.Evict(ctx, p)
 			switch {
 			case err == nil:
-				evicted[p.UID] = true
+				evicted[key] = true
 				log.Info("evicted a pod to change its GPUs' MIG layout", "pod", p.String(), "gpus", p.GPUs)
 			case errors.Is(err, ErrEvictionBlocked):
 				blocked[p.String()] = err.Error()
