@@ -69,7 +69,9 @@ func TestBackendGPUs(t *testing.T) {
 	}
 }
 
-type fakePodResources struct{ resp *podresourcesv1.ListPodResourcesResponse }
+type fakePodResources struct {
+	resp *podresourcesv1.ListPodResourcesResponse
+}
 
 func (f fakePodResources) List(context.Context) (*podresourcesv1.ListPodResourcesResponse, error) {
 	return f.resp, nil
