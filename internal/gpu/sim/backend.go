@@ -110,8 +110,8 @@ func New(p *Profile, opts Options) (*Backend, error) {
 		opts:   withoutStateFile(opts),
 		log:    opts.Logger,
 		faults: map[faultKey]error{}, createFaults: map[faultKey]*createFault{},
-		subs:   map[*subscription]struct{}{},
-		pids:   map[uint32]int{},
+		subs: map[*subscription]struct{}{},
+		pids: map[uint32]int{},
 	}
 	if b.node == "" {
 		b.node = DefaultNodeName
