@@ -74,8 +74,8 @@ func installClasses(t *testing.T) {
 }
 
 // node starts a simulated node whose agent runs the device plugin and the
-// DRA driver, and waits for its ResourceSlices.
-func node(t *testing.T, name string) *nodesim.Simulator {
+// DRA driver (with extra agent flags), and waits for its ResourceSlices.
+func node(t *testing.T, name string, extra ...string) *nodesim.Simulator {
 	t.Helper()
 	installClasses(t)
 	dir, err := os.MkdirTemp("", "dra-")
@@ -92,7 +92,7 @@ func node(t *testing.T, name string) *nodesim.Simulator {
 	}
 	sim, err := nodesim.Start(t.Context(), nodesim.Config{
 		NodeName: name, Dir: filepath.Join(dir, "k"), Client: env.Client, DeleteNodeOnStop: true, Logger: log,
-		Agent: &nodesim.AgentConfig{Binary: agentBinary, Profile: path, Kubeconfig: env.ControlPlane.Kubeconfig(), DRA: true},
+		Agent: &nodesim.AgentConfig{Binary: agentBinary, Profile: path, Kubeconfig: env.ControlPlane.Kubeconfig(), DRA: true, ExtraArgs: extra},
 	})
 	if err != nil {
 		t.Fatalf("starting simulated node %s: %v", name, err)
