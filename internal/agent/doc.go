@@ -8,7 +8,9 @@
 // source when the DRA driver runs, the quarantine's PodResources, eviction
 // and event adapters, the simulated GPUs' loopback fault controls, the MIG
 // reconciler's view of the API server, PodResources and the device
-// plugin's health gate); it must not implement a part itself: each part
+// plugin's health gate, and draLink, through which the MIG reconciler and
+// the quarantine see the pods holding DRA claims on a GPU and the MIG
+// reconciler leaves claims' MIG instances alone); it must not implement a part itself: each part
 // lives in its own package (the DRA driver in internal/dra, the quarantine
 // in internal/quarantine, MIG in internal/mig).
 package agent
