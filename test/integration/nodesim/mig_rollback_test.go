@@ -102,3 +102,48 @@ func TestMIGRollsBack(t *testing.T) {
 		t.Errorf("condition message %q says nothing of how to check a layout", cond.Message)
 	}
 }
+
+// migConfigA100 is the A100 (40GB) version of the tests' configs.
+const migConfigA100 = `version: v1
+mig-configs:
+  gpu3-3g:
+    - devices: all
+      mig-enabled: false
+    - devices: [3]
+      mig-enabled: true
+      mig-devices: {"3g.20gb": 2}
+`
+
+// TestMIGReconfigureOneGPUA100 is the re-partition of one GPU on a
+// simulated DGX A100: GPU 3's pod alone is evicted, GPU 3 becomes two
+// 3g.20gb devices, and the other seven pods keep their GPUs.
+func TestMIGReconfigureOneGPUA100(t *testing.T) {
+	const nodeName = "sim-a100-mig"
+	const mig3g20 = "nvidia.com/mig-3g.20gb"
+	ns := env.CreateNamespace(t)
+	s := migNodeOf(t, "dgxa100", migConfigA100, nodeName, ns)
+	waitCapacity(t, nodeName, map[string]int64{gpuRes: 8})
+	gpus := onePodPerGPU(t, s, nodeName, ns)
+	before := listPodResources(t, s)
+
+	labelMIG(t, nodeName, "gpu3-3g")
+	waitMIGState(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, 90*time.Second)
+	waitNodeEvent(t, nodeName, "MIGConfig"+gpunode.ReasonMIGApplied, "GPU 3: whole GPU -> mig: 2x3g.20gb; other GPUs untouched")
+	waitCapacity(t, nodeName, map[string]int64{gpuRes: 7, mig3g20: 2})
+	now := listPodResources(t, s)
+	for name, g := range gpus {
+		if g == 3 {
+			if _, listed := now[ns+"/"+name]; listed {
+				t.Errorf("GPU 3's pod %s is still listed", name)
+			}
+			continue
+		}
+		if !sameSet(now[ns+"/"+name][gpuRes], before[ns+"/"+name][gpuRes]) {
+			t.Errorf("pod %s on GPU %d: PodResources %v, was %v", name, g, now[ns+"/"+name], before[ns+"/"+name])
+		}
+	}
+	createPod(t, framework.Pod(ns, "mig-user").Limit(mig3g20, "1").NodeName(nodeName).Obj())
+	if ids := allocation(t, ns, "mig-user").DeviceIDs(mig3g20); len(ids) != 1 || !strings.HasPrefix(ids[0], "MIG-") {
+		t.Errorf("mig-user got %v", ids)
+	}
+}
