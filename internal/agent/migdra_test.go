@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -100,7 +101,7 @@ func TestDRALinkPodsOn(t *testing.T) {
 			}
 			var s []string
 			for _, p := range got {
-				s = append(s, p.String()+fmtInts(p.GPUs)+" claims "+fmtStrings(p.Claims))
+				s = append(s, p.String()+fmt.Sprint(p.GPUs)+" claims "+fmt.Sprint(p.Claims))
 			}
 			slices.Sort(s)
 			if !slices.Equal(s, tc.want) {
@@ -149,28 +150,6 @@ func TestDRALinkPodsOn(t *testing.T) {
 			t.Errorf("holders with DRA off = %v, %v", hs, err)
 		}
 	})
-}
-
-func fmtInts(is []int) string {
-	s := "["
-	for i, x := range is {
-		if i > 0 {
-			s += ","
-		}
-		s += string(rune('0' + x))
-	}
-	return s + "]"
-}
-
-func fmtStrings(ss []string) string {
-	s := "["
-	for i, x := range ss {
-		if i > 0 {
-			s += " "
-		}
-		s += x
-	}
-	return s + "]"
 }
 
 func TestClaimGuard(t *testing.T) {
