@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +33,10 @@ type draLink struct {
 	ledger *ledger.Ledger
 	gpus   gpu.Inventory
 	client kubernetes.Interface
+
+	mu sync.Mutex
+	// uuids are the GPUs' UUIDs by index.
+	uuids map[int]string
 }
 
 func (l *draLink) on() bool { return l != nil && l.driver != nil }
@@ -45,17 +50,42 @@ type claimHolder struct {
 	Claim string
 }
 
-// gpuUUIDs maps GPU indices to UUIDs.
-func (l *draLink) gpuUUIDs(ctx context.Context) (map[int]string, error) {
+// newDRALink is a draLink over the node's GPUs, as read at start; the
+// DRA driver's side is set once it is built.
+func newDRALink(gpus gpu.Inventory, devices []gpu.Device) *draLink {
+	l := &draLink{gpus: gpus, uuids: map[int]string{}}
+	for _, d := range devices {
+		l.uuids[d.Index] = d.UUID
+	}
+	return l
+}
+
+// gpuUUID is the UUID of the GPU at index. The GPUs are read again only
+// for an index not known yet: a GPU that fell off the bus no longer
+// answers, and its quarantine must still find the claims on it.
+func (l *draLink) gpuUUID(ctx context.Context, index int) (string, bool, error) {
+	l.mu.Lock()
+	u, ok := l.uuids[index]
+	l.mu.Unlock()
+	if ok {
+		return u, true, nil
+	}
 	devs, err := l.gpus.Devices(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing GPUs: %w", err)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.uuids == nil {
+		l.uuids = map[int]string{}
 	}
-	out := make(map[int]string, len(devs))
 	for _, d := range devs {
-		out[d.Index] = d.UUID
+		l.uuids[d.Index] = d.UUID
 	}
-	return out, nil
+	if u, ok := l.uuids[index]; ok {
+		return u, true, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("listing GPUs: %w", err)
+	}
+	return "", false, nil
 }
 
 // holders lists who holds prepared claims on GPU index.
@@ -63,13 +93,9 @@ func (l *draLink) holders(ctx context.Context, index int) ([]claimHolder, error)
 	if !l.on() {
 		return nil, nil
 	}
-	uuids, err := l.gpuUUIDs(ctx)
-	if err != nil {
+	uuid, ok, err := l.gpuUUID(ctx, index)
+	if err != nil || !ok {
 		return nil, err
-	}
-	uuid, ok := uuids[index]
-	if !ok {
-		return nil, nil
 	}
 	var out []claimHolder
 	for _, uid := range l.ledger.ClaimsOn(uuid) {

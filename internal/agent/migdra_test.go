@@ -72,7 +72,9 @@ func draNode(t *testing.T, claims ...*resourceapi.ResourceClaim) (*sim.Backend, 
 			t.Fatal(err)
 		}
 	}
-	return b, &draLink{driver: d, ledger: l, gpus: b, client: client}
+	link := newDRALink(b, nil)
+	link.driver, link.ledger, link.client = d, l, client
+	return b, link
 }
 
 func TestDRALinkPodsOn(t *testing.T) {
@@ -137,6 +139,18 @@ func TestDRALinkPodsOn(t *testing.T) {
 		}
 		if len(got) != 1 || got[0].Name != "" || got[0].Claims[0] != "whole" {
 			t.Errorf("pods on GPU 2 = %+v, want the prepared claim alone", got)
+		}
+	})
+
+	t.Run("a GPU off the bus still shows its claims' pods", func(t *testing.T) {
+		b := link.gpus.(*sim.Backend)
+		if err := b.LoseGPU(1); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = b.Recover(1) }()
+		refs, err := link.quarantinePods(ctx, 1)
+		if err != nil || len(refs) != 2 {
+			t.Errorf("pods on the lost GPU 1 = %+v, %v", refs, err)
 		}
 	})
 

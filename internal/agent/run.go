@@ -403,7 +403,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 	// With the DRA driver on, the quarantine and the MIG part see the
 	// pods holding prepared claims on a GPU through link (set below).
-	link := &draLink{gpus: backend}
+	link := newDRALink(backend, devices)
 	// The quarantine needs the API server: it taints, evicts and writes
 	// the Node's condition.
 	var quarantine *quarantinePart
