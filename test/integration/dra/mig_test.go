@@ -57,13 +57,13 @@ func labelMIG(t *testing.T, node, config string) {
 	}
 }
 
-// migCondition waits for the MIG state label and condition reason, with a
-// heartbeat after since (a pass that ran after it), and returns the
-// condition.
-func migCondition(t *testing.T, node, state, reason string, since time.Time) *corev1.NodeCondition {
+// migCondition waits for the MIG state label and condition reason of
+// config, written by a pass in the second of since or later, and returns
+// the condition.
+func migCondition(t *testing.T, node, config, state, reason string, since time.Time) *corev1.NodeCondition {
 	t.Helper()
 	var cond *corev1.NodeCondition
-	framework.Eventually(t, 2*time.Minute, fmt.Sprintf("node %s: %s=%s, reason %s, after %s", node, gpunode.LabelMIGConfigState, state, reason, since.Format(time.RFC3339)), func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, 2*time.Minute, fmt.Sprintf("node %s: config %s %s=%s, reason %s, from %s", node, config, gpunode.LabelMIGConfigState, state, reason, since.Format(time.RFC3339)), func(ctx context.Context) (bool, error) {
 		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -75,7 +75,8 @@ func migCondition(t *testing.T, node, state, reason string, since time.Time) *co
 			}
 		}
 		got := n.Labels[gpunode.LabelMIGConfigState]
-		if cond == nil || got != state || cond.Reason != reason || !cond.LastHeartbeatTime.After(since.Truncate(time.Second)) {
+		if cond == nil || got != state || cond.Reason != reason || cond.LastHeartbeatTime.Before(since.Truncate(time.Second)) ||
+			!strings.HasPrefix(cond.Message, "config "+config+":") {
 			return false, fmt.Errorf("state %q, condition %+v", got, cond)
 		}
 		return true, nil
@@ -125,7 +126,7 @@ func TestMIGChangeEvictsClaimPods(t *testing.T) {
 	node(t, nodeName, "--mig-strategy", "mixed", "--mig-config-map", ns+"/mig-parted-config", "--mig-eviction-timeout", "60s")
 	start := time.Now()
 	labelMIG(t, nodeName, "dra-dynamic")
-	migCondition(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, start)
+	migCondition(t, nodeName, "dra-dynamic", gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, start)
 
 	createTemplate(t, ns, "mig", claimSpec([]request{{name: "gpu", class: "mig-1g.10gb.gpu.gpuplane.io"}}, "", ""))
 	createPod(t, claimPod(ns, "dyn", nodeName, "mig", ""))
@@ -147,7 +148,7 @@ func TestMIGChangeEvictsClaimPods(t *testing.T) {
 		if _, err := env.Client.CoreV1().ConfigMaps(ns).Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		migCondition(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, since)
+		migCondition(t, nodeName, "dra-dynamic", gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, since)
 		if err := running(t, ns, "dyn"); err != nil {
 			t.Errorf("the dynamic MIG claim's pod was disturbed: %v", err)
 		}
@@ -160,7 +161,7 @@ func TestMIGChangeEvictsClaimPods(t *testing.T) {
 			_, err := env.Client.CoreV1().Pods(ns).Get(ctx, "dyn", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), err
 		})
-		migCondition(t, nodeName, gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, since)
+		migCondition(t, nodeName, "gpu"+gpu+"-3g", gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, since)
 		evs, err := env.Client.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=dyn,reason=" + gpunode.EventReasonMIGEviction})
 		if err != nil {
 			t.Fatal(err)
