@@ -75,7 +75,7 @@ func migCondition(t *testing.T, node, config, state, reason string, since time.T
 			}
 		}
 		got := n.Labels[gpunode.LabelMIGConfigState]
-		if cond == nil || got != state || cond.Reason != reason || cond.LastHeartbeatTime.Before(since.Truncate(time.Second)) ||
+		if cond == nil || got != state || cond.Reason != reason || cond.LastHeartbeatTime.Time.Before(since.Truncate(time.Second)) ||
 			!strings.HasPrefix(cond.Message, "config "+config+":") {
 			return false, fmt.Errorf("state %q, condition %+v", got, cond)
 		}
