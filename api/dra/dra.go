@@ -104,6 +104,11 @@ const (
 	// instance of the GPU's current layout (not made for a claim) overlaps
 	// its placement.
 	TaintMIGLayout = DriverName + "/mig-layout"
+	// TaintMIGChanging marks every device of a GPU whose MIG layout the
+	// agent is changing (nvidia.com/mig.config): the GPU's devices are
+	// about to be replaced, so no claim is allocated one until the
+	// ResourceSlice shows the new layout.
+	TaintMIGChanging = DriverName + "/mig-changing"
 )
 
 // PodClaimsAnnotation records on a pod the CDI devices its node prepared

@@ -131,13 +131,14 @@ func (p *pluginDevices) uuid(resource, id string) (string, bool) {
 	return "", false
 }
 
-// draPart builds the DRA driver part. The driver checks its checkpoint
-// and the GPUs before the agent serves anything, so a bad state file stops
-// the agent at start with one message.
+// draPart builds the DRA driver part, and returns the driver for the
+// parts that must see its claims (draLink). The driver checks its
+// checkpoint and the GPUs before the agent serves anything, so a bad state
+// file stops the agent at start with one message.
 func draPart(ctx context.Context, f *runFlags, backend gpu.Backend, node string, api *rest.Config, health dra.HealthSource,
-	l *ledger.Ledger, devices *pluginDevices, mpsRunner mps.Runner, log *slog.Logger) (part, error) {
+	l *ledger.Ledger, devices *pluginDevices, mpsRunner mps.Runner, log *slog.Logger) (part, *dra.Driver, error) {
 	if api == nil {
-		return part{}, fmt.Errorf("--dra needs the API server (--kubeconfig, $KUBECONFIG or an in-cluster config) to publish ResourceSlices and read ResourceClaims")
+		return part{}, nil, fmt.Errorf("--dra needs the API server (--kubeconfig, $KUBECONFIG or an in-cluster config) to publish ResourceSlices and read ResourceClaims")
 	}
 	cdiDir := f.cdiDir
 	if cdiDir == "" {
@@ -146,7 +147,7 @@ func draPart(ctx context.Context, f *runFlags, backend gpu.Backend, node string,
 	}
 	w, err := cdi.NewWriter(cdi.Options{Dir: cdiDir, DevRoot: "/"})
 	if err != nil {
-		return part{}, err
+		return part{}, nil, err
 	}
 	state := f.dra.stateFile
 	if state == "" {
@@ -166,15 +167,15 @@ func draPart(ctx context.Context, f *runFlags, backend gpu.Backend, node string,
 	driver, err := dra.New(ctx, dra.Options{Backend: backend, NodeName: node, CDI: w, StateFile: state, Ledger: l, Health: health, PCIeRoot: root,
 		MPSRoot: mpsRoot, MPSRunner: mpsRunner, SharedGPUs: f.dra.sharedGPUs, Logger: log})
 	if err != nil {
-		return part{}, fmt.Errorf("starting the DRA driver: %w", err)
+		return part{}, nil, fmt.Errorf("starting the DRA driver: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(api)
 	if err != nil {
-		return part{}, fmt.Errorf("building the API client of the DRA driver: %w", err)
+		return part{}, nil, fmt.Errorf("building the API client of the DRA driver: %w", err)
 	}
 	serve := dra.ServeOptions{Client: client, RegistrarDir: f.dra.registrarDir, PluginDir: f.dra.pluginDir, DeviceUUID: devices.uuid}
 	if f.podResourcesSocket != "" {
 		serve.PodResources = metrics.NewSocketPodResources(f.podResourcesSocket)
 	}
-	return part{name: "dra", run: func(ctx context.Context) error { return driver.Serve(ctx, serve) }}, nil
+	return part{name: "dra", run: func(ctx context.Context) error { return driver.Serve(ctx, serve) }}, driver, nil
 }

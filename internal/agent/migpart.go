@@ -62,6 +62,9 @@ type migCluster struct {
 	// events, when set, records why a pod is evicted and the Node's
 	// state changes.
 	events record.EventRecorder
+	// dra, when the DRA driver runs, adds the pods holding prepared
+	// claims on a GPU to its pods.
+	dra *draLink
 
 	mu        sync.Mutex
 	label     string
@@ -177,7 +180,9 @@ func orNone(s []string) string {
 }
 
 // PodsOn implements mig.Cluster: the pods PodResources lists with devices
-// of the given GPUs, by the device IDs the device plugin serves.
+// of the given GPUs, by the device IDs the device plugin serves, and, with
+// the DRA driver on, the pods using claims prepared on them (and claims
+// still prepared that no pod uses).
 func (c *migCluster) PodsOn(ctx context.Context, gpus map[int]bool) ([]mig.Pod, error) {
 	type key struct{ resource, id string }
 	gpuOf := map[key]int{}
@@ -219,7 +224,7 @@ func (c *migCluster) PodsOn(ctx context.Context, gpus map[int]bool) ([]mig.Pod, 
 		sort.Ints(pod.GPUs)
 		out = append(out, pod)
 	}
-	return out, nil
+	return c.dra.migPodsOn(ctx, gpus, out)
 }
 
 // Evict implements mig.Cluster through the Eviction API, so that
@@ -493,9 +498,11 @@ func (g *migGate) Refresh(ctx context.Context) error {
 }
 
 // newMIGPart builds the MIG part: the reconciler over the node's GPUs,
-// its label and ConfigMap, PodResources and the device plugin's gate.
-func newMIGPart(hw mig.Hardware, c *migCluster, gate *migGate, strategy func() string, timeout time.Duration, log *slog.Logger) part {
-	r := &mig.Reconciler{HW: hw, Cluster: c, Devices: gate, Strategy: strategy, EvictionTimeout: timeout, Log: log}
+// its label and ConfigMap, PodResources and the device plugin's gate (and
+// the DRA driver's devices, through migDevices), with gpuplane-scheduler's
+// proposals as per-GPU overrides.
+func newMIGPart(hw mig.Hardware, c *migCluster, devices mig.Devices, strategy func() string, timeout time.Duration, log *slog.Logger) part {
+	r := &mig.Reconciler{HW: hw, Cluster: c, Devices: devices, Strategy: strategy, EvictionTimeout: timeout, Log: log}
 	proposals := &migProposals{node: c.node, client: c.client, trigger: c.trigger, log: log}
 	r.Overrides = proposals.overrides
 	return part{name: "mig", run: func(ctx context.Context) error {

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -402,6 +403,9 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		}
 		parts = append(parts, p)
 	}
+	// With the DRA driver on, the quarantine and the MIG part see the
+	// pods holding prepared claims on a GPU through link (set below).
+	link := newDRALink(backend, devices)
 	// The quarantine needs the API server: it taints, evicts and writes
 	// the Node's condition.
 	var quarantine *quarantinePart
@@ -412,6 +416,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	}
 	if quarantine != nil {
 		onResources = append(onResources, quarantine.setResources)
+		quarantine.pods.SetClaimPods(link.quarantinePods)
 		parts = append(parts, part{name: "quarantine", run: quarantine.run})
 	}
 	if f.migConfigMap != "" {
@@ -433,7 +438,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 				}
 				return nil
 			},
-			triggerOut: make(chan struct{}, 1)}
+			triggerOut: make(chan struct{}, 1), dra: link}
 		if mc.events, err = newEventRecorder(ctx, c, node); err != nil {
 			return err
 		}
@@ -445,7 +450,8 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 			}
 			return ""
 		}
-		parts = append(parts, newMIGPart(backend, mc, gate, strategy, f.migEvictTimeout, log.With("part", "mig")))
+		migLog := log.With("part", "mig")
+		parts = append(parts, newMIGPart(claimGuard{Hardware: backend, link: link}, mc, migDevices{gate: gate, link: link, log: migLog}, strategy, f.migEvictTimeout, migLog))
 	}
 	if sink != nil {
 		var interval *time.Duration
@@ -526,10 +532,15 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		l, devs := ledger.New(), &pluginDevices{}
 		plugin.Ledger = l
 		onResources = append(onResources, devs.set)
-		p, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, plugin.MPSRunner, log.With("part", "dra"))
+		p, driver, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, plugin.MPSRunner, log.With("part", "dra"))
 		if err != nil {
 			return err
 		}
+		claims, err := kubernetes.NewForConfig(apiConfig)
+		if err != nil {
+			return fmt.Errorf("building the API client that reads ResourceClaims: %w", err)
+		}
+		link.driver, link.ledger, link.client = driver, l, claims
 		parts = append(parts, p)
 	}
 	plugin.OnResources = func(rs []*sharing.Resource) {

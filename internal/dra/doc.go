@@ -27,6 +27,12 @@
 // MIG instances of prepared claims are checked. A device that is unhealthy
 // or that the device plugin gave a pod is tainted in the ResourceSlice.
 //
+// The agent's MIG reconciler changes GPU layouts under it (layout.go): the
+// driver names the claims and the MIG instances it holds on a GPU (the
+// latter are the claims', never the layout's), taints a GPU being
+// re-partitioned (gpu.gpuplane.io/mig-changing) and prepares nothing on
+// it, and reads the GPUs again afterwards (Refresh) to republish.
+//
 // It must not choose devices (the scheduler's allocation is the decision),
 // talk to NVML except through the gpu seam, or read the device plugin's
 // config itself: the agent hands it the backend, the ledger and a health

@@ -77,6 +77,11 @@ type Driver struct {
 	published string
 	// daemons are the claims' MPS control daemons.
 	daemons *daemons
+	// withdrawn are the GPUs whose MIG layout the agent is changing: their
+	// devices are tainted and no claim on them is prepared (Withdraw).
+	withdrawn map[int]bool
+	// republish receives when the inventory was rebuilt (Refresh).
+	republish chan struct{}
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -109,7 +114,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{o: o, log: o.Logger, state: state, created: map[int][]gpu.Placement{}, daemons: newDaemons()}
+	d := &Driver{o: o, log: o.Logger, state: state, created: map[int][]gpu.Placement{}, daemons: newDaemons(), withdrawn: map[int]bool{}, republish: make(chan struct{}, 1)}
 	if err := d.restore(ctx); err != nil {
 		d.Close()
 		return nil, err
@@ -406,6 +411,9 @@ func (d *Driver) plan(c *resourceapi.ResourceClaim) (*preparedClaim, []*apidra.D
 		if !ok {
 			return nil, nil, fmt.Errorf("request %s: device %s is not one of this node's (its ResourceSlice is out of date)", r.Request, r.Device)
 		}
+		if d.withdrawn[dev.gpu.Index] {
+			return nil, nil, fmt.Errorf("request %s: device %s: GPU %d is being re-partitioned (its MIG layout changes), so none of its devices is prepared until the ResourceSlice shows the new layout", r.Request, r.Device, dev.gpu.Index)
+		}
 		cfg, err := configFor(alloc.Devices.Config, r.Request)
 		if err != nil {
 			return nil, nil, fmt.Errorf("request %s: %w", r.Request, err)
@@ -626,6 +634,9 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 // taints are the device's taints now.
 func (d *Driver) taints(dev *device) []resourceapi.DeviceTaint {
 	var out []resourceapi.DeviceTaint
+	if d.withdrawn[dev.gpu.Index] {
+		out = append(out, resourceapi.DeviceTaint{Key: apidra.TaintMIGChanging, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+	}
 	if d.o.Health != nil {
 		uuids := []string{dev.gpu.UUID}
 		if dev.mig != nil && dev.mig.static != nil {

@@ -118,6 +118,13 @@ func (d *Driver) Serve(ctx context.Context, o ServeOptions) error {
 		case <-changes:
 		case <-ticker.C:
 			d.readPodResources(ctx, o)
+		case <-d.republish:
+			// The inventory was rebuilt: the devices changed, not only
+			// their taints.
+			if err := publish(true); err != nil {
+				return fmt.Errorf("publishing ResourceSlices: %w", err)
+			}
+			continue
 		}
 		if err := publish(false); err != nil {
 			return fmt.Errorf("publishing ResourceSlices: %w", err)

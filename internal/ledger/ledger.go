@@ -250,6 +250,24 @@ func (l *Ledger) claimOfLocked(uuid string) (string, bool) {
 	return "", false
 }
 
+// ClaimsOn lists the claims holding the GPU of gpuUUID whole or one of
+// its MIG devices, sorted: whoever changes that GPU's layout or resets it
+// must first have their pods gone.
+func (l *Ledger) ClaimsOn(gpuUUID string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	set := map[string]bool{}
+	if c, ok := l.claims[gpuUUID]; ok {
+		set[c] = true
+	}
+	for dev, g := range l.onGPU {
+		if g == gpuUUID {
+			set[l.claims[dev]] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
 // PluginHeld reports whether the device plugin gave the device to a pod.
 func (l *Ledger) PluginHeld(uuid string) bool {
 	l.mu.Lock()

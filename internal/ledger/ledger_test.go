@@ -140,3 +140,41 @@ func TestShares(t *testing.T) {
 		})
 	}
 }
+
+func TestClaimsOn(t *testing.T) {
+	l := New()
+	if err := l.Hold("whole", []Hold{{Device: "GPU-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Hold("mig1", []Hold{{Device: "MIG-1", GPU: "GPU-b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Hold("mig2", []Hold{{Device: "GPU-b/mig-0-1", GPU: "GPU-b"}, {Device: "MIG-3", GPU: "GPU-c"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, gpu string
+		want      []string
+	}{
+		{"a GPU held whole", "GPU-a", []string{"whole"}},
+		{"MIG devices of two claims, one not created yet", "GPU-b", []string{"mig1", "mig2"}},
+		{"one MIG device", "GPU-c", []string{"mig2"}},
+		{"a free GPU", "GPU-d", []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := l.ClaimsOn(tc.gpu)
+			if len(got) != len(tc.want) {
+				t.Fatalf("ClaimsOn(%s) = %v, want %v", tc.gpu, got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("ClaimsOn(%s) = %v, want %v", tc.gpu, got, tc.want)
+				}
+			}
+		})
+	}
+	l.ReleaseClaim("mig2")
+	if got := l.ClaimsOn("GPU-b"); len(got) != 1 || got[0] != "mig1" {
+		t.Errorf("after releasing mig2: %v", got)
+	}
+}

@@ -15,8 +15,12 @@
 //   - reconciles a node level-triggered (Reconciler): every pass starts
 //     from the hardware and the node's nvidia.com/mig.config label,
 //     validates before anything moves, withdraws the changing GPUs'
-//     devices, evicts their pods, applies, and has the new devices
-//     advertised, reporting pending, success or failed with a reason;
+//     devices, evicts their pods (those of the device plugin and those
+//     using DRA claims prepared on the GPUs, as the agent's Cluster finds
+//     them), applies, and has the new devices advertised, reporting
+//     pending, success or failed with a reason; a layout the hardware
+//     refused (rolled back) is not tried again until the config name or
+//     the ConfigMap's content changes;
 //   - takes per-GPU overrides of the label's config (Reconciler.Overrides:
 //     gpuplane-scheduler's gpuplane.io/mig-proposal on a node that follows
 //     demand) and applies each only while its GPU holds no pod, never

@@ -2,6 +2,7 @@ package mig
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,14 +29,25 @@ type Status struct {
 	GPUs []GPU
 }
 
-// Pod is a pod that holds devices of GPUs a plan changes.
+// Pod is a pod that holds devices of GPUs a plan changes: through the
+// device plugin, or through prepared DRA ResourceClaims (Claims). A Pod
+// with no Name is a claim still prepared on the GPUs that no pod uses any
+// more: there is nothing to evict, and the GPUs wait until the kubelet
+// unprepares it.
 type Pod struct {
 	Namespace, Name, UID string
 	// GPUs are the indices of the GPUs it holds devices of.
 	GPUs []int
+	// Claims are the ResourceClaims (in Namespace) by which it holds them.
+	Claims []string
 }
 
-func (p Pod) String() string { return p.Namespace + "/" + p.Name }
+func (p Pod) String() string {
+	if p.Name == "" {
+		return "ResourceClaim " + p.Namespace + "/" + strings.Join(p.Claims, ",") + " (no pod)"
+	}
+	return p.Namespace + "/" + p.Name
+}
 
 // ErrEvictionBlocked is wrapped by Cluster.Evict when the Eviction API
 // refuses, because a PodDisruptionBudget allows no disruption now.
@@ -89,6 +101,19 @@ type Reconciler struct {
 	// for it, and the pass is retried until it is idle.
 	Overrides func(ctx context.Context) (map[int]Layout, error)
 	Log       *slog.Logger
+
+	// refused are the layouts the hardware refused (rolled back), by GPU
+	// and layout, with why; they are for the config and ConfigMap content
+	// refusedFor names, and forgotten when either changes. Reconcile runs
+	// on one goroutine.
+	refused    map[refusal]string
+	refusedFor [sha256.Size]byte
+}
+
+// refusal is a layout one GPU refused.
+type refusal struct {
+	index  int
+	layout string
 }
 
 // Outcome is one pass's result.
@@ -153,6 +178,12 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 		return r.report(ctx, Outcome{Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGInvalidConfig,
 			Message: err.Error() + "; nothing was evicted and the GPUs keep their layout"}})
 	}
+	skipped := r.skipRefused(name, data, plan)
+	if len(plan.Changes) == 0 && len(skipped) > 0 {
+		r.Devices.Withdraw(nil)
+		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGRolledBack,
+			Message: strings.Join(skipped, "; ") + rolledBackFix}})
+	}
 	if len(plan.Changes) == 0 {
 		r.Devices.Withdraw(nil)
 		msg := fmt.Sprintf("GPUs %s are in config %s", indexList(gpusIndices(gpus)), name)
@@ -204,6 +235,7 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 		switch {
 		case errors.As(err, &rb):
 			rolledBack = true
+			r.refused[refusal{c.Index, c.To.String()}] = err.Error()
 		case errors.Is(err, ErrModePending):
 			pendingMode = true
 		}
@@ -216,21 +248,53 @@ func (r *Reconciler) Reconcile(ctx context.Context) Outcome {
 		failed = append(failed, "advertising the new devices: "+err.Error())
 	}
 	switch {
-	case len(failed) == 0 && len(waiting) > 0:
+	case len(failed) == 0 && len(skipped) == 0 && len(waiting) > 0:
 		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGProposalWaiting,
 			Message: describePlan(plan) + "; " + strings.Join(waiting, "; ") + " (nothing is evicted for a proposed layout)"}})
-	case len(failed) == 0:
+	case len(failed) == 0 && len(skipped) == 0:
 		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateSuccess, Reason: gpunode.ReasonMIGApplied,
 			Message: describePlan(plan) + "; other GPUs untouched"}})
+	case len(failed) == 0:
+		// Layouts refused before stay refused; proposals still waiting for
+		// an idle GPU are retried.
+		return r.report(ctx, Outcome{Plan: plan, Retry: len(waiting) > 0, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGRolledBack,
+			Message: describePlan(plan) + "; " + strings.Join(append(skipped, waiting...), "; ") + rolledBackFix}})
 	case rolledBack:
 		return r.report(ctx, Outcome{Plan: plan, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGRolledBack,
-			Message: strings.Join(failed, "; ") + ". Fix: choose a layout the GPU accepts (gpuplane-agent mig apply --simulate checks one)"}})
+			Message: strings.Join(append(failed, skipped...), "; ") + rolledBackFix}})
 	case pendingMode:
 		return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStatePending, Reason: gpunode.ReasonMIGModePending,
 			Message: strings.Join(failed, "; ") + ". Fix: stop the processes on the GPU or reset it (nvidia-smi -r -i <gpu>); the agent retries"}})
 	}
 	return r.report(ctx, Outcome{Plan: plan, Retry: true, Status: Status{Config: name, State: gpunode.MIGConfigStateFailed, Reason: gpunode.ReasonMIGApplyFailed,
 		Message: strings.Join(failed, "; ") + "; the agent retries"}})
+}
+
+// rolledBackFix ends the message of a rolled-back layout.
+const rolledBackFix = ". Fix: choose a layout the GPU accepts (gpuplane-agent mig apply --simulate checks one); the agent tries it again when the " +
+	gpunode.LabelMIGConfig + " label or the MIG ConfigMap changes"
+
+// skipRefused takes out of the plan the GPUs whose new layout the hardware
+// refused before, for the same config and ConfigMap content, and returns
+// why each was refused. A refused layout is not tried again on the
+// periodic pass: each try would withdraw the GPU and evict the pods that
+// landed on it since.
+func (r *Reconciler) skipRefused(name string, data []byte, plan *Plan) []string {
+	key := sha256.Sum256(append([]byte(name+"\x00"), data...))
+	if r.refused == nil || key != r.refusedFor {
+		r.refused, r.refusedFor = map[refusal]string{}, key
+	}
+	var skipped []string
+	kept := plan.Changes[:0:0]
+	for _, c := range plan.Changes {
+		if why, ok := r.refused[refusal{c.Index, c.To.String()}]; ok {
+			skipped = append(skipped, why+" (not tried again)")
+			continue
+		}
+		kept = append(kept, c)
+	}
+	plan.Changes = kept
+	return skipped
 }
 
 // evict evicts the pods on the changing GPUs and waits for them to go. It
@@ -262,13 +326,17 @@ func (r *Reconciler) evict(ctx context.Context, log *slog.Logger, name string, p
 		}
 		blocked = map[string]string{}
 		for _, p := range pods {
-			if evicted[p.UID] {
+			// Keyed by name and UID: pods whose UID is not known yet
+			// are told apart by name.
+			key := p.String() + "/" + p.UID
+			if p.Name == "" || evicted[key] {
+				// A claim no pod uses: the kubelet unprepares it.
 				continue
 			}
 			err := r.Cluster.Evict(ctx, p)
 			switch {
 			case err == nil:
-				evicted[p.UID] = true
+				evicted[key] = true
 				log.Info("evicted a pod to change its GPUs' MIG layout", "pod", p.String(), "gpus", p.GPUs)
 			case errors.Is(err, ErrEvictionBlocked):
 				blocked[p.String()] = err.Error()

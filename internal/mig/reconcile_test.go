@@ -253,6 +253,66 @@ func TestReconcileRollsBack(t *testing.T) {
 	if d.refreshed != 1 || len(d.withdrawn[len(d.withdrawn)-1]) != 0 {
 		t.Errorf("the old devices are not offered again: withdrawn %v, refreshed %d", d.withdrawn, d.refreshed)
 	}
+	if out.Retry {
+		t.Error("a refused layout is retried with back-off")
+	}
+
+	// A pod lands on GPU 3 again. The periodic pass, the label and the
+	// ConfigMap unchanged, must not withdraw GPU 3 or evict it.
+	c.pods = append(c.pods, mig.Pod{Namespace: "ml", Name: "late", UID: "uid-late", GPUs: []int{3}})
+	c.evicted, d.withdrawn = nil, nil
+	for pass := range 2 {
+		out := r.Reconcile(context.Background())
+		if out.Status.State != gpunode.MIGConfigStateFailed || out.Status.Reason != gpunode.ReasonMIGRolledBack || out.Retry {
+			t.Fatalf("pass %d: outcome %+v", pass, out.Status)
+		}
+		if !strings.Contains(out.Status.Message, "the driver refuses") || !strings.Contains(out.Status.Message, "not tried again") {
+			t.Errorf("pass %d: message %q", pass, out.Status.Message)
+		}
+	}
+	if len(c.evicted) != 0 {
+		t.Errorf("evicted %v for a layout refused before", c.evicted)
+	}
+	for _, w := range d.withdrawn {
+		if len(w) != 0 {
+			t.Errorf("withdrew %v for a layout refused before", w)
+		}
+	}
+
+	t.Run("tried again when the ConfigMap changes", func(t *testing.T) {
+		c.config = append(append([]byte{}, twoConfigs...), "# edited\n"...)
+		out := r.Reconcile(context.Background())
+		if out.Status.State != gpunode.MIGConfigStateSuccess {
+			t.Fatalf("outcome %+v", out.Status)
+		}
+		if len(c.evicted) != 1 || c.evicted[0] != "late" {
+			t.Errorf("evicted %v, want late", c.evicted)
+		}
+	})
+}
+
+func TestRefusedLayoutTriedAgainOnLabelChange(t *testing.T) {
+	b, c, d, r := partitioned(t)
+	c.name = "gpu3-big"
+	if err := b.FailCall(sim.OpCreateComputeInstance, 3, errors.New("injected: the driver refuses")); err != nil {
+		t.Fatal(err)
+	}
+	r.HW = &failOnce{Backend: b}
+	if out := r.Reconcile(context.Background()); out.Status.Reason != gpunode.ReasonMIGRolledBack {
+		t.Fatalf("outcome %+v", out.Status)
+	}
+	// Another label, then back: the refusal is forgotten.
+	c.name = "all-1g.10gb"
+	if out := r.Reconcile(context.Background()); out.Status.State != gpunode.MIGConfigStateSuccess {
+		t.Fatalf("outcome %+v", out.Status)
+	}
+	c.name, d.withdrawn = "gpu3-big", nil
+	if out := r.Reconcile(context.Background()); out.Status.State != gpunode.MIGConfigStateSuccess {
+		t.Fatalf("outcome %+v", out.Status)
+	}
+	if len(d.withdrawn) == 0 || fmt.Sprint(d.withdrawn[0]) != "[3]" {
+		t.Errorf("withdrawn %v: GPU 3 not tried again", d.withdrawn)
+	}
 }
 
 // failOnce clears the sim's injected fault after the first refusal, so
@@ -397,5 +457,32 @@ func TestRunRetriesAndFollowsTriggers(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReconcileWaitsForAClaimWithoutPod: a DRA claim still prepared on a
+// changing GPU that no pod uses has nothing to evict; the GPU keeps its
+// layout until the kubelet unprepares it.
+func TestReconcileWaitsForAClaimWithoutPod(t *testing.T) {
+	b, c, _, r := partitioned(t)
+	c.name = "gpu3-big"
+	c.pods = append(c.pods, mig.Pod{Namespace: "ml", Claims: []string{"dyn-claim"}, GPUs: []int{3}})
+	out := r.Reconcile(context.Background())
+	if out.Status.State != gpunode.MIGConfigStateFailed || out.Status.Reason != gpunode.ReasonMIGApplyFailed || !out.Retry {
+		t.Fatalf("outcome %+v", out.Status)
+	}
+	if !strings.Contains(out.Status.Message, "ResourceClaim ml/dyn-claim (no pod)") {
+		t.Errorf("message %q does not name the claim", out.Status.Message)
+	}
+	if len(c.evicted) != 1 || c.evicted[0] != "train-3" {
+		t.Errorf("evicted %v, want train-3 alone", c.evicted)
+	}
+	if devs, _ := b.Devices(context.Background()); len(devs[3].MIGDevices) != 7 {
+		t.Errorf("GPU 3 changed under a prepared claim")
+	}
+	// The kubelet unprepares it: the next pass applies.
+	c.pods = c.pods[:len(c.pods)-1]
+	if out := r.Reconcile(context.Background()); out.Status.State != gpunode.MIGConfigStateSuccess {
+		t.Fatalf("after the unprepare: %+v", out.Status)
 	}
 }

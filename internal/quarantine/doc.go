@@ -15,7 +15,9 @@
 //     scope gpu taints nothing, as the withdrawn devices already keep pods
 //     off that GPU and the node's other GPUs stay in use;
 //   - eviction, through the Eviction API, of only the pods the kubelet's
-//     PodResources API shows holding a device of that GPU;
+//     PodResources API shows holding a device of that GPU, and, with the
+//     DRA driver on, the pods using claims prepared on it
+//     (KubePods.SetClaimPods);
 //   - a reset through the hardware seam (gpu.Resetter) when the class
 //     calls for one;
 //   - revalidation: the GPU must answer and stay free of critical events

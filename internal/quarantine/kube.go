@@ -180,6 +180,7 @@ type KubePods struct {
 
 	mu        sync.Mutex
 	resources map[string]*sharing.Resource
+	claims    func(ctx context.Context, index int) ([]PodRef, error)
 }
 
 var _ Pods = (*KubePods)(nil)
@@ -203,10 +204,19 @@ func (k *KubePods) SetResources(rs []*sharing.Resource) {
 	k.mu.Unlock()
 }
 
+// SetClaimPods gives the pods that hold a GPU through prepared DRA
+// ResourceClaims (the node's DRA driver knows them, not the device
+// plugin's resources): OnGPU lists them too.
+func (k *KubePods) SetClaimPods(f func(ctx context.Context, index int) ([]PodRef, error)) {
+	k.mu.Lock()
+	k.claims = f
+	k.mu.Unlock()
+}
+
 // OnGPU implements Pods.
 func (k *KubePods) OnGPU(ctx context.Context, index int) ([]PodRef, error) {
 	k.mu.Lock()
-	resources := k.resources
+	resources, claims := k.resources, k.claims
 	k.mu.Unlock()
 	if resources == nil {
 		return nil, errors.New("the device plugin has not served its resources yet")
@@ -224,6 +234,18 @@ func (k *KubePods) OnGPU(ctx context.Context, index int) ([]PodRef, error) {
 			if k.uid != nil {
 				ref.UID, _ = k.uid(ref.Namespace, ref.Name)
 			}
+			out = append(out, ref)
+		}
+	}
+	if claims == nil {
+		return out, nil
+	}
+	byClaim, err := claims(ctx, index)
+	if err != nil {
+		return nil, fmt.Errorf("finding the pods using DRA claims on GPU %d: %w", index, err)
+	}
+	for _, ref := range byClaim {
+		if !slices.ContainsFunc(out, func(p PodRef) bool { return p.Namespace == ref.Namespace && p.Name == ref.Name }) {
 			out = append(out, ref)
 		}
 	}

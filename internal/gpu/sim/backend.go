@@ -60,7 +60,9 @@ type Backend struct {
 	closed bool
 	gpus   []*simGPU
 	faults map[faultKey]error
-	subs   map[*subscription]struct{}
+	// createFaults are FailCreate's faults, by call and GPU.
+	createFaults map[faultKey]*createFault
+	subs         map[*subscription]struct{}
 	// pids maps a running process to its GPU.
 	pids map[uint32]int
 }
@@ -107,11 +109,12 @@ func New(p *Profile, opts Options) (*Backend, error) {
 		clock: opts.Clock,
 		// The state file is written from the end of New on: creating the
 		// profile's MIG devices must not overwrite it before it is read.
-		opts:   withoutStateFile(opts),
-		log:    opts.Logger,
-		faults: map[faultKey]error{},
-		subs:   map[*subscription]struct{}{},
-		pids:   map[uint32]int{},
+		opts:         withoutStateFile(opts),
+		log:          opts.Logger,
+		faults:       map[faultKey]error{},
+		createFaults: map[faultKey]*createFault{},
+		subs:         map[*subscription]struct{}{},
+		pids:         map[uint32]int{},
 	}
 	if b.node == "" {
 		b.node = DefaultNodeName

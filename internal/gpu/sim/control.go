@@ -19,6 +19,9 @@ import (
 //	POST /recover?gpu=3             Recover
 //	POST /ecc?gpu=3&double=true     InjectECC
 //	POST /fail?op=ResetGPU&gpu=3    FailCall (message= sets the error text)
+//	POST /fail?op=CreateGPUInstance&gpu=3&profile=3g.40gb&times=1
+//	                                FailCreate: profile= and/or times=
+//	                                limit a MIG creation fault
 //	POST /clear                     ClearFaults
 //
 // A GET of / lists them. Bad arguments answer 400 naming the argument; a
@@ -79,13 +82,21 @@ func (b *Backend) ControlHandler() http.Handler {
 	})
 	post("/fail", func(q *controlQuery) error {
 		index := q.int("gpu", -1, maxControlGPU)
-		op := Op(q.r.URL.Query().Get("op"))
+		args := q.r.URL.Query()
+		op := Op(args.Get("op"))
 		var err error
-		if msg := q.r.URL.Query().Get("message"); msg != "" {
+		if msg := args.Get("message"); msg != "" {
 			err = errors.New(truncateControl(msg))
+		}
+		profile, times := truncateControl(args.Get("profile")), 0
+		if args.Has("times") {
+			times = q.int("times", 1, 1<<16)
 		}
 		if q.err != nil {
 			return nil
+		}
+		if profile != "" || times > 0 {
+			return b.FailCreate(op, index, profile, times, err)
 		}
 		return b.FailCall(op, index, err)
 	})
@@ -104,6 +115,10 @@ func (b *Backend) ControlHandler() http.Handler {
   /recover?gpu=N                 a lost GPU answers again
   /ecc?gpu=N[&double=true]       an ECC error
   /fail?op=OP&gpu=N[&message=M]  calls of OP on the GPU fail; OP is one of %s
+  /fail?op=CreateGPUInstance&gpu=N[&profile=P][&times=T][&message=M]
+                                 only creating MIG instances of profile P
+                                 (or the next T creations) fails
+                                 (also op=CreateComputeInstance)
   /clear                         every /fail is cleared
 `, b.Name(), strings.Join(ops, ", "))
 	})

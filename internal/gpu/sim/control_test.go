@@ -44,6 +44,11 @@ func TestControlHandler(t *testing.T) {
 		{"xid on a GPU the node lacks", "/xid?gpu=8&xid=79", 404, "not found"},
 		{"fail reset", "/fail?op=ResetGPU&gpu=3&message=stuck", 200, "ok"},
 		{"fail an unknown call", "/fail?op=Explode&gpu=3", 409, `unknown call "Explode"`},
+		{"fail creating one profile", "/fail?op=CreateGPUInstance&gpu=2&profile=3g.40gb&message=refused", 200, "ok"},
+		{"fail the next creation", "/fail?op=CreateComputeInstance&gpu=2&times=1", 200, "ok"},
+		{"fail creating an unknown profile", "/fail?op=CreateGPUInstance&gpu=2&profile=9g.1tb", 404, `profile "9g.1tb"`},
+		{"times on a call that is no creation", "/fail?op=ResetGPU&gpu=2&times=2", 409, "want CreateGPUInstance or CreateComputeInstance"},
+		{"times zero", "/fail?op=CreateGPUInstance&gpu=2&times=0", 400, "times: want a whole number from 1"},
 		{"lose", "/lose?gpu=5", 200, "ok"},
 	}
 	for _, tc := range tests {

@@ -108,12 +108,69 @@ func (b *Backend) FailCall(op Op, index int, err error) error {
 	return nil
 }
 
-// ClearFaults removes every fault injected by FailCall and ends event
+// createFault is a FailCreate fault.
+type createFault struct {
+	profile string
+	left    int
+	err     error
+}
+
+// FailCreate makes creating MIG instances on the GPU at index fail with
+// err (ErrInjected when nil), as a driver that refuses a layout does: op
+// is OpCreateGPUInstance or OpCreateComputeInstance; profile, when not
+// empty, limits the fault to instances of that GPU instance profile
+// ("3g.40gb"); times, when above zero, to the next that many such calls,
+// after which creating works again. Unlike FailCall, every other call
+// (and a roll-back to another layout) works. Until ClearFaults.
+func (b *Backend) FailCreate(op Op, index int, profile string, times int, err error) error {
+	if op != OpCreateGPUInstance && op != OpCreateComputeInstance {
+		return fmt.Errorf("injecting a failure: call %q: want %s or %s", op, OpCreateGPUInstance, OpCreateComputeInstance)
+	}
+	if times < 0 {
+		return fmt.Errorf("injecting a failure into %s: times: want 0 (every call) or more, got %d", op, times)
+	}
+	if err == nil {
+		err = ErrInjected
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return gpu.ErrClosed
+	}
+	if index < 0 || index >= len(b.gpus) {
+		return fmt.Errorf("injecting a failure into %s: gpu %d: %w (node has %d GPUs)", op, index, gpu.ErrNotFound, len(b.gpus))
+	}
+	if profile != "" && b.gpus[index].mig.profile(profile) == nil {
+		return fmt.Errorf("injecting a failure into %s: profile %q: %w (GPU %d offers %s)", op, profile, gpu.ErrNotFound, index, b.gpus[index].mig.profileNames())
+	}
+	b.createFaults[faultKey{op, index}] = &createFault{profile: profile, left: times, err: err}
+	b.log.Info("simulated MIG creation will fail", "op", string(op), "gpu", index, "profile", profile, "times", times, "err", err)
+	return nil
+}
+
+// createFaultLocked is the error a FailCreate fault gives a call creating
+// an instance of the GPU instance profile, counting it down.
+func (b *Backend) createFaultLocked(op Op, index int, profile string) error {
+	key := faultKey{op, index}
+	f := b.createFaults[key]
+	if f == nil || (f.profile != "" && f.profile != profile) {
+		return nil
+	}
+	if f.left > 0 {
+		if f.left--; f.left == 0 {
+			delete(b.createFaults, key)
+		}
+	}
+	return fmt.Errorf("gpu %d (%s): %s %s: %w", index, b.gpus[index].uuid, op.doing(), profile, f.err)
+}
+
+// ClearFaults removes every fault injected by FailCall and FailCreate and ends event
 // waits made to fail by FailEventWait. Lost GPUs stay lost until Recover.
 func (b *Backend) ClearFaults() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	clear(b.faults)
+	clear(b.createFaults)
 	for s := range b.subs {
 		s.clearWaitFailures()
 	}

@@ -466,3 +466,82 @@ func TestResetGPU(t *testing.T) {
 		}
 	})
 }
+
+func TestFailCreate(t *testing.T) {
+	ctx := context.Background()
+	refused := errors.New("the driver refuses")
+	create := func(b *Backend, index int, profile string) error {
+		gi, err := b.CreateGPUInstance(ctx, index, profile, nil)
+		if err != nil {
+			return err
+		}
+		_, err = b.CreateComputeInstance(ctx, index, gi.ID, "")
+		return err
+	}
+	for _, tc := range []struct {
+		name    string
+		op      Op
+		profile string
+		times   int
+		// steps are profiles created in order on GPU 2, and whether each
+		// fails.
+		steps []string
+		fails []bool
+	}{
+		{"one profile, every time", OpCreateGPUInstance, "3g.40gb", 0,
+			[]string{"3g.40gb", "1g.10gb", "3g.40gb"}, []bool{true, false, true}},
+		{"the next call, any profile", OpCreateGPUInstance, "", 1,
+			[]string{"1g.10gb", "1g.10gb"}, []bool{true, false}},
+		{"the next two compute instances of a profile", OpCreateComputeInstance, "1g.10gb", 2,
+			[]string{"3g.40gb", "1g.10gb", "1g.10gb"}, []bool{false, true, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, _ := newTestBackend(t, "dgxh100")
+			if err := b.SetMIGMode(ctx, 2, true); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.FailCreate(tc.op, 2, tc.profile, tc.times, refused); err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range tc.steps {
+				err := create(b, 2, p)
+				if got := errors.Is(err, refused); got != tc.fails[i] {
+					t.Errorf("step %d (%s): %v, want failing %v", i, p, err, tc.fails[i])
+				}
+			}
+			// Other GPUs and other calls are untouched.
+			if err := b.SetMIGMode(ctx, 3, true); err != nil {
+				t.Fatal(err)
+			}
+			if err := create(b, 3, "3g.40gb"); err != nil {
+				t.Errorf("GPU 3: %v", err)
+			}
+			if _, err := b.GPUInstances(ctx, 2); err != nil {
+				t.Errorf("GPUInstances on GPU 2: %v", err)
+			}
+			b.ClearFaults()
+			if err := create(b, 2, "1g.10gb"); err != nil {
+				t.Errorf("after ClearFaults: %v", err)
+			}
+		})
+	}
+	t.Run("bad arguments", func(t *testing.T) {
+		b, _ := newTestBackend(t, "dgxh100")
+		for _, tc := range []struct {
+			op      Op
+			index   int
+			profile string
+			times   int
+			want    string
+		}{
+			{OpSetMIGMode, 0, "", 1, "want CreateGPUInstance or CreateComputeInstance"},
+			{OpCreateGPUInstance, 9, "", 1, "gpu 9"},
+			{OpCreateGPUInstance, 0, "2g.7gb", 0, `profile "2g.7gb"`},
+			{OpCreateGPUInstance, 0, "", -1, "times: want 0"},
+		} {
+			if err := b.FailCreate(tc.op, tc.index, tc.profile, tc.times, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("FailCreate(%s, %d, %q, %d) = %v, want %q", tc.op, tc.index, tc.profile, tc.times, err, tc.want)
+			}
+		}
+	})
+}

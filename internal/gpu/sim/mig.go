@@ -274,6 +274,9 @@ func (b *Backend) CreateGPUInstance(_ context.Context, index int, profile string
 	if p == nil {
 		return fail(gpu.ErrNotFound, "no such profile (the GPU offers %s)", s.profileNames())
 	}
+	if err := b.createFaultLocked(OpCreateGPUInstance, index, p.Name); err != nil {
+		return gpu.GPUInstance{}, err
+	}
 	count, slices := 0, 0
 	for _, gi := range s.gis {
 		slices += gi.prof.SliceCount
@@ -370,6 +373,9 @@ func (b *Backend) CreateComputeInstance(_ context.Context, index, gpuInstanceID 
 	}
 	if gi == nil {
 		return fail(gpu.ErrNotFound, "no such GPU instance")
+	}
+	if err := b.createFaultLocked(OpCreateComputeInstance, index, gi.prof.Name); err != nil {
+		return gpu.ComputeInstance{}, err
 	}
 	var cp *ciProfile
 	names := make([]string, 0, len(gi.prof.cis))

@@ -74,10 +74,10 @@ func installClasses(t *testing.T) {
 }
 
 // node starts a simulated node whose agent runs the device plugin and the
-// DRA driver, and waits for its ResourceSlices.
-func node(t *testing.T, name string) *nodesim.Simulator {
+// DRA driver (with extra agent flags), and waits for its ResourceSlices.
+func node(t *testing.T, name string, extra ...string) *nodesim.Simulator {
 	t.Helper()
-	return nodeWith(t, name, nodeOptions{})
+	return nodeWith(t, name, nodeOptions{args: extra})
 }
 
 // nodeOptions vary a simulated node: the agent's extra flags, and whether

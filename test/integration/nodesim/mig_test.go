@@ -59,12 +59,18 @@ const mig3g = "nvidia.com/mig-3g.40gb"
 // the node's nvidia.com/mig.config label and a ConfigMap in ns.
 func migNode(t testing.TB, name, ns string, extra ...string) *nodesim.Simulator {
 	t.Helper()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mig-parted-config"}, Data: map[string]string{"config.yaml": migConfig}}
+	return migNodeOf(t, "dgxh100", migConfig, name, ns, extra...)
+}
+
+// migNodeOf is migNode on another simulated model, with its own config.
+func migNodeOf(t testing.TB, profile, config, name, ns string, extra ...string) *nodesim.Simulator {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mig-parted-config"}, Data: map[string]string{"config.yaml": config}}
 	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"--mig-strategy", "mixed", "--mig-config-map", ns + "/mig-parted-config", "--mig-eviction-timeout", "3s"}, extra...)
-	return startNode(t, name, "dgxh100", "", env.ControlPlane.Kubeconfig(), args...)
+	return startNode(t, name, profile, "", env.ControlPlane.Kubeconfig(), args...)
 }
 
 func labelMIG(t testing.TB, node, config string) {
