@@ -53,6 +53,9 @@ type podClaims struct {
 	shared []*resourceapi.ResourceClaim
 	node   string
 	set    *deviceSet
+	// ext, when not nil, says the claim is the one made for the pod's
+	// extended resources (draext.go).
+	ext *extClaim
 }
 
 // claimSpecKey is a claim's device requests and constraints, which decide
