@@ -143,22 +143,21 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		pc.alloc = []*resourceapi.ResourceClaim{extClaimFor(p, reqs)}
 	}
 	base := b.deviceSet(c, []claimSpecKey{{Requests: pc.alloc[0].Spec.Devices.Requests}})
-	if base.err != "" {
-		return nil, badInput(base.errCode, "%s through DeviceClass %s: %s", res, class.Name, base.err)
-	}
-	if base.migSlices > 0 {
+	switch {
+	case base.err != "" && ext.created != nil:
+		return nil, badInput(base.errCode, "ResourceClaim %s (its extended resources): %s", claimKey(ext.created), base.err)
+	case base.err != "", base.migSlices > 0, base.count != r.GPUs:
+		// A class whose selectors fail, that selects MIG devices, or
+		// requests that sum to more than the pod's GPUs (init
+		// containers asking for more than the others): the device
+		// plugin alone serves the pod, as before the mapping.
+		b.log.V(2).Info("extended resource served by the device plugin only", "pod", pi.key, "deviceClass", class.Name, "reason", base.err, "claimDevices", base.count, "gpus", r.GPUs)
 		return nil, nil
 	}
-	set := base
+	pc.set = base
 	if ext.created == nil {
-		set = b.extSet(base, res)
+		pc.set = b.extSet(base, res)
 	}
-	if set.count != r.GPUs {
-		// Init containers asking for more than the others: the claim
-		// asks for what kube-scheduler's would, the core for the pod's.
-		return nil, badInput("UnsupportedClaim", "the pod asks for %d %s but its containers' claim requests sum to %d: gpuplane-scheduler places such pods only through the device plugin", r.GPUs, res, set.count)
-	}
-	pc.set = set
 	return pc, nil
 }
 

@@ -33,7 +33,9 @@ func TestExtendedResourcePlacement(t *testing.T) {
 		// device-plugin nodes (nvidia.com/gpu in allocatable), with GPUs.
 		dra, dp map[string]int
 		mapped  bool
-		gpus    string
+		// broken gives the class a selector that fails on the devices.
+		broken bool
+		gpus   string
 		// wantClaim is "node devices" of the claim written, "" for none.
 		wantClaim string
 		wantBind  string
@@ -44,6 +46,8 @@ func TestExtendedResourcePlacement(t *testing.T) {
 			wantBind: "ns/p b 0,1"},
 		{name: "unmapped resource never goes to a DRA-only node", dra: map[string]int{"a": 4}, gpus: "2"},
 		{name: "too many for the DRA-only node", dra: map[string]int{"a": 4}, mapped: true, gpus: "5"},
+		{name: "a class whose selector fails leaves the device plugin", dra: map[string]int{"a": 4}, dp: map[string]int{"b": 4}, mapped: true, broken: true, gpus: "2",
+			wantBind: "ns/p b 0,1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,7 +63,12 @@ func TestExtendedResourcePlacement(t *testing.T) {
 				f.cache.upsertSlice(gpuSlice(n, g, "H100"))
 			}
 			if tc.mapped {
-				f.cache.upsertClass(mappedClass("gpu.gpuplane.io"))
+				dc := mappedClass("gpu.gpuplane.io")
+				if tc.broken {
+					dc.Spec.Selectors = append(dc.Spec.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+						Expression: `device.attributes["gpu.gpuplane.io"].nosuch == "x"`}})
+				}
+				f.cache.upsertClass(dc)
 			} else {
 				f.cache.upsertClass(gpuClass("gpu.gpuplane.io"))
 			}
