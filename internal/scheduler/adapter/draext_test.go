@@ -1,15 +1,20 @@
 package adapter
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
 
 // mappedClass is gpuClass mapping nvidia.com/gpu (spec.extendedResourceName).
@@ -136,7 +141,11 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	cl := w.claim.DeepCopy()
 	cl.Name, cl.UID = "p0-extended-resources-x1", "claim-uid"
 	cl.Finalizers = []string{resourceapi.Finalizer}
-	cl.Status.Allocation = w.alloc
+	// Not the lowest GPUs, so that only the claim says which it holds.
+	cl.Status.Allocation = w.alloc.DeepCopy()
+	for i := range cl.Status.Allocation.Devices.Results {
+		cl.Status.Allocation.Devices.Results[i].Device = fmt.Sprint("gpu-", i+1)
+	}
 	cl.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p0", UID: "uid-p0"}}
 	f.cache.upsertClaim(cl)
 	f.cache.mu.Lock()
@@ -149,6 +158,18 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	p.Spec.NodeName = "a"
 	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: cl.Name, RequestMappings: w.ext.mappings}
 	f.cache.upsertPod(p)
+	in := f.cache.snapshot(newBuilder(v1alpha1.SchedulerName, -1, logr.Discard()), newRefusals(), f.now)
+	var got []int
+	for _, a := range in.snap.RunningByNode[0] {
+		if a.Pod == "ns/p0" {
+			for _, g := range a.GPUs {
+				got = append(got, g.Index)
+			}
+		}
+	}
+	if !slices.Equal(got, []int{1, 2, 3}) {
+		t.Errorf("p0 holds GPUs %v in the snapshot, want its claim's 1,2,3", got)
+	}
 	f.cycle()
 	if len(f.api.claimWrites) != 1 {
 		t.Fatalf("claim writes %v, want none for p1: p0's claim holds 3 of the node's 4 GPUs", f.api.claims)
@@ -160,7 +181,7 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 		t.Fatalf("claim writes %v, want p2's", f.api.claims)
 	}
 	held := map[string]bool{}
-	for _, r := range w.alloc.Devices.Results {
+	for _, r := range cl.Status.Allocation.Devices.Results {
 		held[r.Device] = true
 	}
 	if d := f.api.claimWrites[1].alloc.Devices.Results[0].Device; held[d] {
