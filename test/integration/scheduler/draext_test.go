@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -113,23 +114,50 @@ func TestDRAExtendedResourceOnDRAOnlyNode(t *testing.T) {
 		}
 		return true, nil
 	})
-	// Three more GPUs do not fit the two left: the pod waits, and no
-	// claim of it stays.
-	c.create(c.pod("three").Label("app", "ext-big").GPUs(3))
-	c.waitCondition("three", corev1.PodReasonUnschedulable, "", 60*time.Second)
-	p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, "three", metav1.GetOptions{})
+	// A gang of two one-GPU pods: each member's claim is written before
+	// the gang's placement is committed and any member bound.
+	c.podGroup("g", 2, "")
+	c.create(c.pod("g-0").Label(v1alpha1.PodGroupLabel, "g").GPUs(1), c.pod("g-1").Label(v1alpha1.PodGroupLabel, "g").GPUs(1))
+	c.waitBound(v1alpha1.PodGroupLabel+"=g", 2, 120*time.Second)
+	framework.Eventually(t, 60*time.Second, "each gang member's claim allocated one device and named in its status", func(ctx context.Context) (bool, error) {
+		ps, err := c.pods(ctx, v1alpha1.PodGroupLabel+"=g")
+		if err != nil {
+			return false, err
+		}
+		for name, p := range ps {
+			claims, err := c.extClaimsOf(ctx, p)
+			if err != nil {
+				return false, err
+			}
+			if len(claims) != 1 || claims[0].Status.Allocation == nil || len(claims[0].Status.Allocation.Devices.Results) != 1 {
+				return false, fmt.Errorf("pod %s has %d extended-resource claims, want 1 allocated one device", name, len(claims))
+			}
+			if st := p.Status.ExtendedResourceClaimStatus; st == nil || st.ResourceClaimName != claims[0].Name {
+				return false, fmt.Errorf("pod %s status.extendedResourceClaimStatus %+v, want claim %s", name, st, claims[0].Name)
+			}
+		}
+		if _, err := c.checkClaims(ctx); err != nil {
+			return false, err
+		}
+		return true, nil
+	})
+	// One more GPU does not fit the node, all four held by claims: the
+	// pod waits, and no claim of it stays.
+	c.create(c.pod("extra").Label("app", "ext-big").GPUs(1))
+	c.waitCondition("extra", corev1.PodReasonUnschedulable, "", 60*time.Second)
+	p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, "extra", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Spec.NodeName != "" {
-		t.Fatalf("pod three bound to %s", p.Spec.NodeName)
+		t.Fatalf("pod extra bound to %s", p.Spec.NodeName)
 	}
 	claims, err := c.extClaimsOf(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(claims) != 0 {
-		t.Errorf("pod three that does not fit left claim %s", claims[0].Name)
+		t.Errorf("pod extra that does not fit left claim %s", claims[0].Name)
 	}
 	if _, err := c.checkClaims(ctx); err != nil {
 		t.Error(err)
