@@ -114,6 +114,17 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 	if class == nil || len(p.Spec.Containers) == 0 {
 		return nil, nil
 	}
+	_, made := c.dra.extByPod[p.UID]
+	b.resetSets(c)
+	if m, ok := b.extSets[pi.key]; ok && m.pod == p && !made {
+		// The same pod object, slices, classes and nodes: the same claim
+		// and set; only what the writer fills in is new.
+		if m.set == nil {
+			return nil, nil
+		}
+		return &podClaims{alloc: []*resourceapi.ResourceClaim{m.claim}, set: m.set,
+			ext: &extClaim{resource: res, mappings: m.mappings}}, nil
+	}
 	reqs, mappings := extendedRequests(p, res, class.Name)
 	if len(reqs) == 0 {
 		return nil, nil
@@ -152,13 +163,38 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		// containers asking for more than the others): the device
 		// plugin alone serves the pod, as before the mapping.
 		b.log.V(2).Info("extended resource served by the device plugin only", "pod", pi.key, "deviceClass", class.Name, "reason", base.err, "claimDevices", base.count, "gpus", r.GPUs)
+		if ext.created == nil {
+			b.memoExt(pi, extMemo{pod: p})
+		}
 		return nil, nil
 	}
 	pc.set = base
 	if ext.created == nil {
 		pc.set = b.extSet(base, res)
+		b.memoExt(pi, extMemo{pod: p, claim: pc.alloc[0], mappings: mappings, set: pc.set})
 	}
 	return pc, nil
+}
+
+// extMemo is a pending pod's extended-resource claim not made yet, its
+// request mappings and its device set (nil: the device plugin alone
+// serves the pod), while the pod object, slices, classes and nodes stay
+// the same. Nothing in it is written after it is made.
+type extMemo struct {
+	pod      *corev1.Pod
+	claim    *resourceapi.ResourceClaim
+	mappings []corev1.ContainerExtendedResourceRequest
+	set      *deviceSet
+}
+
+// maxExtSets bounds the pods whose extended-resource claims are kept.
+const maxExtSets = 1 << 17
+
+func (b *builder) memoExt(pi *podInfo, m extMemo) {
+	if len(b.extSets) >= maxExtSets {
+		clear(b.extSets)
+	}
+	b.extSets[pi.key] = m
 }
 
 // extSet is a device set made for an extended resource: on every node

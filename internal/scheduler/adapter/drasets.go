@@ -200,6 +200,7 @@ func (b *builder) resetSets(c *clusterCache) {
 	if b.draVersion != c.dra.version || b.draNodes != b.nodesVersion || b.draSets == nil {
 		b.draSets = map[string]*deviceSet{}
 		b.claimSets = map[string]claimSetMemo{}
+		b.extSets = map[string]extMemo{}
 		b.draVersion, b.draNodes = c.dra.version, b.nodesVersion
 	}
 }

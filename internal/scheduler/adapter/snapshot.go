@@ -127,8 +127,11 @@ type builder struct {
 	// The device sets of the claims of pending pods (drasets.go), kept
 	// while slices, classes and nodes stay the same, and the sets the
 	// last model nodes were given.
-	draSets    map[string]*deviceSet
-	claimSets  map[string]claimSetMemo
+	draSets   map[string]*deviceSet
+	claimSets map[string]claimSetMemo
+	// extSets memoizes, by pending pod object, its extended-resource
+	// claim not made yet and the claim's device set (draext.go).
+	extSets    map[string]extMemo
 	draVersion int
 	draNodes   int
 	nextSet    int
