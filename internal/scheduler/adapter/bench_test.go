@@ -19,28 +19,41 @@ import (
 // on 1,000 nodes x 8 GPUs with 4,000 running and 4,000 pending single-GPU
 // pods. The pending pods are placed afresh every iteration (the worst
 // case: a scheduler that just started with a backlog).
+//
+// mapped=true adds a DeviceClass that maps nvidia.com/gpu
+// (spec.extendedResourceName, as the chart installs it), so every pending
+// pod also gets the device set of its extended-resource claim (draext.go);
+// mapped=false is the same cluster without it.
 func BenchmarkSnapshotAndCycle(b *testing.B) {
-	c := newClusterCache("gpuplane-scheduler")
-	for i := range 1000 {
-		c.upsertNode(testNode(fmt.Sprintf("n%04d", i), rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "1Ti"), nil, nil))
-	}
-	for i := range 8000 {
-		p := testPod("bench", fmt.Sprintf("p%05d", i), rl("nvidia.com/gpu", "1"))
-		if i < 4000 {
-			p.Spec.NodeName = fmt.Sprintf("n%04d", i/4)
-		}
-		c.upsertPod(p)
-	}
-	bld := newBuilder("gpuplane-scheduler", 64, logr.Discard())
-	core, err := scheduler.New(scheduler.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		in := c.snapshot(bld, newRefusals(), time.Unix(0, 0))
-		if _, err := core.Cycle(&in.snap); err != nil {
-			b.Fatal(err)
-		}
+	for _, mapped := range []bool{false, true} {
+		b.Run(fmt.Sprintf("mapped=%t", mapped), func(b *testing.B) {
+			c := newClusterCache("gpuplane-scheduler")
+			for i := range 1000 {
+				c.upsertNode(testNode(fmt.Sprintf("n%04d", i), rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "1Ti"), nil, nil))
+			}
+			if mapped {
+				c.upsertClass(mappedClass("gpu.gpuplane.io"))
+			}
+			for i := range 8000 {
+				p := testPod("bench", fmt.Sprintf("p%05d", i), rl("nvidia.com/gpu", "1"))
+				p.UID = types.UID(p.Name)
+				if i < 4000 {
+					p.Spec.NodeName = fmt.Sprintf("n%04d", i/4)
+				}
+				c.upsertPod(p)
+			}
+			bld := newBuilder("gpuplane-scheduler", 64, logr.Discard())
+			core, err := scheduler.New(scheduler.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				in := c.snapshot(bld, newRefusals(), time.Unix(0, 0))
+				if _, err := core.Cycle(&in.snap); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -246,7 +246,9 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 		for i := range tasks {
 			t := &tasks[i]
 			pc := in.claims[podKey(t.pod)]
-			if pc == nil {
+			if pc == nil || pc.ext != nil && pc.ext.created == nil && b.cache.nodeAdvertises(t.node, pc.ext.resource) {
+				// No claims, or extended resources the chosen node's
+				// device plugin serves.
 				continue
 			}
 			writes, shares, err := b.cache.allocateClaims(ctx, t.node, t.shares, t.pod, pc)
@@ -258,6 +260,11 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 				b.status.podCondition(t.pod, "ClaimAllocationFailed", err.Error())
 				ok = false
 				break
+			}
+			if pc.ext != nil {
+				for w := range writes {
+					writes[w].ext = pc.ext
+				}
 			}
 			t.claims, t.shares = writes, shares
 			t.done = b.bindDone(t.pod, t.node, writes)

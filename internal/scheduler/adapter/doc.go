@@ -88,6 +88,32 @@
 // asks for consumable capacity is a share of one GPU to the core
 // (dracapacity.go), and an allocated share counts what it consumed.
 //
+// Extended resources served through DRA (draext.go). A pending pod that
+// asks for nvidia.com/gpu and names no claim, while a DeviceClass maps the
+// resource (spec.extendedResourceName; the newest such class, as
+// kube-scheduler picks), is given to the core with one request: that many
+// whole GPUs of a device set that is, per node, every device-plugin GPU
+// where the node's allocatable lists the resource and the class's devices
+// elsewhere (the node-dependent eligibility is the set's per-node mask;
+// the core is unchanged). The claim kube-scheduler's DRAExtendedResource
+// contract describes (generateName <pod>-extended-resources-, controlled
+// by the pod, the extended-resource-claim annotation, a request
+// container-<i>-request-<j> per container) is kept in the cache until
+// the binder needs it, its allocation in flight under a key of the pod's
+// UID. The binder binds the pod as any device-plugin pod when the chosen
+// node advertises the resource; otherwise the writer makes the claim,
+// writes finalizer, allocation and reservation, patches the pod's
+// status.extendedResourceClaimStatus and binds, and deletes the claim if
+// any step or the bind fails. A claim found for the pod (by controller
+// and annotation) is the pod's claim from then on: allocated, it pins the
+// pod to its node. A bound pod holding such a claim counts the claim's
+// devices in place of its request's GPUs. Pending pods asking for
+// nvidia.com/gpu keep their containers in the cache (transform.go) so the
+// requests can be named. A class whose selectors fail, one that selects
+// MIG devices, or requests that sum to more than the pod's GPUs leave the
+// pod to the device plugin's nodes; nvidia.com/mig-<profile> is not
+// served through a claim.
+//
 // What it says of waiting groups and queues it renders from the core's
 // decisions (model.Unplaced, model.QueueStatus): it asks the core to
 // explain a bounded number of groups per cycle and words the answer, never

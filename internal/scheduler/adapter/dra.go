@@ -53,6 +53,9 @@ type draCache struct {
 	// inflight are the allocations and reservations this scheduler
 	// computed and is writing, by claim.
 	inflight map[string]*inflightClaim
+	// extByPod indexes the extended-resource claims by the pod that
+	// controls them (draext.go).
+	extByPod map[types.UID]string
 	// version is bumped when slices or classes change: which devices a
 	// claim's selectors pick may then differ.
 	version int
@@ -81,7 +84,7 @@ type consumer struct {
 func newDRACache() *draCache {
 	return &draCache{slices: map[string]*resourceapi.ResourceSlice{}, byNode: map[string]map[string]*resourceapi.ResourceSlice{}, classes: map[string]*resourceapi.DeviceClass{},
 		claims: map[string]*resourceapi.ResourceClaim{}, claimNode: map[string]string{}, onNode: map[string]map[string]bool{},
-		inflight: map[string]*inflightClaim{}, cel: dracel.NewCache(celCacheSize, dracel.Features{EnableConsumableCapacity: true})}
+		inflight: map[string]*inflightClaim{}, extByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, dracel.Features{EnableConsumableCapacity: true})}
 }
 
 func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
@@ -158,6 +161,16 @@ func (c *clusterCache) upsertClaim(cl *resourceapi.ResourceClaim) {
 	if f := c.dra.inflight[key]; f != nil && cl.Status.Allocation != nil && reservedAll(cl, f.pods) {
 		delete(c.dra.inflight, key)
 	}
+	if uid, ok := isExtClaim(cl); ok {
+		c.dra.extByPod[uid] = key
+		// The allocation made in flight before the claim existed is the
+		// claim's once the informer shows it allocated and reserved.
+		mem := extClaimMemKey(cl.Namespace, uid)
+		if f := c.dra.inflight[mem]; f != nil && cl.Status.Allocation != nil && reservedAll(cl, f.pods) {
+			delete(c.dra.inflight, mem)
+			c.placeClaim(mem)
+		}
+	}
 	c.placeClaim(key)
 	c.poke()
 }
@@ -168,6 +181,9 @@ func (c *clusterCache) deleteClaim(cl *resourceapi.ResourceClaim) {
 	key := claimKey(cl)
 	delete(c.dra.claims, key)
 	delete(c.dra.inflight, key)
+	if uid, ok := isExtClaim(cl); ok && c.dra.extByPod[uid] == key {
+		delete(c.dra.extByPod, uid)
+	}
 	c.placeClaim(key)
 	c.poke()
 }

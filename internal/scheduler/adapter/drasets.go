@@ -57,6 +57,9 @@ type podClaims struct {
 	shared []*resourceapi.ResourceClaim
 	node   string
 	set    *deviceSet
+	// ext, when not nil, says the claim is the one made for the pod's
+	// extended resources (draext.go).
+	ext *extClaim
 }
 
 // claimSpecKey is a claim's device requests and constraints, which decide
@@ -201,6 +204,7 @@ func (b *builder) resetSets(c *clusterCache) {
 	if b.draVersion != c.dra.version || b.draNodes != b.nodesVersion || b.draSets == nil {
 		b.draSets = map[string]*deviceSet{}
 		b.claimSets = map[string]claimSetMemo{}
+		b.extSets = map[string]extMemo{}
 		b.draVersion, b.draNodes = c.dra.version, b.nodesVersion
 	}
 }

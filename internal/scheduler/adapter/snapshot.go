@@ -127,8 +127,11 @@ type builder struct {
 	// The device sets of the claims of pending pods (drasets.go), kept
 	// while slices, classes and nodes stay the same, and the sets the
 	// last model nodes were given.
-	draSets    map[string]*deviceSet
-	claimSets  map[string]claimSetMemo
+	draSets   map[string]*deviceSet
+	claimSets map[string]claimSetMemo
+	// extSets memoizes, by pending pod object, its extended-resource
+	// claim not made yet and the claim's device set (draext.go).
+	extSets    map[string]extMemo
 	draVersion int
 	draNodes   int
 	nextSet    int
@@ -276,10 +279,13 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		// Pods that ask through ResourceClaims: the claims to allocate
 		// and the devices that may serve them, or why the group waits.
 		for _, pi := range g.pending {
-			if len(pi.pod.Spec.ResourceClaims) == 0 {
+			var pc *podClaims
+			var bad *BadInputError
+			if len(pi.pod.Spec.ResourceClaims) > 0 {
+				pc, bad = b.resolveClaims(c, pi)
+			} else if pc, bad = b.resolveExtended(c, pi); pc == nil && bad == nil {
 				continue
 			}
-			pc, bad := b.resolveClaims(c, pi)
 			if bad != nil {
 				g.held = badInput(bad.Reason, "pod %s: %s", pi.key, bad.Msg)
 				break
@@ -319,6 +325,11 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 						req.GPUs = pc.set.count
 					}
 					sets[pc.set.name] = pc.set
+				}
+				if pc.ext != nil && pc.set == nil {
+					// Its claim is allocated already: the devices are the
+					// claim's, the pod only joins it on its node.
+					req.GPUs = 0
 				}
 				if pc.node != "" {
 					cl = b.pinnedClass(pi, cl, pc.node, used)
@@ -702,6 +713,13 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 			e.claim = claimRequest(e.shares)
 			entries = append(entries, e)
 			continue
+		}
+		if sh := byPod[pi.key]; len(sh) > 0 {
+			// A pod that names no claim but holds one: the claim made for
+			// its extended resources (status.extendedResourceClaimStatus,
+			// draext.go). It holds that claim's devices, in place of the
+			// request's GPUs.
+			e.shares, e.known = sh, true
 		}
 		// The node's record of what the pod holds first, then what this
 		// scheduler assumed or chose for it.

@@ -123,7 +123,8 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		// its templates, which the scheduler allocates (dra.go).
 		ResourceClaims: s.ResourceClaims,
 	}
-	out.Status = corev1.PodStatus{Phase: p.Status.Phase, ResourceClaimStatuses: p.Status.ResourceClaimStatuses}
+	out.Status = corev1.PodStatus{Phase: p.Status.Phase, ResourceClaimStatuses: p.Status.ResourceClaimStatuses,
+		ExtendedResourceClaimStatus: p.Status.ExtendedResourceClaimStatus}
 	if s.NodeName == "" {
 		// Where a pod may go is read only while it waits: NodeName is
 		// never unset, so a bound pod needs none of this.
@@ -138,7 +139,9 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 			}
 		}
 	}
-	if checkContainers(p) == nil && collapsible(p) {
+	// A waiting pod asking for nvidia.com/gpu keeps its containers: a
+	// claim for its extended resources names them (draext.go).
+	if checkContainers(p) == nil && collapsible(p) && (s.NodeName != "" || !asksExtendedGPU(p)) {
 		// The pod's requests as the kubelet counts them (init containers,
 		// sidecars, overhead and pod-level resources), kept as the
 		// overhead of a pod with no containers: all the scheduler reads

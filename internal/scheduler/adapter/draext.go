@@ -1,0 +1,445 @@
+package adapter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/utils/ptr"
+)
+
+// Extended resources served through DRA (kube-scheduler's
+// DRAExtendedResource contract, k8s.io/kubernetes
+// pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go).
+// A pending pod asking for nvidia.com/gpu, which a DeviceClass maps with
+// spec.extendedResourceName, may go to a node that advertises the resource
+// (the device plugin serves it, as for any pod) or to one that does not,
+// where a ResourceClaim the scheduler makes for the pod serves it. The
+// core sees one request: that many whole GPUs of a device set whose GPUs
+// are, on a node advertising the resource, all the device plugin's, and
+// on any other node those the DeviceClass's selectors pass. The binder
+// then makes the claim only when the chosen node does not advertise the
+// resource.
+
+// extClaimMemPrefix names a pod's extended-resource claim in the cache
+// before it exists in the API server (the in-flight allocation is kept
+// under namespace/<prefix><pod UID>).
+const extClaimMemPrefix = "extended-resources.gpuplane.io-"
+
+// extClaim is what a pod's extended-resource claim adds to its claims:
+// the resource, the mappings the pod's status is to name, and the claim as
+// made in the API server (nil until it is; an existing one found for the
+// pod on start-up). created is written by the writer's worker and read by
+// the worker that undoes a failed bind after it, never concurrently.
+type extClaim struct {
+	resource corev1.ResourceName
+	mappings []corev1.ContainerExtendedResourceRequest
+	created  *resourceapi.ResourceClaim
+}
+
+// extClaimMemKey is the cache key of a pod's extended-resource claim not
+// made yet.
+func extClaimMemKey(namespace string, uid types.UID) string {
+	return namespace + "/" + extClaimMemPrefix + string(uid)
+}
+
+// isExtClaim reports whether a claim is an extended-resource claim and,
+// if so, the pod that controls it.
+func isExtClaim(cl *resourceapi.ResourceClaim) (types.UID, bool) {
+	if cl.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" {
+		return "", false
+	}
+	for _, o := range cl.OwnerReferences {
+		if o.Kind == "Pod" && o.Controller != nil && *o.Controller {
+			return o.UID, true
+		}
+	}
+	return "", false
+}
+
+// classFor is the DeviceClass that maps an extended resource, as
+// kube-scheduler picks it among several: the newest, then the lowest
+// name. Caller holds mu.
+func (d *draCache) classFor(res corev1.ResourceName) *resourceapi.DeviceClass {
+	var out *resourceapi.DeviceClass
+	for _, dc := range d.classes {
+		if dc.Spec.ExtendedResourceName == nil || *dc.Spec.ExtendedResourceName != string(res) {
+			continue
+		}
+		if out == nil {
+			out = dc
+			continue
+		}
+		switch t, o := dc.CreationTimestamp.UnixNano(), out.CreationTimestamp.UnixNano(); {
+		case t > o, t == o && dc.Name < out.Name:
+			out = dc
+		}
+	}
+	return out
+}
+
+// advertises reports whether a node's allocatable lists an extended
+// resource: its device plugin serves it. Caller holds mu.
+func advertises(n *corev1.Node, res corev1.ResourceName) bool {
+	q, ok := n.Status.Allocatable[res]
+	return ok && !q.IsZero()
+}
+
+// resolveExtended returns the claims of a pending pod that asks for
+// nvidia.com/gpu mapped by a DeviceClass, nil when it asks for none or is
+// served by the device plugin only (a MIG or shared request, a class that
+// selects MIG devices, containers the cache does not keep). A claim made
+// for the pod earlier (by a scheduler that stopped before binding it) is
+// the pod's claim: allocated, it pins the pod to its node; not allocated,
+// it is allocated as made, on nodes without the resource. Caller holds
+// c.mu.
+func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *BadInputError) {
+	p := pi.pod
+	r := &pi.req
+	if r.GPUs == 0 || r.MIGSlices > 0 || r.GPUMilli > 0 || r.GPUMemoryMiB > 0 || r.ShareResource != "" {
+		return nil, nil
+	}
+	res := ResourceGPU
+	class := c.dra.classFor(res)
+	if class == nil || len(p.Spec.Containers) == 0 {
+		return nil, nil
+	}
+	_, made := c.dra.extByPod[p.UID]
+	b.resetSets(c)
+	if m, ok := b.extSets[pi.key]; ok && m.pod == p && !made {
+		// The same pod object, slices, classes and nodes: the same claim
+		// and set; only what the writer fills in is new.
+		if m.set == nil {
+			return nil, nil
+		}
+		return &podClaims{alloc: []*resourceapi.ResourceClaim{m.claim}, set: m.set,
+			ext: &extClaim{resource: res, mappings: m.mappings}}, nil
+	}
+	reqs, mappings := extendedRequests(p, res, class.Name)
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	ext := &extClaim{resource: res, mappings: mappings}
+	pc := &podClaims{ext: ext}
+	if key, ok := c.dra.extByPod[p.UID]; ok {
+		cl := c.dra.claims[key]
+		if cl.DeletionTimestamp != nil {
+			return nil, badInput("ResourceClaimDeleted", "the claim for its extended resources, ResourceClaim %s, is being deleted", key)
+		}
+		ext.created = cl
+		alloc := cl.Status.Allocation
+		if f := c.dra.inflight[key]; f != nil && f.alloc != nil {
+			alloc = f.alloc
+		}
+		if alloc != nil {
+			node := allocationNode(alloc)
+			if node == "" {
+				return nil, badInput("UnsupportedClaim", "ResourceClaim %s (its extended resources) is allocated without a single node", key)
+			}
+			pc.node, pc.shared = node, []*resourceapi.ResourceClaim{cl}
+			return pc, nil
+		}
+		pc.alloc = []*resourceapi.ResourceClaim{cl}
+	} else {
+		pc.alloc = []*resourceapi.ResourceClaim{extClaimFor(p, reqs)}
+	}
+	base := b.deviceSet(c, []claimSpecKey{{Requests: pc.alloc[0].Spec.Devices.Requests}})
+	switch {
+	case base.err != "" && ext.created != nil:
+		return nil, badInput(base.errCode, "ResourceClaim %s (its extended resources): %s", claimKey(ext.created), base.err)
+	case base.err != "", base.migSlices > 0, base.count != r.GPUs:
+		// A class whose selectors fail, that selects MIG devices, or
+		// requests that sum to more than the pod's GPUs (init
+		// containers asking for more than the others): the device
+		// plugin alone serves the pod, as before the mapping.
+		b.log.V(2).Info("extended resource served by the device plugin only", "pod", pi.key, "deviceClass", class.Name, "reason", base.err, "claimDevices", base.count, "gpus", r.GPUs)
+		if ext.created == nil {
+			b.memoExt(pi, extMemo{pod: p})
+		}
+		return nil, nil
+	}
+	pc.set = base
+	if ext.created == nil {
+		pc.set = b.extSet(base, res)
+		b.memoExt(pi, extMemo{pod: p, claim: pc.alloc[0], mappings: mappings, set: pc.set})
+	}
+	return pc, nil
+}
+
+// extMemo is a pending pod's extended-resource claim not made yet, its
+// request mappings and its device set (nil: the device plugin alone
+// serves the pod), while the pod object, slices, classes and nodes stay
+// the same. Nothing in it is written after it is made.
+type extMemo struct {
+	pod      *corev1.Pod
+	claim    *resourceapi.ResourceClaim
+	mappings []corev1.ContainerExtendedResourceRequest
+	set      *deviceSet
+}
+
+// maxExtSets bounds the pods whose extended-resource claims are kept.
+const maxExtSets = 1 << 17
+
+func (b *builder) memoExt(pi *podInfo, m extMemo) {
+	if len(b.extSets) >= maxExtSets {
+		clear(b.extSets)
+	}
+	b.extSets[pi.key] = m
+}
+
+// extSet is a device set made for an extended resource: on every node
+// advertising the resource all the GPUs its device plugin offers, on the
+// others the GPUs of the DeviceClass's set. Caller holds c.mu.
+func (b *builder) extSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
+	key := "\x00ext/" + string(res) + "/" + base.name
+	if s := b.draSets[key]; s != nil {
+		return s
+	}
+	s := *base
+	s.masks = slices.Clone(base.masks)
+	for i, n := range b.nodes {
+		if !advertises(n.node, res) {
+			continue
+		}
+		var m uint64
+		for g := range n.m.GPUs {
+			if g < 64 && !n.m.GPUs[g].ClaimOnly {
+				m |= 1 << uint(g)
+			}
+		}
+		s.masks[i] = m
+	}
+	b.nextSet++
+	s.name = deviceSetPrefix + strconv.Itoa(b.nextSet)
+	b.draSets[key] = &s
+	return &s
+}
+
+// extClaimFor is the claim kube-scheduler would make for a pod's extended
+// resources, kept in the cache until the binder makes it: generateName
+// <pod>-extended-resources-, controlled by the pod, annotated as an
+// extended-resource claim.
+func extClaimFor(p *corev1.Pod, reqs []resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:    p.Namespace,
+			Name:         extClaimMemPrefix + string(p.UID),
+			UID:          types.UID(extClaimMemPrefix + string(p.UID)),
+			GenerateName: p.Name + "-extended-resources-",
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr.To(true),
+			}},
+			Annotations: map[string]string{resourceapi.ExtendedResourceClaimAnnotation: "true"},
+		},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}},
+	}
+}
+
+// extendedRequests is the claim's requests and the pod's request mappings
+// for one extended resource, as kube-scheduler's createRequestsAndMappings
+// makes them: one request per container asking for it, named
+// container-<i>-request-<j> (i its index among init containers then
+// containers, j the resource's index among the container's sorted request
+// names), for the DeviceClass and the count; an init container that is
+// not a sidecar first reuses the requests of the long-lived containers
+// after it and asks only for the rest, and only the largest such request
+// is kept, the others' mappings naming it.
+func extendedRequests(p *corev1.Pod, res corev1.ResourceName, class string) ([]resourceapi.DeviceRequest, []corev1.ContainerExtendedResourceRequest) {
+	containers := slices.Concat(p.Spec.InitContainers, p.Spec.Containers)
+	nInit := len(p.Spec.InitContainers)
+	var long, short []int
+	for i, c := range containers {
+		if i < nInit && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			short = append(short, i)
+		} else {
+			long = append(long, i)
+		}
+	}
+	var longMaps, shortMaps []corev1.ContainerExtendedResourceRequest
+	longReqs := make([]*resourceapi.DeviceRequest, len(containers))
+	for _, i := range long {
+		r, m := containerRequest(i, &containers[i], res, class, nil)
+		longReqs[i] = r
+		longMaps = append(longMaps, m...)
+	}
+	var maxShort *resourceapi.DeviceRequest
+	shortNames := sets.New[string]()
+	for _, i := range short {
+		r, m := containerRequest(i, &containers[i], res, class, longReqs[i:])
+		if r != nil {
+			shortNames.Insert(r.Name)
+			if maxShort == nil || maxShort.Exactly.Count < r.Exactly.Count {
+				maxShort = r
+			}
+		}
+		shortMaps = append(shortMaps, m...)
+	}
+	if maxShort != nil && len(shortNames) > 1 {
+		shortNames.Delete(maxShort.Name)
+		for i := range shortMaps {
+			if shortNames.Has(shortMaps[i].RequestName) {
+				shortMaps[i].RequestName = maxShort.Name
+			}
+		}
+	}
+	var reqs []resourceapi.DeviceRequest
+	if maxShort != nil {
+		reqs = append(reqs, *maxShort)
+	}
+	for _, r := range longReqs {
+		if r != nil {
+			reqs = append(reqs, *r)
+		}
+	}
+	sort.Slice(reqs, func(i, j int) bool { return reqs[i].Name < reqs[j].Name })
+	return reqs, append(longMaps, shortMaps...)
+}
+
+// containerRequest is one container's request for an extended resource
+// and its mappings; reusable are requests it takes first.
+func containerRequest(i int, c *corev1.Container, res corev1.ResourceName, class string, reusable []*resourceapi.DeviceRequest) (*resourceapi.DeviceRequest, []corev1.ContainerExtendedResourceRequest) {
+	q, ok := c.Resources.Requests[res]
+	if !ok {
+		return nil, nil
+	}
+	want, ok := q.AsInt64()
+	if !ok || want <= 0 {
+		return nil, nil
+	}
+	var maps []corev1.ContainerExtendedResourceRequest
+	sum := int64(0)
+	for _, r := range reusable {
+		if r == nil {
+			continue
+		}
+		sum += r.Exactly.Count
+		maps = append(maps, corev1.ContainerExtendedResourceRequest{ContainerName: c.Name, ResourceName: string(res), RequestName: r.Name})
+		if sum >= want {
+			return nil, maps
+		}
+	}
+	keys := make([]string, 0, len(c.Resources.Requests))
+	for k := range c.Resources.Requests {
+		keys = append(keys, string(k))
+	}
+	slices.Sort(keys)
+	name := fmt.Sprintf("container-%d-request-%d", i, slices.Index(keys, string(res)))
+	r := &resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: want - sum}}
+	return r, append(maps, corev1.ContainerExtendedResourceRequest{ContainerName: c.Name, ResourceName: string(res), RequestName: name})
+}
+
+// asksExtendedGPU reports whether a pod asks for nvidia.com/gpu, which a
+// DeviceClass may map: the cache then keeps its containers while it waits.
+func asksExtendedGPU(p *corev1.Pod) bool {
+	q, ok := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})[ResourceGPU]
+	return ok && !q.IsZero()
+}
+
+// reserveExtended makes a pod's extended-resource claim (unless it exists
+// already), writes its finalizer, allocation and reservation, and names it
+// in the pod's status.extendedResourceClaimStatus; on failure a claim made
+// here is deleted again.
+func (w *apiWriter) reserveExtended(ctx context.Context, cw claimWrite) error {
+	ext := cw.ext
+	if ext.created == nil {
+		cl := cw.claim.DeepCopy()
+		cl.Name, cl.UID, cl.Status = "", "", resourceapi.ResourceClaimStatus{}
+		made, err := w.client.ResourceV1().ResourceClaims(cl.Namespace).Create(ctx, cl, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating the claim for the pod's extended resources: %w", err)
+		}
+		ext.created = made
+	}
+	made := cw
+	made.claim, made.ext = ext.created, nil
+	err := w.reserveClaim(ctx, made)
+	if err == nil {
+		err = w.patchExtStatus(ctx, cw.pod, ext)
+	}
+	if err != nil {
+		if derr := w.deleteExtClaim(ctx, ext); derr != nil {
+			w.log.Error(derr, "deleting a pod's extended-resource claim", "pod", podKey(cw.pod))
+		}
+		return err
+	}
+	return nil
+}
+
+// patchExtStatus names the claim and the request mappings in the pod's
+// status.extendedResourceClaimStatus, for the kubelet.
+func (w *apiWriter) patchExtStatus(ctx context.Context, pod *corev1.Pod, ext *extClaim) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID},
+		"status": map[string]any{"extendedResourceClaimStatus": corev1.PodExtendedResourceClaimStatus{
+			RequestMappings: ext.mappings, ResourceClaimName: ext.created.Name}},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding status.extendedResourceClaimStatus: %w", err)
+	}
+	if _, err := w.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("writing status.extendedResourceClaimStatus: %w", err)
+	}
+	return nil
+}
+
+// deleteExtClaim deletes a pod's extended-resource claim, as
+// kube-scheduler does when the pod is not bound: the finalizer first, then
+// the claim, by its UID.
+func (w *apiWriter) deleteExtClaim(ctx context.Context, ext *extClaim) error {
+	cl := ext.created
+	if cl == nil {
+		return nil
+	}
+	claims := w.client.ResourceV1().ResourceClaims(cl.Namespace)
+	for attempt := 0; ; attempt++ {
+		fresh, err := claims.Get(ctx, cl.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && fresh.UID != cl.UID {
+			ext.created = nil
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading ResourceClaim %s: %w", claimKey(cl), err)
+		}
+		if !slices.Contains(fresh.Finalizers, resourceapi.Finalizer) {
+			break
+		}
+		fin := slices.DeleteFunc(slices.Clone(fresh.Finalizers), func(f string) bool { return f == resourceapi.Finalizer })
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": fresh.ResourceVersion, "finalizers": fin}})
+		if err != nil {
+			return fmt.Errorf("encoding the finalizer removal: %w", err)
+		}
+		_, err = claims.Patch(ctx, cl.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsConflict(err) || attempt+1 >= maxClaimWriteAttempts {
+			return fmt.Errorf("removing the %s finalizer from ResourceClaim %s: %w", resourceapi.Finalizer, claimKey(cl), err)
+		}
+	}
+	err := claims.Delete(ctx, cl.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cl.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting ResourceClaim %s: %w", claimKey(cl), err)
+	}
+	ext.created = nil
+	return nil
+}
+
+// nodeAdvertises reports whether a node's allocatable lists an extended
+// resource.
+func (c *clusterCache) nodeAdvertises(node string, res corev1.ResourceName) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ni := c.nodes[node]
+	return ni != nil && advertises(ni.node, res)
+}

@@ -1,0 +1,276 @@
+package adapter
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+)
+
+// mappedClass is gpuClass mapping nvidia.com/gpu (spec.extendedResourceName).
+func mappedClass(name string) *resourceapi.DeviceClass {
+	dc := gpuClass(name)
+	dc.Spec.ExtendedResourceName = ptr.To(string(ResourceGPU))
+	return dc
+}
+
+// extPod is a pod of ours asking for gpus nvidia.com/gpu and no claim.
+func extPod(name, gpus string) *corev1.Pod {
+	p := testPod("ns", name, rl("cpu", "1", "nvidia.com/gpu", gpus))
+	p.UID = types.UID("uid-" + name)
+	return p
+}
+
+func TestExtendedResourcePlacement(t *testing.T) {
+	tests := []struct {
+		name string
+		// dra and dp are the DRA-only nodes (GPUs from slices) and the
+		// device-plugin nodes (nvidia.com/gpu in allocatable), with GPUs.
+		dra, dp map[string]int
+		mapped  bool
+		// broken gives the class a selector that fails on the devices.
+		broken bool
+		gpus   string
+		// wantClaim is "node devices" of the claim written, "" for none.
+		wantClaim string
+		wantBind  string
+	}{
+		{name: "DRA-only node gets a claim", dra: map[string]int{"a": 4}, mapped: true, gpus: "2",
+			wantClaim: "a a/gpu-0,a/gpu-1", wantBind: "ns/p a 0,1"},
+		{name: "device-plugin node binds without a claim", dp: map[string]int{"b": 4}, mapped: true, gpus: "2",
+			wantBind: "ns/p b 0,1"},
+		{name: "unmapped resource never goes to a DRA-only node", dra: map[string]int{"a": 4}, gpus: "2"},
+		{name: "too many for the DRA-only node", dra: map[string]int{"a": 4}, mapped: true, gpus: "5"},
+		{name: "a class whose selector fails leaves the device plugin", dra: map[string]int{"a": 4}, dp: map[string]int{"b": 4}, mapped: true, broken: true, gpus: "2",
+			wantBind: "ns/p b 0,1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var nodes []*corev1.Node
+			for n := range tc.dra {
+				nodes = append(nodes, draNode(n))
+			}
+			for n, g := range tc.dp {
+				nodes = append(nodes, gpuNode(n, g))
+			}
+			f := newLoopFixture(t, Config{}, nodes...)
+			for n, g := range tc.dra {
+				f.cache.upsertSlice(gpuSlice(n, g, "H100"))
+			}
+			if tc.mapped {
+				dc := mappedClass("gpu.gpuplane.io")
+				if tc.broken {
+					dc.Spec.Selectors = append(dc.Spec.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+						Expression: `device.attributes["gpu.gpuplane.io"].nosuch == "x"`}})
+				}
+				f.cache.upsertClass(dc)
+			} else {
+				f.cache.upsertClass(gpuClass("gpu.gpuplane.io"))
+			}
+			f.cache.upsertPod(extPod("p", tc.gpus))
+			f.cycle()
+			var claims []string
+			for _, w := range f.api.claimWrites {
+				var devs []string
+				for _, r := range w.alloc.Devices.Results {
+					devs = append(devs, r.Pool+"/"+r.Device)
+				}
+				claims = append(claims, allocationNode(w.alloc)+" "+strings.Join(devs, ","))
+				if w.ext == nil {
+					t.Errorf("claim write %s is not marked as the pod's extended-resource claim", claimKey(w.claim))
+					continue
+				}
+				want := []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: "nvidia.com/gpu", RequestName: "container-0-request-1"}}
+				if !slices.Equal(w.ext.mappings, want) {
+					t.Errorf("mappings %v, want %v", w.ext.mappings, want)
+				}
+				cl := w.claim
+				if cl.GenerateName != "p-extended-resources-" || cl.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" ||
+					len(cl.OwnerReferences) != 1 || cl.OwnerReferences[0].UID != "uid-p" || !*cl.OwnerReferences[0].Controller {
+					t.Errorf("claim meta %+v, want kube-scheduler's extended-resource claim of pod p", cl.ObjectMeta)
+				}
+				if r := cl.Spec.Devices.Requests; len(r) != 1 || r[0].Name != "container-0-request-1" || r[0].Exactly.DeviceClassName != "gpu.gpuplane.io" || r[0].Exactly.Count != 2 {
+					t.Errorf("claim requests %+v, want one of 2 devices of gpu.gpuplane.io named container-0-request-1", r)
+				}
+			}
+			wantClaims := []string(nil)
+			if tc.wantClaim != "" {
+				wantClaims = []string{tc.wantClaim}
+			}
+			if !slices.Equal(claims, wantClaims) {
+				t.Errorf("claims %v, want %v", claims, wantClaims)
+			}
+			wantBinds := []string(nil)
+			if tc.wantBind != "" {
+				wantBinds = []string{tc.wantBind}
+			}
+			if !slices.Equal(f.api.binds, wantBinds) {
+				t.Errorf("binds %v, want %v", f.api.binds, wantBinds)
+			}
+		})
+	}
+}
+
+// TestExtendedResourceClaimsHoldDevices checks that a claim made for a
+// pod's extended resources holds its devices: in flight, and once the
+// informer shows it allocated for the bound pod, which names no claim.
+func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
+	f := newLoopFixture(t, Config{}, draNode("a"))
+	f.cache.upsertSlice(gpuSlice("a", 4, "H100"))
+	f.cache.upsertClass(mappedClass("gpu.gpuplane.io"))
+	f.cache.upsertPod(extPod("p0", "3"))
+	f.cycle()
+	f.cache.upsertPod(extPod("p1", "2"))
+	f.cycle()
+	if len(f.api.claimWrites) != 1 {
+		t.Fatalf("claim writes %v, want only p0's: its devices are in flight", f.api.claims)
+	}
+	// The informer: the claim made, allocated and reserved, the pod bound
+	// with its status naming the claim.
+	w := f.api.claimWrites[0]
+	cl := w.claim.DeepCopy()
+	cl.Name, cl.UID = "p0-extended-resources-x1", "claim-uid"
+	cl.Finalizers = []string{resourceapi.Finalizer}
+	// Not the lowest GPUs, so that only the claim says which it holds.
+	cl.Status.Allocation = w.alloc.DeepCopy()
+	for i := range cl.Status.Allocation.Devices.Results {
+		cl.Status.Allocation.Devices.Results[i].Device = fmt.Sprint("gpu-", i+1)
+	}
+	cl.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p0", UID: "uid-p0"}}
+	f.cache.upsertClaim(cl)
+	f.cache.mu.Lock()
+	inflight := len(f.cache.dra.inflight)
+	f.cache.mu.Unlock()
+	if inflight != 0 {
+		t.Errorf("%d allocations still in flight once the informer shows the claim", inflight)
+	}
+	p := extPod("p0", "3")
+	p.Spec.NodeName = "a"
+	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: cl.Name, RequestMappings: w.ext.mappings}
+	f.cache.upsertPod(p)
+	in := f.cache.snapshot(newBuilder(v1alpha1.SchedulerName, -1, logr.Discard()), newRefusals(), f.now)
+	var got []int
+	for _, a := range in.snap.RunningByNode[0] {
+		if a.Pod == "ns/p0" {
+			for _, g := range a.GPUs {
+				got = append(got, g.Index)
+			}
+		}
+	}
+	if !slices.Equal(got, []int{1, 2, 3}) {
+		t.Errorf("p0 holds GPUs %v in the snapshot, want its claim's 1,2,3", got)
+	}
+	f.cycle()
+	if len(f.api.claimWrites) != 1 {
+		t.Fatalf("claim writes %v, want none for p1: p0's claim holds 3 of the node's 4 GPUs", f.api.claims)
+	}
+	// A pod of one GPU gets the one the claim does not hold.
+	f.cache.upsertPod(extPod("p2", "1"))
+	f.cycle()
+	if len(f.api.claimWrites) != 2 {
+		t.Fatalf("claim writes %v, want p2's", f.api.claims)
+	}
+	held := map[string]bool{}
+	for _, r := range cl.Status.Allocation.Devices.Results {
+		held[r.Device] = true
+	}
+	if d := f.api.claimWrites[1].alloc.Devices.Results[0].Device; held[d] {
+		t.Errorf("p2 got %s, which p0's claim holds", d)
+	}
+}
+
+// TestExtendedResourceClaimFoundAgain checks that a claim made for the pod
+// before (a scheduler that stopped before binding it) is the pod's claim,
+// not a second one: allocated, it pins the pod to its node.
+func TestExtendedResourceClaimFoundAgain(t *testing.T) {
+	f := newLoopFixture(t, Config{}, draNode("a"), draNode("b"))
+	f.cache.upsertSlice(gpuSlice("a", 4, "H100"))
+	f.cache.upsertSlice(gpuSlice("b", 4, "H100"))
+	f.cache.upsertClass(mappedClass("gpu.gpuplane.io"))
+	p := extPod("p", "2")
+	reqs, _ := extendedRequests(p, ResourceGPU, "gpu.gpuplane.io")
+	cl := extClaimFor(p, reqs)
+	cl.Name, cl.UID, cl.ResourceVersion = "p-extended-resources-x1", "claim-uid", "1"
+	cl.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+			{Request: "container-0-request-1", Driver: "gpu.gpuplane.io", Pool: "b", Device: "gpu-2"},
+			{Request: "container-0-request-1", Driver: "gpu.gpuplane.io", Pool: "b", Device: "gpu-3"}}},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}}}},
+	}
+	f.cache.upsertClaim(cl)
+	f.cache.upsertPod(p)
+	f.cycle()
+	if want := []string{"ns/p-extended-resources-x1 ns/p b -"}; !slices.Equal(f.api.claims, want) {
+		t.Fatalf("claim writes %v, want %v: the pod joins its claim on its node", f.api.claims, want)
+	}
+	if len(f.api.claimWrites) != 1 || f.api.claimWrites[0].ext == nil || f.api.claimWrites[0].ext.created != cl {
+		t.Errorf("the write does not carry the existing claim as the pod's extended-resource claim")
+	}
+	if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p b") {
+		t.Errorf("binds %v, want p on b", f.api.binds)
+	}
+}
+
+func TestExtendedRequests(t *testing.T) {
+	gpu := func(name, n string, sidecar bool) corev1.Container {
+		c := corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Requests: rl("cpu", "1", "memory", "1Gi", "nvidia.com/gpu", n)}}
+		if sidecar {
+			c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+		}
+		return c
+	}
+	type req struct {
+		name  string
+		count int64
+	}
+	tests := []struct {
+		name         string
+		init, main   []corev1.Container
+		wantReqs     []req
+		wantMappings []string // container/request
+	}{
+		{name: "two containers", main: []corev1.Container{gpu("a", "1", false), gpu("b", "2", false)},
+			wantReqs: []req{{"container-0-request-2", 1}, {"container-1-request-2", 2}}, wantMappings: []string{"a/container-0-request-2", "b/container-1-request-2"}},
+		{name: "init reuses the containers' requests", init: []corev1.Container{gpu("i", "2", false)}, main: []corev1.Container{gpu("m", "2", false)},
+			wantReqs: []req{{"container-1-request-2", 2}}, wantMappings: []string{"m/container-1-request-2", "i/container-1-request-2"}},
+		{name: "largest init request kept", init: []corev1.Container{gpu("i0", "3", false), gpu("i1", "4", false)}, main: []corev1.Container{gpu("m", "1", false)},
+			wantReqs:     []req{{"container-1-request-2", 3}, {"container-2-request-2", 1}},
+			wantMappings: []string{"m/container-2-request-2", "i0/container-2-request-2", "i0/container-1-request-2", "i1/container-2-request-2", "i1/container-1-request-2"}},
+		{name: "sidecar asks for its own", init: []corev1.Container{gpu("s", "1", true)}, main: []corev1.Container{gpu("m", "1", false)},
+			wantReqs: []req{{"container-0-request-2", 1}, {"container-1-request-2", 1}}, wantMappings: []string{"s/container-0-request-2", "m/container-1-request-2"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{InitContainers: tc.init, Containers: tc.main}}
+			reqs, maps := extendedRequests(p, ResourceGPU, "c")
+			var got []req
+			for _, r := range reqs {
+				if r.Exactly.DeviceClassName != "c" {
+					t.Errorf("request %s of class %s, want c", r.Name, r.Exactly.DeviceClassName)
+				}
+				got = append(got, req{r.Name, r.Exactly.Count})
+			}
+			if !slices.Equal(got, tc.wantReqs) {
+				t.Errorf("requests %v, want %v", got, tc.wantReqs)
+			}
+			var gotMaps []string
+			for _, m := range maps {
+				gotMaps = append(gotMaps, m.ContainerName+"/"+m.RequestName)
+			}
+			if !slices.Equal(gotMaps, tc.wantMappings) {
+				t.Errorf("mappings %v, want %v", gotMaps, tc.wantMappings)
+			}
+		})
+	}
+}
