@@ -65,6 +65,16 @@ func (h *ledgerHealth) Healthy(uuid string) bool {
 	return h.health.Healthy(uuid)
 }
 
+// Unwrap returns the health source the ledger's holds are added to, so
+// that the MIG gate finds the monitor behind it.
+func (h *ledgerHealth) Unwrap() deviceplugin.HealthSource { return h.health }
+
+// Claimed reports whether a DRA claim holds the device.
+func (h *ledgerHealth) Claimed(uuid string) bool {
+	_, claimed := h.ledger.ClaimHolder(uuid)
+	return claimed
+}
+
 // Changes implements deviceplugin.HealthSource: health changes and ledger
 // changes, coalesced.
 func (h *ledgerHealth) Changes() (<-chan struct{}, func()) {

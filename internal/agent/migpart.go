@@ -395,14 +395,44 @@ func (g *migGate) Healthy(uuid string) bool {
 	if withdrawn {
 		return false
 	}
-	if m, ok := inner.(*health.Monitor); ok && parent != "" {
+	if m := monitorOf(inner); m != nil && parent != "" {
 		if _, tracked := m.Device(uuid); !tracked {
 			// A MIG device made after the monitor started: its GPU's
-			// health is its own.
+			// health is its own, unless a DRA claim holds the device.
+			if c, ok := inner.(claimChecker); ok && c.Claimed(uuid) {
+				return false
+			}
 			return m.Healthy(parent)
 		}
 	}
 	return inner.Healthy(uuid)
+}
+
+// healthUnwrapper is a health source that wraps another (ledgerHealth
+// wraps the monitor when the DRA driver runs).
+type healthUnwrapper interface {
+	Unwrap() deviceplugin.HealthSource
+}
+
+// claimChecker is a health source that also knows which devices DRA
+// claims hold (ledgerHealth).
+type claimChecker interface {
+	Claimed(uuid string) bool
+}
+
+// monitorOf finds the health monitor behind h, through any wrappers.
+func monitorOf(h deviceplugin.HealthSource) *health.Monitor {
+	for h != nil {
+		if m, ok := h.(*health.Monitor); ok {
+			return m
+		}
+		u, ok := h.(healthUnwrapper)
+		if !ok {
+			return nil
+		}
+		h = u.Unwrap()
+	}
+	return nil
 }
 
 // Changes implements deviceplugin.HealthSource: the inner source's changes

@@ -10,6 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/gpu/sim"
+	"github.com/gpuplane/gpuplane/internal/health"
+	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
@@ -104,5 +107,51 @@ func TestMIGClusterConfigMap(t *testing.T) {
 	c.label = ""
 	if name, _, err := c.Desired(context.Background()); name != "" || err != nil {
 		t.Errorf("an unlabelled node: %q %v", name, err)
+	}
+}
+
+// TestMIGGateNewMIGDevicesBehindTheLedger: with the DRA driver on, the
+// device plugin's health is the ledger over the monitor; a MIG device made
+// by a re-partition after the monitor started is as healthy as its GPU
+// there too (it was reported unhealthy, so a new layout's devices never
+// became allocatable), and not when a claim holds it.
+func TestMIGGateNewMIGDevicesBehindTheLedger(t *testing.T) {
+	p, err := sim.Load("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.New(p, sim.Options{NodeName: "gate-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	devs, err := b.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon, err := health.NewMonitor(b, devs, health.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := ledger.New()
+	g := newMIGGate(make(chan struct{}, 1))
+	h := g.wrap(newLedgerHealth(mon, l))
+	parent := devs[3].UUID
+	g.setResources([]*sharing.Resource{{Name: "nvidia.com/mig-3g.40gb", Devices: []sharing.Device{
+		{ID: "MIG-new-a", UUID: "MIG-new-a", GPUIndex: 3, GPUUUID: parent, MIG: &gpu.MIGDevice{}},
+		{ID: "MIG-new-b", UUID: "MIG-new-b", GPUIndex: 3, GPUUUID: parent, MIG: &gpu.MIGDevice{}},
+	}}})
+	if !h.Healthy("MIG-new-a") || !h.Healthy("MIG-new-b") {
+		t.Fatal("MIG devices made after the monitor started are unhealthy behind the ledger")
+	}
+	if err := l.Hold("claim-1", []ledger.Hold{{Device: "MIG-new-b", GPU: parent}}); err != nil {
+		t.Fatal(err)
+	}
+	if h.Healthy("MIG-new-b") || !h.Healthy("MIG-new-a") {
+		t.Error("a claimed new MIG device is still offered, or its unclaimed sibling is not")
+	}
+	g.Withdraw([]int{3})
+	if h.Healthy("MIG-new-a") {
+		t.Error("a withdrawn GPU's new MIG device is offered")
 	}
 }
