@@ -212,6 +212,14 @@ func TestMIGChangeEvictsClaimPods(t *testing.T) {
 			}
 			return true, nil
 		})
+		framework.Eventually(t, 60*time.Second, "nvidia.com/mig-3g.40gb allocatable", func(ctx context.Context) (bool, error) {
+			n, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			q := n.Status.Allocatable["nvidia.com/mig-3g.40gb"]
+			return q.Value() == 2, fmt.Errorf("allocatable %s", q.String())
+		})
 		// A claim for the static layout's profile is prepared on it.
 		createTemplate(t, ns, "big", claimSpec([]request{{name: "gpu", class: "mig-3g.40gb.gpu.gpuplane.io",
 			cel: []string{gpuAttr + `.parentIndex == ` + gpu}}}, "", ""))
