@@ -2,9 +2,6 @@ package dra_test
 
 import (
 	"context"
-	"io"
-	"net"
-	"net/http"
 	"testing"
 	"time"
 
@@ -14,40 +11,6 @@ import (
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-// simFault posts one of the simulated GPUs' fault controls to the agent.
-func simFault(t *testing.T, control, path string) {
-	t.Helper()
-	framework.Eventually(t, 30*time.Second, "the agent's fault controls answer "+path, func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+control+path, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err
-		}
-		defer func() { _ = resp.Body.Close() }()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, body)
-		}
-		return true, nil
-	})
-}
-
 // TestQuarantineEvictsClaimPods: a GPU held through a DRA claim falls off
 // the bus (XID 79) on a running agent; its quarantine evicts the claim's
 // pod, which the device plugin's PodResources never lists, and leaves the
@@ -55,7 +18,7 @@ func simFault(t *testing.T, control, path string) {
 func TestQuarantineEvictsClaimPods(t *testing.T) {
 	const nodeName = "dra-quarantine"
 	ns := env.CreateNamespace(t)
-	control := freeLoopbackAddr(t)
+	control := framework.FreeLoopbackAddr(t)
 	node(t, nodeName, "--simulate-control-addr", control)
 	createTemplate(t, ns, "a100", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", cel: []string{gpuAttr + `.productName.contains("A100")`}}}, "", ""))
 	createTemplate(t, ns, "gpu2", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", cel: []string{gpuAttr + `.index == 2`}}}, "", ""))
@@ -67,7 +30,7 @@ func TestQuarantineEvictsClaimPods(t *testing.T) {
 		t.Fatalf("the A100 claim got %v, want gpu-4", got)
 	}
 
-	simFault(t, control, "/xid?gpu=4&xid=79")
+	framework.SimFault(t, control, "/xid?gpu=4&xid=79")
 	framework.Eventually(t, 2*time.Minute, "the A100 claim's pod evicted", func(ctx context.Context) (bool, error) {
 		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "on-a100", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

@@ -1,10 +1,6 @@
 package nodesim_test
 
 import (
-	"context"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -16,40 +12,6 @@ import (
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-// simFault posts one of the simulated GPUs' fault controls to the agent.
-func simFault(t *testing.T, control, path string) {
-	t.Helper()
-	framework.Eventually(t, 30*time.Second, "the agent's fault controls answer "+path, func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+control+path, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err
-		}
-		defer func() { _ = resp.Body.Close() }()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, body)
-		}
-		return true, nil
-	})
-}
-
 // TestMIGRollsBack: the driver of a running agent's GPU 3 refuses to
 // create 3g.40gb instances. The label asking for them evicts GPU 3's pod,
 // fails to apply, puts GPU 3 back as it was (a whole GPU), says so in the
@@ -58,13 +20,13 @@ func simFault(t *testing.T, control, path string) {
 func TestMIGRollsBack(t *testing.T) {
 	const nodeName = "sim-h100-mig-rollback"
 	ns := env.CreateNamespace(t)
-	control := freeLoopbackAddr(t)
+	control := framework.FreeLoopbackAddr(t)
 	s := migNode(t, nodeName, ns, "--simulate-control-addr", control)
 	waitCapacity(t, nodeName, map[string]int64{gpuRes: 8})
 	gpus := onePodPerGPU(t, s, nodeName, ns)
 	before := listPodResources(t, s)
 
-	simFault(t, control, "/fail?op=CreateGPUInstance&gpu=3&profile=3g.40gb&message=the+driver+refuses+3g.40gb")
+	framework.SimFault(t, control, "/fail?op=CreateGPUInstance&gpu=3&profile=3g.40gb&message=the+driver+refuses+3g.40gb")
 	labelMIG(t, nodeName, "gpu3-3g")
 	cond := waitMIGState(t, nodeName, gpunode.MIGConfigStateFailed, gpunode.ReasonMIGRolledBack, 2*time.Minute,
 		"GPU 3: the driver refused mig: 2x3g.40gb", "the driver refuses 3g.40gb", "rolled back to whole GPU")

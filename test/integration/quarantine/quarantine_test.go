@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -51,10 +50,7 @@ func startNode(t testing.TB, name, agentConfig string) *simNode {
 	if err := os.WriteFile(cfgFile, []byte(agentConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	control, err := freeLoopbackAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	control := framework.FreeLoopbackAddr(t)
 	var log *slog.Logger
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -114,34 +110,10 @@ func startNode(t testing.TB, name, agentConfig string) *simNode {
 	return n
 }
 
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
-}
-
 // fault posts one of the sim's fault controls to the running agent.
 func (n *simNode) fault(t testing.TB, path string) {
 	t.Helper()
-	framework.Eventually(t, 30*time.Second, "the agent's fault controls answer "+path, func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.control+path, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err
-		}
-		defer func() { _ = resp.Body.Close() }()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, body)
-		}
-		return true, nil
-	})
+	framework.SimFault(t, n.control, path)
 }
 
 func (n *simNode) get(ctx context.Context) (*corev1.Node, error) {
