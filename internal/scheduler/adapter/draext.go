@@ -197,6 +197,11 @@ func (b *builder) memoExt(pi *podInfo, m extMemo) {
 	b.extSets[pi.key] = m
 }
 
+// extSetPrefix names the device sets made for an extended resource,
+// followed by the resource's name, so that why a pod waits names the
+// resource it asked for, not a claim it never wrote.
+const extSetPrefix = "extended-"
+
 // extSet is a device set made for an extended resource: on every node
 // advertising the resource all the GPUs its device plugin offers, on the
 // others the GPUs of the DeviceClass's set. Caller holds c.mu.
@@ -220,7 +225,7 @@ func (b *builder) extSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
 		s.masks[i] = m
 	}
 	b.nextSet++
-	s.name = deviceSetPrefix + strconv.Itoa(b.nextSet)
+	s.name = extSetPrefix + string(res) + "#" + strconv.Itoa(b.nextSet)
 	b.draSets[key] = &s
 	return &s
 }

@@ -44,13 +44,16 @@ func TestExtendedResourcePlacement(t *testing.T) {
 		// wantClaim is "node devices" of the claim written, "" for none.
 		wantClaim string
 		wantBind  string
+		// wantWhy is in the waiting pod's condition.
+		wantWhy string
 	}{
 		{name: "DRA-only node gets a claim", dra: map[string]int{"a": 4}, mapped: true, gpus: "2",
 			wantClaim: "a a/gpu-0,a/gpu-1", wantBind: "ns/p a 0,1"},
 		{name: "device-plugin node binds without a claim", dp: map[string]int{"b": 4}, mapped: true, gpus: "2",
 			wantBind: "ns/p b 0,1"},
 		{name: "unmapped resource never goes to a DRA-only node", dra: map[string]int{"a": 4}, gpus: "2"},
-		{name: "too many for the DRA-only node", dra: map[string]int{"a": 4}, mapped: true, gpus: "5"},
+		{name: "too many for the DRA-only node", dra: map[string]int{"a": 4}, mapped: true, gpus: "5",
+			wantWhy: "insufficient nvidia.com/gpu"},
 		{name: "a class whose selector fails leaves the device plugin", dra: map[string]int{"a": 4}, dp: map[string]int{"b": 4}, mapped: true, broken: true, gpus: "2",
 			wantBind: "ns/p b 0,1"},
 	}
@@ -116,6 +119,9 @@ func TestExtendedResourcePlacement(t *testing.T) {
 			}
 			if !slices.Equal(f.api.binds, wantBinds) {
 				t.Errorf("binds %v, want %v", f.api.binds, wantBinds)
+			}
+			if got := f.status.conditions["ns/p"]; tc.wantWhy != "" && !strings.Contains(got, tc.wantWhy) {
+				t.Errorf("why the pod waits: %q, want %q (the resource it asked for, not a claim)", got, tc.wantWhy)
 			}
 		})
 	}

@@ -270,6 +270,10 @@ func kindReason(r *model.Request) string {
 }
 
 func gpuResourceName(r *model.Request) string {
+	if res, ok := strings.CutPrefix(r.DeviceSet, extSetPrefix); ok {
+		res, _, _ = strings.Cut(res, "#")
+		return res
+	}
 	switch {
 	case r.DeviceSet != "":
 		return "free devices for the claims"
