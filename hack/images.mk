@@ -40,4 +40,4 @@ push: ## push the images of `make images` to REGISTRY with tag VERSION
 	$(GO) run ./hack/images push --layout $(IMAGES_OUT) --registry $(REGISTRY) --version $(VERSION)
 
 test-images: ## build the amd64 images, run each entrypoint inside its unpacked image, check digests repeat
-	GPUPLANE_IMAGE_TEST=1 GPUPLANE_IMAGE_WORK_DIR=$(BIN)/.images $(GO) test -count=1 -run 'TestImagesRun|TestLayerIsDeterministic' ./internal/imagebuild/
+	GPUPLANE_IMAGE_TEST=1 GPUPLANE_IMAGE_WORK_DIR=$(BIN)/.images $(GO) test -count=1 -timeout 30m -run 'TestImagesRun|TestLayerIsDeterministic' ./internal/imagebuild/
