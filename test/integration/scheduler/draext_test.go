@@ -144,7 +144,7 @@ func TestDRAExtendedResourceOnDRAOnlyNode(t *testing.T) {
 	// One more GPU does not fit the node, all four held by claims: the
 	// pod waits, and no claim of it stays.
 	c.create(c.pod("extra").Label("app", "ext-big").GPUs(1))
-	c.waitCondition("extra", corev1.PodReasonUnschedulable, "", 60*time.Second)
+	c.waitCondition("extra", corev1.PodReasonUnschedulable, "insufficient nvidia.com/gpu", 60*time.Second)
 	p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, "extra", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
