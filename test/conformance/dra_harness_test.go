@@ -25,7 +25,10 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	kubeletdra "k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
-	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+	plugincache "k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager/operationexecutor"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager/pluginwatcher"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager/reconciler"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	apidra "github.com/gpuplane/gpuplane/api/dra"
@@ -253,6 +256,10 @@ type draKubelet struct {
 	t       testing.TB
 	mgr     *kubeletdra.Manager
 	plugins *draplugin.DRAPluginManager
+	// desired and actual are the plugin manager's two records: the
+	// sockets its watcher saw, and the registrations its reconciler made.
+	desired plugincache.DesiredStateOfWorld
+	actual  plugincache.ActualStateOfWorld
 	cancel  context.CancelFunc
 	stop    chan struct{}
 	once    sync.Once
@@ -286,9 +293,21 @@ func startDRAKubelet(n *draNode, pods ...*corev1.Pod) *draKubelet {
 		t.Fatalf("the DRA manager's watcher handler is a %T", mgr.GetWatcherHandler())
 	}
 	k.plugins = plugins
-	pm := pluginmanager.NewPluginManager(n.registryDir, &record.FakeRecorder{})
-	pm.AddHandler(registerapi.DRAPlugin, plugins)
-	go pm.Run(ctx, readySources{}, k.stop)
+	// The plugin manager's parts, put together as its constructor does
+	// (pluginmanager.NewPluginManager), so that the watcher has its
+	// directory watched before the test starts a driver and so that
+	// waitRegistered can see both of its records.
+	k.desired, k.actual = plugincache.NewDesiredStateOfWorld(), plugincache.NewActualStateOfWorld()
+	watcher := pluginwatcher.NewWatcher(n.registryDir, k.desired)
+	if err := watcher.Start(ctx, k.stop); err != nil {
+		cancel()
+		t.Fatalf("the kubelet's plugin watcher: %v", err)
+	}
+	rc := reconciler.NewReconciler(
+		operationexecutor.NewOperationExecutor(operationexecutor.NewOperationGenerator(&record.FakeRecorder{})),
+		pluginManagerLoop, k.desired, k.actual)
+	rc.AddHandler(registerapi.DRAPlugin, plugins)
+	go rc.Run(k.stop)
 	t.Cleanup(k.shutdown)
 	return k
 }
@@ -308,20 +327,43 @@ func (k *draKubelet) activePods() []*corev1.Pod {
 	return slices.Clone(k.pods)
 }
 
-// waitRegistered waits until the kubelet knows the driver.
+// pluginManagerLoop is the kubelet plugin manager's reconcile period.
+const pluginManagerLoop = time.Second
+
+// waitRegistered waits until the kubelet knows the driver and its plugin
+// manager has nothing left to do: every socket its watcher saw is
+// registered as last seen. A socket the watcher saw twice (created while
+// the watch was being set up) is registered, then unregistered and
+// registered again on the next pass; until then the driver is not
+// registered for a moment, and a prepare in that moment fails as it would
+// on a kubelet, whose pod worker retries.
 func (k *draKubelet) waitRegistered(within time.Duration) time.Duration {
 	k.t.Helper()
 	start := time.Now()
 	for {
 		_, err := k.plugins.GetPlugin(apidra.DriverName)
-		if err == nil {
+		if err == nil && k.settled() {
 			return time.Since(start)
+		}
+		if err == nil {
+			err = errors.New("the plugin manager has a registration to redo")
 		}
 		if time.Since(start) > within {
 			k.t.Fatalf("the kubelet did not register %s within %v: %v", apidra.DriverName, within, err)
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
 	}
+}
+
+// settled: every socket the watcher saw is registered with the identity
+// it was last seen with.
+func (k *draKubelet) settled() bool {
+	for _, p := range k.desired.GetPluginsToRegister() {
+		if !k.actual.PluginExistsWithCorrectUUID(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // admit prepares a pod's claims as the kubelet does before its containers
