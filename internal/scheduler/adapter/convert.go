@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 
@@ -468,6 +469,8 @@ func podRequestBounds(reqs corev1.ResourceList) *BadInputError {
 			limit = *resource.NewQuantity(gpunode.MaxGPUs*gpunode.MaxReplicas, resource.DecimalSI)
 		case strings.HasPrefix(string(name), migResourcePrefix):
 			limit = *resource.NewQuantity(gpunode.MaxGPUs*7, resource.DecimalSI)
+		case strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix):
+			limit = *resource.NewQuantity(maxClaimGPUs, resource.DecimalSI)
 		default:
 			continue
 		}

@@ -89,12 +89,14 @@
 // (dracapacity.go), and an allocated share counts what it consumed.
 //
 // Extended resources served through DRA (draext.go). A pending pod that
-// asks for nvidia.com/gpu and names no claim, while a DeviceClass maps the
-// resource (spec.extendedResourceName; the newest such class, as
-// kube-scheduler picks), is given to the core with one request: that many
-// whole GPUs of a device set that is, per node, every device-plugin GPU
-// where the node's allocatable lists the resource and the class's devices
-// elsewhere (the node-dependent eligibility is the set's per-node mask;
+// asks for nvidia.com/gpu or one nvidia.com/mig-<profile> and names no
+// claim, while a DeviceClass maps the resource (spec.extendedResourceName;
+// the newest such class, as kube-scheduler picks), or for the resource a
+// class implies (deviceclass.resource.kubernetes.io/<class>, which no
+// node advertises), is given to the core with one request: that many
+// whole GPUs, or one MIG device, of a device set that is, per node, every
+// device-plugin GPU where the node's allocatable lists the resource and
+// the class's devices elsewhere (the node-dependent eligibility is the set's per-node mask;
 // the core is unchanged). The claim kube-scheduler's DRAExtendedResource
 // contract describes (generateName <pod>-extended-resources-, controlled
 // by the pod, the extended-resource-claim annotation, a request

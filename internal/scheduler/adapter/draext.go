@@ -1,12 +1,14 @@
 package adapter
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -14,8 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
 // Extended resources served through DRA (kube-scheduler's
@@ -95,23 +98,68 @@ func advertises(n *corev1.Node, res corev1.ResourceName) bool {
 	return ok && !q.IsZero()
 }
 
-// resolveExtended returns the claims of a pending pod that asks for
-// nvidia.com/gpu mapped by a DeviceClass, nil when it asks for none or is
-// served by the device plugin only (a MIG or shared request, a class that
-// selects MIG devices, containers the cache does not keep). A claim made
-// for the pod earlier (by a scheduler that stopped before binding it) is
-// the pod's claim: allocated, it pins the pod to its node; not allocated,
-// it is allocated as made, on nodes without the resource. Caller holds
-// c.mu.
+// claimableResource is the one extended resource of a pending pod that a
+// DeviceClass may serve through a claim made for the pod: nvidia.com/gpu
+// asked as whole GPUs, one nvidia.com/mig-<profile>, or the resource
+// deviceclass.resource.kubernetes.io/<class> every DeviceClass implies;
+// "" for none. A pod asking for a class's implied resource besides GPUs
+// of another kind, or for two of them, is refused: gpuplane-scheduler
+// places a pod's claims as whole GPUs or one MIG device of one set.
+func claimableResource(p *corev1.Pod, r *model.Request) (corev1.ResourceName, *BadInputError) {
+	var implied corev1.ResourceName
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			for name, q := range cs[i].Resources.Requests {
+				if !strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix) || q.IsZero() {
+					continue
+				}
+				if implied != "" && implied != name {
+					return "", badInput("MixedGPURequest", "the pod asks for %s and %s: gpuplane-scheduler serves one DeviceClass's resource per pod; ask for one of them, or name both classes in a ResourceClaim", implied, name)
+				}
+				implied = name
+			}
+		}
+	}
+	switch {
+	case implied != "" && (r.UsesGPU() || len(p.Spec.ResourceClaims) > 0):
+		return "", badInput("MixedGPURequest", "the pod asks for %s besides other GPUs: ask for GPUs one way, through %s alone, the device plugin's resources or spec.resourceClaims", implied, implied)
+	case implied != "":
+		return implied, nil
+	case r.GPUMilli > 0 || r.GPUMemoryMiB > 0 || r.ShareResource != "":
+		return "", nil
+	case r.MIGSlices > 0 && r.MIGProfile != "":
+		return corev1.ResourceName(migResourcePrefix + r.MIGProfile), nil
+	case r.GPUs > 0:
+		return ResourceGPU, nil
+	}
+	return "", nil
+}
+
+// resolveExtended returns the claims of a pending pod that asks for an
+// extended resource a DeviceClass maps (claimableResource), nil when it
+// asks for none or is served by the device plugin only (a class whose
+// selectors fail or select other devices than the resource names, a
+// share, containers the cache does not keep). A resource a class implies
+// (deviceclass.resource.kubernetes.io/<class>) no device plugin serves:
+// the pod waits with the reason when the class is missing or its claim
+// cannot be placed. A claim made for the pod earlier (by a scheduler that
+// stopped before binding it) is the pod's claim: allocated, it pins the
+// pod to its node; not allocated, it is allocated as made, on nodes
+// without the resource. Caller holds c.mu.
 func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *BadInputError) {
 	p := pi.pod
 	r := &pi.req
-	if r.GPUs == 0 || r.MIGSlices > 0 || r.GPUMilli > 0 || r.GPUMemoryMiB > 0 || r.ShareResource != "" {
+	res := pi.extRes
+	if res == "" || len(p.Spec.Containers) == 0 {
 		return nil, nil
 	}
-	res := ResourceGPU
-	class := c.dra.classFor(res)
-	if class == nil || len(p.Spec.Containers) == 0 {
+	className, implied := strings.CutPrefix(string(res), resourceapi.ResourceDeviceClassPrefix)
+	var class *resourceapi.DeviceClass
+	if implied {
+		if class = c.dra.classes[className]; class == nil {
+			return nil, badInput("DeviceClassNotFound", "the pod asks for %s, but DeviceClass %q does not exist: create it or ask for an existing class's resource", res, className)
+		}
+	} else if class = c.dra.classFor(res); class == nil {
 		return nil, nil
 	}
 	_, made := c.dra.extByPod[p.UID]
@@ -127,6 +175,9 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 	}
 	reqs, mappings := extendedRequests(p, res, class.Name)
 	if len(reqs) == 0 {
+		if implied {
+			return nil, badInput("RequestOutOfRange", "the pod asks for %s, but no container asks for a whole number of devices from 1 to %d", res, maxClaimGPUs)
+		}
 		return nil, nil
 	}
 	ext := &extClaim{resource: res, mappings: mappings}
@@ -154,15 +205,33 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		pc.alloc = []*resourceapi.ResourceClaim{extClaimFor(p, reqs)}
 	}
 	base := b.deviceSet(c, []claimSpecKey{{Requests: pc.alloc[0].Spec.Devices.Requests}})
+	var serves bool
 	switch {
-	case base.err != "" && ext.created != nil:
-		return nil, badInput(base.errCode, "ResourceClaim %s (its extended resources): %s", claimKey(ext.created), base.err)
-	case base.err != "", base.migSlices > 0, base.count != r.GPUs:
-		// A class whose selectors fail, that selects MIG devices, or
-		// requests that sum to more than the pod's GPUs (init
-		// containers asking for more than the others): the device
-		// plugin alone serves the pod, as before the mapping.
-		b.log.V(2).Info("extended resource served by the device plugin only", "pod", pi.key, "deviceClass", class.Name, "reason", base.err, "claimDevices", base.count, "gpus", r.GPUs)
+	case base.err != "":
+	case implied:
+		serves = true
+	case r.MIGSlices > 0:
+		// One MIG device of the profile: the class's smallest device
+		// that passes is of the pod's size.
+		serves = base.migSlices == r.MIGSlices && base.count == 1
+	default:
+		serves = base.migSlices == 0 && !base.share && base.count == r.GPUs
+	}
+	switch {
+	case base.err != "" && (ext.created != nil || implied):
+		what := "its extended resources"
+		if implied {
+			what = string(res)
+		}
+		return nil, badInput(base.errCode, "%s (DeviceClass %s, for %s): %s", cmp.Or(claimKeyOf(ext.created), "its claim"), class.Name, what, base.err)
+	case !serves:
+		// A class whose selectors fail, that selects devices of another
+		// kind than the resource names, or requests that sum to more
+		// than the pod's GPUs (init containers asking for more than the
+		// others): the device plugin alone serves the pod, as before the
+		// mapping.
+		b.log.V(2).Info("extended resource served by the device plugin only", "pod", pi.key, "resource", res, "deviceClass", class.Name,
+			"reason", base.err, "claimDevices", base.count, "migSlices", base.migSlices, "gpus", r.GPUs)
 		if ext.created == nil {
 			b.memoExt(pi, extMemo{pod: p})
 		}
@@ -174,6 +243,14 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		b.memoExt(pi, extMemo{pod: p, claim: pc.alloc[0], mappings: mappings, set: pc.set})
 	}
 	return pc, nil
+}
+
+// claimKeyOf is claimKey of a claim that may not exist ("").
+func claimKeyOf(cl *resourceapi.ResourceClaim) string {
+	if cl == nil {
+		return ""
+	}
+	return "ResourceClaim " + claimKey(cl)
 }
 
 // extMemo is a pending pod's extended-resource claim not made yet, its
@@ -203,8 +280,10 @@ func (b *builder) memoExt(pi *podInfo, m extMemo) {
 const extSetPrefix = "extended-"
 
 // extSet is a device set made for an extended resource: on every node
-// advertising the resource all the GPUs its device plugin offers, on the
-// others the GPUs of the DeviceClass's set. Caller holds c.mu.
+// advertising the resource all the GPUs its device plugin offers (the
+// core then picks among them by the request's kind, whole GPUs or a MIG
+// device), on the others the GPUs of the DeviceClass's set. Caller holds
+// c.mu.
 func (b *builder) extSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
 	key := "\x00ext/" + string(res) + "/" + base.name
 	if s := b.draSets[key]; s != nil {
@@ -344,11 +423,27 @@ func containerRequest(i int, c *corev1.Container, res corev1.ResourceName, class
 	return r, append(maps, corev1.ContainerExtendedResourceRequest{ContainerName: c.Name, ResourceName: string(res), RequestName: name})
 }
 
-// asksExtendedGPU reports whether a pod asks for nvidia.com/gpu, which a
-// DeviceClass may map: the cache then keeps its containers while it waits.
-func asksExtendedGPU(p *corev1.Pod) bool {
-	q, ok := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})[ResourceGPU]
-	return ok && !q.IsZero()
+// asksMappable reports whether a pod asks for an extended resource a
+// DeviceClass may serve (nvidia.com/gpu, nvidia.com/mig-<profile>, a
+// class's implied resource): the cache then keeps its containers while it
+// waits, to name the claim's requests after them.
+func asksMappable(p *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			for name, q := range cs[i].Resources.Requests {
+				if !q.IsZero() && mappable(name) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// mappable reports whether a DeviceClass may serve a resource.
+func mappable(name corev1.ResourceName) bool {
+	return name == ResourceGPU || strings.HasPrefix(string(name), migResourcePrefix) ||
+		strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix)
 }
 
 // reserveExtended makes a pod's extended-resource claim (unless it exists

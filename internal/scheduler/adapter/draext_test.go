@@ -280,3 +280,129 @@ func TestExtendedRequests(t *testing.T) {
 		})
 	}
 }
+
+// migExtClass is the agent's class of one MIG profile, mapping
+// nvidia.com/mig-<profile> (internal/dra.DeviceClasses).
+func migExtClass(profile string) *resourceapi.DeviceClass {
+	c := typeClass("mig-"+profile+".gpu.gpuplane.io", "mig")
+	c.Spec.Selectors[0].CEL.Expression += fmt.Sprintf(" && device.attributes[%q].profile == %q", "gpu.gpuplane.io", profile)
+	c.Spec.ExtendedResourceName = ptr.To(migResourcePrefix + profile)
+	return c
+}
+
+// TestExtendedMIGResource: a pod asking for nvidia.com/mig-<profile> on a
+// node whose MIG devices only DRA publishes gets a claim for one device of
+// the profile's class; a profile no class maps, or a class of another
+// profile, leaves the pod waiting with the resource named.
+func TestExtendedMIGResource(t *testing.T) {
+	tests := []struct {
+		name    string
+		classes []string
+		ask     string
+		// wantDevice is the prefix of the device the claim gets, "" for
+		// no claim.
+		wantDevice string
+		wantWhy    string
+	}{
+		{name: "mapped profile", classes: []string{"1g.10gb"}, ask: "1g.10gb", wantDevice: "gpu-0-mig-1g-10gb-"},
+		{name: "larger profile", classes: []string{"1g.10gb", "3g.40gb"}, ask: "3g.40gb", wantDevice: "gpu-0-mig-3g-40gb-"},
+		{name: "no class maps the profile", classes: []string{"1g.10gb"}, ask: "2g.20gb", wantWhy: "nvidia.com/mig-2g.20gb"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newMIGFixture(t, 1)
+			for _, p := range tc.classes {
+				f.cache.upsertClass(migExtClass(p))
+			}
+			p := testPod("ns", "p", rl("cpu", "1", migResourcePrefix+tc.ask, "1"))
+			p.UID = "uid-p"
+			f.cache.upsertPod(p)
+			f.cycle()
+			if tc.wantDevice == "" {
+				if len(f.api.claimWrites) != 0 || len(f.api.binds) != 0 {
+					t.Fatalf("claims %v, binds %v, want none", f.api.claims, f.api.binds)
+				}
+				if got := f.status.conditions["ns/p"]; !strings.Contains(got, tc.wantWhy) {
+					t.Errorf("why the pod waits: %q, want it to name %s", got, tc.wantWhy)
+				}
+				return
+			}
+			if len(f.api.claimWrites) != 1 {
+				t.Fatalf("claim writes %v, want the pod's extended-resource claim", f.api.claims)
+			}
+			w := f.api.claimWrites[0]
+			res := w.alloc.Devices.Results
+			if len(res) != 1 || !strings.HasPrefix(res[0].Device, tc.wantDevice) {
+				t.Errorf("the claim got %+v, want one device %s*", res, tc.wantDevice)
+			}
+			if w.ext == nil || w.ext.resource != corev1.ResourceName(migResourcePrefix+tc.ask) {
+				t.Errorf("the write is not the pod's claim for %s: %+v", migResourcePrefix+tc.ask, w.ext)
+			}
+			if r := w.claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "mig-"+tc.ask+".gpu.gpuplane.io" || r[0].Exactly.Count != 1 {
+				t.Errorf("claim requests %+v, want one device of the profile's class", r)
+			}
+			if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p a") {
+				t.Errorf("binds %v, want p on a", f.api.binds)
+			}
+		})
+	}
+}
+
+// TestImpliedClassResource: every DeviceClass implies the resource
+// deviceclass.resource.kubernetes.io/<class>, which no device plugin
+// serves: a pod asking for it gets a claim of the class wherever it goes,
+// and waits with the reason when the class is missing or the request is
+// mixed with GPUs asked another way.
+func TestImpliedClassResource(t *testing.T) {
+	implied := func(class string) string { return resourceapi.ResourceDeviceClassPrefix + class }
+	tests := []struct {
+		name      string
+		ask       corev1.ResourceList
+		wantCount int64
+		wantWhy   string
+	}{
+		{name: "two GPUs of the class", ask: rl("cpu", "1", implied("gpu.gpuplane.io"), "2"), wantCount: 2},
+		{name: "a class that does not exist", ask: rl("cpu", "1", implied("nosuch"), "1"), wantWhy: `DeviceClass "nosuch" does not exist`},
+		{name: "beside nvidia.com/gpu", ask: rl("cpu", "1", implied("gpu.gpuplane.io"), "1", "nvidia.com/gpu", "1"), wantWhy: "besides other GPUs"},
+		{name: "two classes", ask: rl("cpu", "1", implied("gpu.gpuplane.io"), "1", implied("other"), "1"), wantWhy: "one DeviceClass's resource per pod"},
+		{name: "more than a node has", ask: rl("cpu", "1", implied("gpu.gpuplane.io"), "5"), wantWhy: "insufficient " + implied("gpu.gpuplane.io")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newLoopFixture(t, Config{}, draNode("a"), gpuNode("b", 8))
+			f.cache.upsertSlice(gpuSlice("a", 4, "H100"))
+			f.cache.upsertClass(gpuClass("gpu.gpuplane.io"))
+			f.cache.upsertClass(gpuClass("other"))
+			p := testPod("ns", "p", tc.ask)
+			p.UID = "uid-p"
+			f.cache.upsertPod(p)
+			f.cycle()
+			if tc.wantWhy != "" {
+				if len(f.api.claimWrites) != 0 || len(f.api.binds) != 0 {
+					t.Fatalf("claims %v, binds %v, want none", f.api.claims, f.api.binds)
+				}
+				if got := f.status.conditions["ns/p"]; !strings.Contains(got, tc.wantWhy) {
+					t.Errorf("why the pod waits: %q, want %q", got, tc.wantWhy)
+				}
+				return
+			}
+			if len(f.api.claimWrites) != 1 {
+				t.Fatalf("claim writes %v, want the pod's claim (node b's device plugin does not serve %s)", f.api.claims, implied("gpu.gpuplane.io"))
+			}
+			w := f.api.claimWrites[0]
+			if r := w.claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "gpu.gpuplane.io" || r[0].Exactly.Count != tc.wantCount {
+				t.Errorf("claim requests %+v, want %d devices of gpu.gpuplane.io", r, tc.wantCount)
+			}
+			want := []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: implied("gpu.gpuplane.io"), RequestName: "container-0-request-1"}}
+			if w.ext == nil || !slices.Equal(w.ext.mappings, want) {
+				t.Errorf("the write's mappings %+v, want %v", w.ext, want)
+			}
+			if len(w.alloc.Devices.Results) != int(tc.wantCount) || allocationNode(w.alloc) != "a" {
+				t.Errorf("allocation %+v, want %d devices of node a", w.alloc.Devices.Results, tc.wantCount)
+			}
+			if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p a") {
+				t.Errorf("binds %v, want p on a", f.api.binds)
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -191,7 +192,8 @@ func staticFit(log klog.Logger, p *corev1.Pod, extended corev1.ResourceList, n *
 func otherExtended(p *corev1.Pod) corev1.ResourceList {
 	var out corev1.ResourceList
 	for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
-		if !isExtended(name) || name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(string(name), migResourcePrefix) || gpupod.IsFractionResource(name) {
+		if !isExtended(name) || name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(string(name), migResourcePrefix) || gpupod.IsFractionResource(name) ||
+			strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix) {
 			continue
 		}
 		if out == nil {

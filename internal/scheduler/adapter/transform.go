@@ -141,7 +141,7 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 	}
 	// A waiting pod asking for nvidia.com/gpu keeps its containers: a
 	// claim for its extended resources names them (draext.go).
-	if checkContainers(p) == nil && collapsible(p) && (s.NodeName != "" || !asksExtendedGPU(p)) {
+	if checkContainers(p) == nil && collapsible(p) && (s.NodeName != "" || !asksMappable(p)) {
 		// The pod's requests as the kubelet counts them (init containers,
 		// sidecars, overhead and pod-level resources), kept as the
 		// overhead of a pod with no containers: all the scheduler reads

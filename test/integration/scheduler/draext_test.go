@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
+	apidra "github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -158,6 +162,103 @@ func TestDRAExtendedResourceOnDRAOnlyNode(t *testing.T) {
 	}
 	if len(claims) != 0 {
 		t.Errorf("pod extra that does not fit left claim %s", claims[0].Name)
+	}
+	if _, err := c.checkClaims(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestDRAExtendedMIGAndImpliedResources: on a node whose MIG devices only
+// the agent's DRA driver publishes (GPUs in MIG mode, instances made at
+// prepare), a pod asking for nvidia.com/mig-1g.10gb gets a claim for one
+// device of the profile's class, as kube-scheduler makes it; a pod asking
+// for deviceclass.resource.kubernetes.io/<class>, the resource every
+// DeviceClass implies, gets a claim of that class; one naming a class
+// that does not exist waits and says so. The agent's driver prepares
+// both claims.
+func TestDRAExtendedMIGAndImpliedResources(t *testing.T) {
+	b := gpuNodes(1, "migext")[0].GPUs(0)
+	node := b.Obj().Name
+	c := &draCluster{cluster: newCluster(t, b), nodes: []string{node}}
+	ctx := t.Context()
+	classes, err := dra.DeviceClasses(&configv1.Config{}, []string{"1g.10gb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent's classes under names of the test's own; the profile's
+	// class keeps the resource it maps.
+	var migClass, anyMIG string
+	for _, dc := range classes {
+		switch dc.Name {
+		case "mig-1g.10gb." + apidra.DriverName:
+		case dra.ClassMIG:
+		default:
+			continue
+		}
+		dc = dc.DeepCopy()
+		dc.Name = dc.Name + "-" + c.ns
+		if dc.Spec.ExtendedResourceName != nil {
+			migClass = dc.Name
+		} else {
+			anyMIG = dc.Name
+		}
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), dc.Name, metav1.DeleteOptions{})
+		})
+	}
+	if migClass == "" || anyMIG == "" {
+		t.Fatalf("the agent's classes have no 1g.10gb class mapping a resource and no class of all MIG devices")
+	}
+	driver := agentNode(t, node, migProfile)
+	c.run(adapter.Config{})
+
+	implied := corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix + anyMIG)
+	c.create(
+		c.pod("small").Label("app", "migext").Limit("nvidia.com/mig-1g.10gb", "1"),
+		c.pod("implied").Label("app", "migext").Limit(implied, "1"),
+		c.pod("missing").Label("app", "missing").Limit(corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix+"nosuch-"+c.ns), "1"),
+	)
+	c.waitBound("app=migext", 2, 120*time.Second)
+	c.waitCondition("missing", "DeviceClassNotFound", `DeviceClass "nosuch-`+c.ns+`" does not exist`, 60*time.Second)
+	ps, err := c.pods(ctx, "app=migext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, class := range map[string]string{"small": migClass, "implied": anyMIG} {
+		p := ps[name]
+		claims, err := c.extClaimsOf(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(claims) != 1 {
+			t.Fatalf("pod %s has %d extended-resource claims, want 1", name, len(claims))
+		}
+		cl := claims[0]
+		if r := cl.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly == nil || r[0].Exactly.DeviceClassName != class || r[0].Exactly.Count != 1 {
+			t.Errorf("pod %s's claim requests %+v, want one device of %s", name, r, class)
+		}
+		a := cl.Status.Allocation
+		if a == nil || len(a.Devices.Results) != 1 || a.Devices.Results[0].Pool != node {
+			t.Fatalf("pod %s's claim allocation %+v, want one device of %s", name, a, node)
+		}
+		if name == "small" && !strings.Contains(a.Devices.Results[0].Device, "-mig-1g-10gb-") {
+			t.Errorf("pod small's claim got %s, want a 1g.10gb device", a.Devices.Results[0].Device)
+		}
+		if st := p.Status.ExtendedResourceClaimStatus; st == nil || st.ResourceClaimName != cl.Name {
+			t.Errorf("pod %s status.extendedResourceClaimStatus %+v, want claim %s", name, st, cl.Name)
+		}
+		// The node's driver prepares what the scheduler allocated,
+		// making the instance.
+		res, err := driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{cl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := res[cl.UID]; r.Err != nil || len(r.Devices) != 1 || len(r.Devices[0].CDIDeviceIDs) == 0 {
+			t.Errorf("the agent's driver preparing pod %s's claim: %+v", name, r)
+		}
 	}
 	if _, err := c.checkClaims(ctx); err != nil {
 		t.Error(err)
