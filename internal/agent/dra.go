@@ -40,6 +40,14 @@ func (f *draFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.stateFile, "dra-state-file", "", "with --dra: the checkpoint of prepared claims (default <dra-plugin-dir>/checkpoint.json); keep it on the host so prepared claims survive a restart")
 }
 
+// checkpointPath is the driver's checkpoint of prepared claims.
+func (f *draFlags) checkpointPath() string {
+	if f.stateFile != "" {
+		return f.stateFile
+	}
+	return filepath.Join(f.pluginDir, "checkpoint.json")
+}
+
 // ledgerHealth is the device plugin's health source when the DRA driver
 // runs: a device a claim holds is withdrawn (reported unhealthy), and
 // Allocate's devices are recorded in the ledger.
@@ -159,10 +167,7 @@ func draPart(ctx context.Context, f *runFlags, backend gpu.Backend, node string,
 	if err != nil {
 		return part{}, nil, err
 	}
-	state := f.dra.stateFile
-	if state == "" {
-		state = filepath.Join(f.dra.pluginDir, "checkpoint.json")
-	}
+	state := f.dra.checkpointPath()
 	var root dra.PCIeRootFunc
 	if backend.Name() == "nvml" {
 		root = dra.SysfsPCIeRoot("/")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,9 +46,48 @@ func TestGPUAPI(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := gpuAPI(context.Background(), tt.flag, tt.dra, tt.nodes, "n", slog.New(slog.DiscardHandler))
+			got, err := gpuAPI(context.Background(), tt.flag, tt.dra, 0, tt.nodes, "n", slog.New(slog.DiscardHandler))
 			if (err != nil) != tt.wantErr || got != tt.want {
 				t.Errorf("gpuAPI = %q, %v; want %q (error %v)", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestChooseGPUAPIKeepsDRAForPreparedClaims: a node moved off DRA keeps
+// the driver while its checkpoint holds claims (or cannot be read), since
+// nothing else would hold their GPUs against the device plugin.
+func TestChooseGPUAPIKeepsDRAForPreparedClaims(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       gpuAPIInputs
+		want     gpunode.GPUAPI
+		wantNote string
+	}{
+		{name: "no claims: the label", in: gpuAPIInputs{flag: gpunode.GPUAPIBoth, label: "device-plugin", labelled: true, draOn: true},
+			want: gpunode.GPUAPIDevicePlugin},
+		{name: "prepared claims keep the driver", in: gpuAPIInputs{flag: gpunode.GPUAPIBoth, label: "device-plugin", labelled: true, draOn: true, prepared: 2},
+			want: gpunode.GPUAPIBoth, wantNote: "2 ResourceClaims are prepared"},
+		{name: "unreadable checkpoint keeps the driver", in: gpuAPIInputs{flag: gpunode.GPUAPIDevicePlugin, draOn: true, prepared: -1},
+			want: gpunode.GPUAPIBoth, wantNote: "cannot be read"},
+		{name: "without --dra there is no driver to keep", in: gpuAPIInputs{flag: gpunode.GPUAPIDevicePlugin, prepared: 3},
+			want: gpunode.GPUAPIDevicePlugin},
+		{name: "to DRA with claims", in: gpuAPIInputs{flag: gpunode.GPUAPIBoth, label: "dra", labelled: true, draOn: true, prepared: 1},
+			want: gpunode.GPUAPIDRA},
+		{name: "unset label: the flag", in: gpuAPIInputs{flag: gpunode.GPUAPIDRA, draOn: true},
+			want: gpunode.GPUAPIDRA},
+		{name: "bad label: the flag, said", in: gpuAPIInputs{flag: gpunode.GPUAPIDRA, label: "yes", labelled: true, draOn: true},
+			want: gpunode.GPUAPIDRA, wantNote: "not valid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, notes := chooseGPUAPI(tt.in)
+			if got != tt.want {
+				t.Errorf("chooseGPUAPI = %q, want %q (notes %q)", got, tt.want, notes)
+			}
+			joined := strings.Join(notes, "; ")
+			if (tt.wantNote == "") != (joined == "") || !strings.Contains(joined, tt.wantNote) {
+				t.Errorf("notes %q, want one saying %q", joined, tt.wantNote)
 			}
 		})
 	}

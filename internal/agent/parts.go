@@ -37,7 +37,11 @@ func runParts(ctx context.Context, log *slog.Logger, parts []part) error {
 	var errs []error
 	for range parts {
 		r := <-done
+		_, restart := isGPUAPISwitch(r.err)
 		switch {
+		case restart:
+			log.Info("stopping the agent's parts to start them again", "part", r.name, "reason", r.err)
+			errs = append(errs, r.err)
 		case r.err != nil:
 			log.Error("agent part failed; stopping the agent", "part", r.name, "err", r.err)
 			errs = append(errs, fmt.Errorf("%s: %w", r.name, r.err))

@@ -122,7 +122,7 @@ func (f *runFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.migConfigKey, "mig-config-key", DefaultMIGConfigKey, "the key of --mig-config-map that holds the mig-parted config")
 	fs.DurationVar(&f.migEvictTimeout, "mig-eviction-timeout", 5*time.Minute, "how long the pods on GPUs being re-partitioned may take to go (PodDisruptionBudgets respected) before the state says failed; the agent keeps retrying")
 	f.dra.add(fs)
-	fs.StringVar(&f.gpuAPI, "gpu-api", string(gpunode.GPUAPIBoth), "through which API the node's GPUs are served: both (device plugin and, with --dra, the DRA driver, from one ledger), dra (the device plugin advertises nothing; pods asking for nvidia.com/gpu or MIG resources are served through the DeviceClasses' extendedResourceName; needs --dra) or device-plugin (no DRA driver); the Node's "+gpunode.LabelGPUAPI+" label overrides it (read at start)")
+	fs.StringVar(&f.gpuAPI, "gpu-api", string(gpunode.GPUAPIBoth), "through which API the node's GPUs are served: both (device plugin and, with --dra, the DRA driver, from one ledger), dra (the device plugin advertises nothing; pods asking for nvidia.com/gpu or MIG resources are served through the DeviceClasses' extendedResourceName; needs --dra) or device-plugin (no DRA driver); the Node's "+gpunode.LabelGPUAPI+" label overrides it; when the label changes, the agent's parts stop and start again to serve through the new API, and a node moved off DRA keeps the driver until the claims prepared on it are unprepared")
 	f.changedConfig = func(name string) bool { return fs.Changed(name) }
 }
 
@@ -261,7 +261,21 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
+// runAgent runs the agent's parts until ctx ends or one fails. When the
+// node is to be served through another API (gpunode.LabelGPUAPI changed),
+// the parts stop and start again, as after a restart of the agent: both
+// the device plugin and the DRA driver rebuild from what the kubelet and
+// their checkpoints say is held, so no GPU is given twice in between.
 func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
+	for {
+		err := runAgentOnce(ctx, f, stderr)
+		if _, ok := isGPUAPISwitch(err); !ok || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	log, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		return err
@@ -528,6 +542,13 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	if f.dra.enabled && !api.DRA() {
 		log.Info("the DRA driver is off on this node: its GPUs are served through the device plugin only", "gpuAPI", api)
 	}
+	if apiConfig != nil {
+		p, err := gpuAPIWatch(apiConfig, f, node, api, log.With("part", "gpu api"))
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
 	if f.dra.enabled && api.DRA() {
 		l, devs := ledger.New(), &pluginDevices{}
 		plugin.Ledger = l
@@ -556,6 +577,9 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		return err
 	}})
 	if err := runParts(ctx, log, parts); err != nil {
+		if sw, ok := isGPUAPISwitch(err); ok {
+			return sw
+		}
 		return fmt.Errorf("agent stopped: %w", err)
 	}
 	return nil

@@ -137,6 +137,17 @@ func loadCheckpoint(path string) (*checkpoint, error) {
 	return c, nil
 }
 
+// PreparedClaims counts the claims a driver's checkpoint holds, prepared
+// or half-prepared (to be rolled back at its next start); 0 when there is
+// no checkpoint.
+func PreparedClaims(path string) (int, error) {
+	c, err := loadCheckpoint(path)
+	if err != nil {
+		return 0, err
+	}
+	return len(c.Claims), nil
+}
+
 // save replaces the state file atomically: a crash leaves the old or the
 // new file, never a mix.
 func (c *checkpoint) save(path string) error {

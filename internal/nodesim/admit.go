@@ -30,14 +30,17 @@ func (e *admissionError) Error() string { return e.Reason + ": " + e.Message }
 
 // deviceRequests returns the container's device-plugin resource requests:
 // extended resources outside kubernetes.io, from limits (the API server
-// requires requests to equal limits for them), then requests.
-func deviceRequests(c *corev1.Container) map[string]int {
+// requires requests to equal limits for them), then requests. Those the
+// pod's extended-resource claim serves for the container
+// (status.extendedResourceClaimStatus) are DRA's, which the kubelet's
+// admission and device manager skip.
+func deviceRequests(pod *corev1.Pod, c *corev1.Container) map[string]int {
 	out := map[string]int{}
 	add := func(list corev1.ResourceList) {
 		for name, q := range list {
 			n := string(name)
 			domain, _, ok := strings.Cut(n, "/")
-			if !ok || strings.HasSuffix(domain, "kubernetes.io") || strings.HasPrefix(n, corev1.ResourceHugePagesPrefix) {
+			if !ok || strings.HasSuffix(domain, "kubernetes.io") || strings.HasPrefix(n, corev1.ResourceHugePagesPrefix) || draBacked(pod, c.Name, n) {
 				continue
 			}
 			if _, seen := out[n]; !seen && q.Value() > 0 {
@@ -50,18 +53,30 @@ func deviceRequests(c *corev1.Container) map[string]int {
 	return out
 }
 
+// draBacked reports whether the pod's extended-resource claim serves
+// resource for the container.
+func draBacked(pod *corev1.Pod, container, resource string) bool {
+	st := pod.Status.ExtendedResourceClaimStatus
+	if st == nil {
+		return false
+	}
+	return slices.ContainsFunc(st.RequestMappings, func(m corev1.ContainerExtendedResourceRequest) bool {
+		return m.ContainerName == container && m.ResourceName == resource
+	})
+}
+
 // podDeviceNeeds is what the pod holds at its peak: the largest init
 // container request or the sum over app containers, whichever is larger,
 // per resource (the kubelet's effective request).
 func podDeviceNeeds(pod *corev1.Pod) map[string]int {
 	app := map[string]int{}
 	for i := range pod.Spec.Containers {
-		for r, n := range deviceRequests(&pod.Spec.Containers[i]) {
+		for r, n := range deviceRequests(pod, &pod.Spec.Containers[i]) {
 			app[r] += n
 		}
 	}
 	for i := range pod.Spec.InitContainers {
-		for r, n := range deviceRequests(&pod.Spec.InitContainers[i]) {
+		for r, n := range deviceRequests(pod, &pod.Spec.InitContainers[i]) {
 			app[r] = max(app[r], n)
 		}
 	}
@@ -99,7 +114,7 @@ func (s *Simulator) admit(ctx context.Context, key string, pod *corev1.Pod) (*gp
 		all = append(all, ctr{&pod.Spec.Containers[i], false})
 	}
 	for _, c := range all {
-		reqs := deviceRequests(c.c)
+		reqs := deviceRequests(pod, c.c)
 		maps.DeleteFunc(reqs, func(r string, _ int) bool { _, offered := needs[r]; return !offered })
 		if len(reqs) == 0 {
 			continue

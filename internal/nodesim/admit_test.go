@@ -44,6 +44,22 @@ func TestPodDeviceNeeds(t *testing.T) {
 	}
 }
 
+// TestPodDeviceNeedsSkipsDRABacked: a resource the pod's
+// extended-resource claim serves for a container is not the device
+// plugin's to admit or allocate, as in the kubelet; the same resource of a
+// container the claim does not name still is.
+func TestPodDeviceNeedsSkipsDRABacked(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{
+		container(map[string]string{"nvidia.com/gpu": "2"}), container(map[string]string{"nvidia.com/gpu": "1"}),
+	}}}
+	pod.Spec.Containers[1].Name = "other"
+	pod.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "x",
+		RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: "c", ResourceName: "nvidia.com/gpu", RequestName: "container-0-request-0"}}}
+	if got, want := podDeviceNeeds(pod), map[string]int{"nvidia.com/gpu": 1}; !maps.Equal(got, want) {
+		t.Errorf("podDeviceNeeds = %v, want %v: container c's GPUs come from its claim", got, want)
+	}
+}
+
 func TestValidateRegistration(t *testing.T) {
 	ok := func() *pluginapi.RegisterRequest {
 		return &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "gpu.sock", ResourceName: "nvidia.com/gpu"}

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apidra "github.com/gpuplane/gpuplane/api/dra"
-	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/cdi"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -268,43 +267,7 @@ func TestPluginAndDRAShareANode(t *testing.T) {
 	pendingWith(t, ns, "mig-0", "cannot allocate")
 
 	// No GPU is held twice.
-	uuids := map[string]string{}
-	devs, err := sliceDevices(t.Context(), nodeName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, d := range devs {
-		if u := d.Attributes[apidra.AttrUUID].StringValue; u != nil {
-			uuids[name] = *u
-		}
-	}
-	pods, err := env.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := map[string]string{}
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		var gpus []string
-		if a, _ := gpupod.ReadAllocation(&p); a != nil {
-			for _, c := range a.Containers {
-				gpus = append(gpus, c.Devices["nvidia.com/gpu"]...)
-			}
-		}
-		if len(p.Spec.ResourceClaims) > 0 {
-			for _, d := range allocatedDevices(podClaim(t, ns, p.Name)) {
-				gpus = append(gpus, uuids[d])
-			}
-		}
-		for _, g := range gpus {
-			if other, dup := held[g]; dup {
-				t.Errorf("GPU %s is held by %s and %s", g, other, p.Name)
-			}
-			held[g] = p.Name
-		}
-	}
+	held := heldOnce(t, ns, nodeName)
 	if len(held) != 5 {
 		t.Errorf("GPUs held: %v, want all five, each once", held)
 	}

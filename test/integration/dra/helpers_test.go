@@ -23,6 +23,7 @@ import (
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	apidra "github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/dra"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
@@ -386,4 +387,65 @@ func pendingWith(t *testing.T, ns, name, want string) {
 		}
 		return false, fmt.Errorf("said %q", said)
 	})
+}
+
+// heldOnce maps every GPU (by UUID) the running pods of ns hold, through
+// the device plugin (the node's record on the pod), their claims or the
+// claim of their extended resources, to the pod; a GPU held by two pods
+// fails the test.
+func heldOnce(t *testing.T, ns, nodeName string) map[string]string {
+	t.Helper()
+	uuids := map[string]string{}
+	devs, err := sliceDevices(t.Context(), nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range devs {
+		if u := d.Attributes[apidra.AttrUUID].StringValue; u != nil {
+			uuids[name] = *u
+		}
+	}
+	pods, err := env.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]string{}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		var gpus []string
+		if a, _ := gpupod.ReadAllocation(&p); a != nil {
+			for _, c := range a.Containers {
+				gpus = append(gpus, c.Devices["nvidia.com/gpu"]...)
+			}
+		}
+		var claims []*resourceapi.ResourceClaim
+		if len(p.Spec.ResourceClaims) > 0 {
+			claims = append(claims, podClaim(t, ns, p.Name))
+		}
+		if st := p.Status.ExtendedResourceClaimStatus; st != nil {
+			c, err := env.Client.ResourceV1().ResourceClaims(ns).Get(t.Context(), st.ResourceClaimName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims = append(claims, c)
+		}
+		for _, c := range claims {
+			for _, d := range allocatedDevices(c) {
+				u, ok := uuids[d]
+				if !ok {
+					t.Fatalf("pod %s holds device %s, which the node does not publish", p.Name, d)
+				}
+				gpus = append(gpus, u)
+			}
+		}
+		for _, g := range gpus {
+			if other, dup := held[g]; dup {
+				t.Errorf("GPU %s is held by %s and %s", g, other, p.Name)
+			}
+			held[g] = p.Name
+		}
+	}
+	return held
 }
