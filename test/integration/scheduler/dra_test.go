@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -363,6 +364,55 @@ func TestDRAFailedBindReleasesTheClaim(t *testing.T) {
 		return cl.Status.Allocation == nil && len(cl.Status.ReservedFor) == 0 && len(cl.Finalizers) == 0,
 			fmt.Errorf("allocation %v reservedFor %+v finalizers %v", cl.Status.Allocation != nil, cl.Status.ReservedFor, cl.Finalizers)
 	})
+	// A pod asking for nvidia.com/gpu, which a class maps, on the DRA-only
+	// node: the claim made for it is deleted each time its bind fails,
+	// and none is left once the pod is gone.
+	mapped := framework.DRAGPUClass("gpu-ext-" + c.ns)
+	mapped.Spec.ExtendedResourceName = ptr.To(string(framework.ResourceGPU))
+	if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, mapped, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), mapped.Name, metav1.DeleteOptions{})
+	})
+	cw, err := env.Client.ResourceV1().ResourceClaims(c.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cw.Stop()
+	extDeleted := make(chan string, 1)
+	go func() {
+		for ev := range cw.ResultChan() {
+			cl, ok := ev.Object.(*resourceapi.ResourceClaim)
+			if ok && ev.Type == watch.Deleted && cl.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true" && cl.Status.Allocation != nil {
+				extDeleted <- cl.Name
+				return
+			}
+		}
+	}()
+	c.create(c.pod("doomed-ext").GPUs(1))
+	select {
+	case name := <-extDeleted:
+		t.Logf("the claim %s made for doomed-ext was allocated, and deleted when its bind failed", name)
+	case <-time.After(120 * time.Second):
+		t.Fatal("no allocated extended-resource claim of the pod whose bind fails was deleted within 120s")
+	}
+	if err := env.Client.CoreV1().Pods(c.ns).Delete(ctx, "doomed-ext", deleteNow()); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "no extended-resource claim left", func(ctx context.Context) (bool, error) {
+		claims, err := c.claims(ctx)
+		if err != nil {
+			return false, err
+		}
+		for name, cl := range claims {
+			if cl.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true" {
+				return false, fmt.Errorf("claim %s left", name)
+			}
+		}
+		return true, nil
+	})
+
 	// The node's one GPU was not leaked: another pod gets it.
 	c.claim("next", 1)
 	c.create(c.pod("next").Label("app", "next").Claim("gpu", "next"))
