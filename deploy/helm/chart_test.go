@@ -21,6 +21,7 @@ var rendered = map[string]string{
 	"agent/mig-config.yaml":              "../agent/mig-config.yaml",
 	"scheduler/deployment.yaml":          "../scheduler/deployment.yaml",
 	"scheduler/rbac.yaml":                "../scheduler/rbac.yaml",
+	"scheduler/policy.yaml":              "../scheduler/policy.yaml",
 	"admission/hide-gpus.yaml":           "../admission/hide-gpus.yaml",
 	"admission/gpu-access.yaml":          "../admission/gpu-access.yaml",
 	"admission/gpu-fraction-device.yaml": "../admission/gpu-fraction-device.yaml",
