@@ -404,7 +404,8 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		parts = append(parts, p)
 	}
 	// With the DRA driver on, the quarantine and the MIG part see the
-	// pods holding prepared claims on a GPU through link (set below).
+	// pods holding prepared claims on a GPU through link (set below), and
+	// have the driver read the GPUs again after they change them.
 	link := newDRALink(backend, devices)
 	// The quarantine needs the API server: it taints, evicts and writes
 	// the Node's condition.
@@ -417,6 +418,7 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	if quarantine != nil {
 		onResources = append(onResources, quarantine.setResources)
 		quarantine.pods.SetClaimPods(link.quarantinePods)
+		quarantine.dra = link
 		parts = append(parts, part{name: "quarantine", run: quarantine.run})
 	}
 	if f.migConfigMap != "" {
