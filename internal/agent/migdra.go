@@ -324,6 +324,16 @@ func (h claimGuard) SetMIGMode(ctx context.Context, index int, enabled bool) err
 	return h.Hardware.SetMIGMode(ctx, index, enabled)
 }
 
+// inventory is the DRA driver's view of the GPUs, for the quarantine to
+// read again after a GPU's reset (quarantine.Options.Inventory); nil while
+// the driver is off.
+func (l *draLink) inventory() quarantine.Inventory {
+	if !l.on() {
+		return nil
+	}
+	return l.driver
+}
+
 // quarantinePods lists the pods using prepared claims on GPU index, for
 // the quarantine to evict (quarantine.KubePods.SetClaimPods). A claim no
 // pod uses has nothing to evict and is left to the kubelet.

@@ -39,6 +39,9 @@ type quarantinePart struct {
 	events  func(ctx context.Context) quarantine.Recorder
 	metrics *quarantine.Metrics
 	log     *slog.Logger
+	// dra is the DRA driver, when it runs: its devices are read again
+	// after a GPU's reset.
+	dra *draLink
 
 	policy chan quarantine.Policy
 	first  quarantine.Policy
@@ -163,10 +166,7 @@ func (q *quarantinePart) run(ctx context.Context) error {
 	}
 	faults, stop := mon.Faults()
 	defer stop()
-	c, err := quarantine.New(quarantine.Options{
-		Policy: q.first, Devices: q.devices, Pods: q.pods, GPUs: quarantine.BackendGPUs{Backend: q.backend, Devices: q.devices},
-		Holder: mon, Node: q.node, Events: q.events(ctx), Metrics: q.metrics, Logger: q.log,
-	})
+	c, err := quarantine.New(q.options(mon, q.events(ctx)))
 	if err != nil {
 		return err
 	}
@@ -182,6 +182,15 @@ func (q *quarantinePart) run(ctx context.Context) error {
 	}()
 	q.log.Info("GPU quarantine running: a critical GPU fault takes the GPU out of service until it passes revalidation")
 	return c.Run(ctx, faults)
+}
+
+// options are the quarantine's, holding GPUs out of service through
+// holder and telling its steps to events.
+func (q *quarantinePart) options(holder quarantine.Holder, events quarantine.Recorder) quarantine.Options {
+	return quarantine.Options{
+		Policy: q.first, Devices: q.devices, Pods: q.pods, GPUs: quarantine.BackendGPUs{Backend: q.backend, Devices: q.devices},
+		Holder: holder, Node: q.node, Inventory: q.dra.inventory(), Events: events, Metrics: q.metrics, Logger: q.log,
+	}
 }
 
 // simControlPart serves the simulated GPUs' fault controls on a loopback

@@ -418,7 +418,8 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		parts = append(parts, p)
 	}
 	// With the DRA driver on, the quarantine and the MIG part see the
-	// pods holding prepared claims on a GPU through link (set below).
+	// pods holding prepared claims on a GPU through link (set below), and
+	// have the driver read the GPUs again after they change them.
 	link := newDRALink(backend, devices)
 	// The quarantine needs the API server: it taints, evicts and writes
 	// the Node's condition.
@@ -431,6 +432,7 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	if quarantine != nil {
 		onResources = append(onResources, quarantine.setResources)
 		quarantine.pods.SetClaimPods(link.quarantinePods)
+		quarantine.dra = link
 		parts = append(parts, part{name: "quarantine", run: quarantine.run})
 	}
 	if f.migConfigMap != "" {

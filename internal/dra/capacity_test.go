@@ -32,15 +32,27 @@ func shareClaim(uid, device string, memory string, compute int64) *resourceapi.R
 
 func TestSharedGPUsPublished(t *testing.T) {
 	d := sharingDriver(t, simBackend(t), t.TempDir(), ledger.New(), &recRunner{}, true)
-	devs := map[string]resourceapi.Device{}
-	for _, s := range d.Resources().Pools[testNode].Slices {
-		for _, dv := range s.Devices {
-			devs[dv.Name] = dv
+	published := func() map[string]resourceapi.Device {
+		devs := map[string]resourceapi.Device{}
+		for _, s := range d.Resources().Pools[testNode].Slices {
+			for _, dv := range s.Devices {
+				devs[dv.Name] = dv
+			}
 		}
+		return devs
 	}
+	devs := published()
 	g := devs["gpu-2"]
 	if g.AllowMultipleAllocations == nil || !*g.AllowMultipleAllocations {
 		t.Fatalf("gpu-2 not published for multiple allocations: %+v", g)
+	}
+	// The GPUs read again (after a MIG change or a GPU reset) are
+	// published the same way.
+	if err := d.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if g := published()["gpu-2"]; g.AllowMultipleAllocations == nil || !*g.AllowMultipleAllocations || g.Capacity[apidra.CapacityCompute].RequestPolicy == nil {
+		t.Fatalf("after Refresh, gpu-2 is not published for consumable capacity: %+v", g)
 	}
 	mem := g.Capacity[apidra.CapacityMemory]
 	if p := mem.RequestPolicy; p == nil || p.Default == nil || p.Default.Cmp(mem.Value) != 0 || p.ValidRange == nil || p.ValidRange.Step.Value() != 1<<30 {

@@ -23,7 +23,8 @@
 // (capacity.go) and each claim's share is held in the ledger and told to
 // its containers. Unprepare undoes
 // exactly what the checkpoint records. Both are idempotent and survive a
-// restart: on start, claims caught half-prepared are rolled back and the
+// restart: on start, claims caught half-prepared are rolled back (an MPS
+// control daemon the killed agent left for one is asked to quit) and the
 // MIG instances of prepared claims are checked. A device that is unhealthy
 // or that the device plugin gave a pod is tainted in the ResourceSlice.
 //
@@ -31,7 +32,8 @@
 // driver names the claims and the MIG instances it holds on a GPU (the
 // latter are the claims', never the layout's), taints a GPU being
 // re-partitioned (gpu.gpuplane.io/mig-changing) and prepares nothing on
-// it, and reads the GPUs again afterwards (Refresh) to republish.
+// it, and reads the GPUs again afterwards (Refresh) to republish. The
+// agent's GPU quarantine has it read them again after a GPU's reset too.
 //
 // It must not choose devices (the scheduler's allocation is the decision),
 // talk to NVML except through the gpu seam, or read the device plugin's

@@ -81,11 +81,15 @@ func (d *Driver) Withdrawn() []int {
 // Refresh reads the GPUs again, so that the pool describes the MIG
 // layout they have now (devices of a GPU that left or entered MIG mode, or
 // whose static instances changed), and has the ResourceSlices republished.
-// MIG instances the driver made for claims stay theirs.
+// MIG instances the driver made for claims stay theirs, and whole GPUs
+// stay published for consumable capacity (Options.SharedGPUs).
 func (d *Driver) Refresh(ctx context.Context) error {
 	d.mu.Lock()
 	inv, err := buildInventory(ctx, d.o.Backend, d.o.PCIeRoot, d.created)
 	if err == nil {
+		if d.o.SharedGPUs {
+			inv.shareGPUs()
+		}
 		d.inv = inv
 	}
 	d.mu.Unlock()

@@ -301,7 +301,7 @@ func (d *Driver) startMPS(uid string, pc *preparedClaim) error {
 // stopSharing stops the claim's MPS daemon and gives its GPUs their
 // default time slice back, unless another prepared claim set one.
 func (d *Driver) stopSharing(ctx context.Context, uid string, pc *preparedClaim) error {
-	d.stopMPS(uid)
+	d.stopMPS(ctx, uid, pc)
 	if pc.Sharing == nil {
 		return nil
 	}
@@ -317,7 +317,12 @@ func (d *Driver) stopSharing(ctx context.Context, uid string, pc *preparedClaim)
 	return errors.Join(errs...)
 }
 
-func (d *Driver) stopMPS(uid string) {
+// stopMPS stops the claim's MPS control daemon. Without one of this run,
+// a daemon the checkpoint says the claim had may still run, left by an
+// agent that was killed (with the claim caught preparing, or before its
+// daemon was started again): it is asked to quit, or it would run on with
+// the claim gone.
+func (d *Driver) stopMPS(ctx context.Context, uid string, pc *preparedClaim) {
 	ds := d.daemons
 	ds.mu.Lock()
 	cd, ok := ds.byUID[uid]
@@ -326,6 +331,17 @@ func (d *Driver) stopMPS(uid string) {
 	if ok {
 		cd.cancel()
 		<-cd.done
+		return
+	}
+	if pc.Sharing == nil || pc.Sharing.MPS == nil {
+		return
+	}
+	m := pc.Sharing.MPS
+	switch left, err := mps.QuitLeftover(ctx, d.o.MPSRunner, m.PipeDir, m.LogDir); {
+	case left && err != nil:
+		d.log.Info("the claim's MPS pipe directory has a control pipe, but no control daemon answered quit", "claim", uid, "pipe", m.PipeDir, "err", err)
+	case left:
+		d.log.Info("asked the MPS control daemon an earlier run left for the claim to quit", "claim", uid, "pipe", m.PipeDir)
 	}
 }
 

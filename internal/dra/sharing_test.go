@@ -280,3 +280,85 @@ func TestTimeSlicingFailureLeavesNothing(t *testing.T) {
 		t.Error("a failed claim left a CDI spec")
 	}
 }
+
+// TestRestartQuitsTheDaemonLeftForAClaim: the agent was killed with a
+// claim configured for MPS on the node, and the claim's control daemon
+// outlived it, holding the claim's pipe directory.
+func TestRestartQuitsTheDaemonLeftForAClaim(t *testing.T) {
+	ctx := context.Background()
+	// restart starts a driver from a checkpoint holding the claim, in
+	// state, on GPU 2; left says whether the claim's daemon runs from an
+	// earlier run, its control pipe in the pipe directory.
+	restart := func(t *testing.T, state string, left bool) (*Driver, *recRunner, string) {
+		t.Helper()
+		dir := t.TempDir()
+		b := simBackend(t)
+		devs, err := b.Devices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := filepath.Join(dir, "mps", "claim-uid-mps")
+		pipe := filepath.Join(base, "pipe")
+		cp := &checkpoint{Version: checkpointVersion, Claims: map[string]*preparedClaim{"uid-mps": {
+			Namespace: "ns", Name: "claim-uid-mps", State: state,
+			Devices: []preparedDevice{{Requests: []string{"r0"}, Pool: testNode, Device: "gpu-2", UUID: devs[2].UUID}},
+			Sharing: &preparedSharing{MPS: &preparedMPS{PipeDir: pipe, LogDir: filepath.Join(base, "log"),
+				GPUs: []string{devs[2].UUID}, Devices: []int{0}, PinnedMemLimitsMiB: []uint64{0}}},
+		}}}
+		if err := os.MkdirAll(filepath.Join(dir, "state"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp.save(filepath.Join(dir, "state", "checkpoint.json")); err != nil {
+			t.Fatal(err)
+		}
+		r := &recRunner{}
+		if left {
+			if err := os.MkdirAll(pipe, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(pipe, mps.ControlPipe), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Start(ctx, mps.Command{Path: mps.ControlBinary, Args: []string{"-f"}, Env: []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return sharingDriver(t, b, dir, ledger.New(), r, false), r, pipe
+	}
+
+	t.Run("a claim caught preparing: rolled back, its daemon asked to quit", func(t *testing.T) {
+		d, r, pipe := restart(t, statePreparing, true)
+		if got := d.Prepared(); len(got) != 0 {
+			t.Errorf("prepared %v after the rollback", got)
+		}
+		starts, inputs, running := r.state(pipe)
+		if !slices.Equal(inputs, []string{"quit"}) || running {
+			t.Errorf("the daemon left for the claim: sent %q, running %v; want quit, not running", inputs, running)
+		}
+		if starts != 1 {
+			t.Errorf("%d daemons started at the pipe, want the one left alone", starts)
+		}
+		if _, ok := d.MPSDaemon("uid-mps"); ok {
+			t.Error("a rolled back claim has a daemon")
+		}
+	})
+
+	t.Run("a claim caught preparing before its daemon started: nothing to quit", func(t *testing.T) {
+		_, r, pipe := restart(t, statePreparing, false)
+		if starts, inputs, _ := r.state(pipe); starts != 0 || len(inputs) != 0 {
+			t.Errorf("at the claim's pipe: %d starts, sent %q; want none", starts, inputs)
+		}
+	})
+
+	t.Run("a prepared claim: the daemon left is asked to quit, a new one runs", func(t *testing.T) {
+		d, r, pipe := restart(t, statePrepared, true)
+		waitFor(t, "the claim's daemon running again", func() bool {
+			st, ok := d.MPSDaemon("uid-mps")
+			return ok && st.Running
+		})
+		starts, inputs, running := r.state(pipe)
+		if len(inputs) == 0 || inputs[0] != "quit" || starts != 2 || !running {
+			t.Errorf("at the claim's pipe: sent %q, %d starts, running %v; want quit first, then a second daemon running", inputs, starts, running)
+		}
+	})
+}

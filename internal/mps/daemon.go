@@ -16,6 +16,14 @@ import (
 // ControlBinary is the MPS control daemon's executable.
 const ControlBinary = "nvidia-cuda-mps-control"
 
+// ControlPipe is the named pipe the control daemon makes in its pipe
+// directory (CUDA_MPS_PIPE_DIRECTORY), through which commands reach it.
+const ControlPipe = "control"
+
+// quitTimeout bounds a quit asked of a control daemon: a command sent to a
+// pipe no daemon reads may wait for one forever.
+const quitTimeout = 5 * time.Second
+
 // Command is a process to run.
 type Command struct {
 	Path string
@@ -135,12 +143,34 @@ func (d *Daemon) Status() Status {
 	return d.status
 }
 
+func dirEnv(pipeDir, logDir string) []string {
+	return []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipeDir, "CUDA_MPS_LOG_DIRECTORY=" + logDir}
+}
+
 func (d *Daemon) env() []string {
-	return []string{
-		"CUDA_MPS_PIPE_DIRECTORY=" + d.o.PipeDir,
-		"CUDA_MPS_LOG_DIRECTORY=" + d.o.LogDir,
-		"CUDA_VISIBLE_DEVICES=" + strings.Join(d.o.GPUs, ","),
+	return append(dirEnv(d.o.PipeDir, d.o.LogDir), "CUDA_VISIBLE_DEVICES="+strings.Join(d.o.GPUs, ","))
+}
+
+// QuitLeftover asks the control daemon left at pipeDir to quit, when the
+// directory has the daemon's pipe. A daemon outlives an agent that was
+// killed, and holds its pipe directory: a new daemon there fails to start,
+// and a daemon of a claim that is gone would run on. It reports whether
+// the pipe was there; the error is the quit's, as when the pipe is all a
+// daemon that died left behind, and need not stop the caller. A nil runner
+// runs the real nvidia-cuda-mps-control.
+func QuitLeftover(ctx context.Context, r Runner, pipeDir, logDir string) (bool, error) {
+	if _, err := os.Lstat(filepath.Join(pipeDir, ControlPipe)); err != nil {
+		return false, nil //nolint:nilerr // no pipe (or no directory): no daemon to quit
 	}
+	if r == nil {
+		r = ExecRunner{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, quitTimeout)
+	defer cancel()
+	if err := r.Run(ctx, Command{Path: ControlBinary, Env: dirEnv(pipeDir, logDir)}, "quit"); err != nil {
+		return true, fmt.Errorf("asking the MPS control daemon at %s to quit: %w", pipeDir, err)
+	}
+	return true, nil
 }
 
 func (d *Daemon) control(ctx context.Context, input string) error {
@@ -154,6 +184,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("MPS daemon for %s: creating %s: %w", d.o.Resource, dir, err)
 		}
+	}
+	// Only before the first start: later, the daemon that left the pipe
+	// was this one's, and it has exited.
+	switch left, err := QuitLeftover(ctx, d.o.Runner, d.o.PipeDir, d.o.LogDir); {
+	case left && err != nil:
+		d.log.Info("the pipe directory has a control pipe, but no MPS control daemon answered quit; starting one", "pipe", d.o.PipeDir, "err", err)
+	case left:
+		d.log.Info("asked the MPS control daemon an earlier run left at the pipe directory to quit", "pipe", d.o.PipeDir)
 	}
 	backoff := d.o.Backoff
 	for {

@@ -3,6 +3,7 @@ package mps
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,8 +18,11 @@ type fakeRunner struct {
 	mu       sync.Mutex
 	started  []Command
 	inputs   []string
+	runs     []Command
 	procs    []*fakeProc
 	failRuns bool
+	// order is every start ("start") and control input, in turn.
+	order []string
 }
 
 type fakeProc struct {
@@ -36,15 +40,18 @@ func (r *fakeRunner) Start(_ context.Context, c Command) (Process, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.started = append(r.started, c)
+	r.order = append(r.order, "start")
 	p := &fakeProc{done: make(chan error, 1)}
 	r.procs = append(r.procs, p)
 	return p, nil
 }
 
-func (r *fakeRunner) Run(_ context.Context, _ Command, stdin string) error {
+func (r *fakeRunner) Run(_ context.Context, c Command, stdin string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inputs = append(r.inputs, stdin)
+	r.runs = append(r.runs, c)
+	r.order = append(r.order, stdin)
 	if r.failRuns {
 		return errors.New("no daemon")
 	}
@@ -183,5 +190,105 @@ func TestDaemonPerGPULimits(t *testing.T) {
 	want := []string{"set_default_device_pinned_mem_limit 0 1000M", "set_default_device_pinned_mem_limit 1 2000M", "set_default_device_pinned_mem_limit 2 1000M", "quit"}
 	if !slices.Equal(inputs, want) {
 		t.Errorf("control inputs %q, want %q", inputs, want)
+	}
+}
+
+func TestDaemonQuitsTheOneLeftBehind(t *testing.T) {
+	tests := []struct {
+		name string
+		// pipe leaves the control pipe in the pipe directory, as a
+		// daemon that outlived a killed agent does.
+		pipe     bool
+		failRuns bool
+		want     []string
+	}{
+		{"a daemon left at the pipe directory is asked to quit first", true, false, []string{"quit", "start"}},
+		{"a pipe no daemon answers does not stop the start", true, true, []string{"quit", "start"}},
+		{"no pipe, no quit", false, false, []string{"start"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			pipe, logDir := PipeDir(root, "c"), LogDir(root, "c")
+			if tc.pipe {
+				if err := os.MkdirAll(pipe, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(pipe, ControlPipe), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := &fakeRunner{failRuns: tc.failRuns}
+			d, err := NewDaemon(DaemonOptions{Resource: "claim", PipeDir: pipe, LogDir: logDir, GPUs: []string{"GPU-a"}, Runner: r, Backoff: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- d.Run(ctx) }()
+			eventually(t, "running", func() bool { return d.Status().Running })
+			r.mu.Lock()
+			order := slices.Clone(r.order)
+			var quitEnv []string
+			if len(r.runs) > 0 {
+				quitEnv = r.runs[0].Env
+			}
+			procs := slices.Clone(r.procs)
+			r.mu.Unlock()
+			if !slices.Equal(order, tc.want) {
+				t.Fatalf("started and sent %q, want %q", order, tc.want)
+			}
+			if tc.pipe {
+				env := strings.Join(quitEnv, " ")
+				for _, want := range []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_LOG_DIRECTORY=" + logDir} {
+					if !strings.Contains(env, want) {
+						t.Errorf("quit sent with env %q, lacking %q", env, want)
+					}
+				}
+			}
+			// The pipe a restart finds is this daemon's own: no quit.
+			procs[0].end(errors.New("signal: segmentation fault"))
+			eventually(t, "restart", func() bool { return d.Status().Restarts == 1 && d.Status().Running })
+			r.mu.Lock()
+			order = slices.Clone(r.order)
+			r.mu.Unlock()
+			if want := append(slices.Clone(tc.want), "start"); !slices.Equal(order, want) {
+				t.Errorf("after a crash: started and sent %q, want %q", order, want)
+			}
+			cancel()
+			<-done
+		})
+	}
+}
+
+func TestQuitLeftover(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	pipe := PipeDir(root, "c")
+	r := &fakeRunner{}
+	if left, err := QuitLeftover(ctx, r, pipe, LogDir(root, "c")); left || err != nil {
+		t.Errorf("without the pipe directory: left %v, err %v", left, err)
+	}
+	if err := os.MkdirAll(pipe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := QuitLeftover(ctx, r, pipe, LogDir(root, "c")); left || err != nil {
+		t.Errorf("without the pipe: left %v, err %v", left, err)
+	}
+	if _, inputs, _ := r.snapshot(); len(inputs) != 0 {
+		t.Fatalf("sent %q with no pipe", inputs)
+	}
+	if err := os.WriteFile(filepath.Join(pipe, ControlPipe), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := QuitLeftover(ctx, r, pipe, LogDir(root, "c")); !left || err != nil {
+		t.Errorf("with the pipe: left %v, err %v", left, err)
+	}
+	r.failRuns = true
+	if left, err := QuitLeftover(ctx, r, pipe, LogDir(root, "c")); !left || err == nil || !strings.Contains(err.Error(), pipe) {
+		t.Errorf("with no daemon answering: left %v, err %v; want the error naming the pipe directory", left, err)
+	}
+	if _, inputs, _ := r.snapshot(); !slices.Equal(inputs, []string{"quit", "quit"}) {
+		t.Errorf("sent %q, want quit twice", inputs)
 	}
 }

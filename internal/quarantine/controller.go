@@ -55,6 +55,16 @@ type Holder interface {
 	Release(uuid string)
 }
 
+// Inventory is a view of the node's GPUs read apart from the hardware
+// seam, such as the devices the DRA driver publishes in its
+// ResourceSlices. A reset changes what a GPU has (it destroys the GPU's
+// MIG instances and applies a pending MIG mode), so the view is read again
+// after one.
+type Inventory interface {
+	// Refresh reads the GPUs again and publishes what changed.
+	Refresh(ctx context.Context) error
+}
+
 // Recorder records events on the Node.
 type Recorder interface {
 	Eventf(eventtype, reason, messageFmt string, args ...any)
@@ -77,9 +87,13 @@ type Options struct {
 	GPUs    GPUs
 	Holder  Holder
 	Node    NodeWriter
-	Events  Recorder
-	Metrics *Metrics
-	Clock   clock.WithTicker
+	// Inventory, when set, is read again before a GPU is revalidated
+	// after a reset: the quarantine's, or, when the driver offers none,
+	// the one by hand the held GPU waited for.
+	Inventory Inventory
+	Events    Recorder
+	Metrics   *Metrics
+	Clock     clock.WithTicker
 	// Interval is how often the steps are driven; 1s when zero.
 	Interval time.Duration
 	Logger   *slog.Logger
@@ -133,6 +147,9 @@ type Controller struct {
 // evictRetry is how long an asked eviction is given before it is asked
 // again.
 const evictRetry = 10 * time.Second
+
+// refreshTimeout bounds a read of the GPUs by the inventory after a reset.
+const refreshTimeout = 30 * time.Second
 
 // New validates the options and returns a Controller.
 func New(o Options) (*Controller, error) {
@@ -347,7 +364,12 @@ func (c *Controller) step(ctx context.Context, g *gpuState) {
 			}
 			c.o.Events.Eventf(corev1.EventTypeNormal, ReasonRetry, "GPU %d (%s): held for %s; %s it again", g.index, g.uuid, in.Round(time.Second),
 				map[bool]string{true: "resetting and revalidating", false: "revalidating"}[next == gpunode.QuarantineResetting])
-			c.enter(g, next, now, "")
+			if g.noReset && g.class.DoesReset() {
+				// The driver has no reset, so the GPU was to be reset by
+				// hand while it was held.
+				c.refresh(ctx, g)
+			}
+			c.enter(g, next, c.o.Clock.Now(), "")
 			c.step(ctx, g)
 		}
 	case gpunode.QuarantineReturned:
@@ -440,7 +462,8 @@ func (c *Controller) reset(ctx context.Context, g *gpuState, now time.Time) {
 	case err == nil:
 		c.o.Metrics.reset("ok")
 		c.o.Events.Eventf(corev1.EventTypeNormal, ReasonReset, "GPU %d (%s): reset; revalidating it for %s", g.index, g.uuid, c.policy.Validation)
-		c.enter(g, gpunode.QuarantineValidating, now, "")
+		c.refresh(ctx, g)
+		c.enter(g, gpunode.QuarantineValidating, c.o.Clock.Now(), "")
 	case errors.Is(err, gpu.ErrNotSupported):
 		c.o.Metrics.reset("unsupported")
 		g.noReset = true
@@ -450,6 +473,30 @@ func (c *Controller) reset(ctx context.Context, g *gpuState, now time.Time) {
 		c.o.Metrics.reset("failed")
 		c.o.Events.Eventf(corev1.EventTypeWarning, ReasonResetFailed, "GPU %d (%s): reset failed: %v", g.index, g.uuid, err)
 		c.hold(g, now, fmt.Sprintf("reset failed: %v", err))
+	}
+}
+
+// refresh has the inventory read the GPUs again after g was reset. A
+// failure does not stop the revalidation: the GPU answers or not whatever
+// the inventory shows.
+func (c *Controller) refresh(ctx context.Context, g *gpuState) {
+	if c.o.Inventory == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	err := c.o.Inventory.Refresh(rctx)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		// Stopping: the next start reads the GPUs anew.
+	case err != nil:
+		c.o.Metrics.refresh("failed")
+		c.log.Warn("reading the GPUs again after a reset", "gpu", g.index, "uuid", g.uuid, "err", err)
+		c.o.Events.Eventf(corev1.EventTypeWarning, ReasonRefreshFailed,
+			"GPU %d (%s): the devices published of it were not read again after its reset (%v); restart the agent to publish them anew, else they show the GPU as it was before the reset (MIG mode and instances) until its MIG layout next changes",
+			g.index, g.uuid, err)
+	default:
+		c.o.Metrics.refresh("ok")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -52,6 +53,7 @@ type fakeGPUs struct {
 	resetErr map[int]error
 	checkErr map[int]error
 	resets   []int
+	checks   []int
 }
 
 func (f *fakeGPUs) Reset(_ context.Context, index int) error {
@@ -59,7 +61,26 @@ func (f *fakeGPUs) Reset(_ context.Context, index int) error {
 	return f.resetErr[index]
 }
 
-func (f *fakeGPUs) Check(_ context.Context, index int) error { return f.checkErr[index] }
+func (f *fakeGPUs) Check(_ context.Context, index int) error {
+	f.checks = append(f.checks, index)
+	return f.checkErr[index]
+}
+
+// fakeInventory records, at each read, the resets and checks of the GPUs
+// done by then.
+type fakeInventory struct {
+	gpus  *fakeGPUs
+	err   error
+	reads []string
+}
+
+func (f *fakeInventory) Refresh(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		return errors.New("read without a deadline")
+	}
+	f.reads = append(f.reads, fmt.Sprintf("resets %v checks %v", f.gpus.resets, f.gpus.checks))
+	return f.err
+}
 
 type fakeHolder struct{ held map[string]bool }
 
@@ -114,6 +135,7 @@ type harness struct {
 	holder *fakeHolder
 	node   *fakeNode
 	events *fakeEvents
+	inv    *fakeInventory
 	c      *Controller
 }
 
@@ -142,12 +164,13 @@ func newHarness(t *testing.T, p Policy) *harness {
 		node:   &fakeNode{},
 		events: &fakeEvents{},
 	}
+	h.inv = &fakeInventory{gpus: h.gpus}
 	var devices []gpu.Device
 	for i := range 8 {
 		devices = append(devices, gpu.Device{Index: i, UUID: uuidOf(i)})
 		h.pods.onGPU[i] = []PodRef{{Namespace: "ml", Name: fmt.Sprintf("train-%d", i), UID: types.UID(fmt.Sprint(i))}}
 	}
-	c, err := New(Options{Policy: p, Devices: devices, Pods: h.pods, GPUs: h.gpus, Holder: h.holder, Node: h.node, Events: h.events, Clock: h.clock})
+	c, err := New(Options{Policy: p, Devices: devices, Pods: h.pods, GPUs: h.gpus, Holder: h.holder, Node: h.node, Inventory: h.inv, Events: h.events, Clock: h.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,6 +367,92 @@ func TestResetFailureHolds(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestResetReadsTheInventoryAgain(t *testing.T) {
+	refreshes := func(h *harness, result string) float64 {
+		var m dto.Metric
+		if err := h.c.o.Metrics.refreshes.WithLabelValues(result).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	t.Run("after the reset, before revalidation", func(t *testing.T) {
+		h := newHarness(t, testPolicy())
+		h.fault(3, 48)
+		h.advance(time.Second)
+		h.wantState(3, gpunode.QuarantineValidating)
+		if want := []string{"resets [3] checks []"}; !slices.Equal(h.inv.reads, want) {
+			t.Fatalf("inventory reads %q, want %q", h.inv.reads, want)
+		}
+		if n := refreshes(h, "ok"); n != 1 {
+			t.Errorf("%v reads counted ok, want 1", n)
+		}
+		h.advance(31 * time.Second)
+		h.wantState(3, stateInService)
+		if len(h.inv.reads) != 1 {
+			t.Errorf("inventory reads %q: once per reset", h.inv.reads)
+		}
+	})
+	t.Run("a failed read is told and the GPU still returns", func(t *testing.T) {
+		h := newHarness(t, testPolicy())
+		h.inv.err = errors.New("listing GPUs: NVML timed out")
+		h.fault(3, 48)
+		h.advance(time.Second)
+		h.wantState(3, gpunode.QuarantineValidating)
+		var told bool
+		for _, e := range h.events.events {
+			told = told || strings.HasPrefix(e, corev1.EventTypeWarning+" "+ReasonRefreshFailed+": GPU 3 (GPU-3)") && strings.Contains(e, "NVML timed out") && strings.Contains(e, "restart the agent")
+		}
+		if !told {
+			t.Errorf("no %s event naming GPU 3, the error and what to do: %q", ReasonRefreshFailed, h.events.events)
+		}
+		if n := refreshes(h, "failed"); n != 1 {
+			t.Errorf("%v reads counted failed, want 1", n)
+		}
+		h.advance(31 * time.Second)
+		h.wantState(3, stateInService)
+	})
+	t.Run("no read without a reset", func(t *testing.T) {
+		p := testPolicy()
+		no := false
+		p.Classes = append([]configv1.QuarantineClass{{Name: "watch", XIDs: []uint64{74}, Scope: configv1.ScopeGPU, Reset: &no}}, p.Classes...)
+		h := newHarness(t, p)
+		h.gpus.resetErr[5] = errors.New("stuck")
+		h.fault(2, 74)
+		h.fault(5, 48)
+		h.advance(time.Second)
+		h.wantState(2, gpunode.QuarantineValidating)
+		h.wantState(5, gpunode.QuarantineHeld)
+		if len(h.inv.reads) != 0 {
+			t.Errorf("inventory reads %q without a reset", h.inv.reads)
+		}
+	})
+	t.Run("a driver without reset: read when the hold for a reset by hand ends", func(t *testing.T) {
+		h := newHarness(t, testPolicy())
+		h.gpus.resetErr[3] = fmt.Errorf("run nvidia-smi --gpu-reset -i 3: %w", gpu.ErrNotSupported)
+		h.fault(3, 48)
+		h.advance(time.Second)
+		h.wantState(3, gpunode.QuarantineHeld)
+		if len(h.inv.reads) != 0 {
+			t.Fatalf("inventory reads %q before the GPU was reset", h.inv.reads)
+		}
+		h.advance(time.Hour)
+		h.wantState(3, gpunode.QuarantineValidating)
+		if want := []string{"resets [3] checks []"}; !slices.Equal(h.inv.reads, want) {
+			t.Fatalf("inventory reads %q, want %q", h.inv.reads, want)
+		}
+	})
+	t.Run("none to read", func(t *testing.T) {
+		h := newHarness(t, testPolicy())
+		h.c.o.Inventory = nil
+		h.fault(3, 48)
+		h.advance(32 * time.Second)
+		h.wantState(3, stateInService)
+		if n := refreshes(h, "ok") + refreshes(h, "failed"); n != 0 {
+			t.Errorf("%v reads counted with no inventory", n)
+		}
+	})
 }
 
 func TestDrainingWaitsForRefusedEvictions(t *testing.T) {

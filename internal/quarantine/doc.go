@@ -53,7 +53,12 @@
 //     class that does not evict skips it.
 //   - resetting: reset the GPU, bounded by resetTimeout; next validating.
 //     A refused reset, or a driver without one, holds the GPU. A class
-//     that does not reset goes straight to validating.
+//     that does not reset goes straight to validating. With the DRA
+//     driver on, its devices are read again after the reset (and after
+//     the hold that waited for a reset by hand), as a reset destroys the
+//     GPU's MIG instances and applies a pending MIG mode, so that its
+//     ResourceSlices show what the GPU has; a failed read is an event and
+//     a metric, and the revalidation goes on.
 //   - validating: the GPU must answer, with no critical event, for
 //     `validation`; a fault, or no answer within validationTimeout, holds
 //     it. A GPU in MIG mode must also still have the MIG devices the
@@ -72,5 +77,6 @@
 // act on those. It evicts no pod that does not hold a device of the failed
 // GPU, and never deletes pods directly. It talks to the API server only
 // through the NodeWriter and Pods seams and to the GPUs only through the
-// GPUs seam, so that the state machine runs under test on a fake clock.
+// GPUs and Inventory seams, so that the state machine runs under test on a
+// fake clock.
 package quarantine

@@ -16,6 +16,7 @@ type Metrics struct {
 	durations   *prometheus.HistogramVec
 	evictions   *prometheus.CounterVec
 	resets      *prometheus.CounterVec
+	refreshes   *prometheus.CounterVec
 	toNode      prometheus.Histogram
 }
 
@@ -43,6 +44,10 @@ func NewMetrics() *Metrics {
 			Name: "gpuplane_gpu_quarantine_resets_total",
 			Help: "GPU resets tried by the quarantine, by result (ok, failed, unsupported).",
 		}, []string{"result"}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuplane_gpu_quarantine_inventory_refreshes_total",
+			Help: "Reads of the GPUs by the DRA driver after a quarantine reset, so that its ResourceSlices show what the reset left, by result (ok, failed).",
+		}, []string{"result"}),
 		toNode: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpuplane_gpu_quarantine_fault_to_node_seconds",
 			Help:    "From a critical GPU event to the Node showing the quarantine (condition, and taint for a node-wide fault).",
@@ -53,7 +58,7 @@ func NewMetrics() *Metrics {
 
 // Register registers the series.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.state, m.transitions, m.durations, m.evictions, m.resets, m.toNode} {
+	for _, c := range []prometheus.Collector{m.state, m.transitions, m.durations, m.evictions, m.resets, m.refreshes, m.toNode} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -83,4 +88,5 @@ func (m *Metrics) leave(state string, d time.Duration) {
 
 func (m *Metrics) eviction(result string) { m.evictions.WithLabelValues(result).Inc() }
 func (m *Metrics) reset(result string)    { m.resets.WithLabelValues(result).Inc() }
+func (m *Metrics) refresh(result string)  { m.refreshes.WithLabelValues(result).Inc() }
 func (m *Metrics) shown(d time.Duration)  { m.toNode.Observe(d.Seconds()) }

@@ -22,6 +22,7 @@ const (
 	ReasonDrained          = "GPUDrained"
 	ReasonReset            = "GPUReset"
 	ReasonResetFailed      = "GPUResetFailed"
+	ReasonRefreshFailed    = "GPUInventoryRefreshFailed"
 	ReasonHeld             = "GPUHeld"
 	ReasonRetry            = "GPURetry"
 	ReasonReturned         = "GPUReturned"

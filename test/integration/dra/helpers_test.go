@@ -81,12 +81,14 @@ func node(t *testing.T, name string, extra ...string) *nodesim.Simulator {
 	return nodeWith(t, name, nodeOptions{args: extra})
 }
 
-// nodeOptions vary a simulated node: the agent's extra flags, and whether
-// its device plugin is expected to advertise nvidia.com/gpu.
+// nodeOptions vary a simulated node: the agent's extra flags, whether
+// its device plugin is expected to advertise nvidia.com/gpu, and the MIG
+// state its simulated GPUs start in (a sim state file, --simulate-state).
 type nodeOptions struct {
 	args     []string
 	labels   map[string]string
 	noPlugin bool
+	gpuState string
 }
 
 func nodeWith(t *testing.T, name string, o nodeOptions) *nodesim.Simulator {
@@ -99,6 +101,15 @@ func nodeWith(t *testing.T, name string, o nodeOptions) *nodesim.Simulator {
 	path := filepath.Join(dir, "profile.yaml")
 	if err := os.WriteFile(path, []byte(profile), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	if o.gpuState != "" {
+		// The node simulator passes its directory's gpu-state.json.
+		if err := os.MkdirAll(filepath.Join(dir, "k"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "k", "gpu-state.json"), []byte(o.gpuState), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var log *slog.Logger
 	if testing.Verbose() {

@@ -2,12 +2,16 @@ package dra_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuplane/gpuplane/internal/quarantine"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -43,5 +47,48 @@ func TestQuarantineEvictsClaimPods(t *testing.T) {
 	})
 	if err := running(t, ns, "on-gpu2"); err != nil {
 		t.Errorf("the pod of GPU 2's claim was disturbed: %v", err)
+	}
+}
+
+// TestQuarantineResetRepublishesSlices: GPU 2's MIG mode was switched on
+// while it was busy, so the switch waits for the GPU's next reset, as on
+// real GPUs. A double-bit ECC error (XID 48) quarantines it; its reset
+// applies the pending mode, and the DRA driver's ResourceSlices follow:
+// GPU 2's MIG devices, no whole gpu-2 that no longer exists.
+func TestQuarantineResetRepublishesSlices(t *testing.T) {
+	const nodeName = "dra-q-reset"
+	control := framework.FreeLoopbackAddr(t)
+	nodeWith(t, nodeName, nodeOptions{args: []string{"--simulate-control-addr", control},
+		gpuState: `{"version": 1, "gpus": [{"index": 2, "current": false, "pending": true}]}`})
+	devs, err := sliceDevices(t.Context(), nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := devs["gpu-2"]; !ok {
+		t.Fatalf("before the reset, gpu-2 is not published whole (%d devices)", len(devs))
+	}
+
+	framework.SimFault(t, control, "/xid?gpu=2&xid=48")
+	framework.Eventually(t, 90*time.Second, "ResourceSlices with GPU 2's MIG devices instead of the whole GPU", func(ctx context.Context) (bool, error) {
+		devs, err := sliceDevices(ctx, nodeName)
+		if err != nil {
+			return false, err
+		}
+		if _, ok := devs["gpu-2"]; ok {
+			return false, fmt.Errorf("gpu-2 still published whole")
+		}
+		if _, ok := devs["gpu-2-mig-1g-10gb-0-1"]; !ok {
+			return false, fmt.Errorf("no gpu-2-mig-1g-10gb-0-1 among %d devices", len(devs))
+		}
+		return true, nil
+	})
+	framework.Eventually(t, 30*time.Second, "a "+quarantine.ReasonReset+" event for GPU 2", func(context.Context) (bool, error) {
+		events := nodeEvents(t, nodeName)
+		return slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, quarantine.ReasonReset+": GPU 2 ") }), fmt.Errorf("events %q", events)
+	})
+	for _, e := range nodeEvents(t, nodeName) {
+		if strings.HasPrefix(e, quarantine.ReasonRefreshFailed) {
+			t.Errorf("node event %q", e)
+		}
 	}
 }
