@@ -14,10 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	"github.com/gpuplane/gpuplane/api/gpunode"
@@ -233,33 +230,13 @@ func (s *configSelector) run(ctx context.Context, cfg *rest.Config, node string,
 		if err != nil {
 			return err
 		}
-		lw := cache.NewListWatchFromClient(c.rest, "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", node))
-		onNode := func(obj any) {
-			if n, ok := obj.(*corev1.Node); ok {
-				s.setLabel(n.Labels[ConfigLabel])
-				select {
-				case changed <- struct{}{}:
-				default:
-				}
+		watchNodeKeys(ctx, c, node, []string{ConfigLabel}, nil, func(n *corev1.Node) {
+			s.setLabel(n.Labels[ConfigLabel])
+			select {
+			case changed <- struct{}{}:
+			default:
 			}
-		}
-		_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-			ListerWatcher: lw, ObjectType: &corev1.Node{},
-			// Only the label is read: keep nothing else of the Node.
-			Transform: func(obj any) (any, error) {
-				n, ok := obj.(*corev1.Node)
-				if !ok {
-					return obj, nil
-				}
-				slim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, ResourceVersion: n.ResourceVersion}}
-				if v, ok := n.Labels[ConfigLabel]; ok {
-					slim.Labels = map[string]string{ConfigLabel: v}
-				}
-				return slim, nil
-			},
-			Handler: cache.ResourceEventHandlerFuncs{AddFunc: onNode, UpdateFunc: func(_, obj any) { onNode(obj) }},
 		})
-		go ctrl.RunWithContext(ctx)
 	}
 	t := time.NewTicker(configCheckEvery)
 	defer t.Stop()

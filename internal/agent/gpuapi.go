@@ -8,10 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/dra"
@@ -168,36 +165,14 @@ func gpuAPIWatch(cfg *rest.Config, f *runFlags, node string, running gpunode.GPU
 			labelled bool
 		}
 		labels := make(chan seen, 1)
-		lw := cache.NewListWatchFromClient(c.rest, "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", node))
-		onNode := func(obj any) {
-			n, ok := obj.(*corev1.Node)
-			if !ok {
-				return
-			}
+		watchNodeKeys(ctx, c, node, []string{gpunode.LabelGPUAPI}, nil, func(n *corev1.Node) {
 			v, set := n.Labels[gpunode.LabelGPUAPI]
 			select {
 			case <-labels:
 			default:
 			}
 			labels <- seen{v, set}
-		}
-		_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-			ListerWatcher: lw, ObjectType: &corev1.Node{},
-			// Only the label is read: keep nothing else of the Node.
-			Transform: func(obj any) (any, error) {
-				n, ok := obj.(*corev1.Node)
-				if !ok {
-					return obj, nil
-				}
-				slim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, ResourceVersion: n.ResourceVersion}}
-				if v, ok := n.Labels[gpunode.LabelGPUAPI]; ok {
-					slim.Labels = map[string]string{gpunode.LabelGPUAPI: v}
-				}
-				return slim, nil
-			},
-			Handler: cache.ResourceEventHandlerFuncs{AddFunc: onNode, UpdateFunc: func(_, obj any) { onNode(obj) }},
 		})
-		go ctrl.RunWithContext(ctx)
 		t := time.NewTicker(gpuAPIRecheck)
 		defer t.Stop()
 		var last seen

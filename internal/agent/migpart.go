@@ -102,12 +102,7 @@ func (c *migCluster) trigger() {
 // watch keeps the node's label and the ConfigMap's content until ctx ends;
 // synced reports when both were read once.
 func (c *migCluster) watch(ctx context.Context) (synced func() bool) {
-	nodes := cache.NewListWatchFromClient(c.client.rest, "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", c.node))
-	onNode := func(obj any) {
-		n, ok := obj.(*corev1.Node)
-		if !ok {
-			return
-		}
+	onNode := func(n *corev1.Node) {
 		c.mu.Lock()
 		changed := !c.labelSeen || c.label != n.Labels[gpunode.LabelMIGConfig]
 		c.label, c.labelSeen = n.Labels[gpunode.LabelMIGConfig], true
@@ -116,22 +111,7 @@ func (c *migCluster) watch(ctx context.Context) (synced func() bool) {
 			c.trigger()
 		}
 	}
-	_, nctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: nodes, ObjectType: &corev1.Node{},
-		Transform: func(obj any) (any, error) {
-			n, ok := obj.(*corev1.Node)
-			if !ok {
-				return obj, nil
-			}
-			slim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, ResourceVersion: n.ResourceVersion}}
-			if v, ok := n.Labels[gpunode.LabelMIGConfig]; ok {
-				slim.Labels = map[string]string{gpunode.LabelMIGConfig: v}
-			}
-			return slim, nil
-		},
-		Handler: cache.ResourceEventHandlerFuncs{AddFunc: onNode, UpdateFunc: func(_, obj any) { onNode(obj) }},
-	})
-	go nctrl.RunWithContext(ctx)
+	nodeSynced := watchNodeKeys(ctx, c.client, c.node, []string{gpunode.LabelMIGConfig}, nil, onNode)
 	c.setConfigMap(nil)
 	cms := cache.NewListWatchFromClient(c.client.rest, "configmaps", c.namespace, fields.OneTermEqualSelector("metadata.name", c.configMap))
 	onCM := func(obj any) {
@@ -147,7 +127,7 @@ func (c *migCluster) watch(ctx context.Context) (synced func() bool) {
 		},
 	})
 	go cctrl.RunWithContext(ctx)
-	return func() bool { return nctrl.HasSynced() && cctrl.HasSynced() }
+	return func() bool { return nodeSynced() && cctrl.HasSynced() }
 }
 
 // setConfigMap records the ConfigMap's config, or why there is none.

@@ -6,9 +6,6 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/mig"
@@ -49,12 +46,7 @@ func (p *migProposals) overrides(context.Context) (map[int]mig.Layout, error) {
 // watch keeps the label and the annotation until ctx ends, triggering a
 // pass when either changes.
 func (p *migProposals) watch(ctx context.Context) (synced func() bool) {
-	lw := cache.NewListWatchFromClient(p.client.rest, "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", p.node))
-	on := func(obj any) {
-		n, ok := obj.(*corev1.Node)
-		if !ok {
-			return
-		}
+	on := func(n *corev1.Node) {
 		follow := n.Labels[gpunode.LabelMIGLayoutPolicy] == gpunode.MIGLayoutFollowDemand
 		value := n.Annotations[gpunode.MIGProposalAnnotation]
 		p.mu.Lock()
@@ -68,25 +60,5 @@ func (p *migProposals) watch(ctx context.Context) (synced func() bool) {
 			p.trigger()
 		}
 	}
-	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw, ObjectType: &corev1.Node{},
-		// Only the label and the annotation are kept.
-		Transform: func(obj any) (any, error) {
-			n, ok := obj.(*corev1.Node)
-			if !ok {
-				return obj, nil
-			}
-			slim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, ResourceVersion: n.ResourceVersion}}
-			if v, ok := n.Labels[gpunode.LabelMIGLayoutPolicy]; ok {
-				slim.Labels = map[string]string{gpunode.LabelMIGLayoutPolicy: v}
-			}
-			if v, ok := n.Annotations[gpunode.MIGProposalAnnotation]; ok {
-				slim.Annotations = map[string]string{gpunode.MIGProposalAnnotation: v}
-			}
-			return slim, nil
-		},
-		Handler: cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, obj any) { on(obj) }},
-	})
-	go ctrl.RunWithContext(ctx)
-	return ctrl.HasSynced
+	return watchNodeKeys(ctx, p.client, p.node, []string{gpunode.LabelMIGLayoutPolicy}, []string{gpunode.MIGProposalAnnotation}, on)
 }
