@@ -8,8 +8,9 @@ import (
 // LabelGPUAPI on a Node says through which API gpuplane-agent serves the
 // node's GPUs: GPUAPIDevicePlugin, GPUAPIDRA or GPUAPIBoth. It overrides
 // the agent's --gpu-api on that node, so that a pool is moved from the
-// device plugin to DRA by labelling its nodes (the agent reads it at
-// start: restart the node's agent after relabelling).
+// device plugin to DRA by labelling its nodes. The agent follows it while
+// it runs; a node moved off DRA keeps the driver until the claims
+// prepared on it are unprepared.
 const LabelGPUAPI = "gpuplane.io/gpu-api"
 
 // GPUAPI is a value of LabelGPUAPI.
