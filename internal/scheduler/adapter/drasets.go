@@ -249,7 +249,13 @@ func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*
 				return fail(ci, "UnsupportedClaim", "%s.exactly.adminAccess is not supported by gpuplane-scheduler", field)
 			}
 			count := x.Count
-			if count <= 0 {
+			if count < 0 {
+				// The API server refuses it; a claim read from anywhere
+				// else is held to the same rule before the allocator,
+				// which sizes its results by it, sees it.
+				return fail(ci, "InvalidResourceClaim", "%s.exactly.count: %d: ask for at least 1 device", field, count)
+			}
+			if count == 0 {
 				count = 1
 			}
 			if x.Capacity != nil && len(x.Capacity.Requests) > 0 {
