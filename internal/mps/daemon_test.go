@@ -78,6 +78,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// runDaemon runs d until the returned stop, which ends it and returns
+// what Run returned.
+func runDaemon(d *Daemon) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
 func TestDaemon(t *testing.T) {
 	root := t.TempDir()
 	r := &fakeRunner{}
@@ -89,9 +101,7 @@ func TestDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	stop := runDaemon(d)
 	eventually(t, "running", func() bool { return d.Status().Running })
 
 	started, inputs, procs := r.snapshot()
@@ -120,8 +130,7 @@ func TestDaemon(t *testing.T) {
 		}
 	})
 	t.Run("quits on stop", func(t *testing.T) {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
 		_, inputs, _ := r.snapshot()
@@ -141,15 +150,12 @@ func TestDaemonConfigureFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	stop := runDaemon(d)
 	eventually(t, "failure reported", func() bool { return strings.Contains(d.Status().LastErr, "configuring") })
 	if d.Status().Running {
 		t.Error("running although configuration failed")
 	}
-	cancel()
-	<-done
+	_ = stop()
 }
 
 func TestNewDaemonValidates(t *testing.T) {
@@ -180,12 +186,9 @@ func TestDaemonPerGPULimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	stop := runDaemon(d)
 	eventually(t, "running", func() bool { return d.Status().Running })
-	cancel()
-	<-done
+	_ = stop()
 	_, inputs, _ := r.snapshot()
 	want := []string{"set_default_device_pinned_mem_limit 0 1000M", "set_default_device_pinned_mem_limit 1 2000M", "set_default_device_pinned_mem_limit 2 1000M", "quit"}
 	if !slices.Equal(inputs, want) {
@@ -223,9 +226,7 @@ func TestDaemonQuitsTheOneLeftBehind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- d.Run(ctx) }()
+			stop := runDaemon(d)
 			eventually(t, "running", func() bool { return d.Status().Running })
 			r.mu.Lock()
 			order := slices.Clone(r.order)
@@ -255,8 +256,7 @@ func TestDaemonQuitsTheOneLeftBehind(t *testing.T) {
 			if want := append(slices.Clone(tc.want), "start"); !slices.Equal(order, want) {
 				t.Errorf("after a crash: started and sent %q, want %q", order, want)
 			}
-			cancel()
-			<-done
+			_ = stop()
 		})
 	}
 }
