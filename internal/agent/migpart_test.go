@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
-	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 	"github.com/gpuplane/gpuplane/internal/health"
 	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/sharing"
@@ -116,15 +115,7 @@ func TestMIGClusterConfigMap(t *testing.T) {
 // there too (it was reported unhealthy, so a new layout's devices never
 // became allocatable), and not when a claim holds it.
 func TestMIGGateNewMIGDevicesBehindTheLedger(t *testing.T) {
-	p, err := sim.Load("dgxh100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := sim.New(p, sim.Options{NodeName: "gate-node"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := simNode(t, "dgxh100")
 	devs, err := b.Devices(context.Background())
 	if err != nil {
 		t.Fatal(err)
