@@ -14,8 +14,9 @@ import (
 	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
-func TestBackendGPUs(t *testing.T) {
-	ctx := context.Background()
+// simDGXA100 is a simulated DGX A100, closed with the test.
+func simDGXA100(t *testing.T) *sim.Backend {
+	t.Helper()
 	p, err := sim.Load("dgxa100")
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +25,13 @@ func TestBackendGPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = b.Close() }()
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func TestBackendGPUs(t *testing.T) {
+	ctx := context.Background()
+	b := simDGXA100(t)
 	if err := b.SetMIGMode(ctx, 2, true); err != nil {
 		t.Fatal(err)
 	}
@@ -79,15 +86,7 @@ func (f fakePodResources) List(context.Context) (*podresourcesv1.ListPodResource
 
 func TestKubePodsOnGPU(t *testing.T) {
 	ctx := context.Background()
-	p, err := sim.Load("dgxa100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := sim.New(p, sim.Options{NodeName: "n"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = b.Close() }()
+	b := simDGXA100(t)
 	devices, err := b.Devices(ctx)
 	if err != nil {
 		t.Fatal(err)
