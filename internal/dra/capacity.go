@@ -2,6 +2,7 @@ package dra
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -17,26 +18,33 @@ import (
 // rounded up to whole GiB, as the allocator applies the request policy.
 const memoryStep = 1 << 30
 
-// shareGPUs publishes every whole GPU for consumable capacity: several
-// claims may be allocated one GPU, each consuming part of its memory
-// (whole GiB; a claim that asks for none takes all of it, so a plain
-// claim still gets the GPU alone) and optionally a percent of its
-// compute (none unless asked).
+// shareGPUs publishes every whole GPU for consumable capacity
+// (SharedCapacity).
 func (inv *inventory) shareGPUs() {
 	for _, d := range inv.devices {
 		if d.mig != nil {
 			continue
 		}
-		mem := d.capacity[apidra.CapacityMemory].Value
 		d.multi = ptr.To(true)
-		d.capacity[apidra.CapacityMemory] = resourceapi.DeviceCapacity{Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{
+		maps.Copy(d.capacity, SharedCapacity(d.capacity[apidra.CapacityMemory].Value))
+	}
+}
+
+// SharedCapacity is the memory and compute capacities of a whole GPU of
+// mem bytes published for consumable capacity: several claims may be
+// allocated the GPU, each consuming part of its memory (whole GiB; a claim
+// that asks for none takes all of it, so a plain claim still gets the GPU
+// alone) and optionally a percent of its compute (none unless asked).
+func SharedCapacity(mem resource.Quantity) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
+	return map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		apidra.CapacityMemory: {Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{
 			Default:    ptr.To(mem.DeepCopy()),
 			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(memoryStep, resource.BinarySI), Step: resource.NewQuantity(memoryStep, resource.BinarySI)},
-		}}
-		d.capacity[apidra.CapacityCompute] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(100, resource.DecimalSI), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+		}},
+		apidra.CapacityCompute: {Value: *resource.NewQuantity(100, resource.DecimalSI), RequestPolicy: &resourceapi.CapacityRequestPolicy{
 			Default:    resource.NewQuantity(0, resource.DecimalSI),
 			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(0, resource.DecimalSI), Step: resource.NewQuantity(1, resource.DecimalSI)},
-		}}
+		}},
 	}
 }
 

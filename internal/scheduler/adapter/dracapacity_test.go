@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/dra"
+	agentdra "github.com/gpuplane/gpuplane/internal/dra"
 )
 
 // sharedSlice is gpuSlice with its GPUs published for consumable
@@ -18,14 +19,8 @@ func sharedSlice(node string, gpus int) *resourceapi.ResourceSlice {
 	s := gpuSlice(node, gpus, "H100")
 	for i := range s.Spec.Devices {
 		d := &s.Spec.Devices[i]
-		mem := d.Capacity[dra.CapacityMemory].Value
 		d.AllowMultipleAllocations = ptr.To(true)
-		d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			dra.CapacityMemory: {Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(mem.DeepCopy()),
-				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi")), Step: ptr.To(resource.MustParse("1Gi"))}}},
-			dra.CapacityCompute: {Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("0")),
-				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Step: ptr.To(resource.MustParse("1"))}}},
-		}
+		d.Capacity = agentdra.SharedCapacity(d.Capacity[dra.CapacityMemory].Value)
 	}
 	return s
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/dra"
+	agentdra "github.com/gpuplane/gpuplane/internal/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -28,14 +29,8 @@ func (c *draCluster) shareSlice(node string) {
 	}
 	for i := range s.Spec.Devices {
 		d := &s.Spec.Devices[i]
-		mem := d.Capacity[dra.CapacityMemory].Value
 		d.AllowMultipleAllocations = ptr.To(true)
-		d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			dra.CapacityMemory: {Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(mem.DeepCopy()),
-				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi")), Step: ptr.To(resource.MustParse("1Gi"))}}},
-			dra.CapacityCompute: {Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("0")),
-				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Step: ptr.To(resource.MustParse("1"))}}},
-		}
+		d.Capacity = agentdra.SharedCapacity(d.Capacity[dra.CapacityMemory].Value)
 	}
 	s.Spec.Pool.Generation++
 	if _, err := rc.Update(c.t.Context(), s, metav1.UpdateOptions{}); err != nil {
