@@ -64,17 +64,11 @@ func migCondition(t *testing.T, node, config, state, reason string, since time.T
 	t.Helper()
 	var cond *corev1.NodeCondition
 	framework.Eventually(t, 2*time.Minute, fmt.Sprintf("node %s: config %s %s=%s, reason %s, from %s", node, config, gpunode.LabelMIGConfigState, state, reason, since.Format(time.RFC3339)), func(ctx context.Context) (bool, error) {
-		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		got, c, err := framework.MIGState(ctx, env.Client, node)
 		if err != nil {
 			return false, err
 		}
-		cond = nil
-		for i := range n.Status.Conditions {
-			if n.Status.Conditions[i].Type == gpunode.ConditionMIGConfig {
-				cond = &n.Status.Conditions[i]
-			}
-		}
-		got := n.Labels[gpunode.LabelMIGConfigState]
+		cond = c
 		if cond == nil || got != state || cond.Reason != reason || cond.LastHeartbeatTime.Time.Before(since.Truncate(time.Second)) ||
 			!strings.HasPrefix(cond.Message, "config "+config+":") {
 			return false, fmt.Errorf("state %q, condition %+v", got, cond)

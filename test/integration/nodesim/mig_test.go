@@ -87,17 +87,11 @@ func waitMIGState(t *testing.T, node, state, reason string, timeout time.Duratio
 	t.Helper()
 	var cond *corev1.NodeCondition
 	framework.Eventually(t, timeout, fmt.Sprintf("node %s: %s=%s, reason %s", node, gpunode.LabelMIGConfigState, state, reason), func(ctx context.Context) (bool, error) {
-		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		got, c, err := framework.MIGState(ctx, env.Client, node)
 		if err != nil {
 			return false, err
 		}
-		cond = nil
-		for i := range n.Status.Conditions {
-			if n.Status.Conditions[i].Type == gpunode.ConditionMIGConfig {
-				cond = &n.Status.Conditions[i]
-			}
-		}
-		got := n.Labels[gpunode.LabelMIGConfigState]
+		cond = c
 		if cond == nil || got != state || cond.Reason != reason {
 			return false, fmt.Errorf("state %q, condition %+v", got, cond)
 		}
