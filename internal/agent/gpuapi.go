@@ -189,10 +189,13 @@ func gpuAPIWatch(cfg *rest.Config, f *runFlags, node string, running gpunode.GPU
 				continue
 			}
 			in := gpuAPIInputs{flag: flag, label: last.label, labelled: last.labelled, draOn: f.dra.enabled}
-			if running.DRA() {
-				in.prepared = preparedClaims(f, log)
-			}
 			want, notes := chooseGPUAPI(in)
+			if running.DRA() && !want.DRA() {
+				// Only a node leaving DRA needs the checkpoint read,
+				// not every update of a node that stays.
+				in.prepared = preparedClaims(f, log)
+				want, notes = chooseGPUAPI(in)
+			}
 			if want != running {
 				log.Info("the node's GPU API changed: starting the agent's parts again to serve through it", "label", gpunode.LabelGPUAPI, "from", running, "to", want)
 				return &gpuAPISwitch{from: running, to: want}
