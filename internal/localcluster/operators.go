@@ -175,6 +175,42 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operator %s: %w", cfg.Name, err)
 	}
+	logPath := filepath.Join(workDir, cfg.Name+".log")
+	return restartEarlyExits(ctx, cfg.Name, logPath, func() (*Operator, error) {
+		return launchOperator(ctx, cfg, client, recipe, crds, logPath)
+	})
+}
+
+// restartEarlyExits calls launch until it returns a ready operator, at most
+// portAttempts times. An operator that exits before it is ready is started
+// again, as the kubelet restarts a crashing container, with ports picked
+// afresh: a port chosen free can be taken by another process before the
+// operator binds it, and not every operator says so before it exits (the
+// training operator's failing controller set-up exits first). Each failed
+// attempt's log is kept beside logPath. Any other failure is returned at
+// once.
+func restartEarlyExits(ctx context.Context, name, logPath string, launch func() (*Operator, error)) (*Operator, error) {
+	var failed []error
+	for attempt := 1; ; attempt++ {
+		op, err := launch()
+		if err == nil {
+			return op, nil
+		}
+		var early *operatorExitedError
+		if !errors.As(err, &early) || attempt >= portAttempts || ctx.Err() != nil {
+			return nil, errors.Join(append(failed, err)...)
+		}
+		kept := strings.TrimSuffix(logPath, ".log") + fmt.Sprintf(".attempt-%d.log", attempt)
+		if rerr := os.Rename(logPath, kept); rerr != nil {
+			return nil, errors.Join(append(failed, err, rerr)...)
+		}
+		failed = append(failed, fmt.Errorf("attempt %d of %d: operator %s exited before it was ready (its log is kept as %s)", attempt, portAttempts, name, kept))
+	}
+}
+
+// launchOperator starts one attempt of an operator and waits for it to be
+// ready, stopping it when it is not.
+func launchOperator(ctx context.Context, cfg OperatorConfig, client kubernetes.Interface, recipe operatorRecipe, crds []string, logPath string) (*Operator, error) {
 	probePort, err := freePort()
 	if err != nil {
 		return nil, err
@@ -187,7 +223,6 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 	// The namespace variables some operators read to find their own
 	// installation; none of them limits what they watch.
 	env = append(append(os.Environ(), "KUBECONFIG="+cfg.Kubeconfig, "NAMESPACE=default", "POD_NAMESPACE=default"), env...)
-	logPath := filepath.Join(workDir, cfg.Name+".log")
 	child, err := StartChildEnv(cfg.Name, filepath.Join(cfg.Dir, cfg.Name), append(args, cfg.Args...), env, logPath)
 	if err != nil {
 		return nil, err
@@ -200,6 +235,18 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 	}
 	return op, nil
 }
+
+// operatorExitedError is an operator's exit before it was ready.
+type operatorExitedError struct {
+	name string
+	err  error
+}
+
+func (e *operatorExitedError) Error() string {
+	return fmt.Sprintf("operator %s exited before it was ready: %v", e.name, e.err)
+}
+
+func (e *operatorExitedError) Unwrap() error { return e.err }
 
 // waitOperatorReady polls url until it answers 200, the operator exits or
 // timeout passes.
@@ -228,7 +275,7 @@ func waitOperatorReady(ctx context.Context, op *Operator, url string, timeout ti
 		}
 		select {
 		case <-op.Exited():
-			return fmt.Errorf("operator %s exited before it was ready: %w", op.name, op.ExitError())
+			return &operatorExitedError{name: op.name, err: op.ExitError()}
 		case <-ctx.Done():
 			return fmt.Errorf("operator %s not ready within %v (%s: %s); see %s", op.name, timeout, url, last, op.logPath)
 		case <-tick.C:
