@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -43,6 +44,13 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // A node keeps its metadata, its spec and of its status capacity and
 // allocatable. The scheduler never writes back a whole cached object (it
 // binds, evicts, and patches status), so nothing is lost on the server.
+//
+// An informer may apply it twice to one object: with the streaming initial
+// list (WatchListClient, on by default since client-go 1.35) the reflector
+// transforms each object into its temporary store and the FIFO transforms
+// the whole list again. A pod or node made here is marked (slimMark), and
+// its transform is the object itself: the list is not copied twice, which
+// doubled the cache's memory at start-up.
 func forCache(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
@@ -76,6 +84,18 @@ func slimSlice(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
 		Spec: resourceapi.ResourceSliceSpec{Driver: s.Spec.Driver, Pool: s.Spec.Pool, NodeName: s.Spec.NodeName}}
 }
 
+// slimMark is the managed fields of every pod and node forCache made: an
+// empty slice of its own, which nothing decoded or deep-copied shares, so
+// that slim reports a made object by its address. Anything reading managed
+// fields sees none.
+var slimMark = make([]metav1.ManagedFieldsEntry, 0, 1)
+
+// slim reports whether forCache made o.
+func slim(o metav1.Object) bool {
+	mf := o.GetManagedFields()
+	return cap(mf) > 0 && unsafe.SliceData(mf) == unsafe.SliceData(slimMark)
+}
+
 func slimMeta(o metav1.Object) {
 	o.SetManagedFields(nil)
 	if a := o.GetAnnotations(); a != nil {
@@ -95,8 +115,11 @@ var podAnnotations = []string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation, gpup
 	v1alpha1.VolcanoGroupAnnotation, v1alpha1.VolcanoQueueAnnotation}
 
 func slimPod(p *corev1.Pod) *corev1.Pod {
+	if slim(p) {
+		return p
+	}
 	out := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}
-	out.ManagedFields = nil
+	out.ManagedFields = slimMark
 	out.Annotations = nil
 	for _, k := range podAnnotations {
 		if v, ok := p.Annotations[k]; ok {
@@ -315,8 +338,12 @@ func (t *internTable[K, V]) intern(m map[K]V) map[K]V {
 }
 
 func slimNode(n *corev1.Node) *corev1.Node {
+	if slim(n) {
+		return n
+	}
 	out := &corev1.Node{TypeMeta: n.TypeMeta, ObjectMeta: n.ObjectMeta, Spec: n.Spec}
 	slimMeta(out)
+	out.ManagedFields = slimMark
 	out.Status = corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable}
 	return out
 }

@@ -11,8 +11,12 @@
 //
 // GPUPLANE_BENCH_NODES sets the node count (default 1000; pods are 8 per
 // node). GPUPLANE_BENCH_HEAP_DIR, when set, runs gpuplane-scheduler with
-// --profiling and saves its heap profile there once every pod of a round is
-// bound (go tool pprof reads it), to see what the resident memory holds.
+// --profiling and saves there, once every pod of a round is bound, its
+// runtime memory statistics as they are (<round>.heap.memstats: heap in use,
+// idle, released, the next GC's goal) and then its heap profile after a GC
+// (<round>.heap, which go tool pprof reads), to see what the resident
+// memory holds. Each round reports the scheduler's RSS then
+// (sched-rss-MiB) and its peak over the round (sched-peak-rss-MiB).
 package schedulerscale_test
 
 import (
@@ -292,29 +296,35 @@ var (
 	profileAddr string
 )
 
-// saveHeap writes gpuplane-scheduler's heap profile, after a GC, to path.
+// saveHeap writes gpuplane-scheduler's runtime memory statistics as they
+// are (path + ".memstats", before any forced GC: what the resident memory is
+// made of) and then its heap profile after a GC, to path.
 func saveHeap(b *testing.B, path string) {
-	ctx, cancel := context.WithTimeout(b.Context(), time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+profileAddr+"/debug/pprof/heap?gc=1", nil)
-	if err != nil {
-		b.Fatal(err)
+	save := func(query, to string) {
+		ctx, cancel := context.WithTimeout(b.Context(), time.Minute)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+profileAddr+"/debug/pprof/heap?"+query, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Errorf("fetching the heap profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(to)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			b.Errorf("saving the heap profile: %v", err)
+		}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		b.Errorf("fetching the heap profile: %v", err)
-		return
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		b.Errorf("saving the heap profile: %v", err)
-	}
-	b.Logf("heap profile of gpuplane-scheduler in %s", path)
+	save("debug=1", path+".memstats")
+	save("gc=1", path)
+	b.Logf("heap profile of gpuplane-scheduler in %s, its memory statistics in %s.memstats", path, path)
 }
 
 // watcher records when each pod of a namespace is first seen bound.
@@ -578,6 +588,9 @@ func run(b *testing.B, dyn dynamic.Interface, r round) {
 	b.ReportMetric(elapsed, "last-bind-s")
 	if rss, err := framework.ProcStatusKiB(pid, "VmRSS"); err == nil {
 		b.ReportMetric(float64(rss)/1024, "sched-rss-MiB")
+		if peak, err := framework.ProcStatusKiB(pid, "VmHWM"); err == nil {
+			b.ReportMetric(float64(peak)/1024, "sched-peak-rss-MiB")
+		}
 	} else {
 		b.Logf("reading the scheduler's memory: %v", err)
 	}
