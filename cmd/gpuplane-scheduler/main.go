@@ -27,7 +27,8 @@ import (
 // most of what the process holds beyond it: at 5,000 nodes with 40,000
 // pods waiting, 50 left 452 MiB resident against 571 MiB at Go's 100, for
 // 8% of CPU spent collecting against 2% while the backlog drained
-// (docs/benchmarks.md, "Both schedulers in one run").
+// (docs/benchmarks.md, "With the transform applied once and --gc-percent
+// 50 by default").
 const defaultGCPercent = 50
 
 const usage = `gpuplane-scheduler schedules the pods that opt in with
