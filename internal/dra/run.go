@@ -81,9 +81,18 @@ func (d *Driver) Serve(ctx context.Context, o ServeOptions) error {
 	if o.PluginDir != "" {
 		opts = append(opts, kubeletplugin.PluginDataDirectoryPath(o.PluginDir))
 	}
+	// failed reports err unless the agent is stopping: a start-up or
+	// publish cut short by the agent's own shutdown (a signal, or its
+	// parts restarting for a GPU API switch) is not a failure.
+	failed := func(what string, err error) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
-		return fmt.Errorf("starting the DRA kubelet plugin: %w", err)
+		return failed("starting the DRA kubelet plugin", err)
 	}
 	defer helper.Stop()
 	if o.Started != nil {
@@ -108,7 +117,7 @@ func (d *Driver) Serve(ctx context.Context, o ServeOptions) error {
 	}
 	d.readPodResources(ctx, o)
 	if err := publish(true); err != nil {
-		return fmt.Errorf("publishing ResourceSlices: %w", err)
+		return failed("publishing ResourceSlices", err)
 	}
 	d.log.Info("DRA driver running", "driver", apidra.DriverName, "devices", len(d.inv.devices), "prepared", len(d.Prepared()))
 	for {
@@ -122,12 +131,12 @@ func (d *Driver) Serve(ctx context.Context, o ServeOptions) error {
 			// The inventory was rebuilt: the devices changed, not only
 			// their taints.
 			if err := publish(true); err != nil {
-				return fmt.Errorf("publishing ResourceSlices: %w", err)
+				return failed("publishing ResourceSlices", err)
 			}
 			continue
 		}
 		if err := publish(false); err != nil {
-			return fmt.Errorf("publishing ResourceSlices: %w", err)
+			return failed("publishing ResourceSlices", err)
 		}
 	}
 }
