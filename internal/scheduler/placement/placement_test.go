@@ -368,6 +368,36 @@ func TestChangeLogTrimmed(t *testing.T) {
 	}
 }
 
+// TestCommitLetsJournalGo: the journal's entries keep their shares alive,
+// so Commit drops what a large cycle journaled and clears what it keeps;
+// Rollback after a Commit still undoes exactly what came after it.
+func TestCommitLetsJournalGo(t *testing.T) {
+	st := NewState([]model.Node{gpuNode("a", 8000, 2)})
+	req := &model.Request{GPUs: 1}
+	share := []model.GPUShare{{Index: 0, Milli: 1000}}
+	for range journalKeep + 1 {
+		_ = st.Assign(0, req, share)
+		st.Release(0, req, share)
+	}
+	st.Commit()
+	if cap(st.journal) != 0 {
+		t.Fatalf("Commit kept a journal of capacity %d after %d changes", cap(st.journal), 2*(journalKeep+1))
+	}
+	_ = st.Assign(0, req, share)
+	st.Commit()
+	for i, c := range st.journal[:cap(st.journal)] {
+		if c.shares != nil {
+			t.Fatalf("journal entry %d still holds shares %v after Commit", i, c.shares)
+		}
+	}
+	m := st.Checkpoint()
+	_ = st.Assign(0, req, []model.GPUShare{{Index: 1, Milli: 1000}})
+	st.Rollback(m)
+	if st.Nodes[0].GPUFree[0] != 0 || st.Nodes[0].GPUFree[1] != 1000 {
+		t.Fatalf("after rollback GPUs free %v, want [0 1000]", st.Nodes[0].GPUFree)
+	}
+}
+
 // TestGPUPlaneFollowsCPUPressure: a CPU-only pod may go beside busy GPUs
 // or onto a node whose GPUs idle, at equal fragmentation. Where GPUs are
 // the scarcer resource gpuplane packs it beside the busy GPUs; where the

@@ -224,7 +224,16 @@ func (s *State) Rollback(m Mark) {
 // the change log is long it is trimmed: a reader behind it then sees every
 // node as changed (Changes).
 func (s *State) Commit() {
-	s.journal = s.journal[:0]
+	// The journal's entries hold their requests and shares. A cycle that
+	// placed a large backlog leaves a long array behind, which would keep
+	// them alive for as long as the scheduler runs: only a small one is
+	// kept for reuse.
+	if cap(s.journal) > journalKeep {
+		s.journal = nil
+	} else {
+		clear(s.journal[:cap(s.journal)])
+		s.journal = s.journal[:0]
+	}
 	if len(s.changed) > changeLogMin+changeLogPerNode*len(s.Nodes) {
 		s.changedBase += len(s.changed)
 		s.changed = s.changed[:0]
@@ -327,6 +336,10 @@ const (
 	changeLogPerNode = 16
 	changeLogMin     = 1 << 16
 )
+
+// journalKeep is the largest journal array, in changes (about 200 bytes
+// each), that Commit keeps for the next cycle.
+const journalKeep = 4096
 
 // MilliTotals returns allocated and total milli-GPU and the number of GPUs
 // in use and in all, over the whole cluster.
