@@ -231,6 +231,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		}
 	}()
 	waitCRD(t, d, "queues."+v1alpha1.GroupName, true)
+	waitServed(t, queues)
 	if _, err := queues.Create(ctx, queue("after", "Never"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating a Queue after the upgrade: %v", err)
 	}
@@ -309,6 +310,28 @@ func waitCRD(t *testing.T, d dynamic.Interface, name string, withField bool) {
 			t.Fatalf("CRD %s not established%s within a minute (%v)", name, map[bool]string{true: " with spec." + removedField}[withField], err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitServed waits until the API server serves spec.removedField of
+// Queues. It reads the CRD object's new schema in a handler of its own, a
+// moment after the object changed: until then it prunes the field. A
+// server-side dry run shows which schema is served without storing
+// anything.
+func waitServed(t *testing.T, queues dynamic.NamespaceableResourceInterface) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := queues.Create(t.Context(), queue("probe", "Never"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			if v, _, _ := unstructured.NestedString(got.Object, "spec", removedField); v == "Never" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API server does not serve spec.%s of Queues a minute after the CRD has it (%v)", removedField, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
