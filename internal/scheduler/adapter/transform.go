@@ -153,7 +153,7 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		// never unset, so a bound pod needs none of this.
 		out.Spec.NodeSelector = strMaps.intern(s.NodeSelector)
 		out.Spec.Affinity = s.Affinity
-		out.Spec.Tolerations = s.Tolerations
+		out.Spec.Tolerations = shareTolerations(s.Tolerations)
 		out.Spec.SchedulingGates = s.SchedulingGates
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled {
@@ -223,6 +223,7 @@ var (
 	strMaps = newInternTable[string](func(s string) string { return s })
 	strs    = newSharedTable[string, string](1 << 16) // a large cluster's node names
 	owners  = newSharedTable[ownerKey, []metav1.OwnerReference](maxInterned)
+	tols    = newSharedTable[string, []corev1.Toleration](maxInterned)
 )
 
 // maxInterned bounds a table of maps or owner references: past it the
@@ -295,6 +296,32 @@ func shareOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
 	owners.mu.Lock()
 	defer owners.mu.Unlock()
 	return owners.share(k, refs)
+}
+
+// shareTolerations shares the tolerations of waiting pods: the API server
+// gives every pod the same two (not-ready and unreachable, for 300 s),
+// and the pods of a workload add the same ones. A list is keyed by its
+// entries, each field length-prefixed.
+func shareTolerations(ts []corev1.Toleration) []corev1.Toleration {
+	if len(ts) == 0 || len(ts) > 16 {
+		return ts
+	}
+	var b strings.Builder
+	for i := range ts {
+		t := &ts[i]
+		secs := "-"
+		if t.TolerationSeconds != nil {
+			secs = strconv.FormatInt(*t.TolerationSeconds, 10)
+		}
+		for _, f := range []string{t.Key, string(t.Operator), t.Value, string(t.Effect), secs} {
+			b.WriteString(strconv.Itoa(len(f)))
+			b.WriteByte(':')
+			b.WriteString(f)
+		}
+	}
+	tols.mu.Lock()
+	defer tols.mu.Unlock()
+	return tols.share(b.String(), ts)
 }
 
 // internTable shares one copy of each distinct map among the cached pods.

@@ -177,6 +177,24 @@ func TestForCacheSharesAlikeMaps(t *testing.T) {
 	if same(pa.Labels, pc.(*corev1.Pod).Labels) || pc.(*corev1.Pod).Labels["app"] != "other" {
 		t.Error("a pod with other labels got the shared ones")
 	}
+	// Waiting pods share their tolerations too, down to the seconds.
+	w1, w2, w3 := fullPod("ns", "w1", ""), fullPod("ns", "w2", ""), fullPod("ns", "w3", "")
+	secs := func(s int64) *int64 { return &s }
+	for _, p := range []*corev1.Pod{w1, w2, w3} {
+		p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: corev1.TaintNodeNotReady,
+			Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(300)})
+	}
+	w3.Spec.Tolerations[1].TolerationSeconds = secs(30)
+	s1, _ := forCache(w1)
+	s2, _ := forCache(w2)
+	s3, _ := forCache(w3)
+	t1, t2, t3 := s1.(*corev1.Pod).Spec.Tolerations, s2.(*corev1.Pod).Spec.Tolerations, s3.(*corev1.Pod).Spec.Tolerations
+	if !same(t1, t2) {
+		t.Error("two waiting pods of one workload keep separate copies of alike tolerations")
+	}
+	if same(t1, t3) || *t3[1].TolerationSeconds != 30 {
+		t.Errorf("a pod tolerating for other seconds got the shared tolerations: %v", t3)
+	}
 	x := strMaps.intern(map[string]string{"a": "b1:c"})
 	y := strMaps.intern(map[string]string{"a": "b", "c": ""})
 	if same(x, y) {
