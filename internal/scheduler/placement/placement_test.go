@@ -368,33 +368,52 @@ func TestChangeLogTrimmed(t *testing.T) {
 	}
 }
 
-// TestCommitLetsJournalGo: the journal's entries keep their shares alive,
-// so Commit drops what a large cycle journaled and clears what it keeps;
-// Rollback after a Commit still undoes exactly what came after it.
+// TestCommitLetsJournalGo: Commit clears the journal's entries, which
+// keep shares alive; it keeps a large array while cycles use it and lets
+// it go after journalIdle commits that hardly do. Rollback after a
+// Commit still undoes exactly what came after it.
 func TestCommitLetsJournalGo(t *testing.T) {
 	st := NewState([]model.Node{gpuNode("a", 8000, 2)})
 	req := &model.Request{GPUs: 1}
 	share := []model.GPUShare{{Index: 0, Milli: 1000}}
-	for range journalKeep + 1 {
-		_ = st.Assign(0, req, share)
-		st.Release(0, req, share)
+	churn := func(n int) {
+		for range n {
+			_ = st.Assign(0, req, share)
+			st.Release(0, req, share)
+		}
 	}
+	churn(journalKeep)
 	st.Commit()
-	if cap(st.journal) != 0 {
-		t.Fatalf("Commit kept a journal of capacity %d after %d changes", cap(st.journal), 2*(journalKeep+1))
-	}
-	_ = st.Assign(0, req, share)
-	st.Commit()
-	for i, c := range st.journal[:cap(st.journal)] {
+	large := cap(st.journal)
+	for i, c := range st.journal[:large] {
 		if c.shares != nil {
 			t.Fatalf("journal entry %d still holds shares %v after Commit", i, c.shares)
 		}
 	}
+	// Cycles as large keep the array: no growing it again each cycle.
+	for range 2 * journalIdle {
+		churn(journalKeep)
+		st.Commit()
+	}
+	if cap(st.journal) != large {
+		t.Fatalf("journal capacity %d after cycles as large, want %d kept", cap(st.journal), large)
+	}
+	// Small cycles let it go, after journalIdle of them.
+	for i := range journalIdle {
+		if cap(st.journal) != large {
+			t.Fatalf("journal let go after %d small cycles, want %d", i, journalIdle)
+		}
+		churn(1)
+		st.Commit()
+	}
+	if cap(st.journal) > journalKeep {
+		t.Fatalf("journal capacity %d after %d small cycles, want at most %d", cap(st.journal), journalIdle, journalKeep)
+	}
 	m := st.Checkpoint()
 	_ = st.Assign(0, req, []model.GPUShare{{Index: 1, Milli: 1000}})
 	st.Rollback(m)
-	if st.Nodes[0].GPUFree[0] != 0 || st.Nodes[0].GPUFree[1] != 1000 {
-		t.Fatalf("after rollback GPUs free %v, want [0 1000]", st.Nodes[0].GPUFree)
+	if st.Nodes[0].GPUFree[0] != 1000 || st.Nodes[0].GPUFree[1] != 1000 {
+		t.Fatalf("after rollback GPUs free %v, want [1000 1000]", st.Nodes[0].GPUFree)
 	}
 }
 

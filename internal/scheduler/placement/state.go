@@ -73,6 +73,9 @@ type Mark int
 type State struct {
 	Nodes   []NodeState
 	journal []change
+	// journalPeak is the journal's longest since the last Commit;
+	// journalIdle counts the commits in a row that used little of it.
+	journalPeak, journalIdle int
 	// changed logs node indexes in change order; placers read it to
 	// re-score only what changed. Positions count from the State's start:
 	// changed[0] is position changedBase (Commit trims the log).
@@ -224,16 +227,23 @@ func (s *State) Rollback(m Mark) {
 // the change log is long it is trimmed: a reader behind it then sees every
 // node as changed (Changes).
 func (s *State) Commit() {
-	// The journal's entries hold their requests and shares. A cycle that
-	// placed a large backlog leaves a long array behind, which would keep
-	// them alive for as long as the scheduler runs: only a small one is
-	// kept for reuse.
-	if cap(s.journal) > journalKeep {
-		s.journal = nil
+	// The journal's array is reused from cycle to cycle, cleared as far as
+	// it was used, so that its entries keep no shares alive. A cycle that
+	// placed a large backlog leaves a long array behind (about 17 MB after
+	// 40,000 pods), which the cycles after it hardly use: once it has
+	// been used to less than a quarter for journalIdle commits running,
+	// it goes.
+	clear(s.journal[:s.journalPeak])
+	s.journal = s.journal[:0]
+	if cap(s.journal) > journalKeep && s.journalPeak < cap(s.journal)/4 {
+		s.journalIdle++
+		if s.journalIdle >= journalIdle {
+			s.journal, s.journalIdle = nil, 0
+		}
 	} else {
-		clear(s.journal[:cap(s.journal)])
-		s.journal = s.journal[:0]
+		s.journalIdle = 0
 	}
+	s.journalPeak = 0
 	if len(s.changed) > changeLogMin+changeLogPerNode*len(s.Nodes) {
 		s.changedBase += len(s.changed)
 		s.changed = s.changed[:0]
@@ -271,14 +281,19 @@ func (s *State) Assign(i int, req *model.Request, shares []model.GPUShare) error
 		return fmt.Errorf("assigning to node %s: request does not fit", s.Nodes[i].Node.Name)
 	}
 	s.apply(i, req, shares, true)
-	s.journal = append(s.journal, change{node: i, req: *req, shares: shares, add: true})
+	s.record(change{node: i, req: *req, shares: shares, add: true})
 	return nil
 }
 
 // Release returns req's resources and shares on node i.
 func (s *State) Release(i int, req *model.Request, shares []model.GPUShare) {
 	s.apply(i, req, shares, false)
-	s.journal = append(s.journal, change{node: i, req: *req, shares: shares, add: false})
+	s.record(change{node: i, req: *req, shares: shares, add: false})
+}
+
+func (s *State) record(c change) {
+	s.journal = append(s.journal, c)
+	s.journalPeak = max(s.journalPeak, len(s.journal))
 }
 
 func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bool) {
@@ -337,9 +352,13 @@ const (
 	changeLogMin     = 1 << 16
 )
 
-// journalKeep is the largest journal array, in changes (about 200 bytes
-// each), that Commit keeps for the next cycle.
-const journalKeep = 4096
+// A journal array of more than journalKeep changes (about 200 bytes
+// each) goes after journalIdle commits in a row that used less than a
+// quarter of it.
+const (
+	journalKeep = 4096
+	journalIdle = 8
+)
 
 // MilliTotals returns allocated and total milli-GPU and the number of GPUs
 // in use and in all, over the whole cluster.

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -240,8 +242,31 @@ func (c *cluster) waitBound(selector string, want int, timeout time.Duration) {
 		if err != nil {
 			return false, err
 		}
-		return n == want, fmt.Errorf("%d of %d bound", n, total)
+		return n == want, fmt.Errorf("%d of %d bound%s", n, total, c.whyWaiting(ctx))
 	})
+}
+
+// whyWaiting is what the scheduler last said of the namespace's waiting
+// pods, and where the others went, for a timeout to show.
+func (c *cluster) whyWaiting(ctx context.Context) string {
+	ps, err := c.pods(ctx, "")
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(ps)) {
+		p := ps[name]
+		if p.Spec.NodeName != "" {
+			fmt.Fprintf(&b, "; %s on %s", p.Name, p.Spec.NodeName)
+			continue
+		}
+		for _, cd := range p.Status.Conditions {
+			if cd.Type == corev1.PodScheduled {
+				fmt.Fprintf(&b, "; %s %s %s %q", p.Name, cd.Status, cd.Reason, cd.Message)
+			}
+		}
+	}
+	return b.String()
 }
 
 // waitCondition waits until the pod says PodScheduled=False with a reason
