@@ -226,43 +226,45 @@ func (c *cluster) bound(ctx context.Context, selector string) (bound, total int,
 	if err != nil {
 		return 0, 0, err
 	}
+	return countBound(ps), len(ps), nil
+}
+
+// countBound counts the pods of ps that have a node and are not being
+// deleted.
+func countBound(ps map[string]*corev1.Pod) (n int) {
 	for _, p := range ps {
 		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
-			bound++
+			n++
 		}
 	}
-	return bound, len(ps), nil
+	return n
 }
 
 // waitBound waits until exactly want pods matching selector are bound.
 func (c *cluster) waitBound(selector string, want int, timeout time.Duration) {
 	c.t.Helper()
 	framework.Eventually(c.t, timeout, fmt.Sprintf("%d bound pods matching %q", want, selector), func(ctx context.Context) (bool, error) {
-		n, total, err := c.bound(ctx, selector)
+		ps, err := c.pods(ctx, selector)
 		if err != nil {
 			return false, err
 		}
-		return n == want, fmt.Errorf("%d of %d bound%s", n, total, c.whyWaiting(ctx))
+		n := countBound(ps)
+		return n == want, fmt.Errorf("%d of %d bound%s", n, len(ps), whyWaiting(ps))
 	})
 }
 
-// whyWaiting is what the scheduler last said of the namespace's waiting
-// pods, and where the others went, for a timeout to show.
-func (c *cluster) whyWaiting(ctx context.Context) string {
-	ps, err := c.pods(ctx, "")
-	if err != nil {
-		return ""
-	}
+// whyWaiting is what the scheduler last said of each waiting pod of ps,
+// for a timeout to show.
+func whyWaiting(ps map[string]*corev1.Pod) string {
 	var b strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(ps)) {
 		p := ps[name]
 		if p.Spec.NodeName != "" {
-			fmt.Fprintf(&b, "; %s on %s", p.Name, p.Spec.NodeName)
 			continue
 		}
 		for _, cd := range p.Status.Conditions {
 			if cd.Type == corev1.PodScheduled {
-				fmt.Fprintf(&b, "; %s %s %s %q", p.Name, cd.Status, cd.Reason, cd.Message)
+				fmt.Fprintf(&b, "; %s: %s %s %q", p.Name, cd.Status, cd.Reason, cd.Message)
 			}
 		}
 	}
