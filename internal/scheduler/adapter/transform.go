@@ -301,7 +301,7 @@ func shareOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
 // shareTolerations shares the tolerations of waiting pods: the API server
 // gives every pod the same two (not-ready and unreachable, for 300 s),
 // and the pods of a workload add the same ones. A list is keyed by its
-// entries, each field length-prefixed.
+// entries' fields (writeKey).
 func shareTolerations(ts []corev1.Toleration) []corev1.Toleration {
 	if len(ts) == 0 || len(ts) > 16 {
 		return ts
@@ -313,11 +313,7 @@ func shareTolerations(ts []corev1.Toleration) []corev1.Toleration {
 		if t.TolerationSeconds != nil {
 			secs = strconv.FormatInt(*t.TolerationSeconds, 10)
 		}
-		for _, f := range []string{t.Key, string(t.Operator), t.Value, string(t.Effect), secs} {
-			b.WriteString(strconv.Itoa(len(f)))
-			b.WriteByte(':')
-			b.WriteString(f)
-		}
+		writeKey(&b, t.Key, string(t.Operator), t.Value, string(t.Effect), secs)
 	}
 	tols.mu.Lock()
 	defer tols.mu.Unlock()
@@ -352,16 +348,19 @@ func (t *internTable[K, V]) intern(m map[K]V) map[K]V {
 	slices.Sort(keys)
 	t.b.Reset()
 	for _, k := range keys {
-		// Lengths first, so that no key or value can forge a separator.
-		v := t.str(m[k])
-		t.b.WriteString(strconv.Itoa(len(k)))
-		t.b.WriteByte(':')
-		t.b.WriteString(string(k))
-		t.b.WriteString(strconv.Itoa(len(v)))
-		t.b.WriteByte(':')
-		t.b.WriteString(v)
+		writeKey(&t.b, string(k), t.str(m[k]))
 	}
 	return t.t.share(t.b.String(), m)
+}
+
+// writeKey writes fields to a table key, each after its length, so that
+// no field can forge a separator.
+func writeKey(b *strings.Builder, fields ...string) {
+	for _, f := range fields {
+		b.WriteString(strconv.Itoa(len(f)))
+		b.WriteByte(':')
+		b.WriteString(f)
+	}
 }
 
 func slimNode(n *corev1.Node) *corev1.Node {

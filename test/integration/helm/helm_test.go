@@ -320,19 +320,14 @@ func waitCRD(t *testing.T, d dynamic.Interface, name string, withField bool) {
 // anything.
 func waitServed(t *testing.T, queues dynamic.NamespaceableResourceInterface) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		got, err := queues.Create(t.Context(), queue("probe", "Never"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil {
-			if v, _, _ := unstructured.NestedString(got.Object, "spec", removedField); v == "Never" {
-				return
-			}
+	framework.Eventually(t, time.Minute, "the API server serving spec."+removedField+" of Queues", func(ctx context.Context) (bool, error) {
+		got, err := queues.Create(ctx, queue("probe", "Never"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the API server does not serve spec.%s of Queues a minute after the CRD has it (%v)", removedField, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		v, _, _ := unstructured.NestedString(got.Object, "spec", removedField)
+		return v == "Never", fmt.Errorf("a dry-run Queue came back with spec.%s %q", removedField, v)
+	})
 }
 
 // leftovers lists the objects labelled part of gpuplane, of every kind the
