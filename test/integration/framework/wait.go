@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -34,7 +35,7 @@ func Poll(ctx context.Context, timeout time.Duration, what string, cond Conditio
 		}
 		// An error caused by the deadline itself (a client refusing to wait
 		// past it) says nothing about the condition; keep the one before.
-		if deadline, _ := ctx.Deadline(); err != nil && time.Until(deadline) > PollInterval {
+		if deadline, _ := ctx.Deadline(); err != nil && time.Until(deadline) > PollInterval && !deadlineErr(err) {
 			last = err
 		}
 		select {
@@ -46,6 +47,14 @@ func Poll(ctx context.Context, timeout time.Duration, what string, cond Conditio
 		case <-ticker.C:
 		}
 	}
+}
+
+// deadlineErr reports whether err comes from a context ending rather than
+// from the condition. client-go's rate limiter refuses, without waiting, a
+// request it could only send after the deadline; its error wraps nothing.
+func deadlineErr(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		strings.Contains(err.Error(), "would exceed context deadline")
 }
 
 // TB is the part of testing.TB the helpers use.

@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ func TestPoll(t *testing.T) {
 		name       string
 		holdsAfter int // calls before cond holds; -1 never
 		condErr    error
+		lateErr    error // returned from the third call on, if set
 		wantErr    error
 		wantInErr  string
 	}{
@@ -21,6 +23,13 @@ func TestPoll(t *testing.T) {
 		{name: "holds after a few polls", holdsAfter: 3},
 		{name: "never holds", holdsAfter: -1, wantErr: ErrTimeout, wantInErr: "nodes ready"},
 		{name: "never holds, reason kept", holdsAfter: -1, condErr: errNotYet, wantErr: errNotYet, wantInErr: "3 of 10"},
+		// What client-go says when its rate limiter would wait past the
+		// deadline is not the reason.
+		{name: "never holds, reason kept over the rate limiter's refusal", holdsAfter: -1, condErr: errNotYet,
+			lateErr: fmt.Errorf("client rate limiter Wait returned an error: %w", errors.New("rate: Wait(n=1) would exceed context deadline")),
+			wantErr: errNotYet, wantInErr: "3 of 10"},
+		{name: "never holds, reason kept over a context error", holdsAfter: -1, condErr: errNotYet,
+			lateErr: fmt.Errorf("listing: %w", context.DeadlineExceeded), wantErr: errNotYet, wantInErr: "3 of 10"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -29,6 +38,9 @@ func TestPoll(t *testing.T) {
 				calls++
 				if tc.holdsAfter >= 0 && calls > tc.holdsAfter {
 					return true, nil
+				}
+				if tc.lateErr != nil && calls > 2 {
+					return false, tc.lateErr
 				}
 				return false, tc.condErr
 			})
