@@ -445,6 +445,37 @@ func TestLoopSizesReplicasByTheirNode(t *testing.T) {
 	}
 }
 
+// Pods of another scheduler on a node time-sliced under nvidia.com/gpu
+// hold the replicas the node gave them, not whole GPUs: GPU 0 has given
+// three of its four replicas (one pod with one, one with two), so two
+// half-GPU pods fit on GPU 1 and a third waits, saying that the node's
+// nvidia.com/gpu shares are short. The waiting pod's condition names the
+// resource it asks through.
+func TestLoopCountsOtherSchedulersReplicasAsHeld(t *testing.T) {
+	node := testNode("ts", rl("nvidia.com/gpu", "8", "cpu", "64", "memory", "256Gi"), map[string]string{"nvidia.com/gpu.replicas": "4"}, nil)
+	f := newLoopFixture(t, Config{}, node)
+	for name, rec := range map[string]struct{ gpus, held string }{"one": {"1", "0:250"}, "two": {"2", "0:500"}} {
+		p := testPod("ns", name, rl("nvidia.com/gpu", rec.gpus))
+		p.Spec.SchedulerName, p.Spec.NodeName = corev1.DefaultSchedulerName, "ts"
+		p.Annotations = map[string]string{HeldAnnotation: rec.held}
+		f.cache.upsertPod(p)
+	}
+	for i := range 3 {
+		f.cache.upsertPod(annotated(testPod("ns", fmt.Sprint("half-", i), rl("nvidia.com/gpu", "1")), "gpuplane.io/gpu-fraction", "0.5"))
+	}
+	f.cycle()
+	var on []string
+	for _, b := range f.api.binds {
+		on = append(on, strings.Fields(b)[2])
+	}
+	if !slices.Equal(on, []string{"1:500", "1:500"}) {
+		t.Fatalf("half-GPU pods bound on %v (binds %v), want two on GPU 1", on, f.api.binds)
+	}
+	if got := f.status.conditions["ns/half-2"]; !strings.Contains(got, "insufficient nvidia.com/gpu") || strings.Contains(got, "gpu.shared") {
+		t.Errorf("the third half's condition %q, want it short of nvidia.com/gpu shares", got)
+	}
+}
+
 // Part of a GPU on a cluster whose nodes share none: the pod waits and
 // says why; a fraction out of range is refused with the field named.
 func TestLoopExplainsFractions(t *testing.T) {

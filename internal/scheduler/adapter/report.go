@@ -279,6 +279,8 @@ func gpuResourceName(r *model.Request) string {
 		return "free devices for the claims"
 	case r.MIGSlices > 0:
 		return migResourcePrefix + r.MIGProfile
+	case r.Shared() && r.ShareResource != "":
+		return r.ShareResource
 	case r.Shared():
 		return string(ResourceGPUShared)
 	}

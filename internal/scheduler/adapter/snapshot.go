@@ -634,6 +634,39 @@ func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time
 	return out
 }
 
+// replicasHeld reads the node's record of a pod another scheduler placed
+// on GPUs time-sliced under nvidia.com/gpu. Such a pod asks for whole GPUs
+// but the node gave it replicas, as many as it asked, and may give the
+// rest of each GPU's replicas to other pods: it holds what the record
+// says, a quarter of a GPU for one replica of four, not the whole GPU that
+// heldAs makes of the replica gpuplane-scheduler itself chose a whole GPU
+// for. The request returned counts those replicas (model.Request.Replicas)
+// so that its queue's usage is the shares held. ok is false when the
+// record holds no part of a GPU or does not add up to the request.
+func replicasHeld(n *model.Node, req *model.Request, held []model.GPUShare) (*model.Request, bool) {
+	if req.GPUs == 0 || req.GPUMilli > 0 || req.MIGSlices > 0 || len(held) == 0 {
+		return nil, false
+	}
+	replicas, milli, part := 0, int64(0), false
+	for _, h := range held {
+		g := &n.GPUs[h.Index]
+		if h.MIGSlices > 0 || g.MIGSlices > 0 || g.MinShareMilli == 0 || g.ShareResource != string(ResourceGPU) || h.Milli%g.MinShareMilli != 0 {
+			return nil, false
+		}
+		part = part || h.Milli < g.Capacity()
+		replicas += int(h.Milli / g.MinShareMilli)
+		milli += h.Milli
+	}
+	if !part || replicas != req.GPUs {
+		return nil, false
+	}
+	out := *req
+	out.GPUs, out.Replicas, out.ShareResource = 0, replicas, string(ResourceGPU)
+	// What one share of it takes, as the core sizes the shares on a node.
+	out.GPUMilli = milli / int64(len(held))
+	return &out, true
+}
+
 // heldAs reads the node's record of the GPUs a pod holds in the terms of
 // its request: the GPUs from the record, how much of each from the request
 // (a replica of a GPU time-sliced under nvidia.com/gpu is a whole GPU to a
@@ -704,6 +737,9 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		// claim is what the pod holds through claims: whole GPUs and
 		// MIG slices.
 		claim model.Request
+		// replicas, when set, is the pod's request as the replicas the
+		// node gave it (replicasHeld).
+		replicas *model.Request
 	}
 	// Devices held through ResourceClaims: by the pod that holds them,
 	// and claims no pod here holds, which hold their devices all the same.
@@ -738,7 +774,15 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		// scheduler assumed or chose for it.
 		if s, ok := pi.pod.Annotations[HeldAnnotation]; ok && pi.bound() {
 			if sh, err := parseShares(s, m); err == nil {
-				e.shares, e.known = heldAs(m, &pi.req, sh)
+				if pi.pod.Spec.SchedulerName != b.schedulerName {
+					e.replicas, e.known = replicasHeld(m, &pi.req, sh)
+					if e.known {
+						e.shares = sh
+					}
+				}
+				if !e.known {
+					e.shares, e.known = heldAs(m, &pi.req, sh)
+				}
 			}
 		}
 		if a, ok := c.assumed[pi.key]; ok && !e.known && !pi.bound() {
@@ -764,6 +808,9 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 	})
 	for _, e := range entries {
 		req := e.pi.req
+		if e.replicas != nil {
+			req = *e.replicas
+		}
 		req.GPUs += e.claim.GPUs
 		req.MIGSlices += e.claim.MIGSlices
 		if !e.known {

@@ -30,7 +30,12 @@ import (
 // kubectl runs bin/kubectl against the dev cluster and returns its output.
 func kubectl(t *testing.T, stateDir string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	return kubectlCtx(t.Context(), stateDir, args...)
+}
+
+// kubectlCtx is kubectl for cleanups, which run after t.Context() ends.
+func kubectlCtx(ctx context.Context, stateDir string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(cpBinDir, "kubectl"), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(stateDir, "kubeconfig"))
@@ -70,6 +75,7 @@ func TestExamples(t *testing.T) {
 	// of examples/workloads, as in the demo.
 	stateDir, client := cluster(t, "--nodes", "0", "--node-profiles", "dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,4xt4,dgxa100:mig-mixed,8xa100-80gb",
 		"--operators", "training-operator,kuberay")
+	dumpOnFailure(t, stateDir)
 	waitLabelled(t, client, 6)
 
 	t.Run("project examples", func(t *testing.T) {
@@ -132,16 +138,48 @@ func TestExamples(t *testing.T) {
 		if hami.Spec.SchedulerName != v1alpha1.SchedulerName {
 			t.Errorf("HAMi's documented pod went to %q, want gpuplane-scheduler", hami.Spec.SchedulerName)
 		}
-		// The three halves (half-a, half-b and KAI's pod) fill one GPU in
-		// pairs: which two pair up depends on the order they are placed in.
-		halves := map[string]bool{}
-		for _, n := range []string{"half-a", "half-b", "kai-documented"} {
-			node, gpus, _ := strings.Cut(chosen[n], "/")
-			halves[node+"/"+strings.Split(gpus, ":")[0]] = true
+		// On the time-slicing node, what gpuplane-scheduler chose for its
+		// pods and the replicas the node gave kube-scheduler's (the
+		// notebooks) never add up to more than a GPU, and the shares pack:
+		// six pods holding 2.35 GPUs between them are not spread one to a
+		// GPU.
+		node, _, _ := strings.Cut(chosen["half-a"], "/")
+		onNode, err := client.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if len(halves) > 2 {
-			t.Errorf("three half-GPU pods on %d GPUs, want two of them packed on one GPU: %v", len(halves), chosen)
+		given, shares, parts := map[int]int64{}, map[int]bool{}, int64(0)
+		for _, p := range onNode.Items {
+			ours := p.Spec.SchedulerName == v1alpha1.SchedulerName
+			rec := p.Annotations[gpupod.GPUsAnnotation] // gpuplane-scheduler's choice
+			if !ours {
+				rec = p.Annotations[gpupod.HeldAnnotation] // what the node gave
+			}
+			choice, err := gpupod.ParseGPUs(rec, gpupod.MaxGPUsChosen)
+			if err != nil || p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			for _, c := range choice {
+				m := c.Milli
+				if c.Whole() {
+					m = gpupod.MilliPerGPU
+				}
+				given[c.Index] += m
+				if ours && !c.Whole() {
+					shares[c.Index] = true
+					parts += m
+				}
+			}
 		}
+		for g, m := range given {
+			if m > gpupod.MilliPerGPU {
+				t.Errorf("GPU %d of %s given %d thousandths in all: %v", g, node, m, given)
+			}
+		}
+		if most := (parts+gpupod.MilliPerGPU-1)/gpupod.MilliPerGPU + 2; int64(len(shares)) > most {
+			t.Errorf("gpuplane's shares on %s, %d thousandths of GPU, spread over %d GPUs, want at most %d (given: %v)", node, parts, len(shares), most, given)
+		}
+
 		// gpuplane status shows who holds what part of which GPU, from
 		// the node's record.
 		out, err := exec.CommandContext(t.Context(), filepath.Join(binDir, "gpuplane"), "status", "-o", "json", "--kubeconfig", filepath.Join(stateDir, "kubeconfig")).Output()
@@ -436,26 +474,64 @@ func waitPods(t *testing.T, client kubernetes.Interface, ns string, want int, pe
 		if err != nil {
 			return false, err
 		}
-		if len(list.Items) != want {
-			return false, fmt.Errorf("%d pods", len(list.Items))
-		}
+		// Every pod not yet as it should be, so a timeout shows them all.
+		var unsettled []string
 		for i := range list.Items {
 			p := &list.Items[i]
 			if pending != nil && pending(p) {
 				if !unschedulableNow(p) {
-					return false, fmt.Errorf("pod %s: phase %s, want Pending and Unschedulable", p.Name, p.Status.Phase)
+					unsettled = append(unsettled, fmt.Sprintf("%s: phase %s, want Pending and Unschedulable", p.Name, p.Status.Phase))
 				}
 				continue
 			}
 			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodSucceeded {
-				return false, fmt.Errorf("pod %s: %s %s", p.Name, p.Status.Phase, p.Status.Message)
+				unsettled = append(unsettled, fmt.Sprintf("%s: %s on %q %s%s", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.Message, scheduledSays(p)))
+				continue
 			}
 			if a, err := gpupod.ReadAllocation(p); err != nil || a == nil {
-				return false, fmt.Errorf("pod %s has no allocation: %w", p.Name, err)
+				unsettled = append(unsettled, fmt.Sprintf("%s has no allocation: %v", p.Name, err))
 			}
+		}
+		if len(list.Items) != want || len(unsettled) > 0 {
+			return false, fmt.Errorf("%d pods, want %d; unsettled: [%s]", len(list.Items), want, strings.Join(unsettled, "; "))
 		}
 		return true, nil
 	})
+}
+
+// scheduledSays is what the scheduler last said of a pod that is not
+// bound, from its PodScheduled condition.
+func scheduledSays(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+			return fmt.Sprintf(" (PodScheduled %s %s: %s)", c.Status, c.Reason, c.Message)
+		}
+	}
+	return ""
+}
+
+// dumpOnFailure logs, when the test has failed, what a person debugging it
+// would look at first: every pod, the recent events and the end of the
+// scheduler's log. It runs before the cluster is taken down.
+func dumpOnFailure(t *testing.T, stateDir string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, args := range [][]string{{"get", "pods", "-A", "-o", "wide"}, {"get", "events", "-A", "--sort-by=.lastTimestamp"}} {
+			out, err := kubectlCtx(context.Background(), stateDir, args...)
+			t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, lastLines(out, 80))
+		}
+		t.Logf("end of the scheduler's log:\n%s", lastLines(readFile(filepath.Join(stateDir, "gpuplane-scheduler.log")), 80))
+	})
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func unschedulableNow(p *corev1.Pod) bool {
