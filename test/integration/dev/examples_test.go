@@ -405,6 +405,7 @@ func TestExamples(t *testing.T) {
 		}
 		env := &framework.Env{Client: client}
 		env.WaitServiceAccount(t, "seeds", "default", 30*time.Second)
+		start := time.Now()
 		for _, f := range yamlFiles(t, dir) {
 			name := filepath.Base(f)
 			if why, ok := needCRD[name]; ok {
@@ -423,6 +424,7 @@ func TestExamples(t *testing.T) {
 				t.Errorf("%s: kubectl apply: %v\n%s", name, err, out)
 			}
 		}
+		t.Logf("seed examples applied in %v", time.Since(start).Round(time.Millisecond))
 		// Every workload runs: 01, 02, 04, 05 (its Job's pod) and 12 on
 		// the H100s, 03 and 07 (2 replicas) on the T4s, 06 on the A100
 		// 80GB node, 08 in a 1g.5gb MIG slice of an A100 40GB.
@@ -469,6 +471,7 @@ func waitLabelled(t *testing.T, client kubernetes.Interface, n int) {
 // allocation, except those pending(p) says must stay unschedulable.
 func waitPods(t *testing.T, client kubernetes.Interface, ns string, want int, pending func(*corev1.Pod) bool) {
 	t.Helper()
+	start := time.Now()
 	framework.Eventually(t, 90*time.Second, fmt.Sprintf("%d pods of %s settled", want, ns), func(ctx context.Context) (bool, error) {
 		list, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -497,6 +500,7 @@ func waitPods(t *testing.T, client kubernetes.Interface, ns string, want int, pe
 		}
 		return true, nil
 	})
+	t.Logf("%d pods of %s settled in %v", want, ns, time.Since(start).Round(time.Millisecond))
 }
 
 // scheduledSays is what the scheduler last said of a pod that is not
