@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +72,16 @@ type Limiter interface {
 	// the memory in MiB (0: none asked); ok is false when ids were not
 	// steered to a pod that asked for part of a GPU.
 	Limits(res *sharing.Resource, ids []string) (milli, memoryMiB int64, ok bool)
+}
+
+// Avoider is what a Steerer may also tell: the physical GPUs (by index)
+// that the scheduler's choices for the node's pods leave no room on for
+// one more of res's devices. The resource's own preference, for a request
+// no pod was steered to, leaves their devices out while enough others are
+// free: a pod another scheduler placed then does not share, or take, a GPU
+// gpuplane-scheduler gave or is about to give its own pods.
+type Avoider interface {
+	Avoid(res *sharing.Resource) map[int]bool
 }
 
 // Server serves one sharing.
@@ -326,13 +337,35 @@ func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 				continue
 			}
 		}
-		ids, err := s.res.Preferred(cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), s.topo)
+		available := cr.AvailableDeviceIDs
+		if a, ok := s.steer.(Avoider); ok {
+			available = leaveOut(s.res, available, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), a.Avoid(s.res))
+		}
+		ids, err := s.res.Preferred(available, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), s.topo)
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "preferred allocation for %s: %v", s.res.Name, err)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil
+}
+
+// leaveOut returns available without the devices on the GPUs of avoid,
+// those of mustInclude kept, when at least size remain; else available.
+func leaveOut(res *sharing.Resource, available, mustInclude []string, size int, avoid map[int]bool) []string {
+	if len(avoid) == 0 {
+		return available
+	}
+	kept := make([]string, 0, len(available))
+	for _, id := range available {
+		if d, ok := res.Device(id); !ok || !avoid[d.GPUIndex] || slices.Contains(mustInclude, id) {
+			kept = append(kept, id)
+		}
+	}
+	if len(kept) < size {
+		return available
+	}
+	return kept
 }
 
 // Allocate implements DevicePluginServer. An unknown or unhealthy device

@@ -24,23 +24,30 @@ import (
 // With the steerer, 80 pods await admission, each with a replica of its
 // chosen GPU in mind, and only the last GPU has a replica free, so every
 // call goes through 71 pods before one fits; without, the resource's own
-// preference answers (the peer in the same run).
+// preference answers (the peer in the same run). With steered=none-fits
+// the pods chose GPUs 0-6 only, as for a pod another scheduler placed: the
+// steerer goes through all 80, then the preference leaves out the GPUs
+// their choices fill (Avoid), going through them again.
 func BenchmarkSteeredAdmission(b *testing.B) {
-	for _, steered := range []bool{false, true} {
-		b.Run(fmt.Sprintf("steered=%v", steered), func(b *testing.B) {
+	for _, steered := range []string{"false", "true", "none-fits"} {
+		b.Run("steered="+steered, func(b *testing.B) {
 			res := benchResource(b)
 			var pods []*corev1.Pod
 			inUse := map[string]bool{}
 			for i := range len(res.Devices) {
 				d := &res.Devices[i]
-				p := asking(placed(fmt.Sprint("p", i), i, fmt.Sprintf("%d:100", d.GPUIndex)), res.Name, 1)
+				g := d.GPUIndex
+				if steered == "none-fits" {
+					g %= 7
+				}
+				p := asking(placed(fmt.Sprint("p", i), i, fmt.Sprintf("%d:100", g)), res.Name, 1)
 				pods = append(pods, p)
 				if i < len(res.Devices)-1 {
 					inUse[d.ID] = true // every replica but the last GPU's last
 				}
 			}
 			var steer deviceplugin.Steerer
-			if steered {
+			if steered != "false" {
 				steer = New(func() []*corev1.Pod { return pods }, nil, 8, slog.New(slog.DiscardHandler))
 			}
 			dir, err := os.MkdirTemp("", "steer-bench")

@@ -28,9 +28,11 @@
 // Steerer assumes (a batch the kubelet receives at once, as after its
 // restart, it admits oldest first): each then gets the devices chosen for
 // the other, which on the node as a whole is exactly the scheduler's
-// plan. A pod another scheduler placed, admitted while a gpuplane pod
-// waits, may take the devices chosen for it; the gpuplane pod then gets
-// what its resource prefers. Either way the Recorder writes on every pod
+// plan. A pod another scheduler placed gets what its resource prefers,
+// less the GPUs the choices of the node's gpuplane pods fill (Avoid),
+// while enough others are free; when only those are free it takes the
+// devices chosen for a waiting gpuplane pod, which then gets what its
+// resource prefers. Either way the Recorder writes on every pod
 // what it holds (gpupod.HeldAnnotation), read from the kubelet's
 // PodResources API, and gpuplane-scheduler's books follow that record. Pods without a
 // choice, and choices that do not parse for the node, get what the

@@ -46,6 +46,7 @@ const freshBackoff = time.Second
 var (
 	_ deviceplugin.Steerer = (*Steerer)(nil)
 	_ deviceplugin.Limiter = (*Steerer)(nil)
+	_ deviceplugin.Avoider = (*Steerer)(nil)
 )
 
 // New returns a Steerer. pods lists the pods bound to the node as a watch
@@ -94,6 +95,52 @@ func (s *Steerer) Steer(res *sharing.Resource, available, mustInclude []string, 
 		s.quietUntil = time.Now().Add(freshBackoff)
 	}
 	return ids, ok
+}
+
+// Avoid implements deviceplugin.Avoider: the GPUs that the choices of the
+// pods gpuplane-scheduler placed on the node (running or awaiting
+// admission) leave no room on for one more of res's devices. A whole GPU
+// chosen for a pod has none, for a replica or for the GPU; a GPU
+// time-sliced four ways whose chosen shares add up to more than three
+// quarters has none for a replica. MIG choices name MIG devices, which
+// are resources of their own, and are left out.
+func (s *Steerer) Avoid(res *sharing.Resource) map[int]bool {
+	s.mu.Lock()
+	pods := s.pods()
+	s.mu.Unlock()
+	committed := map[int]int64{}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		choice, err := gpupod.ParseGPUs(p.Annotations[gpupod.GPUsAnnotation], s.gpus)
+		if err != nil {
+			continue
+		}
+		for _, c := range choice {
+			switch {
+			case c.MIGSlices > 0:
+			case c.Whole():
+				committed[c.Index] += gpupod.MilliPerGPU
+			default:
+				committed[c.Index] += c.Milli
+			}
+		}
+	}
+	var avoid map[int]bool
+	for i := range res.Devices {
+		d := &res.Devices[i]
+		if d.MIG != nil || committed[d.GPUIndex] == 0 {
+			continue
+		}
+		if committed[d.GPUIndex]+gpupod.MilliPerGPU/int64(max(d.Replicas, 1)) > gpupod.MilliPerGPU {
+			if avoid == nil {
+				avoid = map[int]bool{}
+			}
+			avoid[d.GPUIndex] = true
+		}
+	}
+	return avoid
 }
 
 // pick finds, among pods, the one awaiting admission that the request

@@ -1,8 +1,10 @@
 package steer
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -12,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/internal/deviceplugin"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 )
@@ -283,5 +287,72 @@ func TestSteerPassesTheFractionsLimits(t *testing.T) {
 	}
 	if _, _, ok := s.Limits(res, []string{"GPU-7::0"}); ok {
 		t.Fatal("limits for a device nobody was steered to")
+	}
+}
+
+// What the scheduler's choices leave no room on: a whole GPU chosen for a
+// running or a waiting pod, and a time-sliced GPU whose chosen shares
+// leave less than a replica. Deleted and finished pods, MIG choices and a
+// share that leaves a replica's room do not count.
+func TestAvoidWhatTheChoicesFill(t *testing.T) {
+	whole := placed("whole", 0, "2")
+	whole.Status.Phase = corev1.PodRunning
+	finished := placed("finished", 1, "4")
+	finished.Status.Phase = corev1.PodSucceeded
+	deleting := placed("deleting", 2, "7")
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	pods := []*corev1.Pod{whole, finished, deleting, placed("half-a", 3, "5:500"), placed("half-b", 4, "5:500"),
+		placed("most", 5, "6:750"), placed("some", 6, "1:500"), placed("mig", 7, "3:m3")}
+	s := testSteerer(func() []*corev1.Pod { return pods })
+	for _, tc := range []struct {
+		config string
+		want   []int
+	}{
+		{"version: v1\n", []int{1, 2, 5, 6}},
+		{"version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n", []int{2, 5}},
+	} {
+		avoid := s.Avoid(steerNode(t, tc.config))
+		got := slices.Sorted(maps.Keys(avoid))
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("config %q: avoided GPUs %v, want %v", tc.config, got, tc.want)
+		}
+	}
+}
+
+// A pod another scheduler placed on a node time-sliced four ways: the
+// resource's packed preference would give it a replica of the GPU that
+// gpuplane-scheduler gave a pod whole (the GPU already in use); it gets
+// another GPU. When only that GPU's replicas are left, it gets one of them:
+// the kubelet allocates whatever the preference says.
+func TestPreferenceLeavesTheChosenGPUs(t *testing.T) {
+	res := steerNode(t, "version: v1\nsharing:\n  allocationPolicy: packed\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
+	exclusive := asking(placed("exclusive", 0, "0"), "nvidia.com/gpu", 1)
+	exclusive.Status.Phase = corev1.PodRunning
+	srv, err := deviceplugin.NewServer(deviceplugin.ServerOptions{Resource: res, Dir: t.TempDir(),
+		Steer: testSteerer(func() []*corev1.Pod { return []*corev1.Pod{exclusive} })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefer := func(available []string) []string {
+		t.Helper()
+		resp, err := srv.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+			AvailableDeviceIDs: available, AllocationSize: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ContainerResponses[0].DeviceIDs
+	}
+	// The exclusive pod holds GPU-0::0; everything else is free.
+	var free []string
+	for _, d := range res.Devices {
+		if d.ID != "GPU-0::0" {
+			free = append(free, d.ID)
+		}
+	}
+	if got := gpusOf(res, prefer(free)); slices.Contains(got, 0) {
+		t.Errorf("another scheduler's pod got a replica of GPU %v, the one chosen whole for a gpuplane pod", got)
+	}
+	if got := gpusOf(res, prefer([]string{"GPU-0::1", "GPU-0::2"})); !slices.Equal(got, []int{0}) {
+		t.Errorf("with only GPU 0's replicas free, got GPU %v, want 0", got)
 	}
 }

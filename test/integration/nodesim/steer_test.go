@@ -117,4 +117,27 @@ func TestNodeHonoursTheSchedulersChoice(t *testing.T) {
 			waitHeld(t, ns, name, fmt.Sprintf("%d:250", g))
 		}
 	})
+
+	// On a node time-sliced under nvidia.com/gpu with the packed policy,
+	// the plugin's preference would give a pod nobody chose GPUs for a
+	// replica of the GPU already in use: the one gpuplane-scheduler gave
+	// a pod whole. It gets a replica of another GPU.
+	t.Run("another scheduler's pod beside a GPU chosen whole", func(t *testing.T) {
+		const nodeName = "sim-h100-steer-exclusive"
+		nodeWithAPI(t, nodeName, "dgxh100", "version: v1\nsharing:\n  allocationPolicy: packed\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
+		waitCapacity(t, nodeName, map[string]int64{gpuRes: 32})
+		ns := env.CreateNamespace(t)
+		createPod(t, boundWithChoice(ns, "exclusive", nodeName, gpuRes, 1, "3"))
+		waitHeld(t, ns, "exclusive", "3:250")
+		createPod(t, framework.Pod(ns, "plain").GPUs(1).NodeName(nodeName).Obj())
+		index, _ := topology(t, nodeName)
+		ids := allocation(t, ns, "plain").DeviceIDs(gpuRes)
+		if len(ids) != 1 {
+			t.Fatalf("pod plain got %v, want one replica", ids)
+		}
+		uuid, _, _ := strings.Cut(ids[0], "::")
+		if g := index[uuid].Index; g == 3 {
+			t.Errorf("pod plain got a replica of GPU 3, which gpuplane-scheduler gave pod exclusive whole")
+		}
+	})
 }
