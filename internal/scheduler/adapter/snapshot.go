@@ -643,28 +643,28 @@ func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time
 // for. The request returned counts those replicas (model.Request.Replicas)
 // so that its queue's usage is the shares held. ok is false when the
 // record holds no part of a GPU or does not add up to the request.
-func replicasHeld(n *model.Node, req *model.Request, held []model.GPUShare) (*model.Request, bool) {
+func replicasHeld(n *model.Node, req *model.Request, held []model.GPUShare) (model.Request, bool) {
 	if req.GPUs == 0 || req.GPUMilli > 0 || req.MIGSlices > 0 || len(held) == 0 {
-		return nil, false
+		return model.Request{}, false
 	}
 	replicas, milli, part := 0, int64(0), false
 	for _, h := range held {
 		g := &n.GPUs[h.Index]
 		if h.MIGSlices > 0 || g.MIGSlices > 0 || g.MinShareMilli == 0 || g.ShareResource != string(ResourceGPU) || h.Milli%g.MinShareMilli != 0 {
-			return nil, false
+			return model.Request{}, false
 		}
 		part = part || h.Milli < g.Capacity()
 		replicas += int(h.Milli / g.MinShareMilli)
 		milli += h.Milli
 	}
 	if !part || replicas != req.GPUs {
-		return nil, false
+		return model.Request{}, false
 	}
 	out := *req
 	out.GPUs, out.Replicas, out.ShareResource = 0, replicas, string(ResourceGPU)
 	// What one share of it takes, as the core sizes the shares on a node.
 	out.GPUMilli = milli / int64(len(held))
-	return &out, true
+	return out, true
 }
 
 // heldAs reads the node's record of the GPUs a pod holds in the terms of
@@ -731,15 +731,14 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		return true
 	}
 	type entry struct {
-		pi     *podInfo
+		pi *podInfo
+		// req is the pod's request, or what replicasHeld makes of it.
+		req    *model.Request
 		shares []model.GPUShare
 		known  bool
 		// claim is what the pod holds through claims: whole GPUs and
 		// MIG slices.
 		claim model.Request
-		// replicas, when set, is the pod's request as the replicas the
-		// node gave it (replicasHeld).
-		replicas *model.Request
 	}
 	// Devices held through ResourceClaims: by the pod that holds them,
 	// and claims no pod here holds, which hold their devices all the same.
@@ -754,7 +753,7 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 	}
 	entries := make([]entry, 0, len(pods))
 	for _, pi := range pods {
-		e := entry{pi: pi}
+		e := entry{pi: pi, req: &pi.req}
 		if len(pi.pod.Spec.ResourceClaims) > 0 {
 			// What a pod holds through claims is what their allocations
 			// say, whoever wrote them.
@@ -774,13 +773,13 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		// scheduler assumed or chose for it.
 		if s, ok := pi.pod.Annotations[HeldAnnotation]; ok && pi.bound() {
 			if sh, err := parseShares(s, m); err == nil {
+				r, ok := model.Request{}, false
 				if pi.pod.Spec.SchedulerName != b.schedulerName {
-					e.replicas, e.known = replicasHeld(m, &pi.req, sh)
-					if e.known {
-						e.shares = sh
-					}
+					r, ok = replicasHeld(m, &pi.req, sh)
 				}
-				if !e.known {
+				if ok {
+					e.req, e.shares, e.known = &r, sh, true
+				} else {
 					e.shares, e.known = heldAs(m, &pi.req, sh)
 				}
 			}
@@ -807,10 +806,7 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		return cmp.Compare(x.pi.key, y.pi.key)
 	})
 	for _, e := range entries {
-		req := e.pi.req
-		if e.replicas != nil {
-			req = *e.replicas
-		}
+		req := *e.req
 		req.GPUs += e.claim.GPUs
 		req.MIGSlices += e.claim.MIGSlices
 		if !e.known {

@@ -488,7 +488,7 @@ func waitPods(t *testing.T, client kubernetes.Interface, ns string, want int, pe
 				continue
 			}
 			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodSucceeded {
-				unsettled = append(unsettled, fmt.Sprintf("%s: %s on %q %s%s", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.Message, scheduledSays(p)))
+				unsettled = append(unsettled, fmt.Sprintf("%s: %s on %q %s %s", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.Message, framework.SchedulerSays(p)))
 				continue
 			}
 			if a, err := gpupod.ReadAllocation(p); err != nil || a == nil {
@@ -501,17 +501,6 @@ func waitPods(t *testing.T, client kubernetes.Interface, ns string, want int, pe
 		return true, nil
 	})
 	t.Logf("%d pods of %s settled in %v", want, ns, time.Since(start).Round(time.Millisecond))
-}
-
-// scheduledSays is what the scheduler last said of a pod that is not
-// bound, from its PodScheduled condition.
-func scheduledSays(p *corev1.Pod) string {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
-			return fmt.Sprintf(" (PodScheduled %s %s: %s)", c.Status, c.Reason, c.Message)
-		}
-	}
-	return ""
 }
 
 // dumpOnFailure logs, when the test has failed, what a person debugging it

@@ -90,6 +90,18 @@ func (e *Env) DeleteNodes(ctx context.Context, selector string) error {
 	return nil
 }
 
+// SchedulerSays is what the scheduler last said of a pod it has not
+// bound, from its PodScheduled condition, for a timeout to show: "" when
+// the condition is True or absent.
+func SchedulerSays(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+			return fmt.Sprintf("PodScheduled %s %s: %q", c.Status, c.Reason, c.Message)
+		}
+	}
+	return ""
+}
+
 // NodeReady reports whether the node's Ready condition is True.
 func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {

@@ -258,13 +258,9 @@ func (c *cluster) waitBound(selector string, want int, timeout time.Duration) {
 func whyWaiting(ps map[string]*corev1.Pod) string {
 	var b strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(ps)) {
-		p := ps[name]
-		if p.Spec.NodeName != "" {
-			continue
-		}
-		for _, cd := range p.Status.Conditions {
-			if cd.Type == corev1.PodScheduled {
-				fmt.Fprintf(&b, "; %s: %s %s %q", p.Name, cd.Status, cd.Reason, cd.Message)
+		if p := ps[name]; p.Spec.NodeName == "" {
+			if says := framework.SchedulerSays(p); says != "" {
+				fmt.Fprintf(&b, "; %s: %s", p.Name, says)
 			}
 		}
 	}
