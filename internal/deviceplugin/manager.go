@@ -28,11 +28,8 @@ const (
 	// unwatchedGrace is how long a registered server may go without a
 	// ListAndWatch stream from the kubelet before it registers again. The
 	// kubelet opens the stream as soon as it accepts a registration; it
-	// closes it only when it drops the plugin. One way it does: when the
-	// stream of a plugin's earlier registration ends after the new one was
-	// accepted (a config reload), the kubelet's device manager disconnects
-	// whichever client is registered under the resource name by then, the
-	// new one included, and never asks it for devices again.
+	// closes it only when it drops the plugin, as in the re-registration
+	// race apply avoids.
 	unwatchedGrace = 5 * time.Second
 )
 
@@ -94,8 +91,9 @@ func NewManager(o ManagerOptions) (*Manager, error) {
 	}, nil
 }
 
-// Update replaces the served resources (after a config reload). Servers are
-// restarted and registered again by Run.
+// Update replaces the served resources (after a config reload). Run
+// updates the servers of resources that stay in place, starts and
+// registers servers for new ones, and stops the rest.
 func (m *Manager) Update(s Set) {
 	for {
 		select {
@@ -168,7 +166,7 @@ func (m *Manager) Run(ctx context.Context, s Set) error {
 		return fmt.Errorf("watching the device-plugin directory %s: %w", m.opts.Dir, err)
 	}
 	defer m.stopAll()
-	if err := m.startAll(s); err != nil {
+	if err := m.apply(s); err != nil {
 		return err
 	}
 	lastWaitLog := time.Now()
@@ -193,8 +191,7 @@ func (m *Manager) Run(ctx context.Context, s Set) error {
 			}
 		case s := <-m.updates:
 			m.log.Info("serving a new set of resources", "resources", len(s.Resources))
-			m.stopAll()
-			if err := m.startAll(s); err != nil {
+			if err := m.apply(s); err != nil {
 				return err
 			}
 			m.registerAll(ctx, true)
@@ -235,34 +232,71 @@ func (m *Manager) handleFSEvent(ctx context.Context, ev fsnotify.Event) error {
 				return err
 			}
 			m.mu.Lock()
-			m.pending[srv.res.Name] = true
+			m.pending[srv.Name()] = true
 			m.mu.Unlock()
 		}
 	}
 	return nil
 }
 
-func (m *Manager) startAll(s Set) error {
+// apply serves s. A resource already served keeps its server, which
+// takes the new devices and contract in place (Server.Replace) and stays
+// registered. Registering again under the same name would race the
+// kubelet's device manager: when the stream of the earlier registration
+// ends after the new one was accepted, it disconnects whichever client is
+// registered under the name by then, the new one included, and the node
+// offers none of the resource until the plugin registers once more.
+// Resources new to s get a server each, registered by Run; those s drops
+// are stopped, which tells the kubelet they are gone.
+func (m *Manager) apply(s Set) error {
+	kept := map[string]*Server{}
+	for _, srv := range m.Servers() {
+		kept[srv.Name()] = srv
+	}
 	servers := make([]*Server, 0, len(s.Resources))
+	var started []*Server
 	for _, r := range s.Resources {
-		srv, err := NewServer(ServerOptions{Resource: r, Contract: s.Contract, Health: m.opts.Health, Steer: m.opts.Steer, Topology: m.opts.Topology, Dir: m.opts.Dir, Logger: m.log})
-		if err != nil {
-			return err
+		if _, ok := kept[r.Name]; ok {
+			continue
 		}
-		if err := srv.Start(); err != nil {
-			for _, started := range servers {
-				started.Stop()
+		srv, err := NewServer(ServerOptions{Resource: r, Contract: s.Contract, Health: m.opts.Health, Steer: m.opts.Steer, Topology: m.opts.Topology, Dir: m.opts.Dir, Logger: m.log})
+		if err == nil {
+			err = srv.Start()
+		}
+		if err != nil {
+			for _, srv := range started {
+				srv.Stop()
 			}
 			return fmt.Errorf("starting the device plugin for %s: %w", r.Name, err)
 		}
+		started = append(started, srv)
+	}
+	for _, r := range s.Resources {
+		srv, ok := kept[r.Name]
+		if !ok {
+			srv, started = started[0], started[1:]
+		} else if err := srv.Replace(r, s.Contract); err != nil {
+			return err
+		}
+		delete(kept, r.Name)
 		servers = append(servers, srv)
 	}
-	m.mu.Lock()
-	m.servers = servers
-	m.pending = map[string]bool{}
-	for _, srv := range servers {
-		m.pending[srv.res.Name] = true
+	for _, srv := range kept {
+		srv.Stop()
 	}
+	m.mu.Lock()
+	pending := map[string]bool{}
+	registered := map[string]int{}
+	for _, srv := range servers {
+		name := srv.Name()
+		if n, ok := m.registered[name]; ok {
+			registered[name] = n
+		}
+		if _, ok := m.registered[name]; !ok || m.pending[name] {
+			pending[name] = true
+		}
+	}
+	m.servers, m.pending, m.registered = servers, pending, registered
 	m.mu.Unlock()
 	if len(servers) == 0 {
 		m.log.Warn("no resources to advertise: the node has no usable GPUs")
@@ -280,10 +314,10 @@ func (m *Manager) restartAll() {
 	for _, srv := range m.Servers() {
 		srv.Stop()
 		if err := srv.Start(); err != nil {
-			m.log.Error("restarting a device plugin server", "resource", srv.res.Name, "err", err)
+			m.log.Error("restarting a device plugin server", "resource", srv.Name(), "err", err)
 		}
 		m.mu.Lock()
-		m.pending[srv.res.Name] = true
+		m.pending[srv.Name()] = true
 		m.mu.Unlock()
 	}
 }
@@ -303,12 +337,12 @@ func (m *Manager) checkWatched() {
 			continue
 		}
 		m.mu.Lock()
-		already := m.pending[srv.res.Name]
-		m.pending[srv.res.Name] = true
+		already := m.pending[srv.Name()]
+		m.pending[srv.Name()] = true
 		m.mu.Unlock()
 		if !already {
 			m.log.Warn("the kubelet is not watching this resource's devices (it dropped the plugin); registering again",
-				"resource", srv.res.Name, "unwatched", d.Round(time.Millisecond))
+				"resource", srv.Name(), "unwatched", d.Round(time.Millisecond))
 		}
 	}
 }
@@ -335,23 +369,23 @@ func (m *Manager) registerAll(ctx context.Context, loud bool) {
 	}
 	for _, srv := range m.Servers() {
 		m.mu.Lock()
-		pending := m.pending[srv.res.Name]
+		pending := m.pending[srv.Name()]
 		m.mu.Unlock()
 		if !pending {
 			continue
 		}
 		if err := srv.Register(ctx, m.kubelet); err != nil {
-			m.log.Error("registration failed; retrying", "resource", srv.res.Name, "err", err, "retry", m.opts.RetryInterval)
+			m.log.Error("registration failed; retrying", "resource", srv.Name(), "err", err, "retry", m.opts.RetryInterval)
 			m.mu.Lock()
-			m.regErr = fmt.Sprintf("registering %s failed: %v (retrying every %s)", srv.res.Name, err, m.opts.RetryInterval)
+			m.regErr = fmt.Sprintf("registering %s failed: %v (retrying every %s)", srv.Name(), err, m.opts.RetryInterval)
 			m.mu.Unlock()
 			continue
 		}
 		m.mu.Lock()
 		m.regErr = ""
-		delete(m.pending, srv.res.Name)
-		m.registered[srv.res.Name]++
+		delete(m.pending, srv.Name())
+		m.registered[srv.Name()]++
 		m.mu.Unlock()
-		m.log.Info("registered with the kubelet", "resource", srv.res.Name, "devices", len(srv.res.Devices), "socket", srv.Socket())
+		m.log.Info("registered with the kubelet", "resource", srv.Name(), "devices", len(srv.Resource().Devices), "socket", srv.Socket())
 	}
 }

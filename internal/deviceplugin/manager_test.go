@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // runManager runs a manager until the test ends or stop is called; stop
@@ -79,5 +81,47 @@ func TestManagerLifecycle(t *testing.T) {
 			_, err := os.Stat(filepath.Join(dir, SocketName("nvidia.com/gpu")))
 			return os.IsNotExist(err)
 		})
+	})
+	t.Run("update in place keeps the registration and the stream", func(t *testing.T) {
+		dir := shortDir(t)
+		reg := startRegistry(t, dir)
+		envvar := Contract{ListStrategies: []string{"envvar"}}
+		m, _ := runManager(t, dir, Set{Resources: buildResources(t, "version: v1\n", 2), Contract: envvar})
+		eventually(t, 2*time.Second, "first registration", func() bool { return reg.count("nvidia.com/gpu") == 1 })
+		srv := m.Servers()[0]
+		c := dial(t, srv.Socket())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, err := stream.Recv(); err != nil || len(first.Devices) != 2 {
+			t.Fatalf("first list %v, %v; want 2 devices", first, err)
+		}
+		m.Update(Set{Resources: buildResources(t, timeSliced, 2), Contract: envvar})
+		next, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("the stream ended on an in-place update: %v", err)
+		}
+		if len(next.Devices) != 4 || next.Devices[1].ID != "GPU-0::1" {
+			t.Fatalf("list after the update: %v, want the 4 replicas", next.Devices)
+		}
+		if got := m.Servers(); len(got) != 1 || got[0] != srv {
+			t.Errorf("servers after the update %v, want the same server", got)
+		}
+		if n := reg.count("nvidia.com/gpu"); n != 1 {
+			t.Errorf("registered %d times, want once: registering again races the kubelet", n)
+		}
+		if n := m.Registrations()["nvidia.com/gpu"]; n != 1 || m.Ready() != nil {
+			t.Errorf("registrations %d, ready %v after the update; want 1 and ready", n, m.Ready())
+		}
+		resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"GPU-1::1"}}}})
+		if err != nil {
+			t.Fatalf("allocating a replica the update added: %v", err)
+		}
+		if got := resp.ContainerResponses[0].Envs["NVIDIA_VISIBLE_DEVICES"]; got != "GPU-1" {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want GPU-1", got)
+		}
 	})
 }

@@ -88,17 +88,21 @@ type Avoider interface {
 type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
+	name   string
+	health HealthSource
+	steer  Steerer
+	topo   *gpu.Topology
+	socket string
+	log    *slog.Logger
+
+	mu sync.Mutex
+	// res and contract are what the server offers; Replace swaps them and
+	// closes replaced so that open ListAndWatch streams send the new list.
 	res      *sharing.Resource
 	contract Contract
-	health   HealthSource
-	steer    Steerer
-	topo     *gpu.Topology
-	socket   string
-	log      *slog.Logger
-
-	mu     sync.Mutex
-	grpc   *grpc.Server
-	stopCh chan struct{}
+	replaced chan struct{}
+	grpc     *grpc.Server
+	stopCh   chan struct{}
 	// streams counts the kubelet's open ListAndWatch streams; idleSince is
 	// when the server last had none (since it started, was registered or
 	// lost its last stream).
@@ -139,7 +143,8 @@ func NewServer(o ServerOptions) (*Server, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Server{
-		res: o.Resource, contract: o.Contract, health: o.Health, steer: o.Steer, topo: o.Topology,
+		name: o.Resource.Name, res: o.Resource, contract: o.Contract, replaced: make(chan struct{}),
+		health: o.Health, steer: o.Steer, topo: o.Topology,
 		socket: filepath.Join(o.Dir, SocketName(o.Resource.Name)),
 		log:    o.Logger.With("resource", o.Resource.Name),
 	}, nil
@@ -150,8 +155,35 @@ func SocketName(resourceName string) string {
 	return "gpuplane-" + strings.NewReplacer("/", "-").Replace(resourceName) + ".sock"
 }
 
+// Name returns the served resource's name, which never changes.
+func (s *Server) Name() string { return s.name }
+
 // Resource returns the served sharing.
-func (s *Server) Resource() *sharing.Resource { return s.res }
+func (s *Server) Resource() *sharing.Resource {
+	res, _ := s.serving()
+	return res
+}
+
+func (s *Server) serving() (*sharing.Resource, Contract) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.res, s.contract
+}
+
+// Replace serves res (of the same name) and contract from now on. The
+// kubelet learns the new device list on the ListAndWatch streams it has
+// open: the server need not register again.
+func (s *Server) Replace(res *sharing.Resource, contract Contract) error {
+	if res.Name != s.name {
+		return fmt.Errorf("device plugin server for %s cannot serve %s", s.name, res.Name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.res, s.contract = res, contract
+	close(s.replaced)
+	s.replaced = make(chan struct{})
+	return nil
+}
 
 // Socket returns the socket path.
 func (s *Server) Socket() string { return s.socket }
@@ -226,11 +258,11 @@ func (s *Server) Register(ctx context.Context, kubeletSocket string) error {
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     filepath.Base(s.socket),
-		ResourceName: s.res.Name,
+		ResourceName: s.name,
 		Options:      s.options(),
 	})
 	if err != nil {
-		return fmt.Errorf("registering %s with the kubelet at %s: %w", s.res.Name, kubeletSocket, err)
+		return fmt.Errorf("registering %s with the kubelet at %s: %w", s.name, kubeletSocket, err)
 	}
 	s.mu.Lock()
 	if s.streams == 0 {
@@ -249,11 +281,11 @@ func (s *Server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return s.options(), nil
 }
 
-// devices is the current device list with health and topology.
-func (s *Server) devices() []*pluginapi.Device {
-	out := make([]*pluginapi.Device, len(s.res.Devices))
-	for i := range s.res.Devices {
-		d := &s.res.Devices[i]
+// devices is res's device list with health and topology.
+func (s *Server) devices(res *sharing.Resource) []*pluginapi.Device {
+	out := make([]*pluginapi.Device, len(res.Devices))
+	for i := range res.Devices {
+		d := &res.Devices[i]
 		dev := &pluginapi.Device{ID: d.ID, Health: pluginapi.Healthy}
 		if !s.healthy(d) {
 			dev.Health = pluginapi.Unhealthy
@@ -271,10 +303,10 @@ func (s *Server) healthy(d *sharing.Device) bool {
 }
 
 // ListAndWatch implements DevicePluginServer: the device list now, and
-// again after every health change, until the server stops.
+// again after every health change and Replace, until the server stops.
 func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	s.mu.Lock()
-	stop := s.stopCh
+	stop, replaced := s.stopCh, s.replaced
 	s.streams++
 	s.mu.Unlock()
 	defer func() {
@@ -288,7 +320,11 @@ func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 	defer cancel()
 	last, sent := "", false
 	send := func() error {
-		devs := s.devices()
+		s.mu.Lock()
+		res := s.res
+		replaced = s.replaced
+		s.mu.Unlock()
+		devs := s.devices(res)
 		key := fingerprint(devs)
 		if sent && key == last {
 			return nil
@@ -298,7 +334,7 @@ func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 		return stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs})
 	}
 	if err := send(); err != nil {
-		return fmt.Errorf("sending the device list of %s: %w", s.res.Name, err)
+		return fmt.Errorf("sending the device list of %s: %w", s.name, err)
 	}
 	for {
 		select {
@@ -306,10 +342,12 @@ func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 			return nil
 		case <-stream.Context().Done():
 			return nil
+		case <-replaced:
+			sent = false
 		case <-changes:
-			if err := send(); err != nil {
-				return fmt.Errorf("sending the device list of %s: %w", s.res.Name, err)
-			}
+		}
+		if err := send(); err != nil {
+			return fmt.Errorf("sending the device list of %s: %w", s.name, err)
 		}
 	}
 }
@@ -329,21 +367,22 @@ func fingerprint(devs []*pluginapi.Device) string {
 // Steerer names for a pod its scheduler placed, else the resource's own
 // preference (packed or NVLink-aware for whole GPUs, spread for replicas).
 func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	res, _ := s.serving()
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.ContainerRequests {
 		if s.steer != nil {
-			if ids, ok := s.steer.Steer(s.res, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize)); ok {
+			if ids, ok := s.steer.Steer(res, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize)); ok {
 				resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 				continue
 			}
 		}
 		available := cr.AvailableDeviceIDs
 		if a, ok := s.steer.(Avoider); ok {
-			available = leaveOut(s.res, available, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), a.Avoid(s.res))
+			available = leaveOut(res, available, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), a.Avoid(res))
 		}
-		ids, err := s.res.Preferred(available, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), s.topo)
+		ids, err := res.Preferred(available, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), s.topo)
 		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "preferred allocation for %s: %v", s.res.Name, err)
+			return nil, status.Errorf(codes.InvalidArgument, "preferred allocation for %s: %v", res.Name, err)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
@@ -371,20 +410,21 @@ func leaveOut(res *sharing.Resource, available, mustInclude []string, size int, 
 // Allocate implements DevicePluginServer. An unknown or unhealthy device
 // fails the request with an error naming it.
 func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	res, contract := s.serving()
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.ContainerRequests))}
 	for _, cr := range req.ContainerRequests {
-		if s.res.FailRequestsGreaterThanOne && s.res.HasReplicas() && len(cr.DevicesIds) > 1 {
+		if res.FailRequestsGreaterThanOne && res.HasReplicas() && len(cr.DevicesIds) > 1 {
 			return nil, status.Errorf(codes.InvalidArgument,
-				"%s is shared (failRequestsGreaterThanOne) and a container may request only 1, got %d; request 1 or use a whole-GPU resource", s.res.Name, len(cr.DevicesIds))
+				"%s is shared (failRequestsGreaterThanOne) and a container may request only 1, got %d; request 1 or use a whole-GPU resource", res.Name, len(cr.DevicesIds))
 		}
 		devs := make([]*sharing.Device, 0, len(cr.DevicesIds))
 		for _, id := range cr.DevicesIds {
-			d, ok := s.res.Device(id)
+			d, ok := res.Device(id)
 			if !ok {
-				return nil, status.Errorf(codes.InvalidArgument, "%s has no device %q", s.res.Name, id)
+				return nil, status.Errorf(codes.InvalidArgument, "%s has no device %q", res.Name, id)
 			}
 			if !s.healthy(d) {
-				return nil, status.Errorf(codes.FailedPrecondition, "device %q of %s is unhealthy", id, s.res.Name)
+				return nil, status.Errorf(codes.FailedPrecondition, "device %q of %s is unhealthy", id, res.Name)
 			}
 			devs = append(devs, d)
 		}
@@ -394,15 +434,15 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 				uuids[i] = d.UUID
 			}
 			if err := rec.Allocated(uuids); err != nil {
-				return nil, status.Errorf(codes.FailedPrecondition, "allocating %v of %s: %v", cr.DevicesIds, s.res.Name, err)
+				return nil, status.Errorf(codes.FailedPrecondition, "allocating %v of %s: %v", cr.DevicesIds, res.Name, err)
 			}
 		}
-		cresp, err := s.contract.containerResponse(s.res, devs)
+		cresp, err := contract.containerResponse(res, devs)
 		if err != nil {
-			return nil, status.Errorf(codes.Internal, "allocating %v of %s: %v", cr.DevicesIds, s.res.Name, err)
+			return nil, status.Errorf(codes.Internal, "allocating %v of %s: %v", cr.DevicesIds, res.Name, err)
 		}
 		if l, ok := s.steer.(Limiter); ok {
-			if milli, mem, ok := l.Limits(s.res, cr.DevicesIds); ok {
+			if milli, mem, ok := l.Limits(res, cr.DevicesIds); ok {
 				cresp.Envs = fractionEnv(cresp.Envs, devs, milli, mem)
 			}
 		}

@@ -139,7 +139,9 @@ func TestReload(t *testing.T) {
 	}
 	t.Run("valid change", func(t *testing.T) {
 		reload("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 5\n")
-		// The plugin re-registers with the kubelet: seconds on a loaded machine.
+		// The plugin keeps its registration and sends the new list on the
+		// kubelet's open stream. Registering again would let the end of the
+		// old stream disconnect the new registration (allocatable 0 below).
 		k.waitCounts(15*time.Second, "nvidia.com/gpu", 40, 40)
 	})
 	t.Run("invalid change keeps the last good config", func(t *testing.T) {
