@@ -455,7 +455,7 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 				return nil
 			},
 			triggerOut: make(chan struct{}, 1), dra: link}
-		if mc.events, err = newEventRecorder(ctx, c, node); err != nil {
+		if mc.events, err = newEventRecorder(ctx, apiConfig, node); err != nil {
 			return err
 		}
 		plugin.WrapHealth = gate.wrap
@@ -681,7 +681,7 @@ func newOverLimitWatch(ctx context.Context, cfg *rest.Config, usage func(context
 	if err != nil {
 		return nil, err
 	}
-	recorder, err := newEventRecorder(ctx, c, node)
+	recorder, err := newEventRecorder(ctx, cfg, node)
 	if err != nil {
 		return nil, err
 	}
@@ -693,8 +693,15 @@ func newOverLimitWatch(ctx context.Context, cfg *rest.Config, usage func(context
 	return newUsageWatch(usage, pods, recorder, evict, grace, log), nil
 }
 
-// newEventRecorder records events through the node client until ctx ends.
-func newEventRecorder(ctx context.Context, c *nodeClient, node string) (record.EventRecorder, error) {
+// newEventRecorder records events until ctx ends. Its client is its own:
+// events wait for their client's rate limiter, and the requests that
+// change the node (a MIG label, an eviction, the node's condition) must
+// not queue behind them.
+func newEventRecorder(ctx context.Context, cfg *rest.Config, node string) (record.EventRecorder, error) {
+	c, err := newNodeClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(eventSink{rest: c.rest})
 	go func() { <-ctx.Done(); broadcaster.Shutdown() }()
