@@ -346,16 +346,25 @@ func (g *migGate) wrap(h deviceplugin.HealthSource) deviceplugin.HealthSource {
 }
 
 // setResources is given the resources the plugin serves (OnResources).
+// Devices it learns of are healthy from now on where they were unknown,
+// and so unhealthy, before: the plugin's streams are told.
 func (g *migGate) setResources(rs []*sharing.Resource) {
 	g.mu.Lock()
+	learned := false
 	for _, r := range rs {
 		for _, d := range r.Devices {
+			if _, ok := g.gpuOf[d.UUID]; !ok {
+				learned = true
+			}
 			g.gpuOf[d.UUID] = d.GPUIndex
 			g.gpuOf[d.GPUUUID] = d.GPUIndex
 			if d.MIG != nil {
 				g.parentOf[d.UUID] = d.GPUUUID
 			}
 		}
+	}
+	if learned {
+		g.notifyLocked()
 	}
 	g.mu.Unlock()
 	select {
@@ -467,6 +476,12 @@ func (g *migGate) Withdraw(gpus []int) {
 		return
 	}
 	g.withdrawn = next
+	g.notifyLocked()
+}
+
+// notifyLocked tells every listener that health answers changed; g.mu is
+// held.
+func (g *migGate) notifyLocked() {
 	for ch := range g.listeners {
 		select {
 		case ch <- struct{}{}:

@@ -60,6 +60,22 @@ func TestMIGGateWithdrawsAndNotifies(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the health monitor's change did not pass through")
 	}
+	// A device the gate learns of was unhealthy to it (unknown) until
+	// now: the plugin is told, and not again for devices it knows.
+	learn := []*sharing.Resource{{Name: "nvidia.com/mig-1g.10gb", Devices: []sharing.Device{
+		{ID: "MIG-1b", UUID: "MIG-1b", GPUIndex: 1, GPUUUID: "GPU-1", MIG: &gpu.MIGDevice{}}}}}
+	g.setResources(learn)
+	select {
+	case <-changes:
+	default:
+		t.Fatal("learning a new device sent no change to the device plugin")
+	}
+	g.setResources(learn)
+	select {
+	case <-changes:
+		t.Error("devices the gate already knew sent a change")
+	default:
+	}
 	// Refresh asks the plugin to reload and waits until it serves again.
 	done := make(chan error, 1)
 	go func() { done <- g.Refresh(context.Background()) }()

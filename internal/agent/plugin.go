@@ -64,8 +64,9 @@ type PluginOptions struct {
 	// start and again after every reload that took effect, so that other
 	// parts (labels) describe the same sharing and MIG strategy.
 	OnConfig func(*configv1.Config)
-	// OnResources, when set, is given the resources the plugin serves, at
-	// the same moments as OnConfig.
+	// OnResources, when set, is given the resources the plugin serves,
+	// at start and after every reload that took effect, before the kubelet
+	// is sent them.
 	OnResources func([]*sharing.Resource)
 	// WrapHealth, when set, wraps the health the kubelet's device health
 	// comes from (the MIG part withdraws the devices of GPUs it
@@ -212,13 +213,16 @@ func RunPlugin(ctx context.Context, o PluginOptions) error {
 			}
 			daemons.stop()
 			state = next
+			// The health sources learn the new devices before the
+			// kubelet is sent them: a device they do not know is
+			// reported unhealthy.
+			if o.OnResources != nil {
+				o.OnResources(state.resources)
+			}
 			manager.Update(pluginSet(state, o.Withhold))
 			daemons = startMPS(ctx, o, state, log)
 			if o.OnConfig != nil {
 				o.OnConfig(state.cfg)
-			}
-			if o.OnResources != nil {
-				o.OnResources(state.resources)
 			}
 			log.Info("config reloaded", "resources", sharing.Names(state.resources))
 		}

@@ -318,7 +318,11 @@ func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 	}()
 	changes, cancel := s.health.Changes()
 	defer cancel()
-	last, sent := "", false
+	// A list is sent when the resource was replaced or its health
+	// changed: a health change that comes with a Replace must not hide
+	// the new device list.
+	var lastRes *sharing.Resource
+	lastKey := ""
 	send := func() error {
 		s.mu.Lock()
 		res := s.res
@@ -326,10 +330,10 @@ func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 		s.mu.Unlock()
 		devs := s.devices(res)
 		key := fingerprint(devs)
-		if sent && key == last {
+		if res == lastRes && key == lastKey {
 			return nil
 		}
-		last, sent = key, true
+		lastRes, lastKey = res, key
 		s.log.Debug("sending device list", "devices", len(devs))
 		return stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs})
 	}
@@ -343,7 +347,6 @@ func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 		case <-stream.Context().Done():
 			return nil
 		case <-replaced:
-			sent = false
 		case <-changes:
 		}
 		if err := send(); err != nil {

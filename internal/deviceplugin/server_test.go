@@ -204,3 +204,45 @@ func mustDefault(t *testing.T) *configv1.Config {
 	}
 	return cfg
 }
+
+// TestReplaceWithHealthChanges replaces the served devices while health
+// changes arrive: every stream must end up with the last list, whichever
+// of the two signals its loop sees first.
+func TestReplaceWithHealthChanges(t *testing.T) {
+	dir := shortDir(t)
+	h := &fakeHealth{}
+	lists := [][]*sharing.Resource{buildResources(t, timeSliced, 2), buildResources(t, timeSliced, 3)}
+	srv, err := NewServer(ServerOptions{Resource: lists[0][0], Health: h, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := dial(t, srv.Socket()).ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		next := lists[(i+1)%2][0]
+		if err := srv.Replace(next, Contract{}); err != nil {
+			t.Fatal(err)
+		}
+		h.set("GPU-0", false) // no health answer changes, but a signal comes
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("round %d: the stream ended before it had the %d devices of the new list: %v", i, len(next.Devices), err)
+			}
+			if len(resp.Devices) == len(next.Devices) {
+				break
+			}
+		}
+	}
+}
