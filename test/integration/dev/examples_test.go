@@ -513,18 +513,10 @@ func dumpOnFailure(t *testing.T, stateDir string) {
 		}
 		for _, args := range [][]string{{"get", "pods", "-A", "-o", "wide"}, {"get", "events", "-A", "--sort-by=.lastTimestamp"}} {
 			out, err := kubectlCtx(context.Background(), stateDir, args...)
-			t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, lastLines(out, 80))
+			t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, framework.Tail(out, 80))
 		}
-		t.Logf("end of the scheduler's log:\n%s", lastLines(readFile(filepath.Join(stateDir, "gpuplane-scheduler.log")), 80))
+		t.Logf("end of the scheduler's log:\n%s", framework.Tail(readFile(filepath.Join(stateDir, "gpuplane-scheduler.log")), 80))
 	})
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func unschedulableNow(p *corev1.Pod) bool {

@@ -136,7 +136,7 @@ func nodeWith(t *testing.T, name string, o nodeOptions) *nodesim.Simulator {
 		_ = env.Client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
 		if t.Failed() {
 			if data, err := os.ReadFile(filepath.Join(dir, "k", "agent.log")); err == nil {
-				t.Logf("agent log of %s (tail):\n%s", name, tail(string(data), 60))
+				t.Logf("agent log of %s (tail):\n%s", name, framework.Tail(string(data), 60))
 			}
 		}
 		_ = os.RemoveAll(dir)
@@ -168,14 +168,6 @@ func nodeWith(t *testing.T, name string, o nodeOptions) *nodesim.Simulator {
 		return true, nil
 	})
 	return sim
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // sliceDevices are the devices the node's ResourceSlices publish, by name.

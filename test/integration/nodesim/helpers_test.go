@@ -90,20 +90,12 @@ func startNode(t testing.TB, name, profile, agentConfig, kubeconfig string, agen
 		}
 		if t.Failed() {
 			if log, err := os.ReadFile(filepath.Join(dir, "k", "agent.log")); err == nil {
-				t.Logf("agent log of %s:\n%s", name, tail(string(log), 40))
+				t.Logf("agent log of %s:\n%s", name, framework.Tail(string(log), 40))
 			}
 		}
 		_ = os.RemoveAll(dir)
 	})
 	return sim
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // waitCapacity waits until the Node reports want capacity and allocatable
