@@ -34,6 +34,19 @@ func (c GPUChoice) Whole() bool {
 	return c.MIGSlices == 0 && (c.Milli == 0 || c.Milli >= MilliPerGPU)
 }
 
+// ComputeMilli is the thousandths of its GPU's compute c takes: all of
+// them for a whole GPU, Milli for a share, none for a MIG instance (whose
+// part of the GPU is counted in slices).
+func (c GPUChoice) ComputeMilli() int64 {
+	switch {
+	case c.MIGSlices > 0:
+		return 0
+	case c.Whole():
+		return MilliPerGPU
+	}
+	return c.Milli
+}
+
 // FormatGPUs renders a choice as GPUsAnnotation holds it: "0,1" for whole
 // GPUs, "3:250" for a quarter of GPU 3, "2:m3" for a 3-slice MIG instance
 // on GPU 2.

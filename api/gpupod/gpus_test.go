@@ -104,3 +104,17 @@ func FuzzReadFraction(f *testing.F) {
 		}
 	})
 }
+
+func TestComputeMilli(t *testing.T) {
+	choice, err := gpupod.ParseGPUs("0,1:250,2:m3", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, c := range choice {
+		got = append(got, c.ComputeMilli())
+	}
+	if !slices.Equal(got, []int64{1000, 250, 0}) {
+		t.Errorf("ComputeMilli of a whole GPU, a quarter and a MIG instance: %v, want [1000 250 0]", got)
+	}
+}

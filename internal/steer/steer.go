@@ -118,13 +118,7 @@ func (s *Steerer) Avoid(res *sharing.Resource) map[int]bool {
 			continue
 		}
 		for _, c := range choice {
-			switch {
-			case c.MIGSlices > 0:
-			case c.Whole():
-				committed[c.Index] += gpupod.MilliPerGPU
-			default:
-				committed[c.Index] += c.Milli
-			}
+			committed[c.Index] += c.ComputeMilli()
 		}
 	}
 	var avoid map[int]bool

@@ -160,10 +160,7 @@ func TestExamples(t *testing.T) {
 				continue
 			}
 			for _, c := range choice {
-				m := c.Milli
-				if c.Whole() {
-					m = gpupod.MilliPerGPU
-				}
+				m := c.ComputeMilli()
 				given[c.Index] += m
 				if ours && !c.Whole() {
 					shares[c.Index] = true
