@@ -240,7 +240,7 @@ func (m *Manager) handleFSEvent(ctx context.Context, ev fsnotify.Event) error {
 }
 
 // apply serves s. A resource already served keeps its server, which
-// takes the new devices and contract in place (Server.Replace) and stays
+// takes the new devices and contract in place (Server.replace) and stays
 // registered. Registering again under the same name would race the
 // kubelet's device manager: when the stream of the earlier registration
 // ends after the new one was accepted, it disconnects whichever client is
@@ -249,14 +249,18 @@ func (m *Manager) handleFSEvent(ctx context.Context, ev fsnotify.Event) error {
 // Resources new to s get a server each, registered by Run; those s drops
 // are stopped, which tells the kubelet they are gone.
 func (m *Manager) apply(s Set) error {
-	kept := map[string]*Server{}
+	running := map[string]*Server{}
 	for _, srv := range m.Servers() {
-		kept[srv.Name()] = srv
+		running[srv.Name()] = srv
 	}
-	servers := make([]*Server, 0, len(s.Resources))
+	// servers[i] serves s.Resources[i]: a running server, or one started
+	// now. The running ones take their new resources only once every new
+	// server has started, so that a failure leaves the last set served.
+	servers := make([]*Server, len(s.Resources))
 	var started []*Server
-	for _, r := range s.Resources {
-		if _, ok := kept[r.Name]; ok {
+	for i, r := range s.Resources {
+		if srv, ok := running[r.Name]; ok {
+			servers[i] = srv
 			continue
 		}
 		srv, err := NewServer(ServerOptions{Resource: r, Contract: s.Contract, Health: m.opts.Health, Steer: m.opts.Steer, Topology: m.opts.Topology, Dir: m.opts.Dir, Logger: m.log})
@@ -269,35 +273,33 @@ func (m *Manager) apply(s Set) error {
 			}
 			return fmt.Errorf("starting the device plugin for %s: %w", r.Name, err)
 		}
+		servers[i] = srv
 		started = append(started, srv)
 	}
-	for _, r := range s.Resources {
-		srv, ok := kept[r.Name]
-		if !ok {
-			srv, started = started[0], started[1:]
-		} else if err := srv.Replace(r, s.Contract); err != nil {
-			return err
+	for i, r := range s.Resources {
+		if running[r.Name] == servers[i] {
+			servers[i].replace(r, s.Contract)
 		}
-		delete(kept, r.Name)
-		servers = append(servers, srv)
-	}
-	for _, srv := range kept {
-		srv.Stop()
 	}
 	m.mu.Lock()
 	pending := map[string]bool{}
 	registered := map[string]int{}
 	for _, srv := range servers {
 		name := srv.Name()
-		if n, ok := m.registered[name]; ok {
+		n, ok := m.registered[name]
+		if ok {
 			registered[name] = n
 		}
-		if _, ok := m.registered[name]; !ok || m.pending[name] {
+		if !ok || m.pending[name] {
 			pending[name] = true
 		}
+		delete(running, name)
 	}
 	m.servers, m.pending, m.registered = servers, pending, registered
 	m.mu.Unlock()
+	for _, srv := range running {
+		srv.Stop() // dropped from s
+	}
 	if len(servers) == 0 {
 		m.log.Warn("no resources to advertise: the node has no usable GPUs")
 	}

@@ -96,7 +96,7 @@ type Server struct {
 	log    *slog.Logger
 
 	mu sync.Mutex
-	// res and contract are what the server offers; Replace swaps them and
+	// res and contract are what the server offers; replace swaps them and
 	// closes replaced so that open ListAndWatch streams send the new list.
 	res      *sharing.Resource
 	contract Contract
@@ -170,19 +170,15 @@ func (s *Server) serving() (*sharing.Resource, Contract) {
 	return s.res, s.contract
 }
 
-// Replace serves res (of the same name) and contract from now on. The
-// kubelet learns the new device list on the ListAndWatch streams it has
-// open: the server need not register again.
-func (s *Server) Replace(res *sharing.Resource, contract Contract) error {
-	if res.Name != s.name {
-		return fmt.Errorf("device plugin server for %s cannot serve %s", s.name, res.Name)
-	}
+// replace serves res, a resource of the same name, and contract from now
+// on. The kubelet learns the new device list on the ListAndWatch streams it
+// has open: the server need not register again.
+func (s *Server) replace(res *sharing.Resource, contract Contract) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.res, s.contract = res, contract
 	close(s.replaced)
 	s.replaced = make(chan struct{})
-	return nil
 }
 
 // Socket returns the socket path.
@@ -303,7 +299,7 @@ func (s *Server) healthy(d *sharing.Device) bool {
 }
 
 // ListAndWatch implements DevicePluginServer: the device list now, and
-// again after every health change and Replace, until the server stops.
+// again after every health change and replace, until the server stops.
 func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	s.mu.Lock()
 	stop, replaced := s.stopCh, s.replaced
@@ -319,7 +315,7 @@ func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 	changes, cancel := s.health.Changes()
 	defer cancel()
 	// A list is sent when the resource was replaced or its health
-	// changed: a health change that comes with a Replace must not hide
+	// changed: a health change that comes with a replace must not hide
 	// the new device list.
 	var lastRes *sharing.Resource
 	lastKey := ""
