@@ -295,6 +295,32 @@ func TestMonitorHoldAndFaults(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a late reader gets the faults of GPUs still unhealthy", func(t *testing.T) {
+		h := start(t, 5*time.Second, newFake())
+		eventually(t, "monitoring", func() bool { return h.mon.Status().Monitoring })
+		h.fake.events <- xid(1, 79, -1, -1)
+		eventually(t, "GPU 1 unhealthy", func() bool { return !h.mon.Healthy("GPU-1") })
+		h.clock.Step(10 * time.Second) // GPU 1 recovers on probation
+		eventually(t, "GPU 1 healthy", func() bool { return h.mon.Healthy("GPU-1") })
+		h.fake.events <- xid(2, 48, 2, 0) // MIG device of GPU 2
+		h.fake.events <- xid(3, 94, -1, -1)
+		h.fake.events <- xid(3, 48, -1, -1)
+		eventually(t, "GPUs 2 and 3 unhealthy", func() bool { return !h.mon.Healthy("MIG-2b") && !h.mon.Healthy("GPU-3") })
+		faults, stop := h.mon.Faults()
+		defer stop()
+		var got []Fault
+		for len(faults) > 0 {
+			got = append(got, <-faults)
+		}
+		if len(got) != 2 || got[0].UUID != "GPU-2" || got[0].XID != 48 || got[1].UUID != "GPU-3" || got[1].XID != 48 {
+			t.Fatalf("replayed %+v, want GPU-2's XID 48 then GPU-3's last fault (XID 48)", got)
+		}
+		// Later faults follow the replay.
+		h.fake.events <- xid(0, 79, -1, -1)
+		if f := <-faults; f.UUID != "GPU-0" {
+			t.Fatalf("fault after the replay = %+v", f)
+		}
+	})
 	t.Run("a lost GPU is an XID 79 fault", func(t *testing.T) {
 		fake := newFake()
 		h := start(t, time.Minute, fake)

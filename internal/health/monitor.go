@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -80,6 +81,9 @@ type Monitor struct {
 	held map[string]string
 	// faults receive every critical event.
 	faults map[chan Fault]struct{}
+	// standing is the last fault of each GPU (by UUID), replayed to a
+	// reader that subscribes after it while the GPU is still unhealthy.
+	standing map[string]Fault
 }
 
 // Fault is one critical event on a GPU, as the monitor acted on it.
@@ -128,6 +132,7 @@ func NewMonitor(backend gpu.Backend, devices []gpu.Device, opts Options) (*Monit
 		listeners: map[chan struct{}]struct{}{},
 		held:      map[string]string{},
 		faults:    map[chan Fault]struct{}{},
+		standing:  map[string]Fault{},
 		status:    Status{Disabled: opts.Policy.Disabled},
 	}
 	if opts.Registerer != nil {
@@ -175,10 +180,29 @@ func (m *Monitor) Healthy(uuid string) bool {
 
 // Faults returns a channel that receives every critical event the
 // monitor acts on, also for a device already unhealthy, and a function
-// that stops them.
+// that stops them. A reader that subscribes late first gets the last
+// fault of each GPU that is still unhealthy: a fault in the moment
+// between the monitor starting and its reader subscribing is not lost.
 func (m *Monitor) Faults() (<-chan Fault, func()) {
 	ch := make(chan Fault, faultBuffer)
 	m.mu.Lock()
+	var replay []Fault
+	for uuid, f := range m.standing {
+		if m.gpuUnhealthy(uuid) {
+			replay = append(replay, f)
+		} else {
+			delete(m.standing, uuid)
+		}
+	}
+	slices.SortFunc(replay, func(a, b Fault) int {
+		if c := a.Time.Compare(b.Time); c != 0 {
+			return c
+		}
+		return a.GPU - b.GPU
+	})
+	for _, f := range replay[:min(len(replay), faultBuffer)] {
+		ch <- f
+	}
 	m.faults[ch] = struct{}{}
 	m.mu.Unlock()
 	return ch, func() {
@@ -188,8 +212,23 @@ func (m *Monitor) Faults() (<-chan Fault, func()) {
 	}
 }
 
+// gpuUnhealthy reports whether a GPU or one of its MIG devices is
+// unhealthy or held; it must be called with m.mu held.
+func (m *Monitor) gpuUnhealthy(uuid string) bool {
+	if _, ok := m.held[uuid]; ok {
+		return true
+	}
+	for id, d := range m.devices {
+		if (id == uuid || d.parent == uuid) && !d.health.Healthy {
+			return true
+		}
+	}
+	return false
+}
+
 // fault must be called with m.mu held.
 func (m *Monitor) fault(f Fault) {
+	m.standing[f.UUID] = f // f.UUID is one of m.devices: bounded
 	for ch := range m.faults {
 		select {
 		case ch <- f:
