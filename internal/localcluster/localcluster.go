@@ -267,7 +267,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, p *process, ready func(co
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %s to become ready: %w; last lines of %s:\n%s",
-				p.name, ctx.Err(), p.logPath, tailFile(p.logPath, logTailLines))
+				p.name, ctx.Err(), p.logPath, TailFile(p.logPath, logTailLines))
 		case <-p.exited:
 		case <-ticker.C:
 		}
@@ -312,7 +312,7 @@ func (cp *ControlPlane) waitDefaultServiceAccount(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for kube-controller-manager to create the default ServiceAccount: %w; last lines of %s:\n%s",
-				ctx.Err(), cp.LogPath(BinControllerManager), tailFile(cp.LogPath(BinControllerManager), logTailLines))
+				ctx.Err(), cp.LogPath(BinControllerManager), TailFile(cp.LogPath(BinControllerManager), logTailLines))
 		case <-ticker.C:
 		}
 	}

@@ -123,7 +123,7 @@ func (p *process) exitError() error {
 	if p.waitErr != nil {
 		status = p.waitErr.Error()
 	}
-	return &ExitError{Component: p.name, Status: status, LogPath: p.logPath, LogTail: tailFile(p.logPath, logTailLines)}
+	return &ExitError{Component: p.name, Status: status, LogPath: p.logPath, LogTail: TailFile(p.logPath, logTailLines)}
 }
 
 // stop sends SIGTERM to the process group, waits up to grace (or until ctx
@@ -230,9 +230,10 @@ func (e *ExitError) addrInUse() bool {
 	return strings.Contains(e.LogTail, "address already in use")
 }
 
-// tailFile returns the last n lines of the file at path, or a note saying why
-// it could not be read.
-func tailFile(path string, n int) string {
+// TailFile returns the last n lines of the file at path (read from its last
+// 64 KiB), each indented two spaces, or a note saying why it could not be
+// read: for error messages that quote a process's log.
+func TailFile(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Sprintf("(log unreadable: %v)", err)

@@ -410,7 +410,7 @@ func follow(ctx context.Context, dir stateDir, pid int, timeout time.Duration, o
 		case err == nil && st.Phase == PhaseFailed:
 			return nil, errors.New(st.Error)
 		case !processAlive(pid):
-			return nil, fmt.Errorf("the supervisor (pid %d) exited during start-up: %s", pid, tailFile(dir.path(supervisorLog), 10))
+			return nil, fmt.Errorf("the supervisor (pid %d) exited during start-up; the end of its log:\n%s", pid, localcluster.TailFile(dir.path(supervisorLog), 10))
 		case time.Now().After(deadline):
 			return nil, fmt.Errorf("the cluster was not up after %v", timeout)
 		}
@@ -439,18 +439,6 @@ func printProgress(dir stateDir, skip int, out io.Writer) int {
 		n++
 	}
 	return n
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func exists(path string) bool {
