@@ -249,11 +249,16 @@ func TailFile(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(log unreadable: %v)", err)
 	}
-	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	return "  " + strings.ReplaceAll(Tail(string(data), n), "\n", "\n  ")
+}
+
+// Tail returns the last n lines of s, a log or a command's output.
+func Tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return "  " + string(bytes.Join(lines, []byte("\n  ")))
+	return strings.Join(lines, "\n")
 }
 
 // asExitError unwraps err to an *ExitError.

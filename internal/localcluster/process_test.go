@@ -147,3 +147,21 @@ func TestLaunchRetriesOnPortClash(t *testing.T) {
 		})
 	}
 }
+
+func TestTailFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.log")
+	// Longer than the 64 KiB TailFile reads: the seek to the end is taken.
+	data := strings.Repeat("early line\n", 8000) + "a\nb\nc\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := TailFile(path, 2), "  b\n  c"; got != want {
+		t.Errorf("TailFile = %q, want %q", got, want)
+	}
+	if got := TailFile(filepath.Join(t.TempDir(), "none"), 2); !strings.HasPrefix(got, "(log unreadable: ") {
+		t.Errorf("TailFile of a missing file = %q, want a note saying it is unreadable", got)
+	}
+	if got, want := Tail("one\ntwo\n", 5), "one\ntwo"; got != want {
+		t.Errorf("Tail = %q, want %q", got, want)
+	}
+}

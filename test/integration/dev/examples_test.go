@@ -24,6 +24,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -510,9 +511,9 @@ func dumpOnFailure(t *testing.T, stateDir string) {
 		}
 		for _, args := range [][]string{{"get", "pods", "-A", "-o", "wide"}, {"get", "events", "-A", "--sort-by=.lastTimestamp"}} {
 			out, err := kubectlCtx(context.Background(), stateDir, args...)
-			t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, framework.Tail(out, 80))
+			t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, localcluster.Tail(out, 80))
 		}
-		t.Logf("end of the scheduler's log:\n%s", framework.Tail(readFile(filepath.Join(stateDir, "gpuplane-scheduler.log")), 80))
+		t.Logf("end of the scheduler's log:\n%s", localcluster.TailFile(filepath.Join(stateDir, "gpuplane-scheduler.log"), 80))
 	})
 }
 

@@ -25,6 +25,7 @@ import (
 	apidra "github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/dra"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -135,9 +136,7 @@ func nodeWith(t *testing.T, name string, o nodeOptions) *nodesim.Simulator {
 		}
 		_ = env.Client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
 		if t.Failed() {
-			if data, err := os.ReadFile(filepath.Join(dir, "k", "agent.log")); err == nil {
-				t.Logf("agent log of %s (tail):\n%s", name, framework.Tail(string(data), 60))
-			}
+			t.Logf("agent log of %s (tail):\n%s", name, localcluster.TailFile(filepath.Join(dir, "k", "agent.log"), 60))
 		}
 		_ = os.RemoveAll(dir)
 	})

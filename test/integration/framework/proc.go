@@ -25,13 +25,3 @@ func ProcStatusKiB(pid int, field string) (int64, error) {
 	}
 	return 0, fmt.Errorf("process %d: no %s in /proc/%d/status", pid, field, pid)
 }
-
-// Tail returns the last n lines of s, a log or a command's output, for a
-// failing test to show.
-func Tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}

@@ -19,6 +19,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -89,9 +90,7 @@ func startNode(t testing.TB, name, profile, agentConfig, kubeconfig string, agen
 			}
 		}
 		if t.Failed() {
-			if log, err := os.ReadFile(filepath.Join(dir, "k", "agent.log")); err == nil {
-				t.Logf("agent log of %s:\n%s", name, framework.Tail(string(log), 40))
-			}
+			t.Logf("agent log of %s:\n%s", name, localcluster.TailFile(filepath.Join(dir, "k", "agent.log"), 40))
 		}
 		_ = os.RemoveAll(dir)
 	})
