@@ -23,12 +23,12 @@ FUZZ_ALL := \
 	./api/gpupod:FuzzReadAllocation \
 	./api/gpupod:FuzzParseGPUs \
 	./api/gpupod:FuzzReadFraction \
-	./internal/scheduler/adapter:FuzzConvertNode \
-	./internal/scheduler/adapter:FuzzPodRequest \
-	./internal/scheduler/adapter:FuzzParseShares \
-	./internal/scheduler/adapter:FuzzQueueAndPodGroup \
-	./internal/scheduler/adapter:FuzzDRASliceAndClaim \
-	./internal/scheduler/adapter:FuzzDRAMIGSlices \
+	./internal/adapter:FuzzConvertNode \
+	./internal/adapter:FuzzPodRequest \
+	./internal/adapter:FuzzParseShares \
+	./internal/adapter:FuzzQueueAndPodGroup \
+	./internal/adapter:FuzzDRASliceAndClaim \
+	./internal/adapter:FuzzDRAMIGSlices \
 	./internal/simulator:FuzzParseOpenBNodes \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \
@@ -37,8 +37,8 @@ FUZZ_ALL := \
 	./internal/gpu/sim:FuzzParseState \
 	./internal/cli/cost:FuzzDecode \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
-	./internal/scheduler/grouper:FuzzRuleEval \
-	./internal/scheduler/grouper:FuzzFromVolcano \
+	./internal/adapter/grouper:FuzzRuleEval \
+	./internal/adapter/grouper:FuzzFromVolcano \
 	./api/dra:FuzzDecodeConfig \
 	./internal/dra:FuzzDecodeCheckpoint \
 	./internal/gomem:FuzzCgroupLimit

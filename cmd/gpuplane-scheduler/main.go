@@ -2,7 +2,7 @@
 // work: pods that set spec.schedulerName: gpuplane-scheduler get queues,
 // gangs, quotas, fair share, preemption and GPU-aware placement. main turns
 // flags into an adapter.Config and runs it; everything else lives in
-// internal/scheduler/adapter.
+// internal/adapter.
 package main
 
 import (
@@ -18,8 +18,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/internal/gomem"
-	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 )
 
 // defaultGCPercent is --gc-percent's default. Most of the scheduler's heap

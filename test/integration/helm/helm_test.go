@@ -31,8 +31,8 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	helmchart "github.com/gpuplane/gpuplane/deploy/helm"
+	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
-	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 

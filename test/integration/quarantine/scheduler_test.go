@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
+	"github.com/gpuplane/gpuplane/internal/adapter"
 )
 
 // runGPUplaneScheduler runs gpuplane-scheduler in-process under its own

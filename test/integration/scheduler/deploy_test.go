@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
-	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
+	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 

@@ -14,10 +14,10 @@ import (
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	apidra "github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/internal/cdi"
 	"github.com/gpuplane/gpuplane/internal/dra"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
-	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/internal/adapter"
 	agentdra "github.com/gpuplane/gpuplane/internal/dra"
-	"github.com/gpuplane/gpuplane/internal/scheduler/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 

@@ -74,7 +74,7 @@ type Config struct {
 	// does not run against CRDs older than itself.
 	ManageCRDs bool
 	// NoDerivedGroups turns off deriving PodGroups from the workloads that
-	// own pods (internal/scheduler/grouper): pods then gang only through a
+	// own pods (internal/adapter/grouper): pods then gang only through a
 	// PodGroup they name.
 	NoDerivedGroups bool
 	// MIG layouts that follow demand, on nodes labelled

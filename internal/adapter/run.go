@@ -33,7 +33,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
-	"github.com/gpuplane/gpuplane/internal/scheduler/grouper"
+	"github.com/gpuplane/gpuplane/internal/adapter/grouper"
 )
 
 // ErrLostLeadership is returned by Run when another replica took over the

@@ -15,7 +15,7 @@
 //   - binder (binder.go): carries decisions out through a clusterWriter
 //     (apiWriter, or an in-memory fake in the unit tests) and owns what it
 //     is waiting for: the core's holds, refused evictions, gangs to resume.
-//   - loop (cycle.go): runs the cycles in order, and reports (report.go,
+//   - loop (loop.go): runs the cycles in order, and reports (report.go,
 //     status.go) through a statusSink.
 //
 // It carries out binds through
