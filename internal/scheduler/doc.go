@@ -3,7 +3,9 @@
 // queues, a disruption budget) and returns model.Decisions: binds with node
 // and GPU indexes and shares, and evictions. The Kubernetes adapter and the
 // trace simulator both drive it; it never talks to the API server, reads
-// clocks for decisions or keeps hidden global state.
+// clocks for decisions or keeps hidden global state. It imports nothing of
+// k8s.io, of the adapter or the simulator, nor any GPU backend: `make lint`
+// enforces this (the scheduling-core rule of .golangci.yml's depguard).
 //
 // A cycle runs these actions, each as statements over a checkpointed
 // placement.State so that what-if work is rolled back exactly:
