@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
 // Config configures a scheduler process. Zero fields take the defaults
@@ -110,7 +111,7 @@ func (c Config) Defaults() Config {
 		c.SchedulerName = v1alpha1.SchedulerName
 	}
 	if c.Policy == "" {
-		c.Policy = "gpuplane"
+		c.Policy = placement.DefaultPolicy
 	}
 	set(&c.CycleInterval, time.Second)
 	set(&c.MinCycleInterval, 10*time.Millisecond)

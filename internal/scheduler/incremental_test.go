@@ -198,7 +198,7 @@ func sameFreeState(t *rapid.T, a, b *placement.State) {
 func TestPropertyIncrementalMatchesFresh(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		first, later := genWorkload(t)
-		cfg := scheduler.Config{Policy: rapid.SampledFrom([]string{"gpuplane", "fgd", "bestfit"}).Draw(t, "policy"),
+		cfg := scheduler.Config{Policy: rapid.SampledFrom([]string{placement.DefaultPolicy, "fgd", "bestfit"}).Draw(t, "policy"),
 			Targets: []placement.Target{{Req: schedtest.GPU(1, 1000), P: 0.5}, {Req: schedtest.Share(500, 1000), P: 0.5}}}
 		s, err := scheduler.New(cfg)
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 // Config configures a Scheduler.
 type Config struct {
 	// Policy names the placement policy (placement.NewPolicy); empty
-	// means "gpuplane".
+	// means placement.DefaultPolicy.
 	Policy string
 	// Targets is the pod mix FGD-based policies measure fragmentation
 	// against; empty means the pending and running pods of the first
@@ -56,7 +56,7 @@ type Scheduler struct {
 // New returns a scheduler.
 func New(cfg Config) (*Scheduler, error) {
 	if cfg.Policy == "" {
-		cfg.Policy = "gpuplane"
+		cfg.Policy = placement.DefaultPolicy
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
 // openbDir is where benchmarks look for the Alibaba trace; they skip when
@@ -21,7 +23,7 @@ func BenchmarkPackingOpenB(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, policy := range []string{"fgd", "bestfit", "gpuplane"} {
+	for _, policy := range []string{"fgd", "bestfit", placement.DefaultPolicy} {
 		b.Run(policy, func(b *testing.B) {
 			var r *Result
 			for b.Loop() {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
 const migDemandTrace = `
@@ -30,7 +31,7 @@ func TestEventMIGLayoutFollowsDemand(t *testing.T) {
 	}
 	var proposals []model.LayoutProposal
 	bound := map[string]int64{}
-	cfg := EventConfig{Policy: "gpuplane", Interval: 1, Layouts: model.LayoutPolicy{MinWait: 10, Dwell: 300, Timeout: 120}, LayoutDelay: 5,
+	cfg := EventConfig{Policy: placement.DefaultPolicy, Interval: 1, Layouts: model.LayoutPolicy{MinWait: 10, Dwell: 300, Timeout: 120}, LayoutDelay: 5,
 		OnCycle: func(now int64, _ *model.Snapshot, d *model.Decisions) {
 			proposals = append(proposals, d.Layouts...)
 			for _, b := range d.Binds {

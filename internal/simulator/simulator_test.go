@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
 const tinyNodes = `sn,cpu_milli,memory_mib,gpu,model
@@ -138,7 +139,7 @@ func TestTune(t *testing.T) {
 
 func TestRunPacking(t *testing.T) {
 	tr, _ := ReadOpenB(writeTrace(t, tinyPods), "tiny")
-	for _, policy := range []string{"fgd", "bestfit", "gpuplane", "random", "gpuclustering"} {
+	for _, policy := range []string{"fgd", "bestfit", placement.DefaultPolicy, "random", "gpuclustering"} {
 		t.Run(policy, func(t *testing.T) {
 			r, err := RunPacking(context.Background(), tr, PackingConfig{Policy: policy, Seed: 1})
 			if err != nil {
@@ -266,7 +267,7 @@ func TestRunEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := RunEvent(context.Background(), tr, EventConfig{Policy: "gpuplane", Interval: 10})
+	r, err := RunEvent(context.Background(), tr, EventConfig{Policy: placement.DefaultPolicy, Interval: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +308,7 @@ func TestShareAsReplicas(t *testing.T) {
 		c.Nodes = []model.Node{tr.Nodes[0]}
 		c.Nodes[0].GPUs = slices.Clone(tr.Nodes[0].GPUs)
 		c.ShareAsReplicas(tc.replicas)
-		r, err := RunPacking(context.Background(), &c, PackingConfig{Policy: "gpuplane", Seed: 1})
+		r, err := RunPacking(context.Background(), &c, PackingConfig{Policy: placement.DefaultPolicy, Seed: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +344,7 @@ func TestRunEventWithClaims(t *testing.T) {
 			}
 		}
 	}
-	r, err := RunEvent(context.Background(), tr, EventConfig{Policy: "gpuplane", Interval: 10})
+	r, err := RunEvent(context.Background(), tr, EventConfig{Policy: placement.DefaultPolicy, Interval: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ utilization and fairness.`,
 	f.StringVar(&o.mode, "mode", "packing", "packing or event")
 	f.IntVar(&o.replicas, "replicas", 0, "share every GPU as this many time-slicing or MPS replicas, as a Kubernetes node does: a share takes at least 1/N of its GPU and a GPU holds at most N pods (0: shares as the trace states them)")
 	f.StringVar(&o.mix, "mix", "", "reshape the workload by kind of pod before the run, e.g. cpu-only=3,share=0.5 (kinds: cpu-only, share, whole, multi-gpu; factor 0 removes a kind)")
-	f.StringVar(&o.policies, "policy", "gpuplane", "comma-separated placement policies: "+strings.Join(placement.PolicyNames(), ", ")+", or custom:plugin=weight,...")
+	f.StringVar(&o.policies, "policy", placement.DefaultPolicy, "comma-separated placement policies: "+strings.Join(placement.PolicyNames(), ", ")+", or custom:plugin=weight,...")
 	f.StringVar(&o.seeds, "seeds", "1", "seeds: a list and/or ranges, for example 1-10 or 1,3,5")
 	f.Float64Var(&o.tune, "tune", 1.3, "packing: tune arrived GPU demand to this multiple of capacity (0 keeps the trace as is)")
 	f.BoolVar(&o.tunedLast, "tuned-last", false, "packing: drawn pods arrive after the trace instead of before it")

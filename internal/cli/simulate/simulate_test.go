@@ -94,8 +94,8 @@ func TestCommand(t *testing.T) {
 	})
 	t.Run("table and out dir", func(t *testing.T) {
 		outDir := filepath.Join(dir, "out")
-		out, stderr, code := runCmd(t, "--trace", path, "--policy", "gpuplane,custom:fgd=1,bestfit=0.01", "--out", outDir)
-		if code != 0 || !strings.Contains(out, "gpuplane") || !strings.Contains(out, "custom:fgd=1,bestfit=0.01") {
+		out, stderr, code := runCmd(t, "--trace", path, "--policy", "fgd-packing,custom:fgd=1,bestfit=0.01", "--out", outDir)
+		if code != 0 || !strings.Contains(out, "fgd-packing") || !strings.Contains(out, "custom:fgd=1,bestfit=0.01") {
 			t.Fatalf("exit %d, table:\n%s", code, out)
 		}
 		if !strings.Contains(stderr, "runs done") {

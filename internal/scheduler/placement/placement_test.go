@@ -159,7 +159,7 @@ func TestPoliciesChoose(t *testing.T) {
 		{"bestfit", 0, 0},
 		{"gpupacking", 0, 0},
 		{"fgd", 0, 0},
-		{"gpuplane", 0, 0},
+		{DefaultPolicy, 0, 0},
 		{"spread", 1, 0},
 		{"firstfit", 0, 0},
 	}
@@ -196,6 +196,28 @@ func TestNewPolicyErrors(t *testing.T) {
 	}
 	if _, err := NewPolicy("fgd", PolicyEnv{}); err == nil {
 		t.Fatal("fgd without targets succeeded, want an error")
+	}
+}
+
+// TestLegacyDefaultPolicyName checks that configs naming the default policy
+// by its earlier name get the same policy.
+func TestLegacyDefaultPolicyName(t *testing.T) {
+	env := PolicyEnv{Targets: []Target{{Req: model.Request{GPUMilli: 500, MilliCPU: 1000}, P: 1}}}
+	got, err := NewPolicy("gpuplane", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := NewPolicy(DefaultPolicy, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != DefaultPolicy || len(got.Scorers) != len(want.Scorers) {
+		t.Fatalf("NewPolicy(\"gpuplane\") = %s with %d scorers, want %s with %d", got.Name, len(got.Scorers), want.Name, len(want.Scorers))
+	}
+	for i := range got.Scorers {
+		if got.Scorers[i].Scorer.Name() != want.Scorers[i].Scorer.Name() || got.Scorers[i].Weight != want.Scorers[i].Weight {
+			t.Fatalf("scorer %d: %s x %g, want %s x %g", i, got.Scorers[i].Scorer.Name(), got.Scorers[i].Weight, want.Scorers[i].Scorer.Name(), want.Scorers[i].Weight)
+		}
 	}
 }
 

@@ -19,14 +19,23 @@ type PolicyEnv struct {
 	Seed     uint64
 }
 
+// DefaultPolicy is the policy the scheduler and the simulator use unless
+// told otherwise: FGD with GPU packing as its tie-breaker (fgdpacking.go).
+const DefaultPolicy = "fgd-packing"
+
+// legacyDefaultPolicy is the default policy's earlier name, still accepted
+// so that configs and scripts that name it keep working.
+const legacyDefaultPolicy = "gpuplane"
+
 // PolicyNames lists the built-in policies, in the order reports show them.
 func PolicyNames() []string {
-	return []string{"gpuplane", "fgd", "bestfit", "gpupacking", "gpuclustering", "dotproduct", "random", "firstfit", "spread", "topology"}
+	return []string{DefaultPolicy, "fgd", "bestfit", "gpupacking", "gpuclustering", "dotproduct", "random", "firstfit", "spread", "topology"}
 }
 
 // NewPolicy builds a policy by name. Besides the built-in names (each the
-// plugin of that name alone, and "gpuplane", our default) it accepts a
-// weighted mix, "custom:fgd=1,bestfit=0.01".
+// plugin of that name alone, and DefaultPolicy, which "gpuplane", its
+// earlier name, also selects) it accepts a weighted mix,
+// "custom:fgd=1,bestfit=0.01".
 func NewPolicy(spec string, env PolicyEnv) (Policy, error) {
 	if rest, ok := strings.CutPrefix(spec, "custom:"); ok {
 		p := Policy{Name: spec}
@@ -47,8 +56,8 @@ func NewPolicy(spec string, env PolicyEnv) (Policy, error) {
 		}
 		return p, p.Validate()
 	}
-	if spec == "gpuplane" {
-		return newGPUPlane(env)
+	if spec == DefaultPolicy || spec == legacyDefaultPolicy {
+		return newFGDPacking(env)
 	}
 	s, err := newPlugin(spec, env)
 	if err != nil {

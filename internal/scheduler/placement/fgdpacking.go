@@ -6,7 +6,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
-// newGPUPlane is our default policy: FGD with GPU packing as the
+// newFGDPacking is the default policy, "fgd-packing": FGD with GPU packing as the
 // tie-breaker, except where the target workload runs out of CPU before GPU
 // (cpuPressure above 1: the workload's CPU per GPU over the cluster's),
 // where it is FGD as published.
@@ -32,15 +32,15 @@ import (
 //
 // Topology only ranks multi-GPU sets of equal score. Without the cluster's
 // capacity (PolicyEnv.Capacity zero) the pressure is taken as 1.
-func newGPUPlane(env PolicyEnv) (Policy, error) {
+func newFGDPacking(env PolicyEnv) (Policy, error) {
 	fgd, err := NewFGD(env.Targets)
 	if err != nil {
-		return Policy{}, fmt.Errorf("policy gpuplane: %w", err)
+		return Policy{}, fmt.Errorf("policy %s: %w", DefaultPolicy, err)
 	}
 	if cpuPressure(env) > 1 {
-		return Policy{Name: "gpuplane", Scorers: []Weighted{{fgd, 1}, {NewTopology(), 1e-6}}}, nil
+		return Policy{Name: DefaultPolicy, Scorers: []Weighted{{fgd, 1}, {NewTopology(), 1e-6}}}, nil
 	}
-	return Policy{Name: "gpuplane", Scorers: []Weighted{
+	return Policy{Name: DefaultPolicy, Scorers: []Weighted{
 		{fgd, 1},
 		{NewGPUPacking(), 1e-3},
 		{NewTopology(), 1e-6},
