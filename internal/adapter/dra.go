@@ -84,7 +84,7 @@ type consumer struct {
 func newDRACache() *draCache {
 	return &draCache{slices: map[string]*resourceapi.ResourceSlice{}, byNode: map[string]map[string]*resourceapi.ResourceSlice{}, classes: map[string]*resourceapi.DeviceClass{},
 		claims: map[string]*resourceapi.ResourceClaim{}, claimNode: map[string]string{}, onNode: map[string]map[string]bool{},
-		inflight: map[string]*inflightClaim{}, extByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, dracel.Features{EnableConsumableCapacity: true})}
+		inflight: map[string]*inflightClaim{}, extByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, celFeatures)}
 }
 
 func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }

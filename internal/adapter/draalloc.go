@@ -21,11 +21,6 @@ import (
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
-// allocatorFeatures are the structured allocator's features gpuplane-
-// scheduler runs with: those kube-scheduler 1.36 enables by default that
-// its stable allocator implements.
-var allocatorFeatures = structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true, ConsumableCapacity: true}
-
 // claimWrite is one claim update a bind carries out before the pod is
 // bound: the allocation to write (nil when the claim is allocated already
 // and the pod only joins its consumers) and the pod to reserve it for.
@@ -183,7 +178,7 @@ func (c *clusterCache) allocateOn(ctx context.Context, ni *nodeInfo, allocated s
 		}
 		slices = append(slices, s)
 	}
-	a, err := structured.NewAllocator(ctx, allocatorFeatures, allocated, classLister{c.dra}, slices, c.dra.cel)
+	a, err := structured.NewAllocator(ctx, claimFeatures, allocated, classLister{c.dra}, slices, c.dra.cel)
 	if err != nil {
 		return nil, fmt.Errorf("creating the structured allocator: %w", err)
 	}

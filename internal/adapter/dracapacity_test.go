@@ -118,15 +118,15 @@ func TestDRACapacityRequestsRefused(t *testing.T) {
 // experimental implementation, as kube-scheduler 1.36 does by default)
 // costs a whole-GPU claim, against the allocator without it, in one run.
 func BenchmarkClaimAllocationAllocator(b *testing.B) {
-	saved := allocatorFeatures
-	b.Cleanup(func() { allocatorFeatures = saved })
+	saved := claimFeatures
+	b.Cleanup(func() { claimFeatures = saved })
 	for _, tc := range []struct {
 		name string
 		on   bool
 	}{{"consumable-capacity", true}, {"without-consumable-capacity", false}} {
 		b.Run(tc.name, func(b *testing.B) {
-			allocatorFeatures = saved
-			allocatorFeatures.ConsumableCapacity = tc.on
+			claimFeatures = saved
+			claimFeatures.ConsumableCapacity = tc.on
 			BenchmarkClaimAllocation(b)
 		})
 	}

@@ -226,10 +226,12 @@ const (
 // requests: of gpuplane's driver, passing the selectors of the request's
 // DeviceClass and then its own, evaluated with the structured allocator's
 // CEL environment and cache, and not tainted against the request (a
-// NoSchedule or NoExecute device taint none of its tolerations tolerates). A selector that fails on a device (a missing
-// attribute, a type error) fails the set, as it fails kube-scheduler's
-// allocation. What the scheduler does not allocate (a request of all
-// devices, a list of alternatives, admin access) fails it too.
+// NoSchedule or NoExecute device taint none of its tolerations tolerates),
+// all as the allocator judges them with claimFeatures (featureAllows). A
+// selector that fails on a device (a missing attribute, a type error)
+// fails the set, as it fails kube-scheduler's allocation. A request that
+// needs a feature claimFeatures has off (refusedFeature), or of all
+// devices, fails it too.
 func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*resourceapi.DeviceClass, cache *dracel.Cache) *deviceSet {
 	s := &deviceSet{masks: make([]uint64, len(nodes))}
 	fail := func(claim int, code, format string, args ...any) *deviceSet {
@@ -239,14 +241,13 @@ func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*
 	for ci, spec := range specs {
 		for ri, r := range spec.Requests {
 			field := fmt.Sprintf("spec.devices.requests[%d] (%q)", ri, r.Name)
+			if refusal := refusedFeature(&r); refusal != "" {
+				return fail(ci, "UnsupportedClaim", refusal, field)
+			}
 			x := r.Exactly
-			switch {
-			case x == nil:
-				return fail(ci, "UnsupportedClaim", "%s: firstAvailable is not supported by gpuplane-scheduler: use exactly", field)
-			case x.AllocationMode == resourceapi.DeviceAllocationModeAll:
+			if x.AllocationMode == resourceapi.DeviceAllocationModeAll {
+				// The allocator serves All; the core places a count.
 				return fail(ci, "UnsupportedClaim", "%s.exactly.allocationMode: All is not supported by gpuplane-scheduler: use ExactCount with a count", field)
-			case x.AdminAccess != nil && *x.AdminAccess:
-				return fail(ci, "UnsupportedClaim", "%s.exactly.adminAccess is not supported by gpuplane-scheduler", field)
 			}
 			count := x.Count
 			if count < 0 {
@@ -301,7 +302,7 @@ func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*
 			// match reports whether a device passes the class's and the
 			// request's selectors and taints, or the set's failure.
 			match := func(d *draDevice, node string) (bool, *deviceSet) {
-				if taintRefuses(d.dev, x.Tolerations) {
+				if !featureAllows(d.dev, x.Tolerations) {
 					return false, nil
 				}
 				in := dracel.Device{Driver: dra.DriverName, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity, AllowMultipleAllocations: d.dev.AllowMultipleAllocations}
