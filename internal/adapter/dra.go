@@ -56,6 +56,9 @@ type draCache struct {
 	// extByPod indexes the extended-resource claims by the pod that
 	// controls them (draext.go).
 	extByPod map[types.UID]string
+	// refused are the pods whose claims refused the core's last choice,
+	// by pod key (choiceRefusal).
+	refused map[string]choiceRefusal
 	// version is bumped when slices or classes change: which devices a
 	// claim's selectors pick may then differ.
 	version int
@@ -84,7 +87,7 @@ type consumer struct {
 func newDRACache() *draCache {
 	return &draCache{slices: map[string]*resourceapi.ResourceSlice{}, byNode: map[string]map[string]*resourceapi.ResourceSlice{}, classes: map[string]*resourceapi.DeviceClass{},
 		claims: map[string]*resourceapi.ResourceClaim{}, claimNode: map[string]string{}, onNode: map[string]map[string]bool{},
-		inflight: map[string]*inflightClaim{}, extByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, celFeatures)}
+		inflight: map[string]*inflightClaim{}, refused: map[string]choiceRefusal{}, extByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, celFeatures)}
 }
 
 func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }

@@ -1,12 +1,12 @@
 package adapter
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -59,24 +59,26 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 
 // allocateClaims turns the core's choice for a pod with claims (a node and
 // its GPUs) into claim allocations with the structured allocator, the one
-// kube-scheduler runs: first over exactly the devices the core chose, so
-// that its fragmentation-aware choice stands, then, should the claims'
-// constraints refuse those, over every free device of the node. It
-// records the allocations and reservations as in flight, so that the next
-// snapshots count them, and returns the writes and the shares the pod
-// holds. Every claim of the pod is allocated or none is.
-func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen []model.GPUShare, pod *corev1.Pod, pc *podClaims) ([]claimWrite, []model.GPUShare, error) {
+// kube-scheduler runs, over exactly the devices the core chose: the core
+// is the only chooser of GPUs. When the claims' constraints refuse those
+// devices it allocates nothing and returns a *choiceRefusedError, having
+// recorded for the next snapshot which GPUs of the node can serve the
+// claims (refuseChoice). Otherwise it records the allocations and
+// reservations as in flight, so that the next snapshots count them, and
+// returns the writes. Every claim of the pod is allocated or none is.
+func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen []model.GPUShare, pod *corev1.Pod, pc *podClaims) ([]claimWrite, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ni := c.nodes[node]
 	if ni == nil {
-		return nil, nil, fmt.Errorf("node %s is gone", node)
+		return nil, fmt.Errorf("node %s is gone", node)
 	}
+	delete(c.dra.refused, podKey(pod))
 	for _, cl := range pc.alloc {
 		if f := c.dra.inflight[claimKey(cl)]; f != nil {
 			// Another pod sharing the claim got it allocated this cycle:
 			// this one joins it next cycle, on its node.
-			return nil, nil, fmt.Errorf("ResourceClaim %s is being allocated for another pod; the pod joins it on its node next cycle", claimKey(cl))
+			return nil, fmt.Errorf("ResourceClaim %s is being allocated for another pod; the pod joins it on its node next cycle", claimKey(cl))
 		}
 	}
 	var results []resourceapi.AllocationResult
@@ -99,33 +101,21 @@ func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen [
 		}
 		var err error
 		results, err = c.allocateOn(ctx, ni, allocated, want, pc.alloc)
-		if err == nil && results == nil {
-			results, err = c.allocateOn(ctx, ni, allocated, nil, pc.alloc)
-		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("allocating the pod's claims on node %s: %w", node, err)
+			return nil, fmt.Errorf("allocating the pod's claims on node %s: %w", node, err)
 		}
 		if results == nil {
-			return nil, nil, fmt.Errorf("allocating the pod's claims on node %s: %w", node, errClaimsDoNotFit)
+			return nil, c.refuseChoice(ctx, ni, allocated, pod, pc.alloc)
 		}
 	}
 	who := consumer{key: podKey(pod), uid: pod.UID}
 	writes := make([]claimWrite, 0, len(pc.alloc)+len(pc.shared))
-	var shares []model.GPUShare
 	for i, cl := range pc.alloc {
 		alloc := results[i].DeepCopy()
 		key := claimKey(cl)
 		c.dra.inflight[key] = &inflightClaim{alloc: alloc, node: node, pods: []consumer{who}}
 		c.placeClaim(key)
 		writes = append(writes, claimWrite{claim: cl, alloc: alloc, pod: pod})
-		for _, r := range alloc.Devices.Results {
-			if sh, ok := ni.deviceShare(r.Driver, r.Pool, r.Device); ok {
-				if sh.MIGSlices == 0 {
-					sh = resultShare(ni, sh.Index, &r) // a share of a GPU allocated more than once
-				}
-				shares = append(shares, sh)
-			}
-		}
 	}
 	for _, cl := range pc.shared {
 		key := claimKey(cl)
@@ -138,8 +128,75 @@ func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen [
 		c.placeClaim(key)
 		writes = append(writes, claimWrite{claim: cl, pod: pod})
 	}
-	slices.SortFunc(shares, func(a, b model.GPUShare) int { return cmp.Compare(a.Index, b.Index) })
-	return writes, shares, nil
+	return writes, nil
+}
+
+// choiceRefusedError says that a pod's claims refuse the devices the core
+// chose on a node: the pod is not bound this cycle, and the next snapshot
+// gives the core the node's GPUs that can serve the claims (exact), or
+// none (the node is excluded).
+type choiceRefusedError struct {
+	node     string
+	excluded bool
+}
+
+func (e *choiceRefusedError) Error() string {
+	if e.excluded {
+		return fmt.Sprintf("the claims' constraints refuse the GPUs chosen on node %s and no free devices of the node satisfy them: the next cycle places the pod on another node", e.node)
+	}
+	return fmt.Sprintf("the claims' constraints refuse the GPUs chosen on node %s: the next cycle chooses among the node's GPUs that satisfy them", e.node)
+}
+
+// constraint names what goes back to the core, for the metric.
+func (e *choiceRefusedError) constraint() string {
+	if e.excluded {
+		return "excluded"
+	}
+	return "exact"
+}
+
+// choiceRefusal is what a pod's claims said of the core's choice on a
+// node: only the GPUs in gpus (a mask by index; 0 for none) can serve
+// them. The builder makes the pod's device set exact on that node with
+// it (builder.exactSet). It stands until the pod's next allocation, while
+// slices and classes stay as they were (version), and for at most
+// choiceRefusalTTL, as the node's other claims come and go.
+type choiceRefusal struct {
+	node    string
+	gpus    uint64
+	version int
+	at      time.Time
+}
+
+// choiceRefusalTTL bounds how long a choiceRefusal stands.
+const choiceRefusalTTL = time.Minute
+
+// refuseChoice records that a pod's claims refuse the core's choice on a
+// node: which GPUs of the node can serve them, learnt from the structured
+// allocator over all the node's free devices (an allocation it keeps for
+// nothing else), and returns the *choiceRefusedError. Caller holds mu.
+func (c *clusterCache) refuseChoice(ctx context.Context, ni *nodeInfo, allocated structured.AllocatedState, pod *corev1.Pod, claims []*resourceapi.ResourceClaim) error {
+	results, err := c.allocateOn(ctx, ni, allocated, nil, claims)
+	if err != nil {
+		return fmt.Errorf("allocating the pod's claims on node %s: %w", ni.node.Name, err)
+	}
+	var gpus uint64
+	for i := range results {
+		for _, r := range results[i].Devices.Results {
+			if sh, ok := ni.deviceShare(r.Driver, r.Pool, r.Device); ok && sh.Index < 64 {
+				gpus |= 1 << uint(sh.Index)
+			}
+		}
+	}
+	now := time.Now()
+	for k, r := range c.dra.refused {
+		if now.Sub(r.at) > choiceRefusalTTL {
+			delete(c.dra.refused, k)
+		}
+	}
+	c.dra.refused[podKey(pod)] = choiceRefusal{node: ni.node.Name, gpus: gpus, version: c.dra.version, at: now}
+	c.poke()
+	return &choiceRefusedError{node: ni.node.Name, excluded: gpus == 0}
 }
 
 // allocatedOn returns the devices and shares of a node that claims hold,

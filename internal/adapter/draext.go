@@ -164,7 +164,7 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 	}
 	_, made := c.dra.extByPod[p.UID]
 	b.resetSets(c)
-	if m, ok := b.extSets[pi.key]; ok && m.pod == p && !made {
+	if m, ok := b.dra.extSets[pi.key]; ok && m.pod == p && !made {
 		// The same pod object, slices, classes and nodes: the same claim
 		// and set; only what the writer fills in is new.
 		if m.set == nil {
@@ -268,10 +268,10 @@ type extMemo struct {
 const maxExtSets = 1 << 17
 
 func (b *builder) memoExt(pi *podInfo, m extMemo) {
-	if len(b.extSets) >= maxExtSets {
-		clear(b.extSets)
+	if len(b.dra.extSets) >= maxExtSets {
+		clear(b.dra.extSets)
 	}
-	b.extSets[pi.key] = m
+	b.dra.extSets[pi.key] = m
 }
 
 // extSetPrefix names the device sets made for an extended resource,
@@ -286,7 +286,7 @@ const extSetPrefix = "extended-"
 // c.mu.
 func (b *builder) extSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
 	key := "\x00ext/" + string(res) + "/" + base.name
-	if s := b.draSets[key]; s != nil {
+	if s := b.dra.sets[key]; s != nil {
 		return s
 	}
 	s := *base
@@ -303,9 +303,9 @@ func (b *builder) extSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
 		}
 		s.masks[i] = m
 	}
-	b.nextSet++
-	s.name = extSetPrefix + string(res) + "#" + strconv.Itoa(b.nextSet)
-	b.draSets[key] = &s
+	b.dra.nextSet++
+	s.name = extSetPrefix + string(res) + "#" + strconv.Itoa(b.dra.nextSet)
+	b.dra.sets[key] = &s
 	return &s
 }
 

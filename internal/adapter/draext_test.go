@@ -6,15 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
-
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-
-	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
 
 // mappedClass is gpuClass mapping nvidia.com/gpu (spec.extendedResourceName).
@@ -164,7 +160,9 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	p.Spec.NodeName = "a"
 	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: cl.Name, RequestMappings: w.ext.mappings}
 	f.cache.upsertPod(p)
-	in := f.cache.snapshot(newBuilder(v1alpha1.SchedulerName, -1, logr.Discard()), newRefusals(), f.now)
+	// The loop's own builder: another one would take the cache's marks of
+	// the nodes that changed, and the loop's would keep p0 on GPUs 0-2.
+	in := f.cache.snapshot(f.loop.build, newRefusals(), f.now)
 	var got []int
 	for _, a := range in.snap.RunningByNode[0] {
 		if a.Pod == "ns/p0" {
@@ -184,7 +182,7 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	f.cache.upsertPod(extPod("p2", "1"))
 	f.cycle()
 	if len(f.api.claimWrites) != 2 {
-		t.Fatalf("claim writes %v, want p2's", f.api.claims)
+		t.Fatalf("claim writes %v, want p2's; events %v", f.api.claims, f.status.events)
 	}
 	held := map[string]bool{}
 	for _, r := range cl.Status.Allocation.Devices.Results {

@@ -129,14 +129,14 @@ func (b *builder) resolveClaims(c *clusterCache, pi *podInfo) (*podClaims, *BadI
 		// the claim object it was made from.
 		b.resetSets(c)
 		cl := pc.alloc[0]
-		if m, ok := b.claimSets[claimKey(cl)]; ok && m.claim == cl {
+		if m, ok := b.dra.claimSets[claimKey(cl)]; ok && m.claim == cl {
 			set = m.set
 		} else {
 			set = b.deviceSet(c, specs)
-			if len(b.claimSets) >= maxClaimSets {
-				clear(b.claimSets)
+			if len(b.dra.claimSets) >= maxClaimSets {
+				clear(b.dra.claimSets)
 			}
-			b.claimSets[claimKey(cl)] = claimSetMemo{claim: cl, set: set}
+			b.dra.claimSets[claimKey(cl)] = claimSetMemo{claim: cl, set: set}
 		}
 	} else {
 		set = b.deviceSet(c, specs)
@@ -185,27 +185,28 @@ func (b *builder) deviceSet(c *clusterCache, specs []claimSpecKey) *deviceSet {
 		return &deviceSet{err: fmt.Sprintf("encoding its requests: %v", err), errCode: "InvalidResourceClaim"}
 	}
 	key := string(raw)
-	if s := b.draSets[key]; s != nil {
+	if s := b.dra.sets[key]; s != nil {
 		return s
 	}
 	s := evalDeviceSet(b.nodes, specs, c.dra.classes, c.dra.cel)
-	b.nextSet++
-	s.name = deviceSetPrefix + strconv.Itoa(b.nextSet)
-	if len(b.draSets) >= maxDeviceSets {
-		clear(b.draSets)
+	b.dra.nextSet++
+	s.name = deviceSetPrefix + strconv.Itoa(b.dra.nextSet)
+	if len(b.dra.sets) >= maxDeviceSets {
+		clear(b.dra.sets)
 	}
-	b.draSets[key] = s
+	b.dra.sets[key] = s
 	return s
 }
 
 // resetSets forgets the device sets once slices, classes or nodes
 // changed. Caller holds c.mu.
 func (b *builder) resetSets(c *clusterCache) {
-	if b.draVersion != c.dra.version || b.draNodes != b.nodesVersion || b.draSets == nil {
-		b.draSets = map[string]*deviceSet{}
-		b.claimSets = map[string]claimSetMemo{}
-		b.extSets = map[string]extMemo{}
-		b.draVersion, b.draNodes = c.dra.version, b.nodesVersion
+	if b.dra.version != c.dra.version || b.dra.nodes != b.nodesVersion || b.dra.sets == nil {
+		b.dra.sets = map[string]*deviceSet{}
+		b.dra.claimSets = map[string]claimSetMemo{}
+		b.dra.extSets = map[string]extMemo{}
+		b.dra.exact = nil
+		b.dra.version, b.dra.nodes = c.dra.version, b.nodesVersion
 	}
 }
 

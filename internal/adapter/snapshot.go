@@ -125,18 +125,8 @@ type builder struct {
 	// it: model.Snapshot.RunningByNode).
 	nodeAllocs map[string][]model.Allocation
 
-	// The device sets of the claims of pending pods (drasets.go), kept
-	// while slices, classes and nodes stay the same, and the sets the
-	// last model nodes were given.
-	draSets   map[string]*deviceSet
-	claimSets map[string]claimSetMemo
-	// extSets memoizes, by pending pod object, its extended-resource
-	// claim not made yet and the claim's device set (draext.go).
-	extSets    map[string]extMemo
-	draVersion int
-	draNodes   int
-	nextSet    int
-	setNames   []string
+	// dra is the DRA memo: the device sets of pending pods' claims.
+	dra draMemo
 }
 
 func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
@@ -292,11 +282,8 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		// Pods that ask through ResourceClaims: the claims to allocate
 		// and the devices that may serve them, or why the group waits.
 		for _, pi := range g.pending {
-			var pc *podClaims
-			var bad *BadInputError
-			if len(pi.pod.Spec.ResourceClaims) > 0 {
-				pc, bad = b.resolveClaims(c, pi)
-			} else if pc, bad = b.resolveExtended(c, pi); pc == nil && bad == nil {
+			pc, bad := b.podClaims(c, pi, now)
+			if pc == nil && bad == nil {
 				continue
 			}
 			if bad != nil {
@@ -570,10 +557,10 @@ func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.setNames) && b.modelNodes != nil {
+	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.dra.setNames) && b.modelNodes != nil {
 		return b.modelNodes
 	}
-	b.classKeys, b.setNames = keys, names
+	b.classKeys, b.dra.setNames = keys, names
 	inUse := make([]*deviceSet, len(names))
 	for i, k := range names {
 		inUse[i] = sets[k]
