@@ -251,7 +251,7 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 		for i := range tasks {
 			t := &tasks[i]
 			pc := in.claims[podKey(t.pod)]
-			if pc == nil || pc.ext != nil && pc.ext.created == nil && b.cache.nodeAdvertises(t.node, pc.ext.resource) {
+			if pc == nil || pc.erClaim != nil && pc.erClaim.created == nil && b.cache.nodeAdvertises(t.node, pc.erClaim.resource) {
 				// No claims, or extended resources the chosen node's
 				// device plugin serves.
 				continue
@@ -269,9 +269,9 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 				ok = false
 				break
 			}
-			if pc.ext != nil {
+			if pc.erClaim != nil {
 				for w := range writes {
-					writes[w].ext = pc.ext
+					writes[w].erClaim = pc.erClaim
 				}
 			}
 			t.claims = writes

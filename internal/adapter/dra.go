@@ -53,9 +53,9 @@ type draCache struct {
 	// inflight are the allocations and reservations this scheduler
 	// computed and is writing, by claim.
 	inflight map[string]*inflightClaim
-	// extByPod indexes the extended-resource claims by the pod that
+	// erClaimByPod indexes the extended-resource claims by the pod that
 	// controls them (draext.go).
-	extByPod map[types.UID]string
+	erClaimByPod map[types.UID]string
 	// refused are the pods whose claims refused the core's last choice,
 	// by pod key (choiceRefusal).
 	refused map[string]choiceRefusal
@@ -87,7 +87,7 @@ type consumer struct {
 func newDRACache() *draCache {
 	return &draCache{slices: map[string]*resourceapi.ResourceSlice{}, byNode: map[string]map[string]*resourceapi.ResourceSlice{}, classes: map[string]*resourceapi.DeviceClass{},
 		claims: map[string]*resourceapi.ResourceClaim{}, claimNode: map[string]string{}, onNode: map[string]map[string]bool{},
-		inflight: map[string]*inflightClaim{}, refused: map[string]choiceRefusal{}, extByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, celFeatures)}
+		inflight: map[string]*inflightClaim{}, refused: map[string]choiceRefusal{}, erClaimByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, celFeatures)}
 }
 
 func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
@@ -164,11 +164,11 @@ func (c *clusterCache) upsertClaim(cl *resourceapi.ResourceClaim) {
 	if f := c.dra.inflight[key]; f != nil && cl.Status.Allocation != nil && reservedAll(cl, f.pods) {
 		delete(c.dra.inflight, key)
 	}
-	if uid, ok := isExtClaim(cl); ok {
-		c.dra.extByPod[uid] = key
+	if uid, ok := isERClaim(cl); ok {
+		c.dra.erClaimByPod[uid] = key
 		// The allocation made in flight before the claim existed is the
 		// claim's once the informer shows it allocated and reserved.
-		mem := extClaimMemKey(cl.Namespace, uid)
+		mem := erClaimMemKey(cl.Namespace, uid)
 		if f := c.dra.inflight[mem]; f != nil && cl.Status.Allocation != nil && reservedAll(cl, f.pods) {
 			delete(c.dra.inflight, mem)
 			c.placeClaim(mem)
@@ -184,8 +184,8 @@ func (c *clusterCache) deleteClaim(cl *resourceapi.ResourceClaim) {
 	key := claimKey(cl)
 	delete(c.dra.claims, key)
 	delete(c.dra.inflight, key)
-	if uid, ok := isExtClaim(cl); ok && c.dra.extByPod[uid] == key {
-		delete(c.dra.extByPod, uid)
+	if uid, ok := isERClaim(cl); ok && c.dra.erClaimByPod[uid] == key {
+		delete(c.dra.erClaimByPod, uid)
 	}
 	c.placeClaim(key)
 	c.poke()

@@ -28,10 +28,10 @@ type claimWrite struct {
 	claim *resourceapi.ResourceClaim
 	alloc *resourceapi.AllocationResult
 	pod   *corev1.Pod
-	// ext, when not nil, says the claim serves the pod's extended
+	// erClaim, when not nil, says the claim serves the pod's extended
 	// resources: it is made first if need be, and the pod's status names
 	// it (draext.go).
-	ext *extClaim
+	erClaim *extendedResourceClaim
 }
 
 // errClaimsDoNotFit is returned when a node's free devices no longer
@@ -285,7 +285,7 @@ func (w *apiWriter) reserveClaims(ctx context.Context, writes []claimWrite) erro
 }
 
 func (w *apiWriter) reserveClaim(ctx context.Context, cw claimWrite) error {
-	if cw.ext != nil {
+	if cw.erClaim != nil {
 		return w.reserveExtended(ctx, cw)
 	}
 	claims := w.client.ResourceV1().ResourceClaims(cw.claim.Namespace)
@@ -359,10 +359,10 @@ func (w *apiWriter) releaseClaims(ctx context.Context, writes []claimWrite) {
 }
 
 func (w *apiWriter) releaseClaim(ctx context.Context, cw claimWrite) error {
-	if cw.ext != nil {
+	if cw.erClaim != nil {
 		// A pod not bound loses its extended-resource claim, as
 		// kube-scheduler deletes it.
-		return w.deleteExtClaim(ctx, cw.ext)
+		return w.deleteERClaim(ctx, cw.erClaim)
 	}
 	claims := w.client.ResourceV1().ResourceClaims(cw.claim.Namespace)
 	for attempt := 0; ; attempt++ {

@@ -20,8 +20,8 @@ func mappedClass(name string) *resourceapi.DeviceClass {
 	return dc
 }
 
-// extPod is a pod of ours asking for gpus nvidia.com/gpu and no claim.
-func extPod(name, gpus string) *corev1.Pod {
+// erPod is a pod of ours asking for gpus nvidia.com/gpu and no claim.
+func erPod(name, gpus string) *corev1.Pod {
 	p := testPod("ns", name, rl("cpu", "1", "nvidia.com/gpu", gpus))
 	p.UID = types.UID("uid-" + name)
 	return p
@@ -76,7 +76,7 @@ func TestExtendedResourcePlacement(t *testing.T) {
 			} else {
 				f.cache.upsertClass(gpuClass("gpu.gpuplane.io"))
 			}
-			f.cache.upsertPod(extPod("p", tc.gpus))
+			f.cache.upsertPod(erPod("p", tc.gpus))
 			f.cycle()
 			var claims []string
 			for _, w := range f.api.claimWrites {
@@ -85,13 +85,13 @@ func TestExtendedResourcePlacement(t *testing.T) {
 					devs = append(devs, r.Pool+"/"+r.Device)
 				}
 				claims = append(claims, allocationNode(w.alloc)+" "+strings.Join(devs, ","))
-				if w.ext == nil {
+				if w.erClaim == nil {
 					t.Errorf("claim write %s is not marked as the pod's extended-resource claim", claimKey(w.claim))
 					continue
 				}
 				want := []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: "nvidia.com/gpu", RequestName: "container-0-request-1"}}
-				if !slices.Equal(w.ext.mappings, want) {
-					t.Errorf("mappings %v, want %v", w.ext.mappings, want)
+				if !slices.Equal(w.erClaim.mappings, want) {
+					t.Errorf("mappings %v, want %v", w.erClaim.mappings, want)
 				}
 				cl := w.claim
 				if cl.GenerateName != "p-extended-resources-" || cl.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" ||
@@ -130,9 +130,9 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	f := newLoopFixture(t, Config{}, draNode("a"))
 	f.cache.upsertSlice(gpuSlice("a", 4, "H100"))
 	f.cache.upsertClass(mappedClass("gpu.gpuplane.io"))
-	f.cache.upsertPod(extPod("p0", "3"))
+	f.cache.upsertPod(erPod("p0", "3"))
 	f.cycle()
-	f.cache.upsertPod(extPod("p1", "2"))
+	f.cache.upsertPod(erPod("p1", "2"))
 	f.cycle()
 	if len(f.api.claimWrites) != 1 {
 		t.Fatalf("claim writes %v, want only p0's: its devices are in flight", f.api.claims)
@@ -156,9 +156,9 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	if inflight != 0 {
 		t.Errorf("%d allocations still in flight once the informer shows the claim", inflight)
 	}
-	p := extPod("p0", "3")
+	p := erPod("p0", "3")
 	p.Spec.NodeName = "a"
-	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: cl.Name, RequestMappings: w.ext.mappings}
+	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: cl.Name, RequestMappings: w.erClaim.mappings}
 	f.cache.upsertPod(p)
 	// The loop's own builder: another one would take the cache's marks of
 	// the nodes that changed, and the loop's would keep p0 on GPUs 0-2.
@@ -179,7 +179,7 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 		t.Fatalf("claim writes %v, want none for p1: p0's claim holds 3 of the node's 4 GPUs", f.api.claims)
 	}
 	// A pod of one GPU gets the one the claim does not hold.
-	f.cache.upsertPod(extPod("p2", "1"))
+	f.cache.upsertPod(erPod("p2", "1"))
 	f.cycle()
 	if len(f.api.claimWrites) != 2 {
 		t.Fatalf("claim writes %v, want p2's; events %v", f.api.claims, f.status.events)
@@ -201,9 +201,9 @@ func TestExtendedResourceClaimFoundAgain(t *testing.T) {
 	f.cache.upsertSlice(gpuSlice("a", 4, "H100"))
 	f.cache.upsertSlice(gpuSlice("b", 4, "H100"))
 	f.cache.upsertClass(mappedClass("gpu.gpuplane.io"))
-	p := extPod("p", "2")
+	p := erPod("p", "2")
 	reqs, _ := extendedRequests(p, ResourceGPU, "gpu.gpuplane.io")
-	cl := extClaimFor(p, reqs)
+	cl := erClaimFor(p, reqs)
 	cl.Name, cl.UID, cl.ResourceVersion = "p-extended-resources-x1", "claim-uid", "1"
 	cl.Status.Allocation = &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
@@ -218,7 +218,7 @@ func TestExtendedResourceClaimFoundAgain(t *testing.T) {
 	if want := []string{"ns/p-extended-resources-x1 ns/p b -"}; !slices.Equal(f.api.claims, want) {
 		t.Fatalf("claim writes %v, want %v: the pod joins its claim on its node", f.api.claims, want)
 	}
-	if len(f.api.claimWrites) != 1 || f.api.claimWrites[0].ext == nil || f.api.claimWrites[0].ext.created != cl {
+	if len(f.api.claimWrites) != 1 || f.api.claimWrites[0].erClaim == nil || f.api.claimWrites[0].erClaim.created != cl {
 		t.Errorf("the write does not carry the existing claim as the pod's extended-resource claim")
 	}
 	if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p b") {
@@ -279,9 +279,9 @@ func TestExtendedRequests(t *testing.T) {
 	}
 }
 
-// migExtClass is the agent's class of one MIG profile, mapping
+// migERClass is the agent's class of one MIG profile, mapping
 // nvidia.com/mig-<profile> (internal/dra.DeviceClasses).
-func migExtClass(profile string) *resourceapi.DeviceClass {
+func migERClass(profile string) *resourceapi.DeviceClass {
 	c := typeClass("mig-"+profile+".gpu.gpuplane.io", "mig")
 	c.Spec.Selectors[0].CEL.Expression += fmt.Sprintf(" && device.attributes[%q].profile == %q", "gpu.gpuplane.io", profile)
 	c.Spec.ExtendedResourceName = ptr.To(migResourcePrefix + profile)
@@ -310,7 +310,7 @@ func TestExtendedMIGResource(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newMIGFixture(t, 1)
 			for _, p := range tc.classes {
-				f.cache.upsertClass(migExtClass(p))
+				f.cache.upsertClass(migERClass(p))
 			}
 			p := testPod("ns", "p", rl("cpu", "1", migResourcePrefix+tc.ask, "1"))
 			p.UID = "uid-p"
@@ -333,8 +333,8 @@ func TestExtendedMIGResource(t *testing.T) {
 			if len(res) != 1 || !strings.HasPrefix(res[0].Device, tc.wantDevice) {
 				t.Errorf("the claim got %+v, want one device %s*", res, tc.wantDevice)
 			}
-			if w.ext == nil || w.ext.resource != corev1.ResourceName(migResourcePrefix+tc.ask) {
-				t.Errorf("the write is not the pod's claim for %s: %+v", migResourcePrefix+tc.ask, w.ext)
+			if w.erClaim == nil || w.erClaim.resource != corev1.ResourceName(migResourcePrefix+tc.ask) {
+				t.Errorf("the write is not the pod's claim for %s: %+v", migResourcePrefix+tc.ask, w.erClaim)
 			}
 			if r := w.claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "mig-"+tc.ask+".gpu.gpuplane.io" || r[0].Exactly.Count != 1 {
 				t.Errorf("claim requests %+v, want one device of the profile's class", r)
@@ -392,8 +392,8 @@ func TestImpliedClassResource(t *testing.T) {
 				t.Errorf("claim requests %+v, want %d devices of gpu.gpuplane.io", r, tc.wantCount)
 			}
 			want := []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: implied("gpu.gpuplane.io"), RequestName: "container-0-request-1"}}
-			if w.ext == nil || !slices.Equal(w.ext.mappings, want) {
-				t.Errorf("the write's mappings %+v, want %v", w.ext, want)
+			if w.erClaim == nil || !slices.Equal(w.erClaim.mappings, want) {
+				t.Errorf("the write's mappings %+v, want %v", w.erClaim, want)
 			}
 			if len(w.alloc.Devices.Results) != int(tc.wantCount) || allocationNode(w.alloc) != "a" {
 				t.Errorf("allocation %+v, want %d devices of node a", w.alloc.Devices.Results, tc.wantCount)

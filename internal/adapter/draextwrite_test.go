@@ -40,9 +40,9 @@ func TestReserveExtendedClaim(t *testing.T) {
 	ctx := context.Background()
 	alloc := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 		{Request: "container-0-request-1", Driver: dra.DriverName, Pool: "a", Device: "gpu-0"}}}}
-	pod := extPod("p", "1")
+	pod := erPod("p", "1")
 	reqs, maps := extendedRequests(pod, ResourceGPU, "gpu.gpuplane.io")
-	mem := extClaimFor(pod, reqs)
+	mem := erClaimFor(pod, reqs)
 	tests := []struct {
 		name string
 		// podExists: without the pod the status patch fails.
@@ -60,8 +60,8 @@ func TestReserveExtendedClaim(t *testing.T) {
 			}
 			client := fakeClaimClient(objs...)
 			w := &apiWriter{client: client, log: klog.Background()}
-			ext := &extClaim{resource: ResourceGPU, mappings: maps}
-			cw := claimWrite{claim: mem, alloc: alloc, pod: pod, ext: ext}
+			erClaim := &extendedResourceClaim{resource: ResourceGPU, mappings: maps}
+			cw := claimWrite{claim: mem, alloc: alloc, pod: pod, erClaim: erClaim}
 			err := w.reserveClaims(ctx, []claimWrite{cw})
 			list, lerr := client.ResourceV1().ResourceClaims("ns").List(ctx, metav1.ListOptions{})
 			if lerr != nil {
@@ -71,7 +71,7 @@ func TestReserveExtendedClaim(t *testing.T) {
 				if err == nil {
 					t.Fatal("reserving succeeded without the pod")
 				}
-				if len(list.Items) != 0 || ext.created != nil {
+				if len(list.Items) != 0 || erClaim.created != nil {
 					t.Fatalf("claims %v left after a failed reservation", list.Items)
 				}
 				return

@@ -16,9 +16,9 @@ type draMemo struct {
 	// claim.
 	sets      map[string]*deviceSet
 	claimSets map[string]claimSetMemo
-	// extSets memoizes, by pending pod object, its extended-resource
+	// erSets memoizes, by pending pod object, its extended-resource
 	// claim not made yet and the claim's device set (draext.go).
-	extSets map[string]extMemo
+	erSets map[string]erMemo
 	// exact are the device sets made exact on a node for a pod whose
 	// claims refused the core's choice there (exactSet), by pod.
 	exact map[string]exactMemo

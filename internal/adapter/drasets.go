@@ -57,9 +57,9 @@ type podClaims struct {
 	shared []*resourceapi.ResourceClaim
 	node   string
 	set    *deviceSet
-	// ext, when not nil, says the claim is the one made for the pod's
+	// erClaim, when not nil, says the claim is the one made for the pod's
 	// extended resources (draext.go).
-	ext *extClaim
+	erClaim *extendedResourceClaim
 }
 
 // claimSpecKey is a claim's device requests and constraints, which decide
@@ -204,7 +204,7 @@ func (b *builder) resetSets(c *clusterCache) {
 	if b.dra.version != c.dra.version || b.dra.nodes != b.nodesVersion || b.dra.sets == nil {
 		b.dra.sets = map[string]*deviceSet{}
 		b.dra.claimSets = map[string]claimSetMemo{}
-		b.dra.extSets = map[string]extMemo{}
+		b.dra.erSets = map[string]erMemo{}
 		b.dra.exact = nil
 		b.dra.version, b.dra.nodes = c.dra.version, b.nodesVersion
 	}

@@ -326,7 +326,7 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 					}
 					sets[pc.set.name] = pc.set
 				}
-				if pc.ext != nil && pc.set == nil {
+				if pc.erClaim != nil && pc.set == nil {
 					// Its claim is allocated already: the devices are the
 					// claim's, the pod only joins it on its node.
 					req.GPUs = 0
