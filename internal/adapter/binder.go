@@ -251,7 +251,7 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 		for i := range tasks {
 			t := &tasks[i]
 			pc := in.claims[podKey(t.pod)]
-			if pc == nil || pc.erClaim != nil && pc.erClaim.created == nil && b.cache.nodeAdvertises(t.node, pc.erClaim.resource) {
+			if pc == nil || pc.erClaim != nil && pc.erClaim.Created == nil && b.cache.nodeAdvertises(t.node, pc.erClaim.Resource) {
 				// No claims, or extended resources the chosen node's
 				// device plugin serves.
 				continue
@@ -271,7 +271,7 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 			}
 			if pc.erClaim != nil {
 				for w := range writes {
-					writes[w].erClaim = pc.erClaim
+					writes[w].ERClaim = pc.erClaim
 				}
 			}
 			t.claims = writes

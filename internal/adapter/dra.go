@@ -10,8 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/gpuplane/gpuplane/api/dra"
+	apidra "github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -87,7 +88,7 @@ type consumer struct {
 func newDRACache() *draCache {
 	return &draCache{slices: map[string]*resourceapi.ResourceSlice{}, byNode: map[string]map[string]*resourceapi.ResourceSlice{}, classes: map[string]*resourceapi.DeviceClass{},
 		claims: map[string]*resourceapi.ResourceClaim{}, claimNode: map[string]string{}, onNode: map[string]map[string]bool{},
-		inflight: map[string]*inflightClaim{}, refused: map[string]choiceRefusal{}, erClaimByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, celFeatures)}
+		inflight: map[string]*inflightClaim{}, refused: map[string]choiceRefusal{}, erClaimByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, dra.CELFeatures)}
 }
 
 func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
@@ -101,7 +102,7 @@ func (c *clusterCache) upsertSlice(s *resourceapi.ResourceSlice) {
 	if old != nil {
 		c.dropSlice(old)
 	}
-	if s.Spec.Driver != dra.DriverName || s.Spec.NodeName == nil {
+	if s.Spec.Driver != apidra.DriverName || s.Spec.NodeName == nil {
 		if old != nil {
 			c.refreshDRANode(*old.Spec.NodeName)
 		}
@@ -310,11 +311,11 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 		current = append(current, s)
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]
-			if t := d.Attributes[dra.AttrType]; t.StringValue == nil || *t.StringValue != dra.TypeGPU {
+			if t := d.Attributes[apidra.AttrType]; t.StringValue == nil || *t.StringValue != apidra.TypeGPU {
 				continue
 			}
 			idx := int64(-1)
-			if a := d.Attributes[dra.AttrIndex]; a.IntValue != nil && *a.IntValue >= 0 {
+			if a := d.Attributes[apidra.AttrIndex]; a.IntValue != nil && *a.IntValue >= 0 {
 				idx = *a.IntValue
 			}
 			found = append(found, indexed{idx: idx, d: &draDevice{pool: s.Spec.Pool.Name, name: d.Name, dev: d}})
@@ -361,10 +362,10 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 			g.MIGSlices = f.d.slices
 			dev = f.d.migs[len(f.d.migs)-1].dev
 		}
-		if p := dev.Attributes[dra.AttrProductName]; p.StringValue != nil {
+		if p := dev.Attributes[apidra.AttrProductName]; p.StringValue != nil {
 			g.Model = *p.StringValue
 		}
-		if q, ok := dev.Capacity[dra.CapacityMemory]; ok && q.Value.Sign() > 0 {
+		if q, ok := dev.Capacity[apidra.CapacityMemory]; ok && q.Value.Sign() > 0 {
 			g.MemoryMiB = q.Value.Value() >> 20
 		}
 		m.GPUs[i], devs[i] = g, f.d
@@ -386,7 +387,7 @@ const maxMIGSlices = 64
 // migDevices groups a node's MIG devices (type mig) by the GPU they live
 // on (parentIndex) into one GPU in MIG mode each: its compute slices are
 // the compute-slices counter of the counter set its devices consume from
-// (api/dra.CounterComputeSlices), each device's the amount it consumes.
+// (api/apidra.CounterComputeSlices), each device's the amount it consumes.
 // A device without a parent index, or that consumes no compute slices of
 // a counter set its pool declares, or from another set than its GPU's
 // other devices, is left out; so is a GPU whose devices come from more
@@ -397,7 +398,7 @@ func migDevices(current []*resourceapi.ResourceSlice) map[int64]*draDevice {
 	counters := map[string]map[string]int{}
 	for _, s := range current {
 		for _, cs := range s.Spec.SharedCounters {
-			c, ok := cs.Counters[dra.CounterComputeSlices]
+			c, ok := cs.Counters[apidra.CounterComputeSlices]
 			if !ok || c.Value.Sign() <= 0 || c.Value.Value() > maxMIGSlices {
 				continue
 			}
@@ -414,16 +415,16 @@ func migDevices(current []*resourceapi.ResourceSlice) map[int64]*draDevice {
 		pool := s.Spec.Pool.Name
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]
-			if t := d.Attributes[dra.AttrType]; t.StringValue == nil || *t.StringValue != dra.TypeMIG {
+			if t := d.Attributes[apidra.AttrType]; t.StringValue == nil || *t.StringValue != apidra.TypeMIG {
 				continue
 			}
-			a := d.Attributes[dra.AttrParentIndex]
+			a := d.Attributes[apidra.AttrParentIndex]
 			if a.IntValue == nil || *a.IntValue < 0 || len(d.ConsumesCounters) != 1 {
 				continue
 			}
 			idx, use := *a.IntValue, d.ConsumesCounters[0]
 			total, ok := counters[pool][use.CounterSet]
-			c, has := use.Counters[dra.CounterComputeSlices]
+			c, has := use.Counters[apidra.CounterComputeSlices]
 			if !ok || !has || c.Value.Sign() <= 0 || c.Value.Value() > int64(total) {
 				continue
 			}
@@ -436,7 +437,7 @@ func migDevices(current []*resourceapi.ResourceSlice) map[int64]*draDevice {
 				bad[idx] = true
 			}
 			profile := ""
-			if p := d.Attributes[dra.AttrMIGProfile]; p.StringValue != nil {
+			if p := d.Attributes[apidra.AttrMIGProfile]; p.StringValue != nil {
 				profile = *p.StringValue
 			}
 			g.migs = append(g.migs, &draDevice{pool: pool, name: d.Name, dev: d, slices: int(c.Value.Value()), profile: profile})
@@ -458,7 +459,7 @@ func migDevices(current []*resourceapi.ResourceSlice) map[int64]*draDevice {
 // GPU, or a MIG device's compute slices of its GPU; false if the device
 // is none of the node's GPUs.
 func (ni *nodeInfo) deviceShare(driver, pool, name string) (model.GPUShare, bool) {
-	if driver != dra.DriverName {
+	if driver != apidra.DriverName {
 		return model.GPUShare{}, false
 	}
 	for i, d := range ni.devs {

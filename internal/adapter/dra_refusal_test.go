@@ -104,7 +104,7 @@ func TestDRAClaimsRefusingTheCoresChoice(t *testing.T) {
 				t.Errorf("claim got %v, the core chose %v (bind %q): the claim must lie on the core's choice", devs, onGPUs, f.api.binds[0])
 			}
 			numa := map[int64]bool{}
-			for _, d := range f.api.claimWrites[0].alloc.Devices.Results {
+			for _, d := range f.api.claimWrites[0].Alloc.Devices.Results {
 				for _, s := range tt.slices {
 					for _, dev := range s.Spec.Devices {
 						if s.Spec.Pool.Name == d.Pool && dev.Name == d.Device {

@@ -4,10 +4,8 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/gpuplane/gpuplane/api/dra"
+	apidra "github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -30,20 +28,20 @@ func capacityShare(field string, x *resourceapi.ExactDeviceRequest, count int64)
 	}
 	for name, q := range x.Capacity.Requests {
 		switch name {
-		case dra.CapacityMemory:
+		case apidra.CapacityMemory:
 			v := q.Value()
 			if v <= 0 || v>>20 > maxShareMemoryMiB {
 				return 0, 0, fmt.Errorf("%s.exactly.capacity.requests[%q]: %s: want a positive amount of at most 1Pi", field, name, q.String())
 			}
 			memMiB = (v + 1<<20 - 1) >> 20
-		case dra.CapacityCompute:
+		case apidra.CapacityCompute:
 			v := q.Value()
 			if v < 0 || v > 100 {
 				return 0, 0, fmt.Errorf("%s.exactly.capacity.requests[%q]: %s: want 0 to 100 percent of the GPU", field, name, q.String())
 			}
 			milli = v * model.MilliPerGPU / 100
 		default:
-			return 0, 0, fmt.Errorf("%s.exactly.capacity.requests[%q]: not a capacity gpuplane-scheduler shares; ask for %s or %s", field, name, dra.CapacityMemory, dra.CapacityCompute)
+			return 0, 0, fmt.Errorf("%s.exactly.capacity.requests[%q]: not a capacity gpuplane-scheduler shares; ask for %s or %s", field, name, apidra.CapacityMemory, apidra.CapacityCompute)
 		}
 	}
 	if milli == model.MilliPerGPU {
@@ -62,36 +60,11 @@ func resultShare(ni *nodeInfo, g int, r *resourceapi.DeviceRequestAllocationResu
 		return model.GPUShare{Index: g, Milli: gpu.Capacity(), MemoryMiB: gpu.MemoryMiB}
 	}
 	s := model.GPUShare{Index: g}
-	if q, ok := r.ConsumedCapacity[dra.CapacityMemory]; ok {
+	if q, ok := r.ConsumedCapacity[apidra.CapacityMemory]; ok {
 		s.MemoryMiB = (q.Value() + 1<<20 - 1) >> 20
 	}
-	if q, ok := r.ConsumedCapacity[dra.CapacityCompute]; ok {
+	if q, ok := r.ConsumedCapacity[apidra.CapacityCompute]; ok {
 		s.Milli = q.Value() * model.MilliPerGPU / 100
 	}
 	return s
-}
-
-// allocatedState is what the claims allocated on a node hold, as the
-// structured allocator takes it: whole devices, the shares of devices
-// allocated more than once, and the capacity those shares consume.
-func allocatedState(allocs []*resourceapi.AllocationResult) structured.AllocatedState {
-	st := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-	for _, alloc := range allocs {
-		for _, r := range alloc.Devices.Results {
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if r.ShareID == nil {
-				st.AllocatedDevices.Insert(id)
-				continue
-			}
-			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-			if len(r.ConsumedCapacity) > 0 {
-				st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-			}
-		}
-	}
-	return st
 }

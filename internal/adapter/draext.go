@@ -2,8 +2,6 @@ package adapter
 
 import (
 	"cmp"
-	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -38,17 +35,6 @@ import (
 // before it exists in the API server (the in-flight allocation is kept
 // under namespace/<prefix><pod UID>).
 const erClaimMemPrefix = "extended-resources.gpuplane.io-"
-
-// extendedResourceClaim is what a pod's extended-resource claim adds to its claims:
-// the resource, the mappings the pod's status is to name, and the claim as
-// made in the API server (nil until it is; an existing one found for the
-// pod on start-up). created is written by the writer's worker and read by
-// the worker that undoes a failed bind after it, never concurrently.
-type extendedResourceClaim struct {
-	resource corev1.ResourceName
-	mappings []corev1.ContainerExtendedResourceRequest
-	created  *resourceapi.ResourceClaim
-}
 
 // erClaimMemKey is the cache key of a pod's extended-resource claim not
 // made yet.
@@ -171,7 +157,7 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 			return nil, nil
 		}
 		return &podClaims{alloc: []*resourceapi.ResourceClaim{m.claim}, set: m.set,
-			erClaim: &extendedResourceClaim{resource: res, mappings: m.mappings}}, nil
+			erClaim: &extendedResourceClaim{Resource: res, Mappings: m.mappings}}, nil
 	}
 	reqs, mappings := extendedRequests(p, res, class.Name)
 	if len(reqs) == 0 {
@@ -180,14 +166,14 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		}
 		return nil, nil
 	}
-	erClaim := &extendedResourceClaim{resource: res, mappings: mappings}
+	erClaim := &extendedResourceClaim{Resource: res, Mappings: mappings}
 	pc := &podClaims{erClaim: erClaim}
 	if key, ok := c.dra.erClaimByPod[p.UID]; ok {
 		cl := c.dra.claims[key]
 		if cl.DeletionTimestamp != nil {
 			return nil, badInput("ResourceClaimDeleted", "the claim for its extended resources, ResourceClaim %s, is being deleted", key)
 		}
-		erClaim.created = cl
+		erClaim.Created = cl
 		alloc := cl.Status.Allocation
 		if f := c.dra.inflight[key]; f != nil && f.alloc != nil {
 			alloc = f.alloc
@@ -218,12 +204,12 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		serves = base.migSlices == 0 && !base.share && base.count == r.GPUs
 	}
 	switch {
-	case base.err != "" && (erClaim.created != nil || implied):
+	case base.err != "" && (erClaim.Created != nil || implied):
 		what := "its extended resources"
 		if implied {
 			what = string(res)
 		}
-		return nil, badInput(base.errCode, "%s (DeviceClass %s, for %s): %s", cmp.Or(claimKeyOf(erClaim.created), "its claim"), class.Name, what, base.err)
+		return nil, badInput(base.errCode, "%s (DeviceClass %s, for %s): %s", cmp.Or(claimKeyOf(erClaim.Created), "its claim"), class.Name, what, base.err)
 	case !serves:
 		// A class whose selectors fail, that selects devices of another
 		// kind than the resource names, or requests that sum to more
@@ -232,13 +218,13 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		// mapping.
 		b.log.V(2).Info("extended resource served by the device plugin only", "pod", pi.key, "resource", res, "deviceClass", class.Name,
 			"reason", base.err, "claimDevices", base.count, "migSlices", base.migSlices, "gpus", r.GPUs)
-		if erClaim.created == nil {
+		if erClaim.Created == nil {
 			b.memoER(pi, erMemo{pod: p})
 		}
 		return nil, nil
 	}
 	pc.set = base
-	if erClaim.created == nil {
+	if erClaim.Created == nil {
 		pc.set = b.erSet(base, res)
 		b.memoER(pi, erMemo{pod: p, claim: pc.alloc[0], mappings: mappings, set: pc.set})
 	}
@@ -444,95 +430,6 @@ func asksMappable(p *corev1.Pod) bool {
 func mappable(name corev1.ResourceName) bool {
 	return name == ResourceGPU || strings.HasPrefix(string(name), migResourcePrefix) ||
 		strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix)
-}
-
-// reserveExtended makes a pod's extended-resource claim (unless it exists
-// already), writes its finalizer, allocation and reservation, and names it
-// in the pod's status.extendedResourceClaimStatus; on failure a claim made
-// here is deleted again.
-func (w *apiWriter) reserveExtended(ctx context.Context, cw claimWrite) error {
-	erClaim := cw.erClaim
-	if erClaim.created == nil {
-		cl := cw.claim.DeepCopy()
-		cl.Name, cl.UID, cl.Status = "", "", resourceapi.ResourceClaimStatus{}
-		made, err := w.client.ResourceV1().ResourceClaims(cl.Namespace).Create(ctx, cl, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("creating the claim for the pod's extended resources: %w", err)
-		}
-		erClaim.created = made
-	}
-	made := cw
-	made.claim, made.erClaim = erClaim.created, nil
-	err := w.reserveClaim(ctx, made)
-	if err == nil {
-		err = w.patchERStatus(ctx, cw.pod, erClaim)
-	}
-	if err != nil {
-		if derr := w.deleteERClaim(ctx, erClaim); derr != nil {
-			w.log.Error(derr, "deleting a pod's extended-resource claim", "pod", podKey(cw.pod))
-		}
-		return err
-	}
-	return nil
-}
-
-// patchERStatus names the claim and the request mappings in the pod's
-// status.extendedResourceClaimStatus, for the kubelet.
-func (w *apiWriter) patchERStatus(ctx context.Context, pod *corev1.Pod, erClaim *extendedResourceClaim) error {
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": pod.UID},
-		"status": map[string]any{"extendedResourceClaimStatus": corev1.PodExtendedResourceClaimStatus{
-			RequestMappings: erClaim.mappings, ResourceClaimName: erClaim.created.Name}},
-	})
-	if err != nil {
-		return fmt.Errorf("encoding status.extendedResourceClaimStatus: %w", err)
-	}
-	if _, err := w.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("writing status.extendedResourceClaimStatus: %w", err)
-	}
-	return nil
-}
-
-// deleteERClaim deletes a pod's extended-resource claim, as
-// kube-scheduler does when the pod is not bound: the finalizer first, then
-// the claim, by its UID.
-func (w *apiWriter) deleteERClaim(ctx context.Context, erClaim *extendedResourceClaim) error {
-	cl := erClaim.created
-	if cl == nil {
-		return nil
-	}
-	claims := w.client.ResourceV1().ResourceClaims(cl.Namespace)
-	for attempt := 0; ; attempt++ {
-		fresh, err := claims.Get(ctx, cl.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && fresh.UID != cl.UID {
-			erClaim.created = nil
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading ResourceClaim %s: %w", claimKey(cl), err)
-		}
-		if !slices.Contains(fresh.Finalizers, resourceapi.Finalizer) {
-			break
-		}
-		fin := slices.DeleteFunc(slices.Clone(fresh.Finalizers), func(f string) bool { return f == resourceapi.Finalizer })
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": fresh.ResourceVersion, "finalizers": fin}})
-		if err != nil {
-			return fmt.Errorf("encoding the finalizer removal: %w", err)
-		}
-		_, err = claims.Patch(ctx, cl.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if err == nil {
-			break
-		}
-		if !apierrors.IsConflict(err) || attempt+1 >= maxClaimWriteAttempts {
-			return fmt.Errorf("removing the %s finalizer from ResourceClaim %s: %w", resourceapi.Finalizer, claimKey(cl), err)
-		}
-	}
-	err := claims.Delete(ctx, cl.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cl.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting ResourceClaim %s: %w", claimKey(cl), err)
-	}
-	erClaim.created = nil
-	return nil
 }
 
 // nodeAdvertises reports whether a node's allocatable lists an extended

@@ -81,19 +81,19 @@ func TestExtendedResourcePlacement(t *testing.T) {
 			var claims []string
 			for _, w := range f.api.claimWrites {
 				var devs []string
-				for _, r := range w.alloc.Devices.Results {
+				for _, r := range w.Alloc.Devices.Results {
 					devs = append(devs, r.Pool+"/"+r.Device)
 				}
-				claims = append(claims, allocationNode(w.alloc)+" "+strings.Join(devs, ","))
-				if w.erClaim == nil {
-					t.Errorf("claim write %s is not marked as the pod's extended-resource claim", claimKey(w.claim))
+				claims = append(claims, allocationNode(w.Alloc)+" "+strings.Join(devs, ","))
+				if w.ERClaim == nil {
+					t.Errorf("claim write %s is not marked as the pod's extended-resource claim", claimKey(w.Claim))
 					continue
 				}
 				want := []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: "nvidia.com/gpu", RequestName: "container-0-request-1"}}
-				if !slices.Equal(w.erClaim.mappings, want) {
-					t.Errorf("mappings %v, want %v", w.erClaim.mappings, want)
+				if !slices.Equal(w.ERClaim.Mappings, want) {
+					t.Errorf("mappings %v, want %v", w.ERClaim.Mappings, want)
 				}
-				cl := w.claim
+				cl := w.Claim
 				if cl.GenerateName != "p-extended-resources-" || cl.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" ||
 					len(cl.OwnerReferences) != 1 || cl.OwnerReferences[0].UID != "uid-p" || !*cl.OwnerReferences[0].Controller {
 					t.Errorf("claim meta %+v, want kube-scheduler's extended-resource claim of pod p", cl.ObjectMeta)
@@ -140,11 +140,11 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	// The informer: the claim made, allocated and reserved, the pod bound
 	// with its status naming the claim.
 	w := f.api.claimWrites[0]
-	cl := w.claim.DeepCopy()
+	cl := w.Claim.DeepCopy()
 	cl.Name, cl.UID = "p0-extended-resources-x1", "claim-uid"
 	cl.Finalizers = []string{resourceapi.Finalizer}
 	// Not the lowest GPUs, so that only the claim says which it holds.
-	cl.Status.Allocation = w.alloc.DeepCopy()
+	cl.Status.Allocation = w.Alloc.DeepCopy()
 	for i := range cl.Status.Allocation.Devices.Results {
 		cl.Status.Allocation.Devices.Results[i].Device = fmt.Sprint("gpu-", i+1)
 	}
@@ -158,7 +158,7 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	}
 	p := erPod("p0", "3")
 	p.Spec.NodeName = "a"
-	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: cl.Name, RequestMappings: w.erClaim.mappings}
+	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: cl.Name, RequestMappings: w.ERClaim.Mappings}
 	f.cache.upsertPod(p)
 	// The loop's own builder: another one would take the cache's marks of
 	// the nodes that changed, and the loop's would keep p0 on GPUs 0-2.
@@ -188,7 +188,7 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	for _, r := range cl.Status.Allocation.Devices.Results {
 		held[r.Device] = true
 	}
-	if d := f.api.claimWrites[1].alloc.Devices.Results[0].Device; held[d] {
+	if d := f.api.claimWrites[1].Alloc.Devices.Results[0].Device; held[d] {
 		t.Errorf("p2 got %s, which p0's claim holds", d)
 	}
 }
@@ -218,7 +218,7 @@ func TestExtendedResourceClaimFoundAgain(t *testing.T) {
 	if want := []string{"ns/p-extended-resources-x1 ns/p b -"}; !slices.Equal(f.api.claims, want) {
 		t.Fatalf("claim writes %v, want %v: the pod joins its claim on its node", f.api.claims, want)
 	}
-	if len(f.api.claimWrites) != 1 || f.api.claimWrites[0].erClaim == nil || f.api.claimWrites[0].erClaim.created != cl {
+	if len(f.api.claimWrites) != 1 || f.api.claimWrites[0].ERClaim == nil || f.api.claimWrites[0].ERClaim.Created != cl {
 		t.Errorf("the write does not carry the existing claim as the pod's extended-resource claim")
 	}
 	if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p b") {
@@ -329,14 +329,14 @@ func TestExtendedMIGResource(t *testing.T) {
 				t.Fatalf("claim writes %v, want the pod's extended-resource claim", f.api.claims)
 			}
 			w := f.api.claimWrites[0]
-			res := w.alloc.Devices.Results
+			res := w.Alloc.Devices.Results
 			if len(res) != 1 || !strings.HasPrefix(res[0].Device, tc.wantDevice) {
 				t.Errorf("the claim got %+v, want one device %s*", res, tc.wantDevice)
 			}
-			if w.erClaim == nil || w.erClaim.resource != corev1.ResourceName(migResourcePrefix+tc.ask) {
-				t.Errorf("the write is not the pod's claim for %s: %+v", migResourcePrefix+tc.ask, w.erClaim)
+			if w.ERClaim == nil || w.ERClaim.Resource != corev1.ResourceName(migResourcePrefix+tc.ask) {
+				t.Errorf("the write is not the pod's claim for %s: %+v", migResourcePrefix+tc.ask, w.ERClaim)
 			}
-			if r := w.claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "mig-"+tc.ask+".gpu.gpuplane.io" || r[0].Exactly.Count != 1 {
+			if r := w.Claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "mig-"+tc.ask+".gpu.gpuplane.io" || r[0].Exactly.Count != 1 {
 				t.Errorf("claim requests %+v, want one device of the profile's class", r)
 			}
 			if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p a") {
@@ -388,15 +388,15 @@ func TestImpliedClassResource(t *testing.T) {
 				t.Fatalf("claim writes %v, want the pod's claim (node b's device plugin does not serve %s)", f.api.claims, implied("gpu.gpuplane.io"))
 			}
 			w := f.api.claimWrites[0]
-			if r := w.claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "gpu.gpuplane.io" || r[0].Exactly.Count != tc.wantCount {
+			if r := w.Claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "gpu.gpuplane.io" || r[0].Exactly.Count != tc.wantCount {
 				t.Errorf("claim requests %+v, want %d devices of gpu.gpuplane.io", r, tc.wantCount)
 			}
 			want := []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: implied("gpu.gpuplane.io"), RequestName: "container-0-request-1"}}
-			if w.erClaim == nil || !slices.Equal(w.erClaim.mappings, want) {
-				t.Errorf("the write's mappings %+v, want %v", w.erClaim, want)
+			if w.ERClaim == nil || !slices.Equal(w.ERClaim.Mappings, want) {
+				t.Errorf("the write's mappings %+v, want %v", w.ERClaim, want)
 			}
-			if len(w.alloc.Devices.Results) != int(tc.wantCount) || allocationNode(w.alloc) != "a" {
-				t.Errorf("allocation %+v, want %d devices of node a", w.alloc.Devices.Results, tc.wantCount)
+			if len(w.Alloc.Devices.Results) != int(tc.wantCount) || allocationNode(w.Alloc) != "a" {
+				t.Errorf("allocation %+v, want %d devices of node a", w.Alloc.Devices.Results, tc.wantCount)
 			}
 			if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p a") {
 				t.Errorf("binds %v, want p on a", f.api.binds)

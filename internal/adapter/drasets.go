@@ -4,15 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
-	"github.com/gpuplane/gpuplane/api/dra"
+	apidra "github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -228,10 +227,10 @@ const (
 // DeviceClass and then its own, evaluated with the structured allocator's
 // CEL environment and cache, and not tainted against the request (a
 // NoSchedule or NoExecute device taint none of its tolerations tolerates),
-// all as the allocator judges them with claimFeatures (featureAllows). A
+// all as the allocator judges them with dra.Features (featureAllows). A
 // selector that fails on a device (a missing attribute, a type error)
 // fails the set, as it fails kube-scheduler's allocation. A request that
-// needs a feature claimFeatures has off (refusedFeature), or of all
+// needs a feature dra.Features has off (refusedFeature), or of all
 // devices, fails it too.
 func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*resourceapi.DeviceClass, cache *dracel.Cache) *deviceSet {
 	s := &deviceSet{masks: make([]uint64, len(nodes))}
@@ -242,7 +241,7 @@ func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*
 	for ci, spec := range specs {
 		for ri, r := range spec.Requests {
 			field := fmt.Sprintf("spec.devices.requests[%d] (%q)", ri, r.Name)
-			if refusal := refusedFeature(&r); refusal != "" {
+			if refusal := dra.RefusedFeature(&r); refusal != "" {
 				return fail(ci, "UnsupportedClaim", refusal, field)
 			}
 			x := r.Exactly
@@ -303,10 +302,10 @@ func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*
 			// match reports whether a device passes the class's and the
 			// request's selectors and taints, or the set's failure.
 			match := func(d *draDevice, node string) (bool, *deviceSet) {
-				if !featureAllows(d.dev, x.Tolerations) {
+				if !dra.DeviceAllowed(d.dev, x.Tolerations) {
 					return false, nil
 				}
-				in := dracel.Device{Driver: dra.DriverName, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity, AllowMultipleAllocations: d.dev.AllowMultipleAllocations}
+				in := dracel.Device{Driver: apidra.DriverName, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity, AllowMultipleAllocations: d.dev.AllowMultipleAllocations}
 				for pi, prog := range progs {
 					match, _, err := prog.DeviceMatches(ctx, in)
 					if err != nil {
@@ -388,24 +387,6 @@ func evalDeviceSet(nodes []*nodeInfo, specs []claimSpecKey, classes map[string]*
 		return fail(s.migClaim, "UnsupportedClaim", "%s selects MIG devices beside other requests: gpuplane-scheduler places a pod's claims as whole GPUs or as one MIG device, not both", s.migField)
 	}
 	return s
-}
-
-// taintRefuses reports whether a device carries a taint with effect
-// NoSchedule or NoExecute that none of a request's tolerations tolerates:
-// the structured allocator (with DeviceTaints on, as kube-scheduler runs
-// it) then never gives the device to that request, so it is no GPU of the
-// request's set either. Other effects (None, or one this version does not
-// know) do not prevent allocation, as for the allocator.
-func taintRefuses(d *resourceapi.Device, tolerations []resourceapi.DeviceToleration) bool {
-	for _, t := range d.Taints {
-		if t.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.Effect != resourceapi.DeviceTaintEffectNoExecute {
-			continue
-		}
-		if !slices.ContainsFunc(tolerations, func(tol resourceapi.DeviceToleration) bool { return resourceclaim.ToleratesTaint(tol, t) }) {
-			return true
-		}
-	}
-	return false
 }
 
 // withDeviceSets returns the GPUs of node i with the device sets in use
