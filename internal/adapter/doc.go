@@ -71,13 +71,13 @@
 // What the adapter needs of k8s.io/dynamic-resource-allocation and of the
 // claim API's writes is package internal/adapter/dra: one table of DRA
 // features (dra.Features) that the structured allocator runs with and
-// device-set eligibility reads (dra.RefusedFeature, dra.DeviceAllowed), so
-// a device is in a set exactly when the allocator may give it and a
-// request needing a feature that is off waits with the reason; the
-// allocator narrowed to the core's devices (dra.Allocate); and the claim
-// writes (dra.Writer). The DRA state (slices, classes, claims, in-flight
-// allocations, refusals) stays in the cache, under its lock, and the
-// builder's DRA memo is one draMemo (dramemo.go).
+// device-set evaluation reads (dra.EvalDeviceSet, dra.RefusedFeature,
+// dra.DeviceAllowed), so a device is in a set exactly when the allocator
+// may give it and a request needing a feature that is off waits with the
+// reason; the allocator narrowed to the core's devices (dra.Allocate);
+// and the claim writes (dra.Writer). The DRA state (slices, classes,
+// claims, in-flight allocations, refusals) stays in the cache, under its
+// lock, and the builder's DRA memo is one draMemo (dramemo.go).
 //
 // The core is the only chooser of GPUs. Carrying a bind out, the binder
 // hands the core's choice to the structured allocator

@@ -17,22 +17,12 @@ import (
 )
 
 // maxClaimGPUs bounds the GPUs one node may publish to the scheduler
-// through ResourceSlices; devices past it are left out of scheduling.
-const maxClaimGPUs = 64
+// through ResourceSlices (dra.MaxGPUs).
+const maxClaimGPUs = dra.MaxGPUs
 
 // draDevice is one GPU a node publishes in a ResourceSlice of gpuplane's
-// driver: a whole GPU (dev), or a GPU in MIG mode, which is no device of
-// its own but the MIG devices that consume its shared counters (migs).
-type draDevice struct {
-	pool, name string
-	dev        *resourceapi.Device
-	// slices is, for a MIG device, the compute slices it takes of its
-	// GPU's counter set; the GPU's own for a GPU in MIG mode.
-	slices int
-	// profile is a MIG device's profile ("1g.10gb").
-	profile string
-	migs    []*draDevice
-}
+// driver (dra.Device).
+type draDevice = dra.Device
 
 // draCache is the DRA part of the cluster cache: the ResourceSlices of
 // gpuplane's driver that name a node, the DeviceClasses, the
@@ -318,7 +308,7 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 			if a := d.Attributes[apidra.AttrIndex]; a.IntValue != nil && *a.IntValue >= 0 {
 				idx = *a.IntValue
 			}
-			found = append(found, indexed{idx: idx, d: &draDevice{pool: s.Spec.Pool.Name, name: d.Name, dev: d}})
+			found = append(found, indexed{idx: idx, d: &draDevice{Pool: s.Spec.Pool.Name, Name: d.Name, Dev: d}})
 		}
 	}
 	migs := migDevices(current)
@@ -331,7 +321,7 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 		if a.idx < 0 != (b.idx < 0) {
 			return cmp.Compare(b.idx, a.idx)
 		}
-		return cmp.Or(cmp.Compare(a.idx, b.idx), cmp.Compare(a.d.pool, b.d.pool), cmp.Compare(a.d.name, b.d.name))
+		return cmp.Or(cmp.Compare(a.idx, b.idx), cmp.Compare(a.d.Pool, b.d.Pool), cmp.Compare(a.d.Name, b.d.Name))
 	})
 	m := base
 	if len(base.GPUs) > 0 {
@@ -342,7 +332,7 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 			}
 			// A GPU in MIG mode serves MIG devices only where the device
 			// plugin's node says it is in MIG mode too.
-			if (f.d.dev == nil) == (base.GPUs[f.idx].MIGSlices > 0) {
+			if (f.d.Dev == nil) == (base.GPUs[f.idx].MIGSlices > 0) {
 				devs[f.idx] = f.d
 			}
 		}
@@ -355,12 +345,12 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 	devs := make([]*draDevice, len(found))
 	for i, f := range found {
 		g := model.GPU{Index: i, ClaimOnly: true}
-		dev := f.d.dev
+		dev := f.d.Dev
 		if dev == nil {
 			// A GPU in MIG mode: any size of instance its counters fit
 			// (dynamic MIG), named after its largest device.
-			g.MIGSlices = f.d.slices
-			dev = f.d.migs[len(f.d.migs)-1].dev
+			g.MIGSlices = f.d.Slices
+			dev = f.d.MIGs[len(f.d.MIGs)-1].Dev
 		}
 		if p := dev.Attributes[apidra.AttrProductName]; p.StringValue != nil {
 			g.Model = *p.StringValue
@@ -431,16 +421,16 @@ func migDevices(current []*resourceapi.ResourceSlice) map[int64]*draDevice {
 			g := out[idx]
 			switch {
 			case g == nil:
-				g = &draDevice{pool: pool, slices: total}
+				g = &draDevice{Pool: pool, Slices: total}
 				out[idx], sets[idx] = g, use.CounterSet
-			case g.pool != pool || sets[idx] != use.CounterSet:
+			case g.Pool != pool || sets[idx] != use.CounterSet:
 				bad[idx] = true
 			}
 			profile := ""
 			if p := d.Attributes[apidra.AttrMIGProfile]; p.StringValue != nil {
 				profile = *p.StringValue
 			}
-			g.migs = append(g.migs, &draDevice{pool: pool, name: d.Name, dev: d, slices: int(c.Value.Value()), profile: profile})
+			g.MIGs = append(g.MIGs, &draDevice{Pool: pool, Name: d.Name, Dev: d, Slices: int(c.Value.Value()), Profile: profile})
 		}
 	}
 	for idx, g := range out {
@@ -448,8 +438,8 @@ func migDevices(current []*resourceapi.ResourceSlice) map[int64]*draDevice {
 			delete(out, idx)
 			continue
 		}
-		slices.SortFunc(g.migs, func(a, b *draDevice) int {
-			return cmp.Or(cmp.Compare(a.slices, b.slices), cmp.Compare(a.profile, b.profile), cmp.Compare(a.name, b.name))
+		slices.SortFunc(g.MIGs, func(a, b *draDevice) int {
+			return cmp.Or(cmp.Compare(a.Slices, b.Slices), cmp.Compare(a.Profile, b.Profile), cmp.Compare(a.Name, b.Name))
 		})
 	}
 	return out
@@ -463,15 +453,15 @@ func (ni *nodeInfo) deviceShare(driver, pool, name string) (model.GPUShare, bool
 		return model.GPUShare{}, false
 	}
 	for i, d := range ni.devs {
-		if d == nil || d.pool != pool {
+		if d == nil || d.Pool != pool {
 			continue
 		}
-		if d.dev != nil && d.name == name {
+		if d.Dev != nil && d.Name == name {
 			return model.GPUShare{Index: i, Milli: ni.m.GPUs[i].Capacity(), MemoryMiB: ni.m.GPUs[i].MemoryMiB}, true
 		}
-		for _, mg := range d.migs {
-			if mg.name == name {
-				return model.GPUShare{Index: i, MIGSlices: mg.slices}, true
+		for _, mg := range d.MIGs {
+			if mg.Name == name {
+				return model.GPUShare{Index: i, MIGSlices: mg.Slices}, true
 			}
 		}
 	}

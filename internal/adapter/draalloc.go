@@ -67,13 +67,13 @@ func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen [
 				continue
 			}
 			d := ni.devs[s.Index]
-			if d.dev != nil {
-				want.Insert(d.pool + "/" + d.name)
+			if d.Dev != nil {
+				want.Insert(d.Pool + "/" + d.Name)
 			}
 			// A MIG instance on the chosen GPU: any of its MIG devices,
 			// as the GPU's counters allow.
-			for _, mg := range d.migs {
-				want.Insert(mg.pool + "/" + mg.name)
+			for _, mg := range d.MIGs {
+				want.Insert(mg.Pool + "/" + mg.Name)
 			}
 		}
 		var err error

@@ -193,23 +193,23 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 	base := b.deviceSet(c, []claimSpecKey{{Requests: pc.alloc[0].Spec.Devices.Requests}})
 	var serves bool
 	switch {
-	case base.err != "":
+	case base.Err != "":
 	case implied:
 		serves = true
 	case r.MIGSlices > 0:
 		// One MIG device of the profile: the class's smallest device
 		// that passes is of the pod's size.
-		serves = base.migSlices == r.MIGSlices && base.count == 1
+		serves = base.MIGSlices == r.MIGSlices && base.Count == 1
 	default:
-		serves = base.migSlices == 0 && !base.share && base.count == r.GPUs
+		serves = base.MIGSlices == 0 && !base.Share && base.Count == r.GPUs
 	}
 	switch {
-	case base.err != "" && (erClaim.Created != nil || implied):
+	case base.Err != "" && (erClaim.Created != nil || implied):
 		what := "its extended resources"
 		if implied {
 			what = string(res)
 		}
-		return nil, badInput(base.errCode, "%s (DeviceClass %s, for %s): %s", cmp.Or(claimKeyOf(erClaim.Created), "its claim"), class.Name, what, base.err)
+		return nil, badInput(base.ErrCode, "%s (DeviceClass %s, for %s): %s", cmp.Or(claimKeyOf(erClaim.Created), "its claim"), class.Name, what, base.Err)
 	case !serves:
 		// A class whose selectors fail, that selects devices of another
 		// kind than the resource names, or requests that sum to more
@@ -217,7 +217,7 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		// others): the device plugin alone serves the pod, as before the
 		// mapping.
 		b.log.V(2).Info("extended resource served by the device plugin only", "pod", pi.key, "resource", res, "deviceClass", class.Name,
-			"reason", base.err, "claimDevices", base.count, "migSlices", base.migSlices, "gpus", r.GPUs)
+			"reason", base.Err, "claimDevices", base.Count, "migSlices", base.MIGSlices, "gpus", r.GPUs)
 		if erClaim.Created == nil {
 			b.memoER(pi, erMemo{pod: p})
 		}
@@ -271,12 +271,12 @@ const erSetPrefix = "extended-"
 // device), on the others the GPUs of the DeviceClass's set. Caller holds
 // c.mu.
 func (b *builder) erSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
-	key := "\x00ext/" + string(res) + "/" + base.name
+	key := "\x00ext/" + string(res) + "/" + base.Name
 	if s := b.dra.sets[key]; s != nil {
 		return s
 	}
 	s := *base
-	s.masks = slices.Clone(base.masks)
+	s.Masks = slices.Clone(base.Masks)
 	for i, n := range b.nodes {
 		if !advertises(n.node, res) {
 			continue
@@ -287,10 +287,10 @@ func (b *builder) erSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
 				m |= 1 << uint(g)
 			}
 		}
-		s.masks[i] = m
+		s.Masks[i] = m
 	}
 	b.dra.nextSet++
-	s.name = erSetPrefix + string(res) + "#" + strconv.Itoa(b.dra.nextSet)
+	s.Name = erSetPrefix + string(res) + "#" + strconv.Itoa(b.dra.nextSet)
 	b.dra.sets[key] = &s
 	return &s
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 )
 
 // draMemo is what the builder keeps of DRA between cycles: the device sets
@@ -27,6 +29,21 @@ type draMemo struct {
 	version, nodes int
 	nextSet        int
 	setNames       []string
+	// devices are the builder's nodes' GPUs as device sets are evaluated
+	// on them, made again when the sets are reset.
+	devices []dra.NodeDevices
+}
+
+// nodeDevices returns the nodes' GPUs for dra.EvalDeviceSet, aligned
+// with nodes.
+func (m *draMemo) nodeDevices(nodes []*nodeInfo) []dra.NodeDevices {
+	if m.devices == nil {
+		m.devices = make([]dra.NodeDevices, len(nodes))
+		for i, n := range nodes {
+			m.devices[i] = dra.NodeDevices{Name: n.node.Name, Devs: n.devs}
+		}
+	}
+	return m.devices
 }
 
 // exactMemo is a device set exactSet made, with what it was made from.
@@ -73,10 +90,10 @@ func (b *builder) exactSet(c *clusterCache, pod string, set *deviceSet, now time
 		return set
 	}
 	s := *set
-	s.masks = slices.Clone(set.masks)
-	s.masks[i] &= r.gpus
+	s.Masks = slices.Clone(set.Masks)
+	s.Masks[i] &= r.gpus
 	b.dra.nextSet++
-	s.name = set.name + "/exact-" + strconv.Itoa(b.dra.nextSet)
+	s.Name = set.Name + "/exact-" + strconv.Itoa(b.dra.nextSet)
 	if b.dra.exact == nil || len(b.dra.exact) >= maxClaimSets {
 		b.dra.exact = map[string]exactMemo{}
 	}

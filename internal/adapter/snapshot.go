@@ -315,16 +315,16 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			req := pi.req
 			if pc := in.claims[pi.key]; pc != nil {
 				if pc.set != nil {
-					req.DeviceSet = pc.set.name
+					req.DeviceSet = pc.set.Name
 					switch {
-					case pc.set.migSlices > 0:
-						req.MIGSlices, req.MIGProfile = pc.set.migSlices, pc.set.migProfile
-					case pc.set.share:
-						req.GPUMilli, req.GPUMemoryMiB = pc.set.shareMilli, pc.set.shareMemMiB
+					case pc.set.MIGSlices > 0:
+						req.MIGSlices, req.MIGProfile = pc.set.MIGSlices, pc.set.MIGProfile
+					case pc.set.Share:
+						req.GPUMilli, req.GPUMemoryMiB = pc.set.ShareMilli, pc.set.ShareMemMiB
 					default:
-						req.GPUs = pc.set.count
+						req.GPUs = pc.set.Count
 					}
-					sets[pc.set.name] = pc.set
+					sets[pc.set.Name] = pc.set
 				}
 				if pc.erClaim != nil && pc.set == nil {
 					// Its claim is allocated already: the devices are the

@@ -9,6 +9,12 @@
 //     device-set eligibility reads it: RefusedFeature says why a request
 //     needing a feature that is off cannot be served, DeviceAllowed
 //     whether the allocator may give a device to a request at all.
+//   - EvalDeviceSet (sets.go) finds, for a shape of claims, the GPUs of
+//     every node (Device, NodeDevices) that may serve them, as the
+//     allocator would judge each device, and how many the claims ask
+//     for: the DeviceSet the core places the pod's claims in; or why no
+//     device can (an unknown class, a selector that fails, a feature that
+//     is off).
 //   - Allocate (allocate.go) runs the structured allocator, the one
 //     kube-scheduler runs, for a pod's claims on one node, narrowed to the
 //     devices the scheduler's core chose. It never widens the choice: nil

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,41 @@ func gpuClass() *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.gpuplane.io"},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 			Expression: `device.driver == "gpu.gpuplane.io"`}}}}}
+}
+
+// TestClaimFeaturesTable holds device-set evaluation to Features: a
+// request needing a feature that is off is refused with the feature's
+// reason, and one needing a feature that is on is not.
+func TestClaimFeaturesTable(t *testing.T) {
+	on := Features.Set()
+	requests := map[string]resourceapi.DeviceRequest{
+		"PrioritizedList": {Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "a", DeviceClassName: "gpu.gpuplane.io"}}},
+		"AdminAccess": {Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.gpuplane.io",
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1, AdminAccess: ptr.To(true)}},
+		"ConsumableCapacity": {Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.gpuplane.io",
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{apidra.CapacityMemory: resource.MustParse("10Gi")}}}},
+	}
+	classes := map[string]*resourceapi.DeviceClass{"gpu.gpuplane.io": gpuClass()}
+	for _, f := range RequestFeatures {
+		t.Run(f.Name, func(t *testing.T) {
+			r, ok := requests[f.Name]
+			if !ok {
+				t.Fatalf("no sample request for feature %s: add one", f.Name)
+			}
+			if !f.Needs(&r) {
+				t.Fatalf("the sample request does not need %s", f.Name)
+			}
+			s := EvalDeviceSet(nil, []ClaimSpec{{Requests: []resourceapi.DeviceRequest{r}}}, classes, dracel.NewCache(8, CELFeatures))
+			if f.On != on.Has("DRA"+f.Name) {
+				t.Fatalf("RequestFeatures says %s is on: %v, Features: %v", f.Name, f.On, on.Has("DRA"+f.Name))
+			}
+			refused := strings.Contains(s.Err, strings.TrimPrefix(f.Refusal, "%s"))
+			if refused == f.On {
+				t.Errorf("feature on %v, device set error %q: want refused %v", f.On, s.Err, !f.On)
+			}
+		})
+	}
 }
 
 // TestDeviceAllowedAgreesWithTheAllocator checks, device by device, that
