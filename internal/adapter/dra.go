@@ -277,7 +277,7 @@ func (c *clusterCache) refreshDRANode(node string) {
 // gpuplane.io/gpu-topology annotation when it describes exactly those
 // devices, indexed 0 to n-1. Devices of type gpu are whole GPUs; devices
 // of type mig are grouped by their parentIndex into one GPU in MIG mode
-// (migDevices). Caller holds mu.
+// (dra.MIGDevices). Caller holds mu.
 func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*draDevice) {
 	node := n.Name
 	// The newest generation of each pool wins, as for the allocator.
@@ -311,7 +311,7 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 			found = append(found, indexed{idx: idx, d: &draDevice{Pool: s.Spec.Pool.Name, Name: d.Name, Dev: d}})
 		}
 	}
-	migs := migDevices(current)
+	migs := dra.MIGDevices(current)
 	for idx, d := range migs {
 		if !slices.ContainsFunc(found, func(f indexed) bool { return f.idx == idx }) {
 			found = append(found, indexed{idx: idx, d: d})
@@ -368,81 +368,6 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 		m.Topology = topologyOf(t)
 	}
 	return m, devs
-}
-
-// maxMIGSlices bounds the compute slices one GPU's counter set may
-// declare (7 on the GPUs that have MIG).
-const maxMIGSlices = 64
-
-// migDevices groups a node's MIG devices (type mig) by the GPU they live
-// on (parentIndex) into one GPU in MIG mode each: its compute slices are
-// the compute-slices counter of the counter set its devices consume from
-// (api/apidra.CounterComputeSlices), each device's the amount it consumes.
-// A device without a parent index, or that consumes no compute slices of
-// a counter set its pool declares, or from another set than its GPU's
-// other devices, is left out; so is a GPU whose devices come from more
-// than one pool. The devices are ordered by slices, then profile, then
-// name. Caller holds mu.
-func migDevices(current []*resourceapi.ResourceSlice) map[int64]*draDevice {
-	// pool -> counter set -> compute slices.
-	counters := map[string]map[string]int{}
-	for _, s := range current {
-		for _, cs := range s.Spec.SharedCounters {
-			c, ok := cs.Counters[apidra.CounterComputeSlices]
-			if !ok || c.Value.Sign() <= 0 || c.Value.Value() > maxMIGSlices {
-				continue
-			}
-			if counters[s.Spec.Pool.Name] == nil {
-				counters[s.Spec.Pool.Name] = map[string]int{}
-			}
-			counters[s.Spec.Pool.Name][cs.Name] = int(c.Value.Value())
-		}
-	}
-	out := map[int64]*draDevice{}
-	sets := map[int64]string{}
-	bad := map[int64]bool{}
-	for _, s := range current {
-		pool := s.Spec.Pool.Name
-		for i := range s.Spec.Devices {
-			d := &s.Spec.Devices[i]
-			if t := d.Attributes[apidra.AttrType]; t.StringValue == nil || *t.StringValue != apidra.TypeMIG {
-				continue
-			}
-			a := d.Attributes[apidra.AttrParentIndex]
-			if a.IntValue == nil || *a.IntValue < 0 || len(d.ConsumesCounters) != 1 {
-				continue
-			}
-			idx, use := *a.IntValue, d.ConsumesCounters[0]
-			total, ok := counters[pool][use.CounterSet]
-			c, has := use.Counters[apidra.CounterComputeSlices]
-			if !ok || !has || c.Value.Sign() <= 0 || c.Value.Value() > int64(total) {
-				continue
-			}
-			g := out[idx]
-			switch {
-			case g == nil:
-				g = &draDevice{Pool: pool, Slices: total}
-				out[idx], sets[idx] = g, use.CounterSet
-			case g.Pool != pool || sets[idx] != use.CounterSet:
-				bad[idx] = true
-			}
-			profile := ""
-			if p := d.Attributes[apidra.AttrMIGProfile]; p.StringValue != nil {
-				profile = *p.StringValue
-			}
-			g.MIGs = append(g.MIGs, &draDevice{Pool: pool, Name: d.Name, Dev: d, Slices: int(c.Value.Value()), Profile: profile})
-		}
-	}
-	for idx, g := range out {
-		if bad[idx] {
-			delete(out, idx)
-			continue
-		}
-		slices.SortFunc(g.MIGs, func(a, b *draDevice) int {
-			return cmp.Or(cmp.Compare(a.Slices, b.Slices), cmp.Compare(a.Profile, b.Profile), cmp.Compare(a.Name, b.Name))
-		})
-	}
-	return out
 }
 
 // deviceShare returns the GPU share a node's device stands for: a whole

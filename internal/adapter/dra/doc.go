@@ -9,6 +9,8 @@
 //     device-set eligibility reads it: RefusedFeature says why a request
 //     needing a feature that is off cannot be served, DeviceAllowed
 //     whether the allocator may give a device to a request at all.
+//   - MIGDevices (mig.go) groups a node's MIG devices into GPUs in MIG
+//     mode by their parent index and counter set.
 //   - EvalDeviceSet (sets.go) finds, for a shape of claims, the GPUs of
 //     every node (Device, NodeDevices) that may serve them, as the
 //     allocator would judge each device, and how many the claims ask
