@@ -370,27 +370,10 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 	return m, devs
 }
 
-// deviceShare returns the GPU share a node's device stands for: a whole
-// GPU, or a MIG device's compute slices of its GPU; false if the device
-// is none of the node's GPUs.
+// deviceShare returns the GPU share a node's device stands for
+// (dra.DeviceShare).
 func (ni *nodeInfo) deviceShare(driver, pool, name string) (model.GPUShare, bool) {
-	if driver != apidra.DriverName {
-		return model.GPUShare{}, false
-	}
-	for i, d := range ni.devs {
-		if d == nil || d.Pool != pool {
-			continue
-		}
-		if d.Dev != nil && d.Name == name {
-			return model.GPUShare{Index: i, Milli: ni.m.GPUs[i].Capacity(), MemoryMiB: ni.m.GPUs[i].MemoryMiB}, true
-		}
-		for _, mg := range d.MIGs {
-			if mg.Name == name {
-				return model.GPUShare{Index: i, MIGSlices: mg.Slices}, true
-			}
-		}
-	}
-	return model.GPUShare{}, false
+	return dra.DeviceShare(ni.devs, ni.m.GPUs, driver, pool, name)
 }
 
 // claimShares returns, for the node, the GPU shares each pod holds through

@@ -3,7 +3,7 @@ package adapter
 import (
 	resourceapi "k8s.io/api/resource/v1"
 
-	apidra "github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -14,19 +14,8 @@ import (
 // GPU the core chose, records what the share consumed in the allocation,
 // and that consumedCapacity is the share every later snapshot counts.
 
-// resultShare is what one allocation result holds of GPU g of node ni:
-// the consumed capacity of a share, or the whole GPU.
+// resultShare is what one allocation result holds of GPU g of node ni
+// (dra.ResultShare).
 func resultShare(ni *nodeInfo, g int, r *resourceapi.DeviceRequestAllocationResult) model.GPUShare {
-	gpu := &ni.m.GPUs[g]
-	if r.ShareID == nil && len(r.ConsumedCapacity) == 0 {
-		return model.GPUShare{Index: g, Milli: gpu.Capacity(), MemoryMiB: gpu.MemoryMiB}
-	}
-	s := model.GPUShare{Index: g}
-	if q, ok := r.ConsumedCapacity[apidra.CapacityMemory]; ok {
-		s.MemoryMiB = (q.Value() + 1<<20 - 1) >> 20
-	}
-	if q, ok := r.ConsumedCapacity[apidra.CapacityCompute]; ok {
-		s.Milli = q.Value() * model.MilliPerGPU / 100
-	}
-	return s
+	return dra.ResultShare(&ni.m.GPUs[g], g, r)
 }

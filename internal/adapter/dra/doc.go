@@ -17,6 +17,8 @@
 //     for: the DeviceSet the core places the pod's claims in; or why no
 //     device can (an unknown class, a selector that fails, a feature that
 //     is off).
+//   - DeviceShare and ResultShare (shares.go) say what share of which GPU
+//     a device, and an allocation result, stand for in the core's books.
 //   - Allocate (allocate.go) runs the structured allocator, the one
 //     kube-scheduler runs, for a pod's claims on one node, narrowed to the
 //     devices the scheduler's core chose. It never widens the choice: nil
