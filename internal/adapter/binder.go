@@ -3,6 +3,7 @@ package adapter
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -30,11 +31,12 @@ import (
 // (a failed bind, a refused eviction) run on worker goroutines and reach
 // only the cache, the holds and the refusals, each behind its own lock.
 type binder struct {
-	cfg    Config
-	log    klog.Logger
-	cache  *clusterCache
-	api    clusterWriter
-	status statusSink
+	cfg     Config
+	log     klog.Logger
+	cache   *clusterCache
+	api     clusterWriter
+	status  statusSink
+	metrics *metrics
 
 	holds    holdBook
 	refusals refusals
@@ -43,8 +45,8 @@ type binder struct {
 	resuming map[string][]bindTask
 }
 
-func newBinder(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink) *binder {
-	return &binder{cfg: cfg, log: log, cache: c, api: api, status: st, refusals: *newRefusals()}
+func newBinder(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink, m *metrics) *binder {
+	return &binder{cfg: cfg, log: log, cache: c, api: api, status: st, metrics: m, refusals: *newRefusals()}
 }
 
 // maxPreemptionWait bounds how long a preemptor waits for its victims to
@@ -232,9 +234,12 @@ func (b *binder) bindDone(pod *corev1.Pod, node string, claims []claimWrite) fun
 }
 
 // allocateClaims allocates the claims of the pods of each group in order
-// (allocateClaims of the cache) and returns the groups whose pods all got
-// theirs; for the others it forgets what it allocated and says why on the
-// pod that failed.
+// (allocateClaims of the cache) on exactly the core's choice, and returns
+// the groups whose pods all got theirs; for the others it forgets what it
+// allocated and says why on the pod that failed. A pod keeps the shares
+// the core chose: the allocation lies within them. Claims that refuse the
+// choice are counted (gpuplane_scheduler_claim_choice_refusals_total) and
+// go back to the core in the next snapshot.
 func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []string, byGroup map[string][]bindTask, placed map[string]bool) []string {
 	if len(in.claims) == 0 {
 		return order
@@ -246,12 +251,15 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 		for i := range tasks {
 			t := &tasks[i]
 			pc := in.claims[podKey(t.pod)]
-			if pc == nil || pc.ext != nil && pc.ext.created == nil && b.cache.nodeAdvertises(t.node, pc.ext.resource) {
+			if pc == nil || pc.erClaim != nil && pc.erClaim.Created == nil && b.cache.nodeAdvertises(t.node, pc.erClaim.Resource) {
 				// No claims, or extended resources the chosen node's
 				// device plugin serves.
 				continue
 			}
-			writes, shares, err := b.cache.allocateClaims(ctx, t.node, t.shares, t.pod, pc)
+			writes, err := b.cache.allocateClaims(ctx, t.node, t.shares, t.pod, pc)
+			if refused := (*choiceRefusedError)(nil); errors.As(err, &refused) {
+				b.metrics.refusedChoices.WithLabelValues(refused.constraint()).Inc()
+			}
 			if err != nil {
 				for _, done := range tasks[:i] {
 					b.cache.forgetClaims(podKey(done.pod), done.claims)
@@ -261,12 +269,12 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 				ok = false
 				break
 			}
-			if pc.ext != nil {
+			if pc.erClaim != nil {
 				for w := range writes {
-					writes[w].ext = pc.ext
+					writes[w].ERClaim = pc.erClaim
 				}
 			}
-			t.claims, t.shares = writes, shares
+			t.claims = writes
 			t.done = b.bindDone(t.pod, t.node, writes)
 		}
 		if ok {

@@ -39,7 +39,7 @@
 // node, into gpuplane.io/mig-proposal within the cycle, and counted as
 // pending until the cache shows them.
 //
-// ResourceClaims (dra.go, drasets.go, draalloc.go). Informers keep the
+// ResourceClaims (dra.go, drasets.go, draalloc.go, dramemo.go). Informers keep the
 // ResourceSlices of gpuplane's driver (api/dra.DriverName) that name a
 // node, the DeviceClasses and the ResourceClaims, slimmed by transforms
 // (other drivers' devices and the claims' device status are dropped). A
@@ -68,25 +68,45 @@
 // allocate) hold the pod's group back with a reason naming the claim and
 // the field, before the core sees it.
 //
-// Carrying a bind out, the binder hands the core's choice to the
-// structured allocator (k8s.io/dynamic-resource-allocation/structured,
-// the one kube-scheduler runs) over exactly the chosen devices (for a MIG
-// instance, every MIG device of the chosen GPU, so that the GPU's shared
-// counters decide the placement), and over
-// all the node's free devices should the claims' constraints refuse them;
-// a group whose claims do not all allocate is not bound this cycle. The
-// allocations are in flight from then on (draCache.inflight, as
-// kube-scheduler's assume cache): every snapshot counts them on their
-// nodes until the informer shows them, so no device is given twice. The
-// writer adds the delete-protection finalizer and writes status.allocation
-// and status.reservedFor, each with the resourceVersion it read, before
-// binding; a gang's claims are all written before its PodGroup commit and
-// any bind, and released (allocation and reservation cleared, finalizer
-// removed) when a write, the commit or a bind fails. Devices held by
-// claims count for the pod that holds them, or, for a claim no pod on its
-// node holds, as a non-preemptible allocation of its own. A claim that
-// asks for consumable capacity is a share of one GPU to the core
-// (dracapacity.go), and an allocated share counts what it consumed.
+// What the adapter needs of k8s.io/dynamic-resource-allocation and of the
+// claim API's writes is package internal/adapter/dra: one table of DRA
+// features (dra.Features) that the structured allocator runs with and
+// device-set evaluation reads (dra.EvalDeviceSet, dra.RefusedFeature,
+// dra.DeviceAllowed), so a device is in a set exactly when the allocator
+// may give it and a request needing a feature that is off waits with the
+// reason; the allocator narrowed to the core's devices (dra.Allocate);
+// and the claim writes (dra.Writer). The DRA state (slices, classes,
+// claims, in-flight allocations, refusals) stays in the cache, under its
+// lock, and the builder's DRA memo is one draMemo (dramemo.go).
+//
+// The core is the only chooser of GPUs. Carrying a bind out, the binder
+// hands the core's choice to the structured allocator
+// (k8s.io/dynamic-resource-allocation/structured, the one kube-scheduler
+// runs) over exactly the chosen devices (for a MIG instance, every MIG
+// device of the chosen GPU, so that the GPU's shared counters decide the
+// placement), and the pod keeps the shares the core chose. When the
+// claims' constraints (matchAttribute, distinctAttribute, requests of
+// different classes) refuse those devices, nothing is allocated and the
+// group is not bound this cycle; the refusal goes back to the core: the
+// next snapshots give that pod a device set made exact on that node, only
+// the GPUs the allocator finds to satisfy the claims over the node's free
+// devices, none when it finds none (dramemo.go, exactSet), until the pod
+// is allocated, slices or classes change, or a minute passes. Each case
+// counts in gpuplane_scheduler_claim_choice_refusals_total, by constraint
+// (exact or excluded). A group whose claims do not all allocate is not
+// bound this cycle. The allocations are in flight from then on
+// (draCache.inflight, as kube-scheduler's assume cache): every snapshot
+// counts them on their nodes until the informer shows them, so no device
+// is given twice. The writer (dra.Writer) adds the delete-protection
+// finalizer and writes status.allocation and status.reservedFor, each with
+// the resourceVersion it read, before binding; a gang's claims are all
+// written before its PodGroup commit and any bind, and released
+// (allocation and reservation cleared, finalizer removed) when a write,
+// the commit or a bind fails. Devices held by claims count for the pod
+// that holds them, or, for a claim no pod on its node holds, as a
+// non-preemptible allocation of its own. A claim that asks for consumable
+// capacity is a share of one GPU to the core (dracapacity.go), and an
+// allocated share counts what it consumed.
 //
 // Extended resources served through DRA (draext.go). A pending pod that
 // asks for nvidia.com/gpu or one nvidia.com/mig-<profile> and names no

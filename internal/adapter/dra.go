@@ -10,28 +10,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/gpuplane/gpuplane/api/dra"
+	apidra "github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
 // maxClaimGPUs bounds the GPUs one node may publish to the scheduler
-// through ResourceSlices; devices past it are left out of scheduling.
-const maxClaimGPUs = 64
+// through ResourceSlices (dra.MaxGPUs).
+const maxClaimGPUs = dra.MaxGPUs
 
 // draDevice is one GPU a node publishes in a ResourceSlice of gpuplane's
-// driver: a whole GPU (dev), or a GPU in MIG mode, which is no device of
-// its own but the MIG devices that consume its shared counters (migs).
-type draDevice struct {
-	pool, name string
-	dev        *resourceapi.Device
-	// slices is, for a MIG device, the compute slices it takes of its
-	// GPU's counter set; the GPU's own for a GPU in MIG mode.
-	slices int
-	// profile is a MIG device's profile ("1g.10gb").
-	profile string
-	migs    []*draDevice
-}
+// driver (dra.Device).
+type draDevice = dra.Device
 
 // draCache is the DRA part of the cluster cache: the ResourceSlices of
 // gpuplane's driver that name a node, the DeviceClasses, the
@@ -53,9 +44,12 @@ type draCache struct {
 	// inflight are the allocations and reservations this scheduler
 	// computed and is writing, by claim.
 	inflight map[string]*inflightClaim
-	// extByPod indexes the extended-resource claims by the pod that
+	// erClaimByPod indexes the extended-resource claims by the pod that
 	// controls them (draext.go).
-	extByPod map[types.UID]string
+	erClaimByPod map[types.UID]string
+	// refused are the pods whose claims refused the core's last choice,
+	// by pod key (choiceRefusal).
+	refused map[string]choiceRefusal
 	// version is bumped when slices or classes change: which devices a
 	// claim's selectors pick may then differ.
 	version int
@@ -84,7 +78,7 @@ type consumer struct {
 func newDRACache() *draCache {
 	return &draCache{slices: map[string]*resourceapi.ResourceSlice{}, byNode: map[string]map[string]*resourceapi.ResourceSlice{}, classes: map[string]*resourceapi.DeviceClass{},
 		claims: map[string]*resourceapi.ResourceClaim{}, claimNode: map[string]string{}, onNode: map[string]map[string]bool{},
-		inflight: map[string]*inflightClaim{}, extByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, dracel.Features{EnableConsumableCapacity: true})}
+		inflight: map[string]*inflightClaim{}, refused: map[string]choiceRefusal{}, erClaimByPod: map[types.UID]string{}, cel: dracel.NewCache(celCacheSize, dra.CELFeatures)}
 }
 
 func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
@@ -98,7 +92,7 @@ func (c *clusterCache) upsertSlice(s *resourceapi.ResourceSlice) {
 	if old != nil {
 		c.dropSlice(old)
 	}
-	if s.Spec.Driver != dra.DriverName || s.Spec.NodeName == nil {
+	if s.Spec.Driver != apidra.DriverName || s.Spec.NodeName == nil {
 		if old != nil {
 			c.refreshDRANode(*old.Spec.NodeName)
 		}
@@ -161,11 +155,11 @@ func (c *clusterCache) upsertClaim(cl *resourceapi.ResourceClaim) {
 	if f := c.dra.inflight[key]; f != nil && cl.Status.Allocation != nil && reservedAll(cl, f.pods) {
 		delete(c.dra.inflight, key)
 	}
-	if uid, ok := isExtClaim(cl); ok {
-		c.dra.extByPod[uid] = key
+	if uid, ok := isERClaim(cl); ok {
+		c.dra.erClaimByPod[uid] = key
 		// The allocation made in flight before the claim existed is the
 		// claim's once the informer shows it allocated and reserved.
-		mem := extClaimMemKey(cl.Namespace, uid)
+		mem := erClaimMemKey(cl.Namespace, uid)
 		if f := c.dra.inflight[mem]; f != nil && cl.Status.Allocation != nil && reservedAll(cl, f.pods) {
 			delete(c.dra.inflight, mem)
 			c.placeClaim(mem)
@@ -181,8 +175,8 @@ func (c *clusterCache) deleteClaim(cl *resourceapi.ResourceClaim) {
 	key := claimKey(cl)
 	delete(c.dra.claims, key)
 	delete(c.dra.inflight, key)
-	if uid, ok := isExtClaim(cl); ok && c.dra.extByPod[uid] == key {
-		delete(c.dra.extByPod, uid)
+	if uid, ok := isERClaim(cl); ok && c.dra.erClaimByPod[uid] == key {
+		delete(c.dra.erClaimByPod, uid)
 	}
 	c.placeClaim(key)
 	c.poke()
@@ -283,7 +277,7 @@ func (c *clusterCache) refreshDRANode(node string) {
 // gpuplane.io/gpu-topology annotation when it describes exactly those
 // devices, indexed 0 to n-1. Devices of type gpu are whole GPUs; devices
 // of type mig are grouped by their parentIndex into one GPU in MIG mode
-// (migDevices). Caller holds mu.
+// (dra.MIGDevices). Caller holds mu.
 func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*draDevice) {
 	node := n.Name
 	// The newest generation of each pool wins, as for the allocator.
@@ -307,17 +301,17 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 		current = append(current, s)
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]
-			if t := d.Attributes[dra.AttrType]; t.StringValue == nil || *t.StringValue != dra.TypeGPU {
+			if t := d.Attributes[apidra.AttrType]; t.StringValue == nil || *t.StringValue != apidra.TypeGPU {
 				continue
 			}
 			idx := int64(-1)
-			if a := d.Attributes[dra.AttrIndex]; a.IntValue != nil && *a.IntValue >= 0 {
+			if a := d.Attributes[apidra.AttrIndex]; a.IntValue != nil && *a.IntValue >= 0 {
 				idx = *a.IntValue
 			}
-			found = append(found, indexed{idx: idx, d: &draDevice{pool: s.Spec.Pool.Name, name: d.Name, dev: d}})
+			found = append(found, indexed{idx: idx, d: &draDevice{Pool: s.Spec.Pool.Name, Name: d.Name, Dev: d}})
 		}
 	}
-	migs := migDevices(current)
+	migs := dra.MIGDevices(current)
 	for idx, d := range migs {
 		if !slices.ContainsFunc(found, func(f indexed) bool { return f.idx == idx }) {
 			found = append(found, indexed{idx: idx, d: d})
@@ -327,7 +321,7 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 		if a.idx < 0 != (b.idx < 0) {
 			return cmp.Compare(b.idx, a.idx)
 		}
-		return cmp.Or(cmp.Compare(a.idx, b.idx), cmp.Compare(a.d.pool, b.d.pool), cmp.Compare(a.d.name, b.d.name))
+		return cmp.Or(cmp.Compare(a.idx, b.idx), cmp.Compare(a.d.Pool, b.d.Pool), cmp.Compare(a.d.Name, b.d.Name))
 	})
 	m := base
 	if len(base.GPUs) > 0 {
@@ -338,7 +332,7 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 			}
 			// A GPU in MIG mode serves MIG devices only where the device
 			// plugin's node says it is in MIG mode too.
-			if (f.d.dev == nil) == (base.GPUs[f.idx].MIGSlices > 0) {
+			if (f.d.Dev == nil) == (base.GPUs[f.idx].MIGSlices > 0) {
 				devs[f.idx] = f.d
 			}
 		}
@@ -351,17 +345,17 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 	devs := make([]*draDevice, len(found))
 	for i, f := range found {
 		g := model.GPU{Index: i, ClaimOnly: true}
-		dev := f.d.dev
+		dev := f.d.Dev
 		if dev == nil {
 			// A GPU in MIG mode: any size of instance its counters fit
 			// (dynamic MIG), named after its largest device.
-			g.MIGSlices = f.d.slices
-			dev = f.d.migs[len(f.d.migs)-1].dev
+			g.MIGSlices = f.d.Slices
+			dev = f.d.MIGs[len(f.d.MIGs)-1].Dev
 		}
-		if p := dev.Attributes[dra.AttrProductName]; p.StringValue != nil {
+		if p := dev.Attributes[apidra.AttrProductName]; p.StringValue != nil {
 			g.Model = *p.StringValue
 		}
-		if q, ok := dev.Capacity[dra.CapacityMemory]; ok && q.Value.Sign() > 0 {
+		if q, ok := dev.Capacity[apidra.CapacityMemory]; ok && q.Value.Sign() > 0 {
 			g.MemoryMiB = q.Value.Value() >> 20
 		}
 		m.GPUs[i], devs[i] = g, f.d
@@ -376,102 +370,10 @@ func (c *clusterCache) withDRA(n *corev1.Node, base model.Node) (model.Node, []*
 	return m, devs
 }
 
-// maxMIGSlices bounds the compute slices one GPU's counter set may
-// declare (7 on the GPUs that have MIG).
-const maxMIGSlices = 64
-
-// migDevices groups a node's MIG devices (type mig) by the GPU they live
-// on (parentIndex) into one GPU in MIG mode each: its compute slices are
-// the compute-slices counter of the counter set its devices consume from
-// (api/dra.CounterComputeSlices), each device's the amount it consumes.
-// A device without a parent index, or that consumes no compute slices of
-// a counter set its pool declares, or from another set than its GPU's
-// other devices, is left out; so is a GPU whose devices come from more
-// than one pool. The devices are ordered by slices, then profile, then
-// name. Caller holds mu.
-func migDevices(current []*resourceapi.ResourceSlice) map[int64]*draDevice {
-	// pool -> counter set -> compute slices.
-	counters := map[string]map[string]int{}
-	for _, s := range current {
-		for _, cs := range s.Spec.SharedCounters {
-			c, ok := cs.Counters[dra.CounterComputeSlices]
-			if !ok || c.Value.Sign() <= 0 || c.Value.Value() > maxMIGSlices {
-				continue
-			}
-			if counters[s.Spec.Pool.Name] == nil {
-				counters[s.Spec.Pool.Name] = map[string]int{}
-			}
-			counters[s.Spec.Pool.Name][cs.Name] = int(c.Value.Value())
-		}
-	}
-	out := map[int64]*draDevice{}
-	sets := map[int64]string{}
-	bad := map[int64]bool{}
-	for _, s := range current {
-		pool := s.Spec.Pool.Name
-		for i := range s.Spec.Devices {
-			d := &s.Spec.Devices[i]
-			if t := d.Attributes[dra.AttrType]; t.StringValue == nil || *t.StringValue != dra.TypeMIG {
-				continue
-			}
-			a := d.Attributes[dra.AttrParentIndex]
-			if a.IntValue == nil || *a.IntValue < 0 || len(d.ConsumesCounters) != 1 {
-				continue
-			}
-			idx, use := *a.IntValue, d.ConsumesCounters[0]
-			total, ok := counters[pool][use.CounterSet]
-			c, has := use.Counters[dra.CounterComputeSlices]
-			if !ok || !has || c.Value.Sign() <= 0 || c.Value.Value() > int64(total) {
-				continue
-			}
-			g := out[idx]
-			switch {
-			case g == nil:
-				g = &draDevice{pool: pool, slices: total}
-				out[idx], sets[idx] = g, use.CounterSet
-			case g.pool != pool || sets[idx] != use.CounterSet:
-				bad[idx] = true
-			}
-			profile := ""
-			if p := d.Attributes[dra.AttrMIGProfile]; p.StringValue != nil {
-				profile = *p.StringValue
-			}
-			g.migs = append(g.migs, &draDevice{pool: pool, name: d.Name, dev: d, slices: int(c.Value.Value()), profile: profile})
-		}
-	}
-	for idx, g := range out {
-		if bad[idx] {
-			delete(out, idx)
-			continue
-		}
-		slices.SortFunc(g.migs, func(a, b *draDevice) int {
-			return cmp.Or(cmp.Compare(a.slices, b.slices), cmp.Compare(a.profile, b.profile), cmp.Compare(a.name, b.name))
-		})
-	}
-	return out
-}
-
-// deviceShare returns the GPU share a node's device stands for: a whole
-// GPU, or a MIG device's compute slices of its GPU; false if the device
-// is none of the node's GPUs.
+// deviceShare returns the GPU share a node's device stands for
+// (dra.DeviceShare).
 func (ni *nodeInfo) deviceShare(driver, pool, name string) (model.GPUShare, bool) {
-	if driver != dra.DriverName {
-		return model.GPUShare{}, false
-	}
-	for i, d := range ni.devs {
-		if d == nil || d.pool != pool {
-			continue
-		}
-		if d.dev != nil && d.name == name {
-			return model.GPUShare{Index: i, Milli: ni.m.GPUs[i].Capacity(), MemoryMiB: ni.m.GPUs[i].MemoryMiB}, true
-		}
-		for _, mg := range d.migs {
-			if mg.name == name {
-				return model.GPUShare{Index: i, MIGSlices: mg.slices}, true
-			}
-		}
-	}
-	return model.GPUShare{}, false
+	return dra.DeviceShare(ni.devs, ni.m.GPUs, driver, pool, name)
 }
 
 // claimShares returns, for the node, the GPU shares each pod holds through

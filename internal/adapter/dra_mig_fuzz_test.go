@@ -56,7 +56,7 @@ func FuzzDRAMIGSlices(f *testing.F) {
 		}
 		used := map[int]int{}
 		for g, gp := range ni.m.GPUs {
-			if gp.MIGSlices > total || (gp.MIGSlices > 0 && ni.devs[g].dev != nil) {
+			if gp.MIGSlices > total || (gp.MIGSlices > 0 && ni.devs[g].Dev != nil) {
 				t.Fatalf("GPU %d is %+v with %d slices declared", g, gp, total)
 			}
 		}

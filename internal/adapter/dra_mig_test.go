@@ -107,7 +107,7 @@ func TestDRAMIGNodeModel(t *testing.T) {
 		if gp.MIGSlices != 7 || !gp.ClaimOnly || gp.MIGInstanceSlices != 0 {
 			t.Errorf("GPU %d is %+v, want a claim-only GPU of 7 MIG slices laid out on demand", g, gp)
 		}
-		if d := ni.devs[g]; d == nil || d.dev != nil || len(d.migs) != 14 {
+		if d := ni.devs[g]; d == nil || d.Dev != nil || len(d.MIGs) != 14 {
 			t.Errorf("GPU %d has devices %+v, want its 14 MIG devices", g, d)
 		}
 	}

@@ -99,13 +99,13 @@ func (f *loopFixture) applyClaims() {
 	f.api.mu.Unlock()
 	for _, w := range writes {
 		f.cache.mu.Lock()
-		cl := f.cache.dra.claims[claimKey(w.claim)].DeepCopy()
+		cl := f.cache.dra.claims[claimKey(w.Claim)].DeepCopy()
 		f.cache.mu.Unlock()
-		if w.alloc != nil {
-			cl.Status.Allocation = w.alloc
+		if w.Alloc != nil {
+			cl.Status.Allocation = w.Alloc
 		}
-		if !slices.ContainsFunc(cl.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == w.pod.UID }) {
-			cl.Status.ReservedFor = append(cl.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: w.pod.Name, UID: w.pod.UID})
+		if !slices.ContainsFunc(cl.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == w.Pod.UID }) {
+			cl.Status.ReservedFor = append(cl.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: w.Pod.Name, UID: w.Pod.UID})
 		}
 		f.cache.upsertClaim(cl)
 	}

@@ -1,13 +1,9 @@
 package adapter
 
 import (
-	"fmt"
-
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -18,80 +14,8 @@ import (
 // GPU the core chose, records what the share consumed in the allocation,
 // and that consumedCapacity is the share every later snapshot counts.
 
-// maxShareMemoryMiB bounds the memory a capacity request may name (1 PiB).
-const maxShareMemoryMiB = 1 << 30
-
-// capacityShare reads the capacity a request asks for: memory (bytes, as
-// MiB rounded up) and compute (percent, as milli-GPU). It refuses what
-// the core cannot model as a share of one GPU.
-func capacityShare(field string, x *resourceapi.ExactDeviceRequest, count int64) (milli, memMiB int64, err error) {
-	if count != 1 {
-		return 0, 0, fmt.Errorf("%s.exactly.count: %d devices with capacity: gpuplane-scheduler places a capacity request as a share of one GPU: ask for count 1", field, count)
-	}
-	for name, q := range x.Capacity.Requests {
-		switch name {
-		case dra.CapacityMemory:
-			v := q.Value()
-			if v <= 0 || v>>20 > maxShareMemoryMiB {
-				return 0, 0, fmt.Errorf("%s.exactly.capacity.requests[%q]: %s: want a positive amount of at most 1Pi", field, name, q.String())
-			}
-			memMiB = (v + 1<<20 - 1) >> 20
-		case dra.CapacityCompute:
-			v := q.Value()
-			if v < 0 || v > 100 {
-				return 0, 0, fmt.Errorf("%s.exactly.capacity.requests[%q]: %s: want 0 to 100 percent of the GPU", field, name, q.String())
-			}
-			milli = v * model.MilliPerGPU / 100
-		default:
-			return 0, 0, fmt.Errorf("%s.exactly.capacity.requests[%q]: not a capacity gpuplane-scheduler shares; ask for %s or %s", field, name, dra.CapacityMemory, dra.CapacityCompute)
-		}
-	}
-	if milli == model.MilliPerGPU {
-		// The whole GPU's compute is a whole GPU to the core's books,
-		// but the allocator still takes it as a share: keep it a share.
-		milli = model.MilliPerGPU - 1
-	}
-	return milli, memMiB, nil
-}
-
-// resultShare is what one allocation result holds of GPU g of node ni:
-// the consumed capacity of a share, or the whole GPU.
+// resultShare is what one allocation result holds of GPU g of node ni
+// (dra.ResultShare).
 func resultShare(ni *nodeInfo, g int, r *resourceapi.DeviceRequestAllocationResult) model.GPUShare {
-	gpu := &ni.m.GPUs[g]
-	if r.ShareID == nil && len(r.ConsumedCapacity) == 0 {
-		return model.GPUShare{Index: g, Milli: gpu.Capacity(), MemoryMiB: gpu.MemoryMiB}
-	}
-	s := model.GPUShare{Index: g}
-	if q, ok := r.ConsumedCapacity[dra.CapacityMemory]; ok {
-		s.MemoryMiB = (q.Value() + 1<<20 - 1) >> 20
-	}
-	if q, ok := r.ConsumedCapacity[dra.CapacityCompute]; ok {
-		s.Milli = q.Value() * model.MilliPerGPU / 100
-	}
-	return s
-}
-
-// allocatedState is what the claims allocated on a node hold, as the
-// structured allocator takes it: whole devices, the shares of devices
-// allocated more than once, and the capacity those shares consume.
-func allocatedState(allocs []*resourceapi.AllocationResult) structured.AllocatedState {
-	st := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-	for _, alloc := range allocs {
-		for _, r := range alloc.Devices.Results {
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if r.ShareID == nil {
-				st.AllocatedDevices.Insert(id)
-				continue
-			}
-			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-			if len(r.ConsumedCapacity) > 0 {
-				st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-			}
-		}
-	}
-	return st
+	return dra.ResultShare(&ni.m.GPUs[g], g, r)
 }

@@ -9,7 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpuplane/gpuplane/api/dra"
+	apidra "github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	agentdra "github.com/gpuplane/gpuplane/internal/dra"
 )
 
@@ -20,7 +21,7 @@ func sharedSlice(node string, gpus int) *resourceapi.ResourceSlice {
 	for i := range s.Spec.Devices {
 		d := &s.Spec.Devices[i]
 		d.AllowMultipleAllocations = ptr.To(true)
-		d.Capacity = agentdra.SharedCapacity(d.Capacity[dra.CapacityMemory].Value)
+		d.Capacity = agentdra.SharedCapacity(d.Capacity[apidra.CapacityMemory].Value)
 	}
 	return s
 }
@@ -28,7 +29,7 @@ func sharedSlice(node string, gpus int) *resourceapi.ResourceSlice {
 func capacityClaim(name, memory string) *resourceapi.ResourceClaim {
 	c := gpuClaim(name, "gpu.gpuplane.io", 1)
 	c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-		dra.CapacityMemory: resource.MustParse(memory),
+		apidra.CapacityMemory: resource.MustParse(memory),
 	}}
 	return c
 }
@@ -49,16 +50,16 @@ func TestDRACapacityClaimsShareOneGPU(t *testing.T) {
 	f.api.mu.Unlock()
 	shares := map[string]bool{}
 	for _, w := range writes {
-		if w.alloc == nil {
+		if w.Alloc == nil {
 			continue
 		}
-		r := w.alloc.Devices.Results
+		r := w.Alloc.Devices.Results
 		if len(r) != 1 || r[0].Device != "gpu-0" || r[0].ShareID == nil {
-			t.Fatalf("claim %s: allocation %+v, want a share of gpu-0", w.claim.Name, r)
+			t.Fatalf("claim %s: allocation %+v, want a share of gpu-0", w.Claim.Name, r)
 		}
-		got := r[0].ConsumedCapacity[dra.CapacityMemory]
+		got := r[0].ConsumedCapacity[apidra.CapacityMemory]
 		if got.Cmp(resource.MustParse("20Gi")) != 0 {
-			t.Errorf("claim %s consumed %s of memory, want 20Gi", w.claim.Name, got.String())
+			t.Errorf("claim %s consumed %s of memory, want 20Gi", w.Claim.Name, got.String())
 		}
 		shares[string(*r[0].ShareID)] = true
 	}
@@ -91,7 +92,7 @@ func TestDRACapacityRequestsRefused(t *testing.T) {
 		}, `capacity.requests["bandwidth"]`},
 		{"compute above the GPU", func() *resourceapi.ResourceClaim {
 			c := capacityClaim("c", "20Gi")
-			c.Spec.Devices.Requests[0].Exactly.Capacity.Requests[dra.CapacityCompute] = resource.MustParse("150")
+			c.Spec.Devices.Requests[0].Exactly.Capacity.Requests[apidra.CapacityCompute] = resource.MustParse("150")
 			return c
 		}, "0 to 100 percent"},
 	}
@@ -118,15 +119,15 @@ func TestDRACapacityRequestsRefused(t *testing.T) {
 // experimental implementation, as kube-scheduler 1.36 does by default)
 // costs a whole-GPU claim, against the allocator without it, in one run.
 func BenchmarkClaimAllocationAllocator(b *testing.B) {
-	saved := allocatorFeatures
-	b.Cleanup(func() { allocatorFeatures = saved })
+	saved := dra.Features
+	b.Cleanup(func() { dra.Features = saved })
 	for _, tc := range []struct {
 		name string
 		on   bool
 	}{{"consumable-capacity", true}, {"without-consumable-capacity", false}} {
 		b.Run(tc.name, func(b *testing.B) {
-			allocatorFeatures = saved
-			allocatorFeatures.ConsumableCapacity = tc.on
+			dra.Features = saved
+			dra.Features.ConsumableCapacity = tc.on
 			BenchmarkClaimAllocation(b)
 		})
 	}

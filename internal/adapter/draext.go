@@ -2,8 +2,6 @@ package adapter
 
 import (
 	"cmp"
-	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -34,31 +31,20 @@ import (
 // then makes the claim only when the chosen node does not advertise the
 // resource.
 
-// extClaimMemPrefix names a pod's extended-resource claim in the cache
+// erClaimMemPrefix names a pod's extended-resource claim in the cache
 // before it exists in the API server (the in-flight allocation is kept
 // under namespace/<prefix><pod UID>).
-const extClaimMemPrefix = "extended-resources.gpuplane.io-"
+const erClaimMemPrefix = "extended-resources.gpuplane.io-"
 
-// extClaim is what a pod's extended-resource claim adds to its claims:
-// the resource, the mappings the pod's status is to name, and the claim as
-// made in the API server (nil until it is; an existing one found for the
-// pod on start-up). created is written by the writer's worker and read by
-// the worker that undoes a failed bind after it, never concurrently.
-type extClaim struct {
-	resource corev1.ResourceName
-	mappings []corev1.ContainerExtendedResourceRequest
-	created  *resourceapi.ResourceClaim
-}
-
-// extClaimMemKey is the cache key of a pod's extended-resource claim not
+// erClaimMemKey is the cache key of a pod's extended-resource claim not
 // made yet.
-func extClaimMemKey(namespace string, uid types.UID) string {
-	return namespace + "/" + extClaimMemPrefix + string(uid)
+func erClaimMemKey(namespace string, uid types.UID) string {
+	return namespace + "/" + erClaimMemPrefix + string(uid)
 }
 
-// isExtClaim reports whether a claim is an extended-resource claim and,
+// isERClaim reports whether a claim is an extended-resource claim and,
 // if so, the pod that controls it.
-func isExtClaim(cl *resourceapi.ResourceClaim) (types.UID, bool) {
+func isERClaim(cl *resourceapi.ResourceClaim) (types.UID, bool) {
 	if cl.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" {
 		return "", false
 	}
@@ -162,16 +148,16 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 	} else if class = c.dra.classFor(res); class == nil {
 		return nil, nil
 	}
-	_, made := c.dra.extByPod[p.UID]
+	_, made := c.dra.erClaimByPod[p.UID]
 	b.resetSets(c)
-	if m, ok := b.extSets[pi.key]; ok && m.pod == p && !made {
+	if m, ok := b.dra.erSets[pi.key]; ok && m.pod == p && !made {
 		// The same pod object, slices, classes and nodes: the same claim
 		// and set; only what the writer fills in is new.
 		if m.set == nil {
 			return nil, nil
 		}
 		return &podClaims{alloc: []*resourceapi.ResourceClaim{m.claim}, set: m.set,
-			ext: &extClaim{resource: res, mappings: m.mappings}}, nil
+			erClaim: &extendedResourceClaim{Resource: res, Mappings: m.mappings}}, nil
 	}
 	reqs, mappings := extendedRequests(p, res, class.Name)
 	if len(reqs) == 0 {
@@ -180,14 +166,14 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		}
 		return nil, nil
 	}
-	ext := &extClaim{resource: res, mappings: mappings}
-	pc := &podClaims{ext: ext}
-	if key, ok := c.dra.extByPod[p.UID]; ok {
+	erClaim := &extendedResourceClaim{Resource: res, Mappings: mappings}
+	pc := &podClaims{erClaim: erClaim}
+	if key, ok := c.dra.erClaimByPod[p.UID]; ok {
 		cl := c.dra.claims[key]
 		if cl.DeletionTimestamp != nil {
 			return nil, badInput("ResourceClaimDeleted", "the claim for its extended resources, ResourceClaim %s, is being deleted", key)
 		}
-		ext.created = cl
+		erClaim.Created = cl
 		alloc := cl.Status.Allocation
 		if f := c.dra.inflight[key]; f != nil && f.alloc != nil {
 			alloc = f.alloc
@@ -202,28 +188,28 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		}
 		pc.alloc = []*resourceapi.ResourceClaim{cl}
 	} else {
-		pc.alloc = []*resourceapi.ResourceClaim{extClaimFor(p, reqs)}
+		pc.alloc = []*resourceapi.ResourceClaim{erClaimFor(p, reqs)}
 	}
 	base := b.deviceSet(c, []claimSpecKey{{Requests: pc.alloc[0].Spec.Devices.Requests}})
 	var serves bool
 	switch {
-	case base.err != "":
+	case base.Err != "":
 	case implied:
 		serves = true
 	case r.MIGSlices > 0:
 		// One MIG device of the profile: the class's smallest device
 		// that passes is of the pod's size.
-		serves = base.migSlices == r.MIGSlices && base.count == 1
+		serves = base.MIGSlices == r.MIGSlices && base.Count == 1
 	default:
-		serves = base.migSlices == 0 && !base.share && base.count == r.GPUs
+		serves = base.MIGSlices == 0 && !base.Share && base.Count == r.GPUs
 	}
 	switch {
-	case base.err != "" && (ext.created != nil || implied):
+	case base.Err != "" && (erClaim.Created != nil || implied):
 		what := "its extended resources"
 		if implied {
 			what = string(res)
 		}
-		return nil, badInput(base.errCode, "%s (DeviceClass %s, for %s): %s", cmp.Or(claimKeyOf(ext.created), "its claim"), class.Name, what, base.err)
+		return nil, badInput(base.ErrCode, "%s (DeviceClass %s, for %s): %s", cmp.Or(claimKeyOf(erClaim.Created), "its claim"), class.Name, what, base.Err)
 	case !serves:
 		// A class whose selectors fail, that selects devices of another
 		// kind than the resource names, or requests that sum to more
@@ -231,16 +217,16 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		// others): the device plugin alone serves the pod, as before the
 		// mapping.
 		b.log.V(2).Info("extended resource served by the device plugin only", "pod", pi.key, "resource", res, "deviceClass", class.Name,
-			"reason", base.err, "claimDevices", base.count, "migSlices", base.migSlices, "gpus", r.GPUs)
-		if ext.created == nil {
-			b.memoExt(pi, extMemo{pod: p})
+			"reason", base.Err, "claimDevices", base.Count, "migSlices", base.MIGSlices, "gpus", r.GPUs)
+		if erClaim.Created == nil {
+			b.memoER(pi, erMemo{pod: p})
 		}
 		return nil, nil
 	}
 	pc.set = base
-	if ext.created == nil {
-		pc.set = b.extSet(base, res)
-		b.memoExt(pi, extMemo{pod: p, claim: pc.alloc[0], mappings: mappings, set: pc.set})
+	if erClaim.Created == nil {
+		pc.set = b.erSet(base, res)
+		b.memoER(pi, erMemo{pod: p, claim: pc.alloc[0], mappings: mappings, set: pc.set})
 	}
 	return pc, nil
 }
@@ -253,44 +239,44 @@ func claimKeyOf(cl *resourceapi.ResourceClaim) string {
 	return "ResourceClaim " + claimKey(cl)
 }
 
-// extMemo is a pending pod's extended-resource claim not made yet, its
+// erMemo is a pending pod's extended-resource claim not made yet, its
 // request mappings and its device set (nil: the device plugin alone
 // serves the pod), while the pod object, slices, classes and nodes stay
 // the same. Nothing in it is written after it is made.
-type extMemo struct {
+type erMemo struct {
 	pod      *corev1.Pod
 	claim    *resourceapi.ResourceClaim
 	mappings []corev1.ContainerExtendedResourceRequest
 	set      *deviceSet
 }
 
-// maxExtSets bounds the pods whose extended-resource claims are kept.
-const maxExtSets = 1 << 17
+// maxERSets bounds the pods whose extended-resource claims are kept.
+const maxERSets = 1 << 17
 
-func (b *builder) memoExt(pi *podInfo, m extMemo) {
-	if len(b.extSets) >= maxExtSets {
-		clear(b.extSets)
+func (b *builder) memoER(pi *podInfo, m erMemo) {
+	if len(b.dra.erSets) >= maxERSets {
+		clear(b.dra.erSets)
 	}
-	b.extSets[pi.key] = m
+	b.dra.erSets[pi.key] = m
 }
 
-// extSetPrefix names the device sets made for an extended resource,
+// erSetPrefix names the device sets made for an extended resource,
 // followed by the resource's name, so that why a pod waits names the
 // resource it asked for, not a claim it never wrote.
-const extSetPrefix = "extended-"
+const erSetPrefix = "extended-"
 
-// extSet is a device set made for an extended resource: on every node
+// erSet is a device set made for an extended resource: on every node
 // advertising the resource all the GPUs its device plugin offers (the
 // core then picks among them by the request's kind, whole GPUs or a MIG
 // device), on the others the GPUs of the DeviceClass's set. Caller holds
 // c.mu.
-func (b *builder) extSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
-	key := "\x00ext/" + string(res) + "/" + base.name
-	if s := b.draSets[key]; s != nil {
+func (b *builder) erSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
+	key := "\x00ext/" + string(res) + "/" + base.Name
+	if s := b.dra.sets[key]; s != nil {
 		return s
 	}
 	s := *base
-	s.masks = slices.Clone(base.masks)
+	s.Masks = slices.Clone(base.Masks)
 	for i, n := range b.nodes {
 		if !advertises(n.node, res) {
 			continue
@@ -301,24 +287,24 @@ func (b *builder) extSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
 				m |= 1 << uint(g)
 			}
 		}
-		s.masks[i] = m
+		s.Masks[i] = m
 	}
-	b.nextSet++
-	s.name = extSetPrefix + string(res) + "#" + strconv.Itoa(b.nextSet)
-	b.draSets[key] = &s
+	b.dra.nextSet++
+	s.Name = erSetPrefix + string(res) + "#" + strconv.Itoa(b.dra.nextSet)
+	b.dra.sets[key] = &s
 	return &s
 }
 
-// extClaimFor is the claim kube-scheduler would make for a pod's extended
+// erClaimFor is the claim kube-scheduler would make for a pod's extended
 // resources, kept in the cache until the binder makes it: generateName
 // <pod>-extended-resources-, controlled by the pod, annotated as an
 // extended-resource claim.
-func extClaimFor(p *corev1.Pod, reqs []resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+func erClaimFor(p *corev1.Pod, reqs []resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:    p.Namespace,
-			Name:         extClaimMemPrefix + string(p.UID),
-			UID:          types.UID(extClaimMemPrefix + string(p.UID)),
+			Name:         erClaimMemPrefix + string(p.UID),
+			UID:          types.UID(erClaimMemPrefix + string(p.UID)),
 			GenerateName: p.Name + "-extended-resources-",
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr.To(true),
@@ -444,95 +430,6 @@ func asksMappable(p *corev1.Pod) bool {
 func mappable(name corev1.ResourceName) bool {
 	return name == ResourceGPU || strings.HasPrefix(string(name), migResourcePrefix) ||
 		strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix)
-}
-
-// reserveExtended makes a pod's extended-resource claim (unless it exists
-// already), writes its finalizer, allocation and reservation, and names it
-// in the pod's status.extendedResourceClaimStatus; on failure a claim made
-// here is deleted again.
-func (w *apiWriter) reserveExtended(ctx context.Context, cw claimWrite) error {
-	ext := cw.ext
-	if ext.created == nil {
-		cl := cw.claim.DeepCopy()
-		cl.Name, cl.UID, cl.Status = "", "", resourceapi.ResourceClaimStatus{}
-		made, err := w.client.ResourceV1().ResourceClaims(cl.Namespace).Create(ctx, cl, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("creating the claim for the pod's extended resources: %w", err)
-		}
-		ext.created = made
-	}
-	made := cw
-	made.claim, made.ext = ext.created, nil
-	err := w.reserveClaim(ctx, made)
-	if err == nil {
-		err = w.patchExtStatus(ctx, cw.pod, ext)
-	}
-	if err != nil {
-		if derr := w.deleteExtClaim(ctx, ext); derr != nil {
-			w.log.Error(derr, "deleting a pod's extended-resource claim", "pod", podKey(cw.pod))
-		}
-		return err
-	}
-	return nil
-}
-
-// patchExtStatus names the claim and the request mappings in the pod's
-// status.extendedResourceClaimStatus, for the kubelet.
-func (w *apiWriter) patchExtStatus(ctx context.Context, pod *corev1.Pod, ext *extClaim) error {
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": pod.UID},
-		"status": map[string]any{"extendedResourceClaimStatus": corev1.PodExtendedResourceClaimStatus{
-			RequestMappings: ext.mappings, ResourceClaimName: ext.created.Name}},
-	})
-	if err != nil {
-		return fmt.Errorf("encoding status.extendedResourceClaimStatus: %w", err)
-	}
-	if _, err := w.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("writing status.extendedResourceClaimStatus: %w", err)
-	}
-	return nil
-}
-
-// deleteExtClaim deletes a pod's extended-resource claim, as
-// kube-scheduler does when the pod is not bound: the finalizer first, then
-// the claim, by its UID.
-func (w *apiWriter) deleteExtClaim(ctx context.Context, ext *extClaim) error {
-	cl := ext.created
-	if cl == nil {
-		return nil
-	}
-	claims := w.client.ResourceV1().ResourceClaims(cl.Namespace)
-	for attempt := 0; ; attempt++ {
-		fresh, err := claims.Get(ctx, cl.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && fresh.UID != cl.UID {
-			ext.created = nil
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading ResourceClaim %s: %w", claimKey(cl), err)
-		}
-		if !slices.Contains(fresh.Finalizers, resourceapi.Finalizer) {
-			break
-		}
-		fin := slices.DeleteFunc(slices.Clone(fresh.Finalizers), func(f string) bool { return f == resourceapi.Finalizer })
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": fresh.ResourceVersion, "finalizers": fin}})
-		if err != nil {
-			return fmt.Errorf("encoding the finalizer removal: %w", err)
-		}
-		_, err = claims.Patch(ctx, cl.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if err == nil {
-			break
-		}
-		if !apierrors.IsConflict(err) || attempt+1 >= maxClaimWriteAttempts {
-			return fmt.Errorf("removing the %s finalizer from ResourceClaim %s: %w", resourceapi.Finalizer, claimKey(cl), err)
-		}
-	}
-	err := claims.Delete(ctx, cl.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cl.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting ResourceClaim %s: %w", claimKey(cl), err)
-	}
-	ext.created = nil
-	return nil
 }
 
 // nodeAdvertises reports whether a node's allocatable lists an extended

@@ -6,15 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
-
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-
-	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
 
 // mappedClass is gpuClass mapping nvidia.com/gpu (spec.extendedResourceName).
@@ -24,8 +20,8 @@ func mappedClass(name string) *resourceapi.DeviceClass {
 	return dc
 }
 
-// extPod is a pod of ours asking for gpus nvidia.com/gpu and no claim.
-func extPod(name, gpus string) *corev1.Pod {
+// erPod is a pod of ours asking for gpus nvidia.com/gpu and no claim.
+func erPod(name, gpus string) *corev1.Pod {
 	p := testPod("ns", name, rl("cpu", "1", "nvidia.com/gpu", gpus))
 	p.UID = types.UID("uid-" + name)
 	return p
@@ -80,24 +76,24 @@ func TestExtendedResourcePlacement(t *testing.T) {
 			} else {
 				f.cache.upsertClass(gpuClass("gpu.gpuplane.io"))
 			}
-			f.cache.upsertPod(extPod("p", tc.gpus))
+			f.cache.upsertPod(erPod("p", tc.gpus))
 			f.cycle()
 			var claims []string
 			for _, w := range f.api.claimWrites {
 				var devs []string
-				for _, r := range w.alloc.Devices.Results {
+				for _, r := range w.Alloc.Devices.Results {
 					devs = append(devs, r.Pool+"/"+r.Device)
 				}
-				claims = append(claims, allocationNode(w.alloc)+" "+strings.Join(devs, ","))
-				if w.ext == nil {
-					t.Errorf("claim write %s is not marked as the pod's extended-resource claim", claimKey(w.claim))
+				claims = append(claims, allocationNode(w.Alloc)+" "+strings.Join(devs, ","))
+				if w.ERClaim == nil {
+					t.Errorf("claim write %s is not marked as the pod's extended-resource claim", claimKey(w.Claim))
 					continue
 				}
 				want := []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: "nvidia.com/gpu", RequestName: "container-0-request-1"}}
-				if !slices.Equal(w.ext.mappings, want) {
-					t.Errorf("mappings %v, want %v", w.ext.mappings, want)
+				if !slices.Equal(w.ERClaim.Mappings, want) {
+					t.Errorf("mappings %v, want %v", w.ERClaim.Mappings, want)
 				}
-				cl := w.claim
+				cl := w.Claim
 				if cl.GenerateName != "p-extended-resources-" || cl.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" ||
 					len(cl.OwnerReferences) != 1 || cl.OwnerReferences[0].UID != "uid-p" || !*cl.OwnerReferences[0].Controller {
 					t.Errorf("claim meta %+v, want kube-scheduler's extended-resource claim of pod p", cl.ObjectMeta)
@@ -134,9 +130,9 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	f := newLoopFixture(t, Config{}, draNode("a"))
 	f.cache.upsertSlice(gpuSlice("a", 4, "H100"))
 	f.cache.upsertClass(mappedClass("gpu.gpuplane.io"))
-	f.cache.upsertPod(extPod("p0", "3"))
+	f.cache.upsertPod(erPod("p0", "3"))
 	f.cycle()
-	f.cache.upsertPod(extPod("p1", "2"))
+	f.cache.upsertPod(erPod("p1", "2"))
 	f.cycle()
 	if len(f.api.claimWrites) != 1 {
 		t.Fatalf("claim writes %v, want only p0's: its devices are in flight", f.api.claims)
@@ -144,11 +140,11 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	// The informer: the claim made, allocated and reserved, the pod bound
 	// with its status naming the claim.
 	w := f.api.claimWrites[0]
-	cl := w.claim.DeepCopy()
+	cl := w.Claim.DeepCopy()
 	cl.Name, cl.UID = "p0-extended-resources-x1", "claim-uid"
 	cl.Finalizers = []string{resourceapi.Finalizer}
 	// Not the lowest GPUs, so that only the claim says which it holds.
-	cl.Status.Allocation = w.alloc.DeepCopy()
+	cl.Status.Allocation = w.Alloc.DeepCopy()
 	for i := range cl.Status.Allocation.Devices.Results {
 		cl.Status.Allocation.Devices.Results[i].Device = fmt.Sprint("gpu-", i+1)
 	}
@@ -160,11 +156,13 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	if inflight != 0 {
 		t.Errorf("%d allocations still in flight once the informer shows the claim", inflight)
 	}
-	p := extPod("p0", "3")
+	p := erPod("p0", "3")
 	p.Spec.NodeName = "a"
-	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: cl.Name, RequestMappings: w.ext.mappings}
+	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: cl.Name, RequestMappings: w.ERClaim.Mappings}
 	f.cache.upsertPod(p)
-	in := f.cache.snapshot(newBuilder(v1alpha1.SchedulerName, -1, logr.Discard()), newRefusals(), f.now)
+	// The loop's own builder: another one would take the cache's marks of
+	// the nodes that changed, and the loop's would keep p0 on GPUs 0-2.
+	in := f.cache.snapshot(f.loop.build, newRefusals(), f.now)
 	var got []int
 	for _, a := range in.snap.RunningByNode[0] {
 		if a.Pod == "ns/p0" {
@@ -181,16 +179,16 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 		t.Fatalf("claim writes %v, want none for p1: p0's claim holds 3 of the node's 4 GPUs", f.api.claims)
 	}
 	// A pod of one GPU gets the one the claim does not hold.
-	f.cache.upsertPod(extPod("p2", "1"))
+	f.cache.upsertPod(erPod("p2", "1"))
 	f.cycle()
 	if len(f.api.claimWrites) != 2 {
-		t.Fatalf("claim writes %v, want p2's", f.api.claims)
+		t.Fatalf("claim writes %v, want p2's; events %v", f.api.claims, f.status.events)
 	}
 	held := map[string]bool{}
 	for _, r := range cl.Status.Allocation.Devices.Results {
 		held[r.Device] = true
 	}
-	if d := f.api.claimWrites[1].alloc.Devices.Results[0].Device; held[d] {
+	if d := f.api.claimWrites[1].Alloc.Devices.Results[0].Device; held[d] {
 		t.Errorf("p2 got %s, which p0's claim holds", d)
 	}
 }
@@ -203,9 +201,9 @@ func TestExtendedResourceClaimFoundAgain(t *testing.T) {
 	f.cache.upsertSlice(gpuSlice("a", 4, "H100"))
 	f.cache.upsertSlice(gpuSlice("b", 4, "H100"))
 	f.cache.upsertClass(mappedClass("gpu.gpuplane.io"))
-	p := extPod("p", "2")
+	p := erPod("p", "2")
 	reqs, _ := extendedRequests(p, ResourceGPU, "gpu.gpuplane.io")
-	cl := extClaimFor(p, reqs)
+	cl := erClaimFor(p, reqs)
 	cl.Name, cl.UID, cl.ResourceVersion = "p-extended-resources-x1", "claim-uid", "1"
 	cl.Status.Allocation = &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
@@ -220,7 +218,7 @@ func TestExtendedResourceClaimFoundAgain(t *testing.T) {
 	if want := []string{"ns/p-extended-resources-x1 ns/p b -"}; !slices.Equal(f.api.claims, want) {
 		t.Fatalf("claim writes %v, want %v: the pod joins its claim on its node", f.api.claims, want)
 	}
-	if len(f.api.claimWrites) != 1 || f.api.claimWrites[0].ext == nil || f.api.claimWrites[0].ext.created != cl {
+	if len(f.api.claimWrites) != 1 || f.api.claimWrites[0].ERClaim == nil || f.api.claimWrites[0].ERClaim.Created != cl {
 		t.Errorf("the write does not carry the existing claim as the pod's extended-resource claim")
 	}
 	if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p b") {
@@ -281,9 +279,9 @@ func TestExtendedRequests(t *testing.T) {
 	}
 }
 
-// migExtClass is the agent's class of one MIG profile, mapping
+// migERClass is the agent's class of one MIG profile, mapping
 // nvidia.com/mig-<profile> (internal/dra.DeviceClasses).
-func migExtClass(profile string) *resourceapi.DeviceClass {
+func migERClass(profile string) *resourceapi.DeviceClass {
 	c := typeClass("mig-"+profile+".gpu.gpuplane.io", "mig")
 	c.Spec.Selectors[0].CEL.Expression += fmt.Sprintf(" && device.attributes[%q].profile == %q", "gpu.gpuplane.io", profile)
 	c.Spec.ExtendedResourceName = ptr.To(migResourcePrefix + profile)
@@ -312,7 +310,7 @@ func TestExtendedMIGResource(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newMIGFixture(t, 1)
 			for _, p := range tc.classes {
-				f.cache.upsertClass(migExtClass(p))
+				f.cache.upsertClass(migERClass(p))
 			}
 			p := testPod("ns", "p", rl("cpu", "1", migResourcePrefix+tc.ask, "1"))
 			p.UID = "uid-p"
@@ -331,14 +329,14 @@ func TestExtendedMIGResource(t *testing.T) {
 				t.Fatalf("claim writes %v, want the pod's extended-resource claim", f.api.claims)
 			}
 			w := f.api.claimWrites[0]
-			res := w.alloc.Devices.Results
+			res := w.Alloc.Devices.Results
 			if len(res) != 1 || !strings.HasPrefix(res[0].Device, tc.wantDevice) {
 				t.Errorf("the claim got %+v, want one device %s*", res, tc.wantDevice)
 			}
-			if w.ext == nil || w.ext.resource != corev1.ResourceName(migResourcePrefix+tc.ask) {
-				t.Errorf("the write is not the pod's claim for %s: %+v", migResourcePrefix+tc.ask, w.ext)
+			if w.ERClaim == nil || w.ERClaim.Resource != corev1.ResourceName(migResourcePrefix+tc.ask) {
+				t.Errorf("the write is not the pod's claim for %s: %+v", migResourcePrefix+tc.ask, w.ERClaim)
 			}
-			if r := w.claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "mig-"+tc.ask+".gpu.gpuplane.io" || r[0].Exactly.Count != 1 {
+			if r := w.Claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "mig-"+tc.ask+".gpu.gpuplane.io" || r[0].Exactly.Count != 1 {
 				t.Errorf("claim requests %+v, want one device of the profile's class", r)
 			}
 			if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p a") {
@@ -390,15 +388,15 @@ func TestImpliedClassResource(t *testing.T) {
 				t.Fatalf("claim writes %v, want the pod's claim (node b's device plugin does not serve %s)", f.api.claims, implied("gpu.gpuplane.io"))
 			}
 			w := f.api.claimWrites[0]
-			if r := w.claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "gpu.gpuplane.io" || r[0].Exactly.Count != tc.wantCount {
+			if r := w.Claim.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly.DeviceClassName != "gpu.gpuplane.io" || r[0].Exactly.Count != tc.wantCount {
 				t.Errorf("claim requests %+v, want %d devices of gpu.gpuplane.io", r, tc.wantCount)
 			}
 			want := []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: implied("gpu.gpuplane.io"), RequestName: "container-0-request-1"}}
-			if w.ext == nil || !slices.Equal(w.ext.mappings, want) {
-				t.Errorf("the write's mappings %+v, want %v", w.ext, want)
+			if w.ERClaim == nil || !slices.Equal(w.ERClaim.Mappings, want) {
+				t.Errorf("the write's mappings %+v, want %v", w.ERClaim, want)
 			}
-			if len(w.alloc.Devices.Results) != int(tc.wantCount) || allocationNode(w.alloc) != "a" {
-				t.Errorf("allocation %+v, want %d devices of node a", w.alloc.Devices.Results, tc.wantCount)
+			if len(w.Alloc.Devices.Results) != int(tc.wantCount) || allocationNode(w.Alloc) != "a" {
+				t.Errorf("allocation %+v, want %d devices of node a", w.Alloc.Devices.Results, tc.wantCount)
 			}
 			if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p a") {
 				t.Errorf("binds %v, want p on a", f.api.binds)

@@ -45,7 +45,7 @@ func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st
 		return nil, fmt.Errorf("starting the scheduling core: %w", err)
 	}
 	return &loop{cfg: cfg, log: log, cache: c, core: core, build: newBuilder(cfg.SchedulerName, cfg.MaxEvictionsPerCycle, log),
-		binder: newBinder(cfg, log, c, api, st), api: api, status: st, metrics: m, partialSince: map[string]time.Time{}}, nil
+		binder: newBinder(cfg, log, c, api, st, m), api: api, status: st, metrics: m, partialSince: map[string]time.Time{}}, nil
 }
 
 // run cycles until ctx ends: at once when the cache changes (batched by

@@ -46,15 +46,15 @@ func (f *fakeWriter) bind(_ context.Context, t bindTask) {
 	for _, w := range t.claims {
 		devs := "-"
 		node := t.node
-		if w.alloc != nil {
+		if w.Alloc != nil {
 			var names []string
-			for _, r := range w.alloc.Devices.Results {
+			for _, r := range w.Alloc.Devices.Results {
 				names = append(names, r.Pool+"/"+r.Device)
 			}
 			devs = strings.Join(names, ",")
-			node = allocationNode(w.alloc)
+			node = allocationNode(w.Alloc)
 		}
-		f.claims = append(f.claims, fmt.Sprintf("%s %s %s %s", claimKey(w.claim), podKey(w.pod), node, devs))
+		f.claims = append(f.claims, fmt.Sprintf("%s %s %s %s", claimKey(w.Claim), podKey(w.Pod), node, devs))
 		f.claimWrites = append(f.claimWrites, w)
 	}
 	if f.bindFail != nil {

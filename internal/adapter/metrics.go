@@ -25,6 +25,7 @@ type metrics struct {
 	leader         prometheus.Gauge
 	badNodes       prometheus.Gauge
 	layouts        prometheus.Counter
+	refusedChoices *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -57,8 +58,10 @@ func newMetrics() *metrics {
 			Help: "Nodes left out of scheduling because a GPU label, annotation or allocatable quantity is out of bounds (see the InvalidGPUInfo events)."}),
 		layouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuplane_scheduler_mig_layout_proposals_total",
 			Help: "MIG layouts proposed for idle GPUs of nodes labelled gpuplane.io/mig-layout-policy=follow-demand."}),
+		refusedChoices: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuplane_scheduler_claim_choice_refusals_total",
+			Help: "Binds not carried out because the pod's ResourceClaims refuse the GPUs the core chose, by what the next cycle gives the core (exact: only the node's GPUs that satisfy the claims; excluded: none of the node's)."}, []string{"constraint"}),
 	}
-	m.reg.MustRegister(m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes,
+	m.reg.MustRegister(m.refusedChoices, m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -270,7 +270,7 @@ func kindReason(r *model.Request) string {
 }
 
 func gpuResourceName(r *model.Request) string {
-	if res, ok := strings.CutPrefix(r.DeviceSet, extSetPrefix); ok {
+	if res, ok := strings.CutPrefix(r.DeviceSet, erSetPrefix); ok {
 		res, _, _ = strings.Cut(res, "#")
 		return res
 	}

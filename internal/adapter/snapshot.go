@@ -125,18 +125,8 @@ type builder struct {
 	// it: model.Snapshot.RunningByNode).
 	nodeAllocs map[string][]model.Allocation
 
-	// The device sets of the claims of pending pods (drasets.go), kept
-	// while slices, classes and nodes stay the same, and the sets the
-	// last model nodes were given.
-	draSets   map[string]*deviceSet
-	claimSets map[string]claimSetMemo
-	// extSets memoizes, by pending pod object, its extended-resource
-	// claim not made yet and the claim's device set (draext.go).
-	extSets    map[string]extMemo
-	draVersion int
-	draNodes   int
-	nextSet    int
-	setNames   []string
+	// dra is the DRA memo: the device sets of pending pods' claims.
+	dra draMemo
 }
 
 func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
@@ -292,11 +282,8 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		// Pods that ask through ResourceClaims: the claims to allocate
 		// and the devices that may serve them, or why the group waits.
 		for _, pi := range g.pending {
-			var pc *podClaims
-			var bad *BadInputError
-			if len(pi.pod.Spec.ResourceClaims) > 0 {
-				pc, bad = b.resolveClaims(c, pi)
-			} else if pc, bad = b.resolveExtended(c, pi); pc == nil && bad == nil {
+			pc, bad := b.podClaims(c, pi, now)
+			if pc == nil && bad == nil {
 				continue
 			}
 			if bad != nil {
@@ -328,18 +315,18 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			req := pi.req
 			if pc := in.claims[pi.key]; pc != nil {
 				if pc.set != nil {
-					req.DeviceSet = pc.set.name
+					req.DeviceSet = pc.set.Name
 					switch {
-					case pc.set.migSlices > 0:
-						req.MIGSlices, req.MIGProfile = pc.set.migSlices, pc.set.migProfile
-					case pc.set.share:
-						req.GPUMilli, req.GPUMemoryMiB = pc.set.shareMilli, pc.set.shareMemMiB
+					case pc.set.MIGSlices > 0:
+						req.MIGSlices, req.MIGProfile = pc.set.MIGSlices, pc.set.MIGProfile
+					case pc.set.Share:
+						req.GPUMilli, req.GPUMemoryMiB = pc.set.ShareMilli, pc.set.ShareMemMiB
 					default:
-						req.GPUs = pc.set.count
+						req.GPUs = pc.set.Count
 					}
-					sets[pc.set.name] = pc.set
+					sets[pc.set.Name] = pc.set
 				}
-				if pc.ext != nil && pc.set == nil {
+				if pc.erClaim != nil && pc.set == nil {
 					// Its claim is allocated already: the devices are the
 					// claim's, the pod only joins it on its node.
 					req.GPUs = 0
@@ -570,10 +557,10 @@ func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.setNames) && b.modelNodes != nil {
+	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.dra.setNames) && b.modelNodes != nil {
 		return b.modelNodes
 	}
-	b.classKeys, b.setNames = keys, names
+	b.classKeys, b.dra.setNames = keys, names
 	inUse := make([]*deviceSet, len(names))
 	for i, k := range names {
 		inUse[i] = sets[k]

@@ -1,0 +1,87 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+// ClassLister serves the structured allocator DeviceClasses by name. The
+// map is read, never written.
+type ClassLister map[string]*resourceapi.DeviceClass
+
+// List returns every class.
+func (l ClassLister) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(l))
+	for _, dc := range l {
+		out = append(out, dc)
+	}
+	return out, nil
+}
+
+// Get returns a class, or a NotFound error.
+func (l ClassLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if dc := l[name]; dc != nil {
+		return dc, nil
+	}
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+}
+
+// Allocate runs the structured allocator, with Features, for claims on
+// one node over the node's slices, narrowed to the devices in only
+// ("pool/name") when only is not nil: nil results when the claims do not
+// fit those devices (their constraints refuse them, or too few are
+// free), every claim allocated otherwise.
+func Allocate(ctx context.Context, node *corev1.Node, nodeSlices []*resourceapi.ResourceSlice, only sets.Set[string], classes ClassLister,
+	allocated structured.AllocatedState, claims []*resourceapi.ResourceClaim, cel *dracel.Cache) ([]resourceapi.AllocationResult, error) {
+	in := nodeSlices
+	if only != nil {
+		in = make([]*resourceapi.ResourceSlice, 0, len(nodeSlices))
+		for _, s := range nodeSlices {
+			cp := *s
+			cp.Spec.Devices = nil
+			for _, d := range s.Spec.Devices {
+				if only.Has(s.Spec.Pool.Name + "/" + d.Name) {
+					cp.Spec.Devices = append(cp.Spec.Devices, d)
+				}
+			}
+			in = append(in, &cp)
+		}
+	}
+	a, err := structured.NewAllocator(ctx, Features, allocated, classes, in, cel)
+	if err != nil {
+		return nil, fmt.Errorf("creating the structured allocator: %w", err)
+	}
+	return a.Allocate(ctx, node, claims)
+}
+
+// AllocatedState is what the claims allocated on a node hold, as the
+// structured allocator takes it: whole devices, the shares of devices
+// allocated more than once, and the capacity those shares consume.
+func AllocatedState(allocs []*resourceapi.AllocationResult) structured.AllocatedState {
+	st := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	for _, alloc := range allocs {
+		for _, r := range alloc.Devices.Results {
+			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if r.ShareID == nil {
+				st.AllocatedDevices.Insert(id)
+				continue
+			}
+			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+			if len(r.ConsumedCapacity) > 0 {
+				st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+			}
+		}
+	}
+	return st
+}
