@@ -30,7 +30,7 @@ import (
 //  3. The claim made for the extended resources of a pod that names no
 //     claim (draext.go): its devices, in place of the request's GPUs. A
 //     record that parses but does not match the request sets this claim
-//     aside too, and the pod goes on to step 4.
+//     aside too: the pod goes on to the scheduler's annotation (step 5).
 //  4. A bind in flight (clusterCache.assumed) for a pod not bound yet: the
 //     GPUs the core chose. A bound pod's record (step 2) or annotation
 //     (step 5) is read instead, even while its bind is still assumed.
