@@ -11,7 +11,11 @@
 //     own lock.
 //   - builder (snapshot.go): turns the cache into a snapshot, keeping its
 //     memos (node classes, per-node allocations) from cycle to cycle and
-//     recomputing only what changed.
+//     recomputing only what changed. What each running pod holds on its
+//     node is resolved by nodeHoldings (holdings.go), from five sources
+//     (claims, the node's record, binds in flight, the scheduler's
+//     annotation, automatic shares) in the precedence its doc comment
+//     gives, the one place it is written.
 //   - binder (binder.go): carries decisions out through a clusterWriter
 //     (apiWriter, or an in-memory fake in the unit tests) and owns what it
 //     is waiting for: the core's holds, refused evictions, gangs to resume.

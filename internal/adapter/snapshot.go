@@ -621,194 +621,38 @@ func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time
 	return out
 }
 
-// replicasHeld reads the node's record of a pod another scheduler placed
-// on GPUs time-sliced under nvidia.com/gpu. Such a pod asks for whole GPUs
-// but the node gave it replicas, as many as it asked, and may give the
-// rest of each GPU's replicas to other pods: it holds what the record
-// says, a quarter of a GPU for one replica of four, not the whole GPU that
-// heldAs makes of the replica gpuplane-scheduler itself chose a whole GPU
-// for. The request returned counts those replicas (model.Request.Replicas)
-// so that its queue's usage is the shares held. ok is false when the
-// record holds no part of a GPU or does not add up to the request.
-func replicasHeld(n *model.Node, req *model.Request, held []model.GPUShare) (model.Request, bool) {
-	if req.GPUs == 0 || req.GPUMilli > 0 || req.MIGSlices > 0 || len(held) == 0 {
-		return model.Request{}, false
-	}
-	replicas, milli, part := 0, int64(0), false
-	for _, h := range held {
-		g := &n.GPUs[h.Index]
-		if h.MIGSlices > 0 || g.MIGSlices > 0 || g.MinShareMilli == 0 || g.ShareResource != string(ResourceGPU) || h.Milli%g.MinShareMilli != 0 {
-			return model.Request{}, false
-		}
-		part = part || h.Milli < g.Capacity()
-		replicas += int(h.Milli / g.MinShareMilli)
-		milli += h.Milli
-	}
-	if !part || replicas != req.GPUs {
-		return model.Request{}, false
-	}
-	out := *req
-	out.GPUs, out.Replicas, out.ShareResource = 0, replicas, string(ResourceGPU)
-	// What one share of it takes, as the core sizes the shares on a node.
-	out.GPUMilli = milli / int64(len(held))
-	return out, true
-}
-
-// heldAs reads the node's record of the GPUs a pod holds in the terms of
-// its request: the GPUs from the record, how much of each from the request
-// (a replica of a GPU time-sliced under nvidia.com/gpu is a whole GPU to a
-// request for whole GPUs). ok is false when the record does not match the
-// request's kind or count, and the scheduler's own choice stands.
-func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.GPUShare, bool) {
-	switch {
-	case req.GPUs > 0:
-		if len(held) != req.GPUs {
-			return nil, false
-		}
-		out := make([]model.GPUShare, len(held))
-		for k, h := range held {
-			g := &n.GPUs[h.Index]
-			if h.MIGSlices > 0 || g.MIGSlices > 0 {
-				return nil, false
-			}
-			out[k] = model.GPUShare{Index: h.Index, Milli: g.Capacity(), MemoryMiB: g.MemoryMiB}
-		}
-		return out, true
-	case req.MIGSlices > 0:
-		return held, len(held) == 1 && held[0].MIGSlices == req.MIGSlices
-	case req.Shared():
-		if len(held) != 1 || held[0].MIGSlices > 0 || n.GPUs[held[0].Index].MIGSlices > 0 {
-			return nil, false
-		}
-		return []model.GPUShare{{Index: held[0].Index, Milli: n.GPUs[held[0].Index].ShareMilli(req), MemoryMiB: req.GPUMemoryMiB}}, true
-	}
-	return nil, false
-}
-
-// nodeAllocations lists the allocations of the pods holding one node: GPU
-// shares from the node's record (HeldAnnotation), else the scheduler's own
-// annotation or assumption, else the lowest free GPUs; a pod that would over-allocate the node is left out with a log
-// line (the core refuses over-allocated snapshots). Caller holds c.mu.
+// nodeAllocations lists the allocations of the pods holding one node,
+// with the GPU shares nodeHoldings resolves for each; a pod that would
+// over-allocate the node is left out with a log line (the core refuses
+// over-allocated snapshots). Caller holds c.mu.
 func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, now time.Time) []model.Allocation {
 	pods := c.onNode[ni.node.Name]
 	if len(pods) == 0 && len(c.dra.onNode[ni.node.Name]) == 0 {
 		return nil
 	}
-	m := &ni.m
-	freeCPU, freeMem := m.MilliCPU, m.MemoryMiB
-	gpuFree, sliceFree := make([]int64, len(m.GPUs)), make([]int, len(m.GPUs))
-	for g := range m.GPUs {
-		gpuFree[g], sliceFree[g] = m.GPUs[g].Capacity(), m.GPUs[g].MIGSlices
-	}
-	take := func(req *model.Request, shares []model.GPUShare) bool {
-		if freeCPU < req.MilliCPU || freeMem < req.MemoryMiB {
-			return false
-		}
-		for _, s := range shares {
-			if s.Index < 0 || s.Index >= len(gpuFree) || gpuFree[s.Index] < s.Milli || sliceFree[s.Index] < s.MIGSlices {
-				return false
-			}
-		}
-		freeCPU -= req.MilliCPU
-		freeMem -= req.MemoryMiB
-		for _, s := range shares {
-			gpuFree[s.Index] -= s.Milli
-			sliceFree[s.Index] -= s.MIGSlices
-		}
-		return true
-	}
-	type entry struct {
-		pi *podInfo
-		// req is the pod's request, or what replicasHeld makes of it.
-		req    *model.Request
-		shares []model.GPUShare
-		known  bool
-		// claim is what the pod holds through claims: whole GPUs and
-		// MIG slices.
-		claim model.Request
-	}
 	// Devices held through ResourceClaims: by the pod that holds them,
 	// and claims no pod here holds, which hold their devices all the same.
 	byPod, orphans := c.claimShares(ni)
+	h := newNodeHoldings(&ni.m, b.schedulerName, byPod, c.assumed)
 	out := make([]model.Allocation, 0, len(pods)+len(orphans))
 	for _, a := range orphanAllocations(ni.node.Name, orphans) {
-		if !take(&a.Request, a.GPUs) {
+		if !h.take(&a.Request, a.GPUs) {
 			b.log.V(2).Info("allocated claim over-allocates its node; left out of the snapshot", "claim", a.Pod, "node", ni.node.Name)
 			continue
 		}
 		out = append(out, a)
 	}
-	entries := make([]entry, 0, len(pods))
-	for _, pi := range pods {
-		e := entry{pi: pi, req: &pi.req}
-		if len(pi.pod.Spec.ResourceClaims) > 0 {
-			// What a pod holds through claims is what their allocations
-			// say, whoever wrote them.
-			e.shares, e.known = byPod[pi.key], true
-			e.claim = claimRequest(e.shares)
-			entries = append(entries, e)
-			continue
-		}
-		if sh := byPod[pi.key]; len(sh) > 0 {
-			// A pod that names no claim but holds one: the claim made for
-			// its extended resources (status.extendedResourceClaimStatus,
-			// draext.go). It holds that claim's devices, in place of the
-			// request's GPUs.
-			e.shares, e.known = sh, true
-		}
-		// The node's record of what the pod holds first, then what this
-		// scheduler assumed or chose for it.
-		if s, ok := pi.pod.Annotations[HeldAnnotation]; ok && pi.bound() {
-			if sh, err := parseShares(s, m); err == nil {
-				r, ok := model.Request{}, false
-				if pi.pod.Spec.SchedulerName != b.schedulerName {
-					r, ok = replicasHeld(m, &pi.req, sh)
-				}
-				if ok {
-					e.req, e.shares, e.known = &r, sh, true
-				} else {
-					e.shares, e.known = heldAs(m, &pi.req, sh)
-				}
-			}
-		}
-		if a, ok := c.assumed[pi.key]; ok && !e.known && !pi.bound() {
-			e.shares, e.known = a.shares, true
-		} else if s, ok := pi.pod.Annotations[GPUsAnnotation]; ok && !e.known {
-			if sh, err := parseShares(s, m); err == nil {
-				e.shares, e.known = sh, true
-			}
-		}
-		e.known = e.known || !pi.req.UsesGPU()
-		entries = append(entries, e)
+	held, over := h.resolve(pods)
+	for _, key := range over {
+		b.log.V(2).Info("running pod over-allocates its node; left out of the snapshot", "pod", key, "node", ni.node.Name)
 	}
-	// Known shares first, then the rest on the lowest free GPUs; by key
-	// within each, so that the same pods always give the same result.
-	slices.SortFunc(entries, func(x, y entry) int {
-		if x.known != y.known {
-			if x.known {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(x.pi.key, y.pi.key)
-	})
-	for _, e := range entries {
-		req := *e.req
-		req.GPUs += e.claim.GPUs
-		req.MIGSlices += e.claim.MIGSlices
-		if !e.known {
-			e.shares = autoShares(m, gpuFree, sliceFree, &req)
-		}
-		if !take(&req, e.shares) {
-			b.log.V(2).Info("running pod over-allocates its node; left out of the snapshot", "pod", e.pi.key, "node", ni.node.Name)
-			continue
-		}
+	for _, e := range held {
 		p := e.pi.pod
 		nonPreemptible := p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
 			r.active(e.pi.key, p, now) || c.protectedByPDB(p)
 		out = append(out, model.Allocation{
 			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
-			Request: req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
+			Request: e.req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
 		})
 	}
 	return out
@@ -836,35 +680,6 @@ func (b *builder) allocationQueue(c *clusterCache, pi *podInfo) string {
 		return podQueue(c, pi, "")
 	}
 	return queue.DefaultQueue
-}
-
-// autoShares picks GPUs for a running pod the scheduler did not place.
-func autoShares(n *model.Node, gpuFree []int64, sliceFree []int, req *model.Request) []model.GPUShare {
-	var out []model.GPUShare
-	switch {
-	case req.GPUs > 0:
-		for g := range n.GPUs {
-			if len(out) == req.GPUs {
-				break
-			}
-			if n.GPUs[g].MIGSlices == 0 && gpuFree[g] == n.GPUs[g].Capacity() {
-				out = append(out, model.GPUShare{Index: g, Milli: n.GPUs[g].Capacity(), MemoryMiB: n.GPUs[g].MemoryMiB})
-			}
-		}
-	case req.MIGSlices > 0:
-		for g := range n.GPUs {
-			if n.GPUs[g].MIGSlices > 0 && sliceFree[g] >= req.MIGSlices {
-				return []model.GPUShare{{Index: g, MIGSlices: req.MIGSlices}}
-			}
-		}
-	case req.GPUMilli > 0:
-		for g := range n.GPUs {
-			if need := n.GPUs[g].ShareMilli(req); n.GPUs[g].MIGSlices == 0 && gpuFree[g] >= need {
-				return []model.GPUShare{{Index: g, Milli: need}}
-			}
-		}
-	}
-	return out
 }
 
 // queues converts the Queue objects, parents first, adding each only if

@@ -94,7 +94,7 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 		}
 		p := &pending{g: g, q: tree.Leaf(g.Queue)}
 		for _, pod := range g.Pods {
-			p.demand = p.demand.Add(model.Of(&pod.Request))
+			p.demand = p.demand.Add(pod.Request.Resources())
 		}
 		p.admit = p.demand.Max(g.MinResources)
 		tree.AddDemand(p.q, p.demand)
@@ -158,7 +158,7 @@ func (c *cycle) commit(p *pending, binds []model.Bind) {
 			k++
 		}
 		pod := &p.g.Pods[k]
-		used = used.Add(model.Of(&pod.Request))
+		used = used.Add(pod.Request.Resources())
 		c.bound = append(c.bound, bound{g: p.g, pod: pod})
 		k++
 	}
@@ -376,13 +376,13 @@ func leastNeed(g *model.PodGroup) model.Resources {
 	if k >= len(g.Pods) {
 		var r model.Resources
 		for i := range g.Pods {
-			r = r.Add(model.Of(&g.Pods[i].Request))
+			r = r.Add(g.Pods[i].Request.Resources())
 		}
 		return r
 	}
 	cpu, mem, gpu := make([]int64, len(g.Pods)), make([]int64, len(g.Pods)), make([]int64, len(g.Pods))
 	for i := range g.Pods {
-		r := model.Of(&g.Pods[i].Request)
+		r := g.Pods[i].Request.Resources()
 		cpu[i], mem[i], gpu[i] = r.MilliCPU, r.MemoryMiB, r.GPUMilli
 	}
 	sum := func(v []int64) int64 {

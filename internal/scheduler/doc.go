@@ -105,27 +105,27 @@
 // State between cycles. A Scheduler keeps the free state, the running pods
 // by node, their groups (model.Allocation.Group, else the pod alone) and
 // each queue's usage, and brings them in line with each snapshot by its
-// difference (sync). With Snapshot.RunningByNode it compares only the
-// nodes whose chunk is not the slice it applied last time (a driver never
-// modifies a chunk it passed, and the core keeps pointers into them), plus
-// the nodes its own last decisions changed: binds and evictions are
-// applied when decided, as though carried out, so the next sync releases a
-// bind the driver did not carry out and assigns again a pod it did not
-// evict, even on a node whose chunk is unchanged. On those nodes every pod
-// that went or changed is released before any that came is assigned, so a
-// pod moving between nodes, or a bind replaced by its real allocation,
-// never looks like over-allocation. Queue usage is then added per queue,
-// and evictions read running groups by queue: preemption only the pending
-// group's queue, and only when it runs a preemptible group of lower
-// priority; reclaim only queues outside the group's branch above their
-// fair share or GPU guarantee. Each queue keeps its groups cheapest first,
-// and a victim search merges them lazily, so it costs the victims it looks
-// at. A cycle with nothing changed and nothing pending thus costs a look
-// at each node and at the address of its chunk; one with changes costs
-// what changed. With Snapshot.Running every node with pods is compared
-// each cycle, as before there were chunks. A snapshot that lists a pod
-// twice (among the nodes compared), names an unknown node or over-allocates
-// one is an error, and the next cycle starts over from nothing.
+// difference (sync). The snapshot holds its running pods by node
+// (model.Snapshot.RunningByNode), and sync compares only the nodes whose
+// chunk is not the slice it applied last time (a driver never modifies a
+// chunk it passed, and the core keeps pointers into them), plus the nodes
+// its own last decisions changed: binds and evictions are applied when
+// decided, as though carried out, so the next sync releases a bind the
+// driver did not carry out and assigns again a pod it did not evict, even
+// on a node whose chunk is unchanged. On those nodes every pod that went
+// or changed is released before any that came is assigned, so a pod moving
+// between nodes, or a bind replaced by its real allocation, never looks
+// like over-allocation. Queue usage is then added per queue, and evictions
+// read running groups by queue: preemption only the pending group's queue,
+// and only when it runs a preemptible group of lower priority; reclaim
+// only queues outside the group's branch above their fair share or GPU
+// guarantee. Each queue keeps its groups cheapest first, and a victim
+// search merges them lazily, so it costs the victims it looks at. A cycle
+// with nothing changed and nothing pending thus costs a look at each node
+// and at the address of its chunk; one with changes costs what changed. A
+// snapshot that lists a pod twice (among the nodes compared), lists it
+// under a node it does not name, or over-allocates a node is an error, and
+// the next cycle starts over from nothing.
 //
 // Why preemption cannot cycle. Fair shares depend only on each queue's
 // usage plus pending demand, which an eviction does not change (the evicted

@@ -340,17 +340,18 @@ func TestVictimOrderFollowsAGroupBetweenQueues(t *testing.T) {
 	other.NonPreemptible = true
 	h := pod("h0", "h", "a", 2000)
 	h.Priority = 1
+	running := []model.Allocation{other, pod("p0", "g", "a", 2000), pod("p1", "g", "a", 2000), h}
 	snap := model.Snapshot{
 		Nodes: []model.Node{schedtest.Node("n", 10000, 1<<20).Obj()},
 		// a's weight keeps b from reclaiming from it, which would read
 		// (and tidy) a's victims in the second cycle.
-		Queues:  []model.Queue{{Name: "a", Weight: 10}, {Name: "b"}},
-		Running: []model.Allocation{other, pod("p0", "g", "a", 2000), pod("p1", "g", "a", 2000), h},
-		Budget:  model.DisruptionBudget{MaxEvictions: -1},
+		Queues: []model.Queue{{Name: "a", Weight: 10}, {Name: "b"}},
+		Budget: model.DisruptionBudget{MaxEvictions: -1},
 	}
 	cycle := func(pending model.PodGroup) model.Decisions {
 		t.Helper()
 		snap.Pending = []model.PodGroup{pending}
+		snap.RunningByNode = schedtest.OnNodes(snap.Nodes, running...)
 		d, err := s.Cycle(&snap)
 		if err != nil {
 			t.Fatal(err)
@@ -362,11 +363,11 @@ func TestVictimOrderFollowsAGroupBetweenQueues(t *testing.T) {
 	if d := cycle(schedtest.Group("big-a").Queue("a").Priority(5).Pods(1, model.Request{MilliCPU: 7000}).Obj()); len(d.Evictions) != 0 {
 		t.Fatalf("evictions %+v, want none: big-a does not fit by evicting g", d.Evictions)
 	}
-	snap.Running[1].Queue = "b"
+	running[1].Queue = "b"
 	if d := cycle(schedtest.Group("big-b").Queue("b").Priority(5).Pods(1, model.Request{MilliCPU: 7000}).Obj()); len(d.Evictions) != 0 {
 		t.Fatalf("evictions %+v, want none: big-b does not fit by evicting g", d.Evictions)
 	}
-	snap.Running[1].Queue = "a"
+	running[1].Queue = "a"
 	// fits-a needs g's room and h's.
 	d := cycle(schedtest.Group("fits-a").Queue("a").Priority(5).Pods(1, model.Request{MilliCPU: 6000}).Obj())
 	var evicted []string

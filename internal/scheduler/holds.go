@@ -132,7 +132,7 @@ func (c *cycle) startHold(p *pending, binds []model.Bind, victims []string) {
 func (c *cycle) count(p *pending, plan []model.Bind) {
 	var used model.Resources
 	for _, b := range plan {
-		used = used.Add(model.Of(&podOf(p, b.Pod).Request))
+		used = used.Add(podOf(p, b.Pod).Request.Resources())
 	}
 	c.tree.AddUsage(p.q, used)
 	c.tree.AddDemand(p.q, model.Resources{}.Sub(p.demand))

@@ -30,8 +30,8 @@ func holdScenario(t *testing.T) (*scheduler.Scheduler, model.Snapshot, model.Dec
 	snap := model.Snapshot{
 		Nodes:  []model.Node{schedtest.Node("n", 64000, 1<<20).GPUs(8, "A100").Obj()},
 		Queues: []model.Queue{{Name: "a"}},
-		Running: []model.Allocation{other,
-			whole("low-0", "low", 1, 4, 5), whole("low-1", "low", 1, 6, 7)},
+		RunningByNode: [][]model.Allocation{{other,
+			whole("low-0", "low", 1, 4, 5), whole("low-1", "low", 1, 6, 7)}},
 		Pending:     []model.PodGroup{schedtest.Group("urgent").Queue("a").Priority(100).Pods(1, schedtest.GPU(4, 1000)).Obj()},
 		Budget:      model.DisruptionBudget{MaxEvictions: -1},
 		HoldTimeout: 60,
@@ -64,8 +64,10 @@ func TestHoldKeepsTheRoomItsVictimsFree(t *testing.T) {
 
 	// low-0 exited; low-1 is terminating (not preemptible any more). A
 	// 2-GPU pod arrives that would fit on low-0's GPUs.
-	snap.Running = []model.Allocation{snap.Running[0], snap.Running[2]}
-	snap.Running[1].NonPreemptible = true
+	run := schedtest.Running(&snap)
+	run = []model.Allocation{run[0], run[2]}
+	run[1].NonPreemptible = true
+	snap.RunningByNode = schedtest.OnNodes(snap.Nodes, run...)
 	snap.Pending = append(snap.Pending, schedtest.Group("grab").Queue("a").Priority(200).Pods(1, schedtest.GPU(2, 1000)).Obj())
 	snap.Holds, snap.Now = d.Holds, 1010
 	d, err := s.Cycle(&snap)
@@ -80,7 +82,7 @@ func TestHoldKeepsTheRoomItsVictimsFree(t *testing.T) {
 	}
 
 	// low-1 exited: urgent binds on its plan; grab still finds no room.
-	snap.Running = snap.Running[:1]
+	snap.RunningByNode = schedtest.OnNodes(snap.Nodes, run[0])
 	snap.Holds, snap.Now = d.Holds, 1020
 	d, err = s.Cycle(&snap)
 	if err != nil {
@@ -109,9 +111,11 @@ func TestHoldEnds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, snap, d := holdScenario(t)
-			for i := range snap.Running[1:] {
-				snap.Running[1+i].NonPreemptible = true // terminating
+			run := schedtest.Running(&snap)
+			for i := range run[1:] {
+				run[1+i].NonPreemptible = true // terminating
 			}
+			snap.RunningByNode = schedtest.OnNodes(snap.Nodes, run...)
 			snap.Holds, snap.Now = d.Holds, 1030
 			tt.change(&snap)
 			d, err := s.Cycle(&snap)
@@ -138,7 +142,7 @@ func TestHoldEnds(t *testing.T) {
 	// competes afresh and takes the new node in the same cycle.
 	s, snap, d := holdScenario(t)
 	snap.Nodes = []model.Node{schedtest.Node("m", 64000, 1<<20).GPUs(8, "A100").Obj()}
-	snap.Running = nil
+	snap.RunningByNode = nil
 	snap.Holds, snap.Now = d.Holds, 1010
 	d, err := s.Cycle(&snap)
 	if err != nil {
@@ -156,8 +160,9 @@ func TestHoldCountsInItsQueue(t *testing.T) {
 	s, snap, d := holdScenario(t)
 	snap.Queues[0].Limit = model.Resources{GPUMilli: 12000}
 	snap.Nodes = append(snap.Nodes, schedtest.Node("m", 64000, 1<<20).GPUs(8, "A100").Obj())
-	snap.Running = snap.Running[:2] // low-0 exited, low-1 terminating
-	snap.Running[1].NonPreemptible = true
+	run := schedtest.Running(&snap)[:2] // low-0 exited, low-1 terminating
+	run[1].NonPreemptible = true
+	snap.RunningByNode = schedtest.OnNodes(snap.Nodes, run...)
 	snap.Pending = append(snap.Pending, schedtest.Group("more").Queue("a").Priority(10).Pods(1, schedtest.GPU(4, 1000)).Obj())
 	snap.Holds, snap.Now = d.Holds, 1010
 	d, err := s.Cycle(&snap)

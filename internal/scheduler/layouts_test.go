@@ -149,7 +149,7 @@ func TestLayoutProposals(t *testing.T) {
 			if tc.policy != nil {
 				pol = *tc.policy
 			}
-			snap := model.Snapshot{Nodes: tc.nodes, Running: tc.running, Pending: tc.pending, Now: 100, Layouts: pol}
+			snap := model.Snapshot{Nodes: tc.nodes, RunningByNode: schedtest.OnNodes(tc.nodes, tc.running...), Pending: tc.pending, Now: 100, Layouts: pol}
 			s, err := scheduler.New(scheduler.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -179,11 +179,11 @@ func TestLayoutProposals(t *testing.T) {
 // the re-partitioned GPU while the pod on the other keeps its GPU.
 func TestLayoutProposalReplay(t *testing.T) {
 	snap := model.Snapshot{
-		Nodes:   []model.Node{migNode("n", 2, 0)},
-		Running: []model.Allocation{on("busy", "n", 0, false)},
-		Pending: []model.PodGroup{schedtest.Group("m").Pods(2, migReq("1g.10gb")).Obj()},
-		Layouts: model.LayoutPolicy{MinWait: 1, Dwell: 100, Timeout: 50},
-		Now:     10,
+		Nodes:         []model.Node{migNode("n", 2, 0)},
+		RunningByNode: [][]model.Allocation{{on("busy", "n", 0, false)}},
+		Pending:       []model.PodGroup{schedtest.Group("m").Pods(2, migReq("1g.10gb")).Obj()},
+		Layouts:       model.LayoutPolicy{MinWait: 1, Dwell: 100, Timeout: 50},
+		Now:           10,
 	}
 	h, err := schedtest.NewHarness(snap, scheduler.Config{})
 	if err != nil {
@@ -226,7 +226,7 @@ func TestLayoutProposalReplay(t *testing.T) {
 			t.Errorf("bind %+v, want one slice of GPU 1", b)
 		}
 	}
-	for _, a := range h.Snap.Running {
+	for a := range h.Snap.AllRunning() {
 		if a.Pod == "busy" && a.GPUs[0].Index != 0 {
 			t.Errorf("the pod on GPU 0 moved: %+v", a)
 		}

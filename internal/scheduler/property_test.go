@@ -101,7 +101,7 @@ func checkInvariants(t *rapid.T, snap *model.Snapshot) {
 	for i := range snap.Nodes {
 		nodes[snap.Nodes[i].Name] = &snap.Nodes[i]
 	}
-	for _, a := range snap.Running {
+	for a := range snap.AllRunning() {
 		if !placement.StaticFits(nodes[a.Node], &a.Request) {
 			t.Fatalf("pod %s runs on %s, which its selector, tolerations or GPU kind rule out", a.Pod, a.Node)
 		}
@@ -131,8 +131,8 @@ func checkInvariants(t *rapid.T, snap *model.Snapshot) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range snap.Running {
-		tree.AddUsage(tree.Leaf(a.Queue), model.Of(&a.Request))
+	for a := range snap.AllRunning() {
+		tree.AddUsage(tree.Leaf(a.Queue), a.Request.Resources())
 	}
 	for i := range tree.Len() {
 		if !tree.Admits(i, model.Resources{}) {
@@ -165,9 +165,9 @@ func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 	prio := map[string]int32{}
 	queueOf := map[string]string{}
 	allocs := map[string][]*model.Allocation{}
-	for i, a := range before.Running {
+	for a := range before.AllRunning() {
 		prio[a.Pod], queueOf[a.Pod] = a.Priority, a.Queue
-		allocs[a.Group] = append(allocs[a.Group], &before.Running[i])
+		allocs[a.Group] = append(allocs[a.Group], a)
 	}
 	nodes := map[string]*model.Node{}
 	for i := range before.Nodes {
@@ -217,8 +217,7 @@ func TestPropertyInvariantsAndFixedPoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		step := func() model.Decisions {
-			before := h.Snap
-			before.Running = append([]model.Allocation(nil), h.Snap.Running...)
+			before := h.Snap // model.Apply writes nothing it was given: before keeps its view
 			d, err := h.Cycle()
 			if err != nil {
 				t.Fatal(err)

@@ -165,11 +165,8 @@ func TestCycleErrors(t *testing.T) {
 	}{
 		{"queue cycle", model.Snapshot{Queues: []model.Queue{{Name: "a", Parent: "b"}, {Name: "b", Parent: "a"}}}, "cycle"},
 		{"quota above parent", model.Snapshot{Queues: []model.Queue{{Name: "p", Limit: model.Resources{GPUMilli: 1000}}, {Name: "c", Parent: "p", Limit: model.Resources{GPUMilli: 2000}}}}, "parent"},
-		{"unknown node", model.Snapshot{Running: []model.Allocation{{Pod: "p", Node: "x"}}}, "unknown node"},
-		{"over-allocated snapshot", model.Snapshot{Nodes: schedtest.Cluster("n", 1, 1, 1000, 1000),
-			Running: []model.Allocation{{Pod: "p", Node: "n-0", GPUs: []model.GPUShare{{Index: 0, Milli: 600}}}, {Pod: "q", Node: "n-0", GPUs: []model.GPUShare{{Index: 0, Milli: 600}}}}}, "over-allocates"},
+		{"running on no node", model.Snapshot{RunningByNode: [][]model.Allocation{{{Pod: "p", Node: "x"}}}}, "1 chunks for 0 nodes"},
 		{"duplicate node", model.Snapshot{Nodes: append(schedtest.Cluster("n", 1, 1, 1000, 1000), schedtest.Cluster("n", 1, 1, 1000, 1000)...)}, "twice"},
-		{"both running forms", model.Snapshot{Nodes: two, Running: []model.Allocation{{Pod: "p", Node: "n-0"}}, RunningByNode: [][]model.Allocation{nil, nil}}, "set one or the other"},
 		{"chunks not aligned with nodes", model.Snapshot{Nodes: two, RunningByNode: [][]model.Allocation{nil}}, "1 chunks for 2 nodes"},
 		{"chunk lists another node's pod", model.Snapshot{Nodes: two, RunningByNode: [][]model.Allocation{nil, {{Pod: "p", Node: "n-0"}}}}, "listed under node"},
 		{"pod in two chunks", model.Snapshot{Nodes: two, RunningByNode: [][]model.Allocation{{{Pod: "p", Node: "n-0"}}, {{Pod: "p", Node: "n-1"}}}}, "running twice"},
@@ -199,7 +196,7 @@ func TestIncrementalSync(t *testing.T) {
 	h, _ := schedtest.NewHarness(snap, scheduler.Config{})
 	running(h, t)
 	// The pods now run; removing one from the snapshot frees its GPU.
-	h.Snap.Running = h.Snap.Running[1:]
+	h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, schedtest.Running(&h.Snap)[1:]...)
 	h.Snap.Pending = []model.PodGroup{schedtest.Group("big").Pods(1, schedtest.GPU(3, 1000)).Obj()}
 	d, err := h.Cycle()
 	if err != nil {
@@ -342,13 +339,6 @@ func TestSyncReadsOnlyNewChunks(t *testing.T) {
 	if got := free(s); got != [2]int64{2000, 1000} {
 		t.Fatalf("free milli-GPU %v after p moved to n-1", got)
 	}
-	// The Running form reads every node again.
-	if _, err := s.Cycle(&model.Snapshot{Nodes: nodes, Running: []model.Allocation{on("n-0", 1)}}); err != nil {
-		t.Fatal(err)
-	}
-	if got := free(s); got != [2]int64{1000, 2000} {
-		t.Fatalf("free milli-GPU %v after p moved back through Running", got)
-	}
 }
 
 // TestQueuePriority: a queue of higher priority takes its turns before its
@@ -388,13 +378,15 @@ func TestQueuePriority(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := model.Snapshot{Nodes: schedtest.Cluster("n", 1, 8, 64000, 1<<20), Queues: tc.queues, Budget: model.DisruptionBudget{MaxEvictions: 0}}
 			gpu := 0
+			var running []model.Allocation
 			for q, n := range tc.running {
 				for range n {
-					snap.Running = append(snap.Running, model.Allocation{Pod: fmt.Sprintf("%s-run-%d", q, gpu), Queue: q, Node: "n-0",
+					running = append(running, model.Allocation{Pod: fmt.Sprintf("%s-run-%d", q, gpu), Queue: q, Node: "n-0",
 						Request: schedtest.GPU(1, 1000), GPUs: []model.GPUShare{{Index: gpu, Milli: 1000}}})
 					gpu++
 				}
 			}
+			snap.RunningByNode = schedtest.OnNodes(snap.Nodes, running...)
 			for _, q := range []string{"hi", "lo"} {
 				snap.Pending = append(snap.Pending, schedtest.Group(q+"-job").Queue(q).Pods(4, schedtest.GPU(1, 1000)).Obj())
 			}

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -36,22 +35,17 @@ func (s *Scheduler) sync(snap *model.Snapshot) (err error) {
 			s.st = nil
 		}
 	}()
-	switch byNode := snap.RunningByNode; {
-	case byNode != nil && len(snap.Running) > 0:
-		return errors.New("syncing snapshot: both running and runningByNode are set: set one or the other")
-	case byNode != nil && len(byNode) != len(snap.Nodes):
-		return fmt.Errorf("syncing snapshot: runningByNode has %d chunks for %d nodes", len(byNode), len(snap.Nodes))
+	chunks := snap.RunningByNode
+	if chunks != nil && len(chunks) != len(snap.Nodes) {
+		return fmt.Errorf("syncing snapshot: runningByNode has %d chunks for %d nodes", len(chunks), len(snap.Nodes))
 	}
 	if s.st == nil || !sameNodes(s.nodes, snap.Nodes) {
 		if err := s.reset(snap); err != nil {
 			return err
 		}
 	}
-	chunks := snap.RunningByNode
 	if chunks == nil {
-		if chunks, err = s.bucket(snap.Running); err != nil {
-			return err
-		}
+		chunks = make([][]model.Allocation, len(snap.Nodes)) // nothing runs
 	}
 	s.epoch++
 	diff := s.diff[:0]
@@ -180,35 +174,6 @@ func (s *Scheduler) reset(snap *model.Snapshot) error {
 		return fmt.Errorf("syncing snapshot: %w", err)
 	}
 	return nil
-}
-
-// bucket copies running into fresh per-node chunks. Every node with pods
-// then has a chunk the core has not seen, so each cycle compares them all.
-func (s *Scheduler) bucket(running []model.Allocation) ([][]model.Allocation, error) {
-	at := make([]int32, len(running))
-	start := make([]int, len(s.nodes)+1)
-	for i := range running {
-		n, ok := s.index[running[i].Node]
-		if !ok {
-			return nil, fmt.Errorf("syncing snapshot: pod %q runs on unknown node %q", running[i].Pod, running[i].Node)
-		}
-		at[i] = int32(n)
-		start[n+1]++
-	}
-	for n := range s.nodes {
-		start[n+1] += start[n]
-	}
-	buf := make([]model.Allocation, len(running))
-	next := slices.Clone(start[:len(s.nodes)])
-	for i := range running {
-		buf[next[at[i]]] = running[i]
-		next[at[i]]++
-	}
-	chunks := make([][]model.Allocation, len(s.nodes))
-	for n := range chunks {
-		chunks[n] = buf[start[n]:start[n+1]:start[n+1]]
-	}
-	return chunks, nil
 }
 
 func targetsOf(snap *model.Snapshot) []placement.Target {

@@ -118,19 +118,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
 		}
 		// Completions up to now.
-		keep := snap.Running[:0]
-		for _, a := range snap.Running {
-			p := byName[a.Pod]
-			if p.end >= 0 && p.end <= now {
-				p.done, p.end = p.end, -1
-				for _, sh := range a.GPUs {
-					allocMilli -= sh.Milli
-				}
-				continue
-			}
-			keep = append(keep, a)
-		}
-		snap.Running = keep
+		allocMilli -= complete(&snap, byName, now)
 		// Arrivals up to now join their group's pending entry.
 		if next < len(pods) && pods[next].tp.CreatedAt <= now {
 			at := make(map[string]int, len(snap.Pending))
@@ -171,7 +159,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			preempted[queueOf(p)]++
 			ev.Preemptions++
 		}
-		for _, a := range snap.Running {
+		for a := range snap.AllRunning() {
 			if evicted[a.Pod] {
 				for _, sh := range a.GPUs {
 					allocMilli -= sh.Milli
@@ -191,14 +179,16 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 				allocMilli += sh.Milli
 			}
 		}
-		model.Apply(&snap, &d, now)
+		if err := model.Apply(&snap, &d, now); err != nil {
+			return nil, fmt.Errorf("event run %s at t=%d: %w", tr.Source, now, err)
+		}
 		ev.LayoutsProposed += len(d.Layouts)
 		// Advance the clock to the next event, at least one interval on.
 		nextT := layoutWake(&snap, cfg, now)
 		if next < len(pods) {
 			nextT = pods[next].tp.CreatedAt
 		}
-		for _, a := range snap.Running {
+		for a := range snap.AllRunning() {
 			if p := byName[a.Pod]; p.end >= 0 {
 				nextT = min(nextT, p.end)
 			}
@@ -214,7 +204,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		nextT = max(nextT, now+interval)
 		dt := float64(nextT - now)
 		utilArea += dt * ratio(allocMilli, capMilli)
-		for _, a := range snap.Running {
+		for a := range snap.AllRunning() {
 			for _, sh := range a.GPUs {
 				usage[queueOf(byName[a.Pod])] += dt * float64(sh.Milli)
 			}
@@ -236,6 +226,42 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	fillQueueStats(tr, pods, preempted, usage, res)
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// complete takes the pods whose run ended by now off their nodes, each
+// node that loses one getting a new chunk (model.Snapshot's rule), marks
+// them done and returns the milli-GPU they held.
+func complete(snap *model.Snapshot, byName map[string]*simPod, now int64) int64 {
+	ended := func(a model.Allocation) bool {
+		p := byName[a.Pod]
+		return p.end >= 0 && p.end <= now
+	}
+	var freed int64
+	cloned := false
+	for n, chunk := range snap.RunningByNode {
+		k := slices.IndexFunc(chunk, ended)
+		if k < 0 {
+			continue
+		}
+		if !cloned {
+			// A new outer slice too: whoever kept the last one keeps its view.
+			snap.RunningByNode, cloned = slices.Clone(snap.RunningByNode), true
+		}
+		keep := slices.Clone(chunk[:k])
+		for _, a := range chunk[k:] {
+			if !ended(a) {
+				keep = append(keep, a)
+				continue
+			}
+			p := byName[a.Pod]
+			p.done, p.end = p.end, -1
+			for _, sh := range a.GPUs {
+				freed += sh.Milli
+			}
+		}
+		snap.RunningByNode[n] = keep
+	}
+	return freed
 }
 
 // layoutWake is when the MIG layouts of nodes that follow demand next

@@ -1,33 +1,74 @@
 package model
 
+import (
+	"fmt"
+	"slices"
+)
+
 // Apply changes snap as carrying out d at time now would, the way every
 // driver of the core sees it: the Kubernetes adapter (through its
 // informers), the simulator and the tests' harness. Evicted pods leave
-// Running and wait again in their group; bound pods move from Pending to
-// Running. What a group still needs follows one rule, PodGroup.Min: each
-// pending group's Placed is set to its members in Running after d.
+// their nodes and wait again in their group; bound pods move from Pending
+// to their node's chunk of RunningByNode. What a group still needs
+// follows one rule, PodGroup.Min: each pending group's Placed is set to
+// its members running after d.
+//
+// The chunk rule of Snapshot holds: a chunk is never modified, a node that
+// gains or loses a pod gets a new slice, and the others keep theirs, so
+// the next cycle compares only the nodes d changed. RunningByNode itself
+// is replaced, not written, so a copy of snap taken before keeps its view.
 //
 // The cycle's holds become the snapshot's: a preemptor waits for its
-// victims, which leave Running here at once, and is bound by the next
-// cycle. Pending groups keep their order; a group that only evicted pods make
-// pending again comes after them, in the order of its first eviction, with
-// its declared gang size from the allocations and its first start as its
-// age. Only snap.Running is read and written: a driver that hands the
-// core RunningByNode keeps its own books (the adapter rebuilds them from
-// the cluster).
-func Apply(snap *Snapshot, d *Decisions, now int64) {
-	evicted := make(map[string]bool, len(d.Evictions))
+// victims, which leave their nodes here at once, and is bound by the next
+// cycle. Pending groups keep their order; a group that only evicted pods
+// make pending again comes after them, in the order of its first eviction
+// in d, its pods in the order of theirs, with its declared gang size from
+// the allocations and its first start as its age.
+//
+// A bind to a node snap does not list, or RunningByNode not aligned with
+// Nodes, is an error, and snap is left as it was.
+func Apply(snap *Snapshot, d *Decisions, now int64) error {
+	chunks := snap.RunningByNode
+	switch {
+	case chunks == nil:
+		chunks = make([][]Allocation, len(snap.Nodes))
+	case len(chunks) != len(snap.Nodes):
+		return fmt.Errorf("applying decisions: runningByNode has %d chunks for %d nodes", len(chunks), len(snap.Nodes))
+	default:
+		chunks = slices.Clone(chunks)
+	}
+	// fresh marks the chunks made here, which may be appended to.
+	fresh := map[int]bool{}
+	evicted := make(map[string]*Allocation, len(d.Evictions))
 	for _, e := range d.Evictions {
-		evicted[e.Pod] = true
+		evicted[e.Pod] = nil
+	}
+	if len(evicted) > 0 {
+		for n, chunk := range chunks {
+			k := slices.IndexFunc(chunk, func(a Allocation) bool { _, ok := evicted[a.Pod]; return ok })
+			if k < 0 {
+				continue
+			}
+			keep := make([]Allocation, k, len(chunk)-1)
+			copy(keep, chunk[:k])
+			for i := k; i < len(chunk); i++ {
+				if _, ok := evicted[chunk[i].Pod]; ok {
+					evicted[chunk[i].Pod] = &chunk[i]
+					continue
+				}
+				keep = append(keep, chunk[i])
+			}
+			chunks[n], fresh[n] = keep, true
+		}
 	}
 	var again []string
 	back := map[string]*PodGroup{}
-	keep := snap.Running[:0:0]
-	for _, a := range snap.Running {
-		if !evicted[a.Pod] {
-			keep = append(keep, a)
-			continue
+	for _, e := range d.Evictions {
+		a := evicted[e.Pod]
+		if a == nil {
+			continue // not running, or listed twice
 		}
+		evicted[e.Pod] = nil
 		g := back[a.Group]
 		if g == nil {
 			g = &PodGroup{Name: a.Group, Queue: a.Queue, Priority: a.Priority, MinMember: a.MinMember, CreatedAt: a.StartedAt, NonPreemptible: a.NonPreemptible}
@@ -41,6 +82,23 @@ func Apply(snap *Snapshot, d *Decisions, now int64) {
 	for i := range d.Binds {
 		bound[d.Binds[i].Pod] = &d.Binds[i]
 	}
+	var index map[string]int
+	nodeOf := func(b *Bind) (int, error) {
+		if n := b.NodeIndex; n >= 0 && n < len(snap.Nodes) && snap.Nodes[n].Name == b.Node {
+			return n, nil
+		}
+		if index == nil {
+			index = make(map[string]int, len(snap.Nodes))
+			for n := range snap.Nodes {
+				index[snap.Nodes[n].Name] = n
+			}
+		}
+		n, ok := index[b.Node]
+		if !ok {
+			return 0, fmt.Errorf("applying decisions: pod %q is bound to node %q, which the snapshot does not list", b.Pod, b.Node)
+		}
+		return n, nil
+	}
 	pending := make([]PodGroup, 0, len(snap.Pending)+len(again))
 	for _, g := range snap.Pending {
 		rest := g
@@ -51,7 +109,15 @@ func Apply(snap *Snapshot, d *Decisions, now int64) {
 				rest.Pods = append(rest.Pods, p)
 				continue
 			}
-			keep = append(keep, Allocation{Pod: p.Name, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
+			n, err := nodeOf(b)
+			if err != nil {
+				return err
+			}
+			if !fresh[n] {
+				chunks[n] = slices.Clip(chunks[n]) // the append below copies it
+				fresh[n] = true
+			}
+			chunks[n] = append(chunks[n], Allocation{Pod: p.Name, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
 				Request: p.Request, GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember})
 		}
 		if e := back[g.Name]; e != nil {
@@ -67,14 +133,22 @@ func Apply(snap *Snapshot, d *Decisions, now int64) {
 			pending = append(pending, *g)
 		}
 	}
-	members := map[string]int{}
-	for i := range keep {
-		members[keep[i].Group]++
+	members := make(map[string]int, len(pending))
+	for i := range pending {
+		members[pending[i].Name] = 0
+	}
+	for _, chunk := range chunks {
+		for i := range chunk {
+			if n, ok := members[chunk[i].Group]; ok {
+				members[chunk[i].Group] = n + 1
+			}
+		}
 	}
 	for i := range pending {
 		pending[i].Placed = members[pending[i].Name]
 	}
-	snap.Running, snap.Pending = keep, pending
+	snap.RunningByNode, snap.Pending = chunks, pending
 	snap.Holds = d.Holds
 	recordLayouts(snap, d.Layouts)
+	return nil
 }

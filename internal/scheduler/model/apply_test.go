@@ -1,6 +1,9 @@
 package model
 
 import (
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -36,13 +39,24 @@ func TestMinIsTheOneGangRule(t *testing.T) {
 }
 
 func TestApply(t *testing.T) {
+	nodes := []Node{{Name: "n"}, {Name: "m"}, {Name: "idle"}}
+	chunks, err := ByNode(nodes, []Allocation{
+		{Pod: "v-0", Group: "victim", Queue: "q", MinMember: 2, StartedAt: 5, Node: "n"},
+		{Pod: "v-1", Group: "victim", Queue: "q", MinMember: 2, StartedAt: 3, Node: "n"},
+		{Pod: "w-0", Group: "wide", Queue: "q", MinMember: 3, Node: "n"},
+		{Pod: "other", Group: "other", Node: "n"},
+		{Pod: "stays", Group: "stays", Node: "idle"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// m's chunk has room beyond its length, which Apply must not write.
+	spare := []Allocation{{Pod: "x", Group: "x", Node: "m"}, {Pod: "not running"}}
+	chunks[1] = spare[:1]
+	passed, before, beforeN := chunks, slices.Clone(chunks), slices.Clone(chunks[0])
 	snap := Snapshot{
-		Running: []Allocation{
-			{Pod: "v-0", Group: "victim", Queue: "q", MinMember: 2, StartedAt: 5, Node: "n"},
-			{Pod: "v-1", Group: "victim", Queue: "q", MinMember: 2, StartedAt: 3, Node: "n"},
-			{Pod: "w-0", Group: "wide", Queue: "q", MinMember: 3, Node: "n"},
-			{Pod: "other", Group: "other", Node: "n"},
-		},
+		Nodes:         nodes,
+		RunningByNode: chunks,
 		Pending: []PodGroup{
 			{Name: "gang", Queue: "q", MinMember: 3, Pods: pods("g-0", "g-1", "g-2", "g-3")},
 			{Name: "wide", Queue: "q", MinMember: 3, Placed: 1, Pods: pods("w-1", "w-2")},
@@ -54,19 +68,41 @@ func TestApply(t *testing.T) {
 			{Pod: "l", Group: "lone", Node: "m", GPUs: []GPUShare{{Index: 1, Milli: 1000}}}},
 		Evictions: []Eviction{{Pod: "v-0", Group: "victim"}, {Pod: "v-1", Group: "victim"}, {Pod: "w-0", Group: "wide"}},
 	}
-	Apply(&snap, &d, 7)
+	if err := Apply(&snap, &d, 7); err != nil {
+		t.Fatal(err)
+	}
 
 	running := map[string]Allocation{}
-	for _, a := range snap.Running {
-		running[a.Pod] = a
+	for n, chunk := range snap.RunningByNode {
+		for _, a := range chunk {
+			running[a.Pod] = a
+			if a.Node != nodes[n].Name {
+				t.Errorf("%s on node %s is in the chunk of %s", a.Pod, a.Node, nodes[n].Name)
+			}
+		}
 	}
-	for _, p := range []string{"g-0", "g-1", "g-2", "l", "other"} {
+	for _, p := range []string{"g-0", "g-1", "g-2", "l", "other", "stays", "x"} {
 		if _, ok := running[p]; !ok {
 			t.Errorf("%s is not running", p)
 		}
 	}
-	if len(running) != 5 {
-		t.Errorf("running %v, want 5 pods", running)
+	if len(running) != 7 {
+		t.Errorf("running %v, want 7 pods", running)
+	}
+	// The chunk rule: nothing passed is written, the nodes that changed
+	// get new slices and the other keeps its own.
+	for n := range passed {
+		if len(passed[n]) != len(before[n]) || (len(passed[n]) > 0 && &passed[n][0] != &before[n][0]) {
+			t.Errorf("Apply wrote into the slice of chunks passed to it: node %s", nodes[n].Name)
+		}
+	}
+	if !reflect.DeepEqual(passed[0], beforeN) || spare[1].Pod != "not running" {
+		t.Errorf("Apply wrote into a chunk passed to it: %v, %v", passed[0], spare)
+	}
+	for n, changed := range []bool{true, true, false} {
+		if same := &snap.RunningByNode[n][0] == &passed[n][0]; same == changed {
+			t.Errorf("node %s: chunk kept %v, want %v", nodes[n].Name, same, !changed)
+		}
 	}
 	if a := running["g-0"]; a.StartedAt != 7 || a.MinMember != 3 || a.Queue != "q" {
 		t.Errorf("bound allocation %+v", a)
@@ -93,5 +129,45 @@ func TestApply(t *testing.T) {
 	}
 	if v := snap.Pending[2]; v.CreatedAt != 3 || v.Queue != "q" {
 		t.Errorf("re-pended group %+v: want its first start as its age and its queue", v)
+	}
+}
+
+func TestApplyRefuses(t *testing.T) {
+	nodes := []Node{{Name: "n"}}
+	tests := []struct {
+		name string
+		snap Snapshot
+		d    Decisions
+		want string
+	}{
+		{"a bind to a node not listed", Snapshot{Nodes: nodes, Pending: []PodGroup{{Name: "g", Pods: pods("p")}}},
+			Decisions{Binds: []Bind{{Pod: "p", Group: "g", Node: "gone"}}}, `node "gone"`},
+		{"chunks not aligned with nodes", Snapshot{Nodes: nodes, RunningByNode: [][]Allocation{nil, nil}}, Decisions{}, "2 chunks for 1 nodes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := tc.snap
+			err := Apply(&snap, &tc.d, 1)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Apply: %v, want an error naming %s", err, tc.want)
+			}
+			if len(snap.Pending) != len(tc.snap.Pending) || len(snap.RunningByNode) != len(tc.snap.RunningByNode) {
+				t.Errorf("a refused Apply changed the snapshot: %+v", snap)
+			}
+		})
+	}
+}
+
+// A bind found by its node's name when its NodeIndex does not match, as a
+// hand-written decision has it, lands on that node.
+func TestApplyBindByName(t *testing.T) {
+	snap := Snapshot{Nodes: []Node{{Name: "a"}, {Name: "b"}}, Pending: []PodGroup{{Name: "g", Pods: pods("p", "q")}}}
+	d := Decisions{Binds: []Bind{{Pod: "p", Group: "g", Node: "b", NodeIndex: 0}, {Pod: "q", Group: "g", Node: "a", NodeIndex: 0}}}
+	if err := Apply(&snap, &d, 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.RunningByNode) != 2 || len(snap.RunningByNode[0]) != 1 || snap.RunningByNode[0][0].Pod != "q" ||
+		len(snap.RunningByNode[1]) != 1 || snap.RunningByNode[1][0].Pod != "p" {
+		t.Fatalf("running %+v, want q on a and p on b", snap.RunningByNode)
 	}
 }

@@ -1,6 +1,9 @@
 package model
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"iter"
 	"strings"
 
@@ -262,7 +265,7 @@ type Allocation struct {
 // Usage is the quota vector of a running allocation: its request's, with
 // the share its GPU gives for a request counted in replicas.
 func (a *Allocation) Usage() Resources {
-	use := Of(&a.Request)
+	use := a.Request.Resources()
 	if a.Request.Replicas > 0 && len(a.GPUs) > 0 {
 		use.GPUMilli = 0
 		for _, s := range a.GPUs {
@@ -299,8 +302,9 @@ func (r Resources) Fits(o Resources) bool {
 	return r.MilliCPU <= o.MilliCPU && r.MemoryMiB <= o.MemoryMiB && r.GPUMilli <= o.GPUMilli
 }
 
-// Of returns the quota vector of a request.
-func Of(r *Request) Resources {
+// Resources is what the request takes in the vector queues count quotas
+// in: its CPU, its memory and its milli-GPU in all (GPUMilliTotal).
+func (r *Request) Resources() Resources {
 	return Resources{r.MilliCPU, r.MemoryMiB, r.GPUMilliTotal()}
 }
 
@@ -350,19 +354,21 @@ type DisruptionBudget struct {
 
 // Snapshot is everything one cycle reads. The core never changes it.
 //
-// The running allocations come in one of two forms; set one or the other.
-// Running lists them all, and the core compares every node with what it
-// holds each cycle. RunningByNode is aligned with Nodes: RunningByNode[i]
-// holds the allocations on Nodes[i]. Whoever builds the snapshot never
-// modifies a chunk slice once passed (an element or, through another
-// slice, its backing array within its length): a chunk with the same
-// length as in the previous snapshot and, when not empty, the same first
-// element (the same address) is the same chunk, and the core skips that
-// node without reading it. A node whose pods changed gets a new slice.
-// With RunningByNode a cycle costs what changed, not the cluster.
+// RunningByNode holds the running allocations, aligned with Nodes:
+// RunningByNode[i] holds the allocations on Nodes[i]; nil means nothing
+// runs. Whoever builds the snapshot never modifies a chunk slice once
+// passed (an element or, through another slice, its backing array within
+// its length): a chunk with the same length as in the previous snapshot
+// and, when not empty, the same first element (the same address) is the
+// same chunk, and the core skips that node without reading it. A node
+// whose pods changed gets a new slice (Apply does so). A cycle thus costs
+// what changed, not the cluster.
+//
+// In JSON a snapshot may list its running allocations in one array,
+// "running", as snapshots written before RunningByNode did; reading one
+// sorts them onto their nodes (UnmarshalJSON).
 type Snapshot struct {
 	Nodes         []Node           `json:"nodes"`
-	Running       []Allocation     `json:"running,omitempty"`
 	RunningByNode [][]Allocation   `json:"runningByNode,omitempty"`
 	Pending       []PodGroup       `json:"pending,omitempty"`
 	Queues        []Queue          `json:"queues,omitempty"`
@@ -408,15 +414,9 @@ func CapacityOf(nodes []Node) Resources {
 	return c
 }
 
-// AllRunning yields every running allocation, from Running or
-// RunningByNode, whichever is set.
+// AllRunning yields every running allocation, node by node.
 func (s *Snapshot) AllRunning() iter.Seq[*Allocation] {
 	return func(yield func(*Allocation) bool) {
-		for i := range s.Running {
-			if !yield(&s.Running[i]) {
-				return
-			}
-		}
 		for _, chunk := range s.RunningByNode {
 			for i := range chunk {
 				if !yield(&chunk[i]) {
@@ -425,6 +425,57 @@ func (s *Snapshot) AllRunning() iter.Seq[*Allocation] {
 			}
 		}
 	}
+}
+
+// ByNode sorts running onto nodes, in the form of
+// Snapshot.RunningByNode: out[i] holds, in their order in running, the
+// allocations whose Node is nodes[i].Name, in a slice of their own. It is
+// nil when running is empty, and an error when an allocation names no
+// node of nodes.
+func ByNode(nodes []Node, running []Allocation) ([][]Allocation, error) {
+	if len(running) == 0 {
+		return nil, nil
+	}
+	index := make(map[string]int, len(nodes))
+	for i := range nodes {
+		index[nodes[i].Name] = i
+	}
+	out := make([][]Allocation, len(nodes))
+	for _, a := range running {
+		n, ok := index[a.Node]
+		if !ok {
+			return nil, fmt.Errorf("pod %q runs on node %q, which is not among the snapshot's nodes", a.Pod, a.Node)
+		}
+		out[n] = append(out[n], a)
+	}
+	return out, nil
+}
+
+// UnmarshalJSON reads a snapshot, with its running allocations either by
+// node ("runningByNode") or in one array ("running", the form written
+// before), which it sorts onto the nodes with ByNode. A snapshot that sets
+// both is refused.
+func (s *Snapshot) UnmarshalJSON(data []byte) error {
+	type plain Snapshot // the same fields, without this method
+	var in struct {
+		plain
+		Running []Allocation `json:"running,omitempty"`
+	}
+	if err := json.Unmarshal(data, &in); err != nil {
+		return err
+	}
+	if len(in.Running) > 0 {
+		if in.RunningByNode != nil {
+			return errors.New("reading snapshot: both running and runningByNode are set: set one or the other")
+		}
+		byNode, err := ByNode(in.Nodes, in.Running)
+		if err != nil {
+			return fmt.Errorf("reading snapshot: running: %w", err)
+		}
+		in.RunningByNode = byNode
+	}
+	*s = Snapshot(in.plain)
+	return nil
 }
 
 // Bind places one pod of a group on a node and GPUs.

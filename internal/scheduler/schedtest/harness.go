@@ -108,6 +108,28 @@ func Confined(req model.Request, key, value string) model.Request {
 	return req
 }
 
+// OnNodes sorts running onto nodes for model.Snapshot.RunningByNode
+// (model.ByNode), each node's pods in a new slice; it panics when one
+// names a node not among nodes. A test that changes running calls it again
+// for the next cycle, as a driver gives a changed node a new slice.
+func OnNodes(nodes []model.Node, running ...model.Allocation) [][]model.Allocation {
+	out, err := model.ByNode(nodes, running)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// Running returns a copy of snap's running allocations in one list, node
+// by node; changed, it goes back with OnNodes.
+func Running(snap *model.Snapshot) []model.Allocation {
+	var out []model.Allocation
+	for a := range snap.AllRunning() {
+		out = append(out, *a)
+	}
+	return out
+}
+
 // Harness runs cycles on a snapshot it keeps up to date.
 type Harness struct {
 	Sched *scheduler.Scheduler
@@ -134,7 +156,9 @@ func (h *Harness) Cycle() (model.Decisions, error) {
 	}
 	h.Log = append(h.Log, d)
 	h.now++
-	model.Apply(&h.Snap, &d, h.now)
+	if err := model.Apply(&h.Snap, &d, h.now); err != nil {
+		return d, err
+	}
 	return d, nil
 }
 
