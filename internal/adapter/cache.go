@@ -51,9 +51,9 @@ type podInfo struct {
 	// queue is the queue the pod's own labels or annotations name
 	// (v1alpha1.PodQueueName), "" for none.
 	queue v1alpha1.Named
-	// extRes is the extended resource of a pending pod a DeviceClass may
+	// extendedResource is the extended resource of a pending pod a DeviceClass may
 	// serve through a claim made for it (claimableResource), "" for none.
-	extRes corev1.ResourceName
+	extendedResource corev1.ResourceName
 
 	// cls caches the pod's predicate class for the builder generation
 	// clsGen; only the builder touches them, under the cache's lock.
@@ -501,7 +501,7 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if p.Spec.NodeName == "" {
 		pi.class = classKey(p)
 		if pi.bad == nil {
-			pi.extRes, pi.bad = claimableResource(p, &pi.req)
+			pi.extendedResource, pi.bad = claimableResource(p, &pi.req)
 		}
 	}
 	old := c.pods[key]

@@ -135,7 +135,7 @@ func claimableResource(p *corev1.Pod, r *model.Request) (corev1.ResourceName, *B
 func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *BadInputError) {
 	p := pi.pod
 	r := &pi.req
-	res := pi.extRes
+	res := pi.extendedResource
 	if res == "" || len(p.Spec.Containers) == 0 {
 		return nil, nil
 	}
