@@ -38,6 +38,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/health"
 	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/metrics"
+	"github.com/gpuplane/gpuplane/internal/nodecond"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 	"github.com/gpuplane/gpuplane/internal/steer"
 )
@@ -446,7 +447,7 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		gate := newMIGGate(reload)
 		ns, cm, _ := strings.Cut(f.migConfigMap, "/")
 		var served atomic.Pointer[[]*sharing.Resource]
-		mc := &migCluster{node: node, namespace: ns, configMap: cm, key: f.migConfigKey, client: c,
+		mc := &migCluster{node: node, namespace: ns, configMap: cm, key: f.migConfigKey, client: c, cond: nodecond.New(c, node, gpunode.ConditionMIGConfig, migFieldManager),
 			podRes: metrics.NewSocketPodResources(f.podResourcesSocket), pods: podsOnNode,
 			resources: func() []*sharing.Resource {
 				if p := served.Load(); p != nil {

@@ -11,13 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/nodecond"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
@@ -29,11 +29,8 @@ const ConditionFieldManager = "gpuplane-agent-quarantine"
 type KubeNode struct {
 	client rest.Interface
 	node   string
-	now    func() time.Time
+	cond   *nodecond.Writer
 
-	last       Condition
-	written    bool
-	transition time.Time
 	// spec is the taint value and record last written, so that a write
 	// that changes only the condition costs one request.
 	spec        string
@@ -45,7 +42,7 @@ var _ NodeWriter = (*KubeNode)(nil)
 // NewKubeNode writes to the Node named node through client, a REST client
 // of the core/v1 API.
 func NewKubeNode(client rest.Interface, node string) *KubeNode {
-	return &KubeNode{client: client, node: node, now: time.Now}
+	return &KubeNode{client: client, node: node, cond: nodecond.New(nodecond.REST(client), node, gpunode.ConditionGPUQuarantine, ConditionFieldManager)}
 }
 
 func (k *KubeNode) get(ctx context.Context) (*corev1.Node, error) {
@@ -142,28 +139,8 @@ func orEmpty(v any) string {
 }
 
 func (k *KubeNode) writeCondition(ctx context.Context, c Condition) error {
-	if k.written && c == k.last {
-		return nil
-	}
-	now := k.now()
-	transition := k.transition
-	if !k.written || c.Status != k.last.Status {
-		transition = now
-	}
-	body, err := gpunode.ConditionApplyPatch(k.node, gpunode.NodeCondition{Type: gpunode.ConditionGPUQuarantine,
-		Status: string(c.Status), Reason: c.Reason, Message: c.Message, Heartbeat: now, Transition: transition})
-	if err != nil {
-		return err
-	}
-	force := true
-	opts := metav1.PatchOptions{FieldManager: ConditionFieldManager, Force: &force}
-	err = k.client.Patch(types.ApplyPatchType).Resource("nodes").Name(k.node).SubResource("status").
-		Param("fieldManager", opts.FieldManager).Param("force", "true").Body(body).Do(ctx).Error()
-	if err != nil {
-		return fmt.Errorf("writing the %s condition of node %s: %w", gpunode.ConditionGPUQuarantine, k.node, err)
-	}
-	k.last, k.written, k.transition = c, true, transition
-	return nil
+	_, err := k.cond.Set(ctx, nodecond.Condition(c))
+	return err
 }
 
 // PodResourcesLister lists the devices the kubelet gave the node's pods.
