@@ -58,7 +58,7 @@ type migCluster struct {
 	client     *nodeClient
 	podRes     metrics.PodResourcesLister
 	pods       *nodePods
-	resources  func() []*sharing.Resource
+	served     func() *sharing.Served
 	triggerOut chan struct{}
 	// events, when set, records why a pod is evicted and the Node's
 	// state changes.
@@ -167,7 +167,7 @@ func orNone(s []string) string {
 func (c *migCluster) PodsOn(ctx context.Context, gpus map[int]bool) ([]mig.Pod, error) {
 	type key struct{ resource, id string }
 	gpuOf := map[key]int{}
-	for _, r := range c.resources() {
+	for _, r := range c.served().Resources() {
 		for _, d := range r.Devices {
 			gpuOf[key{r.Name, d.ID}] = d.GPUIndex
 		}

@@ -51,7 +51,7 @@ type quarantinePart struct {
 // off. Pods on a GPU are found through the PodResources socket; without
 // one, no pod is evicted and each drain waits its timeout.
 func newQuarantinePart(cfg *rest.Config, node string, conf *configv1.Config, backend gpu.Backend, devices []gpu.Device,
-	pods *nodePods, podResourcesSocket string, h *monitorHealth, log *slog.Logger) (*quarantinePart, error) {
+	pods *nodePods, served func() *sharing.Served, podResourcesSocket string, h *monitorHealth, log *slog.Logger) (*quarantinePart, error) {
 	if conf.Health.Quarantine.Disabled || conf.Health.Disabled {
 		log.Info("GPU quarantine is off (health.quarantine.disabled or health.disabled): a failed GPU's devices are only withdrawn")
 		return nil, nil
@@ -91,7 +91,7 @@ func newQuarantinePart(cfg *rest.Config, node string, conf *configv1.Config, bac
 		}
 	}
 	q := &quarantinePart{
-		node: quarantine.NewKubeNode(nodeWriter.rest, node), pods: quarantine.NewKubePods(lister, evict, uid),
+		node: quarantine.NewKubeNode(nodeWriter.rest, node), pods: quarantine.NewKubePods(lister, served, evict, uid),
 		backend: backend, devices: devices, health: h, metrics: quarantine.NewMetrics(), log: log,
 		policy: make(chan quarantine.Policy, 1), first: quarantine.PolicyFrom(conf.Health.Quarantine),
 	}
@@ -145,10 +145,6 @@ func (q *quarantinePart) setConfig(c *configv1.Config) {
 	}
 	q.policy <- p
 }
-
-// setResources follows the resources the plugin serves
-// (PluginOptions.OnResources).
-func (q *quarantinePart) setResources(rs []*sharing.Resource) { q.pods.SetResources(rs) }
 
 // run waits for the device plugin's health monitor, then runs the
 // quarantine on its faults until ctx ends.

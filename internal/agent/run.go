@@ -374,8 +374,10 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	var podsOnNode *nodePods
 	// migStrategy follows the config the plugin serves, for the MIG part.
 	var migStrategy atomic.Pointer[string]
-	// Parts that follow the resources the plugin serves.
-	var onResources []func([]*sharing.Resource)
+	// The resources the plugin serves, stored by the plugin, read by the
+	// others.
+	served := &servedResources{}
+	onResources := []func([]*sharing.Resource){served.store}
 	var apiConfig *rest.Config
 	if cfg, err := restConfig(f.kubeconfig); err != nil {
 		log.Info("pods get the GPUs their resource prefers: the API server is not configured, so gpuplane-scheduler's choices cannot be read", "reason", err)
@@ -389,8 +391,7 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		podsOnNode = pods
 		plugin.Steer = steer.New(pods.cached, pods.list, len(devices), log.With("part", "steer"))
 		if f.podResourcesSocket != "" {
-			rec := steer.NewRecorder(metrics.NewSocketPodResources(f.podResourcesSocket), pods.cached, pods.patchHeld, len(devices), log.With("part", "record"))
-			onResources = append(onResources, rec.SetResources)
+			rec := steer.NewRecorder(metrics.NewSocketPodResources(f.podResourcesSocket), served.load, pods.cached, pods.patchHeld, len(devices), log.With("part", "record"))
 			recorder = &part{name: "record", run: rec.Run}
 		} else {
 			log.Info("the GPUs pods hold are not recorded on them (--pod-resources-socket is empty): gpuplane-scheduler keeps its own choices as the truth")
@@ -426,12 +427,11 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	// the Node's condition.
 	var quarantine *quarantinePart
 	if apiConfig != nil {
-		if quarantine, err = newQuarantinePart(apiConfig, node, first.cfg, backend, devices, podsOnNode, f.podResourcesSocket, healthSrc, log.With("part", "quarantine")); err != nil {
+		if quarantine, err = newQuarantinePart(apiConfig, node, first.cfg, backend, devices, podsOnNode, served.load, f.podResourcesSocket, healthSrc, log.With("part", "quarantine")); err != nil {
 			return err
 		}
 	}
 	if quarantine != nil {
-		onResources = append(onResources, quarantine.setResources)
 		quarantine.pods.SetClaimPods(link.quarantinePods)
 		quarantine.dra = link
 		parts = append(parts, part{name: "quarantine", run: quarantine.run})
@@ -446,21 +446,15 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		}
 		gate := newMIGGate(reload)
 		ns, cm, _ := strings.Cut(f.migConfigMap, "/")
-		var served atomic.Pointer[[]*sharing.Resource]
 		mc := &migCluster{node: node, namespace: ns, configMap: cm, key: f.migConfigKey, client: c, cond: nodecond.New(c, node, gpunode.ConditionMIGConfig, migFieldManager),
 			podRes: metrics.NewSocketPodResources(f.podResourcesSocket), pods: podsOnNode,
-			resources: func() []*sharing.Resource {
-				if p := served.Load(); p != nil {
-					return *p
-				}
-				return nil
-			},
+			served:     served.load,
 			triggerOut: make(chan struct{}, 1), dra: link}
 		if mc.events, err = newEventRecorder(ctx, apiConfig, node); err != nil {
 			return err
 		}
 		plugin.WrapHealth = gate.wrap
-		onResources = append(onResources, func(rs []*sharing.Resource) { served.Store(&rs) }, gate.setResources)
+		onResources = append(onResources, gate.setResources)
 		strategy := func() string {
 			if p := migStrategy.Load(); p != nil {
 				return *p
@@ -498,11 +492,10 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 				return err
 			}
 		}
-		shares := newShareBook(backend, log.With("part", "metrics"))
+		shares := newShareBook(backend, served.load, log.With("part", "metrics"))
 		if podsOnNode != nil {
 			shares.charged = podsOnNode.chargedShare
 		}
-		onResources = append(onResources, shares.set)
 		handler, exporter, err := newMetricsHandler(f, backend, node, healthSrc, shares.of, podsOnNode, log.With("part", "metrics"), healthReg)
 		if err != nil {
 			return err
@@ -553,10 +546,9 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		parts = append(parts, p)
 	}
 	if f.dra.enabled && api.DRA() {
-		l, devs := ledger.New(), &pluginDevices{}
+		l := ledger.New()
 		plugin.Ledger = l
-		onResources = append(onResources, devs.set)
-		p, driver, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, plugin.MPSRunner, log.With("part", "dra"))
+		p, driver, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, served, plugin.MPSRunner, log.With("part", "dra"))
 		if err != nil {
 			return err
 		}

@@ -151,34 +151,23 @@ type PodResourcesLister interface {
 // KubePods is Pods over the kubelet's PodResources API and an eviction
 // function.
 type KubePods struct {
-	list  PodResourcesLister
-	evict func(ctx context.Context, p PodRef) error
-	uid   func(namespace, name string) (types.UID, bool)
+	list   PodResourcesLister
+	served func() *sharing.Served
+	evict  func(ctx context.Context, p PodRef) error
+	uid    func(namespace, name string) (types.UID, bool)
 
-	mu        sync.Mutex
-	resources map[string]*sharing.Resource
-	claims    func(ctx context.Context, index int) ([]PodRef, error)
+	mu     sync.Mutex
+	claims func(ctx context.Context, index int) ([]PodRef, error)
 }
 
 var _ Pods = (*KubePods)(nil)
 
 // NewKubePods finds pods through list, maps their device IDs to GPUs
-// through the resources the device plugin serves (SetResources), and
-// evicts through evict; uid, when set, gives the UID of a pod bound to the
+// through served, the resources the device plugin serves (nil until it
+// serves), and evicts through evict; uid, when set, gives the UID of a pod bound to the
 // node, for the eviction's precondition.
-func NewKubePods(list PodResourcesLister, evict func(ctx context.Context, p PodRef) error, uid func(namespace, name string) (types.UID, bool)) *KubePods {
-	return &KubePods{list: list, evict: evict, uid: uid}
-}
-
-// SetResources gives the resources the device plugin serves.
-func (k *KubePods) SetResources(rs []*sharing.Resource) {
-	m := make(map[string]*sharing.Resource, len(rs))
-	for _, r := range rs {
-		m[r.Name] = r
-	}
-	k.mu.Lock()
-	k.resources = m
-	k.mu.Unlock()
+func NewKubePods(list PodResourcesLister, served func() *sharing.Served, evict func(ctx context.Context, p PodRef) error, uid func(namespace, name string) (types.UID, bool)) *KubePods {
+	return &KubePods{list: list, served: served, evict: evict, uid: uid}
 }
 
 // SetClaimPods gives the pods that hold a GPU through prepared DRA
@@ -193,8 +182,9 @@ func (k *KubePods) SetClaimPods(f func(ctx context.Context, index int) ([]PodRef
 // OnGPU implements Pods.
 func (k *KubePods) OnGPU(ctx context.Context, index int) ([]PodRef, error) {
 	k.mu.Lock()
-	resources, claims := k.resources, k.claims
+	claims := k.claims
 	k.mu.Unlock()
+	resources := k.served()
 	if resources == nil {
 		return nil, errors.New("the device plugin has not served its resources yet")
 	}
@@ -230,15 +220,11 @@ func (k *KubePods) OnGPU(ctx context.Context, index int) ([]PodRef, error) {
 }
 
 // holds reports whether a pod's containers hold a device of GPU index.
-func holds(p *podresourcesv1.PodResources, resources map[string]*sharing.Resource, index int) bool {
+func holds(p *podresourcesv1.PodResources, resources *sharing.Served, index int) bool {
 	for _, c := range p.GetContainers() {
 		for _, d := range c.GetDevices() {
-			res := resources[d.GetResourceName()]
-			if res == nil {
-				continue
-			}
 			for _, id := range d.GetDeviceIds() {
-				if dev, ok := res.Device(id); ok && dev.GPUIndex == index {
+				if dev, ok := resources.Device(d.GetResourceName(), id); ok && dev.GPUIndex == index {
 					return true
 				}
 			}
