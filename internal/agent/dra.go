@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
@@ -20,7 +19,6 @@ import (
 	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/metrics"
 	"github.com/gpuplane/gpuplane/internal/mps"
-	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
 // draFlags switch the DRA driver part on and place its sockets and state.
@@ -125,36 +123,12 @@ func (h *monitorHealth) Unhealthy(uuid string) (string, bool) {
 	return d.Reason, true
 }
 
-// pluginDevices maps the device plugin's device IDs to GPU or MIG UUIDs,
-// following the resources it serves.
-type pluginDevices struct {
-	rs atomic.Pointer[[]*sharing.Resource]
-}
-
-func (p *pluginDevices) set(rs []*sharing.Resource) { p.rs.Store(&rs) }
-
-func (p *pluginDevices) uuid(resource, id string) (string, bool) {
-	rs := p.rs.Load()
-	if rs == nil {
-		return "", false
-	}
-	for _, r := range *rs {
-		if r.Name != resource {
-			continue
-		}
-		if d, ok := r.Device(id); ok {
-			return d.UUID, true
-		}
-	}
-	return "", false
-}
-
 // draPart builds the DRA driver part, and returns the driver for the
 // parts that must see its claims (draLink). The driver checks its
 // checkpoint and the GPUs before the agent serves anything, so a bad state
 // file stops the agent at start with one message.
 func draPart(ctx context.Context, f *runFlags, backend gpu.Backend, node string, api *rest.Config, health dra.HealthSource,
-	l *ledger.Ledger, devices *pluginDevices, mpsRunner mps.Runner, log *slog.Logger) (part, *dra.Driver, error) {
+	l *ledger.Ledger, served *servedResources, mpsRunner mps.Runner, log *slog.Logger) (part, *dra.Driver, error) {
 	if api == nil {
 		return part{}, nil, fmt.Errorf("--dra needs the API server (--kubeconfig, $KUBECONFIG or an in-cluster config) to publish ResourceSlices and read ResourceClaims")
 	}
@@ -188,7 +162,7 @@ func draPart(ctx context.Context, f *runFlags, backend gpu.Backend, node string,
 	if err != nil {
 		return part{}, nil, fmt.Errorf("building the API client of the DRA driver: %w", err)
 	}
-	serve := dra.ServeOptions{Client: client, RegistrarDir: f.dra.registrarDir, PluginDir: f.dra.pluginDir, DeviceUUID: devices.uuid}
+	serve := dra.ServeOptions{Client: client, RegistrarDir: f.dra.registrarDir, PluginDir: f.dra.pluginDir, DeviceUUID: served.uuid}
 	if f.podResourcesSocket != "" {
 		serve.PodResources = metrics.NewSocketPodResources(f.podResourcesSocket)
 	}

@@ -46,8 +46,8 @@ func TestLedgerHealth(t *testing.T) {
 	}
 }
 
-func TestPluginDevices(t *testing.T) {
-	var p pluginDevices
+func TestServedUUID(t *testing.T) {
+	var p servedResources
 	if _, ok := p.uuid("nvidia.com/gpu", "GPU-a"); ok {
 		t.Error("a device is known before the plugin served any")
 	}
@@ -56,7 +56,7 @@ func TestPluginDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.set(st.resources)
+	p.store(st.resources)
 	d := st.resources[0].Devices[3]
 	if u, ok := p.uuid(st.resources[0].Name, d.ID); !ok || u != d.UUID {
 		t.Errorf("uuid(%s) = %q, %v; want %s", d.ID, u, ok, d.UUID)

@@ -25,6 +25,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/health"
 	"github.com/gpuplane/gpuplane/internal/metrics"
 	"github.com/gpuplane/gpuplane/internal/mig"
+	"github.com/gpuplane/gpuplane/internal/nodecond"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
@@ -57,7 +58,7 @@ type migCluster struct {
 	client     *nodeClient
 	podRes     metrics.PodResourcesLister
 	pods       *nodePods
-	resources  func() []*sharing.Resource
+	served     func() *sharing.Served
 	triggerOut chan struct{}
 	// events, when set, records why a pod is evicted and the Node's
 	// state changes.
@@ -72,12 +73,12 @@ type migCluster struct {
 	data      []byte
 	cmErr     error
 
-	// condStatus and transition are the condition's last written status
-	// and when it last changed (SetStatus runs on the reconciler's
-	// goroutine only).
+	// cond writes the MIGConfig condition under migFieldManager.
+	cond *nodecond.Writer
+	// condStatus and condReason are what the last event told
+	// (SetStatus runs on the reconciler's goroutine only).
 	condStatus corev1.ConditionStatus
 	condReason string
-	transition metav1.Time
 }
 
 var _ mig.Cluster = (*migCluster)(nil)
@@ -166,7 +167,7 @@ func orNone(s []string) string {
 func (c *migCluster) PodsOn(ctx context.Context, gpus map[int]bool) ([]mig.Pod, error) {
 	type key struct{ resource, id string }
 	gpuOf := map[key]int{}
-	for _, r := range c.resources() {
+	for _, r := range c.served().Resources() {
 		for _, d := range r.Devices {
 			gpuOf[key{r.Name, d.ID}] = d.GPUIndex
 		}
@@ -284,7 +285,6 @@ func (c *migCluster) SetStatus(ctx context.Context, s mig.Status) error {
 	if s.Config != "" {
 		msg = "config " + s.Config + ": " + msg
 	}
-	now := metav1.Now().Rfc3339Copy()
 	if status != c.condStatus || s.Reason != c.condReason {
 		if c.events != nil {
 			kind := corev1.EventTypeNormal
@@ -294,20 +294,10 @@ func (c *migCluster) SetStatus(ctx context.Context, s mig.Status) error {
 			ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: c.node, UID: types.UID(c.node)}
 			c.events.Eventf(ref, kind, "MIGConfig"+s.Reason, "%s", msg)
 		}
-		c.condReason = s.Reason
+		c.condStatus, c.condReason = status, s.Reason
 	}
-	if status != c.condStatus {
-		c.condStatus, c.transition = status, now
-	}
-	cond, err := gpunode.ConditionApplyPatch(c.node, gpunode.NodeCondition{Type: gpunode.ConditionMIGConfig,
-		Status: string(status), Reason: s.Reason, Message: msg, Heartbeat: now.Time, Transition: c.transition.Time})
-	if err != nil {
-		return err
-	}
-	if _, err := c.client.Patch(ctx, c.node, types.ApplyPatchType, cond, opts, "status"); err != nil {
-		return fmt.Errorf("writing the %s condition of node %s: %w", gpunode.ConditionMIGConfig, c.node, err)
-	}
-	return nil
+	// Written every time, which refreshes its heartbeat.
+	return c.cond.Write(ctx, nodecond.Condition{Status: status, Reason: s.Reason, Message: msg})
 }
 
 // migGate is the device plugin's health source with the MIG part's say:

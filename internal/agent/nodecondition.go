@@ -10,11 +10,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
-	"github.com/gpuplane/gpuplane/internal/labels"
+	"github.com/gpuplane/gpuplane/internal/nodecond"
 )
 
 // conditionFieldManager owns the GPUReady condition in the Node's status.
@@ -74,48 +72,29 @@ func checkNode(gpus int, p *probes) nodeCondition {
 		fmt.Sprintf("%d GPUs offered as %s; GPU events watched", gpus, strings.Join(resources, ", "))}
 }
 
-// conditionWriter keeps the GPUReady condition on the agent's Node by
-// server-side apply to the Node's status, under a field manager of its
-// own, so that the kubelet's conditions are never touched.
+// conditionWriter keeps the GPUReady condition on the agent's Node
+// (nodecond.Writer under conditionFieldManager, so that the kubelet's
+// conditions are never touched) and logs its changes.
 type conditionWriter struct {
-	patch labels.NodePatcher
-	node  string
-	log   *slog.Logger
-	now   func() time.Time
-
-	last       nodeCondition
-	written    bool
-	transition time.Time
+	cond *nodecond.Writer
+	log  *slog.Logger
 }
 
-func newConditionWriter(patch labels.NodePatcher, node string, log *slog.Logger) *conditionWriter {
-	return &conditionWriter{patch: patch, node: node, log: log, now: time.Now}
+func newConditionWriter(patch nodecond.NodePatcher, node string, log *slog.Logger) *conditionWriter {
+	return &conditionWriter{cond: nodecond.New(patch, node, gpunode.ConditionGPUReady, conditionFieldManager), log: log}
 }
 
 // set writes c when it differs from what was last written; a failed write
 // is retried at the next call.
 func (w *conditionWriter) set(ctx context.Context, c nodeCondition) error {
-	if w.written && c == w.last {
-		return nil
-	}
-	now := w.now()
-	transition := w.transition
-	if !w.written || c.status != w.last.status {
-		transition = now
-	}
-	body, err := gpunode.ConditionApplyPatch(w.node, gpunode.NodeCondition{Type: gpunode.ConditionGPUReady,
-		Status: string(c.status), Reason: c.reason, Message: c.message, Heartbeat: now, Transition: transition})
+	prev, had := w.cond.Last()
+	wrote, err := w.cond.Set(ctx, nodecond.Condition{Status: c.status, Reason: c.reason, Message: c.message})
 	if err != nil {
 		return err
 	}
-	force := true
-	if _, err := w.patch.Patch(ctx, w.node, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: conditionFieldManager, Force: &force}, "status"); err != nil {
-		return fmt.Errorf("writing the %s condition of node %s: %w", gpunode.ConditionGPUReady, w.node, err)
-	}
-	if !w.written || c.status != w.last.status || c.reason != w.last.reason {
+	if wrote && (!had || c.status != prev.Status || c.reason != prev.Reason) {
 		w.log.Info("node condition", "type", gpunode.ConditionGPUReady, "status", c.status, "reason", c.reason, "message", c.message)
 	}
-	w.last, w.written, w.transition = c, true, transition
 	return nil
 }
 

@@ -71,7 +71,7 @@ func TestConditionWriter(t *testing.T) {
 	r := &recordingPatcher{}
 	w := newConditionWriter(r, "gpu-node-1", slog.New(slog.DiscardHandler))
 	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
-	w.now = func() time.Time { return now }
+	w.cond.Now = func() time.Time { return now }
 	ctx := context.Background()
 	down := nodeCondition{corev1.ConditionFalse, gpunode.ReasonDevicePluginNotRegistered, "not registered. Fix: x"}
 	if err := w.set(ctx, down); err != nil {

@@ -48,10 +48,13 @@ type quarantinePart struct {
 }
 
 // newQuarantinePart wires the quarantine; nil when the config switches it
-// off. Pods on a GPU are found through the PodResources socket; without
-// one, no pod is evicted and each drain waits its timeout.
+// off. Pods on a GPU are found through the PodResources socket, by the
+// devices the plugin serves (served), and through link, the pods holding
+// DRA claims; without a socket, no pod is evicted and each drain waits its
+// timeout. The quarantine needs the API server: it taints, evicts and
+// writes the Node's condition.
 func newQuarantinePart(cfg *rest.Config, node string, conf *configv1.Config, backend gpu.Backend, devices []gpu.Device,
-	pods *nodePods, podResourcesSocket string, h *monitorHealth, log *slog.Logger) (*quarantinePart, error) {
+	pods *nodePods, served func() *sharing.Served, link *draLink, podResourcesSocket string, h *monitorHealth, log *slog.Logger) (*quarantinePart, error) {
 	if conf.Health.Quarantine.Disabled || conf.Health.Disabled {
 		log.Info("GPU quarantine is off (health.quarantine.disabled or health.disabled): a failed GPU's devices are only withdrawn")
 		return nil, nil
@@ -91,10 +94,11 @@ func newQuarantinePart(cfg *rest.Config, node string, conf *configv1.Config, bac
 		}
 	}
 	q := &quarantinePart{
-		node: quarantine.NewKubeNode(nodeWriter.rest, node), pods: quarantine.NewKubePods(lister, evict, uid),
+		node: quarantine.NewKubeNode(nodeWriter.rest, node), pods: quarantine.NewKubePods(lister, served, evict, uid),
 		backend: backend, devices: devices, health: h, metrics: quarantine.NewMetrics(), log: log,
-		policy: make(chan quarantine.Policy, 1), first: quarantine.PolicyFrom(conf.Health.Quarantine),
+		policy: make(chan quarantine.Policy, 1), first: quarantine.PolicyFrom(conf.Health.Quarantine), dra: link,
 	}
+	q.pods.SetClaimPods(link.quarantinePods)
 	q.events = func(ctx context.Context) quarantine.Recorder {
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 		broadcaster.StartRecordingToSink(eventSink{rest: c.rest})
@@ -136,7 +140,7 @@ func (q *quarantinePart) register(r prometheus.Registerer) error {
 	return nil
 }
 
-// setConfig follows config reloads (PluginOptions.OnConfig).
+// setConfig follows the config the plugin serves (followers).
 func (q *quarantinePart) setConfig(c *configv1.Config) {
 	p := quarantine.PolicyFrom(c.Health.Quarantine)
 	select {
@@ -145,10 +149,6 @@ func (q *quarantinePart) setConfig(c *configv1.Config) {
 	}
 	q.policy <- p
 }
-
-// setResources follows the resources the plugin serves
-// (PluginOptions.OnResources).
-func (q *quarantinePart) setResources(rs []*sharing.Resource) { q.pods.SetResources(rs) }
 
 // run waits for the device plugin's health monitor, then runs the
 // quarantine on its faults until ctx ends.

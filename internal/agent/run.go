@@ -3,10 +3,8 @@ package agent
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,7 +21,6 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -36,10 +32,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/gpu/backends"
 	"github.com/gpuplane/gpuplane/internal/health"
-	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/metrics"
-	"github.com/gpuplane/gpuplane/internal/sharing"
-	"github.com/gpuplane/gpuplane/internal/steer"
 )
 
 // EnvConfigFile names the config file when --config is not given.
@@ -273,318 +266,6 @@ func runAgent(ctx context.Context, f *runFlags, stderr io.Writer) error {
 			return err
 		}
 	}
-}
-
-func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
-	log, err := newLogger(stderr, f.logLevel)
-	if err != nil {
-		return err
-	}
-	if err := f.validate(); err != nil {
-		return err
-	}
-	env, err := configv1.OverridesFromEnv(os.LookupEnv)
-	if err != nil {
-		return err
-	}
-	overrides := f.overrides().Over(env)
-	configFile := f.configFile
-	if configFile == "" {
-		configFile = os.Getenv(EnvConfigFile)
-	}
-	node := nodeName(f.backend.NodeName)
-	// --config-dir: the node's label picks the config, so read it first.
-	var selector *configSelector
-	var selectConfig func() (string, error)
-	var selectorAPI *rest.Config
-	if f.configDir != "" {
-		if selector, err = newConfigSelector(f.configDir, f.configDefault, f.configFallback, log.With("part", "config")); err != nil {
-			return &cliutil.UsageError{Err: err}
-		}
-		if cfg, err := restConfig(f.kubeconfig); err != nil {
-			log.Info("the node's "+ConfigLabel+" label is not read: the API server is not configured", "reason", err)
-		} else {
-			if err := selector.readLabel(ctx, cfg, node); err != nil {
-				return fmt.Errorf("refusing to start: %w", err)
-			}
-			selectorAPI = cfg
-		}
-		selectConfig = selector.Select
-	}
-	// Check the config before touching GPUs so a bad file fails fast with
-	// one message.
-	first, err := loadState(PluginOptions{ConfigFile: configFile, SelectConfig: selectConfig, Overrides: overrides}, nil, log)
-	if err != nil {
-		return fmt.Errorf("refusing to start: %w", err)
-	}
-	sink, err := labelsSink(f, node, log.With("part", "labels"))
-	if err != nil {
-		return err
-	}
-
-	// One backend for every part.
-	bo := f.backend.WithEnv()
-	bo.NodeName = node
-	bo.FailOnInitError = first.cfg.FailOnInitError()
-	bo.Logger = log
-	backend, err := backends.Open(ctx, bo)
-	if errors.Is(err, backends.ErrUnknownProfile) {
-		return &cliutil.UsageError{Err: fmt.Errorf("--simulate: %w", err)}
-	}
-	if err != nil {
-		if bo.Simulate == "" {
-			err = fmt.Errorf("opening NVML (set --fail-on-init-error=false to run with no GPUs): %w", err)
-			reportDriverNotLoaded(ctx, f, node, err, log)
-			return err
-		}
-		return fmt.Errorf("starting the simulated node: %w", err)
-	}
-	defer func() { _ = backend.Close() }()
-	devices, err := backend.Devices(ctx)
-	if err != nil {
-		return fmt.Errorf("listing GPUs: %w", err)
-	}
-
-	// Ends the SIGHUP watch also when a part fails.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	reload := watchReload(ctx, configFile, log)
-	if selector != nil {
-		go func() {
-			if err := selector.run(ctx, selectorAPI, node, reload); err != nil {
-				log.Error("watching the node's config choice", "err", err)
-			}
-		}()
-	}
-	healthSrc := newMonitorHealth(devices)
-	probe := newProbes(healthSrc)
-	// Simulated GPUs have no device nodes to look for.
-	devRoot := "/"
-	if strings.HasPrefix(backend.Name(), "sim") {
-		devRoot = ""
-	}
-	probe.host = newHostChecks(backend, devices, devRoot, f.cdiDir)
-	plugin := PluginOptions{
-		ConfigFile: configFile, SelectConfig: selectConfig, Overrides: overrides, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir,
-		Backend: backend, HealthCheckInterval: f.healthEvery, LookupEnv: os.LookupEnv, Reload: reload,
-		OnHealth: healthSrc.set, OnManager: probe.setManager, Logger: log,
-	}
-	var recorder *part
-	var podsOnNode *nodePods
-	// migStrategy follows the config the plugin serves, for the MIG part.
-	var migStrategy atomic.Pointer[string]
-	// Parts that follow the resources the plugin serves.
-	var onResources []func([]*sharing.Resource)
-	var apiConfig *rest.Config
-	if cfg, err := restConfig(f.kubeconfig); err != nil {
-		log.Info("pods get the GPUs their resource prefers: the API server is not configured, so gpuplane-scheduler's choices cannot be read", "reason", err)
-	} else {
-		cfg.UserAgent = name
-		apiConfig = cfg
-		pods, err := watchNodePods(ctx, cfg, node, log.With("part", "steer"))
-		if err != nil {
-			return err
-		}
-		podsOnNode = pods
-		plugin.Steer = steer.New(pods.cached, pods.list, len(devices), log.With("part", "steer"))
-		if f.podResourcesSocket != "" {
-			rec := steer.NewRecorder(metrics.NewSocketPodResources(f.podResourcesSocket), pods.cached, pods.patchHeld, len(devices), log.With("part", "record"))
-			onResources = append(onResources, rec.SetResources)
-			recorder = &part{name: "record", run: rec.Run}
-		} else {
-			log.Info("the GPUs pods hold are not recorded on them (--pod-resources-socket is empty): gpuplane-scheduler keeps its own choices as the truth")
-		}
-	}
-	parts := []part{}
-	if apiConfig != nil && f.nodeCondition {
-		c, err := newNodeClient(apiConfig)
-		if err != nil {
-			return err
-		}
-		w := newConditionWriter(c, node, log.With("part", "condition"))
-		gpus := len(devices)
-		parts = append(parts, part{name: "condition", run: func(ctx context.Context) error {
-			return w.run(ctx, func() nodeCondition { return checkNode(gpus, probe) })
-		}})
-	}
-	if recorder != nil {
-		parts = append(parts, *recorder)
-	}
-	if f.simControlAddr != "" {
-		p, err := simControlPart(backend, f.simControlAddr, log.With("part", "sim control"))
-		if err != nil {
-			return err
-		}
-		parts = append(parts, p)
-	}
-	// With the DRA driver on, the quarantine and the MIG part see the
-	// pods holding prepared claims on a GPU through link (set below), and
-	// have the driver read the GPUs again after they change them.
-	link := newDRALink(backend, devices)
-	// The quarantine needs the API server: it taints, evicts and writes
-	// the Node's condition.
-	var quarantine *quarantinePart
-	if apiConfig != nil {
-		if quarantine, err = newQuarantinePart(apiConfig, node, first.cfg, backend, devices, podsOnNode, f.podResourcesSocket, healthSrc, log.With("part", "quarantine")); err != nil {
-			return err
-		}
-	}
-	if quarantine != nil {
-		onResources = append(onResources, quarantine.setResources)
-		quarantine.pods.SetClaimPods(link.quarantinePods)
-		quarantine.dra = link
-		parts = append(parts, part{name: "quarantine", run: quarantine.run})
-	}
-	if f.migConfigMap != "" {
-		if apiConfig == nil || f.podResourcesSocket == "" {
-			return cliutil.Usagef("--mig-config-map needs the API server (--kubeconfig or in-cluster) and --pod-resources-socket: the agent reads the node's %s label and finds the pods on each GPU it changes", gpunode.LabelMIGConfig)
-		}
-		c, err := newNodeClient(apiConfig)
-		if err != nil {
-			return err
-		}
-		gate := newMIGGate(reload)
-		ns, cm, _ := strings.Cut(f.migConfigMap, "/")
-		var served atomic.Pointer[[]*sharing.Resource]
-		mc := &migCluster{node: node, namespace: ns, configMap: cm, key: f.migConfigKey, client: c,
-			podRes: metrics.NewSocketPodResources(f.podResourcesSocket), pods: podsOnNode,
-			resources: func() []*sharing.Resource {
-				if p := served.Load(); p != nil {
-					return *p
-				}
-				return nil
-			},
-			triggerOut: make(chan struct{}, 1), dra: link}
-		if mc.events, err = newEventRecorder(ctx, apiConfig, node); err != nil {
-			return err
-		}
-		plugin.WrapHealth = gate.wrap
-		onResources = append(onResources, func(rs []*sharing.Resource) { served.Store(&rs) }, gate.setResources)
-		strategy := func() string {
-			if p := migStrategy.Load(); p != nil {
-				return *p
-			}
-			return ""
-		}
-		migLog := log.With("part", "mig")
-		parts = append(parts, newMIGPart(claimGuard{Hardware: backend, link: link}, mc, migDevices{gate: gate, link: link, log: migLog}, strategy, f.migEvictTimeout, migLog))
-	}
-	if sink != nil {
-		var interval *time.Duration
-		if f.changedConfig("labels-interval") {
-			interval = &f.labelsInterval
-		}
-		lp := newLabelsPart(backend, sink, interval, log.With("part", "labels"))
-		plugin.OnConfig = lp.setConfig
-		parts = append(parts, part{name: "labels", run: lp.run})
-	}
-	if quarantine != nil {
-		labelsConfig := plugin.OnConfig
-		plugin.OnConfig = func(c *configv1.Config) {
-			if labelsConfig != nil {
-				labelsConfig(c)
-			}
-			quarantine.setConfig(c)
-		}
-	}
-	if f.metricsAddr != "" {
-		// The health monitor's own series (critical events by kind and
-		// XID) are served beside the exporter's.
-		healthReg := prometheus.NewRegistry()
-		plugin.Registerer = healthReg
-		if quarantine != nil {
-			if err := quarantine.register(healthReg); err != nil {
-				return err
-			}
-		}
-		shares := newShareBook(backend, log.With("part", "metrics"))
-		if podsOnNode != nil {
-			shares.charged = podsOnNode.chargedShare
-		}
-		onResources = append(onResources, shares.set)
-		handler, exporter, err := newMetricsHandler(f, backend, node, healthSrc, shares.of, podsOnNode, log.With("part", "metrics"), healthReg)
-		if err != nil {
-			return err
-		}
-		if podsOnNode != nil && f.podResourcesSocket != "" {
-			w, err := newOverLimitWatch(ctx, apiConfig, exporter.Usage, podsOnNode, node, f.overLimit, f.overLimitGrace, log.With("part", "usage"))
-			if err != nil {
-				return err
-			}
-			parts = append(parts, part{name: "usage", run: w.run})
-		} else if f.overLimit == OverLimitEvict {
-			return cliutil.Usagef("--gpu-memory-over-limit=evict needs the API server (--kubeconfig or in-cluster) and --pod-resources-socket")
-		}
-		handler = metrics.WithProbes(handler, probe.ready, probe.live)
-		parts = append(parts, part{name: "metrics", run: func(ctx context.Context) error {
-			return metrics.ServeWeb(ctx, f.metricsAddr, f.webConfigFile, handler, log.With("part", "metrics"), f.metricsReady)
-		}})
-	} else {
-		log.Info("metrics are off (--metrics-addr is empty)")
-	}
-	if f.migConfigMap != "" {
-		labelsOnConfig := plugin.OnConfig
-		plugin.OnConfig = func(cfg *configv1.Config) {
-			st := cfg.MIGStrategy()
-			migStrategy.Store(&st)
-			if labelsOnConfig != nil {
-				labelsOnConfig(cfg)
-			}
-		}
-	}
-	api, err := gpuAPIFor(ctx, f, apiConfig, node, log)
-	if err != nil {
-		return err
-	}
-	if !api.DevicePlugin() {
-		log.Info("the device plugin advertises no resource: the node's GPUs are served through DRA only", "gpuAPI", api)
-		plugin.Withhold = true
-		probe.withheld.Store(true)
-	}
-	if f.dra.enabled && !api.DRA() {
-		log.Info("the DRA driver is off on this node: its GPUs are served through the device plugin only", "gpuAPI", api)
-	}
-	if apiConfig != nil {
-		p, err := gpuAPIWatch(apiConfig, f, node, api, log.With("part", "gpu api"))
-		if err != nil {
-			return err
-		}
-		parts = append(parts, p)
-	}
-	if f.dra.enabled && api.DRA() {
-		l, devs := ledger.New(), &pluginDevices{}
-		plugin.Ledger = l
-		onResources = append(onResources, devs.set)
-		p, driver, err := draPart(ctx, f, backend, node, apiConfig, healthSrc, l, devs, plugin.MPSRunner, log.With("part", "dra"))
-		if err != nil {
-			return err
-		}
-		claims, err := kubernetes.NewForConfig(apiConfig)
-		if err != nil {
-			return fmt.Errorf("building the API client that reads ResourceClaims: %w", err)
-		}
-		link.driver, link.ledger, link.client = driver, l, claims
-		parts = append(parts, p)
-	}
-	plugin.OnResources = func(rs []*sharing.Resource) {
-		for _, f := range onResources {
-			f(rs)
-		}
-	}
-	parts = append(parts, part{name: "device plugin", run: func(ctx context.Context) error {
-		err := RunPlugin(ctx, plugin)
-		if errors.Is(err, fs.ErrPermission) {
-			return fmt.Errorf("%w (the agent runs as root on a node; elsewhere point --kubelet-dir and --cdi-dir at writable directories, or set --cdi-dir \"\" to write no CDI specs)", err)
-		}
-		return err
-	}})
-	if err := runParts(ctx, log, parts); err != nil {
-		if sw, ok := isGPUAPISwitch(err); ok {
-			return sw
-		}
-		return fmt.Errorf("agent stopped: %w", err)
-	}
-	return nil
 }
 
 // watchReload turns every SIGHUP into a value on the returned channel

@@ -16,69 +16,50 @@ import (
 // gpuplane-scheduler gave it: charged says how much, when it knows.
 type shareBook struct {
 	backend gpu.Backend
+	served  func() *sharing.Served
 	log     *slog.Logger
 	// charged is the part of GPU gpu the pod was given when it asked for
 	// part of one (nodePods.chargedShare); nil: replicas count as such.
 	charged func(namespace, pod string, gpu int) (float64, bool)
 
 	mu     sync.Mutex
-	shares map[string]map[string]deviceShare // resource -> device ID -> share
-	slices map[int]int                       // GPU index -> compute slices
+	slices map[int]int // GPU index -> compute slices
 }
 
-// deviceShare is a device's part of its GPU, and for a replica the GPU's
-// index (-1 for whole GPUs and MIG devices).
-type deviceShare struct {
-	share   float64
-	replica int
-}
-
-func newShareBook(backend gpu.Backend, log *slog.Logger) *shareBook {
-	return &shareBook{backend: backend, log: log, slices: map[int]int{}}
-}
-
-// set takes the resources the plugin serves (at start and after a reload).
-func (b *shareBook) set(rs []*sharing.Resource) {
-	out := make(map[string]map[string]deviceShare, len(rs))
-	for _, r := range rs {
-		m := make(map[string]deviceShare, len(r.Devices))
-		for i := range r.Devices {
-			d := &r.Devices[i]
-			switch {
-			case d.MIG != nil:
-				m[d.ID] = deviceShare{float64(d.MIG.GPUSlices) / float64(b.slicesOf(d.MIG.ParentIndex)), -1}
-			case d.Replicas > 1:
-				m[d.ID] = deviceShare{1 / float64(d.Replicas), d.GPUIndex}
-			default:
-				m[d.ID] = deviceShare{1, -1}
-			}
-		}
-		out[r.Name] = m
-	}
-	b.mu.Lock()
-	b.shares = out
-	b.mu.Unlock()
+// newShareBook reads the devices' shares off served, the resources the
+// device plugin serves.
+func newShareBook(backend gpu.Backend, served func() *sharing.Served, log *slog.Logger) *shareBook {
+	return &shareBook{backend: backend, served: served, log: log, slices: map[int]int{}}
 }
 
 // of implements metrics.Options.ShareOf.
 func (b *shareBook) of(namespace, pod, resource, id string) (float64, bool) {
-	b.mu.Lock()
-	d, ok := b.shares[resource][id]
-	b.mu.Unlock()
+	d, ok := b.served().Device(resource, id)
 	if !ok {
 		return 0, false
 	}
-	if d.replica >= 0 && b.charged != nil {
-		if s, ok := b.charged(namespace, pod, d.replica); ok {
-			return s, true
+	switch {
+	case d.MIG != nil:
+		b.mu.Lock()
+		slices := b.slicesOf(d.MIG.ParentIndex)
+		b.mu.Unlock()
+		return float64(d.MIG.GPUSlices) / float64(slices), true
+	case d.Replicas > 1:
+		if b.charged != nil {
+			if s, ok := b.charged(namespace, pod, d.GPUIndex); ok {
+				return s, true
+			}
 		}
+		return 1 / float64(d.Replicas), true
+	default:
+		return 1, true
 	}
-	return d.share, true
 }
 
 // slicesOf is how many compute slices GPU index has in MIG mode: its
 // largest MIG profile's, as the backend lists them (7 on A100, H100 and
-// later; 4 on A30), remembered; 7 when the backend cannot say.
+// later; 4 on A30), remembered; 7 when the backend cannot say. b.mu is
+// held.
 func (b *shareBook) slicesOf(index int) int {
 	if n, ok := b.slices[index]; ok {
 		return n

@@ -39,8 +39,8 @@ func TestShareBook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	book := newShareBook(b, slog.New(slog.DiscardHandler))
-	book.set(rs)
+	served := sharing.NewServed(rs)
+	book := newShareBook(b, func() *sharing.Served { return served }, slog.New(slog.DiscardHandler))
 	want := map[string]float64{"nvidia.com/gpu": 0.25, "nvidia.com/mig-3g.40gb": 3.0 / 7, "nvidia.com/mig-1g.10gb": 1.0 / 7}
 	for _, r := range rs {
 		w, ok := want[r.Name]

@@ -11,13 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/nodecond"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 )
 
@@ -29,11 +29,8 @@ const ConditionFieldManager = "gpuplane-agent-quarantine"
 type KubeNode struct {
 	client rest.Interface
 	node   string
-	now    func() time.Time
+	cond   *nodecond.Writer
 
-	last       Condition
-	written    bool
-	transition time.Time
 	// spec is the taint value and record last written, so that a write
 	// that changes only the condition costs one request.
 	spec        string
@@ -45,7 +42,7 @@ var _ NodeWriter = (*KubeNode)(nil)
 // NewKubeNode writes to the Node named node through client, a REST client
 // of the core/v1 API.
 func NewKubeNode(client rest.Interface, node string) *KubeNode {
-	return &KubeNode{client: client, node: node, now: time.Now}
+	return &KubeNode{client: client, node: node, cond: nodecond.New(nodecond.REST(client), node, gpunode.ConditionGPUQuarantine, ConditionFieldManager)}
 }
 
 func (k *KubeNode) get(ctx context.Context) (*corev1.Node, error) {
@@ -142,28 +139,8 @@ func orEmpty(v any) string {
 }
 
 func (k *KubeNode) writeCondition(ctx context.Context, c Condition) error {
-	if k.written && c == k.last {
-		return nil
-	}
-	now := k.now()
-	transition := k.transition
-	if !k.written || c.Status != k.last.Status {
-		transition = now
-	}
-	body, err := gpunode.ConditionApplyPatch(k.node, gpunode.NodeCondition{Type: gpunode.ConditionGPUQuarantine,
-		Status: string(c.Status), Reason: c.Reason, Message: c.Message, Heartbeat: now, Transition: transition})
-	if err != nil {
-		return err
-	}
-	force := true
-	opts := metav1.PatchOptions{FieldManager: ConditionFieldManager, Force: &force}
-	err = k.client.Patch(types.ApplyPatchType).Resource("nodes").Name(k.node).SubResource("status").
-		Param("fieldManager", opts.FieldManager).Param("force", "true").Body(body).Do(ctx).Error()
-	if err != nil {
-		return fmt.Errorf("writing the %s condition of node %s: %w", gpunode.ConditionGPUQuarantine, k.node, err)
-	}
-	k.last, k.written, k.transition = c, true, transition
-	return nil
+	_, err := k.cond.Set(ctx, nodecond.Condition(c))
+	return err
 }
 
 // PodResourcesLister lists the devices the kubelet gave the node's pods.
@@ -174,34 +151,23 @@ type PodResourcesLister interface {
 // KubePods is Pods over the kubelet's PodResources API and an eviction
 // function.
 type KubePods struct {
-	list  PodResourcesLister
-	evict func(ctx context.Context, p PodRef) error
-	uid   func(namespace, name string) (types.UID, bool)
+	list   PodResourcesLister
+	served func() *sharing.Served
+	evict  func(ctx context.Context, p PodRef) error
+	uid    func(namespace, name string) (types.UID, bool)
 
-	mu        sync.Mutex
-	resources map[string]*sharing.Resource
-	claims    func(ctx context.Context, index int) ([]PodRef, error)
+	mu     sync.Mutex
+	claims func(ctx context.Context, index int) ([]PodRef, error)
 }
 
 var _ Pods = (*KubePods)(nil)
 
 // NewKubePods finds pods through list, maps their device IDs to GPUs
-// through the resources the device plugin serves (SetResources), and
-// evicts through evict; uid, when set, gives the UID of a pod bound to the
+// through served, the resources the device plugin serves (nil until it
+// serves), and evicts through evict; uid, when set, gives the UID of a pod bound to the
 // node, for the eviction's precondition.
-func NewKubePods(list PodResourcesLister, evict func(ctx context.Context, p PodRef) error, uid func(namespace, name string) (types.UID, bool)) *KubePods {
-	return &KubePods{list: list, evict: evict, uid: uid}
-}
-
-// SetResources gives the resources the device plugin serves.
-func (k *KubePods) SetResources(rs []*sharing.Resource) {
-	m := make(map[string]*sharing.Resource, len(rs))
-	for _, r := range rs {
-		m[r.Name] = r
-	}
-	k.mu.Lock()
-	k.resources = m
-	k.mu.Unlock()
+func NewKubePods(list PodResourcesLister, served func() *sharing.Served, evict func(ctx context.Context, p PodRef) error, uid func(namespace, name string) (types.UID, bool)) *KubePods {
+	return &KubePods{list: list, served: served, evict: evict, uid: uid}
 }
 
 // SetClaimPods gives the pods that hold a GPU through prepared DRA
@@ -216,8 +182,9 @@ func (k *KubePods) SetClaimPods(f func(ctx context.Context, index int) ([]PodRef
 // OnGPU implements Pods.
 func (k *KubePods) OnGPU(ctx context.Context, index int) ([]PodRef, error) {
 	k.mu.Lock()
-	resources, claims := k.resources, k.claims
+	claims := k.claims
 	k.mu.Unlock()
+	resources := k.served()
 	if resources == nil {
 		return nil, errors.New("the device plugin has not served its resources yet")
 	}
@@ -253,15 +220,11 @@ func (k *KubePods) OnGPU(ctx context.Context, index int) ([]PodRef, error) {
 }
 
 // holds reports whether a pod's containers hold a device of GPU index.
-func holds(p *podresourcesv1.PodResources, resources map[string]*sharing.Resource, index int) bool {
+func holds(p *podresourcesv1.PodResources, resources *sharing.Served, index int) bool {
 	for _, c := range p.GetContainers() {
 		for _, d := range c.GetDevices() {
-			res := resources[d.GetResourceName()]
-			if res == nil {
-				continue
-			}
 			for _, id := range d.GetDeviceIds() {
-				if dev, ok := res.Device(id); ok && dev.GPUIndex == index {
+				if dev, ok := resources.Device(d.GetResourceName(), id); ok && dev.GPUIndex == index {
 					return true
 				}
 			}

@@ -105,8 +105,8 @@ func TestKubePodsOnGPU(t *testing.T) {
 			Devices: []*podresourcesv1.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: []string{devices[3].UUID}}},
 		}},
 	}}}}
-	k := NewKubePods(list, nil, nil)
-	k.SetResources(rs)
+	served := sharing.NewServed(rs)
+	k := NewKubePods(list, func() *sharing.Served { return served }, nil, nil)
 	// Pods using DRA claims prepared on GPU 3: claim-pod, and dp-pod
 	// once more (one entry).
 	claimErr := errors.New("the API server is away")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,16 +32,15 @@ type Patcher func(ctx context.Context, namespace, name string, uid types.UID, va
 // format of the scheduler's choice, so that gpuplane-scheduler's books
 // follow what the node did rather than what it chose.
 type Recorder struct {
-	list  PodResourcesLister
-	pods  func() []*corev1.Pod
-	patch Patcher
-	gpus  int
-	log   *slog.Logger
+	list   PodResourcesLister
+	served func() *sharing.Served
+	pods   func() []*corev1.Pod
+	patch  Patcher
+	gpus   int
+	log    *slog.Logger
 	// Interval spaces the reads of the PodResources API.
 	interval time.Duration
 
-	mu        sync.Mutex
-	resources map[string]*sharing.Resource
 	// failed remembers, per pod, a value whose write failed, so that a
 	// pod that cannot be patched is not retried every round.
 	failed map[types.UID]string
@@ -56,27 +54,15 @@ const RecordInterval = time.Second
 const maxPatchesPerRound = 50
 
 // NewRecorder returns a Recorder: list reads the kubelet's allocations,
-// pods lists the pods bound to the node as a watch last showed them (with
+// served gives the resources the device plugin serves (nil until it
+// serves, and the Recorder records nothing until then), pods lists the pods bound to the node as a watch last showed them (with
 // their annotations), patch writes the record, gpus is the node's GPU
-// count. It records nothing until SetResources names the device-plugin
-// resources.
-func NewRecorder(list PodResourcesLister, pods func() []*corev1.Pod, patch Patcher, gpus int, log *slog.Logger) *Recorder {
+// count.
+func NewRecorder(list PodResourcesLister, served func() *sharing.Served, pods func() []*corev1.Pod, patch Patcher, gpus int, log *slog.Logger) *Recorder {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Recorder{list: list, pods: pods, patch: patch, gpus: gpus, log: log, interval: RecordInterval, failed: map[types.UID]string{}}
-}
-
-// SetResources gives the resources the device plugin serves, at start and
-// after every reload.
-func (r *Recorder) SetResources(rs []*sharing.Resource) {
-	m := make(map[string]*sharing.Resource, len(rs))
-	for _, res := range rs {
-		m[res.Name] = res
-	}
-	r.mu.Lock()
-	r.resources = m
-	r.mu.Unlock()
+	return &Recorder{list: list, served: served, pods: pods, patch: patch, gpus: gpus, log: log, interval: RecordInterval, failed: map[types.UID]string{}}
 }
 
 // Run records until ctx ends. A PodResources API that does not answer is
@@ -106,9 +92,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 // Round reads the kubelet's allocations once and writes the records that
 // differ from the pods' annotations.
 func (r *Recorder) Round(ctx context.Context) error {
-	r.mu.Lock()
-	resources := r.resources
-	r.mu.Unlock()
+	resources := r.served()
 	if resources == nil {
 		return nil
 	}
@@ -160,18 +144,14 @@ func (r *Recorder) Round(ctx context.Context) error {
 // their GPU (all of a GPU's replicas as the whole GPU), MIG devices as
 // instances of their slices. Devices of other resources, or unknown to
 // the plugin, are left out; "" when none is left.
-func (r *Recorder) heldBy(p *podresourcesv1.PodResources, resources map[string]*sharing.Resource) string {
+func (r *Recorder) heldBy(p *podresourcesv1.PodResources, resources *sharing.Served) string {
 	var whole, mig []gpupod.GPUChoice
 	type share struct{ held, of int }
 	shares := map[int]share{}
 	for _, c := range p.GetContainers() {
 		for _, d := range c.GetDevices() {
-			res := resources[d.GetResourceName()]
-			if res == nil {
-				continue
-			}
 			for _, id := range d.GetDeviceIds() {
-				dev, ok := res.Device(id)
+				dev, ok := resources.Device(d.GetResourceName(), id)
 				switch {
 				case !ok:
 				case dev.MIG != nil:

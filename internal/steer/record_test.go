@@ -88,7 +88,8 @@ func TestRecordWhatTheKubeletGave(t *testing.T) {
 	pods = append(pods, stale)
 	var patches []string
 	fail := map[string]bool{}
-	r := NewRecorder(kubelet, func() []*corev1.Pod { return pods }, func(_ context.Context, ns, name string, uid types.UID, value string) error {
+	var served *sharing.Served
+	r := NewRecorder(kubelet, func() *sharing.Served { return served }, func() []*corev1.Pod { return pods }, func(_ context.Context, ns, name string, uid types.UID, value string) error {
 		patches = append(patches, fmt.Sprintf("%s=%s", name, value))
 		if fail[name] {
 			return errors.New("forbidden")
@@ -99,7 +100,7 @@ func TestRecordWhatTheKubeletGave(t *testing.T) {
 	if got := recorded(t, r, &patches); len(got) != 0 {
 		t.Fatalf("patched %v before the plugin's resources were known", got)
 	}
-	r.SetResources([]*sharing.Resource{whole, replicas})
+	served = sharing.NewServed([]*sharing.Resource{whole, replicas})
 	got := strings.Join(recorded(t, r, &patches), " ")
 	// The record says what the kubelet gave, whatever was chosen; a
 	// running pod that holds none of the plugin's devices loses its
