@@ -33,24 +33,37 @@ func (v *invariant) broken() error {
 	return v.err
 }
 
-// watchInvariant checks holds on the objects of inf, by name, after every
-// event its watch delivers (the initial list included), from now until
-// the test ends. c's waits fail as soon as it is broken, and the test
-// fails at its end if it was.
+// record keeps err, seen at resourceVersion rv, if it is the first.
+func (v *invariant) record(rv string, err error) {
+	if err == nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.err == nil {
+		v.err = fmt.Errorf("%s: broken at resourceVersion %s: %w", v.what, rv, err)
+	}
+}
+
+// watchInvariant checks holds on the objects of inf, by name: on the
+// initial list as a whole, then after every event its watch delivers,
+// until the test ends. c's waits fail as soon as it is broken, and the
+// test fails at its end if it was.
 func watchInvariant[T metav1.Object](c *cluster, what string, factory informers.SharedInformerFactory, inf cache.SharedIndexInformer, holds func(map[string]T) error) *invariant {
 	c.t.Helper()
 	v := &invariant{what: what}
 	objs := map[string]T{}
+	// reg is set before the informer starts, so before any notification.
+	var reg cache.ResourceEventHandlerRegistration
 	// One handler's notifications come one at a time, in the watch's
-	// order, so objs needs no lock.
+	// order, so objs needs no lock. The initial list arrives one object
+	// at a time: its states in between are not the cluster's, and are not
+	// checked; the whole list is, below, once it has arrived.
 	check := func(rv string) {
-		if err := holds(objs); err != nil {
-			v.mu.Lock()
-			if v.err == nil {
-				v.err = fmt.Errorf("%s: broken at resourceVersion %s: %w", what, rv, err)
-			}
-			v.mu.Unlock()
+		if !reg.HasSynced() {
+			return
 		}
+		v.record(rv, holds(objs))
 	}
 	set := func(obj any) {
 		if o, ok := obj.(T); ok {
@@ -58,7 +71,7 @@ func watchInvariant[T metav1.Object](c *cluster, what string, factory informers.
 			check(o.GetResourceVersion())
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    set,
 		UpdateFunc: func(_, obj any) { set(obj) },
 		DeleteFunc: func(obj any) {
@@ -70,7 +83,8 @@ func watchInvariant[T metav1.Object](c *cluster, what string, factory informers.
 				check(o.GetResourceVersion())
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		c.t.Fatalf("watching for %s: %v", what, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -84,9 +98,16 @@ func watchInvariant[T metav1.Object](c *cluster, what string, factory informers.
 	})
 	syncCtx, stop := context.WithTimeout(c.t.Context(), 30*time.Second)
 	defer stop()
-	if !cache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(syncCtx.Done(), reg.HasSynced) {
 		c.t.Fatalf("watching for %s: the informer did not sync in 30s", what)
 	}
+	listed := map[string]T{}
+	for _, obj := range inf.GetStore().List() {
+		if o, ok := obj.(T); ok {
+			listed[o.GetName()] = o
+		}
+	}
+	v.record("of the initial list", holds(listed))
 	c.invariants = append(c.invariants, v)
 	return v
 }
