@@ -39,11 +39,6 @@ import (
 	"github.com/gpuplane/gpuplane/internal/localcluster"
 )
 
-// envRequireControlPlane turns missing control-plane binaries from skipped
-// DRA tests into failed ones; `make test-conformance` sets it, as `make
-// test-integration` does for its tier.
-const envRequireControlPlane = "GPUPLANE_INTEGRATION"
-
 // The DRA tests share one etcd and kube-apiserver (from
 // $GPUPLANE_CONTROLPLANE_BIN or bin/), started by the first test that needs
 // them and stopped when the package's tests end.
@@ -61,7 +56,7 @@ func apiServer(t testing.TB) kubernetes.Interface {
 		defer cancel()
 		controlPlane, controlPlaneErr = localcluster.Start(ctx, localcluster.Config{})
 	})
-	if errors.Is(controlPlaneErr, localcluster.ErrBinaryMissing) && os.Getenv(envRequireControlPlane) != "1" {
+	if errors.Is(controlPlaneErr, localcluster.ErrBinaryMissing) && os.Getenv(envRequire) != "1" {
 		t.Skipf("the DRA conformance tests need etcd and kube-apiserver: %v", controlPlaneErr)
 	}
 	if controlPlaneErr != nil {

@@ -36,6 +36,11 @@ import (
 // mount namespace.
 const envInNamespace = "GPUPLANE_CONFORMANCE_NAMESPACE"
 
+// envRequire turns a missing prerequisite (a private mount namespace, the
+// control-plane binaries) from a skipped test into a failed one; `make
+// test-conformance` sets it, as `make test-integration` does for its tier.
+const envRequire = "GPUPLANE_INTEGRATION"
+
 // noNamespace says why the kubelet's manager cannot run, when it cannot.
 var noNamespace string
 
@@ -106,11 +111,22 @@ func quietKlog() {
 	klog.SetOutput(io.Discard)
 }
 
+// needNamespace skips a test of the kubelet's device manager when no
+// private mount namespace could be made, or fails it under
+// GPUPLANE_INTEGRATION=1, saying what is missing and how to provide it.
 func needNamespace(t testing.TB) {
 	t.Helper()
-	if noNamespace != "" {
-		t.Skip("the kubelet's device manager needs /var/lib/kubelet: " + noNamespace)
+	if noNamespace == "" {
+		return
 	}
+	const how = "run as root, or where unprivileged user namespaces are allowed " +
+		"(sysctl user.max_user_namespaces > 0; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0), " +
+		"with util-linux's unshare on PATH"
+	msg := "the kubelet's device manager needs a private /var/lib/kubelet: " + noNamespace
+	if os.Getenv(envRequire) == "1" {
+		t.Fatalf("%s; %s (%s=1 requires this tier to run)", msg, how, envRequire)
+	}
+	t.Skipf("%s; %s", msg, how)
 }
 
 type readySources struct{}

@@ -62,12 +62,21 @@ func (b *boundPods) deleting(p *corev1.Pod) {
 	p.DeletionTimestamp = &now
 }
 
+// finish marks a pod as Succeeded, as the watch shows a pod that ran.
+func (b *boundPods) finish(p *corev1.Pod) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p.Status.Phase = corev1.PodSucceeded
+}
+
 // TestSteeredToTheSchedulersChoice admits pods through the kubelet's device
 // manager, one after the other as the kubelet does: each container gets the
-// GPUs gpuplane-scheduler recorded for its pod, where the plugin's own
-// preference packs from GPU 0, through identical requests back to back, a
-// kubelet restart in between, a pod deleted before admission and a pod of
-// two containers.
+// GPUs gpuplane-scheduler recorded for its pod, through identical requests
+// back to back, a kubelet restart in between, a pod deleted before
+// admission and a pod of two containers. GPU 0 stays free and no pod
+// chooses it, so every choice differs from the plugin's own preference,
+// which packs from the lowest free GPU, and each is checked with several
+// GPUs free: a plugin that does not steer fails each step.
 func TestSteeredToTheSchedulersChoice(t *testing.T) {
 	const res = "nvidia.com/gpu"
 	k := startKubelet(t)
@@ -109,23 +118,30 @@ func TestSteeredToTheSchedulersChoice(t *testing.T) {
 	k.waitCounts(5*time.Second, res, 8, 8)
 	admit(bound.bind("c", "1,6", res, 2), []int{1, 6})
 
-	// A pod deleted before admission is never admitted; the scheduler gave
-	// its GPU to the next one.
-	bound.deleting(bound.bind("d", "0", res, 1))
-	admit(bound.bind("e", "0", res, 1), []int{0})
+	// a and b end: six GPUs are free again.
+	for _, p := range []*corev1.Pod{a, b} {
+		bound.finish(p)
+		k.release(p.UID)
+	}
+
+	// A pod deleted before admission is never admitted: the next request
+	// goes to the next pod's choice, not to the deleted pod's.
+	bound.deleting(bound.bind("d", "7", res, 1))
+	admit(bound.bind("e", "3", res, 1), []int{3})
 
 	// Two containers, one GPU each: the oldest pod's containers come first
-	// though a younger pod asks for exactly one GPU in one container.
-	pair := bound.bind("pair", "3,7", res, 1, 1)
-	single := bound.bind("single", "4", res, 1)
+	// though a younger pod asks for exactly one GPU in one container; that
+	// one gets its own GPU with three free.
+	pair := bound.bind("pair", "2,7", res, 1, 1)
+	single := bound.bind("single", "5", res, 1)
 	got, err := k.admitPod(pair, res)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if idx := gpuIndexes(t, devs, append(got[0], got[1]...)); !slices.Equal(idx, []int{3, 7}) {
-		t.Errorf("pod pair got GPUs %v, the scheduler chose 3 and 7", idx)
+	if idx := gpuIndexes(t, devs, append(got[0], got[1]...)); !slices.Equal(idx, []int{2, 7}) {
+		t.Errorf("pod pair got GPUs %v, the scheduler chose 2 and 7", idx)
 	}
-	admit(single, []int{4})
+	admit(single, []int{5})
 }
 
 // TestSteeredToTheChosenMIGInstance: a MIG pod gets an instance on the GPU

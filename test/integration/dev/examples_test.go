@@ -67,9 +67,39 @@ func yamlFiles(t *testing.T, dir string) []string {
 	return files
 }
 
-// TestExamples applies the project's examples, and the seeds' when
-// ../shared/examples exists, to a dev cluster like the demo's.
+// envSeedExamples names the directory of the seed examples, by default
+// ../shared/examples beside the checkout.
+const envSeedExamples = "GPUPLANE_SEED_EXAMPLES"
+
+// seedExamples returns the directory of the seed examples, or "" when it
+// is missing and not required. A fresh clone has no ../shared; CI
+// (CI=true) always has it beside the checkout, so there a missing one
+// fails the test, as does a directory GPUPLANE_SEED_EXAMPLES names.
+func seedExamples(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(envSeedExamples)
+	named := dir != ""
+	if !named {
+		dir = filepath.Join(repoRoot(t), "..", "shared", "examples")
+	}
+	_, err := os.Stat(dir)
+	switch {
+	case err == nil:
+		return dir
+	case named:
+		t.Fatalf("no seed examples at %s, which %s names: %v", dir, envSeedExamples, err)
+	case os.Getenv("CI") == "true":
+		t.Fatalf("no seed examples at %s: CI=true requires them; check out shared beside the clone or set %s to their directory (%v)", dir, envSeedExamples, err)
+	}
+	t.Logf("no seed examples at %s (a fresh clone has none): %v", dir, err)
+	return ""
+}
+
+// TestExamples applies the project's examples, and the seeds' (see
+// seedExamples), to a dev cluster like the demo's.
 func TestExamples(t *testing.T) {
+	// Before the cluster starts, so that a missing requirement fails at once.
+	seeds := seedExamples(t)
 	// The DGX H100s run the project's examples; the T4, A100 MIG and
 	// A100 80GB nodes are those the seed articles' workloads ask for.
 	// The training operator and KubeRay run the PyTorchJob and RayCluster
@@ -381,10 +411,10 @@ func TestExamples(t *testing.T) {
 	})
 
 	t.Run("seed examples", func(t *testing.T) {
-		dir := filepath.Join(repoRoot(t), "..", "shared", "examples")
-		if _, err := os.Stat(dir); err != nil {
-			t.Skipf("no seed examples at %s (a fresh clone has none): %v", dir, err)
+		if seeds == "" {
+			t.Skipf("no seed examples (a fresh clone has none; CI=true or %s requires them)", envSeedExamples)
 		}
+		dir := seeds
 		// Examples that need other projects' CRDs.
 		needCRD := map[string]string{"14-pytorchjob.yaml": "Kubeflow's training operator", "15-gpu-alerts.yaml": "the Prometheus operator"}
 		// 03 asks for a node the operator labelled gpu-type=tesla-t4, as

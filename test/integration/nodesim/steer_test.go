@@ -77,19 +77,22 @@ func TestNodeHonoursTheSchedulersChoice(t *testing.T) {
 			waitHeld(t, ns, name, gpuList(gpus))
 		}
 
-		// A pod nobody chose GPUs for takes one of the three left; the next
-		// pod's choice includes it, so that pod gets what is left, and the
-		// node records what each pod holds, not what was chosen.
+		// A pod nobody chose GPUs for takes one of the three left. The next
+		// pod's choice names that GPU and one other, so that pod gets the
+		// two left, and the node records what each pod holds, not what was
+		// chosen.
 		createPod(t, framework.Pod(ns, "plain").GPUs(1).NodeName(nodeName).Obj())
 		plain := gpusOf("plain")
-		waitHeld(t, ns, "plain", gpuList(plain))
-		left := slices.DeleteFunc([]int{0, 2, 4}, func(g int) bool { return g == plain[0] })
-		createPod(t, boundWithChoice(ns, "late", nodeName, gpuRes, 2, gpuList([]int{0, 2, 4}[:2])))
-		if plain[0] == 4 {
-			t.Skip("the plugin's preference took GPU 4, outside late's choice of 0 and 2")
+		left := slices.DeleteFunc([]int{0, 2, 4}, func(g int) bool { return slices.Contains(plain, g) })
+		if len(plain) != 1 || len(left) != 2 {
+			t.Fatalf("pod plain got GPUs %v, want one of the three left, 0, 2 and 4", plain)
 		}
+		waitHeld(t, ns, "plain", gpuList(plain))
+		choice := []int{plain[0], left[0]}
+		slices.Sort(choice)
+		createPod(t, boundWithChoice(ns, "late", nodeName, gpuRes, 2, gpuList(choice)))
 		if got := gpusOf("late"); !slices.Equal(got, left) {
-			t.Fatalf("pod late got GPUs %v, want the two left, %v", got, left)
+			t.Fatalf("pod late, which chose %v, got GPUs %v, want the two left, %v", choice, got, left)
 		}
 		waitHeld(t, ns, "late", gpuList(left))
 	})

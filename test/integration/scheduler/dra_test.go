@@ -144,16 +144,20 @@ func (c *draCluster) checkClaims(ctx context.Context) (map[string][]string, erro
 	return perNode, nil
 }
 
+// TestDRATemplateClaimsNeverShareADevice: 18 pods whose claims come from
+// one template on 16 GPUs. No device is ever in two claims, at any state
+// the claims' watch shows; 16 pods end bound, each on its own device.
 func TestDRATemplateClaimsNeverShareADevice(t *testing.T) {
 	c := newDRACluster(t, 2, 8)
 	c.template("one-gpu", 1)
+	c.alwaysClaims("no device allocated to two claims", exclusiveDevices)
 	c.run(adapter.Config{})
-	// 18 pods for 16 GPUs: 16 bound, each on its own device.
 	for i := range 18 {
 		c.create(c.pod(fmt.Sprintf("p-%02d", i)).Label("app", "dra").ClaimTemplate("gpu", "one-gpu"))
 	}
 	c.waitBound("app=dra", 16, 120*time.Second)
-	framework.Eventually(t, 60*time.Second, "claims allocated, reserved and distinct", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, 60*time.Second, "claims allocated and reserved", func(ctx context.Context) (bool, error) {
+		c.failIfBroken()
 		perNode, err := c.checkClaims(ctx)
 		if err != nil {
 			return false, err
@@ -178,6 +182,8 @@ func TestDRATemplateClaimsNeverShareADevice(t *testing.T) {
 
 func TestDRAGangClaimsAllOrNone(t *testing.T) {
 	c := newDRACluster(t, 2, 8)
+	c.alwaysClaims("no device allocated to two claims", exclusiveDevices)
+	c.alwaysPods("no member of the gang that does not fit bound", v1alpha1.PodGroupLabel+"=too-big", atMostBound(0))
 	c.run(adapter.Config{})
 	// fits: 3 pods of 4 GPUs on 16; too-big: 2 pods of 8 beside it do not.
 	c.podGroup("fits", 3, "")

@@ -20,11 +20,24 @@ import (
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
+// TestLeaderFailoverWithTwoReplicas: of two replicas one leads; when it
+// stops it releases the Lease, and the other takes over within a fraction
+// of the lease's duration, so a leader that left the Lease to expire fails.
+// The renew deadline is long enough for a loaded 2-core machine under
+// -race, where a leader that misses it stops with ErrLostLeadership.
 func TestLeaderFailoverWithTwoReplicas(t *testing.T) {
+	const (
+		leaseDuration = 20 * time.Second
+		renewDeadline = 15 * time.Second
+		retryPeriod   = 500 * time.Millisecond
+		// takeover bounds the fail-over: well under leaseDuration, well
+		// over the standby's retry period (with its jitter).
+		takeover = leaseDuration / 2
+	)
 	c := newCluster(t, gpuNodes(1, "failover")...)
 	replica := func(id string) func() {
 		return c.run(adapter.Config{LeaseName: "sched", LeaseNamespace: c.ns, Identity: id,
-			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond})
+			LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod})
 	}
 	stops := map[string]func(){"one": replica("one"), "two": replica("two")}
 	holder := func(ctx context.Context) (string, error) {
@@ -44,9 +57,9 @@ func TestLeaderFailoverWithTwoReplicas(t *testing.T) {
 		t.Fatalf("lease holder %q (err %v), want one or two", first, err)
 	}
 	// The leader stops (and releases the Lease); the standby takes over
-	// and schedules what arrives next.
+	// before the Lease could have expired, and schedules what arrives next.
 	stops[first]()
-	framework.Eventually(t, 30*time.Second, "the other replica to lead", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, takeover, "the other replica to lead", func(ctx context.Context) (bool, error) {
 		h, err := holder(ctx)
 		return err == nil && h != "" && h != first, fmt.Errorf("holder %q (err %w)", h, err)
 	})

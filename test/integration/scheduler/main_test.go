@@ -77,6 +77,9 @@ type cluster struct {
 	ns        string
 	scheduler string
 	dyn       dynamic.Interface
+	// invariants are checked at every event of their watch; the waits
+	// fail as soon as one is broken.
+	invariants []*invariant
 }
 
 func newCluster(t *testing.T, nodes ...*framework.NodeBuilder) *cluster {
@@ -244,6 +247,7 @@ func countBound(ps map[string]*corev1.Pod) (n int) {
 func (c *cluster) waitBound(selector string, want int, timeout time.Duration) {
 	c.t.Helper()
 	framework.Eventually(c.t, timeout, fmt.Sprintf("%d bound pods matching %q", want, selector), func(ctx context.Context) (bool, error) {
+		c.failIfBroken()
 		ps, err := c.pods(ctx, selector)
 		if err != nil {
 			return false, err
@@ -273,6 +277,7 @@ func (c *cluster) waitCondition(pod, reason, want string, timeout time.Duration)
 	c.t.Helper()
 	var msg string
 	framework.Eventually(c.t, timeout, fmt.Sprintf("pod %s: PodScheduled=False %s %q", pod, reason, want), func(ctx context.Context) (bool, error) {
+		c.failIfBroken()
 		p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, pod, metav1.GetOptions{})
 		if err != nil {
 			return false, err

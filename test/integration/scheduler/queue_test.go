@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,6 +77,7 @@ func TestQueueLimitBorrowingAndReclaim(t *testing.T) {
 	c.run(adapter.Config{})
 
 	t.Run("a queue's limit holds", func(t *testing.T) {
+		c.alwaysPods("queue "+capped+" within its limit of 2 GPUs", "queue="+capped, atMostBound(2))
 		c.queuePods(capped, 3)
 		c.waitBound("queue="+capped, 2, 30*time.Second)
 		ps, err := c.pods(t.Context(), "queue="+capped)
@@ -108,6 +110,8 @@ func TestQueueLimitBorrowingAndReclaim(t *testing.T) {
 		}
 	})
 	t.Run("the owner reclaims its guarantee", func(t *testing.T) {
+		// Only what a borrowed: its guarantee of 8 stays bound throughout.
+		c.alwaysPods("queue "+a+" keeps its guarantee of 8 GPUs", "queue="+a, atLeastRunning(func() int { return 8 }))
 		c.queuePods(b, 8)
 		c.waitBound("queue="+b, 8, 60*time.Second)
 		c.waitBound("queue="+a, 8, 30*time.Second)
@@ -168,6 +172,9 @@ func TestPriorityPreemptionHonoursPodDisruptionBudget(t *testing.T) {
 		})
 	}
 	waitPDB(0)
+	// Evictions the budget allows: none until the test lowers it.
+	var allowed atomic.Int32
+	c.alwaysPods("no more low-priority pods evicted than the budget allows", "app=low", atLeastRunning(func() int { return 8 - int(allowed.Load()) }))
 
 	hp := c.pod("urgent").GPUs(1).Label("app", "high").Obj()
 	hp.Spec.PriorityClassName = high
@@ -185,6 +192,7 @@ func TestPriorityPreemptionHonoursPodDisruptionBudget(t *testing.T) {
 		}
 		seven := intstr.FromInt32(7)
 		p.Spec.MinAvailable = &seven
+		allowed.Store(1)
 		if _, err := env.Client.PolicyV1().PodDisruptionBudgets(c.ns).Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -220,6 +228,7 @@ func TestQueueWithPreemptionNeverDoesNotEvict(t *testing.T) {
 	}
 	c.run(adapter.Config{})
 	c.waitBound("app=low", 8, 30*time.Second)
+	c.alwaysPods("no low-priority pod evicted", "app=low", atLeastRunning(func() int { return 8 }))
 	hp := c.pod("urgent").GPUs(1).Label("app", "high").Label(v1alpha1.QueueLabel, q).Obj()
 	hp.Spec.PriorityClassName = high
 	c.createPod(hp)
