@@ -11,7 +11,10 @@
 //     own lock.
 //   - builder (snapshot.go): turns the cache into a snapshot, keeping its
 //     memos (node classes, per-node allocations) from cycle to cycle and
-//     recomputing only what changed. What each running pod holds on its
+//     recomputing only what changed, one concern a file: pod classes, the
+//     standard predicates folded into node labels (classes.go); pending
+//     groups and their queues (groups.go); the running allocations by node
+//     (running.go); the DRA memos (dramemo.go). What each running pod holds on its
 //     node is resolved by nodeHoldings (holdings.go), from five sources
 //     (claims, the node's record, binds in flight, the scheduler's
 //     annotation, automatic shares) in the precedence its doc comment

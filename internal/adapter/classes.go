@@ -1,0 +1,227 @@
+package adapter
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corehelpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// classLabelPrefix names the synthetic node labels through which the
+// standard predicates the core's model cannot express (required node
+// affinity, taint effects and operators) reach it: pods with the same
+// selector, affinity and tolerations form a class, the nodes that pass
+// component-helpers' checks for it carry the class label, and the pods'
+// requests select it.
+const classLabelPrefix = "gpuplane.io/class."
+
+type podClass struct {
+	id    int
+	pod   *corev1.Pod // a representative
+	match []bool      // per node of cycleInput.nodes
+	all   bool
+	// why counts, by reason, the schedulable nodes the class refuses,
+	// most first: what a waiting pod's condition says of them.
+	why []classReason
+	// extended is what the class asks of extended resources the core
+	// does not model (otherExtended), computed once for all nodes.
+	extended corev1.ResourceList
+}
+
+// classReason is how many nodes one static predicate refuses.
+type classReason struct {
+	reason string
+	nodes  int
+}
+
+func classKey(p *corev1.Pod) string {
+	var req *corev1.NodeSelector
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		req = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	b, err := json.Marshal(struct {
+		S map[string]string
+		A *corev1.NodeSelector
+		T []corev1.Toleration
+		R corev1.ResourceList
+	}{p.Spec.NodeSelector, req, p.Spec.Tolerations, otherExtended(p)})
+	if err != nil {
+		return p.Namespace + "/" + p.Name
+	}
+	// The pods of a workload have one class: its key is kept once (a
+	// backlog of 40,000 alike pods held 8 MB of copies of it).
+	classKeys.mu.Lock()
+	defer classKeys.mu.Unlock()
+	if k, ok := classKeys.m[string(b)]; ok {
+		return k
+	}
+	k := string(b)
+	return classKeys.share(k, k)
+}
+
+// classKeys shares the class keys of pending pods (classKey).
+var classKeys = newSharedTable[string, string](maxInterned)
+
+var untoleratedEffects = func(t *corev1.Taint) bool {
+	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+}
+
+// staticFit checks a pod against a node with component-helpers: required
+// node affinity (which includes spec.nodeSelector) and untolerated taints;
+// and that the node offers at least extended, what the pod asks of
+// extended resources the core does not model (otherExtended). It returns
+// "" or why not.
+func staticFit(log klog.Logger, p *corev1.Pod, extended corev1.ResourceList, n *corev1.Node) string {
+	if ok, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(n); err != nil || !ok {
+		return "node affinity/selector mismatch"
+	}
+	if t, bad := corehelpers.FindMatchingUntoleratedTaint(log, n.Spec.Taints, p.Spec.Tolerations, untoleratedEffects, false); bad {
+		return fmt.Sprintf("untolerated taint {%s: %s}", t.Key, t.Value)
+	}
+	for name, want := range extended {
+		if have := n.Status.Allocatable[name]; have.Cmp(want) < 0 {
+			return "insufficient " + string(name)
+		}
+	}
+	return ""
+}
+
+// otherExtended is what a pod asks of extended resources the core does
+// not model (everything but nvidia.com/gpu, its shares, MIG devices and the
+// resources that ask for part of a GPU: an RDMA device, say); nil when
+// nothing.
+func otherExtended(p *corev1.Pod) corev1.ResourceList {
+	var out corev1.ResourceList
+	for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
+		if !isExtended(name) || name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(string(name), migResourcePrefix) || gpupod.IsFractionResource(name) ||
+			strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix) {
+			continue
+		}
+		if out == nil {
+			out = corev1.ResourceList{}
+		}
+		out[name] = q
+	}
+	return out
+}
+
+// class returns the pod's predicate class, computing its node membership
+// the first time a pod of the class is seen since the nodes last changed.
+func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
+	key := pi.class
+	if key == "" {
+		key = classKey(pi.pod)
+	}
+	cl := pi.cls
+	if cl == nil || pi.clsGen != b.classGen {
+		cl = b.classes[key]
+		if cl == nil {
+			p := pi.pod
+			cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true, extended: otherExtended(p)}
+			why := map[string]int{}
+			for i, n := range b.nodes {
+				r := staticFit(b.log, p, cl.extended, n.node)
+				cl.match[i] = r == ""
+				cl.all = cl.all && cl.match[i]
+				if r != "" && !n.m.Unschedulable {
+					why[r]++
+				}
+			}
+			for r, n := range why {
+				cl.why = append(cl.why, classReason{reason: r, nodes: n})
+			}
+			slices.SortFunc(cl.why, func(a, b classReason) int {
+				if c := cmp.Compare(b.nodes, a.nodes); c != 0 {
+					return c
+				}
+				return strings.Compare(a.reason, b.reason)
+			})
+			if !cl.all {
+				cl.id = b.nextClass
+				b.nextClass++
+			}
+			b.classes[key] = cl
+		}
+		pi.cls, pi.clsGen = cl, b.classGen
+	}
+	if !cl.all {
+		used[key] = true
+	}
+	return cl
+}
+
+// pinnedClass is a pod's class narrowed to the one node its allocated
+// claims are on.
+func (b *builder) pinnedClass(pi *podInfo, base *podClass, node string, used map[string]bool) *podClass {
+	key := cmp.Or(pi.class, classKey(pi.pod)) + "\x00node=" + node
+	cl := b.classes[key]
+	if cl == nil {
+		cl = &podClass{pod: pi.pod, id: b.nextClass, match: make([]bool, len(b.nodes)), extended: base.extended}
+		b.nextClass++
+		other := 0
+		for i, n := range b.nodes {
+			if n.node.Name == node {
+				cl.match[i] = base.match[i]
+			} else if !n.m.Unschedulable {
+				other++
+			}
+		}
+		cl.why = append(slices.Clone(base.why), classReason{reason: "its ResourceClaims are allocated on node " + node, nodes: other})
+		b.classes[key] = cl
+	}
+	used[key] = true
+	return cl
+}
+
+// modelNodesFor returns the core's nodes with the labels of the classes in
+// use; the slice is reused while neither nodes nor classes change, so the
+// core keeps its incremental state.
+func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet, nodesChanged bool) []model.Node {
+	keys := make([]string, 0, len(used))
+	for k := range used {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	names := make([]string, 0, len(sets))
+	for k := range sets {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.dra.setNames) && b.modelNodes != nil {
+		return b.modelNodes
+	}
+	b.classKeys, b.dra.setNames = keys, names
+	inUse := make([]*deviceSet, len(names))
+	for i, k := range names {
+		inUse[i] = sets[k]
+	}
+	b.modelNodes = make([]model.Node, len(b.nodes))
+	for i, n := range b.nodes {
+		m := n.m
+		m.GPUs = withDeviceSets(m.GPUs, i, inUse)
+		m.Labels = nil
+		for _, k := range keys {
+			cl := b.classes[k]
+			if cl.match[i] {
+				if m.Labels == nil {
+					m.Labels = map[string]string{}
+				}
+				m.Labels[classLabelPrefix+strconv.Itoa(cl.id)] = "true"
+			}
+		}
+		b.modelNodes[i] = m
+	}
+	return b.modelNodes
+}

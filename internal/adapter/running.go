@@ -1,0 +1,106 @@
+package adapter
+
+import (
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
+)
+
+// runningAllocations returns each node's allocations, aligned with
+// b.nodes, recomputing only the nodes the cache marked dirty (and those
+// whose refusals expired). An unchanged node's chunk is the very slice of
+// the last snapshot, which tells the core to skip it. Caller holds c.mu.
+func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time) [][]model.Allocation {
+	if b.groupQueues == nil {
+		b.groupQueues = map[string]string{}
+	}
+	clear(b.groupQueues)
+	for _, pod := range r.expire(now) {
+		if pi := c.pods[pod]; pi != nil {
+			if n := c.nodeOf(pi); n != "" {
+				c.dirty[n] = true
+			}
+		}
+	}
+	if c.allDirty {
+		c.allDirty = false
+		for n := range c.nodes {
+			c.dirty[n] = true
+		}
+	}
+	for n := range c.dirty {
+		if ni := c.nodes[n]; ni != nil {
+			b.nodeAllocs[n] = b.nodeAllocations(c, r, ni, now)
+		} else {
+			delete(b.nodeAllocs, n)
+		}
+	}
+	clear(c.dirty)
+	out := make([][]model.Allocation, len(b.nodes))
+	for i, n := range b.nodes {
+		out[i] = b.nodeAllocs[n.node.Name]
+	}
+	return out
+}
+
+// nodeAllocations lists the allocations of the pods holding one node,
+// with the GPU shares nodeHoldings resolves for each; a pod that would
+// over-allocate the node is left out with a log line (the core refuses
+// over-allocated snapshots). Caller holds c.mu.
+func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, now time.Time) []model.Allocation {
+	pods := c.onNode[ni.node.Name]
+	if len(pods) == 0 && len(c.dra.onNode[ni.node.Name]) == 0 {
+		return nil
+	}
+	// Devices held through ResourceClaims: by the pod that holds them,
+	// and claims no pod here holds, which hold their devices all the same.
+	byPod, orphans := c.claimShares(ni)
+	h := newNodeHoldings(&ni.m, b.schedulerName, byPod, c.assumed)
+	out := make([]model.Allocation, 0, len(pods)+len(orphans))
+	for _, a := range orphanAllocations(ni.node.Name, orphans) {
+		if !h.take(&a.Request, a.GPUs) {
+			b.log.V(2).Info("allocated claim over-allocates its node; left out of the snapshot", "claim", a.Pod, "node", ni.node.Name)
+			continue
+		}
+		out = append(out, a)
+	}
+	held, over := h.resolve(pods)
+	for _, key := range over {
+		b.log.V(2).Info("running pod over-allocates its node; left out of the snapshot", "pod", key, "node", ni.node.Name)
+	}
+	for _, e := range held {
+		p := e.pi.pod
+		nonPreemptible := p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
+			r.active(e.pi.key, p, now) || c.protectedByPDB(p)
+		out = append(out, model.Allocation{
+			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
+			Request: e.req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
+		})
+	}
+	return out
+}
+
+// allocationQueue is the queue a placed pod's usage counts against: its
+// group's, resolved as for pending pods; the default queue for another
+// scheduler's lone pods.
+func (b *builder) allocationQueue(c *clusterCache, pi *podInfo) string {
+	if pi.pg != "" {
+		// A member that names no queue itself counts in the queue its
+		// group was admitted to, not in its namespace's default.
+		if q, ok := b.groupQueues[pi.group]; ok {
+			return q
+		}
+		pgQueue := ""
+		if pg := c.podGroups[pi.pg]; pg != nil {
+			pgQueue = pg.Spec.Queue
+		}
+		q, _ := groupQueue(c, pi, c.members[pi.group], pgQueue)
+		b.groupQueues[pi.group] = q
+		return q
+	}
+	if pi.pod.Spec.SchedulerName == b.schedulerName {
+		return podQueue(c, pi, "")
+	}
+	return queue.DefaultQueue
+}
