@@ -57,23 +57,32 @@ out=$tmp/out
 # go test puts GOROOT/bin first on a test's PATH; so does this script.
 goroot_bin="$("$GO" env GOROOT)/bin"
 
+# Each package's import path (its cache directory), from one go list, by
+# its ./path.
+declare -A importpath=()
+list=$("$GO" list -f '{{.ImportPath}} {{.Dir}}' "${pkgs[@]}")
+while read -r ip d; do
+	importpath[./${d#"$PWD"/}]=$ip
+done <<<"$list"
+
 for pkg in "${pkgs[@]}"; do
-	info=$("$GO" list -f '{{.ImportPath}} {{.Dir}}' "$pkg")
-	importpath=${info%% *} dir=${info#* }
+	[ -n "${importpath[$pkg]:-}" ] || { echo "fuzz: $pkg is not a ./path of a package in this module"; exit 1; }
+	dir=$PWD/${pkg#./}
 	bin=$tmp/fuzz.test
 	echo "fuzz: building $pkg's instrumented test binary"
-	"$GO" test -c -fuzz=. -o "$bin" "$pkg"
+	# Linked as go test links the binaries it runs: without DWARF and symbol table.
+	"$GO" test -c -fuzz=. -ldflags='-s -w' -o "$bin" "$pkg"
 	for name in ${names[$pkg]}; do
 		echo "fuzz: $name in $pkg for $FUZZTIME"
 		start=$SECONDS
 		rc=0
 		(cd "$dir" && PWD=$dir PATH=$goroot_bin:$PATH exec "$bin" \
 			-test.paniconexit0 -test.timeout=10m0s \
-			-test.fuzzcachedir="$fuzzcache/$importpath" \
+			-test.fuzzcachedir="$fuzzcache/${importpath[$pkg]}" \
 			-test.run='^$' -test.fuzz="^$name\$" -test.fuzztime="$FUZZTIME") >"$out" 2>&1 || rc=$?
 		cat "$out"
 		if [ $rc -eq 0 ]; then
-			echo "ok  	$importpath	$name	$((SECONDS - start))s"
+			echo "ok  	${importpath[$pkg]}	$name	$((SECONDS - start))s"
 			continue
 		fi
 		if [ "$(grep -c -e '^--- FAIL' -e '^    ' "$out")" = 2 ] && grep -q "^--- FAIL: $name (" "$out" &&
@@ -82,7 +91,7 @@ for pkg in "${pkgs[@]}"; do
 			echo "fuzz: $name ran its $FUZZTIME and stopped on Go's fuzztime deadline race (go.dev/issue/75804, fixed in Go 1.27) with no failing input: a pass"
 			continue
 		fi
-		echo "FAIL	$importpath	$name	$((SECONDS - start))s"
+		echo "FAIL	${importpath[$pkg]}	$name	$((SECONDS - start))s"
 		exit $rc
 	done
 	rm -f "$bin"
