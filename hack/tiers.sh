@@ -11,10 +11,10 @@
 #
 # Each tier's output goes to TIER_LOGS/NAME.log (default bin/test-logs) and
 # is printed whole when the tier ends, so lanes never interleave their
-# lines. A lane stops at its first failing tier (the tiers after it are
-# reported as not run); the other lanes run on. At the end a table gives
-# each tier's result and wall time, and the exit status is 1 if a tier
-# failed, naming it.
+# lines. A failing tier stops no other: a tier that needs what a failed one
+# builds fails on its own make prerequisites, which the Go build cache makes
+# quick to retry. At the end a table gives each tier's result and wall time,
+# and the exit status is 1 if a tier failed, naming it.
 #
 # Environment: MAKE (default make), TIER_LOGS, TIER_NICE.
 set -euo pipefail
@@ -29,24 +29,20 @@ rm -f "$logs"/*.log "$logs"/*.result "$logs"/.print-lock
 fmt() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 # run_lane SPEC: runs the tiers of one lane, writing NAME.result for each
-# ("ok SECONDS", "FAIL SECONDS" or "skipped").
+# ("ok SECONDS" or "FAIL SECONDS").
 run_lane() {
-	local failed= tier name targets start rc nice
+	local tier name targets start rc nice
 	for tier in $1; do
 		nice=
 		case $tier in nice:*) tier=${tier#nice:} nice="nice -n $TIER_NICE" ;; esac
 		name=${tier%%=*}
 		targets=${tier#*=}
-		if [ -n "$failed" ]; then
-			echo skipped >"$logs/$name.result"
-			continue
-		fi
 		echo "tiers: $name started ($(date -u +%T))${nice:+, at niceness $TIER_NICE}"
 		start=$SECONDS
 		rc=0
 		$nice $MAKE --no-print-directory ${targets//+/ } </dev/null >"$logs/$name.log" 2>&1 || rc=$?
 		local took=$((SECONDS - start)) result=ok
-		[ $rc -eq 0 ] || { result=FAIL; failed=$name; }
+		[ $rc -eq 0 ] || result=FAIL
 		echo "$result $took" >"$logs/$name.result"
 		# One lane prints at a time: a tier's log stays in one piece.
 		{
@@ -71,21 +67,21 @@ trap - INT TERM
 
 failed=()
 echo
-printf '%-14s %-8s %s\n' tier result "wall time"
+printf '%-17s %-8s %s\n' tier result "wall time"
 for lane in "$@"; do
 	for tier in $lane; do
 		tier=${tier#nice:}
 		name=${tier%%=*}
 		read -r result took 2>/dev/null <"$logs/$name.result" || result=missing
-		if [ "$result" = ok ] || [ "$result" = FAIL ]; then
-			printf '%-14s %-8s %s\n' "$name" "$result" "$(fmt "$took")"
+		if [ "$result" = missing ]; then
+			printf '%-17s %-8s %s\n' "$name" "$result" -
 		else
-			printf '%-14s %-8s %s\n' "$name" "$result" -
+			printf '%-17s %-8s %s\n' "$name" "$result" "$(fmt "$took")"
 		fi
-		[ "$result" = ok ] || [ "$result" = skipped ] || failed+=("$name")
+		[ "$result" = ok ] || failed+=("$name")
 	done
 done
-printf '%-14s %-8s %s\n' "make test" "" "$(fmt $((SECONDS - total_start)))"
+printf '%-17s %-8s %s\n' "make test" "" "$(fmt $((SECONDS - total_start)))"
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "tiers failed: ${failed[*]} (logs in $logs)"
 	exit 1
