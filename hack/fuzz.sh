@@ -9,8 +9,8 @@
 # -fuzz) and runs each of the package's targets, in the package's directory,
 # with the flags `go test -fuzz` gives it: the same corpus (testdata/fuzz),
 # the same cache of interesting inputs (GOCACHE/fuzz/<import path>), the same
-# default timeout. Building one binary per target spent most of the tier's
-# time linking the same binary again.
+# default timeout, but linked once for all of the package's targets rather
+# than once per target.
 #
 # Go before 1.27 can end a time-bounded run with a bare "context deadline
 # exceeded" as FUZZTIME runs out (go.dev/issue/75804): the coordinator's
