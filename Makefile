@@ -33,14 +33,21 @@ build: ## build the gpuplane binaries into bin/
 # packages under test/ start real components and run in their own tiers.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '^github.com/gpuplane/gpuplane/test/')
 
-test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, monitoring, images
-	@$(MAKE) --no-print-directory test-unit
-	@$(MAKE) --no-print-directory test-fuzz
-	@$(MAKE) --no-print-directory test-conformance
-	@$(MAKE) --no-print-directory test-integration
-	@$(MAKE) --no-print-directory monitoring-tools
-	@$(MAKE) --no-print-directory test-monitoring
-	@$(MAKE) --no-print-directory test-images
+# make test runs the tiers in two lanes side by side (hack/tiers.sh). The
+# first lane builds the control plane when its pins change, then runs the
+# tiers that start API servers and spend much of their time waiting on them;
+# the second builds the workload operators the integration tier needs (that
+# tier waits for them if they are not ready), then runs the others, fuzz and
+# images at a lower priority (nice) so that they take the cores the first
+# lane leaves idle. Each tier's output is printed whole when it ends; a table
+# of wall times ends the run. TEST_TIERS_EXTRA adds tiers to the second lane.
+TEST_TIERS_EXTRA ?=
+TEST_LANES = \
+	"controlplane-bins=controlplane-bins+third-party-crds conformance=test-conformance integration=test-integration" \
+	"operator-bins=operator-bins unit=test-unit monitoring=monitoring-tools+test-monitoring nice:fuzz=test-fuzz nice:images=test-images $(TEST_TIERS_EXTRA)"
+
+test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, monitoring, images (two lanes at once; a table of wall times at the end)
+	@MAKE="$(MAKE)" $(CURDIR)/hack/tiers.sh $(TEST_LANES)
 
 test-unit: ## unit tests of the product module, with the race detector
 	$(GO) test $(GOTESTFLAGS) $(UNIT_PKGS)
