@@ -56,6 +56,9 @@ func FuzzDRASliceAndClaim(f *testing.F) {
 		}
 		for _, w := range f.api.claimLog() {
 			parts := strings.Fields(w)
+			if len(parts) != 4 {
+				t.Fatalf("claim write %q: want claim, pod, node and devices", w)
+			}
 			devs := strings.Split(parts[3], ",")
 			want := max(count, 1)
 			seen := map[string]bool{}

@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -58,7 +59,42 @@ func Allocate(ctx context.Context, node *corev1.Node, nodeSlices []*resourceapi.
 	if err != nil {
 		return nil, fmt.Errorf("creating the structured allocator: %w", err)
 	}
-	return a.Allocate(ctx, node, claims)
+	return a.Allocate(ctx, node, defaultCounts(claims))
+}
+
+// defaultCounts applies the API server's default to claims read from
+// elsewhere: an ExactCount request of count 0 asks for one device, as
+// EvalDeviceSet counts it. The allocator would otherwise allocate it no
+// device at all, on no node. Claims that need no default are passed as
+// they are; the others are copied, never changed in place.
+func defaultCounts(claims []*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
+	out := claims
+	copied := false
+	for i, c := range claims {
+		if !needsCountDefault(c) {
+			continue
+		}
+		if !copied {
+			out, copied = slices.Clone(claims), true
+		}
+		cp := c.DeepCopy()
+		for _, r := range cp.Spec.Devices.Requests {
+			if x := r.Exactly; x != nil && x.AllocationMode == resourceapi.DeviceAllocationModeExactCount && x.Count == 0 {
+				x.Count = 1
+			}
+		}
+		out[i] = cp
+	}
+	return out
+}
+
+func needsCountDefault(c *resourceapi.ResourceClaim) bool {
+	for _, r := range c.Spec.Devices.Requests {
+		if x := r.Exactly; x != nil && x.AllocationMode == resourceapi.DeviceAllocationModeExactCount && x.Count == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // AllocatedState is what the claims allocated on a node hold, as the

@@ -51,6 +51,7 @@ func TestAllocate(t *testing.T) {
 		{name: "too few free among those chosen", numa: []int64{0, 0, 0}, count: 2, only: []string{"a/gpu-0", "a/gpu-1"}, allocated: []string{"gpu-1"}},
 		{name: "constraints refuse the choice", numa: []int64{0, 1, 1, 0}, count: 2, constraints: sameNUMA, only: []string{"a/gpu-0", "a/gpu-1"}},
 		{name: "constraints met by the choice", numa: []int64{0, 1, 1, 0}, count: 2, constraints: sameNUMA, only: []string{"a/gpu-1", "a/gpu-2"}, want: []string{"gpu-1", "gpu-2"}},
+		{name: "count 0 is one device, as the API server defaults it", numa: []int64{0, 0}, count: 0, only: []string{"a/gpu-1"}, want: []string{"gpu-1"}},
 		{name: "constraints met elsewhere when not narrowed", numa: []int64{0, 1, 1, 2}, count: 2, constraints: sameNUMA, want: []string{"gpu-1", "gpu-2"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
