@@ -57,8 +57,8 @@ func TestNodeMIG(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (m.MIG == nil) != tc.wantNil || !strings.Contains(warn, tc.warn) {
-				t.Fatalf("MIG %+v, warning %q; want nil %v, warning with %q", m.MIG, warn, tc.wantNil, tc.warn)
+			if (m.MIG == nil) != tc.wantNil || (tc.warn == "") != (warn == "") || !strings.Contains(warn, tc.warn) {
+				t.Fatalf("MIG %+v, warning %q; want nil %v, warning with %q (none when empty)", m.MIG, warn, tc.wantNil, tc.warn)
 			}
 			if m.MIG == nil {
 				return
