@@ -77,6 +77,14 @@ func (b *NodeBuilder) Label(key, value string) *NodeBuilder {
 	return b
 }
 
+// Labels sets each label of m.
+func (b *NodeBuilder) Labels(m map[string]string) *NodeBuilder {
+	for k, v := range m {
+		b.node.Labels[k] = v
+	}
+	return b
+}
+
 // Unlabel removes a label.
 func (b *NodeBuilder) Unlabel(key string) *NodeBuilder {
 	delete(b.node.Labels, key)
@@ -86,6 +94,14 @@ func (b *NodeBuilder) Unlabel(key string) *NodeBuilder {
 // Annotation sets an annotation.
 func (b *NodeBuilder) Annotation(key, value string) *NodeBuilder {
 	b.node.Annotations[key] = value
+	return b
+}
+
+// Annotations sets each annotation of m.
+func (b *NodeBuilder) Annotations(m map[string]string) *NodeBuilder {
+	for k, v := range m {
+		b.node.Annotations[k] = v
+	}
 	return b
 }
 

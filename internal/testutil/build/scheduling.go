@@ -44,12 +44,17 @@ func (b *QueueBuilder) Obj() *v1alpha1.Queue { return b.q.DeepCopy() }
 // PodGroupBuilder builds a PodGroup. Start with PodGroup.
 type PodGroupBuilder struct{ g v1alpha1.PodGroup }
 
-// PodGroup returns a builder for a PodGroup of minMember pods, with the
-// UID "uid-<name>".
+// PodGroup returns a builder for a PodGroup of minMember pods.
 func PodGroup(namespace, name string, minMember int32) *PodGroupBuilder {
 	return &PodGroupBuilder{g: v1alpha1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-" + name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec:       v1alpha1.PodGroupSpec{MinMember: minMember}}}
+}
+
+// UID sets the group's UID.
+func (b *PodGroupBuilder) UID(uid string) *PodGroupBuilder {
+	b.g.UID = types.UID(uid)
+	return b
 }
 
 // Queue sets the group's queue.
