@@ -44,9 +44,11 @@ func (b *QueueBuilder) Obj() *v1alpha1.Queue { return b.q.DeepCopy() }
 // PodGroupBuilder builds a PodGroup. Start with PodGroup.
 type PodGroupBuilder struct{ g v1alpha1.PodGroup }
 
-// PodGroup returns a builder for a PodGroup of minMember pods.
+// PodGroup returns a builder for a PodGroup of minMember pods. Its
+// TypeMeta is set, as the dynamic client's unstructured objects need.
 func PodGroup(namespace, name string, minMember int32) *PodGroupBuilder {
 	return &PodGroupBuilder{g: v1alpha1.PodGroup{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec:       v1alpha1.PodGroupSpec{MinMember: minMember}}}
 }
