@@ -85,12 +85,6 @@ func (b *NodeBuilder) Labels(m map[string]string) *NodeBuilder {
 	return b
 }
 
-// Unlabel removes a label.
-func (b *NodeBuilder) Unlabel(key string) *NodeBuilder {
-	delete(b.node.Labels, key)
-	return b
-}
-
 // Annotation sets an annotation.
 func (b *NodeBuilder) Annotation(key, value string) *NodeBuilder {
 	b.node.Annotations[key] = value
@@ -102,12 +96,6 @@ func (b *NodeBuilder) Annotations(m map[string]string) *NodeBuilder {
 	for k, v := range m {
 		b.node.Annotations[k] = v
 	}
-	return b
-}
-
-// Unannotate removes an annotation.
-func (b *NodeBuilder) Unannotate(key string) *NodeBuilder {
-	delete(b.node.Annotations, key)
 	return b
 }
 
