@@ -4,7 +4,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -37,7 +37,7 @@ func (b *PodBuilder) GPUs(n int) *PodBuilder {
 // Limit sets a limit of the first container and, as the API server
 // defaults it, the equal request.
 func (b *PodBuilder) Limit(name corev1.ResourceName, q string) *PodBuilder {
-	return b.Limits(corev1.ResourceList{name: apiresource.MustParse(q)})
+	return b.Limits(corev1.ResourceList{name: resource.MustParse(q)})
 }
 
 // Limits sets each of limits on the first container, and the equal
@@ -53,17 +53,17 @@ func (b *PodBuilder) Limits(limits corev1.ResourceList) *PodBuilder {
 
 // Request sets a request of the first container.
 func (b *PodBuilder) Request(name corev1.ResourceName, q string) *PodBuilder {
-	b.pod.Spec.Containers[0].Resources.Requests[name] = apiresource.MustParse(q)
+	b.pod.Spec.Containers[0].Resources.Requests[name] = resource.MustParse(q)
 	return b
 }
 
 // Containers replaces the pod's containers by one per count, named c0,
-// c1, ..., each asking for count of resource; with no counts the pod has
-// no containers, as a pod whose spec is not known.
-func (b *PodBuilder) Containers(resource corev1.ResourceName, counts ...int64) *PodBuilder {
+// c1, ..., each asking for count of the resource name; with no counts the
+// pod has no containers, as a pod whose spec is not known.
+func (b *PodBuilder) Containers(name corev1.ResourceName, counts ...int64) *PodBuilder {
 	b.pod.Spec.Containers = nil
 	for i, n := range counts {
-		l := corev1.ResourceList{resource: *apiresource.NewQuantity(n, apiresource.DecimalSI)}
+		l := corev1.ResourceList{name: *resource.NewQuantity(n, resource.DecimalSI)}
 		b.pod.Spec.Containers = append(b.pod.Spec.Containers, corev1.Container{Name: "c" + strconv.Itoa(i),
 			Resources: corev1.ResourceRequirements{Limits: l, Requests: l.DeepCopy()}})
 	}
