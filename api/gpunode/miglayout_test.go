@@ -1,9 +1,12 @@
 package gpunode_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 )
@@ -49,8 +52,12 @@ func FuzzParseMIGLayout(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := gpunode.ParseMIGLayout(string(b)); err != nil {
-			t.Fatalf("round trip of %s: %v", b, err)
+		back, err := gpunode.ParseMIGLayout(string(b))
+		if err != nil || !equality.Semantic.DeepEqual(back, l) {
+			t.Fatalf("round trip of %q through %s: %+v, %v; want %+v", s, b, back, err, l)
+		}
+		if again, _ := json.Marshal(back); !bytes.Equal(again, b) {
+			t.Fatalf("encoding is not stable: %s, then %s", b, again)
 		}
 	})
 }

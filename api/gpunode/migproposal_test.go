@@ -1,9 +1,12 @@
 package gpunode_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 )
@@ -86,8 +89,12 @@ func FuzzParseMIGProposal(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := gpunode.ParseMIGProposal(string(b)); err != nil {
-			t.Fatalf("round trip of %s: %v", b, err)
+		back, err := gpunode.ParseMIGProposal(string(b))
+		if err != nil || !equality.Semantic.DeepEqual(back, p) {
+			t.Fatalf("round trip of %q through %s: %+v, %v; want %+v", s, b, back, err, p)
+		}
+		if again, _ := json.Marshal(back); !bytes.Equal(again, b) {
+			t.Fatalf("encoding is not stable: %s, then %s", b, again)
 		}
 	})
 }

@@ -114,6 +114,21 @@ func FormatQuarantine(r QuarantineRecord) (string, error) {
 	return string(b), nil
 }
 
+// The times FormatQuarantine writes: whole seconds in UTC, years 1 to
+// 9999 (JSON's times have four-digit years), after the zero time that
+// means missing.
+var (
+	minSince = time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC)
+	maxSince = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+)
+
+// writableSince reports whether FormatQuarantine writes t as a time that
+// ParseQuarantine reads back.
+func writableSince(t time.Time) bool {
+	t = t.UTC().Truncate(time.Second)
+	return !t.Before(minSince) && !t.After(maxSince)
+}
+
 // ParseQuarantine reads the value of QuarantineAnnotation within the
 // bounds above: at most MaxGPUs GPUs, each index once, known states.
 func ParseQuarantine(s string) (QuarantineRecord, error) {
@@ -158,6 +173,9 @@ func ParseQuarantine(s string) (QuarantineRecord, error) {
 			return fail("%s.fails: must be 0 to %d, got %d", field, MaxQuarantineFails, g.Fails)
 		case g.Since.IsZero():
 			return fail("%s.since: missing", field)
+		case !writableSince(g.Since):
+			return fail("%s.since: %s is not a time from %s to %s", field, g.Since.Format(time.RFC3339Nano),
+				minSince.Format(time.RFC3339), maxSince.Format(time.RFC3339))
 		}
 		seen[g.Index] = true
 	}

@@ -107,6 +107,16 @@ func ReadAllocation(pod *corev1.Pod) (*PodAllocation, error) {
 	return &a, nil
 }
 
+// FormatAllocation renders a as AllocationAnnotation's value, which
+// ReadAllocation reads back.
+func FormatAllocation(a *PodAllocation) (string, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return "", fmt.Errorf("encoding annotation %s: %w", AllocationAnnotation, err)
+	}
+	return string(b), nil
+}
+
 // DeviceIDs returns every device ID of resource in the allocation.
 func (a *PodAllocation) DeviceIDs(resource string) []string {
 	var ids []string

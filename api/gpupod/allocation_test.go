@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
@@ -50,10 +51,31 @@ func FuzzReadAllocation(f *testing.F) {
 	f.Add(`{"node":"n","containers":[{"name":"c","devices":{"nvidia.com/gpu":["GPU-a"]},"env":{"NVIDIA_VISIBLE_DEVICES":"GPU-a"}}]}`)
 	f.Add(`{"containers":null}`)
 	f.Add(`[`)
+	f.Add(`{"node":"n","containers":[{"name":"i","init":true,"devices":{},"env":{},"cdiDevices":["nvidia.com/gpu=0"],` +
+		`"mounts":[{"hostPath":"/a","containerPath":"/b","readOnly":true}],"deviceNodes":["/dev/nvidia0"],"annotations":{"k":"v"}}]}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		a, err := gpupod.ReadAllocation(podWith(s))
-		if err == nil && a == nil {
+		if err != nil {
+			return
+		}
+		if a == nil {
 			t.Fatal("no record and no error for a present annotation")
+		}
+		out, err := gpupod.FormatAllocation(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) > gpupod.MaxAllocationBytes {
+			// JSON's escapes can lengthen a record near the bound; the
+			// reader refuses what no node writes.
+			return
+		}
+		back, err := gpupod.ReadAllocation(podWith(out))
+		if err != nil || !equality.Semantic.DeepEqual(back, a) {
+			t.Fatalf("round trip of %q through %q: %+v, %v; want %+v", s, out, back, err, a)
+		}
+		if again, err := gpupod.FormatAllocation(back); err != nil || again != out {
+			t.Fatalf("FormatAllocation is not stable: %q, then %q, %v", out, again, err)
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 func rl(kv ...string) corev1.ResourceList {
@@ -26,24 +27,18 @@ func rl(kv ...string) corev1.ResourceList {
 	return out
 }
 
-func testPod(ns, name string, limits corev1.ResourceList) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{}, CreationTimestamp: metav1.Unix(100, 0)},
-		Spec: corev1.PodSpec{SchedulerName: v1alpha1.SchedulerName, Containers: []corev1.Container{{
-			Name: "main", Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits.DeepCopy()},
-		}}},
-	}
+// newPod is a pod for gpuplane-scheduler, created at Unix second 100.
+func newPod(ns, name string) *build.PodBuilder {
+	return build.Pod(ns, name).SchedulerName(v1alpha1.SchedulerName).Created(100)
 }
 
-// annotated sets annotations on p, key and value in turn.
-func annotated(p *corev1.Pod, kv ...string) *corev1.Pod {
-	if p.Annotations == nil {
-		p.Annotations = map[string]string{}
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		p.Annotations[kv[i]] = kv[i+1]
-	}
-	return p
+// testPod and testNode are shorthands the DRA tests use.
+func testPod(ns, name string, limits corev1.ResourceList) *corev1.Pod {
+	return newPod(ns, name).Limits(limits).Obj()
+}
+
+func testNode(name string, alloc corev1.ResourceList, labels, annotations map[string]string) *corev1.Node {
+	return build.Node(name).Resources(alloc).Labels(labels).Annotations(annotations).Obj()
 }
 
 func TestPodRequest(t *testing.T) {
@@ -54,40 +49,40 @@ func TestPodRequest(t *testing.T) {
 		want       model.Request
 		wantReason string
 	}{
-		{name: "whole GPUs with cpu and memory", pod: testPod("ns", "p", rl("nvidia.com/gpu", "2", "cpu", "1500m", "memory", "3Gi")),
+		{name: "whole GPUs with cpu and memory", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "2", "cpu", "1500m", "memory", "3Gi")).Obj(),
 			want: model.Request{GPUs: 2, MilliCPU: 1500, MemoryMiB: 3072}},
-		{name: "a shared GPU replica is a share of one GPU", pod: testPod("ns", "p", rl("nvidia.com/gpu.shared", "1")), replicas: 4,
+		{name: "a shared GPU replica is a share of one GPU", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu.shared", "1")).Obj(), replicas: 4,
 			want: model.Request{GPUMilli: 250, Replicas: 1, ShareResource: "nvidia.com/gpu.shared"}},
-		{name: "gpuplane's fraction and memory", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpuplane.io/gpu-fraction", "0.46", "gpuplane.io/gpu-memory", "20Gi"),
+		{name: "gpuplane's fraction and memory", pod: newPod("ns", "p").GPUs(1).Annotation("gpuplane.io/gpu-fraction", "0.46").Annotation("gpuplane.io/gpu-memory", "20Gi").Obj(),
 			want: model.Request{GPUMilli: 460, GPUMemoryMiB: 20480, ShareResource: "nvidia.com/gpu"}},
-		{name: "gpuplane's fraction through nvidia.com/gpu.shared", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu.shared", "1")), "gpuplane.io/gpu-fraction", "0.25"), replicas: 4,
+		{name: "gpuplane's fraction through nvidia.com/gpu.shared", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu.shared", "1")).Annotation("gpuplane.io/gpu-fraction", "0.25").Obj(), replicas: 4,
 			want: model.Request{GPUMilli: 250, ShareResource: "nvidia.com/gpu.shared"}},
-		{name: "HAMi's memory and cores", pod: testPod("ns", "p", rl("nvidia.com/gpu", "1", "nvidia.com/gpumem", "3000", "nvidia.com/gpucores", "30")),
+		{name: "HAMi's memory and cores", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "1", "nvidia.com/gpumem", "3000", "nvidia.com/gpucores", "30")).Obj(),
 			want: model.Request{GPUMilli: 300, GPUMemoryMiB: 3000, ShareResource: "nvidia.com/gpu"}},
-		{name: "HAMi's memory percentage is that part of the GPU", pod: testPod("ns", "p", rl("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "50")),
+		{name: "HAMi's memory percentage is that part of the GPU", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "50")).Obj(),
 			want: model.Request{GPUMilli: 500, ShareResource: "nvidia.com/gpu"}},
-		{name: "KAI's fraction and memory", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpu-fraction", "0.5", "gpu-memory", "2000"),
+		{name: "KAI's fraction and memory", pod: newPod("ns", "p").GPUs(1).Annotation("gpu-fraction", "0.5").Annotation("gpu-memory", "2000").Obj(),
 			want: model.Request{GPUMilli: 500, GPUMemoryMiB: 2000, ShareResource: "nvidia.com/gpu"}},
-		{name: "a fraction of 1 is a whole GPU", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpu-fraction", "1"),
+		{name: "a fraction of 1 is a whole GPU", pod: newPod("ns", "p").GPUs(1).Annotation("gpu-fraction", "1").Obj(),
 			want: model.Request{GPUs: 1}},
-		{name: "a fraction above 1 is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpu-fraction", "1.5"), wantReason: "FractionOutOfRange"},
-		{name: "a zero fraction is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpuplane.io/gpu-fraction", "0"), wantReason: "FractionOutOfRange"},
-		{name: "a negative fraction is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpuplane.io/gpu-fraction", "-0.5"), wantReason: "FractionOutOfRange"},
-		{name: "NaN is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/gpu", "1")), "gpu-fraction", "NaN"), wantReason: "FractionOutOfRange"},
-		{name: "cores above 100% are refused", pod: testPod("ns", "p", rl("nvidia.com/gpu", "1", "nvidia.com/gpucores", "150")), wantReason: "FractionOutOfRange"},
-		{name: "a fraction with a MIG device is refused", pod: annotated(testPod("ns", "p", rl("nvidia.com/mig-1g.10gb", "1")), "gpu-fraction", "0.5"), wantReason: "MixedGPURequest"},
-		{name: "a fraction without a GPU device is refused", pod: annotated(testPod("ns", "p", rl("cpu", "1")), "gpu-fraction", "0.5"), wantReason: "FractionWithoutGPU"},
-		{name: "a fraction of two GPUs is refused", pod: testPod("ns", "p", rl("nvidia.com/gpu", "2", "nvidia.com/gpumem", "1000")), wantReason: "FractionOfSeveralGPUs"},
-		{name: "as many replicas as a GPU has is a whole GPU", pod: testPod("ns", "p", rl("nvidia.com/gpu.shared", "4")), replicas: 4,
+		{name: "a fraction above 1 is refused", pod: newPod("ns", "p").GPUs(1).Annotation("gpu-fraction", "1.5").Obj(), wantReason: "FractionOutOfRange"},
+		{name: "a zero fraction is refused", pod: newPod("ns", "p").GPUs(1).Annotation("gpuplane.io/gpu-fraction", "0").Obj(), wantReason: "FractionOutOfRange"},
+		{name: "a negative fraction is refused", pod: newPod("ns", "p").GPUs(1).Annotation("gpuplane.io/gpu-fraction", "-0.5").Obj(), wantReason: "FractionOutOfRange"},
+		{name: "NaN is refused", pod: newPod("ns", "p").GPUs(1).Annotation("gpu-fraction", "NaN").Obj(), wantReason: "FractionOutOfRange"},
+		{name: "cores above 100% are refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "1", "nvidia.com/gpucores", "150")).Obj(), wantReason: "FractionOutOfRange"},
+		{name: "a fraction with a MIG device is refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/mig-1g.10gb", "1")).Annotation("gpu-fraction", "0.5").Obj(), wantReason: "MixedGPURequest"},
+		{name: "a fraction without a GPU device is refused", pod: newPod("ns", "p").Limits(rl("cpu", "1")).Annotation("gpu-fraction", "0.5").Obj(), wantReason: "FractionWithoutGPU"},
+		{name: "a fraction of two GPUs is refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "2", "nvidia.com/gpumem", "1000")).Obj(), wantReason: "FractionOfSeveralGPUs"},
+		{name: "as many replicas as a GPU has is a whole GPU", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu.shared", "4")).Obj(), replicas: 4,
 			want: model.Request{GPUs: 1}},
-		{name: "a MIG instance", pod: testPod("ns", "p", rl("nvidia.com/mig-3g.40gb", "1")),
+		{name: "a MIG instance", pod: newPod("ns", "p").Limits(rl("nvidia.com/mig-3g.40gb", "1")).Obj(),
 			want: model.Request{MIGSlices: 3, MIGProfile: "3g.40gb"}},
-		{name: "a fractional GPU is refused", pod: testPod("ns", "p", rl("nvidia.com/gpu", "500m")), wantReason: "FractionalGPU"},
-		{name: "two MIG instances are refused", pod: testPod("ns", "p", rl("nvidia.com/mig-1g.10gb", "2")), wantReason: "MixedGPURequest"},
-		{name: "whole and shared GPUs together are refused", pod: testPod("ns", "p", rl("nvidia.com/gpu", "1", "nvidia.com/gpu.shared", "1")), wantReason: "MixedGPURequest"},
-		{name: "an unknown MIG profile is refused", pod: testPod("ns", "p", rl("nvidia.com/mig-big", "1")), wantReason: "UnknownMIGProfile"},
+		{name: "a fractional GPU is refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "500m")).Obj(), wantReason: "FractionalGPU"},
+		{name: "two MIG instances are refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/mig-1g.10gb", "2")).Obj(), wantReason: "MixedGPURequest"},
+		{name: "whole and shared GPUs together are refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "1", "nvidia.com/gpu.shared", "1")).Obj(), wantReason: "MixedGPURequest"},
+		{name: "an unknown MIG profile is refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/mig-big", "1")).Obj(), wantReason: "UnknownMIGProfile"},
 	}
-	unequal := testPod("ns", "p", rl("nvidia.com/gpu", "2"))
+	unequal := newPod("ns", "p").GPUs(2).Obj()
 	unequal.Spec.Containers[0].Resources.Requests = rl("nvidia.com/gpu", "1")
 	tests = append(tests, struct {
 		name       string
@@ -117,11 +112,6 @@ func TestPodRequest(t *testing.T) {
 	}
 }
 
-func testNode(name string, alloc corev1.ResourceList, labels, annotations map[string]string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
-		Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc}}
-}
-
 func TestConvertNode(t *testing.T) {
 	topo := `{"v":1,"gpus":4,"groups":[{"gpus":[0,1],"nvlinks":12}],"numa":[0,0,1,1]}`
 	tests := []struct {
@@ -135,7 +125,7 @@ func TestConvertNode(t *testing.T) {
 		check     func(t *testing.T, n model.Node)
 	}{
 		{name: "whole GPUs take model and memory from the labels",
-			node:     testNode("n", rl("nvidia.com/gpu", "8", "cpu", "64", "memory", "256Gi"), map[string]string{LabelGPUProduct: "H100", LabelGPUMemory: "81559"}, nil),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "8", "cpu", "64", "memory", "256Gi")).Label(LabelGPUProduct, "H100").Label(LabelGPUMemory, "81559").Obj(),
 			wantGPUs: 8, wantModel: "H100",
 			check: func(t *testing.T, n model.Node) {
 				if n.MilliCPU != 64000 || n.MemoryMiB != 256*1024 || n.GPUs[3].MemoryMiB != 81559 {
@@ -143,11 +133,10 @@ func TestConvertNode(t *testing.T) {
 				}
 			}},
 		{name: "GPUs in MIG mode are counted from gpu.count",
-			node:     testNode("n", rl("nvidia.com/gpu", "6", "nvidia.com/mig-3g.40gb", "4"), map[string]string{LabelGPUCount: "8"}, nil),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "6", "nvidia.com/mig-3g.40gb", "4")).Label(LabelGPUCount, "8").Obj(),
 			wantGPUs: 8, wantMIG: 2},
 		{name: "the agent's MIG layout says which GPUs are in MIG mode and their instances",
-			node: testNode("n", rl("nvidia.com/gpu", "6", "nvidia.com/mig-1g.10gb", "7", "nvidia.com/mig-3g.40gb", "2"), map[string]string{LabelGPUCount: "6"},
-				map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":8,"groups":[],"numa":[0,0,0,0,1,1,1,1],"mig":[[1,1,1,1,1,1,1],[3,3]]}`}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "6", "nvidia.com/mig-1g.10gb", "7", "nvidia.com/mig-3g.40gb", "2")).Label(LabelGPUCount, "6").Annotation("gpuplane.io/gpu-topology", `{"v":1,"gpus":8,"groups":[],"numa":[0,0,0,0,1,1,1,1],"mig":[[1,1,1,1,1,1,1],[3,3]]}`).Obj(),
 			wantGPUs: 8, wantMIG: 2,
 			check: func(t *testing.T, n model.Node) {
 				g0, g1, g2 := n.GPUs[0], n.GPUs[1], n.GPUs[2]
@@ -159,11 +148,10 @@ func TestConvertNode(t *testing.T) {
 				}
 			}},
 		{name: "without the agent's layout, MIG GPUs are those the topology has beyond the whole ones",
-			node: testNode("n", rl("nvidia.com/gpu", "6", "nvidia.com/mig-1g.10gb", "7"), map[string]string{LabelGPUCount: "6"},
-				map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":8,"groups":[]}`}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "6", "nvidia.com/mig-1g.10gb", "7")).Label(LabelGPUCount, "6").Annotation("gpuplane.io/gpu-topology", `{"v":1,"gpus":8,"groups":[]}`).Obj(),
 			wantGPUs: 8, wantMIG: 2},
 		{name: "replicas under their own name are offered only as shares",
-			node:     testNode("n", rl("nvidia.com/gpu.shared", "32"), map[string]string{"nvidia.com/gpu.replicas": "4"}, nil),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu.shared", "32")).Label("nvidia.com/gpu.replicas", "4").Obj(),
 			wantGPUs: 8,
 			check: func(t *testing.T, n model.Node) {
 				if !n.GPUs[0].SharesOnly || n.GPUs[0].WholeOnly {
@@ -171,7 +159,7 @@ func TestConvertNode(t *testing.T) {
 				}
 			}},
 		{name: "the topology annotation gives NVLink islands and NUMA nodes",
-			node:     testNode("n", rl("nvidia.com/gpu", "4"), nil, map[string]string{"gpuplane.io/gpu-topology": topo}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "4")).Annotation("gpuplane.io/gpu-topology", topo).Obj(),
 			wantGPUs: 4,
 			check: func(t *testing.T, n model.Node) {
 				if n.Topology == nil {
@@ -188,8 +176,7 @@ func TestConvertNode(t *testing.T) {
 				}
 			}},
 		{name: "a GPU gives pods its memory less what the driver reserves",
-			node: testNode("n", rl("nvidia.com/gpu", "4"), map[string]string{LabelGPUMemory: "81559"},
-				map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":4,"groups":[],"reservedMiB":[509,509,0]}`}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "4")).Label(LabelGPUMemory, "81559").Annotation("gpuplane.io/gpu-topology", `{"v":1,"gpus":4,"groups":[],"reservedMiB":[509,509,0]}`).Obj(),
 			wantGPUs: 4,
 			check: func(t *testing.T, n model.Node) {
 				if got := []int64{n.GPUs[0].MemoryMiB, n.GPUs[2].MemoryMiB, n.GPUs[3].MemoryMiB}; !slices.Equal(got, []int64{81050, 81559, 81559}) {
@@ -197,8 +184,7 @@ func TestConvertNode(t *testing.T) {
 				}
 			}},
 		{name: "a reservation as large as the GPU is ignored with a warning",
-			node: testNode("n", rl("nvidia.com/gpu", "2"), map[string]string{LabelGPUMemory: "1000"},
-				map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":2,"groups":[],"reservedMiB":[10,1000]}`}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "2")).Label(LabelGPUMemory, "1000").Annotation("gpuplane.io/gpu-topology", `{"v":1,"gpus":2,"groups":[],"reservedMiB":[10,1000]}`).Obj(),
 			wantGPUs: 2, wantWarn: "reservedMiB[1] is 1000 MiB, not less than the GPU's 1000 MiB",
 			check: func(t *testing.T, n model.Node) {
 				if n.GPUs[0].MemoryMiB != 1000 {
@@ -206,43 +192,43 @@ func TestConvertNode(t *testing.T) {
 				}
 			}},
 		{name: "a negative reservation in the topology is ignored with a warning",
-			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":2,"reservedMiB":[-1]}`}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "2")).Annotation("gpuplane.io/gpu-topology", `{"v":1,"gpus":2,"reservedMiB":[-1]}`).Obj(),
 			wantGPUs: 2, wantWarn: "reservedMiB[0]: must be 0 to 16777216, got -1"},
 		{name: "a topology for another GPU count is ignored with a warning",
-			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": topo}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "2")).Annotation("gpuplane.io/gpu-topology", topo).Obj(),
 			wantGPUs: 2, wantWarn: "describes 4 GPUs but the node has 2"},
 		{name: "an unparsable topology is ignored with a warning",
-			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": "{"}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "2")).Annotation("gpuplane.io/gpu-topology", "{").Obj(),
 			wantGPUs: 2, wantWarn: "annotation gpuplane.io/gpu-topology: not the topology JSON"},
 		{name: "a negative GPU count in the topology is ignored with a warning",
-			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":-1}`}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "2")).Annotation("gpuplane.io/gpu-topology", `{"v":1,"gpus":-1}`).Obj(),
 			wantGPUs: 2, wantWarn: "gpus: must be 0 to 64, got -1"},
 		{name: "a huge GPU count in the topology is ignored with a warning",
-			node:     testNode("n", rl("nvidia.com/gpu", "2"), nil, map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":2000000000}`}),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "2")).Annotation("gpuplane.io/gpu-topology", `{"v":1,"gpus":2000000000}`).Obj(),
 			wantGPUs: 2, wantWarn: "gpus: must be 0 to 64, got 2000000000"},
 		{name: "time-slicing without renaming counts physical GPUs",
-			node:     testNode("n", rl("nvidia.com/gpu", "32"), map[string]string{"nvidia.com/gpu.replicas": "4"}, nil),
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "32")).Label("nvidia.com/gpu.replicas", "4").Obj(),
 			wantGPUs: 8},
 		{name: "a huge gpu.count on a MIG node is refused",
-			node:    testNode("n", rl("nvidia.com/mig-1g.10gb", "7"), map[string]string{"nvidia.com/gpu.count": "5000000"}, nil),
+			node:    build.Node("n").Resources(rl("nvidia.com/mig-1g.10gb", "7")).Label("nvidia.com/gpu.count", "5000000").Obj(),
 			wantErr: "label nvidia.com/gpu.count: must be a whole number from 0 to 64, got \"5000000\""},
 		{name: "more GPUs than a node holds are refused",
-			node:    testNode("n", rl("nvidia.com/gpu", "5000000"), nil, nil),
+			node:    build.Node("n").Resources(rl("nvidia.com/gpu", "5000000")).Obj(),
 			wantErr: "status.allocatable[nvidia.com/gpu]: must be a whole number from 0 to 64000"},
 		{name: "65 whole GPUs are refused",
-			node:    testNode("n", rl("nvidia.com/gpu", "65"), nil, nil),
+			node:    build.Node("n").Resources(rl("nvidia.com/gpu", "65")).Obj(),
 			wantErr: "status.allocatable: 65 GPUs is more than the 64 one node can hold"},
 		{name: "a fractional GPU count is refused",
-			node:    testNode("n", rl("nvidia.com/gpu", "1500m"), nil, nil),
+			node:    build.Node("n").Resources(rl("nvidia.com/gpu", "1500m")).Obj(),
 			wantErr: "status.allocatable[nvidia.com/gpu]: must be a whole number"},
 		{name: "a negative GPU count is refused",
-			node:    testNode("n", rl("nvidia.com/gpu", "-1"), nil, nil),
+			node:    build.Node("n").Resources(rl("nvidia.com/gpu", "-1")).Obj(),
 			wantErr: "status.allocatable[nvidia.com/gpu]: must be a whole number"},
 		{name: "a GPU the node quarantined keeps its index and serves nothing",
 			node: func() *corev1.Node {
-				n := testNode("n", rl("nvidia.com/gpu", "7"), nil, map[string]string{gpunode.QuarantineAnnotation: `{"v":1,"gpus":[` +
-					`{"gpu":3,"uuid":"GPU-3","xid":48,"class":"memory-uncorrectable","state":"draining","since":"2026-11-25T10:00:00Z","fails":1},` +
-					`{"gpu":5,"uuid":"GPU-5","xid":79,"class":"bus","state":"returned","since":"2026-11-25T09:00:00Z","fails":1}]}`})
+				n := build.Node("n").Resources(rl("nvidia.com/gpu", "7")).Annotation(gpunode.QuarantineAnnotation, `{"v":1,"gpus":[`+
+					`{"gpu":3,"uuid":"GPU-3","xid":48,"class":"memory-uncorrectable","state":"draining","since":"2026-11-25T10:00:00Z","fails":1},`+
+					`{"gpu":5,"uuid":"GPU-5","xid":79,"class":"bus","state":"returned","since":"2026-11-25T09:00:00Z","fails":1}]}`).Obj()
 				n.Status.Capacity = rl("nvidia.com/gpu", "8")
 				return n
 			}(),
@@ -256,22 +242,22 @@ func TestConvertNode(t *testing.T) {
 			}},
 		{name: "an unreadable quarantine record places by allocatable and says so",
 			node: func() *corev1.Node {
-				n := testNode("n", rl("nvidia.com/gpu", "7"), nil, map[string]string{gpunode.QuarantineAnnotation: `{"v":1,"gpus":[{"gpu":-1}]}`})
+				n := build.Node("n").Resources(rl("nvidia.com/gpu", "7")).Annotation(gpunode.QuarantineAnnotation, `{"v":1,"gpus":[{"gpu":-1}]}`).Obj()
 				n.Status.Capacity = rl("nvidia.com/gpu", "8")
 				return n
 			}(),
 			wantGPUs: 7, wantWarn: "gpus[0].gpu"},
 		{name: "zero replicas are refused",
-			node:    testNode("n", rl("nvidia.com/gpu.shared", "8"), map[string]string{"nvidia.com/gpu.replicas": "0"}, nil),
+			node:    build.Node("n").Resources(rl("nvidia.com/gpu.shared", "8")).Label("nvidia.com/gpu.replicas", "0").Obj(),
 			wantErr: "label nvidia.com/gpu.replicas: must be a whole number from 1 to 1000, got \"0\""},
 		{name: "an unreadable GPU memory is refused",
-			node:    testNode("n", rl("nvidia.com/gpu", "1"), map[string]string{"nvidia.com/gpu.memory": "-80"}, nil),
+			node:    build.Node("n").Resources(rl("nvidia.com/gpu", "1")).Label("nvidia.com/gpu.memory", "-80").Obj(),
 			wantErr: "label nvidia.com/gpu.memory"},
 		{name: "CPU beyond any machine is refused",
-			node:    testNode("n", rl("cpu", "1e30"), nil, nil),
+			node:    build.Node("n").Resources(rl("cpu", "1e30")).Obj(),
 			wantErr: "status.allocatable.cpu"},
 		{name: "negative memory is refused",
-			node:    testNode("n", rl("memory", "-1Gi"), nil, nil),
+			node:    build.Node("n").Resources(rl("memory", "-1Gi")).Obj(),
 			wantErr: "status.allocatable.memory"},
 	}
 	for _, tc := range tests {
@@ -341,39 +327,26 @@ func TestSharesRoundTrip(t *testing.T) {
 	}
 }
 
-func gpuQueue(name, parent string, guaranteed, limit string) *v1alpha1.Queue {
-	r := v1alpha1.QueueResource{Name: "nvidia.com/gpu", Weight: 1}
-	if guaranteed != "" {
-		q := resource.MustParse(guaranteed)
-		r.Guaranteed = &q
-	}
-	if limit != "" {
-		q := resource.MustParse(limit)
-		r.Limit = &q
-	}
-	return &v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.QueueSpec{Parent: parent, Resources: []v1alpha1.QueueResource{r}}}
-}
-
 // TestBuildSnapshot checks how pods become groups: labels and aliases,
 // queues and their fallbacks, and what is held back with which reason.
 func TestBuildSnapshot(t *testing.T) {
 	c := newClusterCache(v1alpha1.SchedulerName)
-	c.upsertNode(testNode("n1", rl("nvidia.com/gpu", "8", "cpu", "32", "memory", "64Gi"), nil, nil))
+	c.upsertNode(build.Node("n1").Resources(rl("nvidia.com/gpu", "8", "cpu", "32", "memory", "64Gi")).Obj())
 	for _, q := range []*v1alpha1.Queue{
-		gpuQueue("root", "", "8", ""), gpuQueue("team", "root", "4", ""), gpuQueue("batch", "", "", ""),
+		build.Queue("root").GPUs("8", "").Obj(), build.Queue("team").Parent("root").GPUs("4", "").Obj(), build.Queue("batch").GPUs("", "").Obj(),
 		// Children's guarantees above the parent's: the second child is
 		// the one that breaks the hierarchy and is left out.
-		gpuQueue("greedy", "root", "6", ""),
-		gpuQueue("over", "", "4", "2"),
+		build.Queue("greedy").Parent("root").GPUs("6", "").Obj(),
+		build.Queue("over").GPUs("4", "2").Obj(),
 	} {
 		q.CreationTimestamp = metav1.Unix(int64(len(c.queues)), 0)
 		c.upsertQueue(q)
 	}
 	c.upsertNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml", Annotations: map[string]string{v1alpha1.DefaultQueueAnnotation: "team"}}})
-	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train"}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}})
-	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "big"}, Spec: v1alpha1.PodGroupSpec{MinMember: 5}})
+	c.upsertPodGroup(build.PodGroup("ml", "train", 2).Obj())
+	c.upsertPodGroup(build.PodGroup("ml", "big", 5).Obj())
 	add := func(name string, labels map[string]string) {
-		p := testPod("ml", name, rl("nvidia.com/gpu", "1"))
+		p := newPod("ml", name).GPUs(1).Obj()
 		p.Labels = labels
 		c.upsertPod(p)
 	}
@@ -386,17 +359,16 @@ func TestBuildSnapshot(t *testing.T) {
 	add("to-parent", map[string]string{v1alpha1.QueueLabel: "root"})
 	add("big-0", map[string]string{v1alpha1.PodGroupLabel: "big"})
 	add("orphan", map[string]string{v1alpha1.PodGroupLabel: "missing"})
-	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "half-done"}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}})
-	done := testPod("ml", "half-done-0", rl("nvidia.com/gpu", "1"))
+	c.upsertPodGroup(build.PodGroup("ml", "half-done", 2).Obj())
+	done := newPod("ml", "half-done-0").GPUs(1).Obj()
 	done.Labels = map[string]string{v1alpha1.PodGroupLabel: "half-done"}
 	done.Spec.NodeName, done.Status.Phase = "n1", corev1.PodSucceeded
 	c.upsertPod(done)
 	add("half-done-1", map[string]string{v1alpha1.PodGroupLabel: "half-done"})
-	gated := testPod("ml", "gated", rl("nvidia.com/gpu", "1"))
+	gated := newPod("ml", "gated").GPUs(1).Obj()
 	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/wait"}}
 	c.upsertPod(gated)
-	other := testPod("ml", "other", rl("nvidia.com/gpu", "1"))
-	other.Spec.SchedulerName = "default-scheduler"
+	other := newPod("ml", "other").GPUs(1).SchedulerName("default-scheduler").Obj()
 	c.upsertPod(other)
 
 	b := newBuilder(v1alpha1.SchedulerName, -1, logr.Discard())

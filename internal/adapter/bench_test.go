@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // BenchmarkSnapshotAndCycle measures what one adapter cycle costs before
@@ -29,13 +30,13 @@ func BenchmarkSnapshotAndCycle(b *testing.B) {
 		b.Run(fmt.Sprintf("mapped=%t", mapped), func(b *testing.B) {
 			c := newClusterCache("gpuplane-scheduler")
 			for i := range 1000 {
-				c.upsertNode(testNode(fmt.Sprintf("n%04d", i), rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "1Ti"), nil, nil))
+				c.upsertNode(build.Node(fmt.Sprintf("n%04d", i)).Resources(rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "1Ti")).Obj())
 			}
 			if mapped {
 				c.upsertClass(mappedClass("gpu.gpuplane.io"))
 			}
 			for i := range 8000 {
-				p := testPod("bench", fmt.Sprintf("p%05d", i), rl("nvidia.com/gpu", "1"))
+				p := newPod("bench", fmt.Sprintf("p%05d", i)).GPUs(1).Obj()
 				p.UID = types.UID(p.Name)
 				if i < 4000 {
 					p.Spec.NodeName = fmt.Sprintf("n%04d", i/4)
@@ -70,11 +71,10 @@ func BenchmarkCycleAtScale(b *testing.B) {
 			b.Run(fmt.Sprintf("nodes=%d/churn=%d", nodes, churn), func(b *testing.B) {
 				c := newClusterCache("gpuplane-scheduler")
 				for i := range nodes {
-					c.upsertNode(testNode(fmt.Sprintf("n%05d", i), rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "1Ti"), nil, nil))
+					c.upsertNode(build.Node(fmt.Sprintf("n%05d", i)).Resources(rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "1Ti")).Obj())
 				}
 				for i := range nodes * 7 {
-					p := testPod("bench", fmt.Sprintf("p%06d", i), rl("nvidia.com/gpu", "1"))
-					p.Spec.NodeName = fmt.Sprintf("n%05d", i/7)
+					p := newPod("bench", fmt.Sprintf("p%06d", i)).GPUs(1).NodeName(fmt.Sprintf("n%05d", i/7)).Obj()
 					p.Annotations = map[string]string{GPUsAnnotation: fmt.Sprint(i % 7)}
 					c.upsertPod(p)
 				}
@@ -105,7 +105,7 @@ func BenchmarkCycleAtScale(b *testing.B) {
 						done := old.pod.DeepCopy()
 						done.Status.Phase = "Succeeded"
 						c.upsertPod(done)
-						c.upsertPod(testPod("bench", fmt.Sprintf("p%06d", next+k), rl("nvidia.com/gpu", "1")))
+						c.upsertPod(newPod("bench", fmt.Sprintf("p%06d", next+k)).GPUs(1).Obj())
 					}
 					next += churn
 					b.StartTimer()
@@ -173,12 +173,12 @@ func claimBench(b *testing.B) (*clusterCache, *builder) {
 	c.upsertClass(gpuClass("gpu.gpuplane.io"))
 	for i := range 1000 {
 		name := fmt.Sprintf("n%04d", i)
-		c.upsertNode(testNode(name, rl("cpu", "128", "memory", "1Ti"), nil, nil))
+		c.upsertNode(build.Node(name).Resources(rl("cpu", "128", "memory", "1Ti")).Obj())
 		c.upsertSlice(gpuSlice(name, 8, "H100"))
 	}
 	for i := range 8000 {
 		name := fmt.Sprintf("p%05d", i)
-		p := testPod("ns", name, rl("cpu", "1"))
+		p := newPod("ns", name).Limits(rl("cpu", "1")).Obj()
 		if i < 4000 {
 			p.Spec.NodeName = fmt.Sprintf("n%04d", i/4)
 		} else {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // TestIncrementalSnapshotMatchesRebuild drives one cache and one builder
@@ -30,9 +31,9 @@ func TestIncrementalSnapshotMatchesRebuild(t *testing.T) {
 		nodes := []string{"n0", "n1", "n2"}
 		c := newClusterCache(sched)
 		for _, n := range nodes {
-			c.upsertNode(testNode(n, rl("nvidia.com/gpu", "4", "cpu", "64", "memory", "256Gi"), nil, nil))
+			c.upsertNode(build.Node(n).Resources(rl("nvidia.com/gpu", "4", "cpu", "64", "memory", "256Gi")).Obj())
 		}
-		c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gang"}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}})
+		c.upsertPodGroup(build.PodGroup("ns", "gang", 2).Obj())
 		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "keep"},
 			Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"keep": "yes"}}}}
 		b := newBuilder(sched, -1, logr.Discard())
@@ -46,7 +47,7 @@ func TestIncrementalSnapshotMatchesRebuild(t *testing.T) {
 				old := c.pods[key]
 				switch rapid.IntRange(0, 8).Draw(t, "event") {
 				case 0: // created pending, maybe in the gang, maybe another scheduler's
-					p := testPod("ns", name, rl("nvidia.com/gpu", fmt.Sprint(rapid.IntRange(1, 2).Draw(t, "gpus"))))
+					p := newPod("ns", name).Limits(rl("nvidia.com/gpu", fmt.Sprint(rapid.IntRange(1, 2).Draw(t, "gpus")))).Obj()
 					if rapid.Bool().Draw(t, "gang") {
 						p.Labels[v1alpha1.PodGroupLabel] = "gang"
 					}

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,9 +101,13 @@ func FuzzParseShares(f *testing.F) {
 			}
 			seen[sh.Index] = true
 		}
-		back, err := parseShares(formatShares(shares), node)
-		if err != nil || len(back) != len(shares) {
-			t.Fatalf("round trip of %q through %q: %v, %+v", s, formatShares(shares), err, back)
+		out := formatShares(shares)
+		back, err := parseShares(out, node)
+		if err != nil || !slices.Equal(back, shares) {
+			t.Fatalf("round trip of %q through %q: %v, %+v; want %+v", s, out, err, back, shares)
+		}
+		if again := formatShares(back); again != out {
+			t.Fatalf("formatShares is not stable: %q, then %q", out, again)
 		}
 	})
 }

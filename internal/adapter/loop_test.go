@@ -12,13 +12,12 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // fakeWriter carries out the loop's API calls in memory: binds and commits
@@ -175,19 +174,14 @@ func (f *loopFixture) cycle() {
 	}
 }
 
+// gpuNode is a node of gpus GPUs, 64 CPUs and 256 GiB.
 func gpuNode(name string, gpus int) *corev1.Node {
-	return testNode(name, rl("nvidia.com/gpu", fmt.Sprint(gpus), "cpu", "64", "memory", "256Gi"), nil, nil)
+	return build.Node(name).Resources(rl("nvidia.com/gpu", fmt.Sprint(gpus), "cpu", "64", "memory", "256Gi")).Obj()
 }
 
-func gangPod(name, group string, gpus int) *corev1.Pod {
-	p := testPod("ns", name, rl("nvidia.com/gpu", fmt.Sprint(gpus)))
-	p.Labels[v1alpha1.PodGroupLabel] = group
-	return p
-}
-
+// podGroup is a gang of minMember pods in namespace ns.
 func podGroup(name string, minMember int32) *v1alpha1.PodGroup {
-	return &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
-		Spec: v1alpha1.PodGroupSpec{MinMember: minMember}}
+	return build.PodGroup("ns", name, minMember).UID("uid-" + name).Obj()
 }
 
 func TestLoopBindsGangsWholeOrNotAtAll(t *testing.T) {
@@ -196,10 +190,10 @@ func TestLoopBindsGangsWholeOrNotAtAll(t *testing.T) {
 	// too-big would fit the two nodes alone (16 GPUs), not beside fits.
 	f.cache.upsertPodGroup(podGroup("too-big", 2))
 	for i := range 3 {
-		f.cache.upsertPod(gangPod(fmt.Sprint("fits-", i), "fits", 4))
+		f.cache.upsertPod(newPod("ns", fmt.Sprint("fits-", i)).GPUs(4).Label(v1alpha1.PodGroupLabel, "fits").Obj())
 	}
 	for i := range 2 {
-		f.cache.upsertPod(gangPod(fmt.Sprint("big-", i), "too-big", 8))
+		f.cache.upsertPod(newPod("ns", fmt.Sprint("big-", i)).GPUs(8).Label(v1alpha1.PodGroupLabel, "too-big").Obj())
 	}
 	f.cycle()
 	rec := f.api.gangs["ns/fits"]
@@ -238,8 +232,8 @@ func TestLoopRetriesAGangWhoseRecordFails(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
 	f.api.commitFail = fmt.Errorf("conflict")
 	f.cache.upsertPodGroup(podGroup("g", 2))
-	f.cache.upsertPod(gangPod("g-0", "g", 4))
-	f.cache.upsertPod(gangPod("g-1", "g", 4))
+	f.cache.upsertPod(newPod("ns", "g-0").GPUs(4).Label(v1alpha1.PodGroupLabel, "g").Obj())
+	f.cache.upsertPod(newPod("ns", "g-1").GPUs(4).Label(v1alpha1.PodGroupLabel, "g").Obj())
 	f.cycle()
 	if len(f.api.binds) != 0 {
 		t.Fatalf("bound %v though the placement was not recorded", f.api.binds)
@@ -261,14 +255,14 @@ func TestLoopEvictsThenBindsThePreemptorWhereItWaited(t *testing.T) {
 			f.api.refuse = refuse
 			low := int32(1)
 			for i, gpus := range []string{"0,1,2,3", "4,5,6,7"} {
-				p := testPod("ns", fmt.Sprint("low-", i), rl("nvidia.com/gpu", "4"))
+				p := newPod("ns", fmt.Sprint("low-", i)).GPUs(4).Obj()
 				p.Spec.NodeName, p.Spec.Priority = "a", &low
 				p.Annotations = map[string]string{GPUsAnnotation: gpus}
 				p.CreationTimestamp = metav1.Unix(int64(100+i), 0)
 				f.cache.upsertPod(p)
 			}
 			high := int32(100)
-			urgent := testPod("ns", "urgent", rl("nvidia.com/gpu", "4"))
+			urgent := newPod("ns", "urgent").GPUs(4).Obj()
 			urgent.Spec.Priority = &high
 			f.cache.upsertPod(urgent)
 			f.cycle()
@@ -304,19 +298,18 @@ func TestLoopFollowsTheNodesRecord(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
 	low := int32(1)
 	for i, gpus := range [][2]string{{"0,1,2,3", "4,5,6,7"}, {"4,5,6,7", "0,1,2,3"}} {
-		p := testPod("ns", fmt.Sprint("low-", i), rl("nvidia.com/gpu", "4"))
+		p := newPod("ns", fmt.Sprint("low-", i)).GPUs(4).Obj()
 		p.Spec.NodeName, p.Spec.Priority = "a", &low
 		p.Annotations = map[string]string{GPUsAnnotation: gpus[0], HeldAnnotation: gpus[1]}
 		p.CreationTimestamp = metav1.Unix(int64(100+i), 0)
 		f.cache.upsertPod(p)
 	}
 	// A record that does not fit the request is not followed.
-	odd := testPod("ns", "odd", rl("cpu", "1"))
-	odd.Spec.NodeName = "a"
+	odd := newPod("ns", "odd").Limits(rl("cpu", "1")).NodeName("a").Obj()
 	odd.Annotations = map[string]string{HeldAnnotation: "9,9"}
 	f.cache.upsertPod(odd)
 	high := int32(100)
-	urgent := testPod("ns", "urgent", rl("nvidia.com/gpu", "4"))
+	urgent := newPod("ns", "urgent").GPUs(4).Obj()
 	urgent.Spec.Priority = &high
 	f.cache.upsertPod(urgent)
 	f.cycle()
@@ -335,14 +328,13 @@ func TestLoopTearsDownOnlyItsOwnPartlyBoundGangs(t *testing.T) {
 		t.Run(fmt.Sprintf("bound-by-us=%v", ours), func(t *testing.T) {
 			f := newLoopFixture(t, Config{PartialGangGrace: time.Nanosecond}, gpuNode("a", 8))
 			f.cache.upsertPodGroup(podGroup("g", 3))
-			bound := gangPod("g-0", "g", 1)
-			bound.Spec.NodeName = "a"
+			bound := newPod("ns", "g-0").GPUs(1).Label(v1alpha1.PodGroupLabel, "g").NodeName("a").Obj()
 			if !ours {
 				bound.Spec.SchedulerName = corev1.DefaultSchedulerName
 			}
 			f.cache.upsertPod(bound)
-			f.cache.upsertPod(gangPod("g-1", "g", 8))
-			f.cache.upsertPod(gangPod("g-2", "g", 8))
+			f.cache.upsertPod(newPod("ns", "g-1").GPUs(8).Label(v1alpha1.PodGroupLabel, "g").Obj())
+			f.cache.upsertPod(newPod("ns", "g-2").GPUs(8).Label(v1alpha1.PodGroupLabel, "g").Obj())
 			f.cycle()
 			f.cycle()
 			if want := []string{"ns/g-0"}; ours != slices.Equal(f.api.deleted, want) || !ours && len(f.api.deleted) > 0 {
@@ -354,12 +346,8 @@ func TestLoopTearsDownOnlyItsOwnPartlyBoundGangs(t *testing.T) {
 
 func TestLoopReportsQueuesFromTheCore(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
-	one := resource.MustParse("4")
-	f.cache.upsertQueue(&v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: "team"},
-		Spec: v1alpha1.QueueSpec{Resources: []v1alpha1.QueueResource{{Name: "nvidia.com/gpu", Guaranteed: &one, Weight: 1}}}})
-	p := testPod("ns", "run", rl("nvidia.com/gpu", "2"))
-	p.Labels[v1alpha1.QueueLabel] = "team"
-	p.Spec.NodeName = "a"
+	f.cache.upsertQueue(build.Queue("team").GPUs("4", "").Obj())
+	p := newPod("ns", "run").GPUs(2).Label(v1alpha1.QueueLabel, "team").NodeName("a").Obj()
 	p.Annotations = map[string]string{GPUsAnnotation: "0,1"}
 	f.cache.upsertPod(p)
 	f.cycle()
@@ -379,20 +367,18 @@ func TestLoopReportsQueuesFromTheCore(t *testing.T) {
 func TestLoopRecordsTheQueueOnTheBinding(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
 	for _, q := range []string{"team", "gang-team", "ns-default"} {
-		f.cache.upsertQueue(&v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: q}})
+		f.cache.upsertQueue(build.Queue(q).Obj())
 	}
 	f.cache.upsertNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns",
 		Annotations: map[string]string{v1alpha1.DefaultQueueAnnotation: "ns-default"}}})
-	labelled := testPod("ns", "labelled", rl("nvidia.com/gpu", "1"))
-	labelled.Labels[v1alpha1.QueueLabel] = "team"
+	labelled := newPod("ns", "labelled").GPUs(1).Label(v1alpha1.QueueLabel, "team").Obj()
 	f.cache.upsertPod(labelled)
-	f.cache.upsertPod(testPod("ns", "plain", rl("nvidia.com/gpu", "1")))
+	f.cache.upsertPod(newPod("ns", "plain").GPUs(1).Obj())
 	pg := podGroup("g", 2)
 	pg.Spec.Queue = "gang-team"
 	f.cache.upsertPodGroup(pg)
 	for i := range 2 {
-		m := gangPod(fmt.Sprint("g-", i), "g", 1)
-		m.Labels[v1alpha1.QueueLabel] = "team"
+		m := newPod("ns", fmt.Sprint("g-", i)).GPUs(1).Label(v1alpha1.PodGroupLabel, "g").Label(v1alpha1.QueueLabel, "team").Obj()
 		f.cache.upsertPod(m)
 	}
 	f.cycle()
@@ -407,14 +393,12 @@ func TestLoopRecordsTheQueueOnTheBinding(t *testing.T) {
 // queue counts what each pod's GPU gives (a tenth or a quarter).
 func TestLoopSizesReplicasByTheirNode(t *testing.T) {
 	shared := func(name string, replicas int) *corev1.Node {
-		return testNode(name, rl("nvidia.com/gpu.shared", fmt.Sprint(replicas), "cpu", "64", "memory", "256Gi"),
-			map[string]string{"nvidia.com/gpu.replicas": fmt.Sprint(replicas)}, nil)
+		return build.Node(name).Resources(rl("nvidia.com/gpu.shared", fmt.Sprint(replicas), "cpu", "64", "memory", "256Gi")).Label("nvidia.com/gpu.replicas", fmt.Sprint(replicas)).Obj()
 	}
 	f := newLoopFixture(t, Config{}, shared("four", 4), shared("ten", 10))
-	f.cache.upsertQueue(&v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
+	f.cache.upsertQueue(build.Queue("team").Obj())
 	for i := range 15 {
-		p := testPod("ns", fmt.Sprint("r-", i), rl("nvidia.com/gpu.shared", "1"))
-		p.Labels[v1alpha1.QueueLabel] = "team"
+		p := newPod("ns", fmt.Sprint("r-", i)).Limits(rl("nvidia.com/gpu.shared", "1")).Label(v1alpha1.QueueLabel, "team").Obj()
 		f.cache.upsertPod(p)
 	}
 	f.cycle()
@@ -429,9 +413,7 @@ func TestLoopSizesReplicasByTheirNode(t *testing.T) {
 	for _, b := range f.api.binds {
 		fs := strings.Fields(b)
 		ns, name, _ := strings.Cut(fs[0], "/")
-		p := testPod(ns, name, rl("nvidia.com/gpu.shared", "1"))
-		p.Labels[v1alpha1.QueueLabel] = "team"
-		p.Spec.NodeName = fs[1]
+		p := newPod(ns, name).Limits(rl("nvidia.com/gpu.shared", "1")).Label(v1alpha1.QueueLabel, "team").NodeName(fs[1]).Obj()
 		p.Annotations = map[string]string{GPUsAnnotation: fs[2]}
 		f.cache.upsertPod(p)
 	}
@@ -452,16 +434,16 @@ func TestLoopSizesReplicasByTheirNode(t *testing.T) {
 // nvidia.com/gpu shares are short. The waiting pod's condition names the
 // resource it asks through.
 func TestLoopCountsOtherSchedulersReplicasAsHeld(t *testing.T) {
-	node := testNode("ts", rl("nvidia.com/gpu", "8", "cpu", "64", "memory", "256Gi"), map[string]string{"nvidia.com/gpu.replicas": "4"}, nil)
+	node := build.Node("ts").Resources(rl("nvidia.com/gpu", "8", "cpu", "64", "memory", "256Gi")).Label("nvidia.com/gpu.replicas", "4").Obj()
 	f := newLoopFixture(t, Config{}, node)
 	for name, rec := range map[string]struct{ gpus, held string }{"one": {"1", "0:250"}, "two": {"2", "0:500"}} {
-		p := testPod("ns", name, rl("nvidia.com/gpu", rec.gpus))
+		p := newPod("ns", name).Limits(rl("nvidia.com/gpu", rec.gpus)).Obj()
 		p.Spec.SchedulerName, p.Spec.NodeName = corev1.DefaultSchedulerName, "ts"
 		p.Annotations = map[string]string{HeldAnnotation: rec.held}
 		f.cache.upsertPod(p)
 	}
 	for i := range 3 {
-		f.cache.upsertPod(annotated(testPod("ns", fmt.Sprint("half-", i), rl("nvidia.com/gpu", "1")), "gpuplane.io/gpu-fraction", "0.5"))
+		f.cache.upsertPod(newPod("ns", fmt.Sprint("half-", i)).GPUs(1).Annotation("gpuplane.io/gpu-fraction", "0.5").Obj())
 	}
 	f.cycle()
 	var on []string
@@ -480,9 +462,9 @@ func TestLoopCountsOtherSchedulersReplicasAsHeld(t *testing.T) {
 // says why; a fraction out of range is refused with the field named.
 func TestLoopExplainsFractions(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
-	hami := testPod("ns", "hami", rl("nvidia.com/gpu", "1", "nvidia.com/gpumem", "3000"))
+	hami := newPod("ns", "hami").Limits(rl("nvidia.com/gpu", "1", "nvidia.com/gpumem", "3000")).Obj()
 	f.cache.upsertPod(hami)
-	bad := testPod("ns", "bad", rl("nvidia.com/gpu", "1"))
+	bad := newPod("ns", "bad").GPUs(1).Obj()
 	bad.Annotations = map[string]string{"gpu-fraction": "1.5"}
 	f.cache.upsertPod(bad)
 	f.cycle()

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // TestMembershipDialects checks that pods written for other schedulers join
@@ -18,15 +19,15 @@ import (
 // reason instead of being guessed.
 func TestMembershipDialects(t *testing.T) {
 	c := newClusterCache(v1alpha1.SchedulerName)
-	c.upsertNode(testNode("n1", rl("nvidia.com/gpu", "8", "cpu", "32", "memory", "64Gi"), nil, nil))
+	c.upsertNode(build.Node("n1").Resources(rl("nvidia.com/gpu", "8", "cpu", "32", "memory", "64Gi")).Obj())
 	for _, q := range []string{"batch", "research", "infer"} {
-		c.upsertQueue(gpuQueue(q, "", "", ""))
+		c.upsertQueue(build.Queue(q).GPUs("", "").Obj())
 	}
-	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "volcano-job"}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}})
-	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "split"}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}})
-	c.upsertPodGroup(&v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "pinned"}, Spec: v1alpha1.PodGroupSpec{MinMember: 1, Queue: "batch"}})
+	c.upsertPodGroup(build.PodGroup("ml", "volcano-job", 2).Obj())
+	c.upsertPodGroup(build.PodGroup("ml", "split", 2).Obj())
+	c.upsertPodGroup(build.PodGroup("ml", "pinned", 1).Queue("batch").Obj())
 	add := func(name string, labels, annotations map[string]string) {
-		p := testPod("ml", name, rl("nvidia.com/gpu", "1"))
+		p := newPod("ml", name).GPUs(1).Obj()
 		p.Labels, p.Annotations = labels, annotations
 		c.upsertPod(p)
 	}
@@ -85,16 +86,16 @@ func TestMembershipDialects(t *testing.T) {
 // its selector, and its parents', match, and follows namespace labels.
 func TestQueueNamespaceSelector(t *testing.T) {
 	c := newClusterCache(v1alpha1.SchedulerName)
-	c.upsertNode(testNode("n1", rl("nvidia.com/gpu", "8", "cpu", "32", "memory", "64Gi"), nil, nil))
-	teamA := gpuQueue("team-a", "", "4", "")
+	c.upsertNode(build.Node("n1").Resources(rl("nvidia.com/gpu", "8", "cpu", "32", "memory", "64Gi")).Obj())
+	teamA := build.Queue("team-a").GPUs("4", "").Obj()
 	teamA.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
-	child := gpuQueue("team-a-dev", "team-a", "2", "")
-	prod := gpuQueue("team-a-prod", "team-a", "2", "")
-	bOnly := gpuQueue("b-only", "", "", "")
+	child := build.Queue("team-a-dev").Parent("team-a").GPUs("2", "").Obj()
+	prod := build.Queue("team-a-prod").Parent("team-a").GPUs("2", "").Obj()
+	bOnly := build.Queue("b-only").GPUs("", "").Obj()
 	bOnly.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "b"}}
-	open := gpuQueue("open", "", "", "")
+	open := build.Queue("open").GPUs("", "").Obj()
 	open.Spec.NamespaceSelector = &metav1.LabelSelector{}
-	broken := gpuQueue("broken", "", "", "")
+	broken := build.Queue("broken").GPUs("", "").Obj()
 	broken.Spec.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}
 	for _, q := range []*v1alpha1.Queue{teamA, child, prod, bOnly, open, broken} {
 		c.upsertQueue(q)
@@ -102,7 +103,7 @@ func TestQueueNamespaceSelector(t *testing.T) {
 	c.upsertNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a-train", Labels: map[string]string{"team": "a"}}})
 	c.upsertNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "b-train", Labels: map[string]string{"team": "b"}}})
 	add := func(ns, name, q string) {
-		p := testPod(ns, name, rl("nvidia.com/gpu", "1"))
+		p := newPod(ns, name).GPUs(1).Obj()
 		p.Labels = map[string]string{v1alpha1.QueueLabel: q}
 		c.upsertPod(p)
 	}
@@ -159,7 +160,7 @@ func TestVolcanoPodWaitsForItsMirror(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
 	f.cache.grouping = mirrorGrouping{}
 	for i := range 2 {
-		p := testPod("ns", fmt.Sprint("vc-", i), rl("nvidia.com/gpu", "1"))
+		p := newPod("ns", fmt.Sprint("vc-", i)).GPUs(1).Obj()
 		p.Annotations = map[string]string{v1alpha1.VolcanoGroupAnnotation: "train"}
 		f.cache.upsertPod(p)
 	}
@@ -191,10 +192,10 @@ func TestVolcanoPodWaitsForItsMirror(t *testing.T) {
 func TestBoundGangCountsInItsGroupsQueue(t *testing.T) {
 	c := newClusterCache(v1alpha1.SchedulerName)
 	c.upsertNode(gpuNode("n", 8))
-	c.upsertQueue(gpuQueue("mine", "", "", ""))
+	c.upsertQueue(build.Queue("mine").GPUs("", "").Obj())
 	c.upsertPodGroup(podGroup("vg", 2))
 	for i, q := range []string{"mine", ""} {
-		p := testPod("ns", fmt.Sprint("vc-", i), rl("nvidia.com/gpu", "2"))
+		p := newPod("ns", fmt.Sprint("vc-", i)).GPUs(2).Obj()
 		p.Annotations = map[string]string{v1alpha1.VolcanoGroupAnnotation: "vg"}
 		if q != "" {
 			p.Annotations[v1alpha1.VolcanoQueueAnnotation] = q

@@ -6,25 +6,15 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 const twoH100Layout = `{"v":1,"gpus":[{"i":0,"id":"0x233010DE","name":"H100","mig":false},{"i":1,"id":"0x233010DE","name":"H100","mig":true,"devices":{"1g.10gb":7}}],` +
 	`"models":{"0x233010DE":[{"n":"1g.10gb","pid":19,"s":1,"c":7,"m":9856,"p":[[0,1]]},{"n":"3g.40gb","pid":9,"s":4,"c":2,"m":40000,"p":[[0,4]]}]}}`
-
-func demandNode(labels, annotations map[string]string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels, Annotations: annotations},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
-			corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
-			ResourceGPU: resource.MustParse("1"), "nvidia.com/mig-1g.10gb": resource.MustParse("7"),
-		}}}
-}
 
 func TestNodeMIG(t *testing.T) {
 	follow := map[string]string{gpunode.LabelMIGLayoutPolicy: gpunode.MIGLayoutFollowDemand, LabelGPUCount: "2"}
@@ -53,12 +43,14 @@ func TestNodeMIG(t *testing.T) {
 			gpunode.MIGProposalAnnotation: `{"v":1,"gpus":[{"i":0,"mig":false,"devices":{"1g.10gb":7},"at":5}]}`}, profiles: "[{1g.10gb 1 7} {3g.40gb 3 2}]", warn: "gpus[0].devices"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, warn, err := convertNode(demandNode(tc.labels, tc.annotations))
+			node := build.Node("n").Labels(tc.labels).Annotations(tc.annotations).
+				Resources(rl("cpu", "64", "memory", "512Gi", "nvidia.com/gpu", "1", "nvidia.com/mig-1g.10gb", "7")).Obj()
+			m, warn, err := convertNode(node)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (m.MIG == nil) != tc.wantNil || !strings.Contains(warn, tc.warn) {
-				t.Fatalf("MIG %+v, warning %q; want nil %v, warning with %q", m.MIG, warn, tc.wantNil, tc.warn)
+			if (m.MIG == nil) != tc.wantNil || (tc.warn == "") != (warn == "") || !strings.Contains(warn, tc.warn) {
+				t.Fatalf("MIG %+v, warning %q; want nil %v, warning with %q (none when empty)", m.MIG, warn, tc.wantNil, tc.warn)
 			}
 			if m.MIG == nil {
 				return

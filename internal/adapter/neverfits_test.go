@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // A gang that can never start as it is (its minMember pods above its
@@ -35,14 +36,14 @@ func TestLoopSaysWhenAGangCanNeverStart(t *testing.T) {
 			q := "default"
 			if tc.queueLimit != "" {
 				q = "capped"
-				f.cache.upsertQueue(gpuQueue(q, "", "", tc.queueLimit))
+				f.cache.upsertQueue(build.Queue(q).GPUs("", tc.queueLimit).Obj())
 			}
 			pg := podGroup("train", 4)
 			pg.Spec.Queue = q
 			pg.Annotations = map[string]string{v1alpha1.DerivedFromAnnotation: derived}
 			f.cache.upsertPodGroup(pg)
 			for i := range 4 {
-				f.cache.upsertPod(gangPod(fmt.Sprint("train-", i), "train", tc.gpus))
+				f.cache.upsertPod(newPod("ns", fmt.Sprint("train-", i)).GPUs(tc.gpus).Label(v1alpha1.PodGroupLabel, "train").Obj())
 			}
 			f.cycle()
 			if len(f.api.binds) != 0 {
@@ -72,9 +73,8 @@ func TestLoopSaysWhenAGangCanNeverStart(t *testing.T) {
 // A pod alone that asks for more than its queue's limit says so too.
 func TestLoopSaysWhenAPodCanNeverStartInItsQueue(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
-	f.cache.upsertQueue(gpuQueue("capped", "", "", "2"))
-	p := testPod("ns", "big", rl("nvidia.com/gpu", "4"))
-	p.Labels[v1alpha1.QueueLabel] = "capped"
+	f.cache.upsertQueue(build.Queue("capped").GPUs("", "2").Obj())
+	p := newPod("ns", "big").GPUs(4).Label(v1alpha1.QueueLabel, "capped").Obj()
 	f.cache.upsertPod(p)
 	f.cycle()
 	got := f.status.conditions["ns/big"]

@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // fullPod is a pod as the API server returns it: every part a workload
@@ -58,10 +59,10 @@ func fullPod(ns, name, node string) *corev1.Pod {
 }
 
 func fullNode(name string) *corev1.Node {
-	n := testNode(name, rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "2Ti", "rdma/hca", "8"),
-		map[string]string{LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelGPUMemory: "81559", "pool": "batch"},
-		map[string]string{"gpuplane.io/gpu-topology": `{"v":1,"gpus":8,"groups":[{"gpus":[0,1,2,3,4,5,6,7],"nvlinks":18}],"numa":[0,0,0,0,1,1,1,1]}`})
-	n.Spec.Taints = []corev1.Taint{{Key: "pool", Value: "batch", Effect: corev1.TaintEffectNoSchedule}}
+	n := build.Node(name).Resources(rl("nvidia.com/gpu", "8", "cpu", "128", "memory", "2Ti", "rdma/hca", "8")).
+		Label(LabelGPUProduct, "NVIDIA-H100-80GB-HBM3").Label(LabelGPUMemory, "81559").Label("pool", "batch").
+		Annotation("gpuplane.io/gpu-topology", `{"v":1,"gpus":8,"groups":[{"gpus":[0,1,2,3,4,5,6,7],"nvlinks":18}],"numa":[0,0,0,0,1,1,1,1]}`).
+		Taint("pool", "batch", corev1.TaintEffectNoSchedule).Obj()
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", FieldsV1: metav1.NewFieldsV1(strings.Repeat("f", 4096))}}
 	for i := range 40 {
 		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: []string{fmt.Sprintf("registry.example.com/team/image-%d@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", i)}, SizeBytes: 1 << 30})

@@ -24,6 +24,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/dra"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 	"github.com/gpuplane/gpuplane/internal/ledger"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // draNode is a simulator with gpuplane's DRA driver (internal/dra on the
@@ -136,15 +137,11 @@ func (n *draNode) claim(name, device, raw string, reservedFor ...types.UID) *res
 // pod creates a pod bound to n1 whose container uses the named claims.
 func (n *draNode) pod(name string, claims ...string) *corev1.Pod {
 	n.t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)},
-		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c"}}},
-	}
+	b := build.Pod("ns", name).UID(name).NodeName("n1")
 	for _, c := range claims {
-		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "ref-" + c, ResourceClaimName: ptr.To(c)})
-		pod.Spec.Containers[0].Resources.Claims = append(pod.Spec.Containers[0].Resources.Claims, corev1.ResourceClaim{Name: "ref-" + c})
+		b.Claim("ref-"+c, c)
 	}
-	pod, err := n.client.CoreV1().Pods("ns").Create(n.t.Context(), pod, metav1.CreateOptions{})
+	pod, err := n.client.CoreV1().Pods("ns").Create(n.t.Context(), b.Obj(), metav1.CreateOptions{})
 	if err != nil {
 		n.t.Fatal(err)
 	}

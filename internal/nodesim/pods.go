@@ -380,12 +380,12 @@ func (s *Simulator) forget(key string, uid types.UID) {
 
 // writeAllocation records the allocation on the pod.
 func (s *Simulator) writeAllocation(ctx context.Context, pod *corev1.Pod, alloc *gpupod.PodAllocation) (*corev1.Pod, error) {
-	raw, err := json.Marshal(alloc)
+	raw, err := gpupod.FormatAllocation(alloc)
 	if err != nil {
-		return nil, fmt.Errorf("encoding the allocation of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return nil, fmt.Errorf("recording the allocation of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{gpupod.AllocationAnnotation: string(raw)},
+		"annotations": map[string]string{gpupod.AllocationAnnotation: raw},
 		"uid":         pod.UID,
 	}})
 	if err != nil {

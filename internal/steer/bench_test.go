@@ -40,7 +40,7 @@ func BenchmarkSteeredAdmission(b *testing.B) {
 				if steered == "none-fits" {
 					g %= 7
 				}
-				p := asking(placed(fmt.Sprint("p", i), i, fmt.Sprintf("%d:100", g)), res.Name, 1)
+				p := placed(fmt.Sprint("p", i), i, fmt.Sprintf("%d:100", g)).Containers(corev1.ResourceName(res.Name), 1).Obj()
 				pods = append(pods, p)
 				if i < len(res.Devices)-1 {
 					inUse[d.ID] = true // every replica but the last GPU's last

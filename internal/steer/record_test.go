@@ -44,11 +44,6 @@ func idsOf(res *sharing.Resource, match func(d *sharing.Device) bool) []string {
 	return out
 }
 
-func running(p *corev1.Pod) *corev1.Pod {
-	p.Status.Phase = corev1.PodRunning
-	return p
-}
-
 // recorded runs one round and returns the patches it wrote, pod=value.
 func recorded(t *testing.T, r *Recorder, patches *[]string) []string {
 	t.Helper()
@@ -74,17 +69,15 @@ func TestRecordWhatTheKubeletGave(t *testing.T) {
 		holding("unknown-id", whole, "GPU-not-here"),
 	}}
 	pods := []*corev1.Pod{
-		running(placed("swapped", 0, "2,7")),
-		running(placed("quarter", 1, "3:250")),
-		running(placed("all-replicas", 2, "6")),
-		running(placed("same", 3, "1")),
-		running(placed("foreign", 4, "")),
-		running(placed("unknown-id", 5, "4")),
-		placed("pending", 6, "0"),
+		placed("swapped", 0, "2,7").Phase(corev1.PodRunning).Obj(),
+		placed("quarter", 1, "3:250").Phase(corev1.PodRunning).Obj(),
+		placed("all-replicas", 2, "6").Phase(corev1.PodRunning).Obj(),
+		placed("same", 3, "1").Phase(corev1.PodRunning).Annotation(gpupod.HeldAnnotation, "1").Obj(),
+		placed("foreign", 4, "").Phase(corev1.PodRunning).Obj(),
+		placed("unknown-id", 5, "4").Phase(corev1.PodRunning).Obj(),
+		placed("pending", 6, "0").Obj(),
 	}
-	pods[3].Annotations[gpupod.HeldAnnotation] = "1"
-	stale := running(placed("stale", 7, "0"))
-	stale.Annotations[gpupod.HeldAnnotation] = "0"
+	stale := placed("stale", 7, "0").Phase(corev1.PodRunning).Annotation(gpupod.HeldAnnotation, "0").Obj()
 	pods = append(pods, stale)
 	var patches []string
 	fail := map[string]bool{}

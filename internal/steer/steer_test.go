@@ -11,9 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
@@ -21,6 +19,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/deviceplugin"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/sharing"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // steerNode is eight GPUs with the resources config makes of them.
@@ -42,14 +41,11 @@ func steerNode(t testing.TB, config string) *sharing.Resource {
 }
 
 // placed is a pod bound to the node with the scheduler's choice, created
-// age seconds after the first.
-func placed(name string, age int, choice string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name),
-			CreationTimestamp: metav1.NewTime(time.Unix(1_000_000+int64(age), 0)),
-			Annotations:       map[string]string{gpupod.GPUsAnnotation: choice}},
-		Status: corev1.PodStatus{Phase: corev1.PodPending},
-	}
+// age seconds after the first; its containers are not known (Containers
+// sets them).
+func placed(name string, age int, choice string) *build.PodBuilder {
+	return build.Pod("ns", name).UID(name).Created(1_000_000+int64(age)).
+		Annotation(gpupod.GPUsAnnotation, choice).Phase(corev1.PodPending).Containers("")
 }
 
 // kubelet plays the kubelet's device manager: the IDs not in use, a
@@ -96,10 +92,9 @@ func gpusOf(res *sharing.Resource, ids []string) []int {
 
 func TestSteerWholeGPUs(t *testing.T) {
 	res := steerNode(t, "version: v1\n")
-	pods := []*corev1.Pod{placed("a", 0, "5"), placed("b", 1, "2,7"), placed("c", 2, "0")}
-	running := placed("done", -5, "1")
-	running.Status.Phase = corev1.PodRunning
-	deleting := placed("gone", -4, "3")
+	pods := []*corev1.Pod{placed("a", 0, "5").Obj(), placed("b", 1, "2,7").Obj(), placed("c", 2, "0").Obj()}
+	running := placed("done", -5, "1").Phase(corev1.PodRunning).Obj()
+	deleting := placed("gone", -4, "3").Obj()
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	s := testSteerer(func() []*corev1.Pod { return append([]*corev1.Pod{running, deleting}, pods...) })
 	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
@@ -122,26 +117,16 @@ func TestSteerWholeGPUs(t *testing.T) {
 	}
 }
 
-// asking gives pod one container per count, each asking for that many of
-// the named resource.
-func asking(p *corev1.Pod, name string, counts ...int64) *corev1.Pod {
-	for i, n := range counts {
-		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprint("c", i),
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(name): *resource.NewQuantity(n, resource.DecimalSI)}}})
-	}
-	return p
-}
-
 func TestSteerContainerByContainer(t *testing.T) {
 	res := steerNode(t, "version: v1\n")
 	// The kubelet allocates container by container: the oldest pod's two
 	// 1-GPU containers come first, though what is left of its choice is
 	// two GPUs and a younger pod's is exactly one.
 	pods := []*corev1.Pod{
-		asking(placed("pair", 0, "1,4"), "nvidia.com/gpu", 1, 1),
-		asking(placed("big", 1, "2,3"), "nvidia.com/gpu", 2),
-		asking(placed("cpu", 2, "6"), "cpu-only.example.com/thing", 1),
-		asking(placed("one", 3, "0"), "nvidia.com/gpu", 1),
+		placed("pair", 0, "1,4").Containers("nvidia.com/gpu", 1, 1).Obj(),
+		placed("big", 1, "2,3").Containers("nvidia.com/gpu", 2).Obj(),
+		placed("cpu", 2, "6").Containers("cpu-only.example.com/thing", 1).Obj(),
+		placed("one", 3, "0").Containers("nvidia.com/gpu", 1).Obj(),
 	}
 	s := testSteerer(func() []*corev1.Pod { return pods })
 	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
@@ -158,7 +143,7 @@ func TestSteerContainerByContainer(t *testing.T) {
 
 func TestSteerAfterAFailedAdmission(t *testing.T) {
 	res := steerNode(t, "version: v1\n")
-	s := testSteerer(func() []*corev1.Pod { return []*corev1.Pod{placed("a", 0, "6")} })
+	s := testSteerer(func() []*corev1.Pod { return []*corev1.Pod{placed("a", 0, "6").Obj()} })
 	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
 	first := k.admit(1)
 	// The kubelet restarted before the allocation took: GPU 6 is free
@@ -175,7 +160,7 @@ func TestSteerAfterAFailedAdmission(t *testing.T) {
 
 func TestSteerChosenGPUTaken(t *testing.T) {
 	res := steerNode(t, "version: v1\n")
-	s := testSteerer(func() []*corev1.Pod { return []*corev1.Pod{placed("a", 0, "4")} })
+	s := testSteerer(func() []*corev1.Pod { return []*corev1.Pod{placed("a", 0, "4").Obj()} })
 	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
 	d, _ := res.Device("GPU-4")
 	k.inUse[d.ID] = true // another scheduler's pod took GPU 4
@@ -186,7 +171,7 @@ func TestSteerChosenGPUTaken(t *testing.T) {
 
 func TestSteerTimeSlicedShares(t *testing.T) {
 	res := steerNode(t, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
-	pods := []*corev1.Pod{placed("a", 0, "3:250"), placed("b", 1, "3:250"), placed("c", 2, "6:250")}
+	pods := []*corev1.Pod{placed("a", 0, "3:250").Obj(), placed("b", 1, "3:250").Obj(), placed("c", 2, "6:250").Obj()}
 	s := testSteerer(func() []*corev1.Pod { return pods })
 	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
 	for i, want := range []int{3, 3, 6} {
@@ -199,7 +184,7 @@ func TestSteerTimeSlicedShares(t *testing.T) {
 func TestSteerIgnoresBadChoices(t *testing.T) {
 	res := steerNode(t, "version: v1\n")
 	s := testSteerer(func() []*corev1.Pod {
-		return []*corev1.Pod{placed("bad", 0, "99"), placed("twice", 1, "1,1"), placed("good", 2, "3")}
+		return []*corev1.Pod{placed("bad", 0, "99").Obj(), placed("twice", 1, "1,1").Obj(), placed("good", 2, "3").Obj()}
 	})
 	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
 	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{3}) {
@@ -217,13 +202,13 @@ func TestSteerBeforeTheWatchShowsThePod(t *testing.T) {
 	res := steerNode(t, "version: v1\n")
 	s := testSteerer(func() []*corev1.Pod { return nil })
 	lists := 0
-	s.fresh = func() ([]*corev1.Pod, error) { lists++; return []*corev1.Pod{placed("new", 0, "6")}, nil }
+	s.fresh = func() ([]*corev1.Pod, error) { lists++; return []*corev1.Pod{placed("new", 0, "6").Obj()}, nil }
 	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
 	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{6}) || lists != 1 {
 		t.Fatalf("got GPUs %v after %d lists, want GPU 6 after one", got, lists)
 	}
 	// The next pod the watch has not shown either is found at once.
-	s.fresh = func() ([]*corev1.Pod, error) { lists++; return []*corev1.Pod{placed("newer", 1, "2")}, nil }
+	s.fresh = func() ([]*corev1.Pod, error) { lists++; return []*corev1.Pod{placed("newer", 1, "2").Obj()}, nil }
 	if got := gpusOf(res, k.admit(1)); !slices.Equal(got, []int{2}) || lists != 2 {
 		t.Fatalf("got GPUs %v after %d lists, want GPU 2 after two", got, lists)
 	}
@@ -245,10 +230,10 @@ func TestSteerBeforeTheWatchShowsThePod(t *testing.T) {
 func TestSteerReplicasOfWholeChoices(t *testing.T) {
 	res := steerNode(t, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
 	pods := []*corev1.Pod{
-		asking(placed("a", 0, "2"), "nvidia.com/gpu", 1),
-		asking(placed("b", 1, "3"), "nvidia.com/gpu", 1),
-		asking(placed("c", 2, "6,7"), "nvidia.com/gpu", 2),
-		asking(placed("d", 3, "5"), "nvidia.com/gpu", 4),
+		placed("a", 0, "2").Containers("nvidia.com/gpu", 1).Obj(),
+		placed("b", 1, "3").Containers("nvidia.com/gpu", 1).Obj(),
+		placed("c", 2, "6,7").Containers("nvidia.com/gpu", 2).Obj(),
+		placed("d", 3, "5").Containers("nvidia.com/gpu", 4).Obj(),
 	}
 	s := testSteerer(func() []*corev1.Pod { return pods })
 	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
@@ -267,12 +252,10 @@ func TestSteerReplicasOfWholeChoices(t *testing.T) {
 
 func TestSteerPassesTheFractionsLimits(t *testing.T) {
 	res := steerNode(t, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
-	half := asking(placed("half", 0, "2:500"), "nvidia.com/gpu", 1)
-	half.Annotations[gpupod.FractionAnnotation] = "0.5"
-	half.Annotations[gpupod.MemoryAnnotation] = "30Gi"
-	hami := asking(placed("hami", 1, "3:250"), "nvidia.com/gpu", 1)
-	hami.Spec.Containers[0].Resources.Limits[gpupod.HAMiMemory] = *resource.NewQuantity(20000, resource.DecimalSI)
-	plain := asking(placed("plain", 2, "4"), "nvidia.com/gpu", 1)
+	half := placed("half", 0, "2:500").Containers("nvidia.com/gpu", 1).
+		Annotation(gpupod.FractionAnnotation, "0.5").Annotation(gpupod.MemoryAnnotation, "30Gi").Obj()
+	hami := placed("hami", 1, "3:250").Containers("nvidia.com/gpu", 1).Limit(gpupod.HAMiMemory, "20000").Obj()
+	plain := placed("plain", 2, "4").Containers("nvidia.com/gpu", 1).Obj()
 	s := testSteerer(func() []*corev1.Pod { return []*corev1.Pod{half, hami, plain} })
 	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
 	for _, want := range []struct {
@@ -295,14 +278,12 @@ func TestSteerPassesTheFractionsLimits(t *testing.T) {
 // leave less than a replica. Deleted and finished pods, MIG choices and a
 // share that leaves a replica's room do not count.
 func TestAvoidWhatTheChoicesFill(t *testing.T) {
-	whole := placed("whole", 0, "2")
-	whole.Status.Phase = corev1.PodRunning
-	finished := placed("finished", 1, "4")
-	finished.Status.Phase = corev1.PodSucceeded
-	deleting := placed("deleting", 2, "7")
+	whole := placed("whole", 0, "2").Phase(corev1.PodRunning).Obj()
+	finished := placed("finished", 1, "4").Phase(corev1.PodSucceeded).Obj()
+	deleting := placed("deleting", 2, "7").Obj()
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	pods := []*corev1.Pod{whole, finished, deleting, placed("half-a", 3, "5:500"), placed("half-b", 4, "5:500"),
-		placed("most", 5, "6:750"), placed("some", 6, "1:500"), placed("mig", 7, "3:m3")}
+	pods := []*corev1.Pod{whole, finished, deleting, placed("half-a", 3, "5:500").Obj(), placed("half-b", 4, "5:500").Obj(),
+		placed("most", 5, "6:750").Obj(), placed("some", 6, "1:500").Obj(), placed("mig", 7, "3:m3").Obj()}
 	s := testSteerer(func() []*corev1.Pod { return pods })
 	for _, tc := range []struct {
 		config string
@@ -326,8 +307,7 @@ func TestAvoidWhatTheChoicesFill(t *testing.T) {
 // the kubelet allocates whatever the preference says.
 func TestPreferenceLeavesTheChosenGPUs(t *testing.T) {
 	res := steerNode(t, "version: v1\nsharing:\n  allocationPolicy: packed\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
-	exclusive := asking(placed("exclusive", 0, "0"), "nvidia.com/gpu", 1)
-	exclusive.Status.Phase = corev1.PodRunning
+	exclusive := placed("exclusive", 0, "0").Containers("nvidia.com/gpu", 1).Phase(corev1.PodRunning).Obj()
 	srv, err := deviceplugin.NewServer(deviceplugin.ServerOptions{Resource: res, Dir: t.TempDir(),
 		Steer: testSteerer(func() []*corev1.Pod { return []*corev1.Pod{exclusive} })})
 	if err != nil {

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -55,20 +56,76 @@ func TestPodGroupNamePrecedence(t *testing.T) {
 	}
 }
 
+// FuzzPodMembership checks PodQueueName and PodGroupName against an
+// oracle written from their documentation: the first key, in precedence
+// order, with a value names the object; that value must be a DNS-1123
+// subdomain; a later key with another value is a conflict.
 func FuzzPodMembership(f *testing.F) {
-	f.Add("a", "b", "c")
-	f.Add("", "x.y", "Not A Name")
-	f.Fuzz(func(t *testing.T, l1, l2, a1 string) {
-		labels := map[string]string{QueueLabel: l1, KAIQueueLabel: l2, PodGroupLabel: l2}
-		ann := map[string]string{VolcanoQueueAnnotation: a1, VolcanoGroupAnnotation: a1}
-		for _, fn := range []func(map[string]string, map[string]string) (Named, error){PodQueueName, PodGroupName} {
-			n, err := fn(labels, ann)
-			if err == nil && n.Value != "" && len(n.Value) > 253 {
-				t.Fatalf("accepted a name of %d bytes", len(n.Value))
+	f.Add("a", "b", "c", "")
+	f.Add("", "x.y", "Not A Name", "x.y")
+	f.Add("q", "", "", "q")
+	f.Add("", "", "", strings.Repeat("a", 254))
+	f.Add("a-", "", "-a", "a..b")
+	f.Fuzz(func(t *testing.T, v0, v1, v2, v3 string) {
+		values := []string{v0, v1, v2, v3}
+		for _, c := range []struct {
+			what string
+			keys []Key
+			fn   func(map[string]string, map[string]string) (Named, error)
+		}{
+			{"queue", QueueKeys, PodQueueName},
+			{"pod group", GroupKeys, PodGroupName},
+		} {
+			labels, annotations := map[string]string{}, map[string]string{}
+			for i, k := range c.keys {
+				if k.Annotation {
+					annotations[k.Name] = values[i]
+				} else {
+					labels[k.Name] = values[i]
+				}
 			}
-			if err != nil && n.Value != "" {
-				t.Fatalf("returned %q with error %v", n.Value, err)
+			want, wantErr := membershipOracle(c.what, c.keys, values)
+			got, err := c.fn(labels, annotations)
+			if !sameMembershipError(err, wantErr) || got != want {
+				t.Fatalf("%s of %q: %+v, %v; want %+v, %v", c.what, values[:len(c.keys)], got, err, want, wantErr)
 			}
 		}
 	})
+}
+
+// dns1123Subdomain is an object's name: at most 253 characters, dot-separated
+// parts of lowercase letters, digits and inner hyphens.
+var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+func membershipOracle(what string, keys []Key, values []string) (Named, error) {
+	var first Named
+	for i, k := range keys {
+		v := values[i]
+		switch {
+		case v == "":
+		case first.Value == "" && (len(v) > 253 || !dns1123Subdomain.MatchString(v)):
+			return Named{}, &InvalidNameError{What: what, N: Named{Value: v, From: k}}
+		case first.Value == "":
+			first = Named{Value: v, From: k}
+		case v != first.Value:
+			return Named{}, &ConflictError{What: what, A: first, B: Named{Value: v, From: k}}
+		}
+	}
+	return first, nil
+}
+
+// sameMembershipError compares the kind and the fields of two errors,
+// leaving out InvalidNameError's wording of why.
+func sameMembershipError(got, want error) bool {
+	var gc, wc *ConflictError
+	var gi, wi *InvalidNameError
+	switch {
+	case want == nil:
+		return got == nil
+	case errors.As(want, &wc):
+		return errors.As(got, &gc) && *gc == *wc
+	case errors.As(want, &wi):
+		return errors.As(got, &gi) && gi.What == wi.What && gi.N == wi.N && gi.Why != ""
+	}
+	return false
 }

@@ -6,30 +6,20 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/mig"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
-func pod(name, held, chosen string, phase corev1.PodPhase) corev1.Pod {
-	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, Annotations: map[string]string{}}, Status: corev1.PodStatus{Phase: phase}}
-	if held != "" {
-		p.Annotations[gpupod.HeldAnnotation] = held
-	}
-	if chosen != "" {
-		p.Annotations[gpupod.GPUsAnnotation] = chosen
-	}
-	return p
-}
-
 func TestPodsByGPU(t *testing.T) {
+	pod := func(name string, phase corev1.PodPhase) *build.PodBuilder { return build.Pod("ml", name).Phase(phase) }
 	got := podsByGPU([]corev1.Pod{
-		pod("a", "3", "", corev1.PodRunning),
-		pod("b", "3:m3,5", "0", corev1.PodRunning), // the node's record wins
-		pod("c", "", "5", corev1.PodPending),
-		pod("done", "3", "", corev1.PodSucceeded),
-		pod("bad", "99", "", corev1.PodRunning),
+		*pod("a", corev1.PodRunning).Annotation(gpupod.HeldAnnotation, "3").Obj(),
+		*pod("b", corev1.PodRunning).Annotation(gpupod.HeldAnnotation, "3:m3,5").Annotation(gpupod.GPUsAnnotation, "0").Obj(), // the node's record wins
+		*pod("c", corev1.PodPending).Annotation(gpupod.GPUsAnnotation, "5").Obj(),
+		*pod("done", corev1.PodSucceeded).Annotation(gpupod.HeldAnnotation, "3").Obj(),
+		*pod("bad", corev1.PodRunning).Annotation(gpupod.HeldAnnotation, "99").Obj(),
 	}, 8)
 	if strings.Join(got[3], " ") != "ml/a ml/b" || strings.Join(got[5], " ") != "ml/b ml/c" || len(got[0]) != 0 {
 		t.Fatalf("got %v", got)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // TestStateFileKeepsMIGAcrossRestarts re-partitions GPU 3, starts a new
@@ -84,15 +86,21 @@ func TestStateFileErrors(t *testing.T) {
 	}
 }
 
+// FuzzParseState: a state file the backend accepts sets each GPU it
+// lists to what it says, so that the backend's own state file
+// (saveState) lists those GPUs exactly as given.
 func FuzzParseState(f *testing.F) {
 	f.Add([]byte(`{"version":1,"gpus":[{"index":3,"current":true,"pending":true,"instances":[{"profile":"3g.40gb","start":0,"size":4,"computes":["3g.40gb"]}]}]}`))
 	f.Add([]byte(`{"version":1,"gpus":[]}`))
+	f.Add([]byte(`{"version":1,"gpus":[{"index":1,"current":true,"instances":[{"profile":"3g.40gb","start":4,"size":4,"computes":["1c.3g.40gb","1c.3g.40gb"]},` +
+		`{"profile":"1g.10gb","start":0,"size":1,"computes":[""]}]},{"index":0}]}`))
 	p, err := Load("dgxh100")
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if _, err := ParseState(data); err != nil {
+		in, err := ParseState(data)
+		if err != nil {
 			return
 		}
 		path := filepath.Join(t.TempDir(), "state.json")
@@ -101,8 +109,43 @@ func FuzzParseState(f *testing.F) {
 		}
 		// Any parsed file either starts the node or is refused, never
 		// panics.
-		if b, err := New(p, Options{StateFile: path}); err == nil {
-			_ = b.Close()
+		b, err := New(p, Options{StateFile: path})
+		if err != nil {
+			return
+		}
+		defer func() { _ = b.Close() }()
+		b.mu.Lock()
+		b.saveState()
+		b.mu.Unlock()
+		saved, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := ParseState(saved)
+		if err != nil {
+			t.Fatalf("the backend's own state file does not parse: %v\n%s", err, saved)
+		}
+		got := map[int]stateGPU{}
+		for _, g := range out.GPUs {
+			got[g.Index] = g
+		}
+		for _, want := range in.GPUs {
+			if !b.gpus[want.Index].mig.capable {
+				continue // listed with MIG off, as the profile has it
+			}
+			// A compute instance named "" or after its GPU instance is
+			// the GPU instance's full compute instance.
+			for i := range want.Instances {
+				in := &want.Instances[i]
+				for j, c := range in.Computes {
+					if c == "" {
+						in.Computes[j] = in.Profile
+					}
+				}
+			}
+			if g, ok := got[want.Index]; !ok || !equality.Semantic.DeepEqual(g, want) {
+				t.Fatalf("GPU %d restored from %s is saved as %+v; want %+v", want.Index, data, g, want)
+			}
 		}
 	})
 }

@@ -71,7 +71,7 @@ func (p *agentProcess) stop() error {
 func TestAgentLabelsItsNode(t *testing.T) {
 	ctx := t.Context()
 	const node = "agent-labels-node"
-	obj := framework.GPUNode(node).NotKwok().Label("team", "ml").Obj()
+	obj := framework.UnmanagedGPUNode(node).Label("team", "ml").Obj()
 	if _, err := env.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{FieldManager: "kubectl"}); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func waitNodeLabels(t *testing.T, node string, want map[string]string, present, 
 func TestAgentMIGLabelsFollowReload(t *testing.T) {
 	ctx := t.Context()
 	const node = "agent-mig-node"
-	if _, err := env.Client.CoreV1().Nodes().Create(ctx, framework.GPUNode(node).NotKwok().Obj(), metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, framework.UnmanagedGPUNode(node).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
@@ -229,7 +229,7 @@ topology:
 func TestAgentConfigFollowsNodeLabel(t *testing.T) {
 	ctx := t.Context()
 	const node = "agent-config-label-node"
-	obj := framework.GPUNode(node).NotKwok().Label("nvidia.com/device-plugin.config", "mig-mixed").Obj()
+	obj := framework.UnmanagedGPUNode(node).Label("nvidia.com/device-plugin.config", "mig-mixed").Obj()
 	if _, err := env.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

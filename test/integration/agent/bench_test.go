@@ -29,7 +29,7 @@ var servingMetrics = regexp.MustCompile(`msg="serving metrics".* addr=(\S+)`)
 // more times and reads VmRSS again. Target: under 60 MiB, flat.
 func BenchmarkAgentRSSOver10000Scrapes(b *testing.B) {
 	const node = "gpu-node-1"
-	if _, err := env.Client.CoreV1().Nodes().Create(b.Context(), framework.GPUNode(node).NotKwok().Obj(), metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Nodes().Create(b.Context(), framework.UnmanagedGPUNode(node).Obj(), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })

@@ -185,7 +185,7 @@ func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 		})
 	}
 	for _, n := range []string{"policy-node-a", "policy-node-b"} {
-		if _, err := env.Client.CoreV1().Nodes().Create(ctx, framework.GPUNode(n).NotKwok().Obj(), metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Nodes().Create(ctx, framework.UnmanagedGPUNode(n).Obj(), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })

@@ -82,7 +82,7 @@ func (p *lateProxy) forward(c net.Conn) {
 func TestAgentWaitsForTheAPIServer(t *testing.T) {
 	ctx := t.Context()
 	const node = "agent-late-apiserver"
-	if _, err := env.Client.CoreV1().Nodes().Create(ctx, framework.GPUNode(node).NotKwok().Obj(), metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, framework.UnmanagedGPUNode(node).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })

@@ -25,6 +25,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -256,9 +257,7 @@ func TestExamples(t *testing.T) {
 			t.Errorf("doctor half-a (exit %d):\n%s", code, out)
 		}
 		// A pod that fits no node: the scheduler's reason, and where to look.
-		big := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "too-big"},
-			Spec: corev1.PodSpec{SchedulerName: v1alpha1.SchedulerName, Containers: []corev1.Container{{Name: "main", Image: "cuda",
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{framework.ResourceGPU: resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("500")}}}}}}
+		big := build.Pod("default", "too-big").SchedulerName(v1alpha1.SchedulerName).Image("cuda").GPUs(8).Limit(corev1.ResourceCPU, "500").Obj()
 		if _, err := client.CoreV1().Pods("default").Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

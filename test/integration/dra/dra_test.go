@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apidra "github.com/gpuplane/gpuplane/api/dra"
@@ -32,7 +31,7 @@ func TestClaims(t *testing.T) {
 
 	t.Run("CEL selector picks an H100 by productName", func(t *testing.T) {
 		createTemplate(t, ns, "h100", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", cel: []string{gpuAttr + `.productName.contains("H100")`}}}, "", ""))
-		createPod(t, claimPod(ns, "h100", nodeName, "h100", ""))
+		createPod(t, onNode(ns, "h100", nodeName).ClaimTemplate("gpu", "h100").Obj())
 		ids := preparedCDI(t, ns, "h100")
 		c := podClaim(t, ns, "h100")
 		devs := allocatedDevices(c)
@@ -55,7 +54,7 @@ func TestClaims(t *testing.T) {
 
 	t.Run("multi-GPU claim on an NVLink set", func(t *testing.T) {
 		createTemplate(t, ns, "pair", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", count: 2}}, apidra.DriverName+"/"+apidra.AttrNVLinkDomain, ""))
-		createPod(t, claimPod(ns, "pair", nodeName, "pair", ""))
+		createPod(t, onNode(ns, "pair", nodeName).ClaimTemplate("gpu", "pair").Obj())
 		ids := preparedCDI(t, ns, "pair")
 		c := podClaim(t, ns, "pair")
 		if devs := allocatedDevices(c); !slices.Equal(devs, []string{"gpu-2", "gpu-3"}) {
@@ -70,7 +69,7 @@ func TestClaims(t *testing.T) {
 
 	t.Run("dynamic MIG claim", func(t *testing.T) {
 		createTemplate(t, ns, "mig", claimSpec([]request{{name: "gpu", class: "mig-1g.10gb.gpu.gpuplane.io"}}, "", ""))
-		createPod(t, claimPod(ns, "mig", nodeName, "mig", ""))
+		createPod(t, onNode(ns, "mig", nodeName).ClaimTemplate("gpu", "mig").Obj())
 		preparedCDI(t, ns, "mig")
 		c := podClaim(t, ns, "mig")
 		devs := allocatedDevices(c)
@@ -91,8 +90,8 @@ func TestClaims(t *testing.T) {
 	t.Run("shared claim used by two pods", func(t *testing.T) {
 		createClaim(t, ns, "shared", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", cel: []string{gpuAttr + `.productName.contains("A100")`}}}, "",
 			`{"apiVersion":"gpu.gpuplane.io/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`))
-		createPod(t, claimPod(ns, "shared-a", nodeName, "", "shared"))
-		createPod(t, claimPod(ns, "shared-b", nodeName, "", "shared"))
+		createPod(t, onNode(ns, "shared-a", nodeName).Claim("gpu", "shared").Obj())
+		createPod(t, onNode(ns, "shared-b", nodeName).Claim("gpu", "shared").Obj())
 		a, b := preparedCDI(t, ns, "shared-a"), preparedCDI(t, ns, "shared-b")
 		if !slices.Equal(a, b) {
 			t.Errorf("the pods of one claim got %v and %v", a, b)
@@ -114,8 +113,7 @@ func TestClaims(t *testing.T) {
 		// No device plugin on the node advertises nvidia.com/mig-1g.10gb:
 		// kube-scheduler serves the request through the DeviceClass whose
 		// extendedResourceName it is.
-		pod := dpPod(ns, "ext", nodeName)
-		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("1")}
+		pod := onNode(ns, "ext", nodeName).Limit("nvidia.com/mig-1g.10gb", "1").Obj()
 		createPod(t, pod)
 		env.WaitPodPhase(t, ns, "ext", corev1.PodRunning, 90*time.Second)
 		got, err := env.Client.CoreV1().Pods(ns).Get(t.Context(), "ext", metav1.GetOptions{})
@@ -142,7 +140,7 @@ func TestClaims(t *testing.T) {
 
 	t.Run("agent restart between prepare and unprepare", func(t *testing.T) {
 		createTemplate(t, ns, "restart", claimSpec([]request{{name: "gpu", class: "mig-3g.40gb.gpu.gpuplane.io"}}, "", ""))
-		createPod(t, claimPod(ns, "restart", nodeName, "restart", ""))
+		createPod(t, onNode(ns, "restart", nodeName).ClaimTemplate("gpu", "restart").Obj())
 		preparedCDI(t, ns, "restart")
 		c := podClaim(t, ns, "restart")
 		before, _ := sim.AgentRestarts()
@@ -157,7 +155,7 @@ func TestClaims(t *testing.T) {
 		waitNoCDISpec(t, sim, string(c.UID))
 		// The MIG instance the restarted agent restored was destroyed:
 		// the same placement serves the next claim.
-		createPod(t, claimPod(ns, "restart-2", nodeName, "restart", ""))
+		createPod(t, onNode(ns, "restart-2", nodeName).ClaimTemplate("gpu", "restart").Obj())
 		preparedCDI(t, ns, "restart-2")
 		deletePod(t, ns, "restart-2")
 	})
@@ -200,7 +198,7 @@ func TestBadInput(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := fmt.Sprintf("bad-%d", i)
-			createPod(t, claimPod(ns, pod, nodeName, tt.spec(), ""))
+			createPod(t, onNode(ns, pod, nodeName).ClaimTemplate("gpu", tt.spec()).Obj())
 			pendingWith(t, ns, pod, tt.reason)
 			if specs := cdiSpecs(sim); len(specs) != 0 {
 				t.Errorf("CDI specs on the node: %v", specs)
@@ -224,7 +222,7 @@ func TestPluginAndDRAShareANode(t *testing.T) {
 
 	// Claims take the three whole GPUs: the plugin withdraws them.
 	for i := range 3 {
-		createPod(t, claimPod(ns, fmt.Sprintf("claim-%d", i), nodeName, "one", ""))
+		createPod(t, onNode(ns, fmt.Sprintf("claim-%d", i), nodeName).ClaimTemplate("gpu", "one").Obj())
 	}
 	for i := range 3 {
 		preparedCDI(t, ns, fmt.Sprintf("claim-%d", i))
@@ -240,7 +238,7 @@ func TestPluginAndDRAShareANode(t *testing.T) {
 
 	// The plugin gives the other two to pods; more wait.
 	for i := range 3 {
-		createPod(t, dpPod(ns, fmt.Sprintf("dp-%d", i), nodeName))
+		createPod(t, onNode(ns, fmt.Sprintf("dp-%d", i), nodeName).GPUs(1).Obj())
 	}
 	env.WaitPodPhase(t, ns, "dp-0", corev1.PodRunning, 60*time.Second)
 	env.WaitPodPhase(t, ns, "dp-1", corev1.PodRunning, 60*time.Second)
@@ -263,7 +261,7 @@ func TestPluginAndDRAShareANode(t *testing.T) {
 		}
 		return true, nil
 	})
-	createPod(t, claimPod(ns, "mig-0", nodeName, "mig", ""))
+	createPod(t, onNode(ns, "mig-0", nodeName).ClaimTemplate("gpu", "mig").Obj())
 	pendingWith(t, ns, "mig-0", "cannot allocate")
 
 	// No GPU is held twice.

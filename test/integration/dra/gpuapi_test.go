@@ -54,7 +54,7 @@ func TestNodeSwitchedToDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := env.CreateNamespace(t)
-	createPod(t, dpPod(ns, "gpu", nodeName))
+	createPod(t, onNode(ns, "gpu", nodeName).GPUs(1).Obj())
 	env.WaitPodPhase(t, ns, "gpu", corev1.PodRunning, 90*time.Second)
 	pod, err := env.Client.CoreV1().Pods(ns).Get(t.Context(), "gpu", metav1.GetOptions{})
 	if err != nil {
@@ -113,7 +113,7 @@ func TestNodeRelabelledBetweenAPIs(t *testing.T) {
 
 	// Both APIs: two pods through the device plugin.
 	for i := range 2 {
-		createPod(t, dpPod(ns, fmt.Sprint("dp-", i), nodeName))
+		createPod(t, onNode(ns, fmt.Sprint("dp-", i), nodeName).GPUs(1).Obj())
 	}
 	for i := range 2 {
 		env.WaitPodPhase(t, ns, fmt.Sprint("dp-", i), corev1.PodRunning, 90*time.Second)
@@ -147,7 +147,7 @@ func TestNodeRelabelledBetweenAPIs(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		createPod(t, dpPod(ns, fmt.Sprint("ext-", i), nodeName))
+		createPod(t, onNode(ns, fmt.Sprint("ext-", i), nodeName).GPUs(1).Obj())
 	}
 	framework.Eventually(t, 90*time.Second, fmt.Sprintf("%d pods served through claims", free), func(ctx context.Context) (bool, error) {
 		pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})

@@ -136,9 +136,9 @@ func TestUnhealthyGPUTainted(t *testing.T) {
 	ns := env.CreateNamespace(t)
 	createTemplate(t, ns, "three", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", count: 3}}, "", ""))
 	createTemplate(t, ns, "two", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", count: 2}}, "", ""))
-	createPod(t, claimPod(ns, "three", nodeName, "three", ""))
+	createPod(t, onNode(ns, "three", nodeName).ClaimTemplate("gpu", "three").Obj())
 	pendingWith(t, ns, "three", "cannot allocate")
-	createPod(t, claimPod(ns, "two", nodeName, "two", ""))
+	createPod(t, onNode(ns, "two", nodeName).ClaimTemplate("gpu", "two").Obj())
 	preparedCDI(t, ns, "two")
 	if devs := allocatedDevices(podClaim(t, ns, "two")); slices.Contains(devs, "gpu-2") {
 		t.Errorf("allocated %v: the unhealthy gpu-2 among them", devs)

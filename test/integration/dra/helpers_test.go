@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -27,6 +26,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/dra"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/internal/nodesim"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -230,38 +230,10 @@ func createClaim(t *testing.T, ns, name string, spec resourceapi.ResourceClaimSp
 	}
 }
 
-// claimPod is a pod on nodeName (by node selector, so that kube-scheduler
-// places it) using a claim from a template or a claim by name.
-func claimPod(ns, name, nodeName, template, claim string) *corev1.Pod {
-	rc := corev1.PodResourceClaim{Name: "gpu"}
-	if template != "" {
-		rc.ResourceClaimTemplateName = ptr.To(template)
-	} else {
-		rc.ResourceClaimName = ptr.To(claim)
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{
-			NodeSelector:   map[string]string{"kubernetes.io/hostname": nodeName},
-			ResourceClaims: []corev1.PodResourceClaim{rc},
-			Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
-				Claims: []corev1.ResourceClaim{{Name: "gpu"}},
-			}}},
-		},
-	}
-}
-
-// dpPod asks for whole GPUs through the device plugin.
-func dpPod(ns, name, nodeName string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{"kubernetes.io/hostname": nodeName},
-			Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
-				Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")},
-			}}},
-		},
-	}
+// onNode is a pod of one busybox container on nodeName, by node selector
+// so that kube-scheduler places it.
+func onNode(ns, name, nodeName string) *build.PodBuilder {
+	return build.Pod(ns, name).Image("busybox").NodeSelector("kubernetes.io/hostname", nodeName)
 }
 
 func createPod(t *testing.T, pod *corev1.Pod) {

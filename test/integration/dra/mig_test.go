@@ -123,7 +123,7 @@ func TestMIGChangeEvictsClaimPods(t *testing.T) {
 	migCondition(t, nodeName, "dra-dynamic", gpunode.MIGConfigStateSuccess, gpunode.ReasonMIGApplied, start)
 
 	createTemplate(t, ns, "mig", claimSpec([]request{{name: "gpu", class: "mig-1g.10gb.gpu.gpuplane.io"}}, "", ""))
-	createPod(t, claimPod(ns, "dyn", nodeName, "mig", ""))
+	createPod(t, onNode(ns, "dyn", nodeName).ClaimTemplate("gpu", "mig").Obj())
 	preparedCDI(t, ns, "dyn")
 	devs := allocatedDevices(podClaim(t, ns, "dyn"))
 	if len(devs) != 1 || !strings.Contains(devs[0], "-mig-1g-10gb-") {
@@ -131,7 +131,7 @@ func TestMIGChangeEvictsClaimPods(t *testing.T) {
 	}
 	gpu := strings.TrimPrefix(strings.SplitN(devs[0], "-mig-", 2)[0], "gpu-")
 	createTemplate(t, ns, "a100", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", cel: []string{gpuAttr + `.productName.contains("A100")`}}}, "", ""))
-	createPod(t, claimPod(ns, "whole", nodeName, "a100", ""))
+	createPod(t, onNode(ns, "whole", nodeName).ClaimTemplate("gpu", "a100").Obj())
 	preparedCDI(t, ns, "whole")
 
 	t.Run("a claim's dynamic instance is not put back", func(t *testing.T) {
@@ -217,7 +217,7 @@ func TestMIGChangeEvictsClaimPods(t *testing.T) {
 		// A claim for the static layout's profile is prepared on it.
 		createTemplate(t, ns, "big", claimSpec([]request{{name: "gpu", class: "mig-3g.40gb.gpu.gpuplane.io",
 			cel: []string{gpuAttr + `.parentIndex == ` + gpu}}}, "", ""))
-		createPod(t, claimPod(ns, "big", nodeName, "big", ""))
+		createPod(t, onNode(ns, "big", nodeName).ClaimTemplate("gpu", "big").Obj())
 		preparedCDI(t, ns, "big")
 		if got := allocatedDevices(podClaim(t, ns, "big")); len(got) != 1 || (got[0] != static[0] && got[0] != static[1]) {
 			t.Errorf("allocated %v, want one of %v", got, static)

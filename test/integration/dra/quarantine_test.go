@@ -26,8 +26,8 @@ func TestQuarantineEvictsClaimPods(t *testing.T) {
 	node(t, nodeName, "--simulate-control-addr", control)
 	createTemplate(t, ns, "a100", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", cel: []string{gpuAttr + `.productName.contains("A100")`}}}, "", ""))
 	createTemplate(t, ns, "gpu2", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", cel: []string{gpuAttr + `.index == 2`}}}, "", ""))
-	createPod(t, claimPod(ns, "on-a100", nodeName, "a100", ""))
-	createPod(t, claimPod(ns, "on-gpu2", nodeName, "gpu2", ""))
+	createPod(t, onNode(ns, "on-a100", nodeName).ClaimTemplate("gpu", "a100").Obj())
+	createPod(t, onNode(ns, "on-gpu2", nodeName).ClaimTemplate("gpu", "gpu2").Obj())
 	preparedCDI(t, ns, "on-a100")
 	preparedCDI(t, ns, "on-gpu2")
 	if got := allocatedDevices(podClaim(t, ns, "on-a100")); len(got) != 1 || got[0] != "gpu-4" {

@@ -49,7 +49,7 @@ func TestConsumableCapacity(t *testing.T) {
 	createTemplate(t, ns, "share20", capacitySpec("20Gi", a100))
 	var shares []string
 	for _, pod := range []string{"share-a", "share-b"} {
-		createPod(t, claimPod(ns, pod, nodeName, "share20", ""))
+		createPod(t, onNode(ns, pod, nodeName).ClaimTemplate("gpu", "share20").Obj())
 	}
 	for _, pod := range []string{"share-a", "share-b"} {
 		preparedCDI(t, ns, pod)
@@ -75,7 +75,7 @@ func TestConsumableCapacity(t *testing.T) {
 		t.Errorf("both claims got share %s", shares[0])
 	}
 	createTemplate(t, ns, "share50", capacitySpec("50Gi", a100))
-	createPod(t, claimPod(ns, "share-c", nodeName, "share50", ""))
+	createPod(t, onNode(ns, "share-c", nodeName).ClaimTemplate("gpu", "share50").Obj())
 	pendingWith(t, ns, "share-c", "cannot allocate all claims")
 	deletePod(t, ns, "share-a")
 	env.WaitPodPhase(t, ns, "share-c", "Running", 90*time.Second)
@@ -91,7 +91,7 @@ func TestSharingOnTheNode(t *testing.T) {
 	ns := env.CreateNamespace(t)
 	createTemplate(t, ns, "mps", claimSpec([]request{{name: "gpu", class: "gpu.gpuplane.io", cel: []string{gpuAttr + `.productName.contains("A100")`}}}, "",
 		`{"apiVersion":"gpu.gpuplane.io/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":50}}}`))
-	createPod(t, claimPod(ns, "mps", nodeName, "mps", ""))
+	createPod(t, onNode(ns, "mps", nodeName).ClaimTemplate("gpu", "mps").Obj())
 	preparedCDI(t, ns, "mps")
 	c := podClaim(t, ns, "mps")
 	data, err := os.ReadFile(cdi.ClaimSpecPath(filepath.Join(sim.Dir(), "cdi"), string(c.UID)))

@@ -3,7 +3,6 @@ package framework
 import (
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,24 +52,4 @@ func DRAClaimSpec(class string, count int64, selectors ...string) resourceapi.Re
 		x.Selectors = append(x.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
 	}
 	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: x}}}}
-}
-
-// Claim makes the pod use the ResourceClaim claim under the pod-level
-// name name, in its first container.
-func (b *PodBuilder) Claim(name, claim string) *PodBuilder {
-	return b.podClaim(corev1.PodResourceClaim{Name: name, ResourceClaimName: ptr.To(claim)})
-}
-
-// ClaimTemplate makes the pod use a claim made for it from the
-// ResourceClaimTemplate template (kube-controller-manager's resourceclaim
-// controller makes it), in its first container.
-func (b *PodBuilder) ClaimTemplate(name, template string) *PodBuilder {
-	return b.podClaim(corev1.PodResourceClaim{Name: name, ResourceClaimTemplateName: ptr.To(template)})
-}
-
-func (b *PodBuilder) podClaim(rc corev1.PodResourceClaim) *PodBuilder {
-	b.pod.Spec.ResourceClaims = append(b.pod.Spec.ResourceClaims, rc)
-	c := &b.pod.Spec.Containers[0]
-	c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: rc.Name})
-	return b
 }

@@ -82,7 +82,7 @@ func TestSchedulerMayPatchOnlyMIGProposals(t *testing.T) {
 	})
 	follows, other := "proposal-follows", "proposal-other"
 	for name, labels := range map[string]map[string]string{follows: {gpunode.LabelMIGLayoutPolicy: gpunode.MIGLayoutFollowDemand}, other: nil} {
-		n := framework.GPUNode(name).NotKwok().Obj()
+		n := framework.UnmanagedGPUNode(name).Obj()
 		for k, v := range labels {
 			n.Labels[k] = v
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -181,9 +182,7 @@ func (c *cluster) createObj(gvr schema.GroupVersionResource, namespace string, o
 
 func (c *cluster) podGroup(name string, minMember int32, queue string) {
 	c.t.Helper()
-	pg := &v1alpha1.PodGroup{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: name}, Spec: v1alpha1.PodGroupSpec{MinMember: minMember, Queue: queue}}
-	c.createObj(v1alpha1.PodGroupsResource, c.ns, pg)
+	c.createObj(v1alpha1.PodGroupsResource, c.ns, build.PodGroup(c.ns, name, minMember).Queue(queue).Obj())
 }
 
 func (c *cluster) getPodGroup(ctx context.Context, name string) (*v1alpha1.PodGroup, error) {

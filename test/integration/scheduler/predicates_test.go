@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -19,7 +20,7 @@ import (
 func productAffinity(products ...string) *corev1.Affinity {
 	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: framework.LabelGPUProduct, Operator: corev1.NodeSelectorOpIn, Values: products}},
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: build.LabelGPUProduct, Operator: corev1.NodeSelectorOpIn, Values: products}},
 		}}},
 	}}
 }

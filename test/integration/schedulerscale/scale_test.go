@@ -49,6 +49,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -498,8 +499,7 @@ func run(b *testing.B, dyn dynamic.Interface, r round) {
 	}
 	if r.gang > 1 {
 		for g := 0; g < r.pods/r.gang; g++ {
-			pg := &v1alpha1.PodGroup{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup"},
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("g%05d", g)}, Spec: v1alpha1.PodGroupSpec{MinMember: int32(r.gang)}}
+			pg := build.PodGroup(ns, fmt.Sprintf("g%05d", g), int32(r.gang)).Obj()
 			u, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(pg)
 			if err != nil {
 				b.Fatal(err)

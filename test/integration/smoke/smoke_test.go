@@ -100,7 +100,7 @@ func TestUnmanagedNodeStaysNotReady(t *testing.T) {
 	// A node without kwok's annotation is somebody else's to run (the GPU
 	// node simulator's); kwok must leave it alone.
 	name := env.CreateNamespace(t) + "-unmanaged"
-	node := framework.GPUNode(name).NotKwok().Obj()
+	node := framework.UnmanagedGPUNode(name).Obj()
 	if _, err := env.Client.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
