@@ -215,8 +215,8 @@ func TestLegacyDefaultPolicyName(t *testing.T) {
 		t.Fatalf("NewPolicy(\"gpuplane\") = %s with %d scorers, want %s with %d", got.Name, len(got.Scorers), want.Name, len(want.Scorers))
 	}
 	for i := range got.Scorers {
-		if got.Scorers[i].Scorer.Name() != want.Scorers[i].Scorer.Name() || got.Scorers[i].Weight != want.Scorers[i].Weight {
-			t.Fatalf("scorer %d: %s x %g, want %s x %g", i, got.Scorers[i].Scorer.Name(), got.Scorers[i].Weight, want.Scorers[i].Scorer.Name(), want.Scorers[i].Weight)
+		if got.Scorers[i].Name() != want.Scorers[i].Name() || got.Scorers[i].Weight != want.Scorers[i].Weight {
+			t.Fatalf("scorer %d: %s x %g, want %s x %g", i, got.Scorers[i].Name(), got.Scorers[i].Weight, want.Scorers[i].Name(), want.Scorers[i].Weight)
 		}
 	}
 }
