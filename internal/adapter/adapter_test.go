@@ -32,15 +32,6 @@ func newPod(ns, name string) *build.PodBuilder {
 	return build.Pod(ns, name).SchedulerName(v1alpha1.SchedulerName).Created(100)
 }
 
-// testPod and testNode are shorthands the DRA tests use.
-func testPod(ns, name string, limits corev1.ResourceList) *corev1.Pod {
-	return newPod(ns, name).Limits(limits).Obj()
-}
-
-func testNode(name string, alloc corev1.ResourceList, labels, annotations map[string]string) *corev1.Node {
-	return build.Node(name).Resources(alloc).Labels(labels).Annotations(annotations).Obj()
-}
-
 func TestPodRequest(t *testing.T) {
 	tests := []struct {
 		name       string

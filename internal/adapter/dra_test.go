@@ -17,12 +17,13 @@ import (
 	"github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // draNode is a node with CPU and memory and no device-plugin GPUs: its
 // GPUs come from its ResourceSlice.
 func draNode(name string) *corev1.Node {
-	return testNode(name, rl("cpu", "64", "memory", "256Gi"), nil, nil)
+	return build.Node(name).CPU("64").Memory("256Gi").Obj()
 }
 
 // gpuSlice is the ResourceSlice of gpus GPUs gpuplane's driver publishes
@@ -62,10 +63,7 @@ func gpuClaim(name, class string, count int64, selectors ...string) *resourceapi
 
 // claimPod is a pod of ours that names a claim.
 func claimPod(name, claim string) *corev1.Pod {
-	p := testPod("ns", name, rl("cpu", "1"))
-	p.UID = types.UID("uid-" + name)
-	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim)}}
-	return p
+	return newPod("ns", name).Limit("cpu", "1").UID("uid-"+name).Claim("gpu", claim).Obj()
 }
 
 // claimWrites returns what the fake writer was asked to write to claims:
@@ -292,7 +290,7 @@ func TestDRADevicePluginAndClaimsShareOneLedger(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 2))
 	f.cache.upsertSlice(gpuSlice("a", 2, "H100"))
 	f.cache.upsertClass(gpuClass("gpu.gpuplane.io"))
-	f.cache.upsertPod(testPod("ns", "dp", rl("nvidia.com/gpu", "1")))
+	f.cache.upsertPod(newPod("ns", "dp").GPUs(1).Obj())
 	f.cycle()
 	f.applyClaims()
 	f.cache.upsertClaim(gpuClaim("c", "gpu.gpuplane.io", 2))

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -22,9 +21,7 @@ func mappedClass(name string) *resourceapi.DeviceClass {
 
 // erPod is a pod of ours asking for gpus nvidia.com/gpu and no claim.
 func erPod(name, gpus string) *corev1.Pod {
-	p := testPod("ns", name, rl("cpu", "1", "nvidia.com/gpu", gpus))
-	p.UID = types.UID("uid-" + name)
-	return p
+	return newPod("ns", name).Limits(rl("cpu", "1", "nvidia.com/gpu", gpus)).UID("uid-" + name).Obj()
 }
 
 func TestExtendedResourcePlacement(t *testing.T) {
@@ -312,8 +309,7 @@ func TestExtendedMIGResource(t *testing.T) {
 			for _, p := range tc.classes {
 				f.cache.upsertClass(migERClass(p))
 			}
-			p := testPod("ns", "p", rl("cpu", "1", migResourcePrefix+tc.ask, "1"))
-			p.UID = "uid-p"
+			p := newPod("ns", "p").Limits(rl("cpu", "1", migResourcePrefix+tc.ask, "1")).UID("uid-p").Obj()
 			f.cache.upsertPod(p)
 			f.cycle()
 			if tc.wantDevice == "" {
@@ -371,8 +367,7 @@ func TestImpliedClassResource(t *testing.T) {
 			f.cache.upsertSlice(gpuSlice("a", 4, "H100"))
 			f.cache.upsertClass(gpuClass("gpu.gpuplane.io"))
 			f.cache.upsertClass(gpuClass("other"))
-			p := testPod("ns", "p", tc.ask)
-			p.UID = "uid-p"
+			p := newPod("ns", "p").Limits(tc.ask).UID("uid-p").Obj()
 			f.cache.upsertPod(p)
 			f.cycle()
 			if tc.wantWhy != "" {

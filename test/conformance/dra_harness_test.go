@@ -18,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -37,6 +36,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 	"github.com/gpuplane/gpuplane/internal/ledger"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // The DRA tests share one etcd and kube-apiserver (from
@@ -420,15 +420,11 @@ func namespace(t testing.TB, client kubernetes.Interface) string {
 // claimPod is a pod bound to node whose one container uses the named
 // ResourceClaims, as a user writes it; the kubelet gets it with its UID.
 func claimPod(ns, name, node string, claims ...string) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "none"}}},
-	}
+	pb := build.Pod(ns, name).UID(fmt.Sprintf("%s-%d", name, time.Now().UnixNano())).NodeName(node).Image("none")
 	for _, c := range claims {
-		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: c, ResourceClaimName: &c})
-		pod.Spec.Containers[0].Resources.Claims = append(pod.Spec.Containers[0].Resources.Claims, corev1.ResourceClaim{Name: c})
+		pb.Claim(c, c)
 	}
-	return pod
+	return pb.Obj()
 }
 
 // allocatedClaim creates a ResourceClaim for one device of gpuplane's

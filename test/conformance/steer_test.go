@@ -8,13 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 	"github.com/gpuplane/gpuplane/internal/steer"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // boundPods is the pods bound to the node, as the agent's watch shows them.
@@ -37,18 +36,12 @@ func (b *boundPods) bind(name, choice, res string, counts ...int64) *corev1.Pod 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.age++
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name),
-			CreationTimestamp: metav1.NewTime(time.Unix(1_700_000_000+b.age, 0))},
-		Status: corev1.PodStatus{Phase: corev1.PodPending},
-	}
+	pb := build.Pod("default", name).UID("uid-"+name).Created(1_700_000_000+b.age).
+		Phase(corev1.PodPending).Containers(corev1.ResourceName(res), counts...)
 	if choice != "" {
-		p.Annotations = map[string]string{gpupod.GPUsAnnotation: choice}
+		pb.Annotation(gpupod.GPUsAnnotation, choice)
 	}
-	for i, n := range counts {
-		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprint("c", i),
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(n, resource.DecimalSI)}}})
-	}
+	p := pb.Obj()
 	b.pods = append(b.pods, p)
 	return p
 }
