@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/internal/gomem"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
 // defaultGCPercent is --gc-percent's default. Most of the scheduler's heap
@@ -97,7 +99,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.Float32Var(&cfg.QPS, "kube-api-qps", def.QPS, "requests per second to the API server (binds, evictions, status)")
 	fs.IntVar(&cfg.Burst, "kube-api-burst", def.Burst, "burst of requests to the API server")
 	fs.StringVar(&cfg.SchedulerName, "scheduler-name", def.SchedulerName, "the spec.schedulerName this scheduler serves")
-	fs.StringVar(&cfg.Policy, "policy", def.Policy, "placement policy of the scheduling core (gpuplane, bestfit, fgd, ...)")
+	fs.StringVar(&cfg.Policy, "policy", def.Policy, "placement policy of the scheduling core: "+strings.Join(placement.PolicyNames(), ", ")+", or custom:plugin=weight,... (gpuplane, the default's earlier name, selects "+placement.DefaultPolicy+")")
 	fs.DurationVar(&cfg.CycleInterval, "cycle-interval", def.CycleInterval, "longest time between scheduling cycles")
 	fs.DurationVar(&cfg.MinCycleInterval, "min-cycle-interval", def.MinCycleInterval, "shortest time between cycles; changes arriving meanwhile are batched")
 	fs.IntVar(&cfg.BindWorkers, "bind-workers", def.BindWorkers, "bindings in flight at once")
