@@ -139,7 +139,7 @@ func orEmpty(v any) string {
 }
 
 func (k *KubeNode) writeCondition(ctx context.Context, c Condition) error {
-	_, err := k.cond.Set(ctx, nodecond.Condition(c))
+	_, err := k.cond.Set(ctx, c)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/internal/nodecond"
 )
 
 // Event reasons on the Node, one per step.
@@ -42,12 +43,9 @@ type NodeStatus struct {
 	Record gpunode.QuarantineRecord
 }
 
-// Condition is the GPUQuarantine condition.
-type Condition struct {
-	Status  corev1.ConditionStatus
-	Reason  string
-	Message string
-}
+// Condition is the GPUQuarantine condition, as every Node condition the
+// agent writes says it.
+type Condition = nodecond.Condition
 
 // maxMessage bounds the condition's message.
 const maxMessage = 2048
@@ -84,11 +82,11 @@ func (c *Controller) status() NodeStatus {
 	}
 	switch {
 	case len(lines) == 0:
-		s.Condition = Condition{corev1.ConditionFalse, gpunode.ReasonNoGPUQuarantined, "every GPU is in service"}
+		s.Condition = Condition{Status: corev1.ConditionFalse, Reason: gpunode.ReasonNoGPUQuarantined, Message: "every GPU is in service"}
 	case held:
-		s.Condition = Condition{corev1.ConditionTrue, gpunode.ReasonGPUHeld, strings.Join(lines, "; ")}
+		s.Condition = Condition{Status: corev1.ConditionTrue, Reason: gpunode.ReasonGPUHeld, Message: strings.Join(lines, "; ")}
 	default:
-		s.Condition = Condition{corev1.ConditionTrue, gpunode.ReasonGPUQuarantined, strings.Join(lines, "; ")}
+		s.Condition = Condition{Status: corev1.ConditionTrue, Reason: gpunode.ReasonGPUQuarantined, Message: strings.Join(lines, "; ")}
 	}
 	if len(s.Condition.Message) > maxMessage {
 		s.Condition.Message = s.Condition.Message[:maxMessage-3] + "..."
