@@ -123,7 +123,15 @@ func waitCapacity(t testing.TB, name string, want map[string]int64) {
 // allocation.
 func allocation(t *testing.T, ns, name string) *gpupod.PodAllocation {
 	t.Helper()
-	env.WaitPodPhase(t, ns, name, corev1.PodRunning, 30*time.Second)
+	// A pod with a short duration can be Succeeded by the first look: it
+	// started, and its allocation stays on it.
+	running, succeeded := env.PodPhase(ns, name, corev1.PodRunning), env.PodPhase(ns, name, corev1.PodSucceeded)
+	framework.Eventually(t, 30*time.Second, fmt.Sprintf("pod %s/%s started", ns, name), func(ctx context.Context) (bool, error) {
+		if done, _ := succeeded(ctx); done {
+			return true, nil
+		}
+		return running(ctx)
+	})
 	pod, err := env.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -142,6 +142,19 @@ func priorityClasses(t *testing.T, values map[string]int32) {
 			_ = env.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
 		})
 	}
+	// The API server's Priority admission reads classes from its own
+	// informer, so a pod naming a class just created can be refused for a
+	// moment. A dry-run create passes admission without storing anything.
+	for name := range values {
+		probe := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "priority-probe"},
+			Spec:       corev1.PodSpec{PriorityClassName: name, Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
+		}
+		framework.Eventually(t, 10*time.Second, "Priority admission sees class "+name, func(ctx context.Context) (bool, error) {
+			_, err := env.Client.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil, err
+		})
+	}
 }
 
 func TestPriorityPreemptionHonoursPodDisruptionBudget(t *testing.T) {
