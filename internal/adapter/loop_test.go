@@ -291,6 +291,30 @@ func TestLoopEvictsThenBindsThePreemptorWhereItWaited(t *testing.T) {
 	}
 }
 
+// A pod with preemptionPolicy: Never waits for room instead of evicting
+// lower-priority pods, and its condition says why.
+func TestLoopPreemptionPolicyNeverEvictsNoOne(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	low, high := int32(1), int32(100)
+	for i, gpus := range []string{"0,1,2,3", "4,5,6,7"} {
+		p := newPod("ns", fmt.Sprint("low-", i)).GPUs(4).Obj()
+		p.Spec.NodeName, p.Spec.Priority = "a", &low
+		p.Annotations = map[string]string{GPUsAnnotation: gpus}
+		f.cache.upsertPod(p)
+	}
+	never := corev1.PreemptNever
+	urgent := newPod("ns", "urgent").GPUs(4).Obj()
+	urgent.Spec.Priority, urgent.Spec.PreemptionPolicy = &high, &never
+	f.cache.upsertPod(urgent)
+	f.cycle()
+	if len(f.api.evicted) != 0 || len(f.api.binds) != 0 {
+		t.Fatalf("evicted %v, bound %v; want neither", f.api.evicted, f.api.binds)
+	}
+	if got := f.status.conditions["ns/urgent"]; !strings.Contains(got, "preemptionPolicy: Never") {
+		t.Errorf("urgent's condition %q, want it to name preemptionPolicy: Never", got)
+	}
+}
+
 // The node gave two pods each other's chosen GPUs (gpus-held): evicting
 // one frees the GPUs it holds, and the preemptor is bound there, not on
 // the GPUs the scheduler once chose for the victim.

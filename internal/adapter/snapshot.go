@@ -211,6 +211,9 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 				pg.CreatedAt = created
 			}
 			pg.Priority = max(pg.Priority, podPriority(pi.pod))
+			if pp := pi.pod.Spec.PreemptionPolicy; pp != nil && *pp == corev1.PreemptNever {
+				pg.NeverEvicts = true
+			}
 		}
 		if g.pg != nil {
 			if v, ok := c.classes[g.pg.Spec.PriorityClassName]; ok {

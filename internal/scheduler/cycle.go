@@ -305,6 +305,9 @@ func (c *cycle) finish() {
 					// why of each node, which says more.
 					u.Code, u.Need, u.Capacity = model.UnplacedAboveCapacity, least, c.capacity
 					u.Reason = fmt.Sprintf("needs at least %s, more than all nodes have together (%s)", describe(least), describe(c.capacity))
+				case p.forbidden != "" && p.g.NeverEvicts:
+					u.Code = p.forbidden
+					u.Reason = "fits only by evicting other pods, and its pods have preemptionPolicy: Never"
 				case p.forbidden == model.UnplacedPreemptionDisabled:
 					u.Code = p.forbidden
 					u.Reason = fmt.Sprintf("fits only by preempting lower-priority pods, and queue %q has spec.preemption: Never", c.tree.Name(p.q))

@@ -48,7 +48,8 @@
 //     elsewhere.
 //
 // A queue's policy is the core's too: a queue with NoPreemption never
-// preempts, one with NoReclaim never reclaims. For a group such a policy
+// preempts, one with NoReclaim never reclaims, and a group marked
+// NeverEvicts (its pods' preemptionPolicy: Never) does neither. For a group such a policy
 // keeps waiting, the core still finds out whether the eviction would have
 // placed it (and rolls that back), so that its Unplaced entry says so
 // (UnplacedPreemptionDisabled, UnplacedReclaimDisabled).

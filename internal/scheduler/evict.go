@@ -47,15 +47,16 @@ func (c *cycle) evictFor(across bool) {
 				continue
 			}
 			spec := c.tree.Spec(q)
+			never := p.g.NeverEvicts
 			if !across {
-				c.tryEvict(p, preempt, spec.NoPreemption)
+				c.tryEvict(p, preempt, spec.NoPreemption || never)
 				continue
 			}
-			if c.tree.FitsFairShare(q, p.demand) && c.tryEvict(p, reclaimFair, spec.NoReclaim) {
+			if c.tree.FitsFairShare(q, p.demand) && c.tryEvict(p, reclaimFair, spec.NoReclaim || never) {
 				continue
 			}
 			if c.tree.FitsGuarantee(q, p.demand) {
-				c.tryEvict(p, reclaimGuarantee, spec.NoReclaim)
+				c.tryEvict(p, reclaimGuarantee, spec.NoReclaim || never)
 			}
 		}
 	}

@@ -278,6 +278,13 @@ func TestQueuePolicyForbidsEvictions(t *testing.T) {
 		borrowers = append(borrowers, schedtest.Group("b"+string(rune('0'+i))).Queue("b").Created(int64(i)).Pods(1, schedtest.GPU(1, 1000)).Obj())
 	}
 	reclaimer := []model.PodGroup{schedtest.Group("a1").Queue("a").Created(100).Pods(4, schedtest.GPU(1, 1000)).Obj()}
+	neverEvicts := func(gs []model.PodGroup) []model.PodGroup {
+		out := slices.Clone(gs)
+		for i := range out {
+			out[i].NeverEvicts = true
+		}
+		return out
+	}
 	twoQueues := func(noReclaim bool) []model.Queue {
 		return []model.Queue{{Name: "org"},
 			{Name: "a", Parent: "org", Guaranteed: model.Resources{GPUMilli: 4000}, NoReclaim: noReclaim},
@@ -295,7 +302,11 @@ func TestQueuePolicyForbidsEvictions(t *testing.T) {
 		{name: "preemption allowed", queues: []model.Queue{{Name: "a"}}, first: fill, arrive: urgent, wantEvicts: true},
 		{name: "preemption Never", queues: []model.Queue{{Name: "a", NoPreemption: true}}, first: fill, arrive: urgent,
 			wantCode: model.UnplacedPreemptionDisabled, wantReason: `queue "a" has spec.preemption: Never`},
+		{name: "a pod's preemptionPolicy Never", queues: []model.Queue{{Name: "a"}}, first: fill, arrive: neverEvicts(urgent),
+			wantCode: model.UnplacedPreemptionDisabled, wantReason: "preemptionPolicy: Never"},
 		{name: "reclaim allowed", queues: twoQueues(false), first: borrowers, arrive: reclaimer, wantEvicts: true},
+		{name: "a reclaimer's preemptionPolicy Never", queues: twoQueues(false), first: borrowers, arrive: neverEvicts(reclaimer),
+			wantCode: model.UnplacedReclaimDisabled, wantReason: "preemptionPolicy: Never"},
 		{name: "reclaim Never", queues: twoQueues(true), first: borrowers, arrive: reclaimer,
 			wantCode: model.UnplacedReclaimDisabled, wantReason: `queue "a" has spec.reclaim: Never`},
 	}

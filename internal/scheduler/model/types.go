@@ -210,6 +210,10 @@ type PodGroup struct {
 	// means a group may be evicted only by a strictly higher priority in
 	// its own queue or by reclaim of borrowed quota.
 	NonPreemptible bool `json:"nonPreemptible,omitempty"`
+	// NeverEvicts groups evict no one for themselves, neither preempting
+	// nor reclaiming (their pods say preemptionPolicy: Never); they wait
+	// for room instead.
+	NeverEvicts bool `json:"neverEvicts,omitempty"`
 	// MinResources is the least the gang needs its queue to admit, for
 	// example what its workload will grow to once started. A queue admits
 	// the group only when its usage plus the larger of this and the pods'
