@@ -50,6 +50,9 @@ const (
 	// SubMiBMemory: memory quantities that are not whole MiB (decimal
 	// suffixes, bytes), in pods as on nodes.
 	SubMiBMemory Feature = "subMiBMemory"
+	// Overcommitted: nodes whose running pods ask for more than their
+	// allocatable (it shrank after they were bound).
+	Overcommitted Feature = "overcommitted"
 	// TimeSlicing: GPUs time-sliced under nvidia.com/gpu (allocatable
 	// counts replicas, nvidia.com/gpu.replicas labels the factor).
 	TimeSlicing Feature = "timeSlicing"
@@ -66,14 +69,14 @@ const (
 // allFeatures lists every feature the generator knows, in the order
 // their fields are drawn.
 var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, GPUs, FinishedPods,
-	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, TimeSlicing, HostPorts, InterPodAffinity, TopologySpread}
+	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, HostPorts, InterPodAffinity, TopologySpread}
 
 // enabled is the features the test draws: the filters gpuplane-scheduler
 // keeps. A feature that gpuplane-scheduler comes to keep is switched on
 // here, by adding it to this list; the test then holds it to
 // kube-scheduler's outcome. The others stay off because gpuplane-scheduler
 // does not keep them yet (issue 29): switched on, they show differences.
-var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, GPUs, FinishedPods, Overhead}
+var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, GPUs, FinishedPods, Overhead, Overcommitted}
 
 // featureFlag overrides enabled for one run: a comma-separated list, each
 // entry a feature to draw, +feature to add one to enabled or -feature to

@@ -202,8 +202,19 @@ func (g *gen) running(node *corev1.Node, left *free, name string) *corev1.Pod {
 	want := corev1.ResourceList{}
 	// Map order is random: resources are drawn in name order, so that a
 	// seed always draws the same case.
+	over := g.on[Overcommitted] && g.chance(0.1)
 	for _, res := range slices.Sorted(maps.Keys(left.list)) {
 		q := left.list[res]
+		if over {
+			// Room the node no longer has: its allocatable shrank
+			// after the pod was bound (a kubelet restarted with larger
+			// reservations, a GPU taken out of service).
+			q = node.Status.Allocatable[res]
+			q.Add(q)
+		}
+		if q.Sign() < 0 {
+			q = resource.Quantity{}
+		}
 		if res == corev1.ResourcePods || g.chance(0.3) {
 			continue
 		}
@@ -225,7 +236,7 @@ func (g *gen) running(node *corev1.Node, left *free, name string) *corev1.Pod {
 		}
 	}
 	p := g.pod(name, want)
-	if !fits(podRequests(p), left.list) {
+	if !over && !fits(podRequests(p), left.list) {
 		// The overhead took it past what is left.
 		p.Spec.Overhead, p.Spec.RuntimeClassName = nil, nil
 	}
