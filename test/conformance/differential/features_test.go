@@ -30,6 +30,9 @@ const (
 	// and sidecars, against allocatable less what running pods hold; pod
 	// memory in whole MiB, node memory in Ki as kubelets report it.
 	CPUMemory Feature = "cpuMemory"
+	// PodLevelResources: cpu and memory asked for by the pod as a whole
+	// (spec.resources), beyond what its containers ask.
+	PodLevelResources Feature = "podLevelResources"
 	// GPUs: whole nvidia.com/gpu on nodes labelled as GPU Feature
 	// Discovery labels them.
 	GPUs Feature = "gpus"
@@ -68,7 +71,7 @@ const (
 
 // allFeatures lists every feature the generator knows, in the order
 // their fields are drawn.
-var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, GPUs, FinishedPods,
+var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods,
 	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, HostPorts, InterPodAffinity, TopologySpread}
 
 // enabled is the features the test draws: the filters gpuplane-scheduler
@@ -76,7 +79,7 @@ var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, C
 // here, by adding it to this list; the test then holds it to
 // kube-scheduler's outcome. The others stay off because gpuplane-scheduler
 // does not keep them yet (issue 29): switched on, they show differences.
-var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, GPUs, FinishedPods, Overhead, Overcommitted}
+var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted}
 
 // featureFlag overrides enabled for one run: a comma-separated list, each
 // entry a feature to draw, +feature to add one to enabled or -feature to

@@ -318,6 +318,9 @@ func (g *gen) pod(name string, want corev1.ResourceList) *corev1.Pod {
 	var second *corev1.Container
 	var init *corev1.Container
 	shape := g.pick(4)
+	if g.on[PodLevelResources] && g.chance(0.2) {
+		shape = 4
+	}
 	if shape > 0 {
 		second = &corev1.Container{Name: "second", Image: main.Image, Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}}}
 	}
@@ -342,6 +345,13 @@ func (g *gen) pod(name string, want corev1.ResourceList) *corev1.Pod {
 		case 2: // an init container: the larger of it and the containers
 			a, _ := g.split(res, q)
 			main.Resources.Requests[res], second.Resources.Requests[res] = a, q
+		case 4: // pod-level resources, above what the container asks
+			a, _ := g.split(res, q)
+			main.Resources.Requests[res] = a
+			if p.Spec.Resources == nil {
+				p.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{}}
+			}
+			p.Spec.Resources.Requests[res] = q
 		}
 	}
 	p.Spec.Containers = []corev1.Container{main}

@@ -159,6 +159,9 @@ func podEdits(c *cluster, at func(*cluster) *corev1.Pod) []*cluster {
 	if len(p.Spec.TopologySpreadConstraints) > 0 {
 		edit(func(p *corev1.Pod) { p.Spec.TopologySpreadConstraints = nil })
 	}
+	if p.Spec.Resources != nil {
+		edit(func(p *corev1.Pod) { p.Spec.Resources = nil })
+	}
 	if p.Spec.Overhead != nil {
 		edit(func(p *corev1.Pod) { p.Spec.Overhead, p.Spec.RuntimeClassName = nil, nil })
 	}
