@@ -59,6 +59,13 @@ const (
 	// TimeSlicing: GPUs time-sliced under nvidia.com/gpu (allocatable
 	// counts replicas, nvidia.com/gpu.replicas labels the factor).
 	TimeSlicing Feature = "timeSlicing"
+	// SharedGPUs: GPUs time-sliced under a name of their own
+	// (nvidia.com/gpu.shared, with nvidia.com/gpu.replicas), and pods
+	// that ask for replicas of them.
+	SharedGPUs Feature = "sharedGPUs"
+	// MIG: GPUs in MIG mode (nvidia.com/mig-1g.10gb), and pods that ask
+	// for a MIG device.
+	MIG Feature = "mig"
 	// HostPorts: containers' hostPort, on running and pending pods.
 	HostPorts Feature = "hostPorts"
 	// InterPodAffinity: required pod affinity and anti-affinity of
@@ -72,7 +79,7 @@ const (
 // allFeatures lists every feature the generator knows, in the order
 // their fields are drawn.
 var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods,
-	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, HostPorts, InterPodAffinity, TopologySpread}
+	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, SharedGPUs, MIG, HostPorts, InterPodAffinity, TopologySpread}
 
 // enabled is the features the test draws: the filters gpuplane-scheduler
 // keeps. A feature that gpuplane-scheduler comes to keep is switched on

@@ -40,6 +40,7 @@ const (
 	taintUnschedulable = "node.kubernetes.io/unschedulable"
 
 	resourceNIC       corev1.ResourceName = "example.com/nic"
+	resourceMIG       corev1.ResourceName = gpunode.MIGResourcePrefix + "1g.10gb"
 	resourceHugePages corev1.ResourceName = "hugepages-2Mi"
 
 	mib = 1 << 20
@@ -137,6 +138,16 @@ func (g *gen) node(i int) *corev1.Node {
 			count *= replicas
 		}
 		alloc[gpunode.ResourceGPU] = *resource.NewQuantity(int64(count), resource.DecimalSI)
+		switch {
+		case g.on[SharedGPUs] && g.chance(0.3):
+			replicas := pickOf(g, []int{2, 4})
+			n.Labels[gpunode.LabelGPUReplicas] = strconv.Itoa(replicas)
+			delete(alloc, gpunode.ResourceGPU)
+			alloc[gpunode.ResourceGPUShared] = *resource.NewQuantity(int64(gpus*replicas), resource.DecimalSI)
+		case g.on[MIG] && g.chance(0.3):
+			delete(alloc, gpunode.ResourceGPU)
+			alloc[resourceMIG] = *resource.NewQuantity(int64(7*gpus), resource.DecimalSI)
+		}
 	}
 	if g.on[EphemeralStorage] {
 		alloc[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(10+g.pick(90))<<30, resource.BinarySI)
@@ -228,6 +239,8 @@ func (g *gen) running(node *corev1.Node, left *free, name string) *corev1.Pod {
 			v = g.r.Int64N(q.Value()/(2*mib)+1) * 2 * mib
 		case corev1.ResourceEphemeralStorage:
 			v = g.r.Int64N(q.Value()/2/mib+1) * mib
+		case resourceMIG:
+			v = min(g.r.Int64N(q.Value()+1), 1) // one MIG device a pod
 		default:
 			v = g.r.Int64N(q.Value() + 1)
 		}

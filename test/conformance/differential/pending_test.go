@@ -58,6 +58,12 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 	if g.on[GPUs] && g.chance(0.6) {
 		edge(gpunode.ResourceGPU, 1, 4)
 	}
+	if g.on[SharedGPUs] && g.chance(0.4) {
+		edge(gpunode.ResourceGPUShared, 1, 4)
+	}
+	if g.on[MIG] && g.chance(0.4) {
+		edge(resourceMIG, 1, 1)
+	}
 	if g.on[EphemeralStorage] {
 		edge(corev1.ResourceEphemeralStorage, mib, 4096)
 	}

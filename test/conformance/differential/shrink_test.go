@@ -4,19 +4,21 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
 
 // shrink finds a smaller case than c on which the schedulers still
-// differ: only the pending pod they differ on, then greedily fewer nodes,
+// differ in the same way (difference.kind): only the pending pod they differ on, then greedily fewer nodes,
 // fewer running pods, and fewer labels, taints, resources, tolerations,
 // selector entries and affinity requirements, one at a time, keeping each
 // change after which they still differ, until none is left to take away.
 func shrink(ctx context.Context, o *oracle, c *cluster, d *difference) *cluster {
+	want := d.kind()
 	differs := func(x *cluster) bool {
 		dd, err := differ(ctx, o, x)
-		return err == nil && dd != nil
+		return err == nil && dd != nil && dd.kind() == want
 	}
 	cur := &cluster{nodes: c.nodes, running: c.running, pending: []*corev1.Pod{d.pod}}
 	if !differs(cur) {
@@ -186,4 +188,25 @@ func (c *cluster) clone() *cluster {
 		x.pending = append(x.pending, p.DeepCopy())
 	}
 	return x
+}
+
+// kind names how the schedulers differ on the first node where they do:
+// which of them takes the pod, and the filter of the one that refuses it
+// (up to the first colon: the plugin, or gpuplane's reason without its
+// details). Shrinking keeps it, so that taking something away never turns
+// one difference into another (a label a node needs, say).
+func (d *difference) kind() string {
+	for _, n := range slices.Sorted(maps.Keys(d.kube)) {
+		k, g := d.kube[n], d.ours[n]
+		if (k == "") == (g == "") {
+			continue
+		}
+		if k == "" {
+			g, _, _ = strings.Cut(g, ":")
+			return "gpuplane refuses: " + g
+		}
+		k, _, _ = strings.Cut(k, ":")
+		return "kube-scheduler refuses: " + k
+	}
+	return ""
 }
