@@ -61,12 +61,13 @@ goroot_bin="$("$GO" env GOROOT)/bin"
 # A package may be in the product module or in a test module of its own
 # under test/ (test/conformance): its module is the nearest directory above
 # it with a go.mod, and go commands about it run there.
-declare -A modof=()
+declare -A modof=() seenmod=()
 mods=()
 for pkg in "${pkgs[@]}"; do
 	d=${pkg#./}
 	while [ "$d" != . ] && [ ! -f "$d/go.mod" ]; do d=$(dirname "$d"); done
-	[ -n "${modof[$d]+x}" ] || mods+=("$d")
+	[ -n "${seenmod[$d]+x}" ] || mods+=("$d")
+	seenmod[$d]=1
 	modof[$pkg]=$d
 done
 
