@@ -16,7 +16,7 @@ import (
 
 // cases is how many clusters TestDifferential draws; each has up to four
 // pending pods judged on their own.
-var cases = flag.Int("differential.cases", 2000, "clusters TestDifferential draws")
+var cases = flag.Int("differential.cases", 1500, "clusters TestDifferential draws")
 
 // seed is the first seed TestDifferential draws from; case i uses seed+i.
 var seed = flag.Uint64("differential.seed", 1, "first seed of TestDifferential's clusters")
