@@ -51,7 +51,10 @@ const (
 	// (example.com/nic), counted against what running pods hold.
 	ExtendedResources Feature = "extendedResources"
 	// SubMiBMemory: memory quantities that are not whole MiB (decimal
-	// suffixes, bytes), in pods as on nodes.
+	// suffixes, bytes), in pods as on nodes. Off: the core counts memory
+	// in MiB (model.Request.MemoryMiB), each pod's rounded up and the
+	// node's down, so a node within a MiB of full refuses what
+	// kube-scheduler, counting bytes, admits.
 	SubMiBMemory Feature = "subMiBMemory"
 	// Overcommitted: nodes whose running pods ask for more than their
 	// allocatable (it shrank after they were bound).
@@ -76,8 +79,7 @@ const (
 	TopologySpread Feature = "topologySpread"
 )
 
-// allFeatures lists every feature the generator knows, in the order
-// their fields are drawn.
+// allFeatures lists every feature the generator knows.
 var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods,
 	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, SharedGPUs, MIG, HostPorts, InterPodAffinity, TopologySpread}
 
