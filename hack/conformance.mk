@@ -3,7 +3,9 @@
 # manager and plugin manager (k8s.io/kubernetes v1.36.3), against the
 # simulated backend. The DRA tests read ResourceClaims from a real
 # kube-apiserver (etcd and kube-apiserver from bin/, built by
-# controlplane-bins). They live in their own module, test/conformance. The
+# controlplane-bins). The differential test (test/conformance/differential)
+# compares gpuplane-scheduler's feasible nodes with kube-scheduler's own
+# Filter plugins on random clusters. They live in their own module, test/conformance. The
 # first build compiles part of k8s.io/kubernetes and takes several minutes on
 # 2 cores.
 GO ?= go

@@ -7,6 +7,9 @@ GO ?= go
 FUZZTIME ?= 8s
 # package:target, one per parser. A new parser of untrusted input adds its
 # fuzz target here; test-fuzz fails on a Fuzz function missing from the list.
+# The last, in the test module test/conformance, draws random clusters from
+# the fuzzer's input and compares gpuplane-scheduler's feasible nodes with
+# kube-scheduler's Filter plugins (test/conformance/differential).
 # FUZZ_TARGETS picks a subset to run (make test-fuzz FUZZ_TARGETS=./api/gpunode:FuzzParseTopology).
 FUZZ_ALL := \
 	./api/config/v1:FuzzLoad \
@@ -37,7 +40,8 @@ FUZZ_ALL := \
 	./internal/adapter/grouper:FuzzFromVolcano \
 	./api/dra:FuzzDecodeConfig \
 	./internal/dra:FuzzDecodeCheckpoint \
-	./internal/gomem:FuzzCgroupLimit
+	./internal/gomem:FuzzCgroupLimit \
+	./test/conformance/differential:FuzzDifferential
 FUZZ_TARGETS ?= $(FUZZ_ALL)
 
 .PHONY: test-fuzz

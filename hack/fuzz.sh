@@ -3,7 +3,8 @@
 #
 # FUZZ_ALL lists every target as package:FuzzName; FUZZ_TARGETS the ones to
 # run. A Fuzz function in a _test.go file outside test/ that FUZZ_ALL does not
-# list fails the run.
+# list fails the run. A package may be in a test module of its own under test/
+# (./test/conformance/differential): it is built in its module.
 #
 # Each package's fuzz-instrumented test binary is built once (go test -c
 # -fuzz) and runs each of the package's targets, in the package's directory,
@@ -57,21 +58,42 @@ out=$tmp/out
 # go test puts GOROOT/bin first on a test's PATH; so does this script.
 goroot_bin="$("$GO" env GOROOT)/bin"
 
-# Each package's import path (its cache directory), from one go list, by
-# its ./path.
+# A package may be in the product module or in a test module of its own
+# under test/ (test/conformance): its module is the nearest directory above
+# it with a go.mod, and go commands about it run there.
+declare -A modof=() seenmod=()
+mods=()
+for pkg in "${pkgs[@]}"; do
+	d=${pkg#./}
+	while [ "$d" != . ] && [ ! -f "$d/go.mod" ]; do d=$(dirname "$d"); done
+	[ -n "${seenmod[$d]+x}" ] || mods+=("$d")
+	seenmod[$d]=1
+	modof[$pkg]=$d
+done
+
+# Each package's import path (its cache directory), from one go list per
+# module, by its ./path.
 declare -A importpath=()
-list=$("$GO" list -f '{{.ImportPath}} {{.Dir}}' "${pkgs[@]}")
-while read -r ip d; do
-	importpath[./${d#"$PWD"/}]=$ip
-done <<<"$list"
+for mod in "${mods[@]}"; do
+	rel=()
+	for pkg in "${pkgs[@]}"; do
+		if [ "${modof[$pkg]}" = "$mod" ]; then
+			rel+=("./$(realpath -m --relative-to="$mod" "${pkg#./}")")
+		fi
+	done
+	list=$(cd "$mod" && "$GO" list -f '{{.ImportPath}} {{.Dir}}' "${rel[@]}")
+	while read -r ip d; do
+		importpath[./${d#"$PWD"/}]=$ip
+	done <<<"$list"
+done
 
 for pkg in "${pkgs[@]}"; do
-	[ -n "${importpath[$pkg]:-}" ] || { echo "fuzz: $pkg is not a ./path of a package in this module"; exit 1; }
+	[ -n "${importpath[$pkg]:-}" ] || { echo "fuzz: $pkg is not a ./path of a package in this repository's modules"; exit 1; }
 	dir=$PWD/${pkg#./}
 	bin=$tmp/fuzz.test
 	echo "fuzz: building $pkg's instrumented test binary"
 	# Linked as go test links the binaries it runs: without DWARF and symbol table.
-	"$GO" test -c -fuzz=. -ldflags='-s -w' -o "$bin" "$pkg"
+	(cd "${modof[$pkg]}" && "$GO" test -c -fuzz=. -ldflags='-s -w' -o "$bin" "./$(realpath -m --relative-to=. "$dir")")
 	for name in ${names[$pkg]}; do
 		echo "fuzz: $name in $pkg for $FUZZTIME"
 		start=$SECONDS

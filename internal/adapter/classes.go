@@ -98,6 +98,22 @@ func staticFit(log klog.Logger, p *corev1.Pod, extended corev1.ResourceList, n *
 	return ""
 }
 
+// tolerateCordon is the core's toleration of an Unschedulable node
+// (model.TaintUnschedulable).
+var tolerateCordon = []model.Toleration{{Key: model.TaintUnschedulable, Exists: true}}
+
+// cordonTolerations returns tolerateCordon when the pod's tolerations
+// tolerate the NoSchedule taint node.kubernetes.io/unschedulable, which
+// lets it onto a cordoned node as kube-scheduler's NodeUnschedulable does
+// (a DaemonSet's pod, or one that tolerates every taint); nil otherwise.
+func cordonTolerations(p *corev1.Pod) []model.Toleration {
+	cordon := corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+	if corehelpers.TolerationsTolerateTaint(klog.Background(), p.Spec.Tolerations, &cordon, false) {
+		return tolerateCordon
+	}
+	return nil
+}
+
 // otherExtended is what a pod asks of extended resources the core does
 // not model (everything but nvidia.com/gpu, its shares, MIG devices and the
 // resources that ask for part of a GPU: an RDMA device, say); nil when

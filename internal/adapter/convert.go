@@ -392,6 +392,9 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 		MilliCPU:  reqs.Cpu().MilliValue(),
 		MemoryMiB: (reqs.Memory().Value() + 1<<20 - 1) >> 20,
 		GPUs:      int(quantityInt(reqs, ResourceGPU)),
+		// The pod's other tolerations reach the core through its
+		// predicate class (classes.go).
+		Tolerations: cordonTolerations(p),
 	}
 	if n := quantityInt(reqs, ResourceGPUShared); n > 0 {
 		if out.GPUs > 0 {

@@ -43,8 +43,10 @@ import (
 //
 // A pod that asks for no GPU and has none from steps 1 to 5 holds none.
 // Pods take their part in key order, those with known shares first, so
-// the same pods always give the same result; a pod whose part does not fit
-// what is left is the one left out. The claims no pod on the node holds
+// the same pods always give the same result; a pod that asks for more CPU
+// or memory than is left counts for what is left (the node is full, as
+// kube-scheduler counts it), and one whose GPUs do not fit what is left
+// is the one left out. The claims no pod on the node holds
 // take theirs before any pod (nodeAllocations).
 type nodeHoldings struct {
 	node *model.Node
@@ -125,8 +127,19 @@ func (h *nodeHoldings) resolve(pods map[string]*podInfo) (held []podHeld, over [
 			e.shares = autoShares(h.node, h.gpuFree, h.sliceFree, &e.req)
 		}
 		if !h.take(&e.req, e.shares) {
-			over = append(over, e.pi.key)
-			continue
+			// More CPU or memory than is left: the node's allocatable
+			// shrank under its pods (a kubelet restarted with larger
+			// reservations). The kubelet keeps the pod and
+			// kube-scheduler counts all of it, so the node has none of
+			// it left for new pods; the pod counts for what is left, as
+			// leaving it out would offer its room again.
+			short := e.req
+			short.MilliCPU, short.MemoryMiB = min(short.MilliCPU, h.cpu), min(short.MemoryMiB, h.mem)
+			if !h.take(&short, e.shares) {
+				over = append(over, e.pi.key)
+				continue
+			}
+			e.req = short
 		}
 		held = append(held, e)
 	}

@@ -155,9 +155,12 @@ func TestNodeHoldings(t *testing.T) {
 			pods: []*podInfo{heldPod("b", gpus(1), recorded("2")), heldPod("a", gpus(1), chosen("2")), heldPod("c", gpus(1))},
 			want: []want{{"a", whole(2), gpus(1)}, {"c", whole(0), gpus(1)}},
 			over: []string{"b"}},
-		{name: "a pod above the node's CPU is left out",
-			pods: []*podInfo{heldPod("a", model.Request{MilliCPU: 6000}), heldPod("b", model.Request{MilliCPU: 6000})},
-			want: []want{{"a", nil, model.Request{MilliCPU: 6000}}},
+		{name: "a pod above the node's CPU and memory counts for what is left: the node is full, as kube-scheduler counts it",
+			pods: []*podInfo{heldPod("a", model.Request{MilliCPU: 6000, MemoryMiB: 1 << 19}), heldPod("b", model.Request{MilliCPU: 6000, MemoryMiB: 1 << 20})},
+			want: []want{{"a", nil, model.Request{MilliCPU: 6000, MemoryMiB: 1 << 19}}, {"b", nil, model.Request{MilliCPU: 2000, MemoryMiB: node.MemoryMiB - 1<<19}}}},
+		{name: "a pod above the node's CPU whose GPUs do not fit is left out",
+			pods: []*podInfo{heldPod("a", model.Request{MilliCPU: 8000}, chosen("1")), heldPod("b", model.Request{MilliCPU: 1000}, chosen("1"))},
+			want: []want{{"a", whole(1), model.Request{MilliCPU: 8000}}},
 			over: []string{"b"}},
 	}
 	for _, tc := range tests {

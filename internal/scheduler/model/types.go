@@ -100,6 +100,13 @@ func (g GPU) Capacity() int64 {
 	return g.Milli
 }
 
+// TaintUnschedulable is the taint an Unschedulable node repels requests
+// with: one whose tolerations tolerate it (a NoSchedule taint of this key)
+// may still go there, as Kubernetes lets a pod that tolerates the cordon's
+// node.kubernetes.io/unschedulable taint onto a cordoned node (a
+// DaemonSet's, say).
+const TaintUnschedulable = "node.kubernetes.io/unschedulable"
+
 // Taint repels pods that do not tolerate it.
 type Taint struct {
 	Key    string `json:"key"`
@@ -125,7 +132,8 @@ type Node struct {
 	Taints    []Taint           `json:"taints,omitempty"`
 	// Topology is the GPU-to-GPU connectivity (NVLink/PCIe); nil if unknown.
 	Topology *gpu.Topology `json:"-"`
-	// Unschedulable nodes keep their running pods but take no new ones.
+	// Unschedulable nodes keep their running pods but take no new ones,
+	// save those whose request tolerates TaintUnschedulable.
 	Unschedulable bool `json:"unschedulable,omitempty"`
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).

@@ -51,7 +51,7 @@ func serves(req *model.Request, g *model.GPU) bool {
 }
 
 // StaticFits reports whether req could run on node n were n empty: n is
-// schedulable, its labels match req's node selector, req tolerates its
+// schedulable (or req tolerates its cordon), its labels match req's node selector, req tolerates its
 // taints, n has the CPU and memory, and when req uses GPUs n has GPUs of an
 // allowed model, in the mode and of the size req needs (MIG GPUs with
 // enough slices for a MIG instance, non-MIG GPUs otherwise). It reads only
@@ -90,7 +90,7 @@ func ModelAllowed(req *model.Request, g *model.GPU) bool { return modelAllowed(r
 // nodeAccepts checks the node-level part of StaticFits: schedulability,
 // selector, taints.
 func nodeAccepts(n *model.Node, req *model.Request) bool {
-	if n.Unschedulable {
+	if cordoned(n, req) {
 		return false
 	}
 	for k, v := range req.NodeSelector {
@@ -107,6 +107,12 @@ func nodeAccepts(n *model.Node, req *model.Request) bool {
 		}
 	}
 	return true
+}
+
+// cordoned reports whether n is unschedulable for req: n is
+// Unschedulable and req does not tolerate model.TaintUnschedulable.
+func cordoned(n *model.Node, req *model.Request) bool {
+	return n.Unschedulable && !tolerates(req.Tolerations, model.Taint{Key: model.TaintUnschedulable, Effect: "NoSchedule"})
 }
 
 func tolerates(tols []model.Toleration, t model.Taint) bool {
@@ -273,7 +279,7 @@ const (
 func (s *State) Why(i int, req *model.Request) string {
 	ns := &s.Nodes[i]
 	switch {
-	case ns.Node.Unschedulable:
+	case cordoned(ns.Node, req):
 		return FilterUnschedulable
 	case !nodeAccepts(ns.Node, req):
 		return FilterSelector
