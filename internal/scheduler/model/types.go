@@ -165,6 +165,13 @@ type Request struct {
 	DeviceSet    string            `json:"deviceSet,omitempty"`
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	Tolerations  []Toleration      `json:"tolerations,omitempty"`
+	// Namespace and Labels are the pod's, which other pods' affinity
+	// terms and spread constraints select; Affinity and Spread are its own
+	// (podaffinity.go).
+	Namespace string             `json:"namespace,omitempty"`
+	Labels    map[string]string  `json:"labels,omitempty"`
+	Affinity  *PodAffinity       `json:"podAffinity,omitempty"`
+	Spread    []SpreadConstraint `json:"spread,omitempty"`
 }
 
 // Shared reports whether the request takes part of one GPU.
