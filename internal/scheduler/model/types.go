@@ -130,6 +130,10 @@ type Node struct {
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).
 	MIG *NodeMIG `json:"mig,omitempty"`
+	// Domains holds the labels pod constraints read topology keys from
+	// (podaffinity.go), apart from Labels so that they do not split nodes
+	// into classes; a key it lacks is read from Labels.
+	Domains map[string]string `json:"domains,omitempty"`
 }
 
 // Request is what one pod asks for.

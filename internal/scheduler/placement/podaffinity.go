@@ -54,10 +54,14 @@ type topoKey struct {
 
 // labelSet is the pods of one namespace and label set.
 type labelSet struct {
-	ns       string
-	labels   map[string]string
-	pods     int32
+	ns     string
+	labels map[string]string
+	pods   int32
+	// onNode counts the set's pods per node; the set of pods with no
+	// namespace and no labels, which the simulator's pods all are, counts
+	// them in dense instead (one per node), which costs no hashing.
 	onNode   map[int32]int32
+	dense    []int32
 	counters []*counter
 }
 
@@ -112,7 +116,11 @@ func (x *podIndex) key(s *State, name string) *topoKey {
 	k := &topoKey{dom: make([]int32, len(s.Nodes))}
 	ids := map[string]int32{}
 	for i := range s.Nodes {
-		v, ok := s.Nodes[i].Node.Labels[name]
+		n := s.Nodes[i].Node
+		v, ok := n.Domains[name]
+		if !ok {
+			v, ok = n.Labels[name]
+		}
 		if !ok {
 			k.dom[i] = -1
 			continue
@@ -130,10 +138,11 @@ func (x *podIndex) key(s *State, name string) *topoKey {
 }
 
 // set returns the label set of req's pod.
-func (x *podIndex) set(req *model.Request) *labelSet {
+func (x *podIndex) set(s *State, req *model.Request) *labelSet {
 	if req.Namespace == "" && len(req.Labels) == 0 {
 		if x.plain == nil {
 			x.plain = x.newSet("", nil, "")
+			x.plain.onNode, x.plain.dense = nil, make([]int32, len(s.Nodes))
 		}
 		return x.plain
 	}
@@ -173,9 +182,11 @@ func (x *podIndex) newSet(ns string, labels map[string]string, id string) *label
 
 // apply counts (sign 1) or uncounts (-1) req's pod on node i.
 func (x *podIndex) apply(s *State, i int, req *model.Request, sign int32) {
-	ls := x.set(req)
+	ls := x.set(s, req)
 	ls.pods += sign
-	if n := ls.onNode[int32(i)] + sign; n == 0 {
+	if ls.dense != nil {
+		ls.dense[i] += sign
+	} else if n := ls.onNode[int32(i)] + sign; n == 0 {
 		delete(ls.onNode, int32(i))
 	} else {
 		ls.onNode[int32(i)] = n
@@ -331,6 +342,11 @@ func (x *podIndex) counter(s *State, id []byte, terms []model.PodAffinityTerm, k
 			ls.counters = append(ls.counters, c)
 			for node, n := range ls.onNode {
 				c.add(int(node), n)
+			}
+			for node, n := range ls.dense {
+				if n != 0 {
+					c.add(node, n)
+				}
 			}
 		}
 	}

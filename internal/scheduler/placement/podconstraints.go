@@ -80,7 +80,7 @@ func (s *State) view(req *model.Request) *view {
 func (x *podIndex) build(s *State, req *model.Request) *view {
 	v := &view{gen: x.holderGen}
 	for _, h := range x.holderList {
-		if h.live <= 0 || !h.term.Matches(req.Namespace, req.Labels) {
+		if !h.term.Matches(req.Namespace, req.Labels) {
 			continue
 		}
 		switch h.kind {
