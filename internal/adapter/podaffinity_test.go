@@ -212,3 +212,30 @@ func TestSnapshotCarriesPodConstraints(t *testing.T) {
 	}
 	t.Fatal("guard is gone")
 }
+
+// TestCacheKeepsPodConstraints: the informer's slimmed pods keep what the
+// constraints read: a waiting pod its spread constraints and affinity, a
+// placed pod its inter-pod affinity (its anti-affinity still repels).
+func TestCacheKeepsPodConstraints(t *testing.T) {
+	p := newPod("ns", "p").GPUs(1).Obj()
+	p.Spec.Affinity = &corev1.Affinity{
+		NodeAffinity:    &corev1.NodeAffinity{},
+		PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{TopologyKey: "zone"}}},
+	}
+	p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: corev1.DoNotSchedule}}
+	slimmed := func(p *corev1.Pod) *corev1.Pod {
+		o, err := forCache(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.(*corev1.Pod)
+	}
+	if w := slimmed(p.DeepCopy()); len(w.Spec.TopologySpreadConstraints) != 1 || w.Spec.Affinity.PodAntiAffinity == nil {
+		t.Fatalf("waiting pod lost its constraints: %+v", w.Spec)
+	}
+	p.Spec.NodeName = "n"
+	b := slimmed(p.DeepCopy())
+	if b.Spec.Affinity == nil || b.Spec.Affinity.PodAntiAffinity == nil || b.Spec.Affinity.NodeAffinity != nil {
+		t.Fatalf("placed pod keeps %+v, want its pod anti-affinity only", b.Spec.Affinity)
+	}
+}
