@@ -110,8 +110,8 @@ type clusterCache struct {
 	// nsSelectors lists the pods whose affinity selects namespaces by
 	// label: they are converted again when a namespace's labels change.
 	nsSelectors map[string]bool
-	classes   map[string]int32
-	pdbs      map[string]*policyv1.PodDisruptionBudget
+	classes     map[string]int32
+	pdbs        map[string]*policyv1.PodDisruptionBudget
 
 	// assumed are the binds in flight (binder.bind): they hold their
 	// nodes in every snapshot until the informer shows the pods bound.

@@ -108,7 +108,11 @@ func TestExistingPodsAntiAffinity(t *testing.T) {
 	snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run...), Pending: []model.PodGroup{
 		lone("web", labelled(schedtest.GPU(1, 1000), "app", "web")),
 		lone("other", labelled(schedtest.GPU(1, 1000), "app", "other")),
-		lone("web-elsewhere", func() model.Request { r := labelled(schedtest.GPU(1, 1000), "app", "web"); r.Namespace = "ns2"; return r }()),
+		lone("web-elsewhere", func() model.Request {
+			r := labelled(schedtest.GPU(1, 1000), "app", "web")
+			r.Namespace = "ns2"
+			return r
+		}()),
 	}}
 	_, at := runCycle(t, snap)
 	// Packing would put every pod next to the guard (its node is the one

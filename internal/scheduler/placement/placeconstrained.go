@@ -36,7 +36,7 @@ func (h *treeHeap) Less(a, b int) bool {
 	return h.c.pick(h.c.tree[h.pos[a]], h.c.tree[h.pos[b]]) == h.c.tree[h.pos[a]]
 }
 func (h *treeHeap) Swap(a, b int) { h.pos[a], h.pos[b] = h.pos[b], h.pos[a] }
-func (h *treeHeap) Push(x any)   { h.pos = append(h.pos, x.(int32)) }
+func (h *treeHeap) Push(x any)    { h.pos = append(h.pos, x.(int32)) }
 func (h *treeHeap) Pop() any {
 	x := h.pos[len(h.pos)-1]
 	h.pos = h.pos[:len(h.pos)-1]
