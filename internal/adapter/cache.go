@@ -107,11 +107,12 @@ type clusterCache struct {
 	podGroups map[string]*v1alpha1.PodGroup
 	nsQueue   map[string]string
 	nsLabels  map[string]map[string]string
+	classes   map[string]int32
+	pdbs      map[string]*policyv1.PodDisruptionBudget
+
 	// nsSelectors lists the pods whose affinity selects namespaces by
 	// label: they are converted again when a namespace's labels change.
 	nsSelectors map[string]bool
-	classes     map[string]int32
-	pdbs        map[string]*policyv1.PodDisruptionBudget
 
 	// assumed are the binds in flight (binder.bind): they hold their
 	// nodes in every snapshot until the informer shows the pods bound.
