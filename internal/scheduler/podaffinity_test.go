@@ -245,26 +245,35 @@ func TestTopologySpread(t *testing.T) {
 		}
 	})
 	t.Run("only counted nodes make the minimum", func(t *testing.T) {
-		nodes := zonedNodes(3, 3, 8)
-		nodes[0].Labels["pool"], nodes[1].Labels["pool"], nodes[2].Labels["pool"] = "a", "a", "b"
+		// z0 holds n-0 (pool a, empty) and n-3 (pool b, two pods); z1
+		// holds n-1 (pool a, one pod); z2 holds n-2 (pool b, empty).
+		nodes := zonedNodes(4, 3, 8)
+		for i, pool := range []string{"a", "a", "b", "b"} {
+			nodes[i].Labels["pool"] = pool
+		}
+		svc := labelled(model.Request{MilliCPU: 1}, "app", "svc")
 		run := schedtest.OnNodes(nodes,
-			model.Allocation{Pod: "r0", Group: "r0", Node: "n-0", Request: labelled(model.Request{MilliCPU: 1}, "app", "svc")},
-			model.Allocation{Pod: "r1", Group: "r1", Node: "n-1", Request: labelled(model.Request{MilliCPU: 1}, "app", "svc")})
+			model.Allocation{Pod: "r1", Group: "r1", Node: "n-1", Request: svc},
+			model.Allocation{Pod: "r3", Group: "r3", Node: "n-3", Request: svc},
+			model.Allocation{Pod: "r4", Group: "r4", Node: "n-3", Request: svc})
 		for _, policy := range []struct {
-			name   string
-			nodes  map[string]string
-			placed bool
+			name  string
+			nodes map[string]string
+			want  string
 		}{
-			{"nodeAffinityPolicy Honor", map[string]string{"pool": "a"}, true},
-			{"nodeAffinityPolicy Ignore", nil, false},
+			// Pool a only: z0 counts 0, z1 counts 1; z0 is the place.
+			{"nodeAffinityPolicy Honor", map[string]string{"pool": "a"}, "n-0"},
+			// Every node: z2's 0 is the minimum, z0 counts 2 and z1 1,
+			// and the pod may not go to z2's pool b.
+			{"nodeAffinityPolicy Ignore", nil, ""},
 		} {
 			t.Run(policy.name, func(t *testing.T) {
 				r := spread(1, 0)
 				r.NodeSelector = map[string]string{"pool": "a"}
 				r.Spread[0].Nodes = policy.nodes
 				_, at := runCycle(t, model.Snapshot{Nodes: nodes, RunningByNode: run, Pending: []model.PodGroup{lone("p", r)}})
-				if _, placed := at["p"]; placed != policy.placed {
-					t.Fatalf("placed %v, want placed %v", at, policy.placed)
+				if at["p"] != policy.want {
+					t.Fatalf("placed on %q, want %q", at["p"], policy.want)
 				}
 			})
 		}
@@ -349,5 +358,32 @@ func TestPreemptionFreesAnAntiAffinity(t *testing.T) {
 		if b.Pod == "x2" {
 			t.Fatalf("x2 bound to %s beside the preemptor waiting there", b.Node)
 		}
+	}
+}
+
+// TestRelabelledRunningPod: a running pod whose labels change between
+// snapshots counts under its new labels from then on.
+func TestRelabelledRunningPod(t *testing.T) {
+	nodes := zonedNodes(2, 2, 8)
+	x := model.Allocation{Pod: "x", Group: "x", Node: "n-0", Request: labelled(schedtest.GPU(1, 1000), "app", "x"), GPUs: []model.GPUShare{{Index: 0, Milli: 1000}}}
+	h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, x)}, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+	x.Request = labelled(schedtest.GPU(1, 1000), "app", "y")
+	h.Snap.RunningByNode = schedtest.OnNodes(nodes, x)
+	shy := labelled(schedtest.GPU(1, 1000), "app", "shy")
+	shy.Affinity = &model.PodAffinity{RequiredAnti: []model.PodAffinityTerm{term(hostKey, sel("app", "x"))}}
+	h.Snap.Pending = []model.PodGroup{lone("shy", shy)}
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Packing prefers n-0, the node in use, now that no app=x runs there.
+	if len(d.Binds) != 1 || d.Binds[0].Node != "n-0" {
+		t.Fatalf("binds %+v, want shy on n-0", d.Binds)
 	}
 }
