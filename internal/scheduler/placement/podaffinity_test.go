@@ -97,9 +97,8 @@ func TestPodConstraintsMatchOracle(t *testing.T) {
 		st := placement.NewState(nodes)
 		var placed []schedtest.Placed
 		type mark struct {
-			m      placement.Mark
-			placed int
-			snap   []schedtest.Placed
+			m    placement.Mark
+			snap []schedtest.Placed
 		}
 		var marks []mark
 		probes := make([]model.Request, rapid.IntRange(1, 4).Draw(t, "probes"))
