@@ -1,6 +1,9 @@
 package model
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
 // Pod affinity, anti-affinity and topology spread, in the terms the core
 // evaluates them: kube-scheduler's InterPodAffinity and PodTopologySpread
@@ -132,4 +135,92 @@ type SpreadConstraint struct {
 // anti-affinity or spread constraints of its own.
 func (r *Request) Constrained() bool {
 	return r.Affinity != nil || len(r.Spread) > 0
+}
+
+// Bounds CheckConstraints keeps a request's constraints within.
+const (
+	MaxAffinityTerms     = 32 // per list of PodAffinity
+	MaxSpreadConstraints = 16
+	MaxSelectorTerms     = 32 // matchLabels plus matchExpressions
+	MaxSelectorValues    = 64 // values of one expression
+)
+
+// CheckConstraints reports the first field of r's pod affinity and spread
+// constraints that is out of bounds or means nothing (an unknown operator,
+// a weight outside 1..100 on a preferred term or set on a required one, no
+// topology key, maxSkew below 1), for input read from files.
+func (r *Request) CheckConstraints() error {
+	if a := r.Affinity; a != nil {
+		for _, l := range []struct {
+			name      string
+			terms     []PodAffinityTerm
+			preferred bool
+		}{{"podAffinity.required", a.Required, false}, {"podAffinity.requiredAnti", a.RequiredAnti, false},
+			{"podAffinity.preferred", a.Preferred, true}, {"podAffinity.preferredAnti", a.PreferredAnti, true}} {
+			if len(l.terms) > MaxAffinityTerms {
+				return fmt.Errorf("%s: %d terms, at most %d", l.name, len(l.terms), MaxAffinityTerms)
+			}
+			for i := range l.terms {
+				t := &l.terms[i]
+				field := fmt.Sprintf("%s[%d]", l.name, i)
+				switch {
+				case t.TopologyKey == "":
+					return fmt.Errorf("%s.topologyKey: must be set", field)
+				case l.preferred && (t.Weight < 1 || t.Weight > 100):
+					return fmt.Errorf("%s.weight: must be 1 to 100, got %d", field, t.Weight)
+				case !l.preferred && t.Weight != 0:
+					return fmt.Errorf("%s.weight: only preferred terms have one, got %d", field, t.Weight)
+				}
+				if err := t.Selector.check(field + ".selector"); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if len(r.Spread) > MaxSpreadConstraints {
+		return fmt.Errorf("spread: %d constraints, at most %d", len(r.Spread), MaxSpreadConstraints)
+	}
+	for i := range r.Spread {
+		c := &r.Spread[i]
+		field := fmt.Sprintf("spread[%d]", i)
+		switch {
+		case c.TopologyKey == "":
+			return fmt.Errorf("%s.topologyKey: must be set", field)
+		case c.MaxSkew < 1:
+			return fmt.Errorf("%s.maxSkew: must be at least 1, got %d", field, c.MaxSkew)
+		case c.MinDomains < 0 || c.MinDomains > 0 && c.ScheduleAnyway:
+			return fmt.Errorf("%s.minDomains: must be at least 0, and 0 with scheduleAnyway, got %d", field, c.MinDomains)
+		}
+		if err := c.Selector.check(field + ".selector"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *LabelSelector) check(field string) error {
+	if s == nil {
+		return nil
+	}
+	if n := len(s.MatchLabels) + len(s.MatchExpressions); n > MaxSelectorTerms {
+		return fmt.Errorf("%s: %d requirements, at most %d", field, n, MaxSelectorTerms)
+	}
+	for i, r := range s.MatchExpressions {
+		f := fmt.Sprintf("%s.matchExpressions[%d]", field, i)
+		switch {
+		case len(r.Values) > MaxSelectorValues:
+			return fmt.Errorf("%s.values: %d values, at most %d", f, len(r.Values), MaxSelectorValues)
+		case r.Operator == OpIn || r.Operator == OpNotIn:
+			if len(r.Values) == 0 {
+				return fmt.Errorf("%s.values: %s needs at least one value", f, r.Operator)
+			}
+		case r.Operator == OpExists || r.Operator == OpDoesNotExist:
+			if len(r.Values) > 0 {
+				return fmt.Errorf("%s.values: %s takes no values", f, r.Operator)
+			}
+		default:
+			return fmt.Errorf("%s.operator: want In, NotIn, Exists or DoesNotExist, got %q", f, r.Operator)
+		}
+	}
+	return nil
 }
