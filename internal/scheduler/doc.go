@@ -61,8 +61,8 @@
 // UnplacedAboveQueueLimit or UnplacedAboveCapacity with the need and the
 // limit); for those the driver marked
 // PodGroup.Explain, which filter refused how many nodes (unschedulable,
-// selector or taints, cpu, memory, GPU, pod constraints) for its first pod and how many of
-// its pods fit at once; and every queue's usage, fair share and guarantee
+// selector or taints, cpu, memory, GPU, pod constraints) for its first
+// pod and how many of its pods fit at once; and every queue's usage, fair share and guarantee
 // as the cycle leaves them. Drivers render these; they never look into
 // the core's state. model.Apply carries the decisions out on a snapshot
 // for the simulator and the tests, and PodGroup.Min is the one rule for
