@@ -156,6 +156,9 @@ func sameLabels(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false
 	}
+	if len(a) == 0 {
+		return true
+	}
 	if reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() {
 		return true
 	}
