@@ -54,6 +54,8 @@ type podInfo struct {
 	// extendedResource is the extended resource of a pending pod a DeviceClass may
 	// serve through a claim made for it (claimableResource), "" for none.
 	extendedResource corev1.ResourceName
+	// spread is the node inclusion policy of each of req.Spread.
+	spread []spreadInclusion
 
 	// cls caches the pod's predicate class for the builder generation
 	// clsGen; only the builder touches them, under the cache's lock.
@@ -108,6 +110,10 @@ type clusterCache struct {
 	classes   map[string]int32
 	pdbs      map[string]*policyv1.PodDisruptionBudget
 
+	// nsSelectors lists the pods whose affinity selects namespaces by
+	// label: they are converted again when a namespace's labels change.
+	nsSelectors map[string]bool
+
 	// assumed are the binds in flight (binder.bind): they hold their
 	// nodes in every snapshot until the informer shows the pods bound.
 	assumed map[string]assumption
@@ -135,7 +141,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		changed:       make(chan struct{}, 1),
 		nodes:         map[string]*nodeInfo{}, replicas: 1, badNodes: map[string]nodeProblem{}, nodeWarnings: map[string]nodeProblem{},
 		pods: map[string]*podInfo{}, queues: map[string]*v1alpha1.Queue{}, podGroups: map[string]*v1alpha1.PodGroup{},
-		nsQueue: map[string]string{}, nsLabels: map[string]map[string]string{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
+		nsQueue: map[string]string{}, nsLabels: map[string]map[string]string{}, nsSelectors: map[string]bool{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 		dra: newDRACache(),
@@ -465,6 +471,17 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if errors.As(err, &bad) {
 		pi.bad = bad
 	}
+	if spread, bad := podConstraints(p, c.nsLabels, &req); bad != nil {
+		pi.bad = cmp.Or(pi.bad, bad)
+		req.Affinity, req.Spread = nil, nil
+	} else {
+		pi.spread = spread
+	}
+	if usesNamespaceSelector(p) {
+		c.nsSelectors[key] = true
+	} else {
+		delete(c.nsSelectors, key)
+	}
 	pi.req = req
 	// A pod that names its group or queue in two dialects that disagree
 	// waits until the user says which one they meant.
@@ -543,6 +560,7 @@ func (c *clusterCache) deletePod(p *corev1.Pod) {
 	}
 	delete(c.pods, key)
 	delete(c.assumed, key)
+	delete(c.nsSelectors, key)
 	c.poke()
 }
 
@@ -761,6 +779,7 @@ func (c *clusterCache) upsertNamespace(ns *corev1.Namespace) {
 		// Queues admit namespaces by their labels (spec.namespaceSelector):
 		// the next cycle checks every group again.
 		c.nsLabels[ns.Name] = ns.Labels
+		c.reconvertNamespaceSelectors()
 		c.poke()
 	}
 	q := ns.Annotations[v1alpha1.DefaultQueueAnnotation]
@@ -778,6 +797,22 @@ func (c *clusterCache) deleteNamespace(ns *corev1.Namespace) {
 	defer c.mu.Unlock()
 	delete(c.nsQueue, ns.Name)
 	delete(c.nsLabels, ns.Name)
+	c.reconvertNamespaceSelectors()
+}
+
+// reconvertNamespaceSelectors converts again the pods whose affinity
+// terms select namespaces by label, after a namespace's labels changed.
+// Caller holds mu.
+func (c *clusterCache) reconvertNamespaceSelectors() {
+	if len(c.nsSelectors) == 0 {
+		return
+	}
+	for key := range c.nsSelectors {
+		if pi := c.pods[key]; pi != nil {
+			c.upsertPodLocked(pi.pod)
+		}
+	}
+	c.allDirty = true
 }
 
 func (c *clusterCache) upsertPriorityClass(pc *schedulingv1.PriorityClass) {

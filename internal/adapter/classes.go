@@ -228,6 +228,7 @@ func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet
 		m := n.m
 		m.GPUs = withDeviceSets(m.GPUs, i, inUse)
 		m.Labels = nil
+		m.Domains = n.node.Labels // topology keys of pod constraints
 		for _, k := range keys {
 			cl := b.classes[k]
 			if cl.match[i] {

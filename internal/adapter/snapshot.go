@@ -205,6 +205,12 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			if !cl.all {
 				req.NodeSelector = map[string]string{classLabelPrefix + strconv.Itoa(cl.id): "true"}
 			}
+			if len(req.Spread) > 0 {
+				req.Spread = slices.Clone(req.Spread)
+				for k := range req.Spread {
+					req.Spread[k].Nodes = b.inclusionClass(pi, pi.spread[k], used)
+				}
+			}
 			pg.Pods = append(pg.Pods, model.Pod{Name: pi.key, Request: req})
 			created := pi.pod.CreationTimestamp.UnixMilli()
 			if i == 0 || created < pg.CreatedAt {

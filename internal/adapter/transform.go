@@ -155,12 +155,18 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		out.Spec.Affinity = s.Affinity
 		out.Spec.Tolerations = shareTolerations(s.Tolerations)
 		out.Spec.SchedulingGates = s.SchedulingGates
+		out.Spec.TopologySpreadConstraints = s.TopologySpreadConstraints
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled {
 				out.Status.Conditions = []corev1.PodCondition{c}
 				break
 			}
 		}
+	}
+	if a := s.Affinity; s.NodeName != "" && a != nil && (a.PodAffinity != nil || a.PodAntiAffinity != nil) {
+		// A placed pod's inter-pod affinity still speaks to the pods
+		// that come after it (its anti-affinity repels them).
+		out.Spec.Affinity = &corev1.Affinity{PodAffinity: a.PodAffinity, PodAntiAffinity: a.PodAntiAffinity}
 	}
 	// A waiting pod asking for nvidia.com/gpu keeps its containers: a
 	// claim for its extended resources names them (draext.go).

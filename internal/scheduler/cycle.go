@@ -412,7 +412,8 @@ func (c *cycle) explain(p *pending, u *model.Unplaced) {
 		}
 	}
 	u.Explained, u.Nodes = true, len(st.Nodes)
-	for _, f := range []string{placement.FilterUnschedulable, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterClaimDevices, placement.FilterGPUKind, placement.FilterGPU} {
+	for _, f := range []string{placement.FilterUnschedulable, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterClaimDevices, placement.FilterGPUKind, placement.FilterGPU,
+		placement.FilterSpread, placement.FilterPodAffinity, placement.FilterPodAntiAffinity, placement.FilterExistingAntiAffinity} {
 		if n := counts[f]; n > 0 {
 			u.Filtered = append(u.Filtered, model.FilterCount{Filter: f, Nodes: n})
 		}

@@ -62,8 +62,8 @@
 // UnplacedAboveQueueLimit or UnplacedAboveCapacity with the need and the
 // limit); for those the driver marked
 // PodGroup.Explain, which filter refused how many nodes (unschedulable,
-// selector or taints, cpu, memory, GPU) for its first pod and how many of
-// its pods fit at once; and every queue's usage, fair share and guarantee
+// selector or taints, cpu, memory, GPU, pod constraints) for its first
+// pod and how many of its pods fit at once; and every queue's usage, fair share and guarantee
 // as the cycle leaves them. Drivers render these; they never look into
 // the core's state. model.Apply carries the decisions out on a snapshot
 // for the simulator and the tests, and PodGroup.Min is the one rule for
@@ -88,6 +88,27 @@
 // says "no device satisfies the claims" of a node that has none of them:
 // the node and the devices are its decision, which the Kubernetes adapter
 // writes into the claims and the simulator replays.
+//
+// Pod affinity, anti-affinity and topology spread. A request may carry
+// its pod's namespace and labels, inter-pod affinity and spread
+// constraints (model.PodAffinity, model.SpreadConstraint), which the core
+// checks with kube-scheduler's rules (PodTopologySpread, then
+// InterPodAffinity) after the node-local filters, with reasons of their
+// own ("topology spread", "pod affinity", "pod anti-affinity", "existing
+// pods' anti-affinity"). placement.State counts pods by topology domain as
+// Assign and Release go (podaffinity.go), so Rollback undoes them with
+// the rest: pods placed earlier in the cycle, victims released in a
+// preemption what-if and the room a waiting preemptor holds (with its
+// labels and affinity) all count, and a hold's plan is checked again when
+// it is bound. A constrained request cannot use the placer's memo by node
+// signature alone, since whether a node is allowed depends on its domains:
+// it walks the shape's max-tree from the best node down to the first one
+// its constraints allow, so its cost grows with the constrained requests,
+// not with pods times nodes, and unconstrained requests keep their path.
+// Preferred terms and ScheduleAnyway spread only choose among the allowed
+// nodes the policy scores alike. Node labels that only name topology
+// reach the core in model.Node.Domains, so they do not split nodes into
+// classes.
 //
 // MIG layouts that follow demand. After the other actions, for the nodes
 // that opt in (model.Node.MIG) the core proposes new MIG layouts in

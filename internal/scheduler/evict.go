@@ -364,7 +364,9 @@ func (c *cycle) assign(p *pending, binds []model.Bind) bool {
 		for k < len(p.g.Pods) && p.g.Pods[k].Name != b.Pod {
 			k++
 		}
-		if k == len(p.g.Pods) || st.Assign(b.NodeIndex, &p.g.Pods[k].Request, b.GPUs) != nil {
+		// A plan made in an earlier cycle (a hold) meets its pod
+		// constraints again against the pods now placed.
+		if k == len(p.g.Pods) || !st.Allows(b.NodeIndex, &p.g.Pods[k].Request) || st.Assign(b.NodeIndex, &p.g.Pods[k].Request, b.GPUs) != nil {
 			st.Rollback(mark)
 			return false
 		}

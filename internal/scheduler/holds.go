@@ -89,9 +89,12 @@ func (c *cycle) reserve(p *pending, plan []model.Bind) {
 	for _, b := range plan {
 		req := &podOf(p, b.Pod).Request
 		ns := &st.Nodes[b.NodeIndex]
+		// The waiting pod counts for other pods' affinity and spread as
+		// though placed: it keeps its namespace, labels and affinity.
 		t := taken{node: b.NodeIndex, req: model.Request{
 			MilliCPU:  clamp(req.MilliCPU, ns.FreeCPU),
 			MemoryMiB: clamp(req.MemoryMiB, ns.FreeMem),
+			Namespace: req.Namespace, Labels: req.Labels, Affinity: req.Affinity,
 		}}
 		for _, sh := range b.GPUs {
 			g := sh.Index

@@ -141,17 +141,30 @@ func sameNodes(a, b []model.Node) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.Name != y.Name || x.MilliCPU != y.MilliCPU || x.MemoryMiB != y.MemoryMiB || x.Unschedulable != y.Unschedulable ||
-			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) ||
-			len(x.Labels) != len(y.Labels) {
+			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) {
 			return false
 		}
-		if reflect.ValueOf(x.Labels).UnsafePointer() == reflect.ValueOf(y.Labels).UnsafePointer() {
-			continue
+		if !sameLabels(x.Labels, y.Labels) || !sameLabels(x.Domains, y.Domains) {
+			return false
 		}
-		for k, v := range x.Labels {
-			if y.Labels[k] != v {
-				return false
-			}
+	}
+	return true
+}
+
+// sameLabels compares two label maps, the same map without reading it.
+func sameLabels(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 {
+		return true
+	}
+	if reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() {
+		return true
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
 		}
 	}
 	return true

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -132,9 +134,10 @@ func (s *Scheduler) assignNew(n int, chunk []model.Allocation) error {
 }
 
 // sameAlloc reports whether y holds what x holds, in the same group, queue
-// and priority. Placement constraints (node selector, tolerations, GPU
-// models) are not compared: they decided where the pod went and play no
-// part once it runs.
+// and priority, with the same namespace, labels and pod affinity (which
+// other pods' constraints read while it runs). Placement constraints
+// (node selector, tolerations, GPU models, spread) are not compared: they
+// decided where the pod went and play no part once it runs.
 func sameAlloc(x, y *model.Allocation) bool {
 	if x == y {
 		return true
@@ -143,7 +146,8 @@ func sameAlloc(x, y *model.Allocation) bool {
 	return x.Pod == y.Pod && x.Group == y.Group && x.Queue == y.Queue && x.Priority == y.Priority && x.Node == y.Node &&
 		x.StartedAt == y.StartedAt && x.NonPreemptible == y.NonPreemptible &&
 		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli && p.Replicas == q.Replicas &&
-		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && slices.Equal(x.GPUs, y.GPUs)
+		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && slices.Equal(x.GPUs, y.GPUs) &&
+		p.Namespace == q.Namespace && maps.Equal(p.Labels, q.Labels) && (p.Affinity == q.Affinity || reflect.DeepEqual(p.Affinity, q.Affinity))
 }
 
 // reset starts over on the snapshot's nodes with nothing running.

@@ -363,3 +363,42 @@ func TestRunEventWithClaims(t *testing.T) {
 		}
 	}
 }
+
+// TestRunEventWithPodAntiAffinity: eight pods that repel each other per
+// node on six nodes: the simulator replays the core's decision, six start
+// at once and two wait for a node to empty.
+func TestRunEventWithPodAntiAffinity(t *testing.T) {
+	const trace = `
+nodes:
+- {name: n, count: 6, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100}
+pods:
+- name: w
+  count: 8
+  gpus: 1
+  milliCPU: 1000
+  duration: 100
+  namespace: ml
+  labels: {app: w}
+  podAffinity:
+    requiredAnti: [{topologyKey: kubernetes.io/hostname, selector: {matchLabels: {app: w}}}]
+`
+	tr, err := ReadYAMLTrace("anti.yaml", strings.NewReader(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Pods[0].Request.Affinity.RequiredAnti[0].Namespaces; !slices.Equal(got, []string{"ml"}) {
+		t.Fatalf("term namespaces %v, want the pod's own", got)
+	}
+	r, err := RunEvent(context.Background(), tr, EventConfig{Policy: placement.DefaultPolicy, Interval: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := r.Event.Queues[0]
+	if q.Completed != 8 || q.WaitP50 != 0 || q.WaitP90 < 100 {
+		t.Fatalf("queue %+v: want all 8 done, six at once and two after the first finish", q)
+	}
+	bad := strings.Replace(trace, "{topologyKey: kubernetes.io/hostname, ", "{", 1)
+	if _, err := ReadYAMLTrace("bad.yaml", strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "podAffinity.requiredAnti[0].topologyKey") {
+		t.Fatalf("a term without a topology key: %v", err)
+	}
+}

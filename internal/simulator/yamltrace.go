@@ -88,7 +88,19 @@ type YAMLPod struct {
 	// of the models in ClaimModels when set.
 	ClaimGPUs   int      `json:"claimGPUs,omitempty"`
 	ClaimModels []string `json:"claimModels,omitempty"`
+	// Namespace and Labels are the pods', PodAffinity and Spread their
+	// inter-pod affinity and topology spread constraints, in the core's
+	// terms (model.PodAffinity, model.SpreadConstraint): a term's
+	// namespaces are listed, none meaning the pod's own. Every node has
+	// its name as kubernetes.io/hostname for them.
+	Namespace   string                   `json:"namespace,omitempty"`
+	Labels      map[string]string        `json:"labels,omitempty"`
+	PodAffinity *model.PodAffinity       `json:"podAffinity,omitempty"`
+	Spread      []model.SpreadConstraint `json:"spread,omitempty"`
 }
+
+// hostnameLabel is the topology key of a node's own domain.
+const hostnameLabel = "kubernetes.io/hostname"
 
 // ReadYAMLTrace parses our YAML trace format; unknown fields are errors.
 func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
@@ -131,6 +143,7 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 			if count > 1 {
 				nd.Name = fmt.Sprintf("%s-%d", n.Name, k)
 			}
+			nd.Domains = map[string]string{hostnameLabel: nd.Name}
 			for g := range n.GPUs {
 				nd.GPUs = append(nd.GPUs, model.GPU{Index: g, Model: n.GPUModel, MemoryMiB: n.GPUMemoryMiB, MIGSlices: n.MIGSlices, NUMANode: g * 2 / max(n.GPUs, 1),
 					ClaimOnly: n.DRA})
@@ -183,6 +196,10 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		}
 		if req.GPUs > 0 {
 			req.GPUMilli = 0
+		}
+		req.Namespace, req.Labels, req.Affinity, req.Spread = p.Namespace, p.Labels, ownNamespace(p.PodAffinity, p.Namespace), p.Spread
+		if err := req.CheckConstraints(); err != nil {
+			return nil, fmt.Errorf("trace %s: pods[%d] (%s): %w", name, i, p.Name, err)
 		}
 		count := max(p.Count, 1)
 		if count > MaxTracePods-len(tr.Pods) {
@@ -248,4 +265,24 @@ func addDeviceSets(tr *Trace) {
 			gpus[g].DeviceSets = strings.Join(in, ",")
 		}
 	}
+}
+
+// ownNamespace is a, with ns as the namespace of each term that lists none
+// and does not select all (Kubernetes' default); a itself when no term
+// needs it.
+func ownNamespace(a *model.PodAffinity, ns string) *model.PodAffinity {
+	if a == nil {
+		return nil
+	}
+	out := *a
+	for _, l := range []*[]model.PodAffinityTerm{&out.Required, &out.RequiredAnti, &out.Preferred, &out.PreferredAnti} {
+		terms := slices.Clone(*l)
+		for i := range terms {
+			if len(terms[i].Namespaces) == 0 && !terms[i].AllNamespaces {
+				terms[i].Namespaces = []string{ns}
+			}
+		}
+		*l = terms
+	}
+	return &out
 }

@@ -138,6 +138,10 @@ type Node struct {
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).
 	MIG *NodeMIG `json:"mig,omitempty"`
+	// Domains holds the labels pod constraints read topology keys from
+	// (podaffinity.go), apart from Labels so that they do not split nodes
+	// into classes; a key it lacks is read from Labels.
+	Domains map[string]string `json:"domains,omitempty"`
 }
 
 // Request is what one pod asks for.
@@ -173,6 +177,13 @@ type Request struct {
 	DeviceSet    string            `json:"deviceSet,omitempty"`
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	Tolerations  []Toleration      `json:"tolerations,omitempty"`
+	// Namespace and Labels are the pod's, which other pods' affinity
+	// terms and spread constraints select; Affinity and Spread are its own
+	// (podaffinity.go).
+	Namespace string             `json:"namespace,omitempty"`
+	Labels    map[string]string  `json:"labels,omitempty"`
+	Affinity  *PodAffinity       `json:"podAffinity,omitempty"`
+	Spread    []SpreadConstraint `json:"spread,omitempty"`
 }
 
 // Shared reports whether the request takes part of one GPU.

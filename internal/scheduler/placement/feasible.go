@@ -128,11 +128,20 @@ func tolerates(tols []model.Toleration, t model.Taint) bool {
 }
 
 // Options lists the distinct ways req fits node i as it is now, in GPU index
-// order; nil if it does not fit. Shares of a GPU are offered once per
+// order; nil if it does not fit, its pod constraints included (Allows).
+func (s *State) Options(i int, req *model.Request) []Option {
+	if !s.Allows(i, req) {
+		return nil
+	}
+	return s.fitOptions(i, req)
+}
+
+// fitOptions is Options without pod constraints: what the node's free
+// state alone allows, the same on every node of one signature. Shares of a GPU are offered once per
 // distinct free amount (the lowest-index GPU with that amount), since GPUs
 // with the same free state are interchangeable for every score plugin but
 // topology, and topology only ranks whole-GPU sets.
-func (s *State) Options(i int, req *model.Request) []Option {
+func (s *State) fitOptions(i int, req *model.Request) []Option {
 	ns := &s.Nodes[i]
 	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB {
 		return nil
@@ -291,8 +300,8 @@ func (s *State) Why(i int, req *model.Request) string {
 		return FilterClaimDevices
 	case (req.Shared() || req.MIGSlices > 0) && !slices.ContainsFunc(ns.Node.GPUs, func(g model.GPU) bool { return serves(req, &g) }):
 		return FilterGPUKind
-	case s.Options(i, req) == nil:
+	case s.fitOptions(i, req) == nil:
 		return FilterGPU
 	}
-	return ""
+	return s.constraintWhy(i, req)
 }

@@ -25,6 +25,8 @@ type Placer struct {
 	caches []*shapeCache
 	memo   map[memoKey]memoVal
 	keyBuf strings.Builder
+	// walk is scratch space for requests with pod constraints.
+	walk constrainedWalk
 }
 
 type memoKey struct{ sig, req int32 }
@@ -59,9 +61,26 @@ func (p *Placer) Policy() Policy { return p.pol }
 // Place returns the best option for req on the current state, or false if
 // it fits nowhere. It changes nothing; the caller assigns the option.
 func (p *Placer) Place(req *model.Request) (Option, bool) {
+	if v := p.st.view(req); v != nil {
+		return p.placeConstrained(req, v)
+	}
 	if !p.local {
 		return p.scan(req)
 	}
+	c := p.cache(req)
+	if len(c.best) == 0 {
+		return Option{}, false
+	}
+	i := int(c.tree[1])
+	v := c.best[i]
+	if v.opt < 0 {
+		return Option{}, false
+	}
+	return p.st.fitOptions(i, req)[v.opt], true
+}
+
+// cache returns req's shape cache, brought up to date with the state.
+func (p *Placer) cache(req *model.Request) *shapeCache {
 	rid := p.shape(req)
 	c := p.caches[rid]
 	if c == nil {
@@ -78,15 +97,7 @@ func (p *Placer) Place(req *model.Request) (Option, bool) {
 			c.pos = pos
 		}
 	}
-	if len(c.best) == 0 {
-		return Option{}, false
-	}
-	i := int(c.tree[1])
-	v := c.best[i]
-	if v.opt < 0 {
-		return Option{}, false
-	}
-	return p.st.Options(i, req)[v.opt], true
+	return c
 }
 
 // Score returns the policy's score of one option.
@@ -104,7 +115,7 @@ func (p *Placer) scan(req *model.Request) (Option, bool) {
 	var best Option
 	bestScore, found := math.Inf(-1), false
 	for i := range p.st.Nodes {
-		for _, o := range p.st.Options(i, req) {
+		for _, o := range p.st.fitOptions(i, req) {
 			if sc := p.Score(req, &o); !found || sc > bestScore {
 				best, bestScore, found = o, sc, true
 			}
@@ -187,7 +198,7 @@ func (p *Placer) nodeBest(i int, req *model.Request, rid int32) memoVal {
 		return v
 	}
 	v := memoVal{score: math.Inf(-1), opt: -1}
-	opts := p.st.Options(i, req)
+	opts := p.st.fitOptions(i, req)
 	for j := range opts {
 		if sc := p.Score(req, &opts[j]); v.opt < 0 || sc > v.score {
 			v = memoVal{score: sc, opt: int32(j)}

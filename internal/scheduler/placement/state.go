@@ -84,12 +84,15 @@ type State struct {
 	classes     map[string]int32
 	sigs        map[string]int32
 	buf         []byte
+	// aff counts pods by topology domain for pod affinity and spread
+	// (podaffinity.go).
+	aff *podIndex
 }
 
 // NewState builds the free state of nodes (which it keeps a reference to)
 // with nothing allocated.
 func NewState(nodes []model.Node) *State {
-	s := &State{Nodes: make([]NodeState, len(nodes)), classes: map[string]int32{}, sigs: map[string]int32{}}
+	s := &State{Nodes: make([]NodeState, len(nodes)), classes: map[string]int32{}, sigs: map[string]int32{}, aff: newPodIndex()}
 	for i := range nodes {
 		n := &nodes[i]
 		ns := &s.Nodes[i]
@@ -244,6 +247,7 @@ func (s *State) Commit() {
 		s.journalIdle = 0
 	}
 	s.journalPeak = 0
+	s.aff.commit()
 	if len(s.changed) > changeLogMin+changeLogPerNode*len(s.Nodes) {
 		s.changedBase += len(s.changed)
 		s.changed = s.changed[:0]
@@ -327,6 +331,7 @@ func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bo
 	}
 	ns.sig, ns.sigMix = -1, -1
 	s.changed = append(s.changed, i)
+	s.aff.apply(s, i, req, int32(sign))
 }
 
 // Changes returns the node indexes changed since position from, and the new
