@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"time"
@@ -142,7 +143,7 @@ func sameNodes(a, b []model.Node) bool {
 		x, y := &a[i], &b[i]
 		if x.Name != y.Name || x.MilliCPU != y.MilliCPU || x.MemoryMiB != y.MemoryMiB || x.Unschedulable != y.Unschedulable ||
 			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) ||
-			len(x.Labels) != len(y.Labels) {
+			len(x.Labels) != len(y.Labels) || !maps.Equal(x.Allocatable, y.Allocatable) {
 			return false
 		}
 		if reflect.ValueOf(x.Labels).UnsafePointer() == reflect.ValueOf(y.Labels).UnsafePointer() {

@@ -130,6 +130,10 @@ type Node struct {
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).
 	MIG *NodeMIG `json:"mig,omitempty"`
+	// Allocatable is the node's allocatable of every resource besides
+	// CPU, memory and the GPUs above, and of pods, in the node's unit;
+	// nil checks none of them (resources.go).
+	Allocatable map[string]int64 `json:"allocatable,omitempty"`
 }
 
 // Request is what one pod asks for.
@@ -146,6 +150,11 @@ type Request struct {
 	// factor. GPUMilli is then the largest such share on any node, which
 	// quotas count before a GPU is chosen; once placed, the GPU's share
 	// counts (Allocation.Usage).
+	//
+	// With GPUs set too, the request is in its node's unit: a pod asking
+	// for GPUs of ShareResource (nvidia.com/gpu: k) takes, on a GPU
+	// time-sliced under that very name (GPU.InReplicas), Replicas replicas
+	// of that one GPU, and GPUs whole GPUs on any other.
 	Replicas int `json:"replicas,omitempty"`
 	// GPUMemoryMiB is GPU memory for a share (with or without GPUMilli).
 	GPUMemoryMiB int64 `json:"gpuMemoryMiB,omitempty"`
@@ -165,6 +174,13 @@ type Request struct {
 	DeviceSet    string            `json:"deviceSet,omitempty"`
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	Tolerations  []Toleration      `json:"tolerations,omitempty"`
+	// Scalars is what the pod asks of every other resource of its node
+	// (ephemeral-storage, hugepages-<size>, extended resources the fields
+	// above do not model), in the node's unit, counted against
+	// Node.Allocatable; HostPorts are the node ports its containers bind
+	// (resources.go).
+	Scalars   map[string]int64 `json:"scalars,omitempty"`
+	HostPorts []HostPort       `json:"hostPorts,omitempty"`
 }
 
 // Shared reports whether the request takes part of one GPU.
