@@ -68,6 +68,10 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		MemoryMiB:     mem.Value() >> 20,
 		Unschedulable: n.Spec.Unschedulable,
 	}
+	var err error
+	if out.Allocatable, err = nodeAllocatable(alloc); err != nil {
+		return model.Node{}, "", err
+	}
 	replicas := 1
 	if s, ok := n.Labels[LabelGPUReplicas]; ok {
 		r, err := gpunode.ParseReplicas(s)
@@ -392,6 +396,18 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 		MilliCPU:  reqs.Cpu().MilliValue(),
 		MemoryMiB: (reqs.Memory().Value() + 1<<20 - 1) >> 20,
 		GPUs:      int(quantityInt(reqs, ResourceGPU)),
+	}
+	if out.GPUs > 0 {
+		// In the node's unit: replicas on GPUs time-sliced under this
+		// very name, whole GPUs elsewhere (model.GPU.InReplicas).
+		out.Replicas, out.ShareResource = out.GPUs, string(ResourceGPU)
+	}
+	var bad *BadInputError
+	if out.Scalars, bad = podScalars(reqs); bad != nil {
+		return model.Request{}, bad
+	}
+	if out.HostPorts, bad = podHostPorts(p); bad != nil {
+		return model.Request{}, bad
 	}
 	if n := quantityInt(reqs, ResourceGPUShared); n > 0 {
 		if out.GPUs > 0 {

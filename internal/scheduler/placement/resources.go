@@ -11,12 +11,14 @@ import (
 
 // Reasons a node is refused for what it counts beyond CPU, memory and
 // GPUs (model/resources.go): kube-scheduler's NodePorts and
-// NodeResourcesFit, in the words of their reasons. A scalar resource
-// short is "insufficient <name>" (FilterInsufficient).
-const (
-	FilterHostPorts = "host port conflict"
-	FilterPods      = "too many pods"
-)
+// NodeResourcesFit, in the words of their reasons. A host port taken is
+// "host port <protocol>/<ip>:<port> in use" (FilterHostPort), a scalar
+// resource short "insufficient <name>" (FilterInsufficient).
+const FilterPods = "too many pods"
+
+// FilterHostPort is the reason for a node where a pod on it holds a host
+// port that conflicts with p, a port of the request.
+func FilterHostPort(p model.HostPort) string { return "host port " + p.String() + " in use" }
 
 // FilterInsufficient is the reason for a node short of the named scalar
 // resource of a request.
@@ -85,7 +87,7 @@ func (r *nodeResources) why(req *model.Request, pods int) string {
 	if len(r.byPort) > 0 {
 		for _, p := range req.HostPorts {
 			if r.portTaken(p) {
-				return FilterHostPorts
+				return FilterHostPort(p)
 			}
 		}
 	}
