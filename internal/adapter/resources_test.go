@@ -177,3 +177,28 @@ func FuzzNodeAndPodResources(f *testing.F) {
 		}
 	})
 }
+
+// TestLoopCountsWhatRunningPodsHold: an extended resource the core does
+// not otherwise model is counted against what the node's running pods
+// hold, not against its allocatable alone: with the node's one rdma/hca
+// held by a pod another scheduler placed, a pod asking for it waits saying
+// so, and is bound once that pod is gone.
+func TestLoopCountsWhatRunningPodsHold(t *testing.T) {
+	node := build.Node("a").Resources(rl("nvidia.com/gpu", "8", "cpu", "64", "memory", "256Gi", "rdma/hca", "1")).Obj()
+	f := newLoopFixture(t, Config{}, node)
+	holder := build.Pod("ns", "holder").SchedulerName("default-scheduler").NodeName("a").Limit("rdma/hca", "1").Phase(corev1.PodRunning).Obj()
+	f.cache.upsertPod(holder)
+	f.cache.upsertPod(newPod("ns", "wants").Limit("rdma/hca", "1").Obj())
+	f.cycle()
+	if len(f.api.binds) != 0 {
+		t.Fatalf("bound %v though the node's one rdma/hca is held", f.api.binds)
+	}
+	if got := f.status.conditions["ns/wants"]; !strings.Contains(got, "0/1 nodes available: 1 insufficient rdma/hca") {
+		t.Errorf("the waiting pod says %q, want insufficient rdma/hca", got)
+	}
+	f.cache.deletePod(holder)
+	f.cycle()
+	if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/wants a") {
+		t.Errorf("bound %v, want ns/wants on a", f.api.binds)
+	}
+}
