@@ -277,7 +277,7 @@ func usesShared(p *corev1.Pod) bool {
 func sameModelNode(a, b *model.Node) bool {
 	return a.MilliCPU == b.MilliCPU && a.MemoryMiB == b.MemoryMiB && a.Unschedulable == b.Unschedulable &&
 		slices.Equal(a.GPUs, b.GPUs) && (a.Topology == nil) == (b.Topology == nil) && reflect.DeepEqual(a.MIG, b.MIG) &&
-		maps.Equal(a.Allocatable, b.Allocatable)
+		(a.Allocatable == nil) == (b.Allocatable == nil) && maps.Equal(a.Allocatable, b.Allocatable)
 }
 
 func (c *clusterCache) deleteNode(n *corev1.Node) {

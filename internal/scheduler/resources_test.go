@@ -100,6 +100,16 @@ func TestSyncSeesResourceChanges(t *testing.T) {
 	if d, err := s.Cycle(&snap); err != nil || len(d.Binds) != 0 {
 		t.Fatalf("binds %+v, %v; want none on a node without rdma/hca", d.Binds, err)
 	}
+	// A node that counts nothing, then one that allows no pod.
+	plain := model.Snapshot{Nodes: []model.Node{schedtest.Node("n", 64000, 1<<20).Obj()}, Pending: []model.PodGroup{schedtest.Group("p").Pods(1, model.Request{MilliCPU: 1}).Obj()}}
+	if d, err := s.Cycle(&plain); err != nil || len(d.Binds) != 1 {
+		t.Fatalf("binds %+v, %v; want the pod bound on a node without allocatable", d.Binds, err)
+	}
+	plain.Nodes = []model.Node{plain.Nodes[0]}
+	plain.Nodes[0].Allocatable = map[string]int64{}
+	if d, err := s.Cycle(&plain); err != nil || len(d.Binds) != 0 {
+		t.Fatalf("binds %+v, %v; want none on a node that allows no pod", d.Binds, err)
+	}
 }
 
 // TestResourcesJSON: snapshots carry a node's allocatable and a request's

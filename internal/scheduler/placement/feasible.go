@@ -65,7 +65,7 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 		return true
 	}
 	need := max(req.GPUs, 1)
-	if n.InReplicasOn(req) {
+	if req.Replicas > 0 && n.InReplicasOn(req) {
 		need = 1 // replicas of one GPU
 	}
 	for g := range n.GPUs {
@@ -135,7 +135,7 @@ func (s *State) Options(i int, req *model.Request) []Option {
 		return nil
 	}
 	gpus := ns.Node.GPUs
-	replicas := ns.Node.InReplicasOn(req)
+	replicas := req.Replicas > 0 && req.GPUs > 0 && ns.Node.InReplicasOn(req)
 	switch {
 	case req.GPUs > 0 && !replicas:
 		var free []int

@@ -78,7 +78,7 @@ func (r *nodeResources) touches(req *model.Request) bool {
 // more pod, every scalar it asks for free and none of its host ports
 // taken.
 func (r *nodeResources) fits(req *model.Request, pods int) bool {
-	return r.why(req, pods) == ""
+	return (!r.counted && len(r.byPort) == 0) || r.why(req, pods) == ""
 }
 
 // why returns the first of the ports, the pod count and the scalars

@@ -176,7 +176,9 @@ func (s *State) signature(i int) int32 {
 		b = binary.AppendVarint(b, g[1])
 		b = binary.AppendVarint(b, g[2])
 	}
-	b = ns.res.appendSignature(b, ns.Pods)
+	if ns.res.counted || len(ns.res.ports) > 0 {
+		b = ns.res.appendSignature(b, ns.Pods)
+	}
 	s.buf = b
 	id, ok := s.sigs[string(b)]
 	if !ok {
