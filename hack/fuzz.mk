@@ -24,6 +24,7 @@ FUZZ_ALL := \
 	./api/gpupod:FuzzReadFraction \
 	./internal/adapter:FuzzConvertNode \
 	./internal/adapter:FuzzPodRequest \
+	./internal/adapter:FuzzNodeAndPodResources \
 	./internal/adapter:FuzzParseShares \
 	./internal/adapter:FuzzQueueAndPodGroup \
 	./internal/adapter:FuzzDRASliceAndClaim \

@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -41,7 +43,19 @@ func TestPodRequest(t *testing.T) {
 		wantReason string
 	}{
 		{name: "whole GPUs with cpu and memory", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "2", "cpu", "1500m", "memory", "3Gi")).Obj(),
-			want: model.Request{GPUs: 2, MilliCPU: 1500, MemoryMiB: 3072}},
+			want: model.Request{GPUs: 2, Replicas: 2, ShareResource: "nvidia.com/gpu", MilliCPU: 1500, MemoryMiB: 3072}},
+		{name: "other resources in the node's unit, zero ones left out", pod: newPod("ns", "p").Limits(rl("ephemeral-storage", "10Gi", "hugepages-2Mi", "1Gi", "rdma/hca", "2", "example.com/zero", "0")).Obj(),
+			want: model.Request{Scalars: map[string]int64{"ephemeral-storage": 10 << 30, "hugepages-2Mi": 1 << 30, "rdma/hca": 2}}},
+		{name: "other resources: the larger of an init container and the containers' sum, plus overhead", pod: withOverhead(withInit(newPod("ns", "p").Limits(rl("ephemeral-storage", "1Gi")).Obj(),
+			corev1.Container{Name: "init", Resources: corev1.ResourceRequirements{Requests: rl("ephemeral-storage", "3Gi", "rdma/hca", "1")}}), rl("ephemeral-storage", "1Gi")),
+			want: model.Request{Scalars: map[string]int64{"ephemeral-storage": 4 << 30, "rdma/hca": 1}}},
+		{name: "host ports of the containers and sidecars, not of init containers", pod: withInit(newPod("ns", "p").HostPort(7777).Obj(),
+			corev1.Container{Name: "init", Ports: []corev1.ContainerPort{{ContainerPort: 1, HostPort: 1}}},
+			corev1.Container{Name: "sidecar", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Ports: []corev1.ContainerPort{{ContainerPort: 53, HostPort: 53, HostIP: "10.0.0.1", Protocol: corev1.ProtocolUDP}, {ContainerPort: 80}}}),
+			want: model.Request{HostPorts: []model.HostPort{{Protocol: "UDP", IP: "10.0.0.1", Port: 53}, {Protocol: "TCP", IP: "0.0.0.0", Port: 7777}}}},
+		{name: "a resource beyond any node is refused", pod: newPod("ns", "p").Limits(rl("ephemeral-storage", "2Ei")).Obj(), wantReason: "RequestOutOfRange"},
+		{name: "a host port of an unknown protocol is refused", pod: withInit(newPod("ns", "p").Obj(), corev1.Container{Name: "sidecar", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+			Ports: []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80, Protocol: "QUIC"}}}), wantReason: "InvalidHostPort"},
 		{name: "a shared GPU replica is a share of one GPU", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu.shared", "1")).Obj(), replicas: 4,
 			want: model.Request{GPUMilli: 250, Replicas: 1, ShareResource: "nvidia.com/gpu.shared"}},
 		{name: "gpuplane's fraction and memory", pod: newPod("ns", "p").GPUs(1).Annotation("gpuplane.io/gpu-fraction", "0.46").Annotation("gpuplane.io/gpu-memory", "20Gi").Obj(),
@@ -96,7 +110,8 @@ func TestPodRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got.GPUs != tc.want.GPUs || got.GPUMilli != tc.want.GPUMilli || got.MIGSlices != tc.want.MIGSlices || got.MIGProfile != tc.want.MIGProfile ||
-				got.MilliCPU != tc.want.MilliCPU || got.MemoryMiB != tc.want.MemoryMiB || got.GPUMemoryMiB != tc.want.GPUMemoryMiB || got.ShareResource != tc.want.ShareResource || got.Replicas != tc.want.Replicas {
+				got.MilliCPU != tc.want.MilliCPU || got.MemoryMiB != tc.want.MemoryMiB || got.GPUMemoryMiB != tc.want.GPUMemoryMiB || got.ShareResource != tc.want.ShareResource || got.Replicas != tc.want.Replicas ||
+				!maps.Equal(got.Scalars, tc.want.Scalars) || !slices.Equal(got.HostPorts, tc.want.HostPorts) {
 				t.Errorf("podRequest() = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -436,4 +451,14 @@ func TestBuildSnapshot(t *testing.T) {
 			t.Error("a pending pod of default-scheduler was grouped")
 		}
 	})
+}
+
+func withInit(p *corev1.Pod, cs ...corev1.Container) *corev1.Pod {
+	p.Spec.InitContainers = append(p.Spec.InitContainers, cs...)
+	return p
+}
+
+func withOverhead(p *corev1.Pod, overhead corev1.ResourceList) *corev1.Pod {
+	p.Spec.Overhead = overhead
+	return p
 }

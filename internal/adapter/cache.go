@@ -282,7 +282,8 @@ func usesShared(p *corev1.Pod) bool {
 
 func sameModelNode(a, b *model.Node) bool {
 	return a.MilliCPU == b.MilliCPU && a.MemoryMiB == b.MemoryMiB && a.Unschedulable == b.Unschedulable &&
-		slices.Equal(a.GPUs, b.GPUs) && (a.Topology == nil) == (b.Topology == nil) && reflect.DeepEqual(a.MIG, b.MIG)
+		slices.Equal(a.GPUs, b.GPUs) && (a.Topology == nil) == (b.Topology == nil) && reflect.DeepEqual(a.MIG, b.MIG) &&
+		(a.Allocatable == nil) == (b.Allocatable == nil) && maps.Equal(a.Allocatable, b.Allocatable)
 }
 
 func (c *clusterCache) deleteNode(n *corev1.Node) {
@@ -440,7 +441,8 @@ func allocationChanged(old, p *podInfo) bool {
 		o.Annotations[GPUsAnnotation] != n.Annotations[GPUsAnnotation] || o.Annotations[HeldAnnotation] != n.Annotations[HeldAnnotation] || (old.bad == nil) != (p.bad == nil) ||
 		old.queue != p.queue || old.pg != p.pg || old.awaiting != p.awaiting ||
 		a.MilliCPU != b.MilliCPU || a.MemoryMiB != b.MemoryMiB || a.GPUs != b.GPUs || a.GPUMilli != b.GPUMilli || a.Replicas != b.Replicas ||
-		a.GPUMemoryMiB != b.GPUMemoryMiB || a.MIGSlices != b.MIGSlices || a.MIGProfile != b.MIGProfile || a.ShareResource != b.ShareResource
+		a.GPUMemoryMiB != b.GPUMemoryMiB || a.MIGSlices != b.MIGSlices || a.MIGProfile != b.MIGProfile || a.ShareResource != b.ShareResource ||
+		!maps.Equal(a.Scalars, b.Scalars) || !slices.Equal(a.HostPorts, b.HostPorts)
 }
 
 // replaceIndexed puts p where old is in the indexes, for an update that

@@ -9,13 +9,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	resourcehelper "k8s.io/component-helpers/resource"
 	corehelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
-	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -35,9 +32,6 @@ type podClass struct {
 	// why counts, by reason, the schedulable nodes the class refuses,
 	// most first: what a waiting pod's condition says of them.
 	why []classReason
-	// extended is what the class asks of extended resources the core
-	// does not model (otherExtended), computed once for all nodes.
-	extended corev1.ResourceList
 }
 
 // classReason is how many nodes one static predicate refuses.
@@ -55,8 +49,7 @@ func classKey(p *corev1.Pod) string {
 		S map[string]string
 		A *corev1.NodeSelector
 		T []corev1.Toleration
-		R corev1.ResourceList
-	}{p.Spec.NodeSelector, req, p.Spec.Tolerations, otherExtended(p)})
+	}{p.Spec.NodeSelector, req, p.Spec.Tolerations})
 	if err != nil {
 		return p.Namespace + "/" + p.Name
 	}
@@ -79,21 +72,16 @@ var untoleratedEffects = func(t *corev1.Taint) bool {
 }
 
 // staticFit checks a pod against a node with component-helpers: required
-// node affinity (which includes spec.nodeSelector) and untolerated taints;
-// and that the node offers at least extended, what the pod asks of
-// extended resources the core does not model (otherExtended). It returns
-// "" or why not.
-func staticFit(log klog.Logger, p *corev1.Pod, extended corev1.ResourceList, n *corev1.Node) string {
+// node affinity (which includes spec.nodeSelector) and untolerated taints.
+// It returns "" or why not. Resources, extended ones included, are the
+// core's to count (model.Request.Scalars), against what the node's pods
+// hold.
+func staticFit(log klog.Logger, p *corev1.Pod, n *corev1.Node) string {
 	if ok, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(n); err != nil || !ok {
 		return "node affinity/selector mismatch"
 	}
 	if t, bad := corehelpers.FindMatchingUntoleratedTaint(log, n.Spec.Taints, p.Spec.Tolerations, untoleratedEffects, false); bad {
 		return fmt.Sprintf("untolerated taint {%s: %s}", t.Key, t.Value)
-	}
-	for name, want := range extended {
-		if have := n.Status.Allocatable[name]; have.Cmp(want) < 0 {
-			return "insufficient " + string(name)
-		}
 	}
 	return ""
 }
@@ -114,25 +102,6 @@ func cordonTolerations(p *corev1.Pod) []model.Toleration {
 	return nil
 }
 
-// otherExtended is what a pod asks of extended resources the core does
-// not model (everything but nvidia.com/gpu, its shares, MIG devices and the
-// resources that ask for part of a GPU: an RDMA device, say); nil when
-// nothing.
-func otherExtended(p *corev1.Pod) corev1.ResourceList {
-	var out corev1.ResourceList
-	for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
-		if !isExtended(name) || name == ResourceGPU || name == ResourceGPUShared || strings.HasPrefix(string(name), migResourcePrefix) || gpupod.IsFractionResource(name) ||
-			strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix) {
-			continue
-		}
-		if out == nil {
-			out = corev1.ResourceList{}
-		}
-		out[name] = q
-	}
-	return out
-}
-
 // class returns the pod's predicate class, computing its node membership
 // the first time a pod of the class is seen since the nodes last changed.
 func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
@@ -145,10 +114,10 @@ func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
 		cl = b.classes[key]
 		if cl == nil {
 			p := pi.pod
-			cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true, extended: otherExtended(p)}
+			cl = &podClass{pod: p, match: make([]bool, len(b.nodes)), all: true}
 			why := map[string]int{}
 			for i, n := range b.nodes {
-				r := staticFit(b.log, p, cl.extended, n.node)
+				r := staticFit(b.log, p, n.node)
 				cl.match[i] = r == ""
 				cl.all = cl.all && cl.match[i]
 				if r != "" && !n.m.Unschedulable {
@@ -184,7 +153,7 @@ func (b *builder) pinnedClass(pi *podInfo, base *podClass, node string, used map
 	key := cmp.Or(pi.class, classKey(pi.pod)) + "\x00node=" + node
 	cl := b.classes[key]
 	if cl == nil {
-		cl = &podClass{pod: pi.pod, id: b.nextClass, match: make([]bool, len(b.nodes)), extended: base.extended}
+		cl = &podClass{pod: pi.pod, id: b.nextClass, match: make([]bool, len(b.nodes))}
 		b.nextClass++
 		other := 0
 		for i, n := range b.nodes {

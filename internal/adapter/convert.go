@@ -68,6 +68,10 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		MemoryMiB:     mem.Value() >> 20,
 		Unschedulable: n.Spec.Unschedulable,
 	}
+	var err error
+	if out.Allocatable, err = nodeAllocatable(alloc); err != nil {
+		return model.Node{}, "", err
+	}
 	replicas := 1
 	if s, ok := n.Labels[LabelGPUReplicas]; ok {
 		r, err := gpunode.ParseReplicas(s)
@@ -395,6 +399,18 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 		// The pod's other tolerations reach the core through its
 		// predicate class (classes.go).
 		Tolerations: cordonTolerations(p),
+	}
+	if out.GPUs > 0 {
+		// In the node's unit: replicas on GPUs time-sliced under this
+		// very name, whole GPUs elsewhere (model.GPU.InReplicas).
+		out.Replicas, out.ShareResource = out.GPUs, string(ResourceGPU)
+	}
+	var bad *BadInputError
+	if out.Scalars, bad = podScalars(reqs); bad != nil {
+		return model.Request{}, bad
+	}
+	if out.HostPorts, bad = podHostPorts(p); bad != nil {
+		return model.Request{}, bad
 	}
 	if n := quantityInt(reqs, ResourceGPUShared); n > 0 {
 		if out.GPUs > 0 {

@@ -37,6 +37,17 @@
 // core's decision. Run adds leader election on a Lease, /metrics, /healthz and
 // /readyz, and the start-up reconcile that leaves no gang half-bound.
 //
+// Resources besides CPU, memory and GPUs (resources.go). A node's
+// allocatable of every other resource, pods included, becomes
+// model.Node.Allocatable; a pod's requests of them (resourcehelper's sums,
+// as the kubelet counts) model.Request.Scalars, and the host ports of its
+// containers and sidecars model.Request.HostPorts; each bounded, a node
+// that states an impossible quantity refused naming the field. The core
+// counts them against what the node's pods hold: staticFit only checks
+// affinity and taints. A pod's nvidia.com/gpu: k is also k replicas
+// (model.Request.Replicas with ShareResource nvidia.com/gpu), which the
+// core takes on a node time-sliced under that name.
+//
 // MIG layouts that follow demand (miglayouts.go). A node labelled
 // gpuplane.io/mig-layout-policy=follow-demand is given to the core with its
 // MIG profiles and standing proposals (model.NodeMIG, from the agent's

@@ -111,7 +111,7 @@ func claimableResource(p *corev1.Pod, r *model.Request) (corev1.ResourceName, *B
 		return "", badInput("MixedGPURequest", "the pod asks for %s besides other GPUs: ask for GPUs one way, through %s alone, the device plugin's resources or spec.resourceClaims", implied, implied)
 	case implied != "":
 		return implied, nil
-	case r.GPUMilli > 0 || r.GPUMemoryMiB > 0 || r.ShareResource != "":
+	case r.GPUMilli > 0 || r.GPUMemoryMiB > 0 || r.ShareResource != "" && r.GPUs == 0:
 		return "", nil
 	case r.MIGSlices > 0 && r.MIGProfile != "":
 		return corev1.ResourceName(migResourcePrefix + r.MIGProfile), nil
@@ -136,7 +136,7 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 	p := pi.pod
 	r := &pi.req
 	res := pi.extendedResource
-	if res == "" || len(p.Spec.Containers) == 0 {
+	if res == "" || !asksMappable(p) { // or the cache keeps no containers that ask it
 		return nil, nil
 	}
 	className, implied := strings.CutPrefix(string(res), resourceapi.ResourceDeviceClassPrefix)

@@ -23,9 +23,9 @@ import (
 //     whole GPUs and MIG compute slices are added to its request.
 //  2. The node's record (HeldAnnotation) on a bound pod, when it parses
 //     for the node and matches the request's kind and count: what the
-//     kubelet gave the pod, read in the terms of the request (heldAs: a
-//     replica of a time-shared GPU is a whole GPU to a request for whole
-//     GPUs). For another scheduler's pod given parts of GPUs shared as
+//     kubelet gave the pod, read in the terms of the request (heldAs:
+//     replicas of a GPU time-sliced under the name the request asks
+//     through are those replicas). For another scheduler's pod given parts of GPUs shared as
 //     replicas, the request becomes those replicas (replicasHeld).
 //  3. The claim made for the extended resources of a pod that names no
 //     claim (draext.go): its devices, in place of the request's GPUs. A
@@ -62,6 +62,8 @@ type nodeHoldings struct {
 	cpu, mem  int64
 	gpuFree   []int64
 	sliceFree []int
+	// Its pods, scalar resources and host ports (resources.go).
+	res heldResources
 }
 
 // podHeld is what one running pod holds.
@@ -81,13 +83,14 @@ func newNodeHoldings(node *model.Node, ours string, claims map[string][]model.GP
 	for g := range node.GPUs {
 		h.gpuFree[g], h.sliceFree[g] = node.GPUs[g].Capacity(), node.GPUs[g].MIGSlices
 	}
+	h.res.init(node)
 	return h
 }
 
 // take counts req on shares against what is left of the node; when they
 // do not fit it counts nothing and returns false.
 func (h *nodeHoldings) take(req *model.Request, shares []model.GPUShare) bool {
-	if h.cpu < req.MilliCPU || h.mem < req.MemoryMiB {
+	if h.cpu < req.MilliCPU || h.mem < req.MemoryMiB || !h.res.fits(req) {
 		return false
 	}
 	for _, s := range shares {
@@ -95,6 +98,7 @@ func (h *nodeHoldings) take(req *model.Request, shares []model.GPUShare) bool {
 			return false
 		}
 	}
+	h.res.take(req)
 	h.cpu -= req.MilliCPU
 	h.mem -= req.MemoryMiB
 	for _, s := range shares {
@@ -223,11 +227,29 @@ func replicasHeld(n *model.Node, req *model.Request, held []model.GPUShare) (mod
 
 // heldAs reads the node's record of the GPUs a pod holds in the terms of
 // its request: the GPUs from the record, how much of each from the request
-// (a replica of a GPU time-sliced under nvidia.com/gpu is a whole GPU to a
-// request for whole GPUs). ok is false when the record does not match the
+// (replicas of GPUs time-sliced under the resource a request for whole
+// GPUs asks through are those replicas: model.GPU.InReplicas). ok is false when the record does not match the
 // request's kind or count, and the scheduler's own choice stands.
 func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.GPUShare, bool) {
 	switch {
+	case req.GPUs > 0 && n.InReplicasOn(req):
+		// Replicas in the node's unit (model.GPU.InReplicas): the record
+		// holds them as shares, all of a GPU's as the whole GPU.
+		replicas := int64(0)
+		for _, h := range held {
+			g := &n.GPUs[h.Index]
+			switch {
+			case h.MIGSlices > 0 || !g.InReplicas(req):
+				return nil, false
+			case h.Milli >= g.Capacity():
+				replicas += g.Capacity() / g.MinShareMilli
+			case h.Milli%g.MinShareMilli != 0:
+				return nil, false
+			default:
+				replicas += h.Milli / g.MinShareMilli
+			}
+		}
+		return held, replicas == int64(req.Replicas)
 	case req.GPUs > 0:
 		if len(held) != req.GPUs {
 			return nil, false
@@ -256,6 +278,12 @@ func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.G
 func autoShares(n *model.Node, gpuFree []int64, sliceFree []int, req *model.Request) []model.GPUShare {
 	var out []model.GPUShare
 	switch {
+	case req.GPUs > 0 && n.InReplicasOn(req):
+		for g := range n.GPUs {
+			if gp := &n.GPUs[g]; gp.InReplicas(req) && gpuFree[g] >= gp.ShareMilli(req) {
+				return []model.GPUShare{{Index: g, Milli: gp.ShareMilli(req)}}
+			}
+		}
 	case req.GPUs > 0:
 		for g := range n.GPUs {
 			if len(out) == req.GPUs {

@@ -36,7 +36,7 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // while it waits, the PodScheduled condition. Its requests are summed as
 // the kubelet counts them and kept as the pod's overhead, with no
 // containers (read them with resourcehelper.PodRequests, never from
-// Spec.Containers); only a pod whose containers fail a check that names
+// Spec.Containers) but one that binds its host ports, if any; only a pod whose containers fail a check that names
 // one (checkContainers) keeps each container's name, resources and restart
 // policy. Labels, annotations, node selectors, resource lists, owner
 // references and common strings, alike across the pods of a workload, are
@@ -177,6 +177,9 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		// of them once the checks that name a container have passed, and
 		// resourcehelper.PodRequests of the cached pod gives the same.
 		out.Spec.Overhead = lists.intern(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))
+		// Its host ports, which the core counts, in a container of their
+		// own (hostPortContainer).
+		out.Spec.Containers = hostPortContainer(p)
 		return out
 	}
 	out.Spec.Overhead = lists.intern(s.Overhead)
@@ -215,6 +218,11 @@ func slimContainers(cs []corev1.Container) []corev1.Container {
 		r := cs[i].Resources
 		out[i] = corev1.Container{Name: cs[i].Name, RestartPolicy: cs[i].RestartPolicy, Resources: corev1.ResourceRequirements{
 			Requests: lists.intern(r.Requests), Limits: lists.intern(r.Limits), Claims: r.Claims}}
+		for _, cp := range cs[i].Ports {
+			if cp.HostPort > 0 {
+				out[i].Ports = append(out[i].Ports, cp)
+			}
+		}
 	}
 	return out
 }

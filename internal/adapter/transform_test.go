@@ -34,6 +34,10 @@ func fullPod(ns, name, node string) *corev1.Pod {
 	sidecar := container("log-shipper")
 	sidecar.RestartPolicy = &always
 	sidecar.Resources = corev1.ResourceRequirements{Requests: rl("cpu", "100m", "memory", "64Mi")}
+	sidecar.Ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100, HostPort: 9100, Protocol: corev1.ProtocolTCP}}
+	trainer := container("trainer")
+	trainer.Ports = []corev1.ContainerPort{{Name: "nccl", ContainerPort: 29500, Protocol: corev1.ProtocolTCP},
+		{Name: "rdzv", ContainerPort: 29400, HostPort: 29400, HostIP: "192.0.2.10", Protocol: corev1.ProtocolUDP}}
 	prio := int32(1000)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: "6c1e6ab0-0b4f-4b5e-9d3a-1f2e3d4c5b6a", ResourceVersion: "123456",
@@ -47,7 +51,7 @@ func fullPod(ns, name, node string) *corev1.Pod {
 			Tolerations:  []corev1.Toleration{{Key: "pool", Value: "batch", Effect: corev1.TaintEffectNoSchedule}},
 			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "nvidia.com/gpu.product", Operator: corev1.NodeSelectorOpIn, Values: []string{"NVIDIA-H100-80GB-HBM3"}}}}}}}},
-			InitContainers: []corev1.Container{sidecar}, Containers: []corev1.Container{container("trainer")},
+			InitContainers: []corev1.Container{sidecar}, Containers: []corev1.Container{trainer},
 			Overhead: rl("cpu", "250m"),
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "imagenet"}}},
 				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trainer"}}}}}},
@@ -92,14 +96,17 @@ func TestForCacheKeepsWhatTheSchedulerReads(t *testing.T) {
 		if err1 != nil || err2 != nil || !reflect.DeepEqual(wantReq, gotReq) {
 			t.Errorf("podRequest = %+v, %v; from the full pod %+v, %v", gotReq, err2, wantReq, err1)
 		}
-		if !reflect.DeepEqual(otherExtended(c.slim), otherExtended(c.full)) || usesShared(c.slim) != usesShared(c.full) {
-			t.Errorf("extended resources differ: %v, from the full pod %v", otherExtended(c.slim), otherExtended(c.full))
+		if len(wantReq.HostPorts) != 2 || wantReq.Scalars["rdma/hca"] != 1 {
+			t.Errorf("podRequest of the full pod = %+v, want its two host ports and rdma/hca: 1", wantReq)
+		}
+		if usesShared(c.slim) != usesShared(c.full) {
+			t.Errorf("usesShared = %t, from the full pod %t", usesShared(c.slim), usesShared(c.full))
 		}
 	}
 	if classKey(slimQ) != classKey(pending) {
 		t.Errorf("classKey differs:\n%s\n%s", classKey(slimQ), classKey(pending))
 	}
-	if got, want := staticFit(logr.Discard(), slimQ, otherExtended(slimQ), slimN), staticFit(logr.Discard(), pending, otherExtended(pending), node); got != want {
+	if got, want := staticFit(logr.Discard(), slimQ, slimN), staticFit(logr.Discard(), pending, node); got != want {
 		t.Errorf("staticFit = %q, want %q", got, want)
 	}
 	if slimP.Spec.Affinity != nil || slimP.Spec.Tolerations != nil || slimP.Spec.NodeSelector != nil || slimP.Status.Conditions != nil {
@@ -130,7 +137,8 @@ func TestForCacheKeepsWhatTheSchedulerReads(t *testing.T) {
 		"node managed fields":   len(slimN.ManagedFields) == 0,
 		"kept: gpus annotation": slimP.Annotations[GPUsAnnotation] == "0,1",
 		"kept: uid and version": slimP.UID == pod.UID && slimP.ResourceVersion == pod.ResourceVersion,
-		"requests as overhead":  slimP.Spec.Containers == nil && slimP.Spec.InitContainers == nil && slimP.Spec.Overhead.Name("nvidia.com/gpu", resource.DecimalSI).Value() == 2,
+		"requests as overhead":  len(slimP.Spec.Containers) == 1 && slimP.Spec.Containers[0].Resources.Requests == nil && slimP.Spec.InitContainers == nil && slimP.Spec.Overhead.Name("nvidia.com/gpu", resource.DecimalSI).Value() == 2,
+		"kept: host ports only": len(slimP.Spec.Containers) == 1 && len(slimP.Spec.Containers[0].Ports) == 2 && slimP.Spec.Containers[0].Image == "",
 		"kept: phase":           slimP.Status.Phase == corev1.PodRunning,
 		"kept: waiting's cond.": len(slimQ.Status.Conditions) == 1 && slimQ.Status.Conditions[0].Type == corev1.PodScheduled,
 		"other annotations":     len(slimP.Annotations) == 1,

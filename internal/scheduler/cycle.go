@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -412,10 +413,17 @@ func (c *cycle) explain(p *pending, u *model.Unplaced) {
 		}
 	}
 	u.Explained, u.Nodes = true, len(st.Nodes)
-	for _, f := range []string{placement.FilterUnschedulable, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterClaimDevices, placement.FilterGPUKind, placement.FilterGPU,
-		placement.FilterSpread, placement.FilterPodAffinity, placement.FilterPodAntiAffinity, placement.FilterExistingAntiAffinity} {
+	known := []string{placement.FilterUnschedulable, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterClaimDevices, placement.FilterGPUKind, placement.FilterGPU,
+		placement.FilterSpread, placement.FilterPodAffinity, placement.FilterPodAntiAffinity, placement.FilterExistingAntiAffinity}
+	for _, f := range known {
 		if n := counts[f]; n > 0 {
 			u.Filtered = append(u.Filtered, model.FilterCount{Filter: f, Nodes: n})
+		}
+	}
+	// The other reasons (ports, pods, each scalar resource, ...) by name.
+	for _, f := range slices.Sorted(maps.Keys(counts)) {
+		if !slices.Contains(known, f) {
+			u.Filtered = append(u.Filtered, model.FilterCount{Filter: f, Nodes: counts[f]})
 		}
 	}
 	slices.SortStableFunc(u.Filtered, func(a, b model.FilterCount) int { return cmp.Compare(b.Nodes, a.Nodes) })

@@ -62,8 +62,9 @@
 // UnplacedAboveQueueLimit or UnplacedAboveCapacity with the need and the
 // limit); for those the driver marked
 // PodGroup.Explain, which filter refused how many nodes (unschedulable,
-// selector or taints, cpu, memory, GPU, pod constraints) for its first
-// pod and how many of its pods fit at once; and every queue's usage, fair share and guarantee
+// selector or taints, a host port, the pods allowance, a scalar resource by
+// name, cpu, memory, GPU, pod constraints) for its first pod and how many of
+// its pods fit at once; and every queue's usage, fair share and guarantee
 // as the cycle leaves them. Drivers render these; they never look into
 // the core's state. model.Apply carries the decisions out on a snapshot
 // for the simulator and the tests, and PodGroup.Min is the one rule for
@@ -109,6 +110,18 @@
 // nodes the policy scores alike. Node labels that only name topology
 // reach the core in model.Node.Domains, so they do not split nodes into
 // classes.
+// Resources besides CPU, memory and GPUs (model/resources.go). A node with
+// model.Node.Allocatable takes a pod only within its pods allowance and
+// with every scalar resource the pod asks for (model.Request.Scalars:
+// ephemeral storage, hugepages, extended resources) free, against what its
+// pods already hold, as kube-scheduler's NodeResourcesFit counts; on every
+// node a pod's host ports must not conflict with those its pods hold
+// (NodePorts: 0.0.0.0 against any address, an address against itself and
+// 0.0.0.0, per protocol). Running pods hold them through their
+// allocations' requests, binds of the same cycle as they are placed, and
+// what-if work rolls them back with the rest. A request for GPUs through
+// the resource a node time-slices its GPUs under (model.GPU.InReplicas) is
+// in that node's unit: replicas of one GPU there, whole GPUs elsewhere.
 //
 // MIG layouts that follow demand. After the other actions, for the nodes
 // that opt in (model.Node.MIG) the core proposes new MIG layouts in

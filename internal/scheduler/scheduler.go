@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"time"
@@ -141,7 +142,8 @@ func sameNodes(a, b []model.Node) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.Name != y.Name || x.MilliCPU != y.MilliCPU || x.MemoryMiB != y.MemoryMiB || x.Unschedulable != y.Unschedulable ||
-			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) {
+			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) ||
+			len(x.Allocatable) != len(y.Allocatable) || (x.Allocatable == nil) != (y.Allocatable == nil) || len(x.Allocatable) > 0 && !sameMap(x.Allocatable, y.Allocatable) {
 			return false
 		}
 		if !sameLabels(x.Labels, y.Labels) || !sameLabels(x.Domains, y.Domains) {
@@ -168,6 +170,12 @@ func sameLabels(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// sameMap reports whether a and b, of one length, hold the same entries,
+// without reading them when they are the very same map.
+func sameMap[K comparable, V comparable](a, b map[K]V) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() || maps.Equal(a, b)
 }
 
 // sameSlice reports whether a and b are the same slice: one length and,

@@ -402,3 +402,71 @@ pods:
 		t.Fatalf("a term without a topology key: %v", err)
 	}
 }
+
+const portsTrace = `
+nodes:
+- {name: n, count: 2, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, allocatable: {pods: 3, rdma/hca: 1}}
+pods:
+- {name: web, count: 3, milliCPU: 100, hostPorts: [{port: 7777}], createdAt: 0, duration: 100}
+- {name: rdma, count: 3, milliCPU: 100, scalars: {rdma/hca: 1}, createdAt: 0, duration: 100}
+- {name: plain, count: 3, milliCPU: 100, createdAt: 0, duration: 100}
+`
+
+// TestRunEventCountsPortsPodsAndScalars: the simulator replays the core's
+// counting of host ports, pods and scalar resources: at no time does a
+// node of 3 pods and one rdma/hca run more than 3 pods, two of port 7777
+// or two asking rdma/hca, and every pod runs in the end.
+func TestRunEventCountsPortsPodsAndScalars(t *testing.T) {
+	tr, err := ReadYAMLTrace("ports.yaml", strings.NewReader(portsTrace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Nodes[1].Allocatable["pods"] != 3 || tr.Pods[0].Request.HostPorts[0].Port != 7777 || tr.Pods[3].Request.Scalars["rdma/hca"] != 1 {
+		t.Fatalf("trace read as %+v, %+v", tr.Nodes, tr.Pods)
+	}
+	type counts struct{ web, rdma, pods int }
+	worst := counts{}
+	cfg := EventConfig{Policy: placement.DefaultPolicy, Interval: 10, OnCycle: func(_ int64, snap *model.Snapshot, d *model.Decisions) {
+		// What runs on each node once the cycle's binds are carried out.
+		on := map[string]*counts{}
+		count := func(node string, r *model.Request) {
+			c := on[node]
+			if c == nil {
+				c = &counts{}
+				on[node] = c
+			}
+			c.pods++
+			if len(r.HostPorts) > 0 {
+				c.web++
+			}
+			if r.Scalars["rdma/hca"] > 0 {
+				c.rdma++
+			}
+			worst = counts{max(worst.web, c.web), max(worst.rdma, c.rdma), max(worst.pods, c.pods)}
+		}
+		for a := range snap.AllRunning() {
+			count(a.Node, &a.Request)
+		}
+		pending := map[string]*model.Request{}
+		for g := range snap.Pending {
+			for k := range snap.Pending[g].Pods {
+				pending[snap.Pending[g].Pods[k].Name] = &snap.Pending[g].Pods[k].Request
+			}
+		}
+		for _, b := range d.Binds {
+			count(b.Node, pending[b.Pod])
+		}
+	}}
+	r, err := RunEvent(context.Background(), tr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if worst != (counts{1, 1, 3}) || r.FailedPods != 0 {
+		t.Errorf("at most %+v on a node at once, %d failed; want 1 web, 1 rdma, 3 pods and none failed", worst, r.FailedPods)
+	}
+	for _, bad := range []string{"nodes: [{name: n, allocatable: {pods: -1}}]", "pods: [{name: p, hostPorts: [{port: 70000}]}]", "pods: [{name: p, scalars: {x: 2000000000000000000}}]"} {
+		if _, err := ReadYAMLTrace("bad.yaml", strings.NewReader(bad)); err == nil {
+			t.Errorf("trace %q accepted", bad)
+		}
+	}
+}

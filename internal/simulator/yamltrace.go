@@ -38,6 +38,15 @@ import (
 //	- {name: dra, count: 2, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, dra: true}
 //	pods:
 //	- {name: claim, count: 4, claimGPUs: 1, claimModels: [H100], milliCPU: 1000}
+//
+// What a node counts besides CPU, memory and GPUs (model.Node.Allocatable:
+// pods, ephemeral-storage, extended resources) and what a pod asks of it
+// and of the node's ports (model.Request.Scalars, HostPorts):
+//
+//	nodes:
+//	- {name: n, milliCPU: 64000, memoryMiB: 262144, gpus: 8, allocatable: {pods: 110, rdma/hca: 4}}
+//	pods:
+//	- {name: web, count: 2, milliCPU: 100, scalars: {rdma/hca: 1}, hostPorts: [{port: 7777}]}
 type YAMLTrace struct {
 	Nodes  []YAMLNode    `json:"nodes"`
 	Queues []model.Queue `json:"queues,omitempty"`
@@ -63,6 +72,9 @@ type YAMLNode struct {
 	// profiles their GPUs offer, e.g. {name: 1g.10gb, slices: 1,
 	// instances: 7}.
 	MIGProfiles []model.MIGProfile `json:"migProfiles,omitempty"`
+	// Allocatable is the nodes' model.Node.Allocatable; unset, they
+	// count none of it.
+	Allocatable map[string]int64 `json:"allocatable,omitempty"`
 }
 
 // YAMLPod describes count pods of one shape.
@@ -97,6 +109,10 @@ type YAMLPod struct {
 	Labels      map[string]string        `json:"labels,omitempty"`
 	PodAffinity *model.PodAffinity       `json:"podAffinity,omitempty"`
 	Spread      []model.SpreadConstraint `json:"spread,omitempty"`
+	// Scalars and HostPorts are the pods' model.Request.Scalars and
+	// HostPorts.
+	Scalars   map[string]int64 `json:"scalars,omitempty"`
+	HostPorts []model.HostPort `json:"hostPorts,omitempty"`
 }
 
 // hostnameLabel is the topology key of a node's own domain.
@@ -131,12 +147,15 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 				return nil, fmt.Errorf("trace %s: nodes[%d].migProfiles[%d]: want a profile name such as 1g.10gb, its slices, and 1 to 7/slices instances, got %+v", name, i, k, p)
 			}
 		}
+		if err := model.ValidateResources(fmt.Sprintf("nodes[%d].allocatable", i), n.Allocatable); err != nil {
+			return nil, fmt.Errorf("trace %s: %w", name, err)
+		}
 		count := max(n.Count, 1)
 		if count > MaxTraceNodes-len(tr.Nodes) {
 			return nil, fmt.Errorf("trace %s: nodes[%d].count: the trace would have more than %d nodes", name, i, MaxTraceNodes)
 		}
 		for k := range count {
-			nd := model.Node{Name: n.Name, MilliCPU: n.MilliCPU, MemoryMiB: n.MemoryMiB, Labels: n.Labels}
+			nd := model.Node{Name: n.Name, MilliCPU: n.MilliCPU, MemoryMiB: n.MemoryMiB, Labels: n.Labels, Allocatable: n.Allocatable}
 			if len(n.MIGProfiles) > 0 {
 				nd.MIG = &model.NodeMIG{Profiles: n.MIGProfiles}
 			}
@@ -169,8 +188,15 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		if p.Count < 0 || p.MinMember < 0 || p.MinMember > max(p.Count, 1) {
 			return nil, fmt.Errorf("trace %s: pods[%d] (%s): need 0 <= minMember <= count", name, i, p.Name)
 		}
+		if err := model.ValidateResources(fmt.Sprintf("pods[%d].scalars", i), p.Scalars); err != nil {
+			return nil, fmt.Errorf("trace %s: %w", name, err)
+		}
+		if err := model.ValidateHostPorts(fmt.Sprintf("pods[%d].hostPorts", i), p.HostPorts); err != nil {
+			return nil, fmt.Errorf("trace %s: %w", name, err)
+		}
 		req := model.Request{MilliCPU: p.MilliCPU, MemoryMiB: p.MemoryMiB, GPUs: p.GPUs, GPUMilli: p.GPUMilli,
-			GPUMemoryMiB: p.GPUMemoryMiB, MIGSlices: p.MIGSlices, MIGProfile: p.MIGProfile, GPUModels: p.GPUModels}
+			GPUMemoryMiB: p.GPUMemoryMiB, MIGSlices: p.MIGSlices, MIGProfile: p.MIGProfile, GPUModels: p.GPUModels,
+			Scalars: p.Scalars, HostPorts: p.HostPorts}
 		if p.MIGProfile != "" {
 			s := model.ProfileSlices(p.MIGProfile)
 			if s == 0 || p.MIGSlices != 0 && p.MIGSlices != s {

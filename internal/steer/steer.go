@@ -305,7 +305,8 @@ func (s *Steerer) forget(waiting []*corev1.Pod) {
 // handed out yet (not in given); nil when a device the choice needs is not
 // free. Choices res does not serve are skipped. A whole GPU is its device,
 // or on a resource of replicas its free replicas (at least one); a share of
-// a GPU is one replica of it; a MIG instance is a free MIG device of that
+// a GPU is as many replicas of it as its part of the GPU makes, rounded up
+// (replicasIn); a MIG instance is a free MIG device of that
 // many slices on the GPU. Replicas of several whole GPUs come one GPU at a
 // time, round-robin, so that a request for fewer replicas than the choice
 // offers spreads over the GPUs chosen.
@@ -326,6 +327,9 @@ func wanted(res *sharing.Resource, choice []gpupod.GPUChoice, given []string, fr
 		case res.HasReplicas():
 			if c.Whole() {
 				upTo = len(res.Devices) // every free replica of the GPU
+			} else {
+				need = replicasIn(res, c)
+				upTo = need
 			}
 		case !c.Whole():
 			continue
@@ -364,6 +368,19 @@ func wanted(res *sharing.Resource, choice []gpupod.GPUChoice, given []string, fr
 		}
 	}
 	return out
+}
+
+// replicasIn is how many replicas of its GPU a share c is on res: its
+// thousandths of the GPU in replicas of 1000/replicas each, rounded up
+// (nvidia.com/gpu: 2 time-sliced 4 ways is "3:500", two replicas of GPU
+// 3), at least one.
+func replicasIn(res *sharing.Resource, c gpupod.GPUChoice) int {
+	for i := range res.Devices {
+		if d := &res.Devices[i]; d.GPUIndex == c.Index && d.MIG == nil && d.Replicas > 1 {
+			return max(1, int((c.Milli*int64(d.Replicas)+gpupod.MilliPerGPU-1)/gpupod.MilliPerGPU))
+		}
+	}
+	return 1
 }
 
 func setOf(ids []string) map[string]bool {

@@ -181,6 +181,29 @@ func TestSteerTimeSlicedShares(t *testing.T) {
 	}
 }
 
+// TestSteerSeveralReplicasOfOneGPU: a pod asking nvidia.com/gpu: 2 on GPUs
+// time-sliced 4 ways under that name, which gpuplane-scheduler placed as
+// two replicas of GPU 3 ("3:500"), gets two replicas of GPU 3; one asking
+// three of GPU 5 ("5:750") three of GPU 5.
+func TestSteerSeveralReplicasOfOneGPU(t *testing.T) {
+	res := steerNode(t, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n")
+	pods := []*corev1.Pod{
+		placed("a", 0, "3:500").Containers("nvidia.com/gpu", 2).Obj(),
+		placed("b", 1, "5:750").Containers("nvidia.com/gpu", 3).Obj(),
+		placed("c", 2, "3:500").Containers("nvidia.com/gpu", 2).Obj(),
+	}
+	s := testSteerer(func() []*corev1.Pod { return pods })
+	k := &kubelet{t: t, res: res, s: s, inUse: map[string]bool{}}
+	for i, tc := range []struct {
+		size int
+		want []int
+	}{{2, []int{3, 3}}, {3, []int{5, 5, 5}}, {2, []int{3, 3}}} {
+		if got := gpusOf(res, k.admit(tc.size)); !slices.Equal(got, tc.want) {
+			t.Fatalf("pod %d got replicas of GPUs %v, want %v", i, got, tc.want)
+		}
+	}
+}
+
 func TestSteerIgnoresBadChoices(t *testing.T) {
 	res := steerNode(t, "version: v1\n")
 	s := testSteerer(func() []*corev1.Pod {

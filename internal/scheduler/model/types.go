@@ -142,6 +142,10 @@ type Node struct {
 	// (podaffinity.go), apart from Labels so that they do not split nodes
 	// into classes; a key it lacks is read from Labels.
 	Domains map[string]string `json:"domains,omitempty"`
+	// Allocatable is the node's allocatable of every resource besides
+	// CPU, memory and the GPUs above, and of pods, in the node's unit;
+	// nil checks none of them (resources.go).
+	Allocatable map[string]int64 `json:"allocatable,omitempty"`
 }
 
 // Request is what one pod asks for.
@@ -158,6 +162,11 @@ type Request struct {
 	// factor. GPUMilli is then the largest such share on any node, which
 	// quotas count before a GPU is chosen; once placed, the GPU's share
 	// counts (Allocation.Usage).
+	//
+	// With GPUs set too, the request is in its node's unit: a pod asking
+	// for GPUs of ShareResource (nvidia.com/gpu: k) takes, on a GPU
+	// time-sliced under that very name (GPU.InReplicas), Replicas replicas
+	// of that one GPU, and GPUs whole GPUs on any other.
 	Replicas int `json:"replicas,omitempty"`
 	// GPUMemoryMiB is GPU memory for a share (with or without GPUMilli).
 	GPUMemoryMiB int64 `json:"gpuMemoryMiB,omitempty"`
@@ -184,6 +193,13 @@ type Request struct {
 	Labels    map[string]string  `json:"labels,omitempty"`
 	Affinity  *PodAffinity       `json:"podAffinity,omitempty"`
 	Spread    []SpreadConstraint `json:"spread,omitempty"`
+	// Scalars is what the pod asks of every other resource of its node
+	// (ephemeral-storage, hugepages-<size>, extended resources the fields
+	// above do not model), in the node's unit, counted against
+	// Node.Allocatable; HostPorts are the node ports its containers bind
+	// (resources.go).
+	Scalars   map[string]int64 `json:"scalars,omitempty"`
+	HostPorts []HostPort       `json:"hostPorts,omitempty"`
 }
 
 // Shared reports whether the request takes part of one GPU.

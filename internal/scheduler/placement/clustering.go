@@ -27,7 +27,10 @@ func (*GPUClustering) Score(s *State, req *model.Request, o *Option) float64 {
 		return 0
 	}
 	size := req.GPUMilli
-	if req.GPUs > 0 {
+	if req.Replicas > 0 && len(o.Shares) == 1 {
+		size = o.Shares[0].Milli // as State.apply counts it
+	}
+	if req.GPUs > 0 && (req.Replicas == 0 || len(o.Shares) != 1) {
 		size = model.MilliPerGPU
 	}
 	return float64(s.Nodes[o.Node].ShareSizes[size])

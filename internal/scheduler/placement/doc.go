@@ -15,6 +15,10 @@
 // device sets keeps its GPUs in index order in its signature, since they
 // are no longer interchangeable.
 //
+// Besides CPU, memory and GPUs, the State counts each node's pods, its
+// scalar resources and its host ports (resources.go), in the signature too,
+// so the memo never answers for a node whose ports or resources differ.
+//
 // It must not know about queues, gangs, priorities or preemption (the cycle
 // in package scheduler does), and must not read the outside world.
 package placement

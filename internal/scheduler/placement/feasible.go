@@ -40,7 +40,7 @@ func serves(req *model.Request, g *model.GPU) bool {
 		return false
 	}
 	switch {
-	case req.GPUs > 0:
+	case req.GPUs > 0 && !g.InReplicas(req):
 		return g.MIGSlices == 0 && !g.SharesOnly
 	case req.MIGSlices > 0:
 		return g.MIGSlices >= req.MIGSlices && (g.MIGInstanceSlices == 0 || g.MIGInstanceSlices == req.MIGSlices)
@@ -58,13 +58,16 @@ func serves(req *model.Request, g *model.GPU) bool {
 // what never changes for a node: room freed on a node req does not
 // statically fit is of no use to req.
 func StaticFits(n *model.Node, req *model.Request) bool {
-	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB {
+	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB || !staticResourcesFit(n, req) {
 		return false
 	}
 	if !req.UsesGPU() {
 		return true
 	}
 	need := max(req.GPUs, 1)
+	if req.Replicas > 0 && n.InReplicasOn(req) {
+		need = 1 // replicas of one GPU
+	}
 	for g := range n.GPUs {
 		if serves(req, &n.GPUs[g]) {
 			if need--; need == 0 {
@@ -81,7 +84,7 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 // core asks it before proposing a new MIG layout for req on the node.
 func (s *State) Hosts(i int, req *model.Request) bool {
 	ns := &s.Nodes[i]
-	return nodeAccepts(ns.Node, req) && ns.FreeCPU >= req.MilliCPU && ns.FreeMem >= req.MemoryMiB
+	return nodeAccepts(ns.Node, req) && ns.FreeCPU >= req.MilliCPU && ns.FreeMem >= req.MemoryMiB && ns.res.fits(req, ns.Pods)
 }
 
 // ModelAllowed reports whether GPU g is of a model req allows.
@@ -143,12 +146,13 @@ func (s *State) Options(i int, req *model.Request) []Option {
 // topology, and topology only ranks whole-GPU sets.
 func (s *State) fitOptions(i int, req *model.Request) []Option {
 	ns := &s.Nodes[i]
-	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB {
+	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) {
 		return nil
 	}
 	gpus := ns.Node.GPUs
+	replicas := req.Replicas > 0 && req.GPUs > 0 && ns.Node.InReplicasOn(req)
 	switch {
-	case req.GPUs > 0:
+	case req.GPUs > 0 && !replicas:
 		var free []int
 		for g := range gpus {
 			if serves(req, &gpus[g]) && !ns.GPUUsed(g) {
@@ -178,7 +182,7 @@ func (s *State) fitOptions(i int, req *model.Request) []Option {
 			slices.SortStableFunc(out, func(a, b Option) int { return ns.SliceFree[a.Shares[0].Index] - ns.SliceFree[b.Shares[0].Index] })
 		}
 		return out
-	case req.Shared():
+	case req.Shared() || replicas:
 		var out []Option
 		type key struct{ milli, mem int64 }
 		seen := map[key]bool{}
@@ -267,7 +271,8 @@ func linkStats(n *model.Node, set []int) (mn, sum int) {
 }
 
 // Reasons a node is filtered out for a request, in the order Why checks
-// them.
+// them; after FilterSelector Why checks host ports, pods and scalar
+// resources (resources.go).
 const (
 	FilterUnschedulable = "node unschedulable"
 	FilterSelector      = "node selector or taints"
@@ -292,12 +297,19 @@ func (s *State) Why(i int, req *model.Request) string {
 		return FilterUnschedulable
 	case !nodeAccepts(ns.Node, req):
 		return FilterSelector
+	}
+	if why := ns.res.why(req, ns.Pods); why != "" {
+		return why // host ports, pods, scalar resources
+	}
+	switch {
 	case ns.FreeCPU < req.MilliCPU:
 		return FilterCPU
 	case ns.FreeMem < req.MemoryMiB:
 		return FilterMemory
 	case req.DeviceSet != "" && !slices.ContainsFunc(ns.Node.GPUs, func(g model.GPU) bool { return serves(req, &g) }):
 		return FilterClaimDevices
+	case tooManyReplicas(ns.Node, req):
+		return FilterReplicasOneGPU
 	case (req.Shared() || req.MIGSlices > 0) && !slices.ContainsFunc(ns.Node.GPUs, func(g model.GPU) bool { return serves(req, &g) }):
 		return FilterGPUKind
 	case s.fitOptions(i, req) == nil:

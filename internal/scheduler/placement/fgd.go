@@ -147,6 +147,9 @@ func fragFor(n *model.Node, freeCPU int64, free []int64, total int64, t *model.R
 		return total
 	}
 	k := max(t.GPUs, 1)
+	if t.Replicas > 0 && t.GPUs > 0 && n.InReplicasOn(t) {
+		k = 1 // replicas of one GPU
+	}
 	var frag int64
 	fit := 0
 	for g := range free {
@@ -155,7 +158,7 @@ func fragFor(n *model.Node, freeCPU int64, free []int64, total int64, t *model.R
 			continue
 		}
 		need := gp.ShareMilli(t)
-		if t.GPUs > 0 {
+		if t.GPUs > 0 && !gp.InReplicas(t) {
 			need = gp.Capacity()
 		}
 		if !serves(t, gp) || free[g] < need {

@@ -131,6 +131,9 @@ func (p *Placer) shape(req *model.Request) int {
 	if len(req.NodeSelector) > 0 || len(req.Tolerations) > 0 {
 		fmt.Fprintf(b, "%v|%v", req.NodeSelector, req.Tolerations)
 	}
+	if len(req.Scalars) > 0 || len(req.HostPorts) > 0 {
+		b.Write(appendRequestKey(nil, req))
+	}
 	id, ok := p.reqIDs[b.String()]
 	if !ok {
 		id = len(p.reqIDs)

@@ -21,6 +21,8 @@ type NodeState struct {
 	// milli-GPU each asked for of one GPU (1000 for whole GPUs).
 	Pods       int
 	ShareSizes map[int64]int
+	// res counts pods, scalar resources and host ports (resources.go).
+	res nodeResources
 
 	class int32
 	// ordered: the node's GPUs are not interchangeable (a topology, or
@@ -107,6 +109,7 @@ func NewState(nodes []model.Node) *State {
 			ns.SliceFree[g] = n.GPUs[g].MIGSlices
 		}
 		ns.ShareSizes = map[int64]int{}
+		ns.res.init(n)
 		ns.class = s.classOf(n)
 		ns.ordered = n.Topology != nil || slices.ContainsFunc(n.GPUs, func(g model.GPU) bool {
 			return g.ClaimOnly != n.GPUs[0].ClaimOnly || g.DeviceSets != n.GPUs[0].DeviceSets
@@ -175,6 +178,9 @@ func (s *State) signature(i int) int32 {
 		b = binary.AppendVarint(b, g[0])
 		b = binary.AppendVarint(b, g[1])
 		b = binary.AppendVarint(b, g[2])
+	}
+	if ns.res.counted || len(ns.res.ports) > 0 {
+		b = ns.res.appendSignature(b, ns.Pods)
 	}
 	s.buf = b
 	id, ok := s.sigs[string(b)]
@@ -258,7 +264,7 @@ func (s *State) Commit() {
 // over-allocating anything.
 func (s *State) Fits(i int, req *model.Request, shares []model.GPUShare) bool {
 	ns := &s.Nodes[i]
-	if ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB {
+	if ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) {
 		return false
 	}
 	for _, sh := range shares {
@@ -316,12 +322,15 @@ func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bo
 		ns.SliceFree[sh.Index] -= int(sign) * sh.MIGSlices
 	}
 	ns.Pods += int(sign)
+	if ns.res.touches(req) {
+		ns.res.apply(req, sign)
+	}
 	if req.UsesGPU() {
 		size := req.GPUMilli
 		if req.Replicas > 0 && len(shares) == 1 {
 			size = shares[0].Milli
 		}
-		if req.GPUs > 0 {
+		if req.GPUs > 0 && (req.Replicas == 0 || len(shares) != 1) {
 			size = model.MilliPerGPU
 		}
 		ns.ShareSizes[size] += int(sign)

@@ -18,14 +18,19 @@ const (
 // NodeBuilder builds a Node. Start with Node.
 type NodeBuilder struct{ node corev1.Node }
 
-// Node returns a builder for a node with no labels, annotations or
-// resources.
+// Node returns a builder for a node with no labels or annotations, and of
+// resources only room for 110 pods, as every kubelet reports by default
+// (a node without it takes no pod); Pods changes it.
 func Node(name string) *NodeBuilder {
-	return &NodeBuilder{node: corev1.Node{
+	b := &NodeBuilder{node: corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}},
 		Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{}, Allocatable: corev1.ResourceList{}},
 	}}
+	return b.Pods(defaultPods)
 }
+
+// defaultPods is the kubelet's default --max-pods.
+const defaultPods = 110
 
 // GPUs sets the node's nvidia.com/gpu capacity and allocatable, and its
 // GPU count label as GPU Feature Discovery would.

@@ -170,3 +170,11 @@ func (b *PodBuilder) Phase(p corev1.PodPhase) *PodBuilder {
 
 // Obj returns a copy of the built Pod.
 func (b *PodBuilder) Obj() *corev1.Pod { return b.pod.DeepCopy() }
+
+// HostPort makes the first container bind port on every address of its
+// node, over TCP (a containerPort of the same number with that hostPort).
+func (b *PodBuilder) HostPort(port int32) *PodBuilder {
+	c := &b.pod.Spec.Containers[0]
+	c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP})
+	return b
+}
