@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -139,7 +140,7 @@ func (h *nodeHoldings) known(pi *podInfo) podHeld {
 	if len(pi.pod.Spec.ResourceClaims) > 0 {
 		// 1. The claims it names.
 		e.shares, e.known = h.claims[pi.key], true
-		claim := claimRequest(e.shares)
+		claim := dra.ClaimRequest(e.shares)
 		e.req.GPUs += claim.GPUs
 		e.req.MIGSlices += claim.MIGSlices
 		return e
