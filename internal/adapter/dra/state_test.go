@@ -289,6 +289,10 @@ func TestStateInFlight(t *testing.T) {
 	if !shareIndexes(byPod["ns/p"], []model.GPUShare{{Index: 1}, {Index: 2}}) {
 		t.Fatalf("in flight, p holds %v on a, want GPUs 1 and 2", byPod)
 	}
+	byPod, orphans := s.ClaimShares(view(s, "a"), nil, func(string) bool { return false })
+	if len(byPod) != 0 || !shareIndexes(orphans["ns/c"], []model.GPUShare{{Index: 1}, {Index: 2}}) {
+		t.Fatalf("in flight for p, not on a yet: held %v, orphans %v; want the claim holding GPUs 1 and 2 for no pod", byPod, orphans)
+	}
 	if _, err := s.AllocateChoice(context.Background(), view(s, "b"), []model.GPUShare{{Index: 0}, {Index: 1}}, q, pc, now); err == nil || !strings.Contains(err.Error(), "being allocated for another pod") {
 		t.Fatalf("allocating a claim in flight again: %v, want it refused", err)
 	}
@@ -468,6 +472,10 @@ func TestMemoReads(t *testing.T) {
 	s.UpsertClaim(gpuClaim("c", 1))
 	if same := f.claims(t, p, now).Set; same.Name != first.Name {
 		t.Fatalf("a new object of the same claim shape got set %s, want the shape's %s", same.Name, first.Name)
+	}
+	s.UpsertClaim(gpuClaim("c", 2))
+	if changed := f.claims(t, p, now).Set; changed.Count != 2 {
+		t.Fatalf("the claim changed to 2 devices: its set asks for %d", changed.Count)
 	}
 	s.UpsertSlice(nodeSlice("a", 0, 0, 0))
 	if after := f.claims(t, p, now).Set; after == first || after.Masks[0] != 0b111 {
