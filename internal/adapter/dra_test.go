@@ -15,9 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/dra"
-	seam "github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	seam "github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 

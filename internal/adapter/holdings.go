@@ -29,7 +29,7 @@ import (
 //     GPUs). For another scheduler's pod given parts of GPUs shared as
 //     replicas, the request becomes those replicas (replicasHeld).
 //  3. The claim made for the extended resources of a pod that names no
-//     claim (draext.go): its devices, in place of the request's GPUs. A
+//     claim (dra.Memo): its devices, in place of the request's GPUs. A
 //     record that parses but does not match the request sets this claim
 //     aside too: the pod goes on to the scheduler's annotation (step 5).
 //  4. A bind in flight (clusterCache.assumed) for a pod not bound yet: the

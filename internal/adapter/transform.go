@@ -163,7 +163,7 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		}
 	}
 	// A waiting pod asking for nvidia.com/gpu keeps its containers: a
-	// claim for its extended resources names them (draext.go).
+	// claim for its extended resources names them (dra.Memo).
 	if checkContainers(p) == nil && collapsible(p) && (s.NodeName != "" || !asksMappable(p)) {
 		// The pod's requests as the kubelet counts them (init containers,
 		// sidecars, overhead and pod-level resources), kept as the

@@ -442,4 +442,3 @@ func mappable(name corev1.ResourceName) bool {
 	return name == gpunode.ResourceGPU || strings.HasPrefix(string(name), gpunode.MIGResourcePrefix) ||
 		strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix)
 }
-

@@ -66,4 +66,3 @@ func TestExtendedRequests(t *testing.T) {
 		})
 	}
 }
-
