@@ -200,10 +200,6 @@ func (b *builder) podClaims(c *clusterCache, pi *podInfo, now time.Time) (*podCl
 	return pc, nil
 }
 
-// asksMappable reports whether a pod asks for an extended resource a
-// DeviceClass may serve (dra.AsksMappable).
-func asksMappable(p *corev1.Pod) bool { return dra.AsksMappable(p) }
-
 // claimableResource is the one extended resource of a pending pod that a
 // DeviceClass may serve through a claim made for it
 // (dra.ClaimableResource).

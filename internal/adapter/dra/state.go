@@ -200,6 +200,27 @@ func (s *State) DeleteClaim(cl *resourceapi.ResourceClaim) {
 	s.placeClaim(key)
 }
 
+// SlimSlice is what the State reads of a ResourceSlice, for the
+// informer's cache: all of a node's slice of gpuplane's driver; of any
+// other, only its metadata and where it is, since the scheduler allocates
+// only gpuplane's devices.
+func SlimSlice(sl *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+	if sl.Spec.Driver == apidra.DriverName && sl.Spec.NodeName != nil {
+		return sl
+	}
+	return &resourceapi.ResourceSlice{TypeMeta: sl.TypeMeta, ObjectMeta: sl.ObjectMeta,
+		Spec: resourceapi.ResourceSliceSpec{Driver: sl.Spec.Driver, Pool: sl.Spec.Pool, NodeName: sl.Spec.NodeName}}
+}
+
+// SlimClaim drops, in place, what the State never reads of a claim for
+// the informer's cache: the drivers' per-device status (network data,
+// conditions), the node's business. The allocation and the consumers
+// stay.
+func SlimClaim(cl *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	cl.Status.Devices = nil
+	return cl
+}
+
 // reservedAll reports whether every consumer is in the claim's
 // status.reservedFor.
 func reservedAll(cl *resourceapi.ResourceClaim, pods []consumer) bool {

@@ -125,6 +125,26 @@ func gpuNames(v NodeView) []string {
 	return out
 }
 
+// TestSlim: the informer's cache keeps all of a node's slice of
+// gpuplane's driver and only where another driver's is; of a claim, the
+// allocation and consumers, not the drivers' device status.
+func TestSlim(t *testing.T) {
+	ours := nodeSlice("a", 0)
+	if got := SlimSlice(ours); got != ours || len(got.Spec.Devices) != 1 {
+		t.Fatalf("gpuplane's slice slimmed to %+v, want it whole", got.Spec)
+	}
+	other := nodeSlice("a", 0)
+	other.Spec.Driver = "other.example.com"
+	if got := SlimSlice(other); len(got.Spec.Devices) != 0 || got.Spec.NodeName == nil || *got.Spec.NodeName != "a" || got.Name != other.Name {
+		t.Fatalf("another driver's slice slimmed to %+v, want its name and node only", got)
+	}
+	cl := allocated(gpuClaim("c", 1), "a", []string{"gpu-0"}, claimPod("p"))
+	cl.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: apidra.DriverName, Pool: "a", Device: "gpu-0"}}
+	if got := SlimClaim(cl); got.Status.Devices != nil || got.Status.Allocation == nil || len(got.Status.ReservedFor) != 1 {
+		t.Fatalf("claim slimmed to %+v, want its allocation and consumers without device status", got.Status)
+	}
+}
+
 // TestStateSlices: slices of gpuplane's driver make a node's GPUs, the
 // newest generation of a pool wins, a slice moved or deleted refreshes
 // the nodes it named, and every change that can change a device set
