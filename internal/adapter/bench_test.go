@@ -23,7 +23,7 @@ import (
 //
 // mapped=true adds a DeviceClass that maps nvidia.com/gpu
 // (spec.extendedResourceName, as the chart installs it), so every pending
-// pod also gets the device set of its extended-resource claim (draext.go);
+// pod also gets the device set of its extended-resource claim (dra.Memo);
 // mapped=false is the same cluster without it.
 func BenchmarkSnapshotAndCycle(b *testing.B) {
 	for _, mapped := range []bool{false, true} {

@@ -251,14 +251,14 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 		for i := range tasks {
 			t := &tasks[i]
 			pc := in.claims[podKey(t.pod)]
-			if pc == nil || pc.erClaim != nil && pc.erClaim.Created == nil && b.cache.nodeAdvertises(t.node, pc.erClaim.Resource) {
-				// No claims, or extended resources the chosen node's
-				// device plugin serves.
+			if pc == nil {
 				continue
 			}
+			// Extended resources the chosen node's device plugin serves
+			// need no claim: no writes.
 			writes, err := b.cache.allocateClaims(ctx, t.node, t.shares, t.pod, pc)
 			if refused := (*choiceRefusedError)(nil); errors.As(err, &refused) {
-				b.metrics.refusedChoices.WithLabelValues(refused.constraint()).Inc()
+				b.metrics.refusedChoices.WithLabelValues(refused.Constraint()).Inc()
 			}
 			if err != nil {
 				for _, done := range tasks[:i] {
@@ -268,11 +268,6 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 				b.status.podCondition(t.pod, "ClaimAllocationFailed", err.Error())
 				ok = false
 				break
-			}
-			if pc.erClaim != nil {
-				for w := range writes {
-					writes[w].ERClaim = pc.erClaim
-				}
 			}
 			t.claims = writes
 			t.done = b.bindDone(t.pod, t.node, writes)

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -130,13 +131,14 @@ type clusterCache struct {
 	dirty    map[string]bool
 	allDirty bool
 
-	// dra holds ResourceSlices, DeviceClasses, ResourceClaims and the
-	// claim allocations in flight.
-	dra *draCache
+	// dra holds ResourceSlices, DeviceClasses, ResourceClaims, the claim
+	// allocations in flight and the refusals of the core's choices
+	// (dra.State), read and written under mu.
+	dra *dra.State
 }
 
 func newClusterCache(schedulerName string) *clusterCache {
-	return &clusterCache{
+	c := &clusterCache{
 		schedulerName: schedulerName,
 		changed:       make(chan struct{}, 1),
 		nodes:         map[string]*nodeInfo{}, replicas: 1, badNodes: map[string]nodeProblem{}, nodeWarnings: map[string]nodeProblem{},
@@ -144,8 +146,9 @@ func newClusterCache(schedulerName string) *clusterCache {
 		nsQueue: map[string]string{}, nsLabels: map[string]map[string]string{}, nsSelectors: map[string]bool{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
-		dra: newDRACache(),
 	}
+	c.dra = c.newDRAState()
+	return c
 }
 
 func (c *clusterCache) poke() {

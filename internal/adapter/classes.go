@@ -184,10 +184,10 @@ func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.dra.setNames) && b.modelNodes != nil {
+	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.dra.SetNames) && b.modelNodes != nil {
 		return b.modelNodes
 	}
-	b.classKeys, b.dra.setNames = keys, names
+	b.classKeys, b.dra.SetNames = keys, names
 	inUse := make([]*deviceSet, len(names))
 	for i, k := range names {
 		inUse[i] = sets[k]

@@ -14,8 +14,9 @@
 //     recomputing only what changed, one concern a file: pod classes, the
 //     standard predicates folded into node labels (classes.go); pending
 //     groups and their queues (groups.go); the running allocations by node
-//     (running.go); the DRA memos (dramemo.go). What each running pod holds on its
-//     node is resolved by nodeHoldings (holdings.go), from five sources
+//     (running.go); the DRA memo (dra.Memo, asked through dra.go). What
+//     each running pod holds on its node is resolved by nodeHoldings
+//     (holdings.go), from five sources
 //     (claims, the node's record, binds in flight, the scheduler's
 //     annotation, automatic shares) in the precedence its doc comment
 //     gives, the one place it is written.
@@ -24,6 +25,15 @@
 //     is waiting for: the core's holds, refused evictions, gangs to resume.
 //   - loop (loop.go): runs the cycles in order, and reports (report.go,
 //     status.go) through a statusSink.
+//   - DRA (package internal/adapter/dra, through dra.go): DRA's state
+//     (dra.State: slices, classes, claims, allocations in flight,
+//     refusals) lives in the cache, under its lock, fed by the informers'
+//     handlers; the builder asks it for nodes' GPUs, claim-backed requests
+//     and their device sets (dra.Memo); the binder asks it to allocate
+//     claims on the core's choice, and writes them with dra.Writer. No
+//     other file reads a slice, a class or a claim's allocation, and only
+//     that package imports k8s.io/dynamic-resource-allocation (a lint
+//     rule).
 //
 // It carries out binds through
 // the pods/binding subresource (a gang's pods only once the whole gang has a
@@ -57,7 +67,7 @@
 // node, into gpuplane.io/mig-proposal within the cycle, and counted as
 // pending until the cache shows them.
 //
-// ResourceClaims (dra.go, drasets.go, draalloc.go, dramemo.go). Informers keep the
+// ResourceClaims (package internal/adapter/dra). Informers keep the
 // ResourceSlices of gpuplane's driver (api/dra.DriverName) that name a
 // node, the DeviceClasses and the ResourceClaims, slimmed by transforms
 // (other drivers' devices and the claims' device status are dropped). A
@@ -86,16 +96,14 @@
 // allocate) hold the pod's group back with a reason naming the claim and
 // the field, before the core sees it.
 //
-// What the adapter needs of k8s.io/dynamic-resource-allocation and of the
-// claim API's writes is package internal/adapter/dra: one table of DRA
-// features (dra.Features) that the structured allocator runs with and
-// device-set evaluation reads (dra.EvalDeviceSet, dra.RefusedFeature,
-// dra.DeviceAllowed), so a device is in a set exactly when the allocator
-// may give it and a request needing a feature that is off waits with the
-// reason; the allocator narrowed to the core's devices (dra.Allocate);
-// and the claim writes (dra.Writer). The DRA state (slices, classes,
-// claims, in-flight allocations, refusals) stays in the cache, under its
-// lock, and the builder's DRA memo is one draMemo (dramemo.go).
+// All of this is package internal/adapter/dra's: its State holds the
+// slices, classes, claims, in-flight allocations and refusals (kept in
+// the cache, under its lock), its Memo the builder's device sets, and one
+// table of DRA features (dra.Features) is what the structured allocator
+// runs with and device-set evaluation reads, so a device is in a set
+// exactly when the allocator may give it and a request needing a feature
+// that is off waits with the reason. The adapter's dra.go is the one file
+// that calls it.
 //
 // The core is the only chooser of GPUs. Carrying a bind out, the binder
 // hands the core's choice to the structured allocator
@@ -108,12 +116,12 @@
 // group is not bound this cycle; the refusal goes back to the core: the
 // next snapshots give that pod a device set made exact on that node, only
 // the GPUs the allocator finds to satisfy the claims over the node's free
-// devices, none when it finds none (dramemo.go, exactSet), until the pod
+// devices, none when it finds none (dra.Memo), until the pod
 // is allocated, slices or classes change, or a minute passes. Each case
 // counts in gpuplane_scheduler_claim_choice_refusals_total, by constraint
 // (exact or excluded). A group whose claims do not all allocate is not
 // bound this cycle. The allocations are in flight from then on
-// (draCache.inflight, as kube-scheduler's assume cache): every snapshot
+// (dra.State, as kube-scheduler's assume cache): every snapshot
 // counts them on their nodes until the informer shows them, so no device
 // is given twice. The writer (dra.Writer) adds the delete-protection
 // finalizer and writes status.allocation and status.reservedFor, each with
@@ -123,10 +131,10 @@
 // the commit or a bind fails. Devices held by claims count for the pod
 // that holds them, or, for a claim no pod on its node holds, as a
 // non-preemptible allocation of its own. A claim that asks for consumable
-// capacity is a share of one GPU to the core (dracapacity.go), and an
+// capacity is a share of one GPU to the core (dra.ResultShare), and an
 // allocated share counts what it consumed.
 //
-// Extended resources served through DRA (draext.go). A pending pod that
+// Extended resources served through DRA (dra.Memo, extended.go there). A pending pod that
 // asks for nvidia.com/gpu or one nvidia.com/mig-<profile> and names no
 // claim, while a DeviceClass maps the resource (spec.extendedResourceName;
 // the newest such class, as kube-scheduler picks), or for the resource a

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/dra"
+	seam "github.com/gpuplane/gpuplane/internal/adapter/dra"
 )
 
 // FuzzDRAMIGSlices feeds the scheduler MIG devices and counter sets with
@@ -63,7 +64,7 @@ func FuzzDRAMIGSlices(f *testing.F) {
 		for _, w := range f.api.claimLog() {
 			dev := strings.Fields(w)[3]
 			_, name, _ := strings.Cut(dev, "/")
-			sh, ok := ni.deviceShare(dra.DriverName, "a", name)
+			sh, ok := seam.DeviceShare(ni.devs, ni.m.GPUs, dra.DriverName, "a", name)
 			if !ok {
 				t.Fatalf("claim write %q names a device that is no GPU of the node", w)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	seam "github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
@@ -97,7 +98,7 @@ func (f *loopFixture) applyClaims() {
 	f.api.mu.Unlock()
 	for _, w := range writes {
 		f.cache.mu.Lock()
-		cl := f.cache.dra.claims[claimKey(w.Claim)].DeepCopy()
+		cl := f.cache.dra.Claim(claimKey(w.Claim)).DeepCopy()
 		f.cache.mu.Unlock()
 		if w.Alloc != nil {
 			cl.Status.Allocation = w.Alloc
@@ -194,7 +195,7 @@ func TestDRAGangClaimsAllOrNothing(t *testing.T) {
 		t.Fatalf("claims %v binds %v, want none: the gang does not fit whole", f2.api.claimLog(), f2.api.binds)
 	}
 	f2.cache.mu.Lock()
-	inflight := len(f2.cache.dra.inflight)
+	inflight := f2.cache.dra.InFlight()
 	f2.cache.mu.Unlock()
 	if inflight != 0 {
 		t.Errorf("%d claims in flight for a gang that was not placed", inflight)
@@ -271,7 +272,7 @@ func TestDRAFailedBindReleasesDevices(t *testing.T) {
 	f.api.bindFail = fmt.Errorf("node went away")
 	f.cycle()
 	f.cache.mu.Lock()
-	inflight, assumed := len(f.cache.dra.inflight), len(f.cache.assumed)
+	inflight, assumed := f.cache.dra.InFlight(), len(f.cache.assumed)
 	f.cache.mu.Unlock()
 	if inflight != 0 || assumed != 0 {
 		t.Fatalf("%d claims in flight and %d binds assumed after the bind failed, want none", inflight, assumed)
@@ -347,3 +348,9 @@ func TestDRATwoNewPodsOfOneClaim(t *testing.T) {
 		t.Fatalf("claim writes %v, want the second pod joining the claim on its node", log)
 	}
 }
+
+// claimKey names a claim as the DRA state keys it (namespace/name).
+func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
+
+// allocationNode is the node an allocation names (seam.AllocationNode).
+func allocationNode(a *resourceapi.AllocationResult) string { return seam.AllocationNode(a) }

@@ -148,7 +148,7 @@ func TestExtendedResourceClaimsHoldDevices(t *testing.T) {
 	cl.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p0", UID: "uid-p0"}}
 	f.cache.upsertClaim(cl)
 	f.cache.mu.Lock()
-	inflight := len(f.cache.dra.inflight)
+	inflight := f.cache.dra.InFlight()
 	f.cache.mu.Unlock()
 	if inflight != 0 {
 		t.Errorf("%d allocations still in flight once the informer shows the claim", inflight)
@@ -199,9 +199,14 @@ func TestExtendedResourceClaimFoundAgain(t *testing.T) {
 	f.cache.upsertSlice(gpuSlice("b", 4, "H100"))
 	f.cache.upsertClass(mappedClass("gpu.gpuplane.io"))
 	p := erPod("p", "2")
-	reqs, _ := extendedRequests(p, ResourceGPU, "gpu.gpuplane.io")
-	cl := erClaimFor(p, reqs)
-	cl.Name, cl.UID, cl.ResourceVersion = "p-extended-resources-x1", "claim-uid", "1"
+	// The claim kube-scheduler's DRAExtendedResource contract makes.
+	cl := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: "p-extended-resources-x1", UID: "claim-uid", ResourceVersion: "1",
+			GenerateName: "p-extended-resources-", Annotations: map[string]string{resourceapi.ExtendedResourceClaimAnnotation: "true"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr.To(true)}}},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "container-0-request-1",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.gpuplane.io", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2}}}}},
+	}
 	cl.Status.Allocation = &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 			{Request: "container-0-request-1", Driver: "gpu.gpuplane.io", Pool: "b", Device: "gpu-2"},
@@ -220,59 +225,6 @@ func TestExtendedResourceClaimFoundAgain(t *testing.T) {
 	}
 	if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p b") {
 		t.Errorf("binds %v, want p on b", f.api.binds)
-	}
-}
-
-func TestExtendedRequests(t *testing.T) {
-	gpu := func(name, n string, sidecar bool) corev1.Container {
-		c := corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Requests: rl("cpu", "1", "memory", "1Gi", "nvidia.com/gpu", n)}}
-		if sidecar {
-			c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
-		}
-		return c
-	}
-	type req struct {
-		name  string
-		count int64
-	}
-	tests := []struct {
-		name         string
-		init, main   []corev1.Container
-		wantReqs     []req
-		wantMappings []string // container/request
-	}{
-		{name: "two containers", main: []corev1.Container{gpu("a", "1", false), gpu("b", "2", false)},
-			wantReqs: []req{{"container-0-request-2", 1}, {"container-1-request-2", 2}}, wantMappings: []string{"a/container-0-request-2", "b/container-1-request-2"}},
-		{name: "init reuses the containers' requests", init: []corev1.Container{gpu("i", "2", false)}, main: []corev1.Container{gpu("m", "2", false)},
-			wantReqs: []req{{"container-1-request-2", 2}}, wantMappings: []string{"m/container-1-request-2", "i/container-1-request-2"}},
-		{name: "largest init request kept", init: []corev1.Container{gpu("i0", "3", false), gpu("i1", "4", false)}, main: []corev1.Container{gpu("m", "1", false)},
-			wantReqs:     []req{{"container-1-request-2", 3}, {"container-2-request-2", 1}},
-			wantMappings: []string{"m/container-2-request-2", "i0/container-2-request-2", "i0/container-1-request-2", "i1/container-2-request-2", "i1/container-1-request-2"}},
-		{name: "sidecar asks for its own", init: []corev1.Container{gpu("s", "1", true)}, main: []corev1.Container{gpu("m", "1", false)},
-			wantReqs: []req{{"container-0-request-2", 1}, {"container-1-request-2", 1}}, wantMappings: []string{"s/container-0-request-2", "m/container-1-request-2"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{InitContainers: tc.init, Containers: tc.main}}
-			reqs, maps := extendedRequests(p, ResourceGPU, "c")
-			var got []req
-			for _, r := range reqs {
-				if r.Exactly.DeviceClassName != "c" {
-					t.Errorf("request %s of class %s, want c", r.Name, r.Exactly.DeviceClassName)
-				}
-				got = append(got, req{r.Name, r.Exactly.Count})
-			}
-			if !slices.Equal(got, tc.wantReqs) {
-				t.Errorf("requests %v, want %v", got, tc.wantReqs)
-			}
-			var gotMaps []string
-			for _, m := range maps {
-				gotMaps = append(gotMaps, m.ContainerName+"/"+m.RequestName)
-			}
-			if !slices.Equal(gotMaps, tc.wantMappings) {
-				t.Errorf("mappings %v, want %v", gotMaps, tc.wantMappings)
-			}
-		})
 	}
 }
 

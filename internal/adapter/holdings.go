@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -28,7 +29,7 @@ import (
 //     through are those replicas). For another scheduler's pod given parts of GPUs shared as
 //     replicas, the request becomes those replicas (replicasHeld).
 //  3. The claim made for the extended resources of a pod that names no
-//     claim (draext.go): its devices, in place of the request's GPUs. A
+//     claim (dra.Memo): its devices, in place of the request's GPUs. A
 //     record that parses but does not match the request sets this claim
 //     aside too: the pod goes on to the scheduler's annotation (step 5).
 //  4. A bind in flight (clusterCache.assumed) for a pod not bound yet: the
@@ -156,7 +157,7 @@ func (h *nodeHoldings) known(pi *podInfo) podHeld {
 	if len(pi.pod.Spec.ResourceClaims) > 0 {
 		// 1. The claims it names.
 		e.shares, e.known = h.claims[pi.key], true
-		claim := claimRequest(e.shares)
+		claim := dra.ClaimRequest(e.shares)
 		e.req.GPUs += claim.GPUs
 		e.req.MIGSlices += claim.MIGSlices
 		return e

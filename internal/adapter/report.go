@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
@@ -270,8 +271,7 @@ func kindReason(r *model.Request) string {
 }
 
 func gpuResourceName(r *model.Request) string {
-	if res, ok := strings.CutPrefix(r.DeviceSet, erSetPrefix); ok {
-		res, _, _ = strings.Cut(res, "#")
+	if res, ok := dra.ExtendedResource(r.DeviceSet); ok {
 		return res
 	}
 	switch {

@@ -3,6 +3,7 @@ package adapter
 import (
 	"time"
 
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
 )
@@ -50,7 +51,7 @@ func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time
 // over-allocated snapshots). Caller holds c.mu.
 func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, now time.Time) []model.Allocation {
 	pods := c.onNode[ni.node.Name]
-	if len(pods) == 0 && len(c.dra.onNode[ni.node.Name]) == 0 {
+	if len(pods) == 0 && c.dra.ClaimsOn(ni.node.Name) == 0 {
 		return nil
 	}
 	// Devices held through ResourceClaims: by the pod that holds them,
@@ -58,7 +59,7 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 	byPod, orphans := c.claimShares(ni)
 	h := newNodeHoldings(&ni.m, b.schedulerName, byPod, c.assumed)
 	out := make([]model.Allocation, 0, len(pods)+len(orphans))
-	for _, a := range orphanAllocations(ni.node.Name, orphans) {
+	for _, a := range dra.OrphanAllocations(ni.node.Name, orphans) {
 		if !h.take(&a.Request, a.GPUs) {
 			b.log.V(2).Info("allocated claim over-allocates its node; left out of the snapshot", "claim", a.Pod, "node", ni.node.Name)
 			continue

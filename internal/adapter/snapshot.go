@@ -181,25 +181,25 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			cl := b.class(pi, used)
 			req := pi.req
 			if pc := in.claims[pi.key]; pc != nil {
-				if pc.set != nil {
-					req.DeviceSet = pc.set.Name
+				if pc.Set != nil {
+					req.DeviceSet = pc.Set.Name
 					switch {
-					case pc.set.MIGSlices > 0:
-						req.MIGSlices, req.MIGProfile = pc.set.MIGSlices, pc.set.MIGProfile
-					case pc.set.Share:
-						req.GPUMilli, req.GPUMemoryMiB = pc.set.ShareMilli, pc.set.ShareMemMiB
+					case pc.Set.MIGSlices > 0:
+						req.MIGSlices, req.MIGProfile = pc.Set.MIGSlices, pc.Set.MIGProfile
+					case pc.Set.Share:
+						req.GPUMilli, req.GPUMemoryMiB = pc.Set.ShareMilli, pc.Set.ShareMemMiB
 					default:
-						req.GPUs = pc.set.Count
+						req.GPUs = pc.Set.Count
 					}
-					sets[pc.set.Name] = pc.set
+					sets[pc.Set.Name] = pc.Set
 				}
-				if pc.erClaim != nil && pc.set == nil {
+				if pc.ERClaim != nil && pc.Set == nil {
 					// Its claim is allocated already: the devices are the
 					// claim's, the pod only joins it on its node.
 					req.GPUs = 0
 				}
-				if pc.node != "" {
-					cl = b.pinnedClass(pi, cl, pc.node, used)
+				if pc.Node != "" {
+					cl = b.pinnedClass(pi, cl, pc.Node, used)
 				}
 			}
 			if !cl.all {

@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 
-	"github.com/gpuplane/gpuplane/api/dra"
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 )
 
 // lastApplied is kubectl's copy of the whole object it applied: often the
@@ -58,30 +58,15 @@ func forCache(obj any) (any, error) {
 	case *corev1.Node:
 		return slimNode(o), nil
 	case *resourceapi.ResourceSlice:
-		return slimSlice(o), nil
+		slimMeta(o)
+		return dra.SlimSlice(o), nil
 	case *resourceapi.ResourceClaim:
 		slimMeta(o)
-		// Drivers' per-device status (network data, conditions) is the
-		// node's business; the scheduler reads the allocation and the
-		// consumers.
-		o.Status.Devices = nil
-		return o, nil
+		return dra.SlimClaim(o), nil
 	case metav1.Object:
 		slimMeta(o)
 	}
 	return obj, nil
-}
-
-// slimSlice keeps what the scheduler reads of a ResourceSlice: all of a
-// node's slice of gpuplane's driver; of any other, only its metadata and
-// where it is, since the scheduler allocates only gpuplane's devices.
-func slimSlice(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
-	slimMeta(s)
-	if s.Spec.Driver == dra.DriverName && s.Spec.NodeName != nil {
-		return s
-	}
-	return &resourceapi.ResourceSlice{TypeMeta: s.TypeMeta, ObjectMeta: s.ObjectMeta,
-		Spec: resourceapi.ResourceSliceSpec{Driver: s.Spec.Driver, Pool: s.Spec.Pool, NodeName: s.Spec.NodeName}}
 }
 
 // slimMark is the managed fields of every pod and node forCache made: an
@@ -143,7 +128,7 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		// The Workload API's group reference, which the grouper reads.
 		SchedulingGroup: s.SchedulingGroup,
 		// The pod's ResourceClaims and the names of the claims made from
-		// its templates, which the scheduler allocates (dra.go).
+		// its templates, which the scheduler allocates (dra.Memo).
 		ResourceClaims: s.ResourceClaims,
 	}
 	out.Status = corev1.PodStatus{Phase: p.Status.Phase, ResourceClaimStatuses: p.Status.ResourceClaimStatuses,
@@ -169,8 +154,8 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		out.Spec.Affinity = &corev1.Affinity{PodAffinity: a.PodAffinity, PodAntiAffinity: a.PodAntiAffinity}
 	}
 	// A waiting pod asking for nvidia.com/gpu keeps its containers: a
-	// claim for its extended resources names them (draext.go).
-	if checkContainers(p) == nil && collapsible(p) && (s.NodeName != "" || !asksMappable(p)) {
+	// claim for its extended resources names them (dra.Memo).
+	if checkContainers(p) == nil && collapsible(p) && (s.NodeName != "" || !dra.AsksMappable(p)) {
 		// The pod's requests as the kubelet counts them (init containers,
 		// sidecars, overhead and pod-level resources), kept as the
 		// overhead of a pod with no containers: all the scheduler reads

@@ -1,4 +1,4 @@
-package adapter
+package dra
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
@@ -31,12 +32,12 @@ import (
 // then makes the claim only when the chosen node does not advertise the
 // resource.
 
-// erClaimMemPrefix names a pod's extended-resource claim in the cache
+// erClaimMemPrefix names a pod's extended-resource claim in the State
 // before it exists in the API server (the in-flight allocation is kept
 // under namespace/<prefix><pod UID>).
 const erClaimMemPrefix = "extended-resources.gpuplane.io-"
 
-// erClaimMemKey is the cache key of a pod's extended-resource claim not
+// erClaimMemKey is the State's key of a pod's extended-resource claim not
 // made yet.
 func erClaimMemKey(namespace string, uid types.UID) string {
 	return namespace + "/" + erClaimMemPrefix + string(uid)
@@ -58,10 +59,10 @@ func isERClaim(cl *resourceapi.ResourceClaim) (types.UID, bool) {
 
 // classFor is the DeviceClass that maps an extended resource, as
 // kube-scheduler picks it among several: the newest, then the lowest
-// name. Caller holds mu.
-func (d *draCache) classFor(res corev1.ResourceName) *resourceapi.DeviceClass {
+// name.
+func (s *State) classFor(res corev1.ResourceName) *resourceapi.DeviceClass {
 	var out *resourceapi.DeviceClass
-	for _, dc := range d.classes {
+	for _, dc := range s.classes {
 		if dc.Spec.ExtendedResourceName == nil || *dc.Spec.ExtendedResourceName != string(res) {
 			continue
 		}
@@ -78,20 +79,20 @@ func (d *draCache) classFor(res corev1.ResourceName) *resourceapi.DeviceClass {
 }
 
 // advertises reports whether a node's allocatable lists an extended
-// resource: its device plugin serves it. Caller holds mu.
+// resource: its device plugin serves it.
 func advertises(n *corev1.Node, res corev1.ResourceName) bool {
 	q, ok := n.Status.Allocatable[res]
 	return ok && !q.IsZero()
 }
 
-// claimableResource is the one extended resource of a pending pod that a
+// ClaimableResource is the one extended resource of a pending pod that a
 // DeviceClass may serve through a claim made for the pod: nvidia.com/gpu
 // asked as whole GPUs, one nvidia.com/mig-<profile>, or the resource
 // deviceclass.resource.kubernetes.io/<class> every DeviceClass implies;
 // "" for none. A pod asking for a class's implied resource besides GPUs
 // of another kind, or for two of them, is refused: gpuplane-scheduler
 // places a pod's claims as whole GPUs or one MIG device of one set.
-func claimableResource(p *corev1.Pod, r *model.Request) (corev1.ResourceName, *BadInputError) {
+func ClaimableResource(p *corev1.Pod, r *model.Request) (corev1.ResourceName, *Wait) {
 	var implied corev1.ResourceName
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range cs {
@@ -100,7 +101,7 @@ func claimableResource(p *corev1.Pod, r *model.Request) (corev1.ResourceName, *B
 					continue
 				}
 				if implied != "" && implied != name {
-					return "", badInput("MixedGPURequest", "the pod asks for %s and %s: gpuplane-scheduler serves one DeviceClass's resource per pod; ask for one of them, or name both classes in a ResourceClaim", implied, name)
+					return "", wait("MixedGPURequest", "the pod asks for %s and %s: gpuplane-scheduler serves one DeviceClass's resource per pod; ask for one of them, or name both classes in a ResourceClaim", implied, name)
 				}
 				implied = name
 			}
@@ -108,21 +109,21 @@ func claimableResource(p *corev1.Pod, r *model.Request) (corev1.ResourceName, *B
 	}
 	switch {
 	case implied != "" && (r.UsesGPU() || len(p.Spec.ResourceClaims) > 0):
-		return "", badInput("MixedGPURequest", "the pod asks for %s besides other GPUs: ask for GPUs one way, through %s alone, the device plugin's resources or spec.resourceClaims", implied, implied)
+		return "", wait("MixedGPURequest", "the pod asks for %s besides other GPUs: ask for GPUs one way, through %s alone, the device plugin's resources or spec.resourceClaims", implied, implied)
 	case implied != "":
 		return implied, nil
 	case r.GPUMilli > 0 || r.GPUMemoryMiB > 0 || r.ShareResource != "" && r.GPUs == 0:
 		return "", nil
 	case r.MIGSlices > 0 && r.MIGProfile != "":
-		return corev1.ResourceName(migResourcePrefix + r.MIGProfile), nil
+		return corev1.ResourceName(gpunode.MIGResourcePrefix + r.MIGProfile), nil
 	case r.GPUs > 0:
-		return ResourceGPU, nil
+		return gpunode.ResourceGPU, nil
 	}
 	return "", nil
 }
 
 // resolveExtended returns the claims of a pending pod that asks for an
-// extended resource a DeviceClass maps (claimableResource), nil when it
+// extended resource a DeviceClass maps (ClaimableResource), nil when it
 // asks for none or is served by the device plugin only (a class whose
 // selectors fail or select other devices than the resource names, a
 // share, containers the cache does not keep). A resource a class implies
@@ -131,66 +132,66 @@ func claimableResource(p *corev1.Pod, r *model.Request) (corev1.ResourceName, *B
 // cannot be placed. A claim made for the pod earlier (by a scheduler that
 // stopped before binding it) is the pod's claim: allocated, it pins the
 // pod to its node; not allocated, it is allocated as made, on nodes
-// without the resource. Caller holds c.mu.
-func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *BadInputError) {
-	p := pi.pod
-	r := &pi.req
-	res := pi.extendedResource
-	if res == "" || !asksMappable(p) { // or the cache keeps no containers that ask it
+// without the resource.
+func (m *Memo) resolveExtended(s *State, nodes *Nodes, pp Pending) (*Claims, *Wait) {
+	p := pp.Pod
+	r := pp.Req
+	res := pp.Extended
+	if res == "" || !AsksMappable(p) { // or the cache keeps no containers that ask it
 		return nil, nil
 	}
 	className, implied := strings.CutPrefix(string(res), resourceapi.ResourceDeviceClassPrefix)
 	var class *resourceapi.DeviceClass
 	if implied {
-		if class = c.dra.classes[className]; class == nil {
-			return nil, badInput("DeviceClassNotFound", "the pod asks for %s, but DeviceClass %q does not exist: create it or ask for an existing class's resource", res, className)
+		if class = s.classes[className]; class == nil {
+			return nil, wait("DeviceClassNotFound", "the pod asks for %s, but DeviceClass %q does not exist: create it or ask for an existing class's resource", res, className)
 		}
-	} else if class = c.dra.classFor(res); class == nil {
+	} else if class = s.classFor(res); class == nil {
 		return nil, nil
 	}
-	_, made := c.dra.erClaimByPod[p.UID]
-	b.resetSets(c)
-	if m, ok := b.dra.erSets[pi.key]; ok && m.pod == p && !made {
+	_, made := s.erClaimByPod[p.UID]
+	m.resetSets(s, nodes)
+	if e, ok := m.erSets[pp.Key]; ok && e.pod == p && !made {
 		// The same pod object, slices, classes and nodes: the same claim
 		// and set; only what the writer fills in is new.
-		if m.set == nil {
+		if e.set == nil {
 			return nil, nil
 		}
-		return &podClaims{alloc: []*resourceapi.ResourceClaim{m.claim}, set: m.set,
-			erClaim: &extendedResourceClaim{Resource: res, Mappings: m.mappings}}, nil
+		return &Claims{Alloc: []*resourceapi.ResourceClaim{e.claim}, Set: e.set,
+			ERClaim: &ERClaim{Resource: res, Mappings: e.mappings}}, nil
 	}
 	reqs, mappings := extendedRequests(p, res, class.Name)
 	if len(reqs) == 0 {
 		if implied {
-			return nil, badInput("RequestOutOfRange", "the pod asks for %s, but no container asks for a whole number of devices from 1 to %d", res, maxClaimGPUs)
+			return nil, wait("RequestOutOfRange", "the pod asks for %s, but no container asks for a whole number of devices from 1 to %d", res, MaxGPUs)
 		}
 		return nil, nil
 	}
-	erClaim := &extendedResourceClaim{Resource: res, Mappings: mappings}
-	pc := &podClaims{erClaim: erClaim}
-	if key, ok := c.dra.erClaimByPod[p.UID]; ok {
-		cl := c.dra.claims[key]
+	erClaim := &ERClaim{Resource: res, Mappings: mappings}
+	pc := &Claims{ERClaim: erClaim}
+	if key, ok := s.erClaimByPod[p.UID]; ok {
+		cl := s.claims[key]
 		if cl.DeletionTimestamp != nil {
-			return nil, badInput("ResourceClaimDeleted", "the claim for its extended resources, ResourceClaim %s, is being deleted", key)
+			return nil, wait("ResourceClaimDeleted", "the claim for its extended resources, ResourceClaim %s, is being deleted", key)
 		}
 		erClaim.Created = cl
 		alloc := cl.Status.Allocation
-		if f := c.dra.inflight[key]; f != nil && f.alloc != nil {
+		if f := s.inflight[key]; f != nil && f.alloc != nil {
 			alloc = f.alloc
 		}
 		if alloc != nil {
-			node := allocationNode(alloc)
+			node := AllocationNode(alloc)
 			if node == "" {
-				return nil, badInput("UnsupportedClaim", "ResourceClaim %s (its extended resources) is allocated without a single node", key)
+				return nil, wait("UnsupportedClaim", "ResourceClaim %s (its extended resources) is allocated without a single node", key)
 			}
-			pc.node, pc.shared = node, []*resourceapi.ResourceClaim{cl}
+			pc.Node, pc.Shared = node, []*resourceapi.ResourceClaim{cl}
 			return pc, nil
 		}
-		pc.alloc = []*resourceapi.ResourceClaim{cl}
+		pc.Alloc = []*resourceapi.ResourceClaim{cl}
 	} else {
-		pc.alloc = []*resourceapi.ResourceClaim{erClaimFor(p, reqs)}
+		pc.Alloc = []*resourceapi.ResourceClaim{erClaimFor(p, reqs)}
 	}
-	base := b.deviceSet(c, []claimSpecKey{{Requests: pc.alloc[0].Spec.Devices.Requests}})
+	base := m.deviceSet(s, nodes, []ClaimSpec{{Requests: pc.Alloc[0].Spec.Devices.Requests}})
 	var serves bool
 	switch {
 	case base.Err != "":
@@ -209,24 +210,24 @@ func (b *builder) resolveExtended(c *clusterCache, pi *podInfo) (*podClaims, *Ba
 		if implied {
 			what = string(res)
 		}
-		return nil, badInput(base.ErrCode, "%s (DeviceClass %s, for %s): %s", cmp.Or(claimKeyOf(erClaim.Created), "its claim"), class.Name, what, base.Err)
+		return nil, wait(base.ErrCode, "%s (DeviceClass %s, for %s): %s", cmp.Or(claimKeyOf(erClaim.Created), "its claim"), class.Name, what, base.Err)
 	case !serves:
 		// A class whose selectors fail, that selects devices of another
 		// kind than the resource names, or requests that sum to more
 		// than the pod's GPUs (init containers asking for more than the
 		// others): the device plugin alone serves the pod, as before the
 		// mapping.
-		b.log.V(2).Info("extended resource served by the device plugin only", "pod", pi.key, "resource", res, "deviceClass", class.Name,
+		m.Log.V(2).Info("extended resource served by the device plugin only", "pod", pp.Key, "resource", res, "deviceClass", class.Name,
 			"reason", base.Err, "claimDevices", base.Count, "migSlices", base.MIGSlices, "gpus", r.GPUs)
 		if erClaim.Created == nil {
-			b.memoER(pi, erMemo{pod: p})
+			m.memoER(pp.Key, erMemo{pod: p})
 		}
 		return nil, nil
 	}
-	pc.set = base
+	pc.Set = base
 	if erClaim.Created == nil {
-		pc.set = b.erSet(base, res)
-		b.memoER(pi, erMemo{pod: p, claim: pc.alloc[0], mappings: mappings, set: pc.set})
+		pc.Set = m.erSet(nodes, base, res)
+		m.memoER(pp.Key, erMemo{pod: p, claim: pc.Alloc[0], mappings: mappings, set: pc.Set})
 	}
 	return pc, nil
 }
@@ -247,17 +248,17 @@ type erMemo struct {
 	pod      *corev1.Pod
 	claim    *resourceapi.ResourceClaim
 	mappings []corev1.ContainerExtendedResourceRequest
-	set      *deviceSet
+	set      *DeviceSet
 }
 
 // maxERSets bounds the pods whose extended-resource claims are kept.
 const maxERSets = 1 << 17
 
-func (b *builder) memoER(pi *podInfo, m erMemo) {
-	if len(b.dra.erSets) >= maxERSets {
-		clear(b.dra.erSets)
+func (m *Memo) memoER(pod string, e erMemo) {
+	if len(m.erSets) >= maxERSets {
+		clear(m.erSets)
 	}
-	b.dra.erSets[pi.key] = m
+	m.erSets[pod] = e
 }
 
 // erSetPrefix names the device sets made for an extended resource,
@@ -268,35 +269,45 @@ const erSetPrefix = "extended-"
 // erSet is a device set made for an extended resource: on every node
 // advertising the resource all the GPUs its device plugin offers (the
 // core then picks among them by the request's kind, whole GPUs or a MIG
-// device), on the others the GPUs of the DeviceClass's set. Caller holds
-// c.mu.
-func (b *builder) erSet(base *deviceSet, res corev1.ResourceName) *deviceSet {
+// device), on the others the GPUs of the DeviceClass's set.
+func (m *Memo) erSet(nodes *Nodes, base *DeviceSet, res corev1.ResourceName) *DeviceSet {
 	key := "\x00ext/" + string(res) + "/" + base.Name
-	if s := b.dra.sets[key]; s != nil {
-		return s
+	if set := m.sets[key]; set != nil {
+		return set
 	}
-	s := *base
-	s.Masks = slices.Clone(base.Masks)
-	for i, n := range b.nodes {
-		if !advertises(n.node, res) {
+	set := *base
+	set.Masks = slices.Clone(base.Masks)
+	for i, n := range m.nodeViews(nodes) {
+		if !advertises(n.Node, res) {
 			continue
 		}
-		var m uint64
-		for g := range n.m.GPUs {
-			if g < 64 && !n.m.GPUs[g].ClaimOnly {
-				m |= 1 << uint(g)
+		var mask uint64
+		for g := range n.GPUs {
+			if g < 64 && !n.GPUs[g].ClaimOnly {
+				mask |= 1 << uint(g)
 			}
 		}
-		s.Masks[i] = m
+		set.Masks[i] = mask
 	}
-	b.dra.nextSet++
-	s.Name = erSetPrefix + string(res) + "#" + strconv.Itoa(b.dra.nextSet)
-	b.dra.sets[key] = &s
-	return &s
+	m.nextSet++
+	set.Name = erSetPrefix + string(res) + "#" + strconv.Itoa(m.nextSet)
+	m.sets[key] = &set
+	return &set
+}
+
+// ExtendedResource is the extended resource a device set was made for
+// (erSet), false for a set of claims.
+func ExtendedResource(setName string) (string, bool) {
+	res, ok := strings.CutPrefix(setName, erSetPrefix)
+	if !ok {
+		return "", false
+	}
+	res, _, _ = strings.Cut(res, "#")
+	return res, true
 }
 
 // erClaimFor is the claim kube-scheduler would make for a pod's extended
-// resources, kept in the cache until the binder makes it: generateName
+// resources, kept in the State until the binder makes it: generateName
 // <pod>-extended-resources-, controlled by the pod, annotated as an
 // extended-resource claim.
 func erClaimFor(p *corev1.Pod, reqs []resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
@@ -409,11 +420,11 @@ func containerRequest(i int, c *corev1.Container, res corev1.ResourceName, class
 	return r, append(maps, corev1.ContainerExtendedResourceRequest{ContainerName: c.Name, ResourceName: string(res), RequestName: name})
 }
 
-// asksMappable reports whether a pod asks for an extended resource a
+// AsksMappable reports whether a pod asks for an extended resource a
 // DeviceClass may serve (nvidia.com/gpu, nvidia.com/mig-<profile>, a
 // class's implied resource): the cache then keeps its containers while it
 // waits, to name the claim's requests after them.
-func asksMappable(p *corev1.Pod) bool {
+func AsksMappable(p *corev1.Pod) bool {
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range cs {
 			for name, q := range cs[i].Resources.Requests {
@@ -428,15 +439,6 @@ func asksMappable(p *corev1.Pod) bool {
 
 // mappable reports whether a DeviceClass may serve a resource.
 func mappable(name corev1.ResourceName) bool {
-	return name == ResourceGPU || strings.HasPrefix(string(name), migResourcePrefix) ||
+	return name == gpunode.ResourceGPU || strings.HasPrefix(string(name), gpunode.MIGResourcePrefix) ||
 		strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix)
-}
-
-// nodeAdvertises reports whether a node's allocatable lists an extended
-// resource.
-func (c *clusterCache) nodeAdvertises(node string, res corev1.ResourceName) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ni := c.nodes[node]
-	return ni != nil && advertises(ni.node, res)
 }
