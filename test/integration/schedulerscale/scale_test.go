@@ -21,7 +21,6 @@ package schedulerscale_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -65,13 +64,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
-		// Only benchmarks here: without -bench there is nothing to start
-		// a control plane for.
-		fmt.Println("skipping: this package holds only benchmarks (run with -bench)")
-		os.Exit(0)
-	}
+	// The benchmarks and TestSchedulerPerfSmoke (the scheduler_perf
+	// harness at a few nodes, run by the integration tier) share one
+	// control plane.
 	cfg := localcluster.DefaultConfig()
 	// Each round starts the scheduler it measures; the control plane's
 	// own kube-scheduler would be a third process competing for the API.
@@ -218,7 +213,7 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 	}
 }
 
-func waitUntainted(b *testing.B, selector string) {
+func waitUntainted(b testing.TB, selector string) {
 	framework.Eventually(b, 5*time.Minute, "nodes without not-ready taints", func(ctx context.Context) (bool, error) {
 		list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
 		if err != nil {
@@ -237,7 +232,7 @@ func waitUntainted(b *testing.B, selector string) {
 // pid and a stop function. kube-scheduler gets a configuration of its own:
 // the admin kubeconfig, the shared client budget, no leader election, no
 // serving port.
-func startScheduler(b *testing.B, r round) (int, func()) {
+func startScheduler(b testing.TB, r round) (int, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var cmd *exec.Cmd
 	switch r.scheduler {
@@ -300,7 +295,7 @@ var (
 // saveHeap writes gpuplane-scheduler's runtime memory statistics as they
 // are (path + ".memstats", before any forced GC: what the resident memory is
 // made of) and then its heap profile after a GC, to path.
-func saveHeap(b *testing.B, path string) {
+func saveHeap(b testing.TB, path string) {
 	save := func(query, to string) {
 		ctx, cancel := context.WithTimeout(b.Context(), time.Minute)
 		defer cancel()
@@ -336,7 +331,7 @@ type watcher struct {
 	members map[string][]string // bound pod names per PodGroup
 }
 
-func watch(b *testing.B, ns string) *watcher {
+func watch(b testing.TB, ns string) *watcher {
 	w := &watcher{created: map[string]time.Time{}, bound: map[string]time.Time{}, members: map[string][]string{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(ns))
 	inf := factory.Core().V1().Pods().Informer()
@@ -376,7 +371,7 @@ func (w *watcher) boundCount() int {
 
 // createPods creates the pods with 64 concurrent creators, recording when
 // each create call started.
-func createPods(b *testing.B, w *watcher, pods []*corev1.Pod) {
+func createPods(b testing.TB, w *watcher, pods []*corev1.Pod) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	errs := make(chan error, 1)
