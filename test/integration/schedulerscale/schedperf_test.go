@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
@@ -52,11 +56,21 @@ import (
 // (kube-scheduler's rounds of a workload run first). A workload stops at
 // its first failed round.
 //
+// Each round also reports the CPU time the scheduler process took from its
+// start to the last bind (sched-cpu-s) and what kube-apiserver, etcd and
+// kwok took meanwhile (apiserver-cpu-s, etcd-cpu-s, kwok-cpu-s): where the
+// two cores went.
+//
 // GPUPLANE_BENCH_PERF_NODES sets the nodes (default 500: upstream's
 // "500Nodes" workloads, whose pod counts scale with it);
 // GPUPLANE_BENCH_PERF_ROUNDS the rounds per scheduler and workload
 // (default 3); GPUPLANE_BENCH_PERF_WORKLOADS a comma-separated list of
-// workloads (default all).
+// workloads (default all). GPUPLANE_BENCH_PERF_BIND_ONLY=1 adds a third
+// round to each pair, scheduler=bind-only: no scheduler, the benchmark
+// binds every pod itself, round robin over the nodes (which keeps every
+// workload's constraints at upstream's sizes), with 256 workers and the
+// schedulers' client budget: the most pods/s the API server binds in this
+// run, the ceiling of both schedulers.
 func BenchmarkSchedulerPerf(b *testing.B) {
 	nodes := envInt("GPUPLANE_BENCH_PERF_NODES", 500)
 	rounds := envInt("GPUPLANE_BENCH_PERF_ROUNDS", 3)
@@ -64,13 +78,17 @@ func BenchmarkSchedulerPerf(b *testing.B) {
 	if err != nil {
 		b.Fatalf("GPUPLANE_BENCH_PERF_WORKLOADS: %v", err)
 	}
+	schedulers := perfSchedulers
+	if os.Getenv("GPUPLANE_BENCH_PERF_BIND_ONLY") == "1" {
+		schedulers = append(slices.Clone(schedulers), perfBindOnly)
+	}
 	h := newPerfHarness(b, nodes)
 	for _, w := range ws {
 		h.label(b, w)
 		prefs := perfPreferences{}
 		failed := false
 		for i := range rounds {
-			for _, s := range perfSchedulers {
+			for _, s := range schedulers {
 				if failed {
 					continue
 				}
@@ -102,8 +120,9 @@ var perfSmokeWorkloads = []string{"SchedulingBasic", "SchedulingNodeAffinity", "
 const perfSmokeNodes = 10
 
 // TestSchedulerPerfSmoke runs BenchmarkSchedulerPerf's harness at a few
-// nodes, each of perfSmokeWorkloads once per scheduler, with the same
-// checks: the integration tier keeps the harness itself working.
+// nodes, each of perfSmokeWorkloads once per scheduler and once bound by
+// the benchmark itself, with the same checks: the integration tier keeps
+// the harness itself working.
 func TestSchedulerPerfSmoke(t *testing.T) {
 	ws, err := selectWorkloads(strings.Join(perfSmokeWorkloads, ","))
 	if err != nil {
@@ -113,7 +132,7 @@ func TestSchedulerPerfSmoke(t *testing.T) {
 	for _, w := range ws {
 		h.label(t, w)
 		prefs := perfPreferences{}
-		for _, s := range perfSchedulers {
+		for _, s := range append(slices.Clone(perfSchedulers), perfBindOnly) {
 			t.Run(w.name+"/"+s, func(t *testing.T) {
 				res, err := h.run(t, w, s, prefs)
 				if err != nil {
@@ -128,6 +147,9 @@ func TestSchedulerPerfSmoke(t *testing.T) {
 // perfSchedulers are the schedulers of a round pair, kube-scheduler first:
 // gpuplane-scheduler's preferences are compared with its.
 var perfSchedulers = []string{"kube-scheduler", "gpuplane-scheduler"}
+
+// perfBindOnly names the rounds the benchmark binds itself (startBindOnly).
+const perfBindOnly = "bind-only"
 
 // perfStall is how long a round waits without a single new bind before it
 // fails, saying what the scheduler says of a pod it left.
@@ -164,6 +186,9 @@ type perfPreferences map[string][]float64
 type perfHarness struct {
 	nodes int
 	bench string // the nodes' bench label
+	// next is the node the bind-only rounds bind to next, round robin
+	// across a round's init and measured pods.
+	next int
 }
 
 // newPerfHarness creates the kwok nodes (upstream's template), the churn's
@@ -250,6 +275,9 @@ type perfResult struct {
 	rssMiB                           float64
 	preference                       *perfPreference
 	preferenceValue, kubePreferences float64
+	// cpu is the CPU seconds each process took over the measurement, by
+	// component (scheduler, kube-apiserver, etcd, kwok).
+	cpu map[string]float64
 }
 
 func (r perfResult) podsPerSecond() float64 { return float64(r.pods) / r.lastBind.Seconds() }
@@ -272,6 +300,9 @@ func (r perfResult) report(b *testing.B) {
 	}
 	if r.preference != nil {
 		b.ReportMetric(r.preferenceValue, r.preference.unit)
+	}
+	for _, c := range slices.Sorted(maps.Keys(r.cpu)) {
+		b.ReportMetric(r.cpu[c], strings.TrimPrefix(strings.TrimPrefix(c, "kube-"), "gpuplane-")+"-cpu-s")
 	}
 	b.Logf("%s", r)
 }
@@ -296,11 +327,19 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 		return out
 	}
 
+	start := func(namespace string) (int, func()) {
+		if s == perfBindOnly {
+			return 0, h.startBindOnly(tb, namespace)
+		}
+		return startScheduler(tb, round{scheduler: s})
+	}
+
 	// 1. The init pods, bound by the scheduler under test.
+	h.next = 0
 	initWatch := watch(tb, ns.init)
-	_, stop := startScheduler(tb, round{scheduler: s})
 	initPods := pods(w.init, roleInit, ns.init, scaled(w.initPods, h.nodes))
 	createPods(tb, initWatch, initPods)
+	_, stop := start(ns.init)
 	err := waitBound(tb, initWatch, ns.init, len(initPods), s)
 	stop()
 	if err != nil {
@@ -314,15 +353,31 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 	}
 	measureWatch := watch(tb, ns.measure)
 	createPods(tb, measureWatch, pods(w.measure, roleMeasure, ns.measure, res.pods))
-	start := time.Now()
-	pid, stop := startScheduler(tb, round{scheduler: s})
+	components := env.ControlPlane.Pids()
+	cpuBefore := map[string]float64{}
+	for _, c := range perfComponents {
+		cpuBefore[c], _ = procCPUSeconds(components[c])
+	}
+	began := time.Now()
+	pid, stop := start(ns.measure)
 	err = waitBound(tb, measureWatch, ns.measure, res.pods, s)
+	res.cpu = map[string]float64{}
+	for _, c := range perfComponents {
+		if after, cerr := procCPUSeconds(components[c]); cerr == nil {
+			res.cpu[c] = after - cpuBefore[c]
+		}
+	}
+	if pid != 0 {
+		if cpu, cerr := procCPUSeconds(pid); cerr == nil {
+			res.cpu["scheduler"] = cpu
+		}
+	}
 	if churn != nil {
 		if cerr := churn.finish(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}
-	if rss, rerr := framework.ProcStatusKiB(pid, "VmRSS"); rerr == nil {
+	if rss, rerr := framework.ProcStatusKiB(pid, "VmRSS"); pid != 0 && rerr == nil {
 		res.rssMiB = float64(rss) / 1024
 	}
 	stop()
@@ -338,7 +393,7 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 		last = later(last, t)
 	}
 	measureWatch.mu.Unlock()
-	res.firstBind, res.lastBind = first.Sub(start), last.Sub(start)
+	res.firstBind, res.lastBind = first.Sub(began), last.Sub(began)
 
 	// 3. The outcome, read from the API server once the scheduler is gone.
 	o, err := h.outcome(tb.Context(), ns)
@@ -547,6 +602,99 @@ func (h *perfHarness) cleanup(tb testing.TB, ns perfNamespaces) {
 	})
 	for _, n := range []string{ns.init, ns.measure} {
 		if err := env.Client.CoreV1().Namespaces().Delete(context.Background(), n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			tb.Error(err)
+		}
+	}
+}
+
+// perfComponents are the control plane's processes whose CPU time a round
+// reports.
+var perfComponents = []string{"kube-apiserver", "etcd", "kwok"}
+
+// procCPUSeconds is the user and system CPU time process pid has taken,
+// from /proc/<pid>/stat (in USER_HZ ticks, 100 a second on Linux).
+func procCPUSeconds(pid int) (float64, error) {
+	if pid == 0 {
+		return 0, errors.New("no process")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the stat of process %d: %w", pid, err)
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// fields are counted after its closing one (utime and stime are 14
+	// and 15, the 12th and 13th after it).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 13 {
+		return 0, fmt.Errorf("process %d: malformed /proc/%d/stat", pid, pid)
+	}
+	var ticks float64
+	for _, f := range fields[11:13] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("process %d: parsing CPU time %q: %w", pid, f, err)
+		}
+		ticks += float64(v)
+	}
+	return ticks / 100, nil
+}
+
+// startBindOnly binds the init and measured pods of ns that are waiting,
+// round robin over the workload's nodes from h.next, with 256 workers and
+// the schedulers' client budget, and returns a function that waits until
+// it has finished. It decides nothing: it is the API server's ceiling.
+func (h *perfHarness) startBindOnly(tb testing.TB, ns string) func() {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = qps, burst
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	list, err := client.CoreV1().Pods(ns).List(tb.Context(), metav1.ListOptions{LabelSelector: perfRoleLabel + "!=" + string(roleChurn)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	type bind struct {
+		pod  *corev1.Pod
+		node string
+	}
+	work := make(chan bind)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for range 256 {
+		wg.Go(func() {
+			for w := range work {
+				b := &corev1.Binding{
+					ObjectMeta: metav1.ObjectMeta{Namespace: w.pod.Namespace, Name: w.pod.Name, UID: w.pod.UID},
+					Target:     corev1.ObjectReference{Kind: "Node", Name: w.node},
+				}
+				if err := client.CoreV1().Pods(ns).Bind(context.Background(), b, metav1.CreateOptions{}); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("binding %s/%s: %w", ns, w.pod.Name, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	var todo []bind
+	for i := range list.Items {
+		if p := &list.Items[i]; p.Spec.NodeName == "" {
+			todo = append(todo, bind{pod: p, node: fmt.Sprintf("%s-%05d", h.bench, h.next%h.nodes)})
+			h.next++
+		}
+	}
+	go func() {
+		for _, b := range todo {
+			work <- b
+		}
+		close(work)
+	}()
+	return func() {
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			tb.Error(err)
 		}
 	}
