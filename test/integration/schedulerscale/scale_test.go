@@ -17,6 +17,12 @@
 // (<round>.heap, which go tool pprof reads), to see what the resident
 // memory holds. Each round reports the scheduler's RSS then
 // (sched-rss-MiB) and its peak over the round (sched-peak-rss-MiB).
+//
+// The package's other benchmarks compare the two schedulers on pods with
+// ResourceClaims (dra_test.go), on training jobs as users submit them
+// (jobs_test.go, pytorchjob_test.go) and on kube-scheduler's own
+// scheduler_perf workloads (schedperf_test.go), whose harness
+// TestSchedulerPerfSmoke runs at 10 nodes in the integration tier.
 package schedulerscale_test
 
 import (

@@ -1,6 +1,7 @@
 package schedulerscale_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -278,6 +279,10 @@ type perfResult struct {
 	// cpu is the CPU seconds each process took over the measurement, by
 	// component (scheduler, kube-apiserver, etcd, kwok).
 	cpu map[string]float64
+	// requests are the API server's requests over the measurement, by
+	// verb and resource, from every client (kwok's and the
+	// controller-manager's too).
+	requests map[string]float64
 }
 
 func (r perfResult) podsPerSecond() float64 { return float64(r.pods) / r.lastBind.Seconds() }
@@ -288,7 +293,23 @@ func (r perfResult) String() string {
 	if r.preference != nil {
 		s += fmt.Sprintf("; %s: %g", r.preference.what, r.preferenceValue)
 	}
+	if len(r.requests) > 0 {
+		keys := slices.SortedFunc(maps.Keys(r.requests), func(a, b string) int { return cmp.Compare(r.requests[b], r.requests[a]) })
+		top := make([]string, 0, 6)
+		for _, k := range keys[:min(6, len(keys))] {
+			top = append(top, fmt.Sprintf("%s %.0f", k, r.requests[k]))
+		}
+		s += fmt.Sprintf("; API requests meanwhile: %.0f (%s)", r.totalRequests(), strings.Join(top, ", "))
+	}
 	return s
+}
+
+func (r perfResult) totalRequests() float64 {
+	total := 0.0
+	for _, v := range r.requests {
+		total += v
+	}
+	return total
 }
 
 func (r perfResult) report(b *testing.B) {
@@ -300,6 +321,9 @@ func (r perfResult) report(b *testing.B) {
 	}
 	if r.preference != nil {
 		b.ReportMetric(r.preferenceValue, r.preference.unit)
+	}
+	if len(r.requests) > 0 {
+		b.ReportMetric(r.totalRequests(), "api-requests")
 	}
 	for _, c := range slices.Sorted(maps.Keys(r.cpu)) {
 		b.ReportMetric(r.cpu[c], strings.TrimPrefix(strings.TrimPrefix(c, "kube-"), "gpuplane-")+"-cpu-s")
@@ -358,9 +382,21 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 	for _, c := range perfComponents {
 		cpuBefore[c], _ = procCPUSeconds(components[c])
 	}
+	requestsBefore, rerr := apiRequests(tb.Context())
+	if rerr != nil {
+		tb.Fatal(rerr)
+	}
 	began := time.Now()
 	pid, stop := start(ns.measure)
 	err = waitBound(tb, measureWatch, ns.measure, res.pods, s)
+	if after, rerr := apiRequests(tb.Context()); rerr == nil {
+		res.requests = map[string]float64{}
+		for k, v := range after {
+			if d := v - requestsBefore[k]; d > 0 {
+				res.requests[k] = d
+			}
+		}
+	}
 	res.cpu = map[string]float64{}
 	for _, c := range perfComponents {
 		if after, cerr := procCPUSeconds(components[c]); cerr == nil {
@@ -698,4 +734,46 @@ func (h *perfHarness) startBindOnly(tb testing.TB, ns string) func() {
 			tb.Error(err)
 		}
 	}
+}
+
+// apiRequests reads kube-apiserver's apiserver_request_total from its
+// /metrics, summed by verb and resource ("POST pods/binding").
+func apiRequests(ctx context.Context) (map[string]float64, error) {
+	client, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			return nil, fmt.Errorf("the API server's metrics: malformed line %q", line)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return nil, fmt.Errorf("the API server's metrics: line %q: %w", line, err)
+		}
+		l := map[string]string{}
+		for pair := range strings.SplitSeq(labels, "\",") {
+			k, val, _ := strings.Cut(pair, "=\"")
+			l[k] = strings.TrimSuffix(val, "\"")
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += v
+	}
+	if len(out) == 0 {
+		return nil, errors.New("the API server's metrics have no apiserver_request_total")
+	}
+	return out, nil
 }
