@@ -244,7 +244,7 @@ func startScheduler(b testing.TB, r round) (int, func()) {
 	switch r.scheduler {
 	case "gpuplane-scheduler":
 		serve := []string{"--serve-address", ""}
-		if heapDir != "" {
+		if heapDir != "" || cpuProfileDir != "" {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)
@@ -291,11 +291,14 @@ func startScheduler(b testing.TB, r round) (int, func()) {
 	}
 }
 
-// heapDir is GPUPLANE_BENCH_HEAP_DIR; profileAddr where the running
-// gpuplane-scheduler serves /debug/pprof/ when it is set.
+// heapDir is GPUPLANE_BENCH_HEAP_DIR, cpuProfileDir
+// GPUPLANE_BENCH_CPU_PROFILE_DIR (BenchmarkSchedulerPerf); profileAddr
+// where the running gpuplane-scheduler serves /debug/pprof/ when either is
+// set.
 var (
-	heapDir     = os.Getenv("GPUPLANE_BENCH_HEAP_DIR")
-	profileAddr string
+	heapDir       = os.Getenv("GPUPLANE_BENCH_HEAP_DIR")
+	cpuProfileDir = os.Getenv("GPUPLANE_BENCH_CPU_PROFILE_DIR")
+	profileAddr   string
 )
 
 // saveHeap writes gpuplane-scheduler's runtime memory statistics as they

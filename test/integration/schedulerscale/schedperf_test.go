@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,7 +51,8 @@ import (
 //
 // After every round the outcome is checked from the API server, and a
 // round that breaks it fails: every init and measured pod bound to one of
-// the workload's nodes, the workload's required constraint kept (no two
+// the workload's nodes, no node holding more CPU, memory or pods than its
+// allocatable, the workload's required constraint kept (no two
 // anti-affine pods on a node, the affine pods in one zone, the zone skew
 // within maxSkew, every pod on a node its node affinity admits, no
 // unschedulable pod bound), and a preferred constraint kept by
@@ -66,7 +69,10 @@ import (
 // "500Nodes" workloads, whose pod counts scale with it);
 // GPUPLANE_BENCH_PERF_ROUNDS the rounds per scheduler and workload
 // (default 3); GPUPLANE_BENCH_PERF_WORKLOADS a comma-separated list of
-// workloads (default all). GPUPLANE_BENCH_PERF_BIND_ONLY=1 adds a third
+// workloads (default all). GPUPLANE_BENCH_CPU_PROFILE_DIR, when set, saves
+// there gpuplane-scheduler's CPU profile of the first perfProfileSeconds of
+// each measurement, and its /metrics once every measured pod is bound
+// (cycles, phase timings, bind latencies). GPUPLANE_BENCH_PERF_BIND_ONLY=1 adds a third
 // round to each pair, scheduler=bind-only: no scheduler, the benchmark
 // binds every pod itself, round robin over the nodes (which keeps every
 // workload's constraints at upstream's sizes), with 256 workers and the
@@ -119,6 +125,11 @@ var perfSmokeWorkloads = []string{"SchedulingBasic", "SchedulingNodeAffinity", "
 // perfSmokeNodes is the smoke run's size: upstream's counts scaled to 10
 // nodes (20 measured pods a workload).
 const perfSmokeNodes = 10
+
+// The CPU profile of gpuplane-scheduler over each round's measurement
+// (GPUPLANE_BENCH_CPU_PROFILE_DIR): the first perfProfileSeconds after its
+// start, which go tool pprof reads.
+const perfProfileSeconds = 5
 
 // TestSchedulerPerfSmoke runs BenchmarkSchedulerPerf's harness at a few
 // nodes, each of perfSmokeWorkloads once per scheduler and once bound by
@@ -369,6 +380,15 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 	if err != nil {
 		return res, fmt.Errorf("init pods: %w", err)
 	}
+	// What the scheduler made of them is its outcome too: checked before
+	// the measured pods join.
+	o, err := h.outcome(tb.Context(), ns)
+	if err == nil {
+		err = o.fit()
+	}
+	if err != nil {
+		return res, fmt.Errorf("init pods: %w", err)
+	}
 
 	// 2. The measured pods wait, the churn runs, the scheduler starts.
 	var churn *perfChurn
@@ -388,6 +408,14 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 	}
 	began := time.Now()
 	pid, stop := start(ns.measure)
+	var profiled chan struct{}
+	if cpuProfileDir != "" && s == "gpuplane-scheduler" {
+		profiled = make(chan struct{})
+		go func() {
+			defer close(profiled)
+			saveCPUProfile(tb, filepath.Join(cpuProfileDir, strings.NewReplacer("/", "_", "=", "-").Replace(tb.Name())+".cpu"))
+		}()
+	}
 	err = waitBound(tb, measureWatch, ns.measure, res.pods, s)
 	if after, rerr := apiRequests(tb.Context()); rerr == nil {
 		res.requests = map[string]float64{}
@@ -407,6 +435,10 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 		if cpu, cerr := procCPUSeconds(pid); cerr == nil {
 			res.cpu["scheduler"] = cpu
 		}
+	}
+	if profiled != nil {
+		<-profiled
+		saveMetrics(tb, filepath.Join(cpuProfileDir, strings.NewReplacer("/", "_", "=", "-").Replace(tb.Name())+".metrics"))
 	}
 	if churn != nil {
 		if cerr := churn.finish(); cerr != nil && err == nil {
@@ -432,11 +464,14 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 	res.firstBind, res.lastBind = first.Sub(began), last.Sub(began)
 
 	// 3. The outcome, read from the API server once the scheduler is gone.
-	o, err := h.outcome(tb.Context(), ns)
+	o, err = h.outcome(tb.Context(), ns)
 	if err != nil {
 		return res, err
 	}
 	if err := o.bound(); err != nil {
+		return res, err
+	}
+	if err := o.fit(); err != nil {
 		return res, err
 	}
 	if w.check != nil {
@@ -776,4 +811,60 @@ func apiRequests(ctx context.Context) (map[string]float64, error) {
 		return nil, errors.New("the API server's metrics have no apiserver_request_total")
 	}
 	return out, nil
+}
+
+// saveCPUProfile writes the CPU profile of gpuplane-scheduler (serving
+// /debug/pprof/ at profileAddr) over its next perfProfileSeconds to path.
+// The scheduler has just been started: the first requests wait for it.
+func saveCPUProfile(tb testing.TB, path string) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", profileAddr, perfProfileSeconds)
+	var body []byte
+	err := framework.Poll(tb.Context(), 30*time.Second, "gpuplane-scheduler's CPU profile", func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		body, err = io.ReadAll(resp.Body)
+		return err == nil, err
+	})
+	if err == nil {
+		err = os.WriteFile(path, body, 0o600)
+	}
+	if err != nil {
+		tb.Errorf("saving the CPU profile: %v", err)
+		return
+	}
+	tb.Logf("CPU profile of gpuplane-scheduler in %s", path)
+}
+
+// saveMetrics writes gpuplane-scheduler's /metrics (served at profileAddr)
+// to path.
+func saveMetrics(tb testing.TB, path string) {
+	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+profileAddr+"/metrics", nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Errorf("reading gpuplane-scheduler's metrics: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, body, 0o600)
+	}
+	if err != nil {
+		tb.Errorf("saving gpuplane-scheduler's metrics: %v", err)
+	}
 }

@@ -322,6 +322,51 @@ func (o *perfOutcome) bound() error {
 	return nil
 }
 
+// fit checks that no node holds more than it can: the CPU, memory and
+// pods the bound pods ask for (their containers' requests) within the
+// node's allocatable, as kube-scheduler's NodeResourcesFit keeps it for
+// every workload.
+func (o *perfOutcome) fit() error {
+	used := map[string]corev1.ResourceList{}
+	for _, p := range o.all {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		u := used[p.Spec.NodeName]
+		if u == nil {
+			u = corev1.ResourceList{}
+			used[p.Spec.NodeName] = u
+		}
+		for _, c := range p.Spec.Containers {
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				q := u[r]
+				q.Add(c.Resources.Requests[r])
+				u[r] = q
+			}
+		}
+		q := u[corev1.ResourcePods]
+		q.Add(resource.MustParse("1"))
+		u[corev1.ResourcePods] = q
+	}
+	var over []string
+	for _, name := range slices.Sorted(maps.Keys(used)) {
+		n := o.nodes[name]
+		if n == nil {
+			continue
+		}
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods} {
+			alloc, q := n.Status.Allocatable[r], used[name][r]
+			if q.Cmp(alloc) > 0 {
+				over = append(over, fmt.Sprintf("%s: %s %s of %s allocatable", name, r, q.String(), alloc.String()))
+			}
+		}
+	}
+	if len(over) > 0 {
+		return fmt.Errorf("nodes over their allocatable (NodeResourcesFit broken) on %d counts, e.g. %s", len(over), strings.Join(over[:min(3, len(over))], "; "))
+	}
+	return nil
+}
+
 // perDomain counts the bound pods labelled key=value by their node's
 // topologyKey label; every node with the label is a domain, empty or not.
 func (o *perfOutcome) perDomain(key, value, topologyKey string) map[string][]string {
