@@ -256,6 +256,10 @@ func startScheduler(b testing.TB, r round) (int, func()) {
 		if r.gcPercent > 0 {
 			serve = append(serve, "--gc-percent", strconv.Itoa(r.gcPercent))
 		}
+		// GPUPLANE_BENCH_SCHEDULER_ARGS adds flags of its own to every
+		// gpuplane-scheduler a benchmark starts (--bind-workers 256, say),
+		// to weigh a setting in the same run's conditions.
+		serve = append(serve, strings.Fields(os.Getenv("GPUPLANE_BENCH_SCHEDULER_ARGS"))...)
 		cmd = exec.CommandContext(ctx, schedulerBin, append([]string{"--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
 			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(burst), "--log-level", "warn"}, serve...)...)
 		cmd.Stderr = os.Stderr
