@@ -79,8 +79,10 @@ bench-pytorchjob-gangs: controlplane-bins ## a PyTorchJob's gang through the tra
 #                             round's outcome checked (results:
 #                             docs/benchmarks.md, "kube-scheduler's own
 #                             workloads"). PERF_WORKLOADS picks workloads by
-#                             name (comma-separated; default all). About 5
-#                             minutes a workload at 500 nodes and 3 rounds.
+#                             name (comma-separated; default all). About 3
+#                             minutes a workload at 500 nodes and 3 rounds on
+#                             a loaded 2-core machine (a workload stops at its
+#                             first failed round).
 PERF_NODES ?= 500
 PERF_ROUNDS ?= 3
 PERF_WORKLOADS ?=
