@@ -230,13 +230,18 @@ func newPerfHarness(tb testing.TB, nodes int) *perfHarness {
 		_, err := env.Client.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil, err
 	})
-	if schedulerBin == "" {
-		var err error
-		if schedulerBin, err = framework.BuildCommand(ctx, tb.TempDir(), "gpuplane-scheduler"); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	buildScheduler(tb)
 	return h
+}
+
+// buildScheduler builds gpuplane-scheduler into the test's own directory
+// for startScheduler: one built by an earlier test or benchmark went with
+// its directory.
+func buildScheduler(tb testing.TB) {
+	var err error
+	if schedulerBin, err = framework.BuildCommand(tb.Context(), tb.TempDir(), "gpuplane-scheduler"); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // label gives the nodes the workload's zones, round robin in name order,
