@@ -1,8 +1,9 @@
 # gpuplane-scheduler's benchmarks against kube-scheduler, included by the
 # top-level Makefile. The scheduler's integration tests
-# (test/integration/scheduler) run under test-integration, and so does
+# (test/integration/scheduler) run under test-integration, and so do
 # test/integration/schedulerscale's TestSchedulerPerfSmoke (the harness of
-# bench-scheduler-perf at 10 nodes); its benchmarks run only with -bench.
+# bench-scheduler-perf at 10 nodes) and TestStartWithBacklogBesideBoundPods;
+# its benchmarks run only with -bench.
 #
 #   make bench-scheduler-scale   gpuplane-scheduler against kube-scheduler on one
 #                                API server: SCALE_NODES kwok nodes x 8 GPUs,
