@@ -1,7 +1,9 @@
-# gpuplane-scheduler's scale benchmark, included by the top-level Makefile.
-# The scheduler's integration tests (test/integration/scheduler) already run
-# under test-integration; test/integration/schedulerscale holds only this
-# benchmark and starts nothing without -bench.
+# gpuplane-scheduler's benchmarks against kube-scheduler, included by the
+# top-level Makefile. The scheduler's integration tests
+# (test/integration/scheduler) run under test-integration, and so do
+# test/integration/schedulerscale's TestSchedulerPerfSmoke (the harness of
+# bench-scheduler-perf at 10 nodes) and TestStartWithBacklogBesideBoundPods;
+# its benchmarks run only with -bench.
 #
 #   make bench-scheduler-scale   gpuplane-scheduler against kube-scheduler on one
 #                                API server: SCALE_NODES kwok nodes x 8 GPUs,
@@ -67,3 +69,28 @@ bench-pytorchjob-gangs: controlplane-bins ## a PyTorchJob's gang through the tra
 	@GO="$(GO)" $(CURDIR)/hack/build-operators.sh "$(BIN)" training-operator
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_JOB_NODES=$(JOB_NODES) $(GO) test -run '^$$' \
 		-bench BenchmarkPyTorchJobGangs -benchtime 1x -count 5 -timeout 60m ./test/integration/schedulerscale/
+
+# make bench-scheduler-perf   kube-scheduler's own benchmark workloads
+#                             (scheduler_perf: SchedulingBasic, the pod
+#                             affinity and anti-affinity ones, topology
+#                             spreading, node affinity, Unschedulable) on
+#                             PERF_NODES kwok nodes of upstream's node
+#                             template, kube-scheduler and gpuplane-scheduler
+#                             in the same run, PERF_ROUNDS rounds each, every
+#                             round's outcome checked (results:
+#                             docs/benchmarks.md, "kube-scheduler's own
+#                             workloads"). PERF_WORKLOADS picks workloads by
+#                             name (comma-separated; default all). About 3
+#                             minutes a workload at 500 nodes and 3 rounds on
+#                             a loaded 2-core machine (a workload stops at its
+#                             first failed round).
+PERF_NODES ?= 500
+PERF_ROUNDS ?= 3
+PERF_WORKLOADS ?=
+
+.PHONY: bench-scheduler-perf
+
+bench-scheduler-perf: controlplane-bins ## kube-scheduler's scheduler_perf workloads under both schedulers: pods/s, each outcome checked
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_BENCH_PERF_NODES=$(PERF_NODES) GPUPLANE_BENCH_PERF_ROUNDS=$(PERF_ROUNDS) \
+		GPUPLANE_BENCH_PERF_WORKLOADS="$(PERF_WORKLOADS)" $(GO) test -run '^$$' \
+		-bench BenchmarkSchedulerPerf -benchtime 1x -timeout 180m ./test/integration/schedulerscale/

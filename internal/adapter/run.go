@@ -110,10 +110,17 @@ func Run(ctx context.Context, cfg Config) error {
 			h   cache.ResourceEventHandler
 		}{dfactory.ForResource(v1alpha1.GroupingRulesResource).Informer(), handler(typed(log, grp.UpsertRule), typed(log, grp.DeleteRule))})
 	}
+	// delivered says when each handler has been given its informer's
+	// initial list: an informer's own sync says only that its store holds
+	// the list, while the handlers that fill the cache may still be
+	// working through it.
+	delivered := make([]cache.InformerSynced, 0, len(regs))
 	for _, r := range regs {
-		if _, err := r.inf.AddEventHandler(r.h); err != nil {
+		reg, err := r.inf.AddEventHandler(r.h)
+		if err != nil {
 			return fmt.Errorf("registering an informer handler: %w", err)
 		}
+		delivered = append(delivered, reg.HasSynced)
 	}
 	var ready atomic.Bool
 	stopServe, err := serve(cfg.ServeAddr, cfg.Profiling, m, &ready, log)
@@ -142,6 +149,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if !ok {
 			return fmt.Errorf("syncing the %v informer (are the CRDs in deploy/crds installed?): %w", gvr, context.Cause(ctx))
 		}
+	}
+	// The first cycle must see every pod already bound: placing pods
+	// against a cache still short of some would over-fill their nodes.
+	if !cache.WaitForCacheSync(ctx.Done(), delivered...) {
+		return fmt.Errorf("handing the informers' initial objects to the scheduler's cache: %w", context.Cause(ctx))
 	}
 	close(synced)
 	ready.Store(true)

@@ -17,11 +17,16 @@
 // (<round>.heap, which go tool pprof reads), to see what the resident
 // memory holds. Each round reports the scheduler's RSS then
 // (sched-rss-MiB) and its peak over the round (sched-peak-rss-MiB).
+//
+// The package's other benchmarks compare the two schedulers on pods with
+// ResourceClaims (dra_test.go), on training jobs as users submit them
+// (jobs_test.go, pytorchjob_test.go) and on kube-scheduler's own
+// scheduler_perf workloads (schedperf_test.go), whose harness
+// TestSchedulerPerfSmoke runs at 10 nodes in the integration tier.
 package schedulerscale_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -65,13 +70,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
-		// Only benchmarks here: without -bench there is nothing to start
-		// a control plane for.
-		fmt.Println("skipping: this package holds only benchmarks (run with -bench)")
-		os.Exit(0)
-	}
+	// The benchmarks and TestSchedulerPerfSmoke (the scheduler_perf
+	// harness at a few nodes, run by the integration tier) share one
+	// control plane.
 	cfg := localcluster.DefaultConfig()
 	// Each round starts the scheduler it measures; the control plane's
 	// own kube-scheduler would be a third process competing for the API.
@@ -218,7 +219,7 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 	}
 }
 
-func waitUntainted(b *testing.B, selector string) {
+func waitUntainted(b testing.TB, selector string) {
 	framework.Eventually(b, 5*time.Minute, "nodes without not-ready taints", func(ctx context.Context) (bool, error) {
 		list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
 		if err != nil {
@@ -237,13 +238,13 @@ func waitUntainted(b *testing.B, selector string) {
 // pid and a stop function. kube-scheduler gets a configuration of its own:
 // the admin kubeconfig, the shared client budget, no leader election, no
 // serving port.
-func startScheduler(b *testing.B, r round) (int, func()) {
+func startScheduler(b testing.TB, r round) (int, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var cmd *exec.Cmd
 	switch r.scheduler {
 	case "gpuplane-scheduler":
 		serve := []string{"--serve-address", ""}
-		if heapDir != "" {
+		if heapDir != "" || cpuProfileDir != "" {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)
@@ -255,6 +256,10 @@ func startScheduler(b *testing.B, r round) (int, func()) {
 		if r.gcPercent > 0 {
 			serve = append(serve, "--gc-percent", strconv.Itoa(r.gcPercent))
 		}
+		// GPUPLANE_BENCH_SCHEDULER_ARGS adds flags of its own to every
+		// gpuplane-scheduler a benchmark starts (--bind-workers 256, say),
+		// to weigh a setting in the same run's conditions.
+		serve = append(serve, strings.Fields(os.Getenv("GPUPLANE_BENCH_SCHEDULER_ARGS"))...)
 		cmd = exec.CommandContext(ctx, schedulerBin, append([]string{"--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
 			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(burst), "--log-level", "warn"}, serve...)...)
 		cmd.Stderr = os.Stderr
@@ -290,17 +295,20 @@ func startScheduler(b *testing.B, r round) (int, func()) {
 	}
 }
 
-// heapDir is GPUPLANE_BENCH_HEAP_DIR; profileAddr where the running
-// gpuplane-scheduler serves /debug/pprof/ when it is set.
+// heapDir is GPUPLANE_BENCH_HEAP_DIR, cpuProfileDir
+// GPUPLANE_BENCH_CPU_PROFILE_DIR (BenchmarkSchedulerPerf); profileAddr
+// where the running gpuplane-scheduler serves /debug/pprof/ when either is
+// set.
 var (
-	heapDir     = os.Getenv("GPUPLANE_BENCH_HEAP_DIR")
-	profileAddr string
+	heapDir       = os.Getenv("GPUPLANE_BENCH_HEAP_DIR")
+	cpuProfileDir = os.Getenv("GPUPLANE_BENCH_CPU_PROFILE_DIR")
+	profileAddr   string
 )
 
 // saveHeap writes gpuplane-scheduler's runtime memory statistics as they
 // are (path + ".memstats", before any forced GC: what the resident memory is
 // made of) and then its heap profile after a GC, to path.
-func saveHeap(b *testing.B, path string) {
+func saveHeap(b testing.TB, path string) {
 	save := func(query, to string) {
 		ctx, cancel := context.WithTimeout(b.Context(), time.Minute)
 		defer cancel()
@@ -336,7 +344,7 @@ type watcher struct {
 	members map[string][]string // bound pod names per PodGroup
 }
 
-func watch(b *testing.B, ns string) *watcher {
+func watch(b testing.TB, ns string) *watcher {
 	w := &watcher{created: map[string]time.Time{}, bound: map[string]time.Time{}, members: map[string][]string{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(ns))
 	inf := factory.Core().V1().Pods().Informer()
@@ -376,7 +384,7 @@ func (w *watcher) boundCount() int {
 
 // createPods creates the pods with 64 concurrent creators, recording when
 // each create call started.
-func createPods(b *testing.B, w *watcher, pods []*corev1.Pod) {
+func createPods(b testing.TB, w *watcher, pods []*corev1.Pod) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	errs := make(chan error, 1)
