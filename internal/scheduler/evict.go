@@ -363,7 +363,7 @@ func (c *cycle) assign(p *pending, binds []model.Bind) bool {
 		for k < len(p.g.Pods) && p.g.Pods[k].Name != b.Pod {
 			k++
 		}
-		if k == len(p.g.Pods) || st.Assign(b.NodeIndex, &p.g.Pods[k].Request, b.GPUs) != nil {
+		if k == len(p.g.Pods) || st.Assign(b.NodeIndex, &p.g.Pods[k].Request, b.GPUs) != nil || !slices.Equal(st.LastVolumes(), b.Volumes) {
 			st.Rollback(mark)
 			return false
 		}

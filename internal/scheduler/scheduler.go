@@ -142,7 +142,7 @@ func sameNodes(a, b []model.Node) bool {
 		x, y := &a[i], &b[i]
 		if x.Name != y.Name || x.MilliCPU != y.MilliCPU || x.MemoryMiB != y.MemoryMiB || x.Unschedulable != y.Unschedulable ||
 			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) ||
-			len(x.Labels) != len(y.Labels) {
+			len(x.Labels) != len(y.Labels) || x.Volumes != y.Volumes && !reflect.DeepEqual(x.Volumes, y.Volumes) {
 			return false
 		}
 		if reflect.ValueOf(x.Labels).UnsafePointer() == reflect.ValueOf(y.Labels).UnsafePointer() {

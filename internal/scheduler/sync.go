@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -143,7 +144,8 @@ func sameAlloc(x, y *model.Allocation) bool {
 	return x.Pod == y.Pod && x.Group == y.Group && x.Queue == y.Queue && x.Priority == y.Priority && x.Node == y.Node &&
 		x.StartedAt == y.StartedAt && x.NonPreemptible == y.NonPreemptible &&
 		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli && p.Replicas == q.Replicas &&
-		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && slices.Equal(x.GPUs, y.GPUs)
+		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && slices.Equal(x.GPUs, y.GPUs) &&
+		(p.Volumes == q.Volumes || reflect.DeepEqual(p.Volumes, q.Volumes))
 }
 
 // reset starts over on the snapshot's nodes with nothing running.

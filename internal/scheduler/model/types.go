@@ -130,6 +130,9 @@ type Node struct {
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).
 	MIG *NodeMIG `json:"mig,omitempty"`
+	// Volumes is what the node allows of volumes (volumes.go); nil: no
+	// limits.
+	Volumes *NodeVolumes `json:"volumes,omitempty"`
 }
 
 // Request is what one pod asks for.
@@ -165,6 +168,9 @@ type Request struct {
 	DeviceSet    string            `json:"deviceSet,omitempty"`
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	Tolerations  []Toleration      `json:"tolerations,omitempty"`
+	// Volumes is what the pod's volumes take that other pods' placements
+	// change (volumes.go); nil: nothing.
+	Volumes *PodVolumes `json:"volumes,omitempty"`
 }
 
 // Shared reports whether the request takes part of one GPU.
@@ -485,6 +491,9 @@ type Bind struct {
 	Node      string     `json:"node"`
 	NodeIndex int        `json:"nodeIndex"`
 	GPUs      []GPUShare `json:"gpus,omitempty"`
+	// Volumes is, for each of the pod's Request.Volumes.Claims in order,
+	// the PV it binds, or "" for a volume provisioned on Node.
+	Volumes []string `json:"volumes,omitempty"`
 }
 
 // Eviction removes a running pod to make room.

@@ -58,7 +58,7 @@ func serves(req *model.Request, g *model.GPU) bool {
 // what never changes for a node: room freed on a node req does not
 // statically fit is of no use to req.
 func StaticFits(n *model.Node, req *model.Request) bool {
-	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB {
+	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB || !staticVolumeFit(n, req) {
 		return false
 	}
 	if !req.UsesGPU() {
@@ -128,7 +128,7 @@ func tolerates(tols []model.Toleration, t model.Taint) bool {
 // topology, and topology only ranks whole-GPU sets.
 func (s *State) Options(i int, req *model.Request) []Option {
 	ns := &s.Nodes[i]
-	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB {
+	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || s.volumeWhy(i, req) != "" {
 		return nil
 	}
 	gpus := ns.Node.GPUs
@@ -281,6 +281,8 @@ func (s *State) Why(i int, req *model.Request) string {
 		return FilterCPU
 	case ns.FreeMem < req.MemoryMiB:
 		return FilterMemory
+	case s.volumeWhy(i, req) != "":
+		return s.volumeWhy(i, req)
 	case req.DeviceSet != "" && !slices.ContainsFunc(ns.Node.GPUs, func(g model.GPU) bool { return serves(req, &g) }):
 		return FilterClaimDevices
 	case (req.Shared() || req.MIGSlices > 0) && !slices.ContainsFunc(ns.Node.GPUs, func(g model.GPU) bool { return serves(req, &g) }):

@@ -59,7 +59,9 @@ func (p *Placer) Policy() Policy { return p.pol }
 // Place returns the best option for req on the current state, or false if
 // it fits nowhere. It changes nothing; the caller assigns the option.
 func (p *Placer) Place(req *model.Request) (Option, bool) {
-	if !p.local {
+	if !p.local || req.Volumes.Dynamic() {
+		// What a pod's volumes take on one node changes what others
+		// offer (volumes.go): such a pod is placed on a fresh look.
 		return p.scan(req)
 	}
 	rid := p.shape(req)

@@ -29,6 +29,9 @@ type NodeState struct {
 	ordered bool
 	sig     int32 // -1 when stale
 	sigMix  int32 // sig plus the pod mix; -1 when stale
+	// vol counts attached volumes on a node with attach limits
+	// (volumes.go).
+	vol *nodeVolumes
 }
 
 // GPUUsed reports whether GPU g holds any allocation.
@@ -63,6 +66,7 @@ type change struct {
 	req    model.Request
 	shares []model.GPUShare
 	add    bool
+	pvs    []string // the PVs Assign took for req's claims
 }
 
 // Mark is a checkpoint in a State's journal.
@@ -84,6 +88,7 @@ type State struct {
 	classes     map[string]int32
 	sigs        map[string]int32
 	buf         []byte
+	vol         volumeState
 }
 
 // NewState builds the free state of nodes (which it keeps a reference to)
@@ -219,6 +224,7 @@ func (s *State) Rollback(m Mark) {
 	for i := len(s.journal) - 1; i >= int(m); i-- {
 		c := s.journal[i]
 		s.apply(c.node, &c.req, c.shares, !c.add)
+		s.takePVs(c.pvs, false)
 	}
 	s.journal = s.journal[:m]
 }
@@ -244,6 +250,7 @@ func (s *State) Commit() {
 		s.journalIdle = 0
 	}
 	s.journalPeak = 0
+	s.vol.pvTaken = nil
 	if len(s.changed) > changeLogMin+changeLogPerNode*len(s.Nodes) {
 		s.changedBase += len(s.changed)
 		s.changed = s.changed[:0]
@@ -268,7 +275,7 @@ func (s *State) Fits(i int, req *model.Request, shares []model.GPUShare) bool {
 			return false
 		}
 	}
-	return true
+	return s.volumeWhy(i, req) == ""
 }
 
 // Assign takes req's resources and shares on node i. It returns an error,
@@ -280,8 +287,11 @@ func (s *State) Assign(i int, req *model.Request, shares []model.GPUShare) error
 	if !s.Fits(i, req, shares) {
 		return fmt.Errorf("assigning to node %s: request does not fit", s.Nodes[i].Node.Name)
 	}
+	pvs, _ := s.choosePVs(i, req.Volumes)
 	s.apply(i, req, shares, true)
-	s.record(change{node: i, req: *req, shares: shares, add: true})
+	s.takePVs(pvs, true)
+	s.vol.lastPVs = pvs
+	s.record(change{node: i, req: *req, shares: shares, add: true, pvs: pvs})
 	return nil
 }
 
@@ -325,6 +335,7 @@ func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bo
 			delete(ns.ShareSizes, size)
 		}
 	}
+	s.applyVolumes(i, req, add)
 	ns.sig, ns.sigMix = -1, -1
 	s.changed = append(s.changed, i)
 }
