@@ -81,7 +81,10 @@ type bindTask struct {
 	// reserved says a gang's commit already wrote them.
 	claims   []claimWrite
 	reserved bool
-	done     func(error)
+	// volumes are the PV bindings and provisioning requests written
+	// before the pod is bound (volumes.go).
+	volumes []volumeWrite
+	done    func(error)
 }
 
 // bind queues a binding.
@@ -163,6 +166,12 @@ func (w *apiWriter) commit(ctx context.Context, pg *v1alpha1.PodGroup, placement
 }
 
 func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
+	if err := w.writeVolumes(ctx, t.volumes); err != nil {
+		if len(t.claims) > 0 && t.reserved {
+			w.releaseClaims(ctx, t.claims)
+		}
+		return err
+	}
 	if len(t.claims) > 0 && !t.reserved {
 		if err := w.reserveClaims(ctx, t.claims); err != nil {
 			return err

@@ -1,0 +1,196 @@
+package adapter
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
+)
+
+func storageClass(name, provisioner string, mode storagev1.VolumeBindingMode) *storagev1.StorageClass {
+	return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: provisioner, VolumeBindingMode: &mode}
+}
+
+func claim(ns, name, class string, modes ...corev1.PersistentVolumeAccessMode) *corev1.PersistentVolumeClaim {
+	if len(modes) == 0 {
+		modes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	}
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1"},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: modes,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+}
+
+func persistentVolume(name, class, size string, nodeLabel map[string]string) *corev1.PersistentVolume {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1"},
+		Spec: corev1.PersistentVolumeSpec{StorageClassName: class, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadWriteOncePod},
+			Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+		Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeAvailable}}
+	for k, v := range nodeLabel {
+		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: k, Operator: corev1.NodeSelectorOpIn, Values: []string{v}}}}}}}
+	}
+	return pv
+}
+
+func withClaims(p *corev1.Pod, claims ...string) *corev1.Pod {
+	for _, c := range claims {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "v-" + c, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
+	}
+	return p
+}
+
+// selected returns the names of the snapshot's nodes a request selects.
+func selected(in *cycleInput, req *model.Request) []string {
+	var out []string
+	for _, n := range in.snap.Nodes {
+		ok := true
+		for k, v := range req.NodeSelector {
+			if n.Labels[k] != v {
+				ok = false
+			}
+		}
+		if ok {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// TestVolumesInSnapshot checks what pods' volumes become: the nodes their
+// bound PVs and unbound WaitForFirstConsumer claims allow, what the core
+// counts, and which pods wait with which reason.
+func TestVolumesInSnapshot(t *testing.T) {
+	c := newClusterCache(v1alpha1.SchedulerName)
+	for _, n := range []struct{ name, zone string }{{"a", "z1"}, {"b", "z1"}, {"c", "z2"}} {
+		c.upsertNode(build.Node(n.name).Resources(rl("cpu", "32", "memory", "64Gi")).Label(corev1.LabelHostname, n.name).Label(corev1.LabelTopologyZone, n.zone).Obj())
+	}
+	c.upsertStorageClass(storageClass("local", noProvisioner, storagev1.VolumeBindingWaitForFirstConsumer))
+	c.upsertStorageClass(storageClass("csi", "ebs.csi.example.com", storagev1.VolumeBindingWaitForFirstConsumer))
+	c.upsertStorageClass(storageClass("now", "ebs.csi.example.com", storagev1.VolumeBindingImmediate))
+	c.upsertCSINode(&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{
+		{Name: "ebs.csi.example.com", NodeID: "c", Allocatable: &storagev1.VolumeNodeResources{Count: ptr.To[int32](1)}}}}})
+
+	// Two local PVs on b, the smaller first; a bigger one on a.
+	c.upsertPV(persistentVolume("b-small", "local", "2Gi", map[string]string{corev1.LabelHostname: "b"}))
+	c.upsertPV(persistentVolume("b-big", "local", "5Gi", map[string]string{corev1.LabelHostname: "b"}))
+	c.upsertPV(persistentVolume("a-tiny", "local", "500Mi", map[string]string{corev1.LabelHostname: "a"}))
+	c.upsertPVC(claim("ml", "data", "local"))
+	// A claim bound to a PV of zone z2.
+	zonal := persistentVolume("zonal", "csi", "10Gi", nil)
+	zonal.Labels = map[string]string{corev1.LabelTopologyZone: "z2"}
+	zonal.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: "ebs.csi.example.com", VolumeHandle: "vol-1"}
+	zonal.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "ml", Name: "zonal", UID: "uid-zonal"}
+	c.upsertPV(zonal)
+	zc := claim("ml", "zonal", "csi")
+	zc.Spec.VolumeName = "zonal"
+	c.upsertPVC(zc)
+	c.upsertPVC(claim("ml", "later", "now"))
+	c.upsertPVC(claim("ml", "solo", "csi", corev1.ReadWriteOncePod))
+	c.upsertPVC(claim("ml", "dyn", "csi"))
+
+	c.upsertPod(withClaims(newPod("ml", "wffc").Obj(), "data"))
+	c.upsertPod(withClaims(newPod("ml", "zoned").Obj(), "zonal"))
+	c.upsertPod(withClaims(newPod("ml", "immediate").Obj(), "later"))
+	c.upsertPod(withClaims(newPod("ml", "missing").Obj(), "nothing"))
+	c.upsertPod(withClaims(newPod("ml", "second-user").Obj(), "solo"))
+	c.upsertPod(withClaims(newPod("ml", "provisioned").Obj(), "dyn"))
+	user := withClaims(newPod("ml", "first-user").NodeName("a").Obj(), "solo")
+	c.upsertPod(user)
+	// A pod on c that attaches the zonal volume counts against c's limit.
+	c.upsertPod(withClaims(newPod("ml", "attached").NodeName("c").Obj(), "zonal"))
+
+	b := newBuilder(v1alpha1.SchedulerName, -1, logr.Discard())
+	in := c.snapshot(b, newRefusals(), time.Unix(200, 0))
+	pods := map[string]*model.Request{}
+	for i := range in.snap.Pending {
+		for k := range in.snap.Pending[i].Pods {
+			pods[in.snap.Pending[i].Pods[k].Name] = &in.snap.Pending[i].Pods[k].Request
+		}
+	}
+
+	t.Run("an unbound WaitForFirstConsumer claim goes where its PVs are, best first", func(t *testing.T) {
+		req := pods["ml/wffc"]
+		if req == nil {
+			t.Fatal("the pod is not offered to the core")
+		}
+		if got := selected(in, req); !slices.Equal(got, []string{"b"}) {
+			t.Fatalf("nodes = %v, want b: the PV on a is too small", got)
+		}
+		want := &model.PodVolumes{Claims: []model.ClaimNeed{{Claim: "ml/data", PVs: []model.PV{{Name: "b-small", Nodes: []string{"b"}}, {Name: "b-big", Nodes: []string{"b"}}}}}}
+		if !equalVolumes(req.Volumes, want) {
+			t.Fatalf("volumes = %+v, want %+v", req.Volumes, want)
+		}
+	})
+	t.Run("a claim bound to a zonal PV keeps its pod in the zone", func(t *testing.T) {
+		req := pods["ml/zoned"]
+		if got := selected(in, req); !slices.Equal(got, []string{"c"}) {
+			t.Fatalf("nodes = %v, want c, the one node of zone z2", got)
+		}
+		if req.Volumes == nil || !slices.Equal(req.Volumes.Attach, []model.Attachment{{Driver: "ebs.csi.example.com", ID: "vol-1"}}) {
+			t.Fatalf("volumes = %+v, want the zonal volume attached", req.Volumes)
+		}
+	})
+	t.Run("a claim of a provisioning class is provisioned anywhere", func(t *testing.T) {
+		req := pods["ml/provisioned"]
+		if got := selected(in, req); len(got) != 3 {
+			t.Fatalf("nodes = %v, want all three", got)
+		}
+		if req.Volumes == nil || len(req.Volumes.Claims) != 1 || !req.Volumes.Claims[0].Provision || req.Volumes.Attach[0].ID != "claim:uid-dyn" {
+			t.Fatalf("volumes = %+v, want a claim to provision counted against the driver's limit", req.Volumes)
+		}
+	})
+	for _, tc := range []struct{ group, want string }{
+		{"pod/ml/immediate", "pod has unbound immediate PersistentVolumeClaims"},
+		{"pod/ml/missing", `persistentvolumeclaim "nothing" not found`},
+		{"pod/ml/second-user", "ReadWriteOncePod access mode and pod ml/first-user uses it"},
+	} {
+		t.Run(tc.group+" waits", func(t *testing.T) {
+			g := in.groups[tc.group]
+			if g == nil || g.held == nil || g.held.Reason != corev1.PodReasonUnschedulable || !strings.Contains(g.held.Msg, tc.want) {
+				t.Fatalf("held = %+v, want Unschedulable saying %q", g.held, tc.want)
+			}
+		})
+	}
+	t.Run("a node's CSI attach limit and what its pods attach", func(t *testing.T) {
+		n := in.snap.Nodes[2]
+		if n.Name != "c" || n.Volumes == nil || !slices.Equal(n.Volumes.Limits, []model.AttachLimit{{Driver: "ebs.csi.example.com", Max: 1}}) {
+			t.Fatalf("node %s volumes = %+v, want the CSINode's limit", n.Name, n.Volumes)
+		}
+		a := in.snap.RunningByNode[2]
+		if len(a) != 1 || a[0].Request.Volumes == nil || !slices.Equal(a[0].Request.Volumes.Attach, []model.Attachment{{Driver: "ebs.csi.example.com", ID: "vol-1"}}) {
+			t.Fatalf("allocations on c = %+v, want the attached zonal volume", a)
+		}
+	})
+	t.Run("the cache keeps a pod's claims", func(t *testing.T) {
+		p := withClaims(newPod("ml", "x").Obj(), "data")
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		slim := slimPod(p)
+		if len(slim.Spec.Volumes) != 1 || slim.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "data" {
+			t.Fatalf("cached volumes = %+v, want the claim alone", slim.Spec.Volumes)
+		}
+	})
+}
+
+func equalVolumes(a, b *model.PodVolumes) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.EqualFunc(a.Claims, b.Claims, func(x, y model.ClaimNeed) bool {
+		return x.Claim == y.Claim && x.Provision == y.Provision && slices.EqualFunc(x.PVs, y.PVs, func(p, q model.PV) bool {
+			return p.Name == q.Name && slices.Equal(p.Nodes, q.Nodes)
+		})
+	}) && slices.Equal(a.Attach, b.Attach) && slices.Equal(a.Exclusive, b.Exclusive)
+}
