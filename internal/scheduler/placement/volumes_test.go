@@ -58,12 +58,17 @@ func TestVolumeBindingTakesEachPVOnce(t *testing.T) {
 	if why := st.Why(1, third); why != "" {
 		t.Fatalf("after rollback node b refuses with %q; both PVs are free again", why)
 	}
-	// What a cycle took ends with it: the next snapshot binds the PVs.
+	// What a cycle took ends with it: the next snapshot no longer offers
+	// the PVs it bound.
 	if err := st.Assign(1, req, nil); err != nil {
 		t.Fatal(err)
 	}
+	onlyLocal := claimReq("ns/data4", false, local)
+	if why := st.Why(1, onlyLocal); why != FilterVolumeBinding {
+		t.Fatalf("before Commit node b: Why = %q with its PV taken, want %q", why, FilterVolumeBinding)
+	}
 	st.Commit()
-	if why := st.Why(1, third); why != "" {
+	if why := st.Why(1, onlyLocal); why != "" {
 		t.Fatalf("after Commit node b refuses with %q", why)
 	}
 }
