@@ -30,7 +30,9 @@ func (c *cluster) storageClass(name, provisioner string, mode storagev1.VolumeBi
 	if _, err := env.Client.StorageV1().StorageClasses().Create(c.t.Context(), sc, metav1.CreateOptions{}); err != nil {
 		c.t.Fatalf("creating storage class %s: %v", name, err)
 	}
-	c.t.Cleanup(func() { _ = env.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	c.t.Cleanup(func() {
+		_ = env.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 	return name
 }
 
@@ -47,7 +49,9 @@ func (c *cluster) persistentVolume(pv *corev1.PersistentVolume) {
 		c.t.Fatalf("creating persistent volume %s: %v", pv.Name, err)
 	}
 	name := pv.Name
-	c.t.Cleanup(func() { _ = env.Client.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	c.t.Cleanup(func() {
+		_ = env.Client.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 func (c *cluster) claim(name, class, volume string) {
@@ -178,7 +182,9 @@ func TestVolumeAttachLimit(t *testing.T) {
 		if _, err := env.Client.StorageV1().CSINodes().Create(t.Context(), cn, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = env.Client.StorageV1().CSINodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = env.Client.StorageV1().CSINodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	for i := range 3 {
 		pv := fmt.Sprintf("disk%d", i)
