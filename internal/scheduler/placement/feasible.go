@@ -128,7 +128,7 @@ func tolerates(tols []model.Toleration, t model.Taint) bool {
 // topology, and topology only ranks whole-GPU sets.
 func (s *State) Options(i int, req *model.Request) []Option {
 	ns := &s.Nodes[i]
-	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || s.volumeWhy(i, req) != "" {
+	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || req.Volumes != nil && s.volumeWhy(i, req) != "" {
 		return nil
 	}
 	gpus := ns.Node.GPUs

@@ -275,7 +275,7 @@ func (s *State) Fits(i int, req *model.Request, shares []model.GPUShare) bool {
 			return false
 		}
 	}
-	return s.volumeWhy(i, req) == ""
+	return req.Volumes == nil || s.volumeWhy(i, req) == ""
 }
 
 // Assign takes req's resources and shares on node i. It returns an error,
@@ -287,9 +287,12 @@ func (s *State) Assign(i int, req *model.Request, shares []model.GPUShare) error
 	if !s.Fits(i, req, shares) {
 		return fmt.Errorf("assigning to node %s: request does not fit", s.Nodes[i].Node.Name)
 	}
-	pvs, _ := s.choosePVs(i, req.Volumes)
+	var pvs []string
+	if req.Volumes != nil {
+		pvs, _ = s.choosePVs(i, req.Volumes)
+		s.takePVs(pvs, true)
+	}
 	s.apply(i, req, shares, true)
-	s.takePVs(pvs, true)
 	s.vol.lastPVs = pvs
 	s.record(change{node: i, req: *req, shares: shares, add: true, pvs: pvs})
 	return nil
@@ -335,7 +338,9 @@ func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bo
 			delete(ns.ShareSizes, size)
 		}
 	}
-	s.applyVolumes(i, req, add)
+	if req.Volumes != nil {
+		s.applyVolumes(i, req, add)
+	}
 	ns.sig, ns.sigMix = -1, -1
 	s.changed = append(s.changed, i)
 }
