@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -193,4 +195,71 @@ func equalVolumes(a, b *model.PodVolumes) bool {
 			return p.Name == q.Name && slices.Equal(p.Nodes, q.Nodes)
 		})
 	}) && slices.Equal(a.Attach, b.Attach) && slices.Equal(a.Exclusive, b.Exclusive)
+}
+
+// TestLoopBindsEachLocalPVOnce: two pods whose claims may only use the one
+// local PV of node b: one is bound there with the PV written to its
+// claim, the other waits saying why, and keeps waiting while the bind is
+// in flight; a bind that fails gives the PV back.
+func TestLoopBindsEachLocalPVOnce(t *testing.T) {
+	node := func(name string) *corev1.Node {
+		return build.Node(name).Resources(rl("cpu", "32", "memory", "64Gi")).Label(corev1.LabelHostname, name).Obj()
+	}
+	f := newLoopFixture(t, Config{}, node("a"), node("b"))
+	f.cache.upsertStorageClass(storageClass("local", noProvisioner, storagev1.VolumeBindingWaitForFirstConsumer))
+	f.cache.upsertPV(persistentVolume("local-b", "local", "1Gi", map[string]string{corev1.LabelHostname: "b"}))
+	f.cache.upsertPVC(claim("ns", "one", "local"))
+	f.cache.upsertPVC(claim("ns", "two", "local"))
+	f.cache.upsertPod(withClaims(newPod("ns", "p1").Obj(), "one"))
+	f.cache.upsertPod(withClaims(newPod("ns", "p2").Obj(), "two"))
+	// A bind that fails gives the PV back.
+	f.api.bindFail = errors.New("conflict")
+	f.cycle()
+	f.api.bindFail = nil
+	if want := []string{"ns/p1 one local-b b"}; !slices.Equal(f.api.volumes, want) {
+		t.Fatalf("volume writes = %v, want %v", f.api.volumes, want)
+	}
+	f.cycle()
+	if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/p1 b") {
+		t.Fatalf("binds = %v, want p1 on b alone", f.api.binds)
+	}
+	if want := []string{"ns/p1 one local-b b", "ns/p1 one local-b b"}; !slices.Equal(f.api.volumes, want) {
+		t.Fatalf("volume writes = %v, want %v", f.api.volumes, want)
+	}
+	if got := f.status.conditions["ns/p2"]; !strings.Contains(got, "no available persistent volume to bind") {
+		t.Fatalf("p2 says %q, want the volume filter's reason", got)
+	}
+	// p1 is bound on the server, not yet in the cache: the PV stays taken.
+	f.cycle()
+	if len(f.api.binds) != 1 || len(f.api.volumes) != 2 {
+		t.Fatalf("binds = %v, volume writes %v: the PV in flight was offered again", f.api.binds, f.api.volumes)
+	}
+}
+
+// TestWriteVolumes: the binder binds the chosen PV to the claim as the
+// PV controller expects it (claimRef with the claim's UID, the
+// bound-by-controller annotation), and asks for provisioning through the
+// claim's selected-node annotation.
+func TestWriteVolumes(t *testing.T) {
+	pv := persistentVolume("local-b", "local", "1Gi", nil)
+	one, two := claim("ns", "one", "local"), claim("ns", "two", "csi")
+	client := fake.NewClientset(pv, one, two)
+	w := &apiWriter{client: client, log: logr.Discard()}
+	if err := w.writeVolumes(t.Context(), []volumeWrite{{claim: one, pv: pv, node: "b"}, {claim: two, node: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CoreV1().PersistentVolumes().Get(t.Context(), "local-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got.Spec.ClaimRef; r == nil || r.Namespace != "ns" || r.Name != "one" || r.UID != one.UID || got.Annotations["pv.kubernetes.io/bound-by-controller"] != "yes" {
+		t.Fatalf("PV = claimRef %+v, annotations %v; want bound to ns/one by a controller", got.Spec.ClaimRef, got.Annotations)
+	}
+	c2, err := client.CoreV1().PersistentVolumeClaims("ns").Get(t.Context(), "two", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.Annotations["volume.kubernetes.io/selected-node"] != "b" {
+		t.Fatalf("claim two annotations = %v, want the selected node b", c2.Annotations)
+	}
 }
