@@ -67,8 +67,8 @@ type builder struct {
 
 	// dra is the DRA memo: the device sets of pending pods' claims.
 	dra draMemo
-	// volVersion is the volumes' version the volume classes follow.
-	volVersion int
+	// volClasses counts the volume classes among classes.
+	volClasses int
 }
 
 func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
@@ -94,7 +94,6 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		b.classGen++
 	}
 	in.nodes = b.nodes
-	b.dropVolumeClasses(c.vol.version)
 	in.snap.Queues = b.queues(c, in)
 	// valid: true for a leaf queue of the hierarchy, false for a parent.
 	valid := map[string]bool{queue.DefaultQueue: true}

@@ -54,15 +54,15 @@ type volumeCache struct {
 	// inFlight are the PVs the binder is binding to a claim (PV name to
 	// claim key), until the informer shows the PV's claimRef.
 	inFlight map[string]string
-	// version changes with every PV, claim or class: pending pods' volume
-	// classes are worked out again.
-	version int
+	// drivers counts, per CSI driver, the nodes that limit its
+	// attachments: a volume of another driver is not counted.
+	drivers map[string]int
 }
 
 func newVolumeCache() *volumeCache {
 	return &volumeCache{pvs: map[string]*corev1.PersistentVolume{}, claims: map[string]*corev1.PersistentVolumeClaim{},
 		classes: map[string]*storagev1.StorageClass{}, limits: map[string]*model.NodeVolumes{}, users: map[string]map[string]*podInfo{},
-		inFlight: map[string]string{}}
+		inFlight: map[string]string{}, drivers: map[string]int{}}
 }
 
 // volumeClaimNames returns the claims a pod's volumes name: its
@@ -126,11 +126,10 @@ func (c *clusterCache) unindexClaims(pi *podInfo) {
 	}
 }
 
-// volumesChanged notes that a claim's volumes changed: the pending pods'
-// volume classes are worked out again and the nodes of the claim's
-// placed users recount what they attach. Caller holds mu.
+// volumesChanged notes that a claim's volumes changed: the nodes of the
+// claim's placed users recount what they attach, and the next cycle
+// looks at the pending pods again. Caller holds mu.
 func (c *clusterCache) volumesChanged(claim string) {
-	c.vol.version++
 	for _, pi := range c.vol.users[claim] {
 		if n := c.nodeOf(pi); n != "" {
 			c.dirty[n] = true
@@ -232,6 +231,18 @@ func (c *clusterCache) setAttachLimits(node string, nv *model.NodeVolumes) {
 	if old == nv || old != nil && nv != nil && slices.Equal(old.Limits, nv.Limits) {
 		return
 	}
+	if old != nil {
+		for _, l := range old.Limits {
+			if c.vol.drivers[l.Driver]--; c.vol.drivers[l.Driver] <= 0 {
+				delete(c.vol.drivers, l.Driver)
+			}
+		}
+	}
+	if nv != nil {
+		for _, l := range nv.Limits {
+			c.vol.drivers[l.Driver]++
+		}
+	}
 	if nv == nil {
 		delete(c.vol.limits, node)
 	} else {
@@ -270,9 +281,7 @@ type wffcClaim struct {
 	selectedNode string
 }
 
-func (w *wffcClaim) provisions() bool {
-	return w.class.Provisioner != noProvisioner && w.selectedNode == ""
-}
+func (w *wffcClaim) provisions() bool { return w.class.Provisioner != noProvisioner }
 
 // volumeWait is a pod's reason to wait for its volumes.
 func volumeWait(format string, args ...any) *BadInputError {
@@ -321,8 +330,10 @@ func (c *clusterCache) podVolumes(pi *podInfo, nodes []*nodeInfo) (*podVolumes, 
 				return nil, volumeWait("persistentvolumeclaim %q is bound to persistentvolume %q, which is not found", name, claim.Spec.VolumeName)
 			}
 			pv.bound = append(pv.bound, vol)
-			fmt.Fprintf(&key, "pv:%s@%s;", vol.Name, vol.ResourceVersion)
-			if vol.Spec.CSI != nil {
+			if vol.Spec.NodeAffinity != nil || slices.ContainsFunc(volumeZoneLabels, func(k string) bool { _, ok := vol.Labels[k]; return ok }) {
+				fmt.Fprintf(&key, "pv:%s@%s;", vol.Name, vol.ResourceVersion)
+			}
+			if vol.Spec.CSI != nil && c.vol.drivers[vol.Spec.CSI.Driver] > 0 {
 				need.Attach = append(need.Attach, model.Attachment{Driver: vol.Spec.CSI.Driver, ID: vol.Spec.CSI.VolumeHandle})
 			}
 			continue
@@ -340,8 +351,14 @@ func (c *clusterCache) podVolumes(pi *podInfo, nodes []*nodeInfo) (*podVolumes, 
 		}
 		need.Claims = append(need.Claims, cn)
 		pv.wffc = append(pv.wffc, w)
-		fmt.Fprintf(&key, "wffc:%s@%d;", ckey, c.vol.version)
-		if class.Provisioner != noProvisioner {
+		// What decides the nodes: where provisioning was asked for, the
+		// class, and the candidates.
+		fmt.Fprintf(&key, "wffc:%s:%s@%s", w.selectedNode, class.Name, class.ResourceVersion)
+		for _, vol := range w.pvs {
+			fmt.Fprintf(&key, ",%s@%s", vol.Name, vol.ResourceVersion)
+		}
+		key.WriteByte(';')
+		if class.Provisioner != noProvisioner && c.vol.drivers[class.Provisioner] > 0 {
 			// Counted against the provisioner's attach limit before the
 			// volume exists, as kube-scheduler counts it.
 			need.Attach = append(need.Attach, model.Attachment{Driver: class.Provisioner, ID: "claim:" + string(claim.UID)})
@@ -481,8 +498,16 @@ func (b *builder) volumeClass(pi *podInfo, base *podClass, pv *podVolumes, used 
 	key := cmp.Or(pi.class, classKey(pi.pod)) + volumeClassMark + pv.key
 	cl := b.classes[key]
 	if cl == nil {
-		cl = &podClass{pod: pi.pod, id: b.nextClass, match: make([]bool, len(b.nodes)), extended: base.extended}
-		b.nextClass++
+		if b.volClasses >= maxVolumeClasses {
+			for k := range b.classes {
+				if strings.Contains(k, volumeClassMark) {
+					delete(b.classes, k)
+				}
+			}
+			b.volClasses = 0
+		}
+		b.volClasses++
+		cl = &podClass{pod: pi.pod, id: -1, match: make([]bool, len(b.nodes)), extended: base.extended}
 		why := map[string]int{}
 		for i, n := range b.nodes {
 			if !base.match[i] {
@@ -499,28 +524,28 @@ func (b *builder) volumeClass(pi *podInfo, base *podClass, pv *podVolumes, used 
 			cl.why = append(cl.why, classReason{reason: r, nodes: n})
 		}
 		slices.SortStableFunc(cl.why, func(a, b classReason) int { return cmp.Compare(b.nodes, a.nodes) })
+		if slices.Equal(cl.match, base.match) {
+			// The volumes refuse no node the pod's class allows: the
+			// class serves as it is, with no label of its own.
+			cl = base
+		} else {
+			cl.id = b.nextClass
+			b.nextClass++
+		}
 		b.classes[key] = cl
 	}
-	used[key] = true
+	if cl != base {
+		used[key] = true
+	}
 	return cl
 }
 
 // volumeClassMark separates a volume class's key from its pod's class key.
 const volumeClassMark = "\x00volumes="
 
-// dropVolumeClasses forgets the volume classes of an older version of
-// the volumes.
-func (b *builder) dropVolumeClasses(version int) {
-	if b.volVersion == version {
-		return
-	}
-	b.volVersion = version
-	for k := range b.classes {
-		if strings.Contains(k, volumeClassMark) {
-			delete(b.classes, k)
-		}
-	}
-}
+// maxVolumeClasses bounds the volume classes kept between node changes
+// (which start the classes over): past it they start over too.
+const maxVolumeClasses = 4096
 
 // placedVolumes is what a placed pod's volumes hold on a node with attach
 // limits: the CSI volumes its bound claims attach. Caller holds mu.
@@ -614,7 +639,6 @@ func (c *clusterCache) forgetVolumeWrites(ws []volumeWrite) {
 			delete(c.vol.inFlight, w.pv.Name)
 		}
 	}
-	c.vol.version++
 	c.poke()
 }
 
@@ -684,6 +708,9 @@ func (w *apiWriter) writeVolumes(ctx context.Context, ws []volumeWrite) error {
 	for _, v := range ws {
 		claim := v.claim
 		if v.pv == nil {
+			if claim.Annotations[volumehelpers.AnnSelectedNode] == v.node {
+				continue // asked for already
+			}
 			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 				"resourceVersion": claim.ResourceVersion,
 				"annotations":     map[string]string{volumehelpers.AnnSelectedNode: v.node},
