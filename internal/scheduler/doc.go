@@ -61,7 +61,7 @@
 // UnplacedAboveQueueLimit or UnplacedAboveCapacity with the need and the
 // limit); for those the driver marked
 // PodGroup.Explain, which filter refused how many nodes (unschedulable,
-// selector or taints, cpu, memory, GPU) for its first pod and how many of
+// selector or taints, cpu, memory, volumes, GPU) for its first pod and how many of
 // its pods fit at once; and every queue's usage, fair share and guarantee
 // as the cycle leaves them. Drivers render these; they never look into
 // the core's state. model.Apply carries the decisions out on a snapshot
@@ -87,6 +87,20 @@
 // says "no device satisfies the claims" of a node that has none of them:
 // the node and the devices are its decision, which the Kubernetes adapter
 // writes into the claims and the simulator replays.
+//
+// Volumes. A pod's volumes take what other pods of the cycle then lack
+// (model.PodVolumes): an unbound claim of a WaitForFirstConsumer class
+// takes one of its candidate PVs that may be used on the chosen node (the
+// first left, the smallest as the driver lists them), or is provisioned
+// there when its class provisions; a ReadWriteOncePod claim is used by one
+// pod; a node's CSI attach limit (model.Node.Volumes) caps the distinct
+// volumes of a driver attached to it. The placement state counts them
+// with the rest and rolls them back with it (placement/volumes.go); the
+// PV each claim takes is part of the bind (model.Bind.Volumes), which
+// model.Apply carries out by taking it from the claims still waiting.
+// What a pod's volumes allow of nodes once and for all (a bound PV's node
+// affinity or zone) reaches the core through the node selector, like
+// node affinity.
 //
 // MIG layouts that follow demand. After the other actions, for the nodes
 // that opt in (model.Node.MIG) the core proposes new MIG layouts in
