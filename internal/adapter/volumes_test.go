@@ -263,3 +263,33 @@ func TestWriteVolumes(t *testing.T) {
 		t.Fatalf("claim two annotations = %v, want the selected node b", c2.Annotations)
 	}
 }
+
+// TestLoopReadWriteOncePodOnce: two pods of one cycle sharing a
+// ReadWriteOncePod claim are never both bound: the core takes the claim
+// for the first, and once that one is bound the other waits saying who
+// uses it.
+func TestLoopReadWriteOncePodOnce(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 0), gpuNode("b", 0))
+	pv := persistentVolume("db", "", "1Gi", nil)
+	pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "ns", Name: "db", UID: "uid-db"}
+	f.cache.upsertPV(pv)
+	pvc := claim("ns", "db", "", corev1.ReadWriteOncePod)
+	pvc.Spec.VolumeName = "db"
+	f.cache.upsertPVC(pvc)
+	f.cache.upsertPod(withClaims(newPod("ns", "p1").Obj(), "db"))
+	f.cache.upsertPod(withClaims(newPod("ns", "p2").Obj(), "db"))
+	f.cycle()
+	if len(f.api.binds) != 1 {
+		t.Fatalf("binds = %v, want one pod of the ReadWriteOncePod claim", f.api.binds)
+	}
+	if got := f.status.conditions["ns/p2"]; !strings.Contains(got, "ReadWriteOncePod claim in use") {
+		t.Fatalf("p2 says %q, want the claim in use", got)
+	}
+	f.cycle()
+	if len(f.api.binds) != 1 {
+		t.Fatalf("binds = %v after a second cycle", f.api.binds)
+	}
+	if got := f.status.conditions["ns/p2"]; !strings.Contains(got, "pod ns/p1 uses it") {
+		t.Fatalf("p2 says %q, want p1 named as the claim's user", got)
+	}
+}
