@@ -346,6 +346,14 @@ func (c *clusterCache) podVolumes(pi *podInfo, nodes []*nodeInfo) (*podVolumes, 
 		w := wffcClaim{claim: claim, class: class, selectedNode: claim.Annotations[volumehelpers.AnnSelectedNode]}
 		w.pvs = c.candidatePVs(claim)
 		cn := model.ClaimNeed{Claim: ckey, Provision: w.provisions()}
+		if cn.Provision && len(class.AllowedTopologies) > 0 {
+			cn.ProvisionNodes = []string{}
+			for _, n := range nodes {
+				if provisionsOn(class, n.node) {
+					cn.ProvisionNodes = append(cn.ProvisionNodes, n.node.Name)
+				}
+			}
+		}
 		for _, vol := range w.pvs {
 			cn.PVs = append(cn.PVs, model.PV{Name: vol.Name, Nodes: pvNodes(vol, nodes)})
 		}

@@ -102,6 +102,11 @@ func TestVolumesInSnapshot(t *testing.T) {
 	c.upsertPVC(claim("ml", "later", "now"))
 	c.upsertPVC(claim("ml", "solo", "csi", corev1.ReadWriteOncePod))
 	c.upsertPVC(claim("ml", "dyn", "csi"))
+	zoned := storageClass("zoned", "ebs.csi.example.com", storagev1.VolumeBindingWaitForFirstConsumer)
+	zoned.AllowedTopologies = []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: corev1.LabelTopologyZone, Values: []string{"z1"}}}}}
+	c.upsertStorageClass(zoned)
+	c.upsertPVC(claim("ml", "in-z1", "zoned"))
+	c.upsertPod(withClaims(newPod("ml", "topology").Obj(), "in-z1"))
 
 	c.upsertPod(withClaims(newPod("ml", "wffc").Obj(), "data"))
 	c.upsertPod(withClaims(newPod("ml", "zoned").Obj(), "zonal"))
@@ -152,6 +157,15 @@ func TestVolumesInSnapshot(t *testing.T) {
 		}
 		if req.Volumes == nil || len(req.Volumes.Claims) != 1 || !req.Volumes.Claims[0].Provision || req.Volumes.Attach[0].ID != "claim:uid-dyn" {
 			t.Fatalf("volumes = %+v, want a claim to provision counted against the driver's limit", req.Volumes)
+		}
+	})
+	t.Run("a class's allowed topologies bound where it provisions", func(t *testing.T) {
+		req := pods["ml/topology"]
+		if got := selected(in, req); !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("nodes = %v, want a and b, the nodes of zone z1", got)
+		}
+		if req.Volumes == nil || len(req.Volumes.Claims) != 1 || !slices.Equal(req.Volumes.Claims[0].ProvisionNodes, []string{"a", "b"}) {
+			t.Fatalf("volumes = %+v, want provisioning on a and b", req.Volumes)
 		}
 	})
 	for _, tc := range []struct{ group, want string }{

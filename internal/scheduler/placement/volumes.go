@@ -132,7 +132,7 @@ func (s *State) choosePVs(i int, v *model.PodVolumes) ([]string, bool) {
 			out[k], found = pv.Name, true
 			break
 		}
-		if !found && !c.Provision {
+		if !found && !c.Provisions(node) {
 			return nil, false
 		}
 	}
@@ -226,7 +226,7 @@ func staticVolumeFit(n *model.Node, req *model.Request) bool {
 	}
 	for k := range req.Volumes.Claims {
 		c := &req.Volumes.Claims[k]
-		if c.Provision {
+		if c.Provisions(n.Name) {
 			continue
 		}
 		ok := false

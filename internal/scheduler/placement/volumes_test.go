@@ -178,3 +178,23 @@ func TestPlacerVolumesScanFresh(t *testing.T) {
 		t.Fatalf("the second claim of the one PV was placed on node %d", o.Node)
 	}
 }
+
+// TestVolumeBindingProvisionsOnlyWhereTheClassAllows: where its class's
+// allowed topologies leave out a node, a claim whose PV there is taken is
+// not provisioned there either.
+func TestVolumeBindingProvisionsOnlyWhereTheClassAllows(t *testing.T) {
+	st := NewState(volumeNodes())
+	pv := model.PV{Name: "local-b", Nodes: []string{"b"}}
+	req := &model.Request{Volumes: &model.PodVolumes{Claims: []model.ClaimNeed{{Claim: "x", PVs: []model.PV{pv}, Provision: true, ProvisionNodes: []string{"a"}}}}}
+	if err := st.Assign(1, req, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"", FilterVolumeBinding, FilterVolumeBinding} {
+		if why := st.Why(i, req); why != want {
+			t.Fatalf("node %d: Why = %q, want %q", i, why, want)
+		}
+	}
+	if StaticFits(st.Nodes[2].Node, req) {
+		t.Fatal("node c fits statically, where neither the PV nor provisioning may go")
+	}
+}
