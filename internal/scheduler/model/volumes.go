@@ -28,9 +28,25 @@ type PodVolumes struct {
 type ClaimNeed struct {
 	Claim string `json:"claim"`
 	PVs   []PV   `json:"pvs,omitempty"`
-	// Provision: the claim's class provisions volumes on the nodes the
-	// pod may use, so a node where no PV is left serves it too.
-	Provision bool `json:"provision,omitempty"`
+	// Provision: the claim's class provisions volumes, so a node where
+	// no PV is left serves it too: any node, or, when ProvisionNodes is
+	// not nil, those it lists (sorted), which the class's allowed
+	// topologies admit.
+	Provision      bool     `json:"provision,omitempty"`
+	ProvisionNodes []string `json:"provisionNodes,omitempty"`
+}
+
+// Provisions reports whether the claim may be provisioned on the named
+// node.
+func (c *ClaimNeed) Provisions(node string) bool {
+	if !c.Provision {
+		return false
+	}
+	if c.ProvisionNodes == nil {
+		return true
+	}
+	_, ok := slices.BinarySearch(c.ProvisionNodes, node)
+	return ok
 }
 
 // PV is an available persistent volume a claim may bind: its name and
