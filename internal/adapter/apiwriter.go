@@ -82,9 +82,11 @@ type bindTask struct {
 	claims   []claimWrite
 	reserved bool
 	// volumes are the PV bindings and provisioning requests written
-	// before the pod is bound (volumes.go).
-	volumes []volumeWrite
-	done    func(error)
+	// before the pod is bound, and awaitVolumes waits until their claims
+	// are bound (volumes.go).
+	volumes      []volumeWrite
+	awaitVolumes func(context.Context) error
+	done         func(error)
 }
 
 // bind queues a binding.
@@ -171,6 +173,14 @@ func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
 			w.releaseClaims(ctx, t.claims)
 		}
 		return err
+	}
+	if t.awaitVolumes != nil {
+		if err := t.awaitVolumes(ctx); err != nil {
+			if len(t.claims) > 0 && t.reserved {
+				w.releaseClaims(ctx, t.claims)
+			}
+			return err
+		}
 	}
 	if len(t.claims) > 0 && !t.reserved {
 		if err := w.reserveClaims(ctx, t.claims); err != nil {

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/component-helpers/storage/ephemeral"
 	volumehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
@@ -691,6 +693,7 @@ func (b *binder) prepareVolumes(in *cycleInput, binds []model.Bind, order []stri
 		}
 		for i := range tasks {
 			if ws := tasks[i].volumes; len(ws) > 0 {
+				tasks[i].awaitVolumes = func(ctx context.Context) error { return b.cache.awaitVolumes(ctx, ws, volumeBindTimeout) }
 				done := tasks[i].done
 				tasks[i].done = func(err error) {
 					if err != nil {
@@ -753,4 +756,53 @@ func (w *apiWriter) writeVolumes(ctx context.Context, ws []volumeWrite) error {
 		w.log.V(4).Info("bound a volume for a pod", "pv", v.pv.Name, "claim", klog.KObj(claim), "node", v.node)
 	}
 	return nil
+}
+
+// volumeBindTimeout bounds how long a bind waits for its claims to be
+// bound once it wrote them: kube-scheduler's default (bindTimeoutSeconds).
+const volumeBindTimeout = 10 * time.Minute
+
+// volumePoll is how often a waiting bind looks at the cache again.
+const volumePoll = 100 * time.Millisecond
+
+// awaitVolumes waits, reading the informers' claims, until the PV
+// controller (and a provisioner) bound every claim written, as
+// kube-scheduler binds a pod only then: a pod is never bound to a node
+// whose provisioning failed. It fails when a claim is bound to another PV
+// than the one chosen, is gone, when the provisioner gave the node up
+// (it takes the selected-node annotation away), or after timeout.
+func (c *clusterCache) awaitVolumes(ctx context.Context, ws []volumeWrite, timeout time.Duration) error {
+	err := wait.PollUntilContextTimeout(ctx, volumePoll, timeout, true, func(context.Context) (bool, error) {
+		return c.volumesBound(ws)
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the pod's claims to be bound: %w", err)
+	}
+	return nil
+}
+
+// volumesBound reports whether every claim of ws is bound, or why it
+// never will be as written.
+func (c *clusterCache) volumesBound(ws []volumeWrite) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range ws {
+		key := w.claim.Namespace + "/" + w.claim.Name
+		cl := c.vol.claims[key]
+		switch {
+		case cl == nil || cl.UID != w.claim.UID:
+			return false, fmt.Errorf("claim %s is gone", key)
+		case cl.Spec.VolumeName != "" && w.pv != nil && cl.Spec.VolumeName != w.pv.Name:
+			return false, fmt.Errorf("claim %s is bound to persistentvolume %s, not to %s as chosen", key, cl.Spec.VolumeName, w.pv.Name)
+		case cl.Spec.VolumeName != "":
+			if cl.Status.Phase != corev1.ClaimBound {
+				return false, nil
+			}
+		case w.pv == nil && cl.ResourceVersion != w.claim.ResourceVersion && cl.Annotations[volumehelpers.AnnSelectedNode] != w.node:
+			return false, fmt.Errorf("provisioning a volume for claim %s on node %s failed: the provisioner gave the node up", key, w.node)
+		default:
+			return false, nil
+		}
+	}
+	return true, nil
 }
