@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -305,5 +306,68 @@ func TestLoopReadWriteOncePodOnce(t *testing.T) {
 	}
 	if got := f.status.conditions["ns/p2"]; !strings.Contains(got, "pod ns/p1 uses it") {
 		t.Fatalf("p2 says %q, want p1 named as the claim's user", got)
+	}
+}
+
+// TestVolumesBound: a bind waits until the claims it wrote are bound, and
+// gives up when one is bound to another PV or its provisioner gave the
+// node up.
+func TestVolumesBound(t *testing.T) {
+	c := newClusterCache(v1alpha1.SchedulerName)
+	pv := persistentVolume("local-b", "local", "1Gi", nil)
+	one, two := claim("ns", "one", "local"), claim("ns", "two", "csi")
+	c.upsertPVC(one)
+	c.upsertPVC(two)
+	ws := []volumeWrite{{claim: one, pv: pv, node: "b"}, {claim: two, node: "b"}}
+	check := func(wantBound bool, wantErr string) {
+		t.Helper()
+		ok, err := c.volumesBound(ws)
+		if ok != wantBound || (err == nil) != (wantErr == "") || err != nil && !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("volumesBound = %v, %v; want %v, %q", ok, err, wantBound, wantErr)
+		}
+	}
+	check(false, "")
+	bound := func(pvc *corev1.PersistentVolumeClaim, volume, rv string) *corev1.PersistentVolumeClaim {
+		out := pvc.DeepCopy()
+		out.Spec.VolumeName, out.Status.Phase, out.ResourceVersion = volume, corev1.ClaimBound, rv
+		return out
+	}
+	c.upsertPVC(bound(one, "local-b", "2"))
+	check(false, "")
+	// The provisioner saw the node and provisioned there.
+	c.upsertPVC(bound(two, "pvc-two", "3"))
+	check(true, "")
+	c.upsertPVC(bound(one, "elsewhere", "4"))
+	check(false, "bound to persistentvolume elsewhere, not to local-b")
+	c.upsertPVC(bound(one, "local-b", "5"))
+	// A provisioner that fails takes the annotation away again.
+	given := two.DeepCopy()
+	given.ResourceVersion = "6"
+	c.upsertPVC(given)
+	check(false, "the provisioner gave the node up")
+	c.deletePVC(one)
+	check(false, "claim ns/one is gone")
+}
+
+// TestBindWaitsForVolumes: a bind whose claims do not get bound never
+// binds the pod.
+func TestBindWaitsForVolumes(t *testing.T) {
+	pv := persistentVolume("local-b", "local", "1Gi", nil)
+	one := claim("ns", "one", "local")
+	pod := withClaims(newPod("ns", "p").UID("uid-p").Obj(), "one")
+	client := fake.NewClientset(pv, one, pod)
+	w := &apiWriter{client: client, log: logr.Discard(), metrics: newMetrics()}
+	err := w.doBind(t.Context(), bindTask{pod: pod, assumption: assumption{node: "b"}, volumes: []volumeWrite{{claim: one, pv: pv, node: "b"}},
+		awaitVolumes: func(context.Context) error { return errors.New("claim not bound") }})
+	if err == nil {
+		t.Fatal("the bind succeeded while its claim stayed unbound")
+	}
+	for _, a := range client.Actions() {
+		if a.GetSubresource() == "binding" {
+			t.Fatalf("the pod was bound (%v) though its claim was not", a)
+		}
+	}
+	if got, _ := client.CoreV1().PersistentVolumes().Get(t.Context(), "local-b", metav1.GetOptions{}); got.Spec.ClaimRef == nil {
+		t.Fatal("the PV was not written before the wait")
 	}
 }

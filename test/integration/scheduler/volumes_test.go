@@ -138,7 +138,11 @@ func TestVolumeWaitForFirstConsumerLocalPV(t *testing.T) {
 	loser = map[string]string{"reader": "second", "second": "reader"}[winner]
 	claims := map[string]string{"reader": "data", "second": "data2"}
 	c.waitPodOn(winner, nodeB)
-	c.waitClaimBound(claims[winner], "local-b-"+c.ns)
+	// As kube-scheduler does, the pod is bound once its claim is.
+	pvc, err := env.Client.CoreV1().PersistentVolumeClaims(c.ns).Get(t.Context(), claims[winner], metav1.GetOptions{})
+	if err != nil || pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName != "local-b-"+c.ns {
+		t.Fatalf("claim %s when its pod was bound: %v, %v, volume %q; want Bound to local-b", claims[winner], err, pvc.Status.Phase, pvc.Spec.VolumeName)
+	}
 	c.waitCondition(loser, corev1.PodReasonUnschedulable, "no available persistent volume to bind", 30*time.Second)
 	if p, err := env.Client.CoreV1().Pods(c.ns).Get(t.Context(), loser, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
 		t.Fatalf("pod %s = %v, %v: bound without a volume", loser, p.Spec.NodeName, err)
