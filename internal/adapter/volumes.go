@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,20 +86,34 @@ func volumeClaimNames(p *corev1.Pod) (names []string, eph []bool) {
 
 // slimVolumes keeps of a pod's volumes what the scheduler reads: the
 // claims they name (volumeClaimNames); an ephemeral volume's template stays
-// with the server.
+// with the server. The pods of a workload name the same claims (or
+// ephemeral volumes, whose claims follow the pod's name): they share one
+// slice (volumeLists).
 func slimVolumes(vs []corev1.Volume) []corev1.Volume {
 	var out []corev1.Volume
+	var key strings.Builder
 	for i := range vs {
 		v := &vs[i]
 		switch {
 		case v.PersistentVolumeClaim != nil:
-			out = append(out, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
+			out = append(out, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+				ClaimName: v.PersistentVolumeClaim.ClaimName, ReadOnly: v.PersistentVolumeClaim.ReadOnly}}})
+			writeKey(&key, "c", v.Name, v.PersistentVolumeClaim.ClaimName, strconv.FormatBool(v.PersistentVolumeClaim.ReadOnly))
 		case v.Ephemeral != nil:
 			out = append(out, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}})
+			writeKey(&key, "e", v.Name)
 		}
 	}
-	return out
+	if out == nil || len(out) > 16 {
+		return out
+	}
+	volumeLists.mu.Lock()
+	defer volumeLists.mu.Unlock()
+	return volumeLists.share(key.String(), out)
 }
+
+// volumeLists shares the slim volumes of cached pods (slimVolumes).
+var volumeLists = newSharedTable[string, []corev1.Volume](maxInterned)
 
 // indexClaims adds pi to the users of its claims, unindexClaims takes it
 // out. Caller holds mu.
