@@ -81,7 +81,12 @@ type bindTask struct {
 	// reserved says a gang's commit already wrote them.
 	claims   []claimWrite
 	reserved bool
-	done     func(error)
+	// volumes are the PV bindings and provisioning requests written
+	// before the pod is bound, and awaitVolumes waits until their claims
+	// are bound (volumes.go).
+	volumes      []volumeWrite
+	awaitVolumes func(context.Context) error
+	done         func(error)
 }
 
 // bind queues a binding.
@@ -163,6 +168,20 @@ func (w *apiWriter) commit(ctx context.Context, pg *v1alpha1.PodGroup, placement
 }
 
 func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
+	if err := w.writeVolumes(ctx, t.volumes); err != nil {
+		if len(t.claims) > 0 && t.reserved {
+			w.releaseClaims(ctx, t.claims)
+		}
+		return err
+	}
+	if t.awaitVolumes != nil {
+		if err := t.awaitVolumes(ctx); err != nil {
+			if len(t.claims) > 0 && t.reserved {
+				w.releaseClaims(ctx, t.claims)
+			}
+			return err
+		}
+	}
 	if len(t.claims) > 0 && !t.reserved {
 		if err := w.reserveClaims(ctx, t.claims); err != nil {
 			return err

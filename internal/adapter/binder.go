@@ -191,6 +191,7 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 	// allocator, on the core's choice; a group whose claims do not all
 	// allocate is not bound this cycle.
 	order = b.allocateClaims(ctx, in, order, byGroup, placed)
+	order = b.prepareVolumes(in, binds, order, byGroup, placed)
 	placements := map[string][]v1alpha1.MemberPlacement{}
 	for _, name := range order {
 		b.cache.assumeAll(byGroup[name])

@@ -62,6 +62,9 @@ type podInfo struct {
 	// clsGen; only the builder touches them, under the cache's lock.
 	cls    *podClass
 	clsGen int
+	// volCls is the class its volumes narrowed cls to in the last
+	// snapshot, nil for none (volumeClass).
+	volCls *podClass
 }
 
 func (p *podInfo) bound() bool { return p.pod.Spec.NodeName != "" }
@@ -135,6 +138,8 @@ type clusterCache struct {
 	// allocations in flight and the refusals of the core's choices
 	// (dra.State), read and written under mu.
 	dra *dra.State
+	// vol holds PVs, claims, storage classes and CSI attach limits.
+	vol *volumeCache
 }
 
 func newClusterCache(schedulerName string) *clusterCache {
@@ -146,6 +151,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		nsQueue: map[string]string{}, nsLabels: map[string]map[string]string{}, nsSelectors: map[string]bool{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
+		vol: newVolumeCache(),
 	}
 	c.dra = c.newDRAState()
 	return c
@@ -217,6 +223,7 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 	if old == nil || !sameModelNode(&old.m, &m) {
 		c.dirty[n.Name] = true
 	}
+	base.Volumes, m.Volumes = c.vol.limits[n.Name], c.vol.limits[n.Name]
 	ni := &nodeInfo{node: n, base: base, m: m, devs: devs, replicas: sharedReplicas(n)}
 	c.nodes[n.Name] = ni
 	if old == nil || old.replicas != ni.replicas {
@@ -530,6 +537,10 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if old != nil && old.class == pi.class {
 		pi.cls, pi.clsGen = old.cls, old.clsGen
 	}
+	if old != nil {
+		c.unindexClaims(old)
+	}
+	c.indexClaims(pi)
 	if old != nil && !allocationChanged(old, pi) {
 		// A status-only update (a pod turning Running, its IP) leaves the
 		// pod's group and its node's allocations as they were.
@@ -562,6 +573,7 @@ func (c *clusterCache) deletePod(p *corev1.Pod) {
 	key := podKey(p)
 	if old := c.pods[key]; old != nil {
 		c.unindex(old)
+		c.unindexClaims(old)
 	}
 	delete(c.pods, key)
 	delete(c.assumed, key)

@@ -57,6 +57,18 @@
 // affinity and taints. A pod's nvidia.com/gpu: k is also k replicas
 // (model.Request.Replicas with ShareResource nvidia.com/gpu), which the
 // core takes on a node time-sliced under that name.
+// Volumes (volumes.go): PVs, claims, StorageClasses and CSINodes are read
+// as kube-scheduler's VolumeBinding, VolumeZone, VolumeRestrictions and
+// NodeVolumeLimits read them. What depends on the pod alone (bound PVs'
+// node affinity and zone labels, the nodes where an unbound claim of a
+// WaitForFirstConsumer class may get a PV or be provisioned) narrows its
+// class; what the pods of one cycle take from each other (a PV, a
+// ReadWriteOncePod claim, a node's CSI attach slots) the core counts
+// (model.Request.Volumes, model.Node.Volumes), and the binder writes the
+// PV the core chose (model.Bind.Volumes) to the claim, or the claim's
+// volume.kubernetes.io/selected-node for provisioning, before it binds
+// the pod. A pod with a claim missing, unbound with an Immediate class,
+// or ReadWriteOncePod and used by another pod, waits with its reason.
 //
 // MIG layouts that follow demand (miglayouts.go). A node labelled
 // gpuplane.io/mig-layout-policy=follow-demand is given to the core with its
@@ -171,7 +183,8 @@
 //
 // The package must not make scheduling decisions of its own beyond the
 // standard predicates the core's model cannot express (required node
-// affinity and taint effects, which it folds into a per-pod node class), and
+// affinity, taint effects and the static part of volumes, which it folds
+// into a per-pod node class), and
 // it must not call the API server from inside the core's cycle: the core
 // sees only the snapshot.
 package adapter

@@ -36,6 +36,9 @@ type fakeWriter struct {
 	bindFail    error
 	claims      []string
 	claimWrites []claimWrite
+	// volumes records the volume writes binds carry ("pod claim pv node",
+	// "-" for provisioning).
+	volumes []string
 }
 
 var _ clusterWriter = (*fakeWriter)(nil)
@@ -55,6 +58,13 @@ func (f *fakeWriter) bind(_ context.Context, t bindTask) {
 		}
 		f.claims = append(f.claims, fmt.Sprintf("%s %s %s %s", claimKey(w.Claim), podKey(w.Pod), node, devs))
 		f.claimWrites = append(f.claimWrites, w)
+	}
+	for _, w := range t.volumes {
+		pv := "-"
+		if w.pv != nil {
+			pv = w.pv.Name
+		}
+		f.volumes = append(f.volumes, fmt.Sprintf("%s %s %s %s", podKey(t.pod), w.claim.Name, pv, w.node))
 	}
 	if f.bindFail != nil {
 		f.mu.Unlock()

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -149,7 +150,7 @@ func (l *loop) render(in *cycleInput, pg *model.PodGroup, u model.Unplaced, g *g
 	first := &pg.Pods[0]
 	var cl *podClass
 	if pi := g.pendingPod(first.Name); pi != nil {
-		cl = pi.cls
+		cl = cmp.Or(pi.volCls, pi.cls)
 	}
 	counts := map[string]int{}
 	var order []string

@@ -87,6 +87,12 @@ func Run(ctx context.Context, cfg Config) error {
 		{factory.Resource().V1().ResourceSlices().Informer(), handler(c.upsertSlice, c.deleteSlice)},
 		{factory.Resource().V1().DeviceClasses().Informer(), handler(c.upsertClass, c.deleteClass)},
 		{factory.Resource().V1().ResourceClaims().Informer(), handler(c.upsertClaim, c.deleteClaim)},
+		// Volumes: what VolumeBinding, VolumeZone, VolumeRestrictions and
+		// NodeVolumeLimits read (volumes.go).
+		{factory.Core().V1().PersistentVolumes().Informer(), handler(c.upsertPV, c.deletePV)},
+		{factory.Core().V1().PersistentVolumeClaims().Informer(), handler(c.upsertPVC, c.deletePVC)},
+		{factory.Storage().V1().StorageClasses().Informer(), handler(c.upsertStorageClass, c.deleteStorageClass)},
+		{factory.Storage().V1().CSINodes().Informer(), handler(c.upsertCSINode, c.deleteCSINode)},
 		{dfactory.ForResource(v1alpha1.QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
 		{dfactory.ForResource(v1alpha1.PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
 	}

@@ -74,9 +74,11 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		p := e.pi.pod
 		nonPreemptible := p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
 			r.active(e.pi.key, p, now) || c.protectedByPDB(p)
+		req := e.req
+		req.Volumes = c.placedVolumes(e.pi, &ni.m)
 		out = append(out, model.Allocation{
 			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
-			Request: e.req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
+			Request: req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
 		})
 	}
 	return out

@@ -35,6 +35,8 @@ type cycleInput struct {
 	// claims are the ResourceClaims of the pending pods that name some,
 	// by pod key.
 	claims map[string]*podClaims
+	// volumes are the pending pods' volumes, by pod key (volumes.go).
+	volumes map[string]*podVolumes
 }
 
 // builder turns the cache into snapshots; it lives on the cycle goroutine
@@ -65,6 +67,8 @@ type builder struct {
 
 	// dra is the DRA memo: the device sets of pending pods' claims.
 	dra draMemo
+	// volClasses counts the volume classes among classes.
+	volClasses int
 }
 
 func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
@@ -149,6 +153,15 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		// Pods that ask through ResourceClaims: the claims to allocate
 		// and the devices that may serve them, or why the group waits.
 		for _, pi := range g.pending {
+			if vols, bad := c.podVolumes(pi, b.nodes); bad != nil {
+				g.held = badInput(bad.Reason, "pod %s: %s", pi.key, bad.Msg)
+				break
+			} else if vols != nil {
+				if in.volumes == nil {
+					in.volumes = map[string]*podVolumes{}
+				}
+				in.volumes[pi.key] = vols
+			}
 			pc, bad := b.podClaims(c, pi, now)
 			if pc == nil && bad == nil {
 				continue
@@ -200,6 +213,14 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 				}
 				if pc.Node != "" {
 					cl = b.pinnedClass(pi, cl, pc.Node, used)
+				}
+			}
+			pi.volCls = nil
+			if vols := in.volumes[pi.key]; vols != nil {
+				req.Volumes = vols.need
+				if vols.key != "" {
+					cl = b.volumeClass(pi, cl, vols, used)
+					pi.volCls = cl
 				}
 			}
 			if !cl.all {

@@ -31,7 +31,8 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 //
 // What a pod keeps: its metadata, with of its annotations only those the
 // scheduler reads (podAnnotations); of its spec the scheduler name, node,
-// priority and priority class, and while it waits its node selector,
+// priority and priority class, the claims its volumes name (slimVolumes),
+// and while it waits its node selector,
 // affinity, tolerations and scheduling gates; of its status the phase and,
 // while it waits, the PodScheduled condition. Its requests are summed as
 // the kubelet counts them and kept as the pod's overhead, with no
@@ -130,6 +131,8 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		// The pod's ResourceClaims and the names of the claims made from
 		// its templates, which the scheduler allocates (dra.Memo).
 		ResourceClaims: s.ResourceClaims,
+		// The claims its volumes name (volumes.go).
+		Volumes: slimVolumes(s.Volumes),
 	}
 	out.Status = corev1.PodStatus{Phase: p.Status.Phase, ResourceClaimStatuses: p.Status.ResourceClaimStatuses,
 		ExtendedResourceClaimStatus: p.Status.ExtendedResourceClaimStatus}

@@ -139,7 +139,7 @@ func (c *cycle) place(p *pending, avoid map[int]bool) ([]model.Bind, bool) {
 		if err := st.Assign(o.Node, &pod.Request, o.Shares); err != nil {
 			continue
 		}
-		binds = append(binds, model.Bind{Pod: pod.Name, Group: p.g.Name, Node: c.s.nodes[o.Node].Name, NodeIndex: o.Node, GPUs: o.Shares})
+		binds = append(binds, model.Bind{Pod: pod.Name, Group: p.g.Name, Node: c.s.nodes[o.Node].Name, NodeIndex: o.Node, GPUs: o.Shares, Volumes: st.LastVolumes()})
 	}
 	if len(binds) < p.g.Min() {
 		st.Rollback(mark)
@@ -347,7 +347,7 @@ func (c *cycle) finish() {
 			s.run.drop(old)
 		}
 		a := &model.Allocation{Pod: b.Pod, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
-			Request: pod.Request, GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible}
+			Request: pod.Request.ClaimsBound(), GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible}
 		s.run.add(a, b.NodeIndex)
 		s.touched = append(s.touched, b.NodeIndex)
 	}
@@ -413,7 +413,8 @@ func (c *cycle) explain(p *pending, u *model.Unplaced) {
 		}
 	}
 	u.Explained, u.Nodes = true, len(st.Nodes)
-	known := []string{placement.FilterUnschedulable, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterClaimDevices, placement.FilterGPUKind, placement.FilterGPU,
+	known := []string{placement.FilterUnschedulable, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterVolumeInUse, placement.FilterVolumeLimits, placement.FilterVolumeBinding,
+		placement.FilterClaimDevices, placement.FilterGPUKind, placement.FilterGPU,
 		placement.FilterSpread, placement.FilterPodAffinity, placement.FilterPodAntiAffinity, placement.FilterExistingAntiAffinity}
 	for _, f := range known {
 		if n := counts[f]; n > 0 {

@@ -63,7 +63,7 @@
 // limit); for those the driver marked
 // PodGroup.Explain, which filter refused how many nodes (unschedulable,
 // selector or taints, a host port, the pods allowance, a scalar resource by
-// name, cpu, memory, GPU, pod constraints) for its first pod and how many of
+// name, cpu, memory, volumes, GPU, pod constraints) for its first pod and how many of
 // its pods fit at once; and every queue's usage, fair share and guarantee
 // as the cycle leaves them. Drivers render these; they never look into
 // the core's state. model.Apply carries the decisions out on a snapshot
@@ -110,6 +110,7 @@
 // nodes the policy scores alike. Node labels that only name topology
 // reach the core in model.Node.Domains, so they do not split nodes into
 // classes.
+//
 // Resources besides CPU, memory and GPUs (model/resources.go). A node with
 // model.Node.Allocatable takes a pod only within its pods allowance and
 // with every scalar resource the pod asks for (model.Request.Scalars:
@@ -122,6 +123,20 @@
 // what-if work rolls them back with the rest. A request for GPUs through
 // the resource a node time-slices its GPUs under (model.GPU.InReplicas) is
 // in that node's unit: replicas of one GPU there, whole GPUs elsewhere.
+//
+// Volumes. A pod's volumes take what other pods of the cycle then lack
+// (model.PodVolumes): an unbound claim of a WaitForFirstConsumer class
+// takes one of its candidate PVs that may be used on the chosen node (the
+// first left, the smallest as the driver lists them), or is provisioned
+// there when its class provisions; a ReadWriteOncePod claim is used by one
+// pod; a node's CSI attach limit (model.Node.Volumes) caps the distinct
+// volumes of a driver attached to it. The placement state counts them
+// with the rest and rolls them back with it (placement/volumes.go); the
+// PV each claim takes is part of the bind (model.Bind.Volumes), which
+// model.Apply carries out by taking it from the claims still waiting.
+// What a pod's volumes allow of nodes once and for all (a bound PV's node
+// affinity or zone) reaches the core through the node selector, like
+// node affinity.
 //
 // MIG layouts that follow demand. After the other actions, for the nodes
 // that opt in (model.Node.MIG) the core proposes new MIG layouts in

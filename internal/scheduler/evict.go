@@ -366,7 +366,8 @@ func (c *cycle) assign(p *pending, binds []model.Bind) bool {
 		}
 		// A plan made in an earlier cycle (a hold) meets its pod
 		// constraints again against the pods now placed.
-		if k == len(p.g.Pods) || !st.Allows(b.NodeIndex, &p.g.Pods[k].Request) || st.Assign(b.NodeIndex, &p.g.Pods[k].Request, b.GPUs) != nil {
+		if k == len(p.g.Pods) || !st.Allows(b.NodeIndex, &p.g.Pods[k].Request) || st.Assign(b.NodeIndex, &p.g.Pods[k].Request, b.GPUs) != nil ||
+			!slices.Equal(st.LastVolumes(), b.Volumes) {
 			st.Rollback(mark)
 			return false
 		}

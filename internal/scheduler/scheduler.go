@@ -143,7 +143,8 @@ func sameNodes(a, b []model.Node) bool {
 		x, y := &a[i], &b[i]
 		if x.Name != y.Name || x.MilliCPU != y.MilliCPU || x.MemoryMiB != y.MemoryMiB || x.Unschedulable != y.Unschedulable ||
 			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) ||
-			len(x.Allocatable) != len(y.Allocatable) || (x.Allocatable == nil) != (y.Allocatable == nil) || len(x.Allocatable) > 0 && !sameMap(x.Allocatable, y.Allocatable) {
+			len(x.Allocatable) != len(y.Allocatable) || (x.Allocatable == nil) != (y.Allocatable == nil) || len(x.Allocatable) > 0 && !sameMap(x.Allocatable, y.Allocatable) ||
+			x.Volumes != y.Volumes && !reflect.DeepEqual(x.Volumes, y.Volumes) {
 			return false
 		}
 		if !sameLabels(x.Labels, y.Labels) || !sameLabels(x.Domains, y.Domains) {

@@ -148,7 +148,8 @@ func sameAlloc(x, y *model.Allocation) bool {
 		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli && p.Replicas == q.Replicas &&
 		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && slices.Equal(x.GPUs, y.GPUs) &&
 		p.Namespace == q.Namespace && maps.Equal(p.Labels, q.Labels) && (p.Affinity == q.Affinity || reflect.DeepEqual(p.Affinity, q.Affinity)) &&
-		maps.Equal(p.Scalars, q.Scalars) && slices.Equal(p.HostPorts, q.HostPorts)
+		maps.Equal(p.Scalars, q.Scalars) && slices.Equal(p.HostPorts, q.HostPorts) &&
+		(p.Volumes == q.Volumes || reflect.DeepEqual(p.Volumes, q.Volumes))
 }
 
 // reset starts over on the snapshot's nodes with nothing running.

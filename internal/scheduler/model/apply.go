@@ -118,7 +118,7 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 				fresh[n] = true
 			}
 			chunks[n] = append(chunks[n], Allocation{Pod: p.Name, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
-				Request: p.Request, GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember})
+				Request: p.Request.ClaimsBound(), GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember})
 		}
 		if e := back[g.Name]; e != nil {
 			rest.Pods = append(rest.Pods, e.Pods...)
@@ -133,6 +133,7 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 			pending = append(pending, *g)
 		}
 	}
+	dropBoundPVs(pending, d.Binds)
 	members := make(map[string]int, len(pending))
 	for i := range pending {
 		members[pending[i].Name] = 0

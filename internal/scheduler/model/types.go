@@ -146,6 +146,9 @@ type Node struct {
 	// CPU, memory and the GPUs above, and of pods, in the node's unit;
 	// nil checks none of them (resources.go).
 	Allocatable map[string]int64 `json:"allocatable,omitempty"`
+	// Volumes is what the node allows of volumes (volumes.go); nil: no
+	// limits.
+	Volumes *NodeVolumes `json:"volumes,omitempty"`
 }
 
 // Request is what one pod asks for.
@@ -200,6 +203,9 @@ type Request struct {
 	// (resources.go).
 	Scalars   map[string]int64 `json:"scalars,omitempty"`
 	HostPorts []HostPort       `json:"hostPorts,omitempty"`
+	// Volumes is what the pod's volumes take that other pods' placements
+	// change (volumes.go); nil: nothing.
+	Volumes *PodVolumes `json:"volumes,omitempty"`
 }
 
 // Shared reports whether the request takes part of one GPU.
@@ -524,6 +530,9 @@ type Bind struct {
 	Node      string     `json:"node"`
 	NodeIndex int        `json:"nodeIndex"`
 	GPUs      []GPUShare `json:"gpus,omitempty"`
+	// Volumes is, for each of the pod's Request.Volumes.Claims in order,
+	// the PV it binds, or "" for a volume provisioned on Node.
+	Volumes []string `json:"volumes,omitempty"`
 }
 
 // Eviction removes a running pod to make room.

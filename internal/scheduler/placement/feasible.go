@@ -58,7 +58,7 @@ func serves(req *model.Request, g *model.GPU) bool {
 // what never changes for a node: room freed on a node req does not
 // statically fit is of no use to req.
 func StaticFits(n *model.Node, req *model.Request) bool {
-	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB || !staticResourcesFit(n, req) {
+	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB || !staticResourcesFit(n, req) || !staticVolumeFit(n, req) {
 		return false
 	}
 	if !req.UsesGPU() {
@@ -146,7 +146,8 @@ func (s *State) Options(i int, req *model.Request) []Option {
 // topology, and topology only ranks whole-GPU sets.
 func (s *State) fitOptions(i int, req *model.Request) []Option {
 	ns := &s.Nodes[i]
-	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) {
+	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) ||
+		req.Volumes != nil && s.volumeWhy(i, req) != "" {
 		return nil
 	}
 	gpus := ns.Node.GPUs
@@ -306,6 +307,8 @@ func (s *State) Why(i int, req *model.Request) string {
 		return FilterCPU
 	case ns.FreeMem < req.MemoryMiB:
 		return FilterMemory
+	case s.volumeWhy(i, req) != "":
+		return s.volumeWhy(i, req)
 	case req.DeviceSet != "" && !slices.ContainsFunc(ns.Node.GPUs, func(g model.GPU) bool { return serves(req, &g) }):
 		return FilterClaimDevices
 	case tooManyReplicas(ns.Node, req):

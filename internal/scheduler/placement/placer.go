@@ -61,6 +61,11 @@ func (p *Placer) Policy() Policy { return p.pol }
 // Place returns the best option for req on the current state, or false if
 // it fits nowhere. It changes nothing; the caller assigns the option.
 func (p *Placer) Place(req *model.Request) (Option, bool) {
+	if req.Volumes.Dynamic() {
+		// What a pod's volumes take on one node changes what others
+		// offer (volumes.go): such a pod is placed on a fresh look.
+		return p.scan(req)
+	}
 	if v := p.st.view(req); v != nil {
 		return p.placeConstrained(req, v)
 	}

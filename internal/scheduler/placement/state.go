@@ -31,6 +31,9 @@ type NodeState struct {
 	ordered bool
 	sig     int32 // -1 when stale
 	sigMix  int32 // sig plus the pod mix; -1 when stale
+	// vol counts attached volumes on a node with attach limits
+	// (volumes.go).
+	vol *nodeVolumes
 }
 
 // GPUUsed reports whether GPU g holds any allocation.
@@ -65,6 +68,7 @@ type change struct {
 	req    model.Request
 	shares []model.GPUShare
 	add    bool
+	pvs    []string // the PVs Assign took for req's claims
 }
 
 // Mark is a checkpoint in a State's journal.
@@ -89,6 +93,8 @@ type State struct {
 	// aff counts pods by topology domain for pod affinity and spread
 	// (podaffinity.go).
 	aff *podIndex
+	// vol counts what pods' volumes take (volumes.go).
+	vol volumeState
 }
 
 // NewState builds the free state of nodes (which it keeps a reference to)
@@ -228,6 +234,7 @@ func (s *State) Rollback(m Mark) {
 	for i := len(s.journal) - 1; i >= int(m); i-- {
 		c := s.journal[i]
 		s.apply(c.node, &c.req, c.shares, !c.add)
+		s.takePVs(c.pvs, false)
 	}
 	s.journal = s.journal[:m]
 }
@@ -254,6 +261,7 @@ func (s *State) Commit() {
 	}
 	s.journalPeak = 0
 	s.aff.commit()
+	s.vol.pvTaken = nil
 	if len(s.changed) > changeLogMin+changeLogPerNode*len(s.Nodes) {
 		s.changedBase += len(s.changed)
 		s.changed = s.changed[:0]
@@ -278,7 +286,7 @@ func (s *State) Fits(i int, req *model.Request, shares []model.GPUShare) bool {
 			return false
 		}
 	}
-	return true
+	return req.Volumes == nil || s.volumeWhy(i, req) == ""
 }
 
 // Assign takes req's resources and shares on node i. It returns an error,
@@ -290,8 +298,14 @@ func (s *State) Assign(i int, req *model.Request, shares []model.GPUShare) error
 	if !s.Fits(i, req, shares) {
 		return fmt.Errorf("assigning to node %s: request does not fit", s.Nodes[i].Node.Name)
 	}
+	var pvs []string
+	if req.Volumes != nil {
+		pvs, _ = s.choosePVs(i, req.Volumes)
+		s.takePVs(pvs, true)
+	}
 	s.apply(i, req, shares, true)
-	s.record(change{node: i, req: *req, shares: shares, add: true})
+	s.vol.lastPVs = pvs
+	s.record(change{node: i, req: *req, shares: shares, add: true, pvs: pvs})
 	return nil
 }
 
@@ -337,6 +351,9 @@ func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bo
 		if ns.ShareSizes[size] == 0 {
 			delete(ns.ShareSizes, size)
 		}
+	}
+	if req.Volumes != nil {
+		s.applyVolumes(i, req, add)
 	}
 	ns.sig, ns.sigMix = -1, -1
 	s.changed = append(s.changed, i)
