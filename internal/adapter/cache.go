@@ -483,6 +483,9 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if errors.As(err, &bad) {
 		pi.bad = bad
 	}
+	if p.Spec.NodeName == "" {
+		pi.bad = cmp.Or(pi.bad, unsupported(p))
+	}
 	if spread, bad := podConstraints(p, c.nsLabels, &req); bad != nil {
 		pi.bad = cmp.Or(pi.bad, bad)
 		req.Affinity, req.Spread = nil, nil

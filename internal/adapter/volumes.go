@@ -96,6 +96,9 @@ func slimVolumes(vs []corev1.Volume) []corev1.Volume {
 		case v.Ephemeral != nil:
 			out = append(out, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}})
 			writeKey(&key, "e", v.Name)
+		case inTreeDisk(v) != "":
+			out = append(out, inTreeDiskMarker(v))
+			writeKey(&key, "d", v.Name, inTreeDisk(v))
 		}
 	}
 	if out == nil || len(out) > 16 {
