@@ -493,7 +493,7 @@ func createKwokNodes(ctx context.Context, client kubernetes.Interface, spec *Spe
 	gpus := *resource.NewQuantity(int64(spec.KwokGPUs), resource.DecimalSI)
 	res := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("224"), corev1.ResourceMemory: resource.MustParse("2Ti"),
-		corev1.ResourcePods: resource.MustParse("110"), gpunode.ResourceGPU: gpus,
+		corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceEphemeralStorage: resource.MustParse("1Ti"), gpunode.ResourceGPU: gpus,
 	}
 	sem := make(chan struct{}, 32)
 	var (

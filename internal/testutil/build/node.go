@@ -19,15 +19,20 @@ const (
 type NodeBuilder struct{ node corev1.Node }
 
 // Node returns a builder for a node with no labels or annotations, and of
-// resources only room for 110 pods, as every kubelet reports by default
-// (a node without it takes no pod); Pods changes it.
+// resources only what every kubelet reports: room for 110 pods (a node
+// without it takes no pod) and its root filesystem as ephemeral-storage
+// (a pod that asks some, as operators' init containers do, fits only
+// where it is reported); Pods and Resource change them.
 func Node(name string) *NodeBuilder {
 	b := &NodeBuilder{node: corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}},
 		Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{}, Allocatable: corev1.ResourceList{}},
 	}}
-	return b.Pods(defaultPods)
+	return b.Pods(defaultPods).Resource(corev1.ResourceEphemeralStorage, defaultEphemeralStorage)
 }
+
+// defaultEphemeralStorage is the root filesystem a built node reports.
+const defaultEphemeralStorage = "1Ti"
 
 // defaultPods is the kubelet's default --max-pods.
 const defaultPods = 110

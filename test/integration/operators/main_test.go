@@ -122,6 +122,27 @@ func (c *cluster) podSpec(gpus int) map[string]any {
 
 // bound counts the pods matching selector that have a node, and all of
 // them.
+// waiting says why the first waiting pod matching selector waits (its
+// PodScheduled condition), for failure messages.
+func (c *cluster) waiting(ctx context.Context, selector string) string {
+	list, err := env.Client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err.Error()
+	}
+	for _, p := range list.Items {
+		if p.Spec.NodeName != "" {
+			continue
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled {
+				return fmt.Sprintf("%s waits: %s: %s", p.Name, cond.Reason, cond.Message)
+			}
+		}
+		return p.Name + " waits without a PodScheduled condition"
+	}
+	return "none waits"
+}
+
 func (c *cluster) bound(ctx context.Context, selector string) (int, int, error) {
 	list, err := env.Client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {

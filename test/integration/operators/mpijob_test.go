@@ -50,7 +50,10 @@ func TestMPIJobIsOneGang(t *testing.T) {
 	c.mpiJob("fits", 3, 4)
 	framework.Eventually(t, 90*time.Second, "MPIJob fits bound whole", func(ctx context.Context) (bool, error) {
 		n, total, err := c.bound(ctx, "mpi=fits")
-		return err == nil && n == 4, fmt.Errorf("%d of %d bound (%w)", n, total, err)
+		if err != nil {
+			return false, err
+		}
+		return n == 4, fmt.Errorf("%d of %d bound; %s", n, total, c.waiting(ctx, "mpi=fits"))
 	})
 	c.mpiJob("waits", 3, 4)
 	framework.Eventually(t, 60*time.Second, "MPIJob waits's pods made", func(ctx context.Context) (bool, error) {
