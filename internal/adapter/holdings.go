@@ -292,6 +292,19 @@ func autoShares(n *model.Node, gpuFree []int64, sliceFree []int, req *model.Requ
 				return []model.GPUShare{{Index: g, Milli: gp.ShareMilli(req)}}
 			}
 		}
+		// No one GPU has them all: the kubelet hands out replicas of any
+		// of the node's GPUs, so the pod holds them from several, lowest
+		// first, and as many as are left when the node has fewer (its
+		// allocatable shrank under it), as kube-scheduler counts it.
+		need := int64(req.Replicas)
+		for g := range n.GPUs {
+			if gp := &n.GPUs[g]; need > 0 && gp.InReplicas(req) {
+				if k := min(gpuFree[g]/gp.MinShareMilli, need); k > 0 {
+					out = append(out, model.GPUShare{Index: g, Milli: k * gp.MinShareMilli})
+					need -= k
+				}
+			}
+		}
 	case req.GPUs > 0:
 		for g := range n.GPUs {
 			if len(out) == req.GPUs {

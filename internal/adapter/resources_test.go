@@ -124,6 +124,34 @@ func TestHeldReplicasInTheNodesUnit(t *testing.T) {
 	}
 }
 
+// TestAutoSharesReplicasOfSeveralGPUs: another scheduler's pod asking for
+// more replicas than one GPU has holds them from several GPUs, and one
+// asking for more than the node has left holds what is left, so that the
+// node is full for the next pod as kube-scheduler counts it.
+func TestAutoSharesReplicasOfSeveralGPUs(t *testing.T) {
+	m, _, err := convertNode(build.Node("n").GPUs(8).Label(LabelGPUReplicas, "2").Resources(rl("cpu", "64", "memory", "256Gi")).Obj())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		gpus int
+		free []int64
+		want []model.GPUShare
+	}{
+		{3, []int64{1000, 1000, 1000, 1000}, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 500}}},
+		{3, []int64{500, 0, 1000, 1000}, []model.GPUShare{{Index: 0, Milli: 500}, {Index: 2, Milli: 1000}}},
+		{9, []int64{1000, 1000, 1000, 1000}, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 1000}, {Index: 2, Milli: 1000}, {Index: 3, Milli: 1000}}},
+	} {
+		req, err := podRequest(newPod("ns", "p").GPUs(tc.gpus).Obj(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := autoShares(&m, tc.free, make([]int, 4), &req); !equalShares(got, tc.want) {
+			t.Errorf("%d replicas on free %v: autoShares = %v, want %v", tc.gpus, tc.free, got, tc.want)
+		}
+	}
+}
+
 func equalShares(a, b []model.GPUShare) bool {
 	if len(a) != len(b) {
 		return false
