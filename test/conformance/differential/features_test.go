@@ -88,7 +88,13 @@ var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, C
 // here, by adding it to this list; the test then holds it to
 // kube-scheduler's outcome. The others stay off because gpuplane-scheduler
 // does not keep them yet (issue 29): switched on, they show differences.
-var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted}
+// SubMiBMemory: the core counts memory in whole MiB (its doc above).
+// SharedGPUs: a pod asking for at least one GPU's replicas of
+// nvidia.com/gpu.shared becomes a request for whole GPUs
+// (adapter podRequest), which the core places on GPUs offered whole, on
+// nodes that advertise no nvidia.com/gpu.shared at all (seeds 9 and 21).
+var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted,
+	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, MIG, InterPodAffinity, TopologySpread}
 
 // featureFlag overrides enabled for one run: a comma-separated list, each
 // entry a feature to draw, +feature to add one to enabled or -feature to
