@@ -76,7 +76,7 @@ func pickOf[T any](g *gen, xs []T) T { return xs[g.r.IntN(len(xs))] }
 type free struct {
 	list  corev1.ResourceList // allocatable less the running pods' requests
 	pods  int
-	ports map[int32]bool
+	ports []corev1.ContainerPort // host ports the running pods bind
 }
 
 // cluster draws a case: 1 to 6 nodes, up to 4 pods bound to each, 1 to 4
@@ -88,7 +88,7 @@ func (g *gen) cluster() *cluster {
 	for i := range n {
 		node := g.node(i)
 		c.nodes = append(c.nodes, node)
-		left[i] = &free{list: node.Status.Allocatable.DeepCopy(), pods: int(node.Status.Allocatable.Pods().Value()), ports: map[int32]bool{}}
+		left[i] = &free{list: node.Status.Allocatable.DeepCopy(), pods: int(node.Status.Allocatable.Pods().Value()), }
 	}
 	for i, node := range c.nodes {
 		for k := range g.pick(5) {
@@ -261,10 +261,13 @@ func (g *gen) running(node *corev1.Node, left *free, name string) *corev1.Pod {
 		return p
 	}
 	if g.on[HostPorts] && g.chance(0.4) {
-		port := pickOf(g, []int32{80, 443, 8080})
-		if !left.ports[port] {
-			left.ports[port] = true
-			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}
+		// The kubelet admits no pod whose host ports conflict with
+		// those its node's pods bind.
+		for _, cp := range g.hostPorts() {
+			if !slices.ContainsFunc(left.ports, func(q corev1.ContainerPort) bool { return portsConflict(cp, q) }) {
+				left.ports = append(left.ports, cp)
+				p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, cp)
+			}
 		}
 	}
 	if g.on[InterPodAffinity] && g.chance(0.2) {
@@ -421,4 +424,35 @@ func TestGeneratorIsDeterministic(t *testing.T) {
 			t.Fatalf("seed %d drew two different cases", s)
 		}
 	}
+}
+
+// hostPorts draws one or two host ports of a container: few numbers, TCP
+// or UDP, on every address or on one of two, so that ports conflict by
+// number, protocol and address alike.
+func (g *gen) hostPorts() []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	for range 1 + g.pick(2) {
+		cp := corev1.ContainerPort{HostPort: pickOf(g, []int32{80, 443, 8080}), Protocol: corev1.ProtocolTCP}
+		if g.chance(0.3) {
+			cp.Protocol = corev1.ProtocolUDP
+		}
+		if g.chance(0.4) {
+			cp.HostIP = pickOf(g, []string{"10.0.0.1", "10.0.0.2"})
+		}
+		cp.ContainerPort = cp.HostPort
+		// The API server refuses a pod binding one protocol, address and
+		// port twice.
+		if !slices.ContainsFunc(out, func(q corev1.ContainerPort) bool {
+			return q.HostPort == cp.HostPort && q.Protocol == cp.Protocol && q.HostIP == cp.HostIP
+		}) {
+			out = append(out, cp)
+		}
+	}
+	return out
+}
+
+// portsConflict reports whether two host ports cannot both be bound on one
+// node: same number and protocol, on every address or the same one.
+func portsConflict(a, b corev1.ContainerPort) bool {
+	return a.HostPort == b.HostPort && a.Protocol == b.Protocol && (a.HostIP == "" || b.HostIP == "" || a.HostIP == b.HostIP)
 }

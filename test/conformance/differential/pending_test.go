@@ -1,11 +1,13 @@
 package differential
 
 import (
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -111,8 +113,7 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 		}
 	}
 	if g.on[HostPorts] && g.chance(0.4) {
-		port := pickOf(g, []int32{80, 443, 8080})
-		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}
+		p.Spec.Containers[0].Ports = g.hostPorts()
 	}
 	if g.on[InterPodAffinity] && g.chance(0.4) {
 		if p.Spec.Affinity == nil {
@@ -125,10 +126,26 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 		}
 	}
 	if g.on[TopologySpread] && g.chance(0.4) {
-		p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
-			MaxSkew: int32(1 + g.pick(2)), TopologyKey: pickOf(g, []string{labelHostname, labelZone}), WhenUnsatisfiable: corev1.DoNotSchedule,
-			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelApp: p.Labels[labelApp]}},
-		}}
+		for range 1 + g.pick(2) {
+			tsc := corev1.TopologySpreadConstraint{
+				MaxSkew: int32(1 + g.pick(2)), TopologyKey: pickOf(g, []string{labelHostname, labelZone}), WhenUnsatisfiable: corev1.DoNotSchedule,
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelApp: p.Labels[labelApp]}},
+			}
+			if g.chance(0.3) {
+				tsc.MinDomains = ptr.To(int32(1 + g.pick(4)))
+			}
+			if g.chance(0.3) {
+				tsc.NodeAffinityPolicy = ptr.To(pickOf(g, []corev1.NodeInclusionPolicy{corev1.NodeInclusionPolicyHonor, corev1.NodeInclusionPolicyIgnore}))
+			}
+			if g.chance(0.3) {
+				tsc.NodeTaintsPolicy = ptr.To(pickOf(g, []corev1.NodeInclusionPolicy{corev1.NodeInclusionPolicyHonor, corev1.NodeInclusionPolicyIgnore}))
+			}
+			// The API server refuses two constraints of one key and
+			// whenUnsatisfiable.
+			if !slices.ContainsFunc(p.Spec.TopologySpreadConstraints, func(o corev1.TopologySpreadConstraint) bool { return o.TopologyKey == tsc.TopologyKey }) {
+				p.Spec.TopologySpreadConstraints = append(p.Spec.TopologySpreadConstraints, tsc)
+			}
+		}
 	}
 	return p
 }
@@ -220,10 +237,19 @@ func (g *gen) toleration() corev1.Toleration {
 // podTerm draws a required pod (anti-)affinity term: pods of one app, per
 // node or per zone.
 func (g *gen) podTerm() corev1.PodAffinityTerm {
-	return corev1.PodAffinityTerm{
+	t := corev1.PodAffinityTerm{
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelApp: pickOf(g, apps)}},
 		TopologyKey:   pickOf(g, []string{labelHostname, labelZone}),
 	}
+	// Pods of the term's own namespace (none named), of one, or of
+	// several.
+	switch g.pick(3) {
+	case 1:
+		t.Namespaces = []string{pickOf(g, namespaces)}
+	case 2:
+		t.Namespaces = slices.Clone(namespaces)
+	}
+	return t
 }
 
 // podRequests is what a pod asks for, as kubelet and schedulers sum it.
