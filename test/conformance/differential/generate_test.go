@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
@@ -36,6 +37,8 @@ const (
 	labelTier     = "example.com/tier"
 	labelRank     = "example.com/rank"
 	labelApp      = "app"
+	labelRev      = "example.com/rev"
+	labelTeam     = "example.com/team"
 
 	taintUnschedulable = "node.kubernetes.io/unschedulable"
 
@@ -54,7 +57,8 @@ var (
 	effects    = []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute, corev1.TaintEffectPreferNoSchedule}
 	products   = []struct{ name, memMiB string }{{"NVIDIA-H100-80GB-HBM3", "81559"}, {"NVIDIA-A100-SXM4-40GB", "40960"}}
 	apps       = []string{"web", "train", "db"}
-	namespaces = []string{"team-a", "team-b"}
+	namespaces = []string{"team-a", "team-b", "team-c"}
+	teams      = []string{"gold", "silver"}
 )
 
 // gen draws clusters from one seed.
@@ -88,7 +92,7 @@ func (g *gen) cluster() *cluster {
 	for i := range n {
 		node := g.node(i)
 		c.nodes = append(c.nodes, node)
-		left[i] = &free{list: node.Status.Allocatable.DeepCopy(), pods: int(node.Status.Allocatable.Pods().Value()), }
+		left[i] = &free{list: node.Status.Allocatable.DeepCopy(), pods: int(node.Status.Allocatable.Pods().Value())}
 	}
 	for i, node := range c.nodes {
 		for k := range g.pick(5) {
@@ -101,6 +105,18 @@ func (g *gen) cluster() *cluster {
 		c.pending = append(c.pending, g.pending(c, left, fmt.Sprintf("pending-%d", k)))
 	}
 	return c
+}
+
+// namespaceObjects are the namespaces pods are drawn in, the same in every
+// case (kube-scheduler's informers list them once), with labels that
+// namespaceSelectors select.
+func namespaceObjects() []runtime.Object {
+	out := make([]runtime.Object, len(namespaces))
+	for i, ns := range namespaces {
+		out[i] = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, UID: types.UID("uid-" + ns),
+			Labels: map[string]string{corev1.LabelMetadataName: ns, labelTeam: teams[i%len(teams)]}}}
+	}
+	return out
 }
 
 // node draws a node as a kubelet and GPU Feature Discovery describe it.
@@ -271,7 +287,7 @@ func (g *gen) running(node *corev1.Node, left *free, name string) *corev1.Pod {
 		}
 	}
 	if g.on[InterPodAffinity] && g.chance(0.2) {
-		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm()}}}
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm(p)}}}
 	}
 	for res, q := range podRequests(p) {
 		if l, ok := left.list[res]; ok {
@@ -330,6 +346,10 @@ func (g *gen) quantity(res corev1.ResourceName, v int64) resource.Quantity {
 func (g *gen) pod(name string, want corev1.ResourceList) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pickOf(g, namespaces), Name: name, UID: types.UID("uid-" + name),
 		CreationTimestamp: metav1.Unix(1_700_000_000, 0), Labels: map[string]string{labelApp: pickOf(g, apps)}}}
+	if (g.on[InterPodAffinity] || g.on[TopologySpread]) && g.chance(0.5) {
+		// A second label, for matchLabelKeys and mismatchLabelKeys.
+		p.Labels[labelRev] = pickOf(g, []string{"1", "2"})
+	}
 	main := corev1.Container{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}}}
 	var second *corev1.Container
 	var init *corev1.Container

@@ -120,9 +120,9 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 			p.Spec.Affinity = &corev1.Affinity{}
 		}
 		if g.chance(0.5) {
-			p.Spec.Affinity.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm()}}
+			p.Spec.Affinity.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm(p)}}
 		} else {
-			p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm()}}
+			p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm(p)}}
 		}
 	}
 	if g.on[TopologySpread] && g.chance(0.4) {
@@ -133,6 +133,9 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 			}
 			if g.chance(0.3) {
 				tsc.MinDomains = ptr.To(int32(1 + g.pick(4)))
+			}
+			if g.chance(0.3) {
+				tsc.MatchLabelKeys = []string{labelRev}
 			}
 			if g.chance(0.3) {
 				tsc.NodeAffinityPolicy = ptr.To(pickOf(g, []corev1.NodeInclusionPolicy{corev1.NodeInclusionPolicyHonor, corev1.NodeInclusionPolicyIgnore}))
@@ -236,7 +239,7 @@ func (g *gen) toleration() corev1.Toleration {
 
 // podTerm draws a required pod (anti-)affinity term: pods of one app, per
 // node or per zone.
-func (g *gen) podTerm() corev1.PodAffinityTerm {
+func (g *gen) podTerm(p *corev1.Pod) corev1.PodAffinityTerm {
 	t := corev1.PodAffinityTerm{
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelApp: pickOf(g, apps)}},
 		TopologyKey:   pickOf(g, []string{labelHostname, labelZone}),
@@ -247,7 +250,45 @@ func (g *gen) podTerm() corev1.PodAffinityTerm {
 	case 1:
 		t.Namespaces = []string{pickOf(g, namespaces)}
 	case 2:
-		t.Namespaces = slices.Clone(namespaces)
+		t.Namespaces = slices.Clone(namespaces[:2])
+	}
+	// And those a namespaceSelector selects (with the namespaces named,
+	// the union): every namespace, a team's, or, for a running pod's
+	// term, all but a team's. kube-scheduler v1.36.3 reads a pending
+	// pod's namespaceSelector wrongly when it matches a namespace
+	// without labels (NotIn, DoesNotExist): InterPodAffinity's
+	// mergeAffinityTermNamespacesIfNotEmpty sets the selector to
+	// Nothing on a copy of the term, so the selector stays and is
+	// matched against no labels, and pods of every namespace count.
+	// gpuplane reads the namespaces' labels, as the API documents.
+	switch g.pick(5) {
+	case 1:
+		t.NamespaceSelector = &metav1.LabelSelector{}
+	case 2:
+		t.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{labelTeam: pickOf(g, teams)}}
+	case 3:
+		op := metav1.LabelSelectorOpIn
+		if p.Spec.NodeName != "" {
+			op = metav1.LabelSelectorOpNotIn
+		}
+		t.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: labelTeam, Operator: op, Values: []string{pickOf(g, teams)}}}}
+	}
+	// Pods of the same or another revision than p's: matchLabelKeys or
+	// mismatchLabelKeys, merged into the selector as the API server
+	// merges them when it admits p (kube-scheduler reads the selector
+	// only).
+	if v, ok := p.Labels[labelRev]; g.chance(0.3) {
+		if g.chance(0.5) {
+			t.MatchLabelKeys = []string{labelRev}
+			if ok {
+				t.LabelSelector.MatchExpressions = append(t.LabelSelector.MatchExpressions, metav1.LabelSelectorRequirement{Key: labelRev, Operator: metav1.LabelSelectorOpIn, Values: []string{v}})
+			}
+		} else {
+			t.MismatchLabelKeys = []string{labelRev}
+			if ok {
+				t.LabelSelector.MatchExpressions = append(t.LabelSelector.MatchExpressions, metav1.LabelSelectorRequirement{Key: labelRev, Operator: metav1.LabelSelectorOpNotIn, Values: []string{v}})
+			}
+		}
 	}
 	return t
 }
