@@ -89,10 +89,11 @@ var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, C
 // kube-scheduler's outcome. The others stay off because gpuplane-scheduler
 // does not keep them yet (issue 29): switched on, they show differences.
 // SubMiBMemory: the core counts memory in whole MiB (its doc above).
-// SharedGPUs: a pod asking for at least one GPU's replicas of
-// nvidia.com/gpu.shared becomes a request for whole GPUs
-// (adapter podRequest), which the core places on GPUs offered whole, on
-// nodes that advertise no nvidia.com/gpu.shared at all (seeds 9 and 21).
+// SharedGPUs: a node that advertises nvidia.com/gpu.shared without the
+// nvidia.com/gpu.replicas label is read as GPUs offered only as shares,
+// one replica each, and refuses the whole GPU a pod asking for one
+// replica becomes (adapter podRequest); kube-scheduler admits it
+// (-differential.features=+sharedGPUs, seed 3567).
 var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted,
 	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, MIG, InterPodAffinity, TopologySpread}
 

@@ -72,6 +72,15 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 	}
 	if g.on[SharedGPUs] && g.chance(0.4) {
 		edge(gpunode.ResourceGPUShared, 1, 4)
+		if q, ok := want[gpunode.ResourceGPUShared]; ok && q.Value() > 1 {
+			// gpuplane takes a pod's replicas of
+			// nvidia.com/gpu.shared from one GPU, and one GPU's worth
+			// or more becomes whole GPUs (adapter podRequest), which
+			// a node offering its GPUs only as replicas does not give:
+			// more than one replica is refused by those rules where
+			// the kubelet would hand out replicas of several GPUs.
+			want[gpunode.ResourceGPUShared] = g.quantity(gpunode.ResourceGPUShared, 1)
+		}
 	}
 	if g.on[MIG] && g.chance(0.4) {
 		edge(resourceMIG, 1, 1)
