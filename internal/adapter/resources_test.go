@@ -74,7 +74,7 @@ func TestHoldingsCountPodsScalarsAndPorts(t *testing.T) {
 		"ns/b": pod("b", model.Request{Scalars: map[string]int64{"rdma/hca": 1}}), // none left: counts for none
 		"ns/c": pod("c", model.Request{HostPorts: port}),
 		"ns/d": pod("d", model.Request{HostPorts: []model.HostPort{{Protocol: "TCP", IP: "10.0.0.1", Port: 7777}}}), // c holds it on all addresses
-		"ns/e": pod("e", model.Request{}), // a, b and c fill the node's 3 pods
+		"ns/e": pod("e", model.Request{}),                                                                           // a, b and c fill the node's 3 pods
 		"ns/f": pod("f", model.Request{}),
 	}
 	h := newNodeHoldings(node, "gpuplane-scheduler", nil, nil)
