@@ -421,7 +421,9 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 		}
 		milli := n * model.MilliPerGPU / int64(replicas)
 		if milli >= model.MilliPerGPU {
-			out.GPUs = int(milli / model.MilliPerGPU)
+			// Whole GPUs, of those shared under this name only: a node
+			// that does not advertise it admits none of it.
+			out.GPUs, out.ShareResource = int(milli/model.MilliPerGPU), string(ResourceGPUShared)
 		} else {
 			// n replicas of whichever GPU the core picks: the share is
 			// that GPU's (model.GPU.ShareMilli); milli, the largest on

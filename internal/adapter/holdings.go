@@ -47,7 +47,9 @@ import (
 // the same pods always give the same result; a pod that asks for more CPU
 // or memory than is left counts for what is left (the node is full, as
 // kube-scheduler counts it), and one whose GPUs do not fit what is left
-// is the one left out. The claims no pod on the node holds
+// is the one left out; one that asks for more of a scalar resource than
+// is left counts for what is left of it, and a host port of one that
+// another pod holds already is counted once. The claims no pod on the node holds
 // take theirs before any pod (nodeAllocations).
 type nodeHoldings struct {
 	node *model.Node
@@ -126,6 +128,7 @@ func (h *nodeHoldings) resolve(pods map[string]*podInfo) (held []podHeld, over [
 		}
 		return cmp.Compare(x.pi.key, y.pi.key)
 	})
+	coverPorts(all)
 	held = all[:0]
 	for _, e := range all {
 		if !e.known {
@@ -138,8 +141,12 @@ func (h *nodeHoldings) resolve(pods map[string]*podInfo) (held []podHeld, over [
 			// kube-scheduler counts all of it, so the node has none of
 			// it left for new pods; the pod counts for what is left, as
 			// leaving it out would offer its room again.
+			// The same holds for every resource it over-fills: its
+			// scalars count for what is left of each, and a host port
+			// another pod holds already is held all the same.
 			short := e.req
 			short.MilliCPU, short.MemoryMiB = min(short.MilliCPU, h.cpu), min(short.MemoryMiB, h.mem)
+			short.Scalars, short.HostPorts = h.res.clip(&short)
 			if !h.take(&short, e.shares) {
 				over = append(over, e.pi.key)
 				continue
@@ -283,6 +290,19 @@ func autoShares(n *model.Node, gpuFree []int64, sliceFree []int, req *model.Requ
 		for g := range n.GPUs {
 			if gp := &n.GPUs[g]; gp.InReplicas(req) && gpuFree[g] >= gp.ShareMilli(req) {
 				return []model.GPUShare{{Index: g, Milli: gp.ShareMilli(req)}}
+			}
+		}
+		// No one GPU has them all: the kubelet hands out replicas of any
+		// of the node's GPUs, so the pod holds them from several, lowest
+		// first, and as many as are left when the node has fewer (its
+		// allocatable shrank under it), as kube-scheduler counts it.
+		need := int64(req.Replicas)
+		for g := range n.GPUs {
+			if gp := &n.GPUs[g]; need > 0 && gp.InReplicas(req) {
+				if k := min(gpuFree[g]/gp.MinShareMilli, need); k > 0 {
+					out = append(out, model.GPUShare{Index: g, Milli: k * gp.MinShareMilli})
+					need -= k
+				}
 			}
 		}
 	case req.GPUs > 0:

@@ -213,3 +213,43 @@ func TestNodeHoldingsTake(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeHoldingsOverfilled: a running pod that asks for more of a
+// scalar resource than is left, or binds a host port another pod holds,
+// is counted all the same, for what is left: its CPU and memory, the rest
+// of the scalar, and the ports that refuse what its own refuse.
+func TestNodeHoldingsOverfilled(t *testing.T) {
+	node := model.Node{Name: "n", MilliCPU: 4000, MemoryMiB: 4096,
+		Allocatable: map[string]int64{model.ResourcePods: 10, "example.com/nic": 2, "ephemeral-storage": 100}}
+	port := func(ip string) model.HostPort { return model.HostPort{Protocol: "TCP", IP: ip, Port: 80} }
+	pods := map[string]*podInfo{
+		"a": heldPod("a", model.Request{MilliCPU: 1000, Scalars: map[string]int64{"example.com/nic": 2}, HostPorts: []model.HostPort{port("10.0.0.1")}}),
+		"b": heldPod("b", model.Request{MilliCPU: 1000, MemoryMiB: 1024, Scalars: map[string]int64{"example.com/nic": 1, "ephemeral-storage": 60}}),
+		"c": heldPod("c", model.Request{MilliCPU: 1000, Scalars: map[string]int64{"ephemeral-storage": 60}, HostPorts: []model.HostPort{port(model.AllIPs)}}),
+	}
+	h := newNodeHoldings(&node, v1alpha1.SchedulerName, nil, nil)
+	held, over := h.resolve(pods)
+	if len(over) > 0 {
+		t.Fatalf("left out %v; every pod should count", over)
+	}
+	got := map[string]model.Request{}
+	for _, e := range held {
+		got[e.pi.key] = e.req
+	}
+	want := map[string]model.Request{
+		"a": {MilliCPU: 1000, Scalars: map[string]int64{"example.com/nic": 2}},
+		"b": {MilliCPU: 1000, MemoryMiB: 1024, Scalars: map[string]int64{"ephemeral-storage": 60}},
+		"c": {MilliCPU: 1000, Scalars: map[string]int64{"ephemeral-storage": 40}, HostPorts: []model.HostPort{port(model.AllIPs)}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("held\n%v\nwant\n%v", got, want)
+	}
+	if h.cpu != 1000 || h.mem != 3072 || h.res.pods != 7 || h.res.free["ephemeral-storage"] != 0 || h.res.free["example.com/nic"] != 0 {
+		t.Fatalf("left cpu %d, memory %d, pods %d, free %v", h.cpu, h.mem, h.res.pods, h.res.free)
+	}
+	for _, ip := range []string{"10.0.0.1", "10.0.0.2", model.AllIPs} {
+		if h.res.fits(&model.Request{HostPorts: []model.HostPort{port(ip)}}) {
+			t.Errorf("a new pod binding %s fits; the pods hold it", port(ip))
+		}
+	}
+}

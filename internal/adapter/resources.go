@@ -201,3 +201,72 @@ func (r *heldResources) take(req *model.Request) {
 	}
 	r.ports = append(r.ports, req.HostPorts...)
 }
+
+// clip cuts req to what is left: each scalar to what is left of it (none
+// when nothing is), and the host ports to those no pod holds yet. A
+// running pod that over-fills its node holds all it asks as the kubelet
+// runs it; counted for what is left, it leaves the node full of each
+// resource, as kube-scheduler counts it, without over-allocating the
+// core's books. A port dropped here is covered by the one held
+// (coverPorts leaves only such conflicts), so no new pod may bind it.
+func (r *heldResources) clip(req *model.Request) (map[string]int64, []model.HostPort) {
+	scalars := req.Scalars
+	if r.counted && len(req.Scalars) > 0 {
+		scalars = make(map[string]int64, len(req.Scalars))
+		for k, v := range req.Scalars {
+			if left := min(v, r.free[k]); left > 0 {
+				scalars[k] = left
+			}
+		}
+	}
+	var ports []model.HostPort
+	for _, p := range req.HostPorts {
+		taken := false
+		for _, q := range r.ports {
+			taken = taken || p.Conflicts(q)
+		}
+		if !taken {
+			ports = append(ports, p)
+		}
+	}
+	return scalars, ports
+}
+
+// coverPorts drops from each running pod's request a host port on one
+// address when another pod of the node binds the same protocol and port
+// on every address: that one refuses every new pod the dropped one would,
+// and the ports left conflict only where one equals the other (clip then
+// counts it once). Without it a pod holding 10.0.0.1:80 taken first would
+// leave out the one holding 0.0.0.0:80, and the node would take a new pod
+// on 10.0.0.2:80 that kube-scheduler refuses.
+func coverPorts(all []podHeld) {
+	var every map[model.HostPort]string // port on every address: a pod that binds it
+	for _, e := range all {
+		for _, p := range e.req.HostPorts {
+			if p = p.Normal(); p.IP == model.AllIPs {
+				if every == nil {
+					every = map[model.HostPort]string{}
+				}
+				every[p] = e.pi.key
+			}
+		}
+	}
+	if every == nil {
+		return
+	}
+	for i := range all {
+		e := &all[i]
+		var kept []model.HostPort
+		for _, p := range e.req.HostPorts {
+			q := p.Normal()
+			q.IP = model.AllIPs
+			if by, ok := every[q]; ok && by != e.pi.key && p.Normal().IP != model.AllIPs {
+				continue
+			}
+			kept = append(kept, p)
+		}
+		if len(kept) < len(e.req.HostPorts) {
+			e.req.HostPorts = kept
+		}
+	}
+}

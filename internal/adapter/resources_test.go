@@ -59,10 +59,10 @@ func TestConvertNodeAllocatable(t *testing.T) {
 	}
 }
 
-// TestHoldingsCountPodsScalarsAndPorts: a running pod the core would find
-// over-allocating its node's pods, a scalar resource or a host port is
-// left out of the snapshot, as one over its CPU is, so that the snapshot
-// stays one the core accepts.
+// TestHoldingsCountPodsScalarsAndPorts: a running pod that over-fills a
+// scalar resource or binds a host port another pod holds counts for what
+// is left, as one over its CPU does; one beyond the node's pods is left
+// out, so that the snapshot stays one the core accepts.
 func TestHoldingsCountPodsScalarsAndPorts(t *testing.T) {
 	node := &model.Node{Name: "n", MilliCPU: 8000, MemoryMiB: 8192, Allocatable: map[string]int64{"pods": 3, "rdma/hca": 2}}
 	pod := func(name string, req model.Request) *podInfo {
@@ -71,11 +71,11 @@ func TestHoldingsCountPodsScalarsAndPorts(t *testing.T) {
 	port := []model.HostPort{{Protocol: "TCP", IP: model.AllIPs, Port: 7777}}
 	pods := map[string]*podInfo{
 		"ns/a": pod("a", model.Request{Scalars: map[string]int64{"rdma/hca": 2}}),
-		"ns/b": pod("b", model.Request{Scalars: map[string]int64{"rdma/hca": 1}}), // none left
+		"ns/b": pod("b", model.Request{Scalars: map[string]int64{"rdma/hca": 1}}), // none left: counts for none
 		"ns/c": pod("c", model.Request{HostPorts: port}),
 		"ns/d": pod("d", model.Request{HostPorts: []model.HostPort{{Protocol: "TCP", IP: "10.0.0.1", Port: 7777}}}), // c holds it on all addresses
-		"ns/e": pod("e", model.Request{}),
-		"ns/f": pod("f", model.Request{}), // a, c and e fill the node's 3 pods
+		"ns/e": pod("e", model.Request{}),                                                                           // a, b and c fill the node's 3 pods
+		"ns/f": pod("f", model.Request{}),
 	}
 	h := newNodeHoldings(node, "gpuplane-scheduler", nil, nil)
 	held, over := h.resolve(pods)
@@ -83,8 +83,8 @@ func TestHoldingsCountPodsScalarsAndPorts(t *testing.T) {
 	for _, e := range held {
 		got = append(got, e.pi.key)
 	}
-	if strings.Join(got, " ") != "ns/a ns/c ns/e" || strings.Join(over, " ") != "ns/b ns/d ns/f" {
-		t.Errorf("held %v, left out %v; want a, c and e held, b, d and f left out", got, over)
+	if strings.Join(got, " ") != "ns/a ns/b ns/c" || strings.Join(over, " ") != "ns/d ns/e ns/f" {
+		t.Errorf("held %v, left out %v; want a, b and c held, d, e and f left out", got, over)
 	}
 }
 
@@ -121,6 +121,34 @@ func TestHeldReplicasInTheNodesUnit(t *testing.T) {
 	}
 	if got := autoShares(&m, []int64{0, 1000, 1000, 1000, 1000, 1000, 1000, 1000}, make([]int, 8), &req); !equalShares(got, []model.GPUShare{{Index: 1, Milli: 500}}) {
 		t.Errorf("autoShares = %v, want two replicas of GPU 1", got)
+	}
+}
+
+// TestAutoSharesReplicasOfSeveralGPUs: another scheduler's pod asking for
+// more replicas than one GPU has holds them from several GPUs, and one
+// asking for more than the node has left holds what is left, so that the
+// node is full for the next pod as kube-scheduler counts it.
+func TestAutoSharesReplicasOfSeveralGPUs(t *testing.T) {
+	m, _, err := convertNode(build.Node("n").GPUs(8).Label(LabelGPUReplicas, "2").Resources(rl("cpu", "64", "memory", "256Gi")).Obj())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		gpus int
+		free []int64
+		want []model.GPUShare
+	}{
+		{3, []int64{1000, 1000, 1000, 1000}, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 500}}},
+		{3, []int64{500, 0, 1000, 1000}, []model.GPUShare{{Index: 0, Milli: 500}, {Index: 2, Milli: 1000}}},
+		{9, []int64{1000, 1000, 1000, 1000}, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 1000}, {Index: 2, Milli: 1000}, {Index: 3, Milli: 1000}}},
+	} {
+		req, err := podRequest(newPod("ns", "p").GPUs(tc.gpus).Obj(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := autoShares(&m, tc.free, make([]int, 4), &req); !equalShares(got, tc.want) {
+			t.Errorf("%d replicas on free %v: autoShares = %v, want %v", tc.gpus, tc.free, got, tc.want)
+		}
 	}
 }
 

@@ -174,7 +174,10 @@ type Request struct {
 	// GPUMemoryMiB is GPU memory for a share (with or without GPUMilli).
 	GPUMemoryMiB int64 `json:"gpuMemoryMiB,omitempty"`
 	// ShareResource is the device-plugin resource a share is asked
-	// through (GPU.ShareResource); empty: any.
+	// through (GPU.ShareResource); empty: any. On a request for whole
+	// GPUs without Replicas it limits them to GPUs shared under it (a
+	// GPU's worth or more of nvidia.com/gpu.shared, which only a node
+	// advertising that resource admits).
 	ShareResource string `json:"shareResource,omitempty"`
 	// MIGSlices asks for a MIG instance of that many compute slices
 	// (MIGProfile names it, for example "3g.20gb").

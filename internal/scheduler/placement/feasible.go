@@ -31,7 +31,8 @@ func claimAllowed(req *model.Request, g *model.GPU) bool {
 
 // serves reports whether GPU g, empty, can serve req's kind of GPU request:
 // a GPU in service, of a model req allows, and offered the way req asks: whole GPUs from GPUs
-// not in MIG mode and not offered only as shares; a share from GPUs not in
+// not in MIG mode and not offered only as shares (and shared under the
+// resource req names, when it names one without replicas); a share from GPUs not in
 // MIG mode, not offered only whole, with the memory, and shared under the
 // resource req asks through; a MIG instance from a MIG GPU with the
 // slices, in its static layout's size when it has one.
@@ -41,7 +42,7 @@ func serves(req *model.Request, g *model.GPU) bool {
 	}
 	switch {
 	case req.GPUs > 0 && !g.InReplicas(req):
-		return g.MIGSlices == 0 && !g.SharesOnly
+		return g.MIGSlices == 0 && !g.SharesOnly && (req.Replicas > 0 || req.ShareResource == "" || g.ShareResource == req.ShareResource)
 	case req.MIGSlices > 0:
 		return g.MIGSlices >= req.MIGSlices && (g.MIGInstanceSlices == 0 || g.MIGInstanceSlices == req.MIGSlices)
 	default:

@@ -120,6 +120,28 @@ func TestSharesAsReplicas(t *testing.T) {
 	}
 }
 
+// Whole GPUs asked through a resource that shares them
+// (nvidia.com/gpu.shared: a GPU's worth of replicas) go only to GPUs
+// shared under it: a node with plain GPUs does not advertise it.
+func TestWholeGPUsOfASharingResource(t *testing.T) {
+	plain := gpuNode("plain", 8000, 2)
+	shared := gpuNode("shared", 8000, 2)
+	for g := range shared.GPUs {
+		shared.GPUs[g].ShareResource, shared.GPUs[g].MinShareMilli = "nvidia.com/gpu.shared", 500
+	}
+	st := NewState([]model.Node{plain, shared})
+	req := &model.Request{GPUs: 1, ShareResource: "nvidia.com/gpu.shared"}
+	if StaticFits(&plain, req) || st.Options(0, req) != nil || st.Why(0, req) == "" {
+		t.Fatalf("whole GPUs of nvidia.com/gpu.shared fit plain GPUs: options %+v", st.Options(0, req))
+	}
+	if !StaticFits(&shared, req) || st.Options(1, req) == nil {
+		t.Fatalf("whole GPUs of nvidia.com/gpu.shared do not fit GPUs shared under it: %q", st.Why(1, req))
+	}
+	if whole := (&model.Request{GPUs: 1}); st.Options(0, whole) == nil {
+		t.Fatalf("a whole GPU asking no resource does not fit plain GPUs: %q", st.Why(0, whole))
+	}
+}
+
 func TestFGDNodeFrag(t *testing.T) {
 	n := gpuNode("a", 10000, 2)
 	// Half the pods want 500 milli, half a whole GPU.

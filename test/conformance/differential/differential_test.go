@@ -110,7 +110,8 @@ func differ(ctx context.Context, o *oracle, c *cluster) (*difference, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube-scheduler: %w", err)
 	}
-	objs := make([]runtime.Object, 0, len(c.nodes)+len(c.running)+len(c.pending))
+	objs := make([]runtime.Object, 0, len(c.nodes)+len(c.running)+len(c.pending)+len(namespaces))
+	objs = append(objs, namespaceObjects()...)
 	names := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		objs = append(objs, n)

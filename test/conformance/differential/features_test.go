@@ -88,7 +88,14 @@ var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, C
 // here, by adding it to this list; the test then holds it to
 // kube-scheduler's outcome. The others stay off because gpuplane-scheduler
 // does not keep them yet (issue 29): switched on, they show differences.
-var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted}
+// SubMiBMemory: the core counts memory in whole MiB (its doc above).
+// SharedGPUs: a node that advertises nvidia.com/gpu.shared without the
+// nvidia.com/gpu.replicas label is read as GPUs offered only as shares,
+// one replica each, and refuses the whole GPU a pod asking for one
+// replica becomes (adapter podRequest); kube-scheduler admits it
+// (-differential.features=+sharedGPUs, seed 3567).
+var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted,
+	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, MIG, InterPodAffinity, TopologySpread}
 
 // featureFlag overrides enabled for one run: a comma-separated list, each
 // entry a feature to draw, +feature to add one to enabled or -feature to

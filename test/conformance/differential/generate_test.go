@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
@@ -36,6 +37,8 @@ const (
 	labelTier     = "example.com/tier"
 	labelRank     = "example.com/rank"
 	labelApp      = "app"
+	labelRev      = "example.com/rev"
+	labelTeam     = "example.com/team"
 
 	taintUnschedulable = "node.kubernetes.io/unschedulable"
 
@@ -54,7 +57,8 @@ var (
 	effects    = []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute, corev1.TaintEffectPreferNoSchedule}
 	products   = []struct{ name, memMiB string }{{"NVIDIA-H100-80GB-HBM3", "81559"}, {"NVIDIA-A100-SXM4-40GB", "40960"}}
 	apps       = []string{"web", "train", "db"}
-	namespaces = []string{"team-a", "team-b"}
+	namespaces = []string{"team-a", "team-b", "team-c"}
+	teams      = []string{"gold", "silver"}
 )
 
 // gen draws clusters from one seed.
@@ -76,7 +80,7 @@ func pickOf[T any](g *gen, xs []T) T { return xs[g.r.IntN(len(xs))] }
 type free struct {
 	list  corev1.ResourceList // allocatable less the running pods' requests
 	pods  int
-	ports map[int32]bool
+	ports []corev1.ContainerPort // host ports the running pods bind
 }
 
 // cluster draws a case: 1 to 6 nodes, up to 4 pods bound to each, 1 to 4
@@ -88,7 +92,7 @@ func (g *gen) cluster() *cluster {
 	for i := range n {
 		node := g.node(i)
 		c.nodes = append(c.nodes, node)
-		left[i] = &free{list: node.Status.Allocatable.DeepCopy(), pods: int(node.Status.Allocatable.Pods().Value()), ports: map[int32]bool{}}
+		left[i] = &free{list: node.Status.Allocatable.DeepCopy(), pods: int(node.Status.Allocatable.Pods().Value())}
 	}
 	for i, node := range c.nodes {
 		for k := range g.pick(5) {
@@ -101,6 +105,18 @@ func (g *gen) cluster() *cluster {
 		c.pending = append(c.pending, g.pending(c, left, fmt.Sprintf("pending-%d", k)))
 	}
 	return c
+}
+
+// namespaceObjects are the namespaces pods are drawn in, the same in every
+// case (kube-scheduler's informers list them once), with labels that
+// namespaceSelectors select.
+func namespaceObjects() []runtime.Object {
+	out := make([]runtime.Object, len(namespaces))
+	for i, ns := range namespaces {
+		out[i] = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, UID: types.UID("uid-" + ns),
+			Labels: map[string]string{corev1.LabelMetadataName: ns, labelTeam: teams[i%len(teams)]}}}
+	}
+	return out
 }
 
 // node draws a node as a kubelet and GPU Feature Discovery describe it.
@@ -261,14 +277,17 @@ func (g *gen) running(node *corev1.Node, left *free, name string) *corev1.Pod {
 		return p
 	}
 	if g.on[HostPorts] && g.chance(0.4) {
-		port := pickOf(g, []int32{80, 443, 8080})
-		if !left.ports[port] {
-			left.ports[port] = true
-			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}
+		// The kubelet admits no pod whose host ports conflict with
+		// those its node's pods bind.
+		for _, cp := range g.hostPorts() {
+			if !slices.ContainsFunc(left.ports, func(q corev1.ContainerPort) bool { return portsConflict(cp, q) }) {
+				left.ports = append(left.ports, cp)
+				p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, cp)
+			}
 		}
 	}
 	if g.on[InterPodAffinity] && g.chance(0.2) {
-		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm()}}}
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm(p)}}}
 	}
 	for res, q := range podRequests(p) {
 		if l, ok := left.list[res]; ok {
@@ -327,6 +346,10 @@ func (g *gen) quantity(res corev1.ResourceName, v int64) resource.Quantity {
 func (g *gen) pod(name string, want corev1.ResourceList) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pickOf(g, namespaces), Name: name, UID: types.UID("uid-" + name),
 		CreationTimestamp: metav1.Unix(1_700_000_000, 0), Labels: map[string]string{labelApp: pickOf(g, apps)}}}
+	if (g.on[InterPodAffinity] || g.on[TopologySpread]) && g.chance(0.5) {
+		// A second label, for matchLabelKeys and mismatchLabelKeys.
+		p.Labels[labelRev] = pickOf(g, []string{"1", "2"})
+	}
 	main := corev1.Container{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}}}
 	var second *corev1.Container
 	var init *corev1.Container
@@ -421,4 +444,35 @@ func TestGeneratorIsDeterministic(t *testing.T) {
 			t.Fatalf("seed %d drew two different cases", s)
 		}
 	}
+}
+
+// hostPorts draws one or two host ports of a container: few numbers, TCP
+// or UDP, on every address or on one of two, so that ports conflict by
+// number, protocol and address alike.
+func (g *gen) hostPorts() []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	for range 1 + g.pick(2) {
+		cp := corev1.ContainerPort{HostPort: pickOf(g, []int32{80, 443, 8080}), Protocol: corev1.ProtocolTCP}
+		if g.chance(0.3) {
+			cp.Protocol = corev1.ProtocolUDP
+		}
+		if g.chance(0.4) {
+			cp.HostIP = pickOf(g, []string{"10.0.0.1", "10.0.0.2"})
+		}
+		cp.ContainerPort = cp.HostPort
+		// The API server refuses a pod binding one protocol, address and
+		// port twice.
+		if !slices.ContainsFunc(out, func(q corev1.ContainerPort) bool {
+			return q.HostPort == cp.HostPort && q.Protocol == cp.Protocol && q.HostIP == cp.HostIP
+		}) {
+			out = append(out, cp)
+		}
+	}
+	return out
+}
+
+// portsConflict reports whether two host ports cannot both be bound on one
+// node: same number and protocol, on every address or the same one.
+func portsConflict(a, b corev1.ContainerPort) bool {
+	return a.HostPort == b.HostPort && a.Protocol == b.Protocol && (a.HostIP == "" || b.HostIP == "" || a.HostIP == b.HostIP)
 }

@@ -57,7 +57,7 @@ func newOracle(ctx context.Context) (*oracle, error) {
 	// The framework records plugin metrics, which kube-scheduler
 	// registers before it builds its profiles.
 	metrics.Register()
-	client := fake.NewClientset()
+	client := fake.NewClientset(namespaceObjects()...)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	logger := logr.Discard()
 	var draManager fwk.SharedDRAManager

@@ -1,11 +1,13 @@
 package differential
 
 import (
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -57,12 +59,36 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 	}
 	if g.on[GPUs] && g.chance(0.6) {
 		edge(gpunode.ResourceGPU, 1, 4)
+		if q, ok := want[gpunode.ResourceGPU]; ok && q.Value() > 1 && timeSliced(c) {
+			// gpuplane takes a pod's replicas from one GPU
+			// (placement.FilterReplicasOneGPU), where the kubelet hands
+			// out replicas of any: a pod asking for more than one
+			// replica is refused by that rule, or where no one GPU has
+			// them free, on nodes kube-scheduler finds with enough
+			// replicas in all. One replica fits the same nodes under
+			// both rules.
+			want[gpunode.ResourceGPU] = g.quantity(gpunode.ResourceGPU, 1)
+		}
 	}
 	if g.on[SharedGPUs] && g.chance(0.4) {
 		edge(gpunode.ResourceGPUShared, 1, 4)
+		if q, ok := want[gpunode.ResourceGPUShared]; ok && q.Value() > 1 {
+			// gpuplane takes a pod's replicas of
+			// nvidia.com/gpu.shared from one GPU, and one GPU's worth
+			// or more becomes whole GPUs (adapter podRequest), which
+			// a node offering its GPUs only as replicas does not give:
+			// more than one replica is refused by those rules where
+			// the kubelet would hand out replicas of several GPUs.
+			want[gpunode.ResourceGPUShared] = g.quantity(gpunode.ResourceGPUShared, 1)
+		}
 	}
 	if g.on[MIG] && g.chance(0.4) {
 		edge(resourceMIG, 1, 1)
+		if q, ok := want[resourceMIG]; ok && q.Value() > 1 {
+			// gpuplane places one MIG instance per pod (the adapter
+			// refuses more, MixedGPURequest, naming the rule).
+			want[resourceMIG] = g.quantity(resourceMIG, 1)
+		}
 	}
 	if g.on[EphemeralStorage] {
 		edge(corev1.ResourceEphemeralStorage, mib, 4096)
@@ -96,24 +122,42 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 		}
 	}
 	if g.on[HostPorts] && g.chance(0.4) {
-		port := pickOf(g, []int32{80, 443, 8080})
-		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}
+		p.Spec.Containers[0].Ports = g.hostPorts()
 	}
 	if g.on[InterPodAffinity] && g.chance(0.4) {
 		if p.Spec.Affinity == nil {
 			p.Spec.Affinity = &corev1.Affinity{}
 		}
 		if g.chance(0.5) {
-			p.Spec.Affinity.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm()}}
+			p.Spec.Affinity.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm(p)}}
 		} else {
-			p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm()}}
+			p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm(p)}}
 		}
 	}
 	if g.on[TopologySpread] && g.chance(0.4) {
-		p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
-			MaxSkew: int32(1 + g.pick(2)), TopologyKey: pickOf(g, []string{labelHostname, labelZone}), WhenUnsatisfiable: corev1.DoNotSchedule,
-			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelApp: p.Labels[labelApp]}},
-		}}
+		for range 1 + g.pick(2) {
+			tsc := corev1.TopologySpreadConstraint{
+				MaxSkew: int32(1 + g.pick(2)), TopologyKey: pickOf(g, []string{labelHostname, labelZone}), WhenUnsatisfiable: corev1.DoNotSchedule,
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelApp: p.Labels[labelApp]}},
+			}
+			if g.chance(0.3) {
+				tsc.MinDomains = ptr.To(int32(1 + g.pick(4)))
+			}
+			if g.chance(0.3) {
+				tsc.MatchLabelKeys = []string{labelRev}
+			}
+			if g.chance(0.3) {
+				tsc.NodeAffinityPolicy = ptr.To(pickOf(g, []corev1.NodeInclusionPolicy{corev1.NodeInclusionPolicyHonor, corev1.NodeInclusionPolicyIgnore}))
+			}
+			if g.chance(0.3) {
+				tsc.NodeTaintsPolicy = ptr.To(pickOf(g, []corev1.NodeInclusionPolicy{corev1.NodeInclusionPolicyHonor, corev1.NodeInclusionPolicyIgnore}))
+			}
+			// The API server refuses two constraints of one key and
+			// whenUnsatisfiable.
+			if !slices.ContainsFunc(p.Spec.TopologySpreadConstraints, func(o corev1.TopologySpreadConstraint) bool { return o.TopologyKey == tsc.TopologyKey }) {
+				p.Spec.TopologySpreadConstraints = append(p.Spec.TopologySpreadConstraints, tsc)
+			}
+		}
 	}
 	return p
 }
@@ -204,14 +248,74 @@ func (g *gen) toleration() corev1.Toleration {
 
 // podTerm draws a required pod (anti-)affinity term: pods of one app, per
 // node or per zone.
-func (g *gen) podTerm() corev1.PodAffinityTerm {
-	return corev1.PodAffinityTerm{
+func (g *gen) podTerm(p *corev1.Pod) corev1.PodAffinityTerm {
+	t := corev1.PodAffinityTerm{
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelApp: pickOf(g, apps)}},
 		TopologyKey:   pickOf(g, []string{labelHostname, labelZone}),
 	}
+	// Pods of the term's own namespace (none named), of one, or of
+	// several.
+	switch g.pick(3) {
+	case 1:
+		t.Namespaces = []string{pickOf(g, namespaces)}
+	case 2:
+		t.Namespaces = slices.Clone(namespaces[:2])
+	}
+	// And those a namespaceSelector selects (with the namespaces named,
+	// the union): every namespace, a team's, or, for a running pod's
+	// term, all but a team's. kube-scheduler v1.36.3 reads a pending
+	// pod's namespaceSelector wrongly when it matches a namespace
+	// without labels (NotIn, DoesNotExist): InterPodAffinity's
+	// mergeAffinityTermNamespacesIfNotEmpty sets the selector to
+	// Nothing on a copy of the term, so the selector stays and is
+	// matched against no labels, and pods of every namespace count.
+	// gpuplane reads the namespaces' labels, as the API documents.
+	switch g.pick(5) {
+	case 1:
+		t.NamespaceSelector = &metav1.LabelSelector{}
+	case 2:
+		t.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{labelTeam: pickOf(g, teams)}}
+	case 3:
+		op := metav1.LabelSelectorOpIn
+		if p.Spec.NodeName != "" {
+			op = metav1.LabelSelectorOpNotIn
+		}
+		t.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: labelTeam, Operator: op, Values: []string{pickOf(g, teams)}}}}
+	}
+	// Pods of the same or another revision than p's: matchLabelKeys or
+	// mismatchLabelKeys, merged into the selector as the API server
+	// merges them when it admits p (kube-scheduler reads the selector
+	// only).
+	if v, ok := p.Labels[labelRev]; g.chance(0.3) {
+		if g.chance(0.5) {
+			t.MatchLabelKeys = []string{labelRev}
+			if ok {
+				t.LabelSelector.MatchExpressions = append(t.LabelSelector.MatchExpressions, metav1.LabelSelectorRequirement{Key: labelRev, Operator: metav1.LabelSelectorOpIn, Values: []string{v}})
+			}
+		} else {
+			t.MismatchLabelKeys = []string{labelRev}
+			if ok {
+				t.LabelSelector.MatchExpressions = append(t.LabelSelector.MatchExpressions, metav1.LabelSelectorRequirement{Key: labelRev, Operator: metav1.LabelSelectorOpNotIn, Values: []string{v}})
+			}
+		}
+	}
+	return t
 }
 
 // podRequests is what a pod asks for, as kubelet and schedulers sum it.
 func podRequests(p *corev1.Pod) corev1.ResourceList {
 	return resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+}
+
+// timeSliced reports whether a node of c time-slices its GPUs under
+// nvidia.com/gpu itself (allocatable in replicas).
+func timeSliced(c *cluster) bool {
+	for _, n := range c.nodes {
+		if _, ok := n.Labels[gpunode.LabelGPUReplicas]; ok {
+			if _, plain := n.Status.Allocatable[gpunode.ResourceGPU]; plain {
+				return true
+			}
+		}
+	}
+	return false
 }
