@@ -57,4 +57,12 @@ func TestDRAAdminAccess(t *testing.T) {
 	if log := f.api.claimLog(); len(log) != 6 || !strings.HasPrefix(log[5], "ns/late ns/late ") {
 		t.Fatalf("claim writes %v, want the late pod given a free GPU beside the admin claim", log)
 	}
+
+	// No node has five devices: the pod waits, told why of each node.
+	f.cache.upsertClaim(adminClaim("five", 5))
+	f.cache.upsertPod(claimPod("five", "five"))
+	f.cycle()
+	if got := f.status.conditions["ns/five"]; !strings.Contains(got, "2 no devices its ResourceClaims ask for with admin access") {
+		t.Fatalf("admin access to more devices than any node has: pod says %q, want both nodes refused for it", got)
+	}
 }

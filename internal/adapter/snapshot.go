@@ -220,6 +220,9 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 				}
 			}
 			pi.volCls = nil
+			if cl != pi.cls {
+				pi.volCls = cl // narrowed by its claims: the report says why
+			}
 			if vols := in.volumes[pi.key]; vols != nil {
 				req.Volumes = vols.need
 				if vols.key != "" {
