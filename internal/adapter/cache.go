@@ -62,8 +62,9 @@ type podInfo struct {
 	// clsGen; only the builder touches them, under the cache's lock.
 	cls    *podClass
 	clsGen int
-	// volCls is the class its volumes narrowed cls to in the last
-	// snapshot, nil for none (volumeClass).
+	// volCls is the class its claims or volumes narrowed cls to in the
+	// last snapshot, nil for none (pinnedClass, deviceNodesClass,
+	// volumeClass): the report names its reasons.
 	volCls *podClass
 }
 

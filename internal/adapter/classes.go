@@ -170,6 +170,36 @@ func (b *builder) pinnedClass(pi *podInfo, base *podClass, node string, used map
 	return cl
 }
 
+// deviceNodesClass narrows a pending pod's class to the nodes that have
+// the devices its claims ask for with admin access (dra.DeviceSet's
+// AdminNodes, aligned with b.nodes).
+func (b *builder) deviceNodesClass(pi *podInfo, base *podClass, nodes []bool, used map[string]bool) *podClass {
+	mask := make([]byte, len(nodes))
+	for i, ok := range nodes {
+		mask[i] = '0'
+		if ok {
+			mask[i] = '1'
+		}
+	}
+	key := cmp.Or(pi.class, classKey(pi.pod)) + "\x00devices=" + string(mask)
+	cl := b.classes[key]
+	if cl == nil {
+		cl = &podClass{pod: pi.pod, id: b.nextClass, match: make([]bool, len(b.nodes))}
+		b.nextClass++
+		other := 0
+		for i, n := range b.nodes {
+			cl.match[i] = base.match[i] && i < len(nodes) && nodes[i]
+			if base.match[i] && !cl.match[i] && !n.m.Unschedulable {
+				other++
+			}
+		}
+		cl.why = append(slices.Clone(base.why), classReason{reason: "no devices its ResourceClaims ask for with admin access", nodes: other})
+		b.classes[key] = cl
+	}
+	used[key] = true
+	return cl
+}
+
 // modelNodesFor returns the core's nodes with the labels of the classes in
 // use; the slice is reused while neither nodes nor classes change, so the
 // core keeps its incremental state.

@@ -193,7 +193,8 @@ func (b *builder) podClaims(c *clusterCache, pi *podInfo, now time.Time) (*podCl
 		}
 		return out
 	}}
-	pc, w := b.dra.PodClaims(c.dra, nodes, dra.Pending{Pod: pi.pod, Key: pi.key, Req: &pi.req, Extended: pi.extendedResource}, now)
+	pc, w := b.dra.PodClaims(c.dra, nodes, dra.Pending{Pod: pi.pod, Key: pi.key, Req: &pi.req, Extended: pi.extendedResource,
+		AdminNamespace: dra.AdminNamespace(c.nsLabels[pi.pod.Namespace])}, now)
 	if w != nil {
 		return nil, &BadInputError{Reason: w.Reason, Msg: w.Msg}
 	}

@@ -194,7 +194,11 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			cl := b.class(pi, used)
 			req := pi.req
 			if pc := in.claims[pi.key]; pc != nil {
-				if pc.Set != nil {
+				if pc.Set != nil && pc.Set.AdminNodes != nil {
+					// Admin access takes no GPU: the core chooses among
+					// the nodes that have the devices.
+					cl = b.deviceNodesClass(pi, cl, pc.Set.AdminNodes, used)
+				} else if pc.Set != nil {
 					req.DeviceSet = pc.Set.Name
 					switch {
 					case pc.Set.MIGSlices > 0:
@@ -216,6 +220,9 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 				}
 			}
 			pi.volCls = nil
+			if cl != pi.cls {
+				pi.volCls = cl // narrowed by its claims: the report says why
+			}
 			if vols := in.volumes[pi.key]; vols != nil {
 				req.Volumes = vols.need
 				if vols.key != "" {

@@ -88,7 +88,9 @@
 // request, among those GPUs only, with the same filters and scores, and
 // says "no device satisfies the claims" of a node that has none of them:
 // the node and the devices are its decision, which the Kubernetes adapter
-// writes into the claims and the simulator replays.
+// writes into the claims and the simulator replays. Claims that ask for
+// devices with admin access take none: the adapter narrows the pod's
+// nodes to those that have the devices and asks the core for no GPU.
 //
 // Pod affinity, anti-affinity and topology spread. A request may carry
 // its pod's namespace and labels, inter-pod affinity and spread

@@ -99,7 +99,8 @@ func needsCountDefault(c *resourceapi.ResourceClaim) bool {
 
 // AllocatedState is what the claims allocated on a node hold, as the
 // structured allocator takes it: whole devices, the shares of devices
-// allocated more than once, and the capacity those shares consume.
+// allocated more than once, and the capacity those shares consume; not
+// the devices given with admin access, which hold nothing.
 func AllocatedState(allocs []*resourceapi.AllocationResult) structured.AllocatedState {
 	st := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
@@ -108,6 +109,11 @@ func AllocatedState(allocs []*resourceapi.AllocationResult) structured.Allocated
 	}
 	for _, alloc := range allocs {
 		for _, r := range alloc.Devices.Results {
+			if r.AdminAccess != nil && *r.AdminAccess {
+				// A device given with admin access stays free for others,
+				// as kube-scheduler counts it.
+				continue
+			}
 			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
 			if r.ShareID == nil {
 				st.AllocatedDevices.Insert(id)

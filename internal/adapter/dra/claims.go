@@ -43,6 +43,27 @@ type Pending struct {
 	Key      string
 	Req      *model.Request
 	Extended corev1.ResourceName
+	// AdminNamespace says the pod's namespace carries the label
+	// resource.kubernetes.io/admin-access=true (AdminNamespace): its
+	// claims may ask for admin access.
+	AdminNamespace bool
+}
+
+// AdminNamespace reports whether a namespace's labels allow its claims
+// admin access to devices, as the API server judges it.
+func AdminNamespace(labels map[string]string) bool {
+	return labels[resourceapi.DRAAdminNamespaceLabelKey] == "true"
+}
+
+// adminRequest names the first request of a claim that asks for admin
+// access, "" when none does.
+func adminRequest(cl *resourceapi.ResourceClaim) string {
+	for ri, r := range cl.Spec.Devices.Requests {
+		if x := r.Exactly; x != nil && x.AdminAccess != nil && *x.AdminAccess {
+			return fmt.Sprintf("spec.devices.requests[%d] (%q).exactly.adminAccess", ri, r.Name)
+		}
+	}
+	return ""
 }
 
 // deviceSetPrefix names the core's device sets (model.GPU.DeviceSets).
@@ -81,6 +102,12 @@ func (m *Memo) resolveClaims(s *State, nodes *Nodes, pp Pending) (*Claims, *Wait
 			alloc = f.alloc
 		}
 		if alloc == nil {
+			if f := adminRequest(cl); f != "" && !pp.AdminNamespace {
+				// The API server refuses such a claim; one made before the
+				// label was removed is held to the same rule.
+				return nil, wait("AdminAccessNotAllowed", "ResourceClaim %s: %s: namespace %s is not labelled %s=true, which admin access to devices needs",
+					key, f, p.Namespace, resourceapi.DRAAdminNamespaceLabelKey)
+			}
 			pc.Alloc = append(pc.Alloc, cl)
 			specs = append(specs, ClaimSpec{Requests: cl.Spec.Devices.Requests, Constraints: cl.Spec.Devices.Constraints})
 			continue

@@ -27,7 +27,11 @@
 //     claims, and returns a *RefusedError (Constraint: exact, or excluded
 //     when none can). The pod's next device sets are exact on that node
 //     until it is allocated, slices or classes change, or RefusalTTL
-//     passes. So the core stays the only chooser of GPUs.
+//     passes. So the core stays the only chooser of GPUs. Claims with
+//     admin access take no GPU, so the core chose none: they are
+//     allocated over all of the node's devices, and their results count
+//     as held by nobody (AllocatedState, ClaimShares), as kube-scheduler
+//     counts them.
 //   - Memo (memo.go, claims.go, extended.go) is the snapshot builder's
 //     memo: PodClaims resolves what a pending pod asks through its
 //     ResourceClaims, or for an extended resource a DeviceClass maps
@@ -52,7 +56,10 @@
 //     every node (Device, NodeDevices) that may serve them, as the
 //     allocator would judge each device, and how many the claims ask
 //     for; or why no device can (an unknown class, a selector that fails,
-//     a feature that is off).
+//     a feature that is off); for requests with admin access, which take
+//     no device, only the nodes that have the devices (AdminNodes), and
+//     resolveClaims lets a pod use them only in a namespace labelled
+//     resource.kubernetes.io/admin-access=true, as the API server does.
 //   - DeviceShare and ResultShare (shares.go) say what share of which GPU
 //     a device, and an allocation result, stand for in the core's books: a
 //     claim asking for consumable capacity of one GPU is a share of it, and

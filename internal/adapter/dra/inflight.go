@@ -56,6 +56,11 @@ func (s *State) AllocateChoice(ctx context.Context, ni NodeView, chosen []model.
 				want.Insert(mg.Pool + "/" + mg.Name)
 			}
 		}
+		if pc.Set != nil && pc.Set.AdminNodes != nil {
+			// Admin access takes no GPU, so the core chose none: the
+			// allocator gives the claims any of the node's devices.
+			want = nil
+		}
 		var err error
 		results, err = s.allocateOn(ctx, ni.Node, allocated, want, pc.Alloc)
 		if err != nil {

@@ -171,6 +171,12 @@ func (m *Memo) exactSet(s *State, nodes *Nodes, pod string, set *DeviceSet, now 
 	x := *set
 	x.Masks = slices.Clone(set.Masks)
 	x.Masks[i] &= r.gpus
+	if x.AdminNodes != nil {
+		// Claims with admin access are allocated over all of the node's
+		// devices: a refusal there excludes the node.
+		x.AdminNodes = slices.Clone(set.AdminNodes)
+		x.AdminNodes[i] = x.AdminNodes[i] && r.gpus != 0
+	}
 	m.nextSet++
 	x.Name = set.Name + "/exact-" + strconv.Itoa(m.nextSet)
 	if m.exact == nil || len(m.exact) >= maxClaimSets {

@@ -62,6 +62,15 @@ type DeviceSet struct {
 	// selectors), MIGProfile names it.
 	MIGSlices  int
 	MIGProfile string
+	// AdminNodes, when not nil, says the claims' requests all ask for
+	// admin access (adminAccess: true): their devices are given without
+	// being taken, so the claims ask the core for no GPU (Count 0), only
+	// for a node where each request finds its count of devices, in use or
+	// not: AdminNodes[i] for node i.
+	AdminNodes []bool
+	adminReqs  int
+	adminField string
+	adminClaim int
 }
 
 // ClaimSpec is a claim's device requests and constraints, which decide
@@ -120,7 +129,9 @@ func capacityShare(field string, x *resourceapi.ExactDeviceRequest, count int64)
 // selector that fails on a device (a missing attribute, a type error)
 // fails the set, as it fails kube-scheduler's allocation. A request that
 // needs a feature Features has off (RefusedFeature), or of all
-// devices, fails it too.
+// devices, fails it too. Requests with admin access take no GPU: they
+// only narrow the nodes (AdminNodes), and may not be mixed with requests
+// that do.
 func EvalDeviceSet(nodes []NodeDevices, specs []ClaimSpec, classes map[string]*resourceapi.DeviceClass, cache *dracel.Cache) *DeviceSet {
 	s := &DeviceSet{Masks: make([]uint64, len(nodes))}
 	fail := func(claim int, code, format string, args ...any) *DeviceSet {
@@ -139,6 +150,7 @@ func EvalDeviceSet(nodes []NodeDevices, specs []ClaimSpec, classes map[string]*r
 				return fail(ci, "UnsupportedClaim", "%s.exactly.allocationMode: All is not supported by gpuplane-scheduler: use ExactCount with a count", field)
 			}
 			count := x.Count
+			admin := x.AdminAccess != nil && *x.AdminAccess
 			if count < 0 {
 				// The API server refuses it; a claim read from anywhere
 				// else is held to the same rule before the allocator,
@@ -147,6 +159,9 @@ func EvalDeviceSet(nodes []NodeDevices, specs []ClaimSpec, classes map[string]*r
 			}
 			if count == 0 {
 				count = 1
+			}
+			if admin && x.Capacity != nil && len(x.Capacity.Requests) > 0 {
+				return fail(ci, "UnsupportedClaim", "%s.exactly.capacity: a request with adminAccess takes no capacity of its devices: drop the capacity requests", field)
 			}
 			if x.Capacity != nil && len(x.Capacity.Requests) > 0 {
 				milli, mem, err := capacityShare(field, x, count)
@@ -161,7 +176,9 @@ func EvalDeviceSet(nodes []NodeDevices, specs []ClaimSpec, classes map[string]*r
 			if count > MaxGPUs || int64(s.Count)+count > MaxGPUs {
 				return fail(ci, "TooManyDevices", "%s.exactly.count: the pod's claims ask for more than %d devices, more than a node publishes: ask for fewer", field, MaxGPUs)
 			}
-			s.Count += int(count)
+			if !admin {
+				s.Count += int(count)
+			}
 			class := classes[x.DeviceClassName]
 			if class == nil {
 				return fail(ci, "DeviceClassNotFound", "%s.exactly.deviceClassName: DeviceClass %q does not exist: create it or name an existing one", field, x.DeviceClassName)
@@ -210,6 +227,43 @@ func EvalDeviceSet(nodes []NodeDevices, specs []ClaimSpec, classes map[string]*r
 					}
 				}
 				return true, nil
+			}
+			if admin {
+				// Admin access takes no device (the allocator gives
+				// devices in use, and kube-scheduler counts no device
+				// of an admin result as allocated): the node only needs
+				// count devices that pass, whole or MIG.
+				if s.AdminNodes == nil {
+					s.AdminNodes = make([]bool, len(nodes))
+					for ni := range s.AdminNodes {
+						s.AdminNodes[ni] = true
+					}
+				}
+				for ni, n := range nodes {
+					var found int64
+					for _, d := range n.Devs {
+						if d == nil {
+							continue
+						}
+						devs := d.MIGs
+						if d.Dev != nil {
+							devs = []*Device{d}
+						}
+						for _, dv := range devs {
+							ok, bad := match(dv, n.Name)
+							if bad != nil {
+								return bad
+							}
+							if ok {
+								found++
+							}
+						}
+					}
+					s.AdminNodes[ni] = s.AdminNodes[ni] && found >= count
+				}
+				s.adminReqs++
+				s.adminField, s.adminClaim = field, ci
+				continue
 			}
 			// Whole GPUs that pass make the request one for whole GPUs;
 			// only when none does anywhere, its MIG devices count.
@@ -271,6 +325,9 @@ func EvalDeviceSet(nodes []NodeDevices, specs []ClaimSpec, classes map[string]*r
 				s.migField, s.migClaim = field, ci
 			}
 		}
+	}
+	if s.adminReqs > 0 && s.migReqs+s.wholeReqs > 0 {
+		return fail(s.adminClaim, "UnsupportedClaim", "%s.exactly.adminAccess: the pod's claims ask for devices with admin access beside devices for its own use: gpuplane-scheduler places admin access only as all of a pod's device requests; put the other requests in another pod", s.adminField)
 	}
 	if s.migReqs > 0 && s.migReqs+s.wholeReqs > 1 {
 		return fail(s.migClaim, "UnsupportedClaim", "%s selects MIG devices beside other requests: gpuplane-scheduler places a pod's claims as whole GPUs or as one MIG device, not both", s.migField)

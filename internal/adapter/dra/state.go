@@ -433,6 +433,9 @@ func (s *State) ClaimShares(ni NodeView, byUID map[types.UID]string, onNode func
 		}
 		var shares []model.GPUShare
 		for _, r := range alloc.Devices.Results {
+			if r.AdminAccess != nil && *r.AdminAccess {
+				continue // admin access holds no share of the device
+			}
 			if sh, ok := DeviceShare(ni.Devs, ni.GPUs, r.Driver, r.Pool, r.Device); ok {
 				if sh.MIGSlices == 0 {
 					sh = ResultShare(&ni.GPUs[sh.Index], sh.Index, &r) // a share of a GPU allocated more than once
