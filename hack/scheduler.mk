@@ -73,7 +73,9 @@ bench-pytorchjob-gangs: controlplane-bins ## a PyTorchJob's gang through the tra
 # make bench-scheduler-perf   kube-scheduler's own benchmark workloads
 #                             (scheduler_perf: SchedulingBasic, the pod
 #                             affinity and anti-affinity ones, topology
-#                             spreading, node affinity, Unschedulable) on
+#                             spreading, node affinity, Unschedulable, and
+#                             SchedulingPodAffinityZones: pod affinity over
+#                             three zones, where it can be broken) on
 #                             PERF_NODES kwok nodes of upstream's node
 #                             template, kube-scheduler and gpuplane-scheduler
 #                             in the same run, PERF_ROUNDS rounds each, every

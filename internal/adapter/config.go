@@ -39,6 +39,13 @@ type Config struct {
 	// server is slow to answer (32 workers at 150 ms each cap it near 200
 	// pods/s); QPS still caps the total.
 	BindWorkers int
+	// RequestsInFlight bounds the API requests in flight at once, watches
+	// aside (default 80): they then fit one HTTP/2 connection, which
+	// kube-apiserver lets carry 100 streams unless its
+	// --http2-max-streams-per-connection says otherwise, beside the
+	// informers' watches. Past it the client would dial more connections,
+	// a TLS handshake each. Bind workers past it wait for a slot.
+	RequestsInFlight int
 	// EvictionQPS bounds evictions per second (default 10);
 	// MaxEvictionsPerCycle bounds those one cycle may decide (default 64).
 	EvictionQPS          float32
@@ -118,6 +125,9 @@ func (c Config) Defaults() Config {
 	if c.BindWorkers == 0 {
 		c.BindWorkers = 768
 	}
+	if c.RequestsInFlight == 0 {
+		c.RequestsInFlight = 80
+	}
 	if c.EvictionQPS == 0 {
 		c.EvictionQPS = 10
 	}
@@ -159,6 +169,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: kube-api-qps and kube-api-burst must be >= 0, got %g and %d", c.QPS, c.Burst)
 	case c.BindWorkers < 0:
 		return fmt.Errorf("config: bind-workers must be >= 1, got %d", c.BindWorkers)
+	case c.RequestsInFlight < 0:
+		return fmt.Errorf("config: api-requests-in-flight must be >= 1, got %d", c.RequestsInFlight)
 	case c.MinCycleInterval > c.CycleInterval:
 		return fmt.Errorf("config: min-cycle-interval %v must not exceed cycle-interval %v", c.MinCycleInterval, c.CycleInterval)
 	case c.LeaseName != "" && c.Identity == "":

@@ -52,6 +52,7 @@ func Run(ctx context.Context, cfg Config) error {
 	rc := rest.CopyConfig(cfg.RESTConfig)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
 	rc.UserAgent = "gpuplane-scheduler"
+	rc.Wrap(limitInFlight(cfg.RequestsInFlight))
 	proto := rest.CopyConfig(rc)
 	proto.ContentType = "application/vnd.kubernetes.protobuf"
 	proto.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"

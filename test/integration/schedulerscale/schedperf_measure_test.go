@@ -59,10 +59,11 @@ func procCPUSeconds(pid int) (float64, error) {
 }
 
 // startBindOnly binds the init and measured pods of ns that are waiting,
-// round robin over the workload's nodes from h.next, with 256 workers and
+// round robin over the workload's nodes from h.next (over every stride-th
+// node, those of the first zone, when stride > 1), with 256 workers and
 // the schedulers' client budget, and returns a function that waits until
 // it has finished. It decides nothing: it is the API server's ceiling.
-func (h *perfHarness) startBindOnly(tb testing.TB, ns string) func() {
+func (h *perfHarness) startBindOnly(tb testing.TB, ns string, stride int) func() {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = qps, burst
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -100,7 +101,8 @@ func (h *perfHarness) startBindOnly(tb testing.TB, ns string) func() {
 	var todo []bind
 	for i := range list.Items {
 		if p := &list.Items[i]; p.Spec.NodeName == "" {
-			todo = append(todo, bind{pod: p, node: fmt.Sprintf("%s-%05d", h.bench, h.next%h.nodes)})
+			n := (h.nodes + stride - 1) / stride
+			todo = append(todo, bind{pod: p, node: fmt.Sprintf("%s-%05d", h.bench, h.next%n*stride)})
 			h.next++
 		}
 	}

@@ -112,10 +112,11 @@ func BenchmarkSchedulerPerf(b *testing.B) {
 	}
 }
 
-// perfSmokeWorkloads are the workloads TestSchedulerPerfSmoke runs: those
-// gpuplane-scheduler keeps today. A workload joins this list once
-// gpuplane-scheduler honours its constraint.
-var perfSmokeWorkloads = []string{"SchedulingBasic", "SchedulingNodeAffinity", "Unschedulable"}
+// perfSmokeWorkloads are the workloads TestSchedulerPerfSmoke runs: every
+// workload, so the integration tier keeps each constraint's check.
+var perfSmokeWorkloads = []string{"SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPodAffinityZones",
+	"SchedulingPreferredPodAffinity", "SchedulingPreferredPodAntiAffinity", "TopologySpreading",
+	"PreferredTopologySpreading", "SchedulingNodeAffinity", "Unschedulable"}
 
 // perfSmokeNodes is the smoke run's size: upstream's counts scaled to 10
 // nodes (20 measured pods a workload).
@@ -364,7 +365,11 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 
 	start := func(namespace string) (int, func()) {
 		if s == perfBindOnly {
-			return 0, h.startBindOnly(tb, namespace)
+			stride := 1
+			if w.bindOnlyOneZone {
+				stride = len(w.zones)
+			}
+			return 0, h.startBindOnly(tb, namespace, stride)
 		}
 		return startScheduler(tb, round{scheduler: s})
 	}

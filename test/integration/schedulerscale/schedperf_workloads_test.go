@@ -70,6 +70,9 @@ type perfWorkload struct {
 	// is better): gpuplane-scheduler must keep it at least as well as
 	// kube-scheduler did in the same run.
 	preference *perfPreference
+	// bindOnlyOneZone: the bind-only rounds bind to the first zone's nodes
+	// only, which the workload's required zone affinity asks for.
+	bindOnlyOneZone bool
 }
 
 // perfPreference is a preferred constraint's measure.
@@ -101,6 +104,18 @@ var perfWorkloads = []perfWorkload{
 		check: func(o *perfOutcome) error {
 			return o.oneDomain("podAffinity required", "color", "blue", labelZone)
 		},
+	},
+	{
+		// Not upstream's: SchedulingPodAffinity with the nodes over three
+		// zones. Upstream puts every node in zone1, where its check holds
+		// whatever the scheduler does; here a scheduler that ignores the
+		// affinity spreads the pods over the zones and the check fails.
+		name: "SchedulingPodAffinityZones", zones: []string{"zone1", "zone2", "zone3"}, initPods: 500, measurePods: 1000,
+		init: affinityPod(roleInit), measure: affinityPod(roleMeasure),
+		check: func(o *perfOutcome) error {
+			return o.oneDomain("podAffinity required", "color", "blue", labelZone)
+		},
+		bindOnlyOneZone: true,
 	},
 	{
 		name: "SchedulingPreferredPodAffinity", initPods: 500, measurePods: 1000,
