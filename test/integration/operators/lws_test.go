@@ -10,9 +10,11 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
@@ -65,6 +67,25 @@ func (c *cluster) lws(name string, replicas, size int64, gpus int, extra ...map[
 	framework.Eventually(c.t, 60*time.Second, "LeaderWorkerSet "+name+" created", func(ctx context.Context) (bool, error) {
 		_, err := c.dyn.Resource(leaderWorkerSets).Namespace(c.ns).Create(ctx, obj.DeepCopy(), metav1.CreateOptions{})
 		return err == nil, err
+	})
+	// The controller can panic on its first reconcile of a new
+	// LeaderWorkerSet, before its cache holds the revision it has just
+	// created (kubernetes-sigs/lws#593), and then waits out a back-off that
+	// grows with each panic. An update of the object queues a reconcile at
+	// once, so the test touches an annotation until the leaders'
+	// StatefulSet exists.
+	nudges := 0
+	framework.Eventually(c.t, 60*time.Second, "LeaderWorkerSet "+name+"'s leader StatefulSet", func(ctx context.Context) (bool, error) {
+		_, err := env.Client.AppsV1().StatefulSets(c.ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil || !apierrors.IsNotFound(err) {
+			return err == nil, err
+		}
+		nudges++
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.gpuplane.io/nudge":"%d"}}}`, nudges)
+		if _, err := c.dyn.Resource(leaderWorkerSets).Namespace(c.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("no StatefulSet %s after %d nudges", name, nudges)
 	})
 }
 
