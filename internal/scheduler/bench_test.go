@@ -183,28 +183,7 @@ func BenchmarkCycleSteady(b *testing.B) {
 			nodes := schedtest.Cluster("n", 5000, 8, 128000, 1<<20)
 			d := &steadyDriver{chunks: fullChunks(nodes, 7, func(int) int32 { return 0 }), rng: rand.New(rand.NewPCG(1, 2)), churn: tc.churn,
 				next: 35000}
-			d.snap = model.Snapshot{Nodes: nodes, Queues: benchQueues, Budget: model.DisruptionBudget{MaxEvictions: -1}}
-			d.step(model.Decisions{})
-			s, err := scheduler.New(scheduler.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			dec, err := s.Cycle(&d.snap)
-			if err != nil {
-				b.Fatal(err)
-			}
-			binds := 0
-			b.ResetTimer()
-			for b.Loop() {
-				b.StopTimer()
-				d.step(dec)
-				b.StartTimer()
-				if dec, err = s.Cycle(&d.snap); err != nil {
-					b.Fatal(err)
-				}
-				binds = len(dec.Binds)
-			}
-			b.ReportMetric(float64(binds), "binds/cycle")
+			runSteady(b, d, nodes)
 		})
 	}
 }
@@ -281,6 +260,13 @@ func BenchmarkCycleSteadyConstrained(b *testing.B) {
 		}
 		return r
 	}}
+	runSteady(b, d, nodes)
+}
+
+// runSteady times the cycles of d on nodes after a first one that places
+// the starting state, the driver's churn applied between cycles.
+func runSteady(b *testing.B, d *steadyDriver, nodes []model.Node) {
+	b.Helper()
 	d.snap = model.Snapshot{Nodes: nodes, Queues: benchQueues, Budget: model.DisruptionBudget{MaxEvictions: -1}}
 	d.step(model.Decisions{})
 	s, err := scheduler.New(scheduler.Config{})
