@@ -237,6 +237,10 @@ type Pod struct {
 	Name    string  `json:"name"`
 	Role    string  `json:"role,omitempty"`
 	Request Request `json:"request"`
+	// Slice names the sub-group the pod belongs to (an LWS group, a
+	// JobSet replicated job, a PyTorchJob's workers) when the group's
+	// Topology places slices by sub-group (SliceSize 0).
+	Slice string `json:"slice,omitempty"`
 }
 
 // PodGroup is a gang: at least MinMember of its pods run together or none
@@ -267,6 +271,9 @@ type PodGroup struct {
 	// Placed counts the group's members that already run, are bound or
 	// have finished: a gang needs only MinMember less these (Min).
 	Placed int `json:"placed,omitempty"`
+	// Topology, when set, places the gang by the network's topology
+	// (topology.go).
+	Topology *GangTopology `json:"topology,omitempty"`
 	// Explain asks the core, should the group stay unplaced, to say node
 	// by node why (Unplaced.Explained); it costs a look at every node.
 	Explain bool `json:"explain,omitempty"`
