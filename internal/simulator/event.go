@@ -33,6 +33,9 @@ type EventConfig struct {
 	// GPU serves in the new layout (model.CompleteLayouts).
 	Layouts     model.LayoutPolicy
 	LayoutDelay int64
+	// Topology says who places gangs by the network (TopologyAware when
+	// empty); the result's Topology measures where they landed.
+	Topology TopologyPolicy
 }
 
 type simPod struct {
@@ -78,8 +81,13 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	if err != nil {
 		return nil, err
 	}
+	topoPolicy := cfg.Topology
+	if topoPolicy == "" {
+		topoPolicy = TopologyAware
+	}
 	pods := make([]*simPod, len(tr.Pods))
 	byName := map[string]*simPod{}
+	gangs := map[string]*gangRecord{}
 	for i := range tr.Pods {
 		tp := &tr.Pods[i]
 		g := tp.Group
@@ -91,11 +99,64 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			return nil, fmt.Errorf("event run %s: pod %q appears twice", tr.Source, tp.Name)
 		}
 		byName[tp.Name] = pods[i]
+		if tp.Topology == nil {
+			continue
+		}
+		if topoPolicy == TopologyKueueTAS && tp.Topology.SliceRequired != "" {
+			return nil, fmt.Errorf("event run %s: pod %q: the kueue-tas baseline does not model slices (sliceRequired)", tr.Source, tp.Name)
+		}
+		r := gangs[g]
+		if r == nil {
+			r = &gangRecord{topo: tp.Topology, shape: tp.Request, created: tp.CreatedAt, started: -1, nodeOf: map[string]int{}}
+			gangs[g] = r
+		}
+		r.size++
+		r.created = min(r.created, tp.CreatedAt)
+		q := &tp.Request
+		r.shape.MilliCPU, r.shape.MemoryMiB = max(r.shape.MilliCPU, q.MilliCPU), max(r.shape.MemoryMiB, q.MemoryMiB)
+		r.shape.GPUs, r.shape.GPUMilli = max(r.shape.GPUs, q.GPUs), max(r.shape.GPUMilli, q.GPUMilli)
 	}
+	// The gangs' window, from the first one's arrival to the last one's:
+	// GPU allocation while they arrive is measured over it.
+	winFrom, winTo := int64(math.MaxInt64), int64(math.MinInt64)
+	for g, r := range gangs {
+		if r.size < 2 {
+			delete(gangs, g) // a lone pod is inside one domain of every level
+			continue
+		}
+		winFrom, winTo = min(winFrom, r.created), max(winTo, r.created)
+	}
+	var winArea float64
 	slices.SortStableFunc(pods, func(a, b *simPod) int { return cmp.Compare(a.tp.CreatedAt, b.tp.CreatedAt) })
 	capMilli := tr.GPUCapacityMilli()
 	snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts}
+	var tas *kueueTAS
+	if topoPolicy == TopologyKueueTAS {
+		// The baseline pins pods to nodes with a node selector on
+		// kubernetes.io/hostname, as Kueue does: the nodes carry it as a
+		// label in this mode.
+		tas = &kueueTAS{topo: map[string]*model.GangTopology{}, orig: make(map[string]model.Request, len(pods))}
+		for g, r := range gangs {
+			tas.topo[g] = r.topo
+		}
+		for _, p := range pods {
+			tas.orig[p.tp.Name] = p.tp.Request
+		}
+		snap.Nodes = slices.Clone(tr.Nodes)
+		for i := range snap.Nodes {
+			n := &snap.Nodes[i]
+			l := make(map[string]string, len(n.Labels)+1)
+			for k, v := range n.Labels {
+				l[k] = v
+			}
+			l[hostnameLabel] = n.Name
+			n.Labels = l
+		}
+	}
 	res := &Result{Mode: string(ModeEvent), Policy: cfg.Policy, Seed: cfg.Seed, Pods: len(pods), Event: &EventStats{}}
+	if len(gangs) > 0 || cfg.Topology != "" {
+		res.TopologyPolicy = string(topoPolicy)
+	}
 	ev := res.Event
 	preempted := map[string]int{}
 	queueOf := func(p *simPod) string {
@@ -131,15 +192,23 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 				if !ok {
 					k = len(snap.Pending)
 					at[p.group] = k
-					snap.Pending = append(snap.Pending, model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority,
-						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt})
+					pg := model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority,
+						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt}
+					if topoPolicy == TopologyAware {
+						pg.Topology = p.tp.Topology
+					}
+					snap.Pending = append(snap.Pending, pg)
 				}
-				snap.Pending[k].Pods = append(snap.Pending[k].Pods, model.Pod{Name: p.tp.Name, Request: p.tp.Request})
+				snap.Pending[k].Pods = append(snap.Pending[k].Pods, model.Pod{Name: p.tp.Name, Request: p.tp.Request, Slice: p.tp.Slice})
 				next++
 			}
 		}
 		snap.Now = now
 		ev.LayoutsApplied += model.CompleteLayouts(&snap, now-cfg.LayoutDelay)
+		var held []model.PodGroup
+		if tas != nil {
+			held = tas.admit(&snap)
+		}
 		d, err := s.Cycle(&snap)
 		if err != nil {
 			return nil, fmt.Errorf("event run %s at t=%d: %w", tr.Source, now, err)
@@ -178,10 +247,17 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			for _, sh := range b.GPUs {
 				allocMilli += sh.Milli
 			}
+			if r := gangs[p.group]; r != nil {
+				r.nodeOf[b.Pod] = b.NodeIndex
+				if r.started < 0 {
+					r.started = now
+				}
+			}
 		}
 		if err := model.Apply(&snap, &d, now); err != nil {
 			return nil, fmt.Errorf("event run %s at t=%d: %w", tr.Source, now, err)
 		}
+		snap.Pending = append(snap.Pending, held...)
 		ev.LayoutsProposed += len(d.Layouts)
 		// Advance the clock to the next event, at least one interval on.
 		nextT := layoutWake(&snap, cfg, now)
@@ -204,6 +280,9 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		nextT = max(nextT, now+interval)
 		dt := float64(nextT - now)
 		utilArea += dt * ratio(allocMilli, capMilli)
+		if lo, hi := max(now, winFrom), min(nextT, winTo); hi > lo {
+			winArea += float64(hi-lo) * ratio(allocMilli, capMilli)
+		}
 		for a := range snap.AllRunning() {
 			for _, sh := range a.GPUs {
 				usage[queueOf(byName[a.Pod])] += dt * float64(sh.Milli)
@@ -224,6 +303,12 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	ev.MeanUtilization = utilArea / span
 	res.MilliGPUAllocationRatio = ratio(allocMilli, capMilli)
 	fillQueueStats(tr, pods, preempted, usage, res)
+	if len(gangs) > 0 {
+		res.Topology = topologyStats(topoPolicy, tr.Nodes, gangs)
+		if winTo > winFrom {
+			res.Topology.GPUAllocation = winArea / float64(winTo-winFrom)
+		}
+	}
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
 }

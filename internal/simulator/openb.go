@@ -154,7 +154,50 @@ func (t *table) int(col string, optional bool) (int64, error) {
 	return v, nil
 }
 
-// ParseOpenBNodes reads the node list (sn,cpu_milli,memory_mib,gpu,model).
+// openBLevels are the topology columns a node list may add, widest first,
+// and the node label each stands for; a pod list's required_topology and
+// preferred_topology name one of them (or hostname).
+var openBLevels = []struct{ column, label string }{
+	{"block", BlockLabel},
+	{"rack", RackLabel},
+	{"clique", CliqueLabel},
+	{"hostname", hostnameLabel},
+}
+
+// openBTopology is the gang topology of the openb columns: every level,
+// with required and preferred named by column.
+func openBTopology(required, preferred string) (*model.GangTopology, error) {
+	t := &model.GangTopology{Name: "openb"}
+	for _, l := range openBLevels {
+		t.Levels = append(t.Levels, l.label)
+	}
+	label := func(col, v string) (string, error) {
+		if v == "" {
+			return "", nil
+		}
+		for _, l := range openBLevels {
+			if l.column == v {
+				return l.label, nil
+			}
+		}
+		return "", fmt.Errorf("column %s: %q is not a level (block, rack, clique or hostname)", col, v)
+	}
+	var err error
+	if t.Required, err = label("required_topology", required); err != nil {
+		return nil, err
+	}
+	if t.Preferred, err = label("preferred_topology", preferred); err != nil {
+		return nil, err
+	}
+	if t.Required == "" && t.Preferred == "" {
+		return nil, nil
+	}
+	return t, t.Check("topology")
+}
+
+// ParseOpenBNodes reads the node list (sn,cpu_milli,memory_mib,gpu,model),
+// and the node's network domains from the optional columns block, rack
+// and clique (its NVLink domain).
 func ParseOpenBNodes(file string, r io.Reader) ([]model.Node, error) {
 	t, err := newTable(file, r, "sn", "cpu_milli", "memory_mib", "gpu", "model")
 	if err != nil {
@@ -188,7 +231,18 @@ func ParseOpenBNodes(file string, r io.Reader) ([]model.Node, error) {
 		if len(nodes) == MaxTraceNodes {
 			return nil, &RowError{File: t.file, Line: t.line, Err: fmt.Errorf("more than %d nodes", MaxTraceNodes)}
 		}
-		nd := model.Node{Name: t.str("sn"), MilliCPU: cpu, MemoryMiB: mem}
+		nd := model.Node{Name: t.str("sn"), MilliCPU: cpu, MemoryMiB: mem, Domains: map[string]string{hostnameLabel: t.str("sn")}}
+		for _, l := range openBLevels[:3] {
+			v := t.str(l.column)
+			if v == "" {
+				continue
+			}
+			if len(v) > maxDomainValue {
+				_, c := t.r.FieldPos(t.cols[l.column])
+				return nil, &RowError{File: t.file, Line: t.line, Column: c, Field: l.column, Err: fmt.Errorf("a domain name of at most %d characters, got %d", maxDomainValue, len(v))}
+			}
+			nd.Domains[l.label] = v
+		}
 		m := t.str("model")
 		for g := range int(n) {
 			nd.GPUs = append(nd.GPUs, model.GPU{Index: g, Model: m, Milli: model.MilliPerGPU})
@@ -199,12 +253,17 @@ func ParseOpenBNodes(file string, r io.Reader) ([]model.Node, error) {
 
 // ParseOpenBPods reads a pod list (name,cpu_milli,memory_mib,num_gpu,
 // gpu_milli[,gpu_spec,qos,pod_phase,creation_time,deletion_time,...]).
+// Optional columns make gangs placed by the network: pod_group (the
+// gang's name), min_member (its size; 0 or empty: all its pods),
+// required_topology and preferred_topology (a level of the node list's:
+// block, rack, clique or hostname), the same on every pod of a group.
 func ParseOpenBPods(file string, r io.Reader) ([]TracePod, error) {
 	t, err := newTable(file, r, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 	if err != nil {
 		return nil, err
 	}
 	var pods []TracePod
+	groups := map[string]TracePod{}
 	for {
 		ok, err := t.next()
 		if err != nil {
@@ -232,8 +291,36 @@ func ParseOpenBPods(file string, r io.Reader) ([]TracePod, error) {
 		if spec := t.str("gpu_spec"); spec != "" {
 			req.GPUModels = strings.Split(spec, "|")
 		}
-		pods = append(pods, TracePod{Name: t.str("name"), Request: req, CreatedAt: v[4], DeletedAt: v[5]})
+		tp := TracePod{Name: t.str("name"), Request: req, CreatedAt: v[4], DeletedAt: v[5], Group: t.str("pod_group")}
+		mm, err := t.int("min_member", true)
+		if err != nil {
+			return nil, err
+		}
+		if mm > MaxTracePods {
+			_, c := t.r.FieldPos(t.cols["min_member"])
+			return nil, &RowError{File: t.file, Line: t.line, Column: c, Field: "min_member", Err: fmt.Errorf("at most %d, got %d", MaxTracePods, mm)}
+		}
+		tp.MinMember = int(mm)
+		if tp.Topology, err = openBTopology(t.str("required_topology"), t.str("preferred_topology")); err != nil {
+			return nil, &RowError{File: t.file, Line: t.line, Err: err}
+		}
+		if tp.Group == "" && (tp.Topology != nil || tp.MinMember > 0) {
+			return nil, &RowError{File: t.file, Line: t.line, Field: "pod_group", Err: errors.New("min_member and a topology need the pod's group")}
+		}
+		if prev, ok := groups[tp.Group]; ok && (prev.MinMember != tp.MinMember || !sameTopology(prev.Topology, tp.Topology)) {
+			return nil, &RowError{File: t.file, Line: t.line, Field: "pod_group", Err: fmt.Errorf("group %q: min_member and topology differ from its first pod's", tp.Group)}
+		} else if !ok && tp.Group != "" {
+			groups[tp.Group] = tp
+		}
+		pods = append(pods, tp)
 	}
 	sortByCreation(pods)
 	return pods, nil
+}
+
+func sameTopology(a, b *model.GangTopology) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Required == b.Required && a.Preferred == b.Preferred
 }

@@ -66,6 +66,10 @@ type Result struct {
 	WallSeconds             float64     `json:"wallSeconds"`
 	Curve                   []Point     `json:"curve,omitempty"`
 	Event                   *EventStats `json:"event,omitempty"`
+	// TopologyPolicy is who placed gangs by the network (event mode), and
+	// Topology where the gangs with a topology landed.
+	TopologyPolicy string         `json:"topologyPolicy,omitempty"`
+	Topology       *TopologyStats `json:"topology,omitempty"`
 }
 
 // RunPacking runs the FGD paper's experiment: the (tuned) pods arrive in

@@ -178,3 +178,28 @@ func WriteUtilizationCSV(w io.Writer, results []*Result) error {
 	}
 	return nil
 }
+
+// WriteTopologyCSV writes, one row per event run with gangs placed by the
+// network, where they landed (TopologyStats).
+func WriteTopologyCSV(w io.Writer, results []*Result) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"policy", "topologyPolicy", "seed", "gangs", "started", "requiredLevel", "requiredGangs", "requiredInOne",
+		"preferredLevel", "preferredGangs", "preferredInOne", "preferredCanFit", "preferredCanFitInOne", "preferredMeanDomains",
+		"preferredMaxDomains", "meanUtilization", "gangWindowGpuAllocation", "gangWaitMean", "gangWaitP50", "gangWaitP90"})
+	for _, r := range results {
+		s := r.Topology
+		if s == nil || r.Event == nil {
+			continue
+		}
+		_ = cw.Write([]string{r.Policy, r.TopologyPolicy, strconv.FormatUint(r.Seed, 10), strconv.Itoa(s.Gangs), strconv.Itoa(s.Started),
+			s.Required.Level, strconv.Itoa(s.Required.Gangs), strconv.Itoa(s.Required.InOne),
+			s.Preferred.Level, strconv.Itoa(s.Preferred.Gangs), strconv.Itoa(s.Preferred.InOne), strconv.Itoa(s.Preferred.CanFit),
+			strconv.Itoa(s.Preferred.CanFitInOne), f6(s.Preferred.MeanDomains), strconv.Itoa(s.Preferred.MaxDomains),
+			f6(r.Event.MeanUtilization), f6(s.GPUAllocation), f6(s.WaitMean), f6(s.WaitP50), f6(s.WaitP90)})
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("writing topology csv: %w", err)
+	}
+	return nil
+}

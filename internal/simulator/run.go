@@ -30,6 +30,10 @@ type Spec struct {
 	// Layouts and LayoutDelay: see EventConfig (event mode).
 	Layouts     model.LayoutPolicy
 	LayoutDelay int64
+	// TopologyPolicies are the topology policies every event-mode run is
+	// repeated with (none: TopologyAware only, unreported when the trace
+	// has no gang with a topology).
+	TopologyPolicies []TopologyPolicy
 	// Parallel is how many runs execute at once (at least 1).
 	Parallel int
 	// Progress, if set, is called (from any goroutine, serialised) with
@@ -38,11 +42,18 @@ type Spec struct {
 	Progress func(done, total int, frac float64)
 }
 
-// RunAll runs every (policy, seed) of spec on tr and returns the results
-// in policy-major, seed-minor order.
+// RunAll runs every (policy, topology policy, seed) of spec on tr and
+// returns the results in that order, policy-major and seed-minor.
 func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
-	type job struct{ i, p, s int }
-	n := len(spec.Policies) * len(spec.Seeds)
+	type job struct {
+		i, p, s int
+		topo    TopologyPolicy
+	}
+	topos := spec.TopologyPolicies
+	if len(topos) == 0 {
+		topos = []TopologyPolicy{""}
+	}
+	n := len(spec.Policies) * len(topos) * len(spec.Seeds)
 	results := make([]*Result, n)
 	errs := make([]error, n)
 	jobs := make(chan job)
@@ -76,7 +87,7 @@ func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
 				var err error
 				switch spec.Mode {
 				case ModeEvent:
-					r, err = RunEvent(ctx, tr, EventConfig{Policy: pol, Seed: seed, Popularity: spec.Popularity, Layouts: spec.Layouts, LayoutDelay: spec.LayoutDelay,
+					r, err = RunEvent(ctx, tr, EventConfig{Policy: pol, Seed: seed, Popularity: spec.Popularity, Layouts: spec.Layouts, LayoutDelay: spec.LayoutDelay, Topology: j.topo,
 						Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
 				default:
 					r, err = RunPacking(ctx, tr, PackingConfig{Policy: pol, Seed: seed, Tune: spec.Tune, TunedLast: spec.TunedLast, KeepNodeOrder: spec.KeepNodeOrder,
@@ -84,6 +95,9 @@ func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
 				}
 				if err != nil {
 					err = fmt.Errorf("policy %s seed %d: %w", pol, seed, err)
+					if j.topo != "" {
+						err = fmt.Errorf("topology %s: %w", j.topo, err)
+					}
 				}
 				results[j.i], errs[j.i] = r, err
 				report(j.i, 1)
@@ -92,9 +106,11 @@ func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
 	}
 	i := 0
 	for p := range spec.Policies {
-		for s := range spec.Seeds {
-			jobs <- job{i, p, s}
-			i++
+		for _, t := range topos {
+			for s := range spec.Seeds {
+				jobs <- job{i, p, s, t}
+				i++
+			}
 		}
 	}
 	close(jobs)

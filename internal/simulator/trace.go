@@ -62,6 +62,11 @@ type TracePod struct {
 	// MinMember is the gang size of Group (0: every pod of the group).
 	MinMember int
 	Priority  int32
+	// Topology places the pod's gang by the network (the same value on
+	// every pod of a group; nil: anywhere); Slice names the pod's
+	// sub-group for a topology that places slices by sub-group.
+	Topology *model.GangTopology
+	Slice    string
 }
 
 // RunTime is how long the pod runs once started; 0 means forever.

@@ -47,6 +47,21 @@ import (
 //	- {name: n, milliCPU: 64000, memoryMiB: 262144, gpus: 8, allocatable: {pods: 110, rdma/hca: 4}}
 //	pods:
 //	- {name: web, count: 2, milliCPU: 100, scalars: {rdma/hca: 1}, hostPorts: [{port: 7777}]}
+//
+// Topology: a node's domains are its network labels (its block, rack,
+// NVLink domain), and a gang's topology places it by them
+// (model.GangTopology: levels widest first, a required and a preferred
+// level, slices of sliceSize pods, or of slicePods pods named in order
+// when sliceSize is 0):
+//
+//	nodes:
+//	- {name: r1, count: 8, gpus: 8, domains: {gpuplane.io/block: b1, gpuplane.io/rack: r1}}
+//	pods:
+//	- name: train
+//	  count: 4
+//	  minMember: 4
+//	  gpus: 8
+//	  topology: {levels: [gpuplane.io/block, gpuplane.io/rack, kubernetes.io/hostname], preferred: gpuplane.io/rack}
 type YAMLTrace struct {
 	Nodes  []YAMLNode    `json:"nodes"`
 	Queues []model.Queue `json:"queues,omitempty"`
@@ -75,6 +90,10 @@ type YAMLNode struct {
 	// Allocatable is the nodes' model.Node.Allocatable; unset, they
 	// count none of it.
 	Allocatable map[string]int64 `json:"allocatable,omitempty"`
+	// Domains are the nodes' topology labels (model.Node.Domains), for
+	// example their block, rack and NVLink domain; every node has its
+	// name as kubernetes.io/hostname besides.
+	Domains map[string]string `json:"domains,omitempty"`
 }
 
 // YAMLPod describes count pods of one shape.
@@ -113,6 +132,12 @@ type YAMLPod struct {
 	// HostPorts.
 	Scalars   map[string]int64 `json:"scalars,omitempty"`
 	HostPorts []model.HostPort `json:"hostPorts,omitempty"`
+	// Topology places the gang (count pods with minMember) by the
+	// network; SlicePods, with a topology whose sliceRequired is set and
+	// sliceSize 0, names the pods' sub-groups: pods 0..SlicePods-1 are
+	// slice s0, the next SlicePods s1, and so on (model.Pod.Slice).
+	Topology  *model.GangTopology `json:"topology,omitempty"`
+	SlicePods int                 `json:"slicePods,omitempty"`
 }
 
 // hostnameLabel is the topology key of a node's own domain.
@@ -150,6 +175,9 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		if err := model.ValidateResources(fmt.Sprintf("nodes[%d].allocatable", i), n.Allocatable); err != nil {
 			return nil, fmt.Errorf("trace %s: %w", name, err)
 		}
+		if err := checkDomains(fmt.Sprintf("nodes[%d].domains", i), n.Domains); err != nil {
+			return nil, fmt.Errorf("trace %s: %w", name, err)
+		}
 		count := max(n.Count, 1)
 		if count > MaxTraceNodes-len(tr.Nodes) {
 			return nil, fmt.Errorf("trace %s: nodes[%d].count: the trace would have more than %d nodes", name, i, MaxTraceNodes)
@@ -162,7 +190,11 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 			if count > 1 {
 				nd.Name = fmt.Sprintf("%s-%d", n.Name, k)
 			}
-			nd.Domains = map[string]string{hostnameLabel: nd.Name}
+			nd.Domains = make(map[string]string, len(n.Domains)+1)
+			for k, v := range n.Domains {
+				nd.Domains[k] = v
+			}
+			nd.Domains[hostnameLabel] = nd.Name
 			for g := range n.GPUs {
 				nd.GPUs = append(nd.GPUs, model.GPU{Index: g, Model: n.GPUModel, MemoryMiB: n.GPUMemoryMiB, MIGSlices: n.MIGSlices, NUMANode: g * 2 / max(n.GPUs, 1),
 					ClaimOnly: n.DRA})
@@ -231,13 +263,19 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		if count > MaxTracePods-len(tr.Pods) {
 			return nil, fmt.Errorf("trace %s: pods[%d].count: the trace would have more than %d pods", name, i, MaxTracePods)
 		}
+		if err := checkPodTopology(fmt.Sprintf("pods[%d]", i), p); err != nil {
+			return nil, fmt.Errorf("trace %s: %w", name, err)
+		}
 		for k := range count {
-			tp := TracePod{Name: p.Name, Request: req, CreatedAt: p.CreatedAt, Duration: p.Duration, Queue: p.Queue, Priority: p.Priority}
+			tp := TracePod{Name: p.Name, Request: req, CreatedAt: p.CreatedAt, Duration: p.Duration, Queue: p.Queue, Priority: p.Priority, Topology: p.Topology}
 			if count > 1 {
 				tp.Name = fmt.Sprintf("%s-%d", p.Name, k)
 			}
 			if p.MinMember > 0 {
 				tp.Group, tp.MinMember = p.Name, p.MinMember
+			}
+			if p.SlicePods > 0 {
+				tp.Slice = fmt.Sprintf("s%d", k/p.SlicePods)
 			}
 			tr.Pods = append(tr.Pods, tp)
 		}
@@ -245,6 +283,33 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 	sortByCreation(tr.Pods)
 	addDeviceSets(tr)
 	return tr, nil
+}
+
+// checkPodTopology reports what of p's topology means nothing: a
+// topology that fails model.GangTopology.Check, one on pods that are no
+// gang, or slicePods without a topology that places slices by sub-group.
+func checkPodTopology(field string, p YAMLPod) error {
+	switch t := p.Topology; {
+	case t == nil:
+		if p.SlicePods != 0 {
+			return fmt.Errorf("%s.slicePods: needs a topology with sliceRequired", field)
+		}
+		return nil
+	case p.MinMember == 0:
+		return fmt.Errorf("%s.topology: places a gang: set minMember", field)
+	case p.SlicePods < 0:
+		return fmt.Errorf("%s.slicePods: must be at least 0, got %d", field, p.SlicePods)
+	case p.SlicePods > 0 && (t.SliceRequired == "" || t.SliceSize != 0):
+		return fmt.Errorf("%s.slicePods: names sub-groups for a topology with sliceRequired and sliceSize 0", field)
+	case p.SlicePods == 0 && t.SliceRequired != "" && t.SliceSize == 0:
+		return fmt.Errorf("%s.topology.sliceRequired: set sliceSize or slicePods to say what a slice is", field)
+	}
+	for k, l := range p.Topology.Levels {
+		if len(l) > maxDomainKey {
+			return fmt.Errorf("%s.topology.levels[%d]: a label key of at most %d characters, got %d", field, k, maxDomainKey, len(l))
+		}
+	}
+	return p.Topology.Check(field + ".topology")
 }
 
 // claimSet names the device set of a claim for GPUs of the given models

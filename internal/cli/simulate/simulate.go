@@ -25,6 +25,13 @@ type options struct {
 	tune, popularity                                        float64
 	tunedLast, keepNodeOrder                                bool
 	parallel, replicas                                      int
+	// Topology: the nodes' layout, a generated training workload and
+	// who places gangs by the network.
+	layout, trainingSizes, topologyPolicies string
+	training                                int
+	trainingRequired, trainingLoad          float64
+	trainingSeed                            uint64
+	trainingStart                           int64
 	// MIG layouts that follow demand, in trace seconds.
 	migMinWait, migDwell, migTimeout, migDelay int64
 	migMaxPerNode                              int
@@ -50,9 +57,24 @@ failed pods and fragmentation, at the end and as demand arrives.
 
 --mode event replays arrivals and departures through full scheduling cycles
 (queues, gangs, preemption) and reports queueing delay, completion time,
-utilization and fairness.`,
+utilization and fairness.
+
+Topology. --layout nodes-per-rack=N,racks-per-block=M lays the trace's
+nodes out in racks and blocks (labels gpuplane.io/rack and gpuplane.io/block;
+alike machines share racks). --training JOBS adds a multi-node training
+workload: job sizes from --training-sizes (default Philly's, as Gavel draws
+it), one pod per node of the trace's most common largest machine, gangs
+that prefer a rack (--training-required of them require one). In event
+mode --topology-policy runs each policy with gangs placed by gpuplane's
+core (aware), with their topology stripped (blind), and by a baseline
+outside the core that follows Kueue's Topology Aware Scheduling
+(kueue-tas), and reports per run the share of gangs inside one domain of
+their required and preferred level, domains spanned, GPU allocation and
+gang wait.`,
 		Example: `  gpuplane simulate --trace ../shared/traces/openb --variant default --policy fgd,bestfit,gpuplane --seeds 1-10 --out results/
-  gpuplane simulate --trace cluster.yaml --mode event -o json`,
+  gpuplane simulate --trace cluster.yaml --mode event -o json
+  gpuplane simulate --trace ../shared/traces/openb --mode event --layout nodes-per-rack=8,racks-per-block=8 \
+    --training 600 --topology-policy aware,blind,kueue-tas`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd, o) },
 	}
@@ -73,6 +95,14 @@ utilization and fairness.`,
 	f.Int64Var(&o.migTimeout, "mig-proposal-timeout", 120, "event mode: seconds an unapplied proposal holds its node")
 	f.IntVar(&o.migMaxPerNode, "mig-max-proposals-per-node", 1, "event mode: GPUs of one node proposed for per cycle")
 	f.Int64Var(&o.migDelay, "mig-layout-delay", 5, "event mode: seconds a node takes to re-partition a GPU once proposed")
+	f.StringVar(&o.layout, "layout", "", "lay the nodes out in racks and blocks: nodes-per-rack=N[,racks-per-block=M] (labels gpuplane.io/rack, gpuplane.io/block; alike machines share racks)")
+	f.IntVar(&o.training, "training", 0, "add this many multi-node training jobs: one pod per node of the trace's most common largest machine, gangs placed by rack (needs racks: --layout or the trace's own)")
+	f.StringVar(&o.trainingSizes, "training-sizes", "1:70,2:10,4:15,8:5", "training job sizes in pods (nodes) as PODS:WEIGHT,...; the default is Philly's job-size histogram as Gavel draws it")
+	f.Float64Var(&o.trainingRequired, "training-required", 0.2, "share of training gangs that one rack can hold that require a rack; the others prefer one")
+	f.Float64Var(&o.trainingLoad, "training-load", 0.8, "training jobs' offered load: their GPU-time over the GPU capacity of the machines they use, over their arrival span")
+	f.Int64Var(&o.trainingStart, "training-start", -1, "trace second the training jobs start arriving at (-1: the trace's first arrival)")
+	f.Uint64Var(&o.trainingSeed, "training-seed", 1, "seed of the generated training jobs (the same trace for every run)")
+	f.StringVar(&o.topologyPolicies, "topology-policy", string(simulator.TopologyAware), "event mode: who places gangs by the network, comma-separated: "+strings.Join(simulator.TopologyPolicyNames(), ", ")+" (kueue-tas is a baseline outside gpuplane's core following Kueue's Topology Aware Scheduling)")
 	f.IntVar(&o.parallel, "parallel", min(2, runtime.NumCPU()), "runs to execute at once")
 	f.StringVar(&o.out, "out", "", "directory for results.csv, curve.csv and plot.svg")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json (one object per policy and seed)")
@@ -177,6 +207,34 @@ func run(cmd *cobra.Command, o *options) error {
 	if err != nil {
 		return cliutil.Usagef("--mix: %v", err)
 	}
+	layout, err := simulator.ParseLayout(o.layout)
+	if err != nil {
+		return cliutil.Usagef("--layout: %v", err)
+	}
+	topoPolicies, err := simulator.ParseTopologyPolicies(o.topologyPolicies)
+	if err != nil {
+		return cliutil.Usagef("--topology-policy: %v", err)
+	}
+	if mode != simulator.ModeEvent && (len(topoPolicies) > 1 || topoPolicies[0] != simulator.TopologyAware) {
+		return cliutil.Usagef("--topology-policy: gangs are placed by the network in --mode event only")
+	}
+	var training simulator.TrainingSpec
+	if o.training != 0 {
+		sizes, err := simulator.ParseSizes(o.trainingSizes)
+		if err != nil {
+			return cliutil.Usagef("--training-sizes: %v", err)
+		}
+		training = simulator.TrainingSpec{Jobs: o.training, Sizes: sizes, RequiredShare: o.trainingRequired, Load: o.trainingLoad, Seed: o.trainingSeed, Start: o.trainingStart}
+		if o.training < 0 {
+			return cliutil.Usagef("--training must be >= 0, got %d", o.training)
+		}
+		if o.trainingRequired < 0 || o.trainingRequired > 1 {
+			return cliutil.Usagef("--training-required must be in [0,1], got %g", o.trainingRequired)
+		}
+		if !(o.trainingLoad > 0) || o.trainingLoad > 100 {
+			return cliutil.Usagef("--training-load must be in (0,100], got %g", o.trainingLoad)
+		}
+	}
 	tr, err := readTrace(o.trace, o.variant)
 	if err != nil {
 		return err
@@ -186,11 +244,20 @@ func run(cmd *cobra.Command, o *options) error {
 		tr.Source += " (" + mix.String() + ")"
 	}
 	tr.ShareAsReplicas(o.replicas)
+	layout.Apply(tr)
+	if training.Jobs > 0 {
+		if _, err := simulator.AddTraining(tr, training); err != nil {
+			return err
+		}
+	}
+	if mode != simulator.ModeEvent {
+		topoPolicies = nil
+	}
 	stderr := cmd.ErrOrStderr()
 	prog := newProgress(stderr, tr.Source)
 	results, err := simulator.RunAll(cmd.Context(), tr, simulator.Spec{
 		Mode: mode, Policies: policies, Seeds: seeds, Tune: o.tune, TunedLast: o.tunedLast, KeepNodeOrder: o.keepNodeOrder,
-		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update,
+		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update, TopologyPolicies: topoPolicies,
 		Layouts:     model.LayoutPolicy{MinWait: o.migMinWait, Dwell: o.migDwell, Timeout: o.migTimeout, MaxPerNode: o.migMaxPerNode},
 		LayoutDelay: o.migDelay,
 	})
@@ -261,6 +328,9 @@ func writeOut(dir string, mode simulator.Mode, title string, results []*simulato
 		if err := write("queues.csv", func(w io.Writer) error { return simulator.WriteEventCSV(w, results) }); err != nil {
 			return err
 		}
+		if err := write("topology.csv", func(w io.Writer) error { return simulator.WriteTopologyCSV(w, results) }); err != nil {
+			return err
+		}
 		return write("utilization.csv", func(w io.Writer) error { return simulator.WriteUtilizationCSV(w, results) })
 	}
 	if err := write("curve.csv", func(w io.Writer) error { return simulator.WriteCurveCSV(w, results) }); err != nil {
@@ -280,7 +350,7 @@ func printTable(w io.Writer, mode simulator.Mode, results []*simulator.Result) e
 				continue
 			}
 			for _, q := range r.Event.Queues {
-				fmt.Fprintf(t, "%s\t%d\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%d\n", r.Policy, r.Seed, q.Queue, q.Pods, q.Started,
+				fmt.Fprintf(t, "%s\t%d\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%d\n", label(r), r.Seed, q.Queue, q.Pods, q.Started,
 					q.WaitP50, q.WaitP90, q.JCTP50, q.JCTP90, q.Share, q.Entitlement, q.Preemptions)
 			}
 		}
@@ -292,16 +362,59 @@ func printTable(w io.Writer, mode simulator.Mode, results []*simulator.Result) e
 		fmt.Fprintln(t, "POLICY\tSEED\tPODS\tNEVER RAN\tMEAN UTIL\tPREEMPTIONS\tJAIN\tWALL")
 		for _, r := range results {
 			if r.Event != nil {
-				fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%.2f%%\t%d\t%.3f\t%.2fs\n", r.Policy, r.Seed, r.Pods, r.FailedPods,
+				fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%.2f%%\t%d\t%.3f\t%.2fs\n", label(r), r.Seed, r.Pods, r.FailedPods,
 					100*r.Event.MeanUtilization, r.Event.Preemptions, r.Event.JainFairness, r.WallSeconds)
 			}
 		}
-		return t.Flush()
+		if err := t.Flush(); err != nil {
+			return err
+		}
+		return printTopology(w, results)
 	}
 	fmt.Fprintln(t, "POLICY\tRUNS\tMILLI-GPU ALLOC (MEAN)\tMEDIAN\tGPUS IN USE\tFRAGMENTATION\tFAILED PODS\tWALL/RUN")
 	for _, s := range simulator.Summarize(results) {
 		fmt.Fprintf(t, "%s\t%d\t%.2f%%\t%.2f%%\t%.2f%%\t%.2f%%\t%.0f\t%.2fs\n", s.Policy, s.Runs, 100*s.MeanMilliGPUAllocationRatio,
 			100*s.MedianMilliGPUAllocationRatio, 100*s.MeanGPUAllocationRatio, 100*s.MeanFragmentation, s.MeanFailedPods, s.MeanWallSeconds)
+	}
+	return t.Flush()
+}
+
+// label names a run's policy and, when gangs were placed by the network,
+// its topology policy.
+func label(r *simulator.Result) string {
+	if r.TopologyPolicy == "" {
+		return r.Policy
+	}
+	return r.Policy + "/" + r.TopologyPolicy
+}
+
+// printTopology prints where the gangs placed by the network landed, one
+// row per run that had any.
+func printTopology(w io.Writer, results []*simulator.Result) error {
+	var rows []*simulator.Result
+	for _, r := range results {
+		if r.Topology != nil {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	t := cliutil.NewTable(w)
+	fmt.Fprintln(t, "POLICY/TOPOLOGY\tSEED\tGANGS\tSTARTED\tREQUIRED IN ONE\tPREFERRED IN ONE\tCAN FIT: IN ONE\tDOMAINS/GANG\tGPU ALLOC (GANGS' WINDOW)\tGANG WAIT P50\tP90")
+	share := func(s simulator.LevelStats, in, of int) string {
+		if of == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f%% (%d/%d %s)", 100*float64(in)/float64(of), in, of, s.Level)
+	}
+	for _, r := range rows {
+		s := r.Topology
+		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%.2f (max %d)\t%.2f%%\t%.0f\t%.0f\n", label(r), r.Seed, s.Gangs, s.Started,
+			share(s.Required, s.Required.InOne, s.Required.Gangs), share(s.Preferred, s.Preferred.InOne, s.Preferred.Gangs),
+			share(s.Preferred, s.Preferred.CanFitInOne, s.Preferred.CanFit), s.Preferred.MeanDomains, s.Preferred.MaxDomains,
+			100*s.GPUAllocation, s.WaitP50, s.WaitP90)
 	}
 	return t.Flush()
 }
