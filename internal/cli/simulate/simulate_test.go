@@ -119,10 +119,53 @@ func TestCommand(t *testing.T) {
 			}
 		}
 	})
+	t.Run("topology", func(t *testing.T) {
+		cluster := filepath.Join(dir, "cluster.yaml")
+		if err := os.WriteFile(cluster, []byte("nodes:\n- {name: n, count: 16, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100}\npods: []\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		outDir := filepath.Join(dir, "topo")
+		out, _, code := runCmd(t, "--trace", cluster, "--mode", "event", "--layout", "nodes-per-rack=4,racks-per-block=2",
+			"--training", "40", "--training-sizes", "2:1,4:1", "--topology-policy", "blind,kueue-tas", "--out", outDir, "-o", "json")
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("got %d json objects, want 2 (one per topology policy):\n%s", len(lines), out)
+		}
+		for i, want := range []string{"blind", "kueue-tas"} {
+			var r struct {
+				TopologyPolicy string `json:"topologyPolicy"`
+				Topology       *struct {
+					Gangs, Started int
+					Preferred      struct{ Level string }
+				} `json:"topology"`
+			}
+			if err := json.Unmarshal([]byte(lines[i]), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.TopologyPolicy != want || r.Topology == nil || r.Topology.Gangs != 40 || r.Topology.Preferred.Level != "gpuplane.io/rack" {
+				t.Fatalf("run %d: %s", i, lines[i])
+			}
+		}
+		if st, err := os.Stat(filepath.Join(outDir, "topology.csv")); err != nil || st.Size() == 0 {
+			t.Fatalf("topology.csv not written: %v", err)
+		}
+		table, _, code := runCmd(t, "--trace", cluster, "--mode", "event", "--layout", "nodes-per-rack=4", "--training", "10", "--topology-policy", "aware,kueue-tas")
+		if code != 0 || !strings.Contains(table, "PREFERRED IN ONE") || !strings.Contains(table, "fgd-packing/kueue-tas") {
+			t.Fatalf("exit %d, table:\n%s", code, table)
+		}
+	})
 	usage := []struct {
 		name string
 		args []string
 	}{
+		{"bad layout", []string{"--trace", path, "--layout", "racks=2"}},
+		{"bad topology policy", []string{"--trace", path, "--mode", "event", "--topology-policy", "kai"}},
+		{"topology policy in packing mode", []string{"--trace", path, "--topology-policy", "kueue-tas"}},
+		{"bad training sizes", []string{"--trace", path, "--training", "3", "--training-sizes", "0:1"}},
+		{"bad training load", []string{"--trace", path, "--training", "3", "--training-load", "0"}},
 		{"no trace", nil},
 		{"bad mode", []string{"--trace", path, "--mode", "x"}},
 		{"bad policy", []string{"--trace", path, "--policy", "nope"}},

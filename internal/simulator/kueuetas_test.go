@@ -1,0 +1,247 @@
+package simulator
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// tasNodes are nodes in blocks and racks, by name: block/rack.
+func tasNodes(layout map[string]string) []model.Node {
+	var nodes []model.Node
+	for _, name := range slices.Sorted(maps.Keys(layout)) {
+		n := gpuNode(name, "H100", 8)
+		if br := layout[name]; br != "" {
+			b, r, _ := strings.Cut(br, "/")
+			n.Domains[BlockLabel], n.Domains[RackLabel] = b, r
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
+// assigned counts kueueAssign's pods per node name.
+func assigned(nodes []model.Node, at []int) map[string]int {
+	if at == nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, i := range at {
+		out[nodes[i].Name]++
+	}
+	return out
+}
+
+func TestKueueAssign(t *testing.T) {
+	nodes := tasNodes(map[string]string{
+		"n0": "b1/r1", "n1": "b1/r1", "n2": "b1/r1", "n3": "b1/r1",
+		"n4": "b1/r2", "n5": "b1/r2",
+		"n6": "b2/r3",
+		"n7": "", // no labels: in no domain
+	})
+	counts := []int{3, 3, 2, 1, 4, 4, 8, 8}
+	levels := []string{BlockLabel, RackLabel, hostnameLabel}
+	tests := []struct {
+		name string
+		topo model.GangTopology
+		n    int
+		want map[string]int
+	}{
+		// Racks r2 and r3 hold 8 each, r1 9: BestFit takes the tightest,
+		// r2 before r3 by name.
+		{"preferred rack: the tightest rack that fits", model.GangTopology{Levels: levels, Preferred: RackLabel}, 7, map[string]int{"n4": 4, "n5": 3}},
+		// No rack holds 12: one level up, block b1 (17) does, and in it
+		// the fewest racks and nodes, largest first, the last one the
+		// smallest that holds what remains.
+		{"preferred rack falls back to the block", model.GangTopology{Levels: levels, Preferred: RackLabel}, 12, map[string]int{"n4": 4, "n5": 4, "n0": 3, "n3": 1}},
+		{"required rack: none holds 10", model.GangTopology{Levels: levels, Required: RackLabel}, 10, nil},
+		// Only block b1 holds 9, and in it rack r1 exactly.
+		{"required block", model.GangTopology{Levels: levels, Required: BlockLabel}, 9, map[string]int{"n0": 3, "n1": 3, "n2": 2, "n3": 1}},
+		{"preferred rack across blocks", model.GangTopology{Levels: levels, Preferred: RackLabel}, 20, map[string]int{"n6": 8, "n4": 4, "n5": 4, "n0": 3, "n3": 1}},
+		{"more than every labelled node holds", model.GangTopology{Levels: levels, Preferred: RackLabel}, 26, nil},
+		// The nodes are the last level all the same; in rack r2 both nodes
+		// hold 4, and the last of equals is the tightest.
+		{"levels without the node level", model.GangTopology{Levels: []string{BlockLabel, RackLabel}, Preferred: RackLabel}, 2, map[string]int{"n5": 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := assigned(nodes, kueueAssign(&tc.topo, nodes, counts, tc.n))
+			if !maps.Equal(got, tc.want) {
+				t.Fatalf("assignment = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("the KEP's example", func(t *testing.T) {
+		// A rack whose four nodes hold 3, 3, 2 and 1 pods, and seven pods:
+		// BestFit takes both 3s and then the node that holds exactly 1.
+		one := tasNodes(map[string]string{"a": "b/r", "b": "b/r", "c": "b/r", "d": "b/r"})
+		got := assigned(one, kueueAssign(&model.GangTopology{Levels: levels, Required: RackLabel}, one, []int{3, 3, 2, 1}, 7))
+		if want := map[string]int{"a": 3, "b": 3, "d": 1}; !maps.Equal(got, want) {
+			t.Fatalf("assignment = %v, want %v", got, want)
+		}
+	})
+}
+
+func TestPodsFit(t *testing.T) {
+	n := gpuNode("n", "H100", 8)
+	snap := &model.Snapshot{Nodes: []model.Node{n}, RunningByNode: [][]model.Allocation{{
+		{Pod: "half", Node: "n", Request: model.Request{MilliCPU: 16000, GPUMilli: 500}, GPUs: []model.GPUShare{{Index: 0, Milli: 500}}},
+		{Pod: "two", Node: "n", Request: model.Request{MilliCPU: 8000, GPUs: 2}, GPUs: []model.GPUShare{{Index: 1, Milli: 1000}, {Index: 2, Milli: 1000}}},
+	}}}
+	free := freeOf(snap)
+	tests := []struct {
+		name string
+		req  model.Request
+		want int
+	}{
+		// GPUs 3..7 are whole and free; GPU 0 is half taken.
+		{"whole GPUs", model.Request{GPUs: 2}, 2},
+		{"cpu bound", model.Request{MilliCPU: 20000, GPUs: 1}, 2},
+		{"shares", model.Request{GPUMilli: 500}, 11},
+		{"another model", model.Request{GPUs: 1, GPUModels: []string{"A100"}}, 0},
+		{"a selector the node fails", model.Request{GPUs: 1, NodeSelector: map[string]string{"x": "y"}}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := podsFit(&n, &free[0], &tc.req); got != tc.want {
+				t.Fatalf("podsFit = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	t.Run("take", func(t *testing.T) {
+		f := freeOf(snap)[0]
+		req := model.Request{MilliCPU: 1000, GPUs: 2}
+		f.take(&n, &req, 2)
+		if got := podsFit(&n, &f, &model.Request{GPUs: 1}); got != 1 {
+			t.Fatalf("after two 2-GPU pods, %d whole GPUs are free, want 1", got)
+		}
+		if f.cpu != 64000-24000-2000 {
+			t.Fatalf("cpu left = %d", f.cpu)
+		}
+	})
+}
+
+func TestTopologyStats(t *testing.T) {
+	nodes := tasNodes(map[string]string{"a0": "b1/r1", "a1": "b1/r1", "b0": "b1/r2", "b1": "b1/r2", "c0": ""})
+	idx := func(name string) int {
+		return slices.IndexFunc(nodes, func(n model.Node) bool { return n.Name == name })
+	}
+	pref := TrainingTopology(false)
+	req := TrainingTopology(true)
+	whole := model.Request{GPUs: 8, MilliCPU: 1000}
+	gang := func(topo *model.GangTopology, size int, created, started int64, on ...string) *gangRecord {
+		r := &gangRecord{topo: topo, shape: whole, size: size, created: created, started: started, nodeOf: map[string]int{}}
+		for k, n := range on {
+			r.nodeOf[string(rune('p'+k))] = idx(n)
+		}
+		return r
+	}
+	gangs := map[string]*gangRecord{
+		"in-rack":    gang(pref, 2, 0, 10, "a0", "a1"),
+		"split":      gang(pref, 2, 0, 30, "a0", "b0"),
+		"too-big":    gang(pref, 3, 0, 0, "a0", "a1", "b0"), // no rack holds 3 nodes
+		"unlabelled": gang(pref, 2, 0, 50, "a0", "c0"),      // c0 is in no rack
+		"required":   gang(req, 2, 100, 100, "b0", "b1"),    //
+		"waiting":    gang(pref, 2, 0, -1),                  // never started
+	}
+	st := topologyStats(TopologyBlind, nodes, gangs)
+	if st.Gangs != 6 || st.Started != 5 || st.Policy != "blind" {
+		t.Fatalf("gangs %d started %d policy %s", st.Gangs, st.Started, st.Policy)
+	}
+	p := st.Preferred
+	if p.Level != RackLabel || p.Gangs != 4 || p.InOne != 1 || p.CanFit != 3 || p.CanFitInOne != 1 || p.MaxDomains != 2 {
+		t.Fatalf("preferred = %+v", p)
+	}
+	if want := (1.0 + 2 + 2 + 2) / 4; p.MeanDomains != want {
+		t.Fatalf("mean domains = %g, want %g", p.MeanDomains, want)
+	}
+	if r := st.Required; r.Gangs != 1 || r.InOne != 1 || r.InOneShare != 1 {
+		t.Fatalf("required = %+v", r)
+	}
+	// Waits 10, 30, 0, 50, 0.
+	if st.WaitMean != 18 || st.WaitP50 != 10 || st.WaitP90 != 50 {
+		t.Fatalf("waits mean %g p50 %g p90 %g", st.WaitMean, st.WaitP50, st.WaitP90)
+	}
+}
+
+// rackTrace is two racks of four 8-GPU nodes, lone 8-GPU pods that take
+// five nodes for an hour, then gangs that prefer or require a rack.
+const rackTrace = `
+nodes:
+- {name: r1n, count: 4, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, domains: {gpuplane.io/block: b1, gpuplane.io/rack: r1}}
+- {name: r2n, count: 4, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, domains: {gpuplane.io/block: b1, gpuplane.io/rack: r2}}
+pods:
+- {name: lone, count: 5, gpus: 8, milliCPU: 1000, duration: 3600}
+- name: pref
+  count: 3
+  minMember: 3
+  gpus: 8
+  milliCPU: 1000
+  createdAt: 60
+  duration: 600
+  topology: {levels: [gpuplane.io/block, gpuplane.io/rack, kubernetes.io/hostname], preferred: gpuplane.io/rack}
+- name: req
+  count: 4
+  minMember: 4
+  gpus: 8
+  milliCPU: 1000
+  createdAt: 120
+  duration: 600
+  topology: {levels: [gpuplane.io/block, gpuplane.io/rack, kubernetes.io/hostname], required: gpuplane.io/rack}
+`
+
+func TestRunEventTopologyPolicies(t *testing.T) {
+	tr, err := ReadYAMLTrace("racks.yaml", strings.NewReader(rackTrace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pol := range []TopologyPolicy{TopologyAware, TopologyBlind, TopologyKueueTAS} {
+		t.Run(string(pol), func(t *testing.T) {
+			sawTopology, sawPinned := false, false
+			res, err := RunEvent(context.Background(), tr, EventConfig{Policy: "fgd-packing", Seed: 1, Topology: pol,
+				OnCycle: func(_ int64, snap *model.Snapshot, d *model.Decisions) {
+					for _, g := range snap.Pending {
+						sawTopology = sawTopology || g.Topology != nil
+						for _, p := range g.Pods {
+							if h := p.Request.NodeSelector[hostnameLabel]; h != "" {
+								sawPinned = true
+								if pol == TopologyKueueTAS && !slices.ContainsFunc(d.Binds, func(b model.Bind) bool { return b.Pod == p.Name && b.Node == h }) &&
+									slices.ContainsFunc(d.Binds, func(b model.Bind) bool { return b.Pod == p.Name }) {
+									t.Errorf("pod %s pinned to %s was bound elsewhere", p.Name, h)
+								}
+							}
+						}
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.TopologyPolicy != string(pol) || res.Topology == nil || res.Topology.Gangs != 2 {
+				t.Fatalf("result topology %q %+v", res.TopologyPolicy, res.Topology)
+			}
+			if sawTopology != (pol == TopologyAware) {
+				t.Fatalf("the core saw a gang's topology: %v; want it only when aware", sawTopology)
+			}
+			if sawPinned != (pol == TopologyKueueTAS) {
+				t.Fatalf("pods pinned to nodes: %v; want it only for the kueue-tas baseline", sawPinned)
+			}
+			st := res.Topology
+			if st.Started != 2 || res.FailedPods != 0 {
+				t.Fatalf("started %d gangs, %d pods never ran", st.Started, res.FailedPods)
+			}
+			if pol == TopologyKueueTAS {
+				// Three nodes are free at t=60, not all in one rack unless
+				// the lone pods left one: the baseline waits for a rack
+				// when required and keeps the preferred gang in one when
+				// it can.
+				if st.Required.InOne != 1 {
+					t.Fatalf("the baseline broke a required rack: %+v", st.Required)
+				}
+			}
+		})
+	}
+}
