@@ -242,8 +242,9 @@ func TestInvalidTopologyWaitsAlone(t *testing.T) {
 
 // TestPreemptionInsideOneDomain: a gang that requires a rack evicts only
 // inside the one rack it then takes, and binds there once its victims are
-// gone; a topology-blind preemption would have taken the cheapest victims
-// over both racks.
+// gone. A search over both racks would take the cheapest victim first,
+// in the rack that can never hold the gang, and run out of the budget of
+// two evictions before it freed a rack.
 func TestPreemptionInsideOneDomain(t *testing.T) {
 	nodes := schedtest.TopologyCluster(1, 1, 2, 2, 8)
 	// Rack r0: the cheapest victim (priority 1) and a node that cannot
@@ -252,7 +253,7 @@ func TestPreemptionInsideOneDomain(t *testing.T) {
 	keep.NonPreemptible = true
 	run := []model.Allocation{fullNode("cheap", &nodes[0], 1), keep, fullNode("v2", &nodes[2], 2), fullNode("v3", &nodes[3], 2)}
 	snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run...), Queues: []model.Queue{{Name: "a"}},
-		Budget: model.DisruptionBudget{MaxEvictions: -1},
+		Budget: model.DisruptionBudget{MaxEvictions: 2},
 		Pending: []model.PodGroup{schedtest.Group("g").Queue("a").Priority(10).Topology(required(schedtest.RackKey)).
 			Pods(2, schedtest.GPU(8, 1000)).Obj()}}
 	h, err := schedtest.NewHarness(snap, scheduler.Config{})
