@@ -52,6 +52,9 @@ type Scheduler struct {
 	epoch uint64
 	mark  []uint64
 	diff  []int
+	// topo holds the domains of each list of topology levels gangs named
+	// (topology.go), until the nodes change.
+	topo map[string]*topoIndex
 }
 
 // New returns a scheduler.
