@@ -235,8 +235,23 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 				}
 			}
 		}
+		var free []nodeFree // what nodes have left as the binds land, for gangs' fit at start
+		if len(gangs) > 0 && len(d.Binds) > 0 {
+			free = freeOf(&snap)
+		}
 		for _, b := range d.Binds {
 			p := byName[b.Pod]
+			if r := gangs[p.group]; r != nil && r.started < 0 && r.fitAtStart == nil {
+				r.fitAtStart = map[string]bool{}
+				for _, l := range []string{r.topo.Required, r.topo.Preferred} {
+					if depth := r.topo.Level(l); depth >= 0 {
+						r.fitAtStart[l] = fitsOneDomain(snap.Nodes, free, r.topo.Levels, depth, &r.shape, r.size)
+					}
+				}
+			}
+			if free != nil {
+				free[b.NodeIndex].take(&snap.Nodes[b.NodeIndex], &p.tp.Request, 1)
+			}
 			if p.started < 0 {
 				p.started = now
 			}

@@ -184,7 +184,7 @@ func WriteUtilizationCSV(w io.Writer, results []*Result) error {
 func WriteTopologyCSV(w io.Writer, results []*Result) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"policy", "topologyPolicy", "seed", "gangs", "started", "requiredLevel", "requiredGangs", "requiredInOne",
-		"preferredLevel", "preferredGangs", "preferredInOne", "preferredCanFit", "preferredCanFitInOne", "preferredMeanDomains",
+		"preferredLevel", "preferredGangs", "preferredInOne", "preferredCanFit", "preferredCanFitInOne", "preferredFitAtStart", "preferredFitAtStartInOne", "preferredMeanDomains",
 		"preferredMaxDomains", "meanUtilization", "gangWindowGpuAllocation", "gangWaitMean", "gangWaitP50", "gangWaitP90"})
 	for _, r := range results {
 		s := r.Topology
@@ -194,7 +194,7 @@ func WriteTopologyCSV(w io.Writer, results []*Result) error {
 		_ = cw.Write([]string{r.Policy, r.TopologyPolicy, strconv.FormatUint(r.Seed, 10), strconv.Itoa(s.Gangs), strconv.Itoa(s.Started),
 			s.Required.Level, strconv.Itoa(s.Required.Gangs), strconv.Itoa(s.Required.InOne),
 			s.Preferred.Level, strconv.Itoa(s.Preferred.Gangs), strconv.Itoa(s.Preferred.InOne), strconv.Itoa(s.Preferred.CanFit),
-			strconv.Itoa(s.Preferred.CanFitInOne), f6(s.Preferred.MeanDomains), strconv.Itoa(s.Preferred.MaxDomains),
+			strconv.Itoa(s.Preferred.CanFitInOne), strconv.Itoa(s.Preferred.FitAtStart), strconv.Itoa(s.Preferred.FitAtStartInOne), f6(s.Preferred.MeanDomains), strconv.Itoa(s.Preferred.MaxDomains),
 			f6(r.Event.MeanUtilization), f6(s.GPUAllocation), f6(s.WaitMean), f6(s.WaitP50), f6(s.WaitP90)})
 	}
 	cw.Flush()

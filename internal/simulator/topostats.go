@@ -54,6 +54,14 @@ type LevelStats struct {
 	CanFit      int     `json:"canFit"`
 	CanFitInOne int     `json:"canFitInOne"`
 	CanFitShare float64 `json:"canFitShare"`
+	// FitAtStart counts the gangs one domain of the level could hold,
+	// with what it had free, when they were placed (the pods placed
+	// before them in the same cycle counted); FitAtStartInOne of them got
+	// one, and FitAtStartShare is FitAtStartInOne/FitAtStart: of the
+	// gangs that could have had one domain, the share that did.
+	FitAtStart      int     `json:"fitAtStart"`
+	FitAtStartInOne int     `json:"fitAtStartInOne"`
+	FitAtStartShare float64 `json:"fitAtStartShare"`
 }
 
 // gangRecord is what a run learns of one gang with a topology.
@@ -65,6 +73,26 @@ type gangRecord struct {
 	started int64 // -1 before
 	// nodeOf is the node index each of its pods was last bound to.
 	nodeOf map[string]int
+	// fitAtStart says, for its required and preferred level, whether one
+	// domain of it could hold the gang when it was first placed.
+	fitAtStart map[string]bool
+}
+
+// fitsOneDomain reports whether one domain of levels[depth] holds size
+// pods of shape with what the nodes have free.
+func fitsOneDomain(nodes []model.Node, free []nodeFree, levels []string, depth int, shape *model.Request, size int) bool {
+	counts := make([]int, len(nodes))
+	all := make([]int, len(nodes))
+	for i := range nodes {
+		counts[i] = podsFit(&nodes[i], &free[i], shape)
+		all[i] = i
+	}
+	for _, d := range domainsAt(nodes, levels, depth, counts, all) {
+		if d.count >= size {
+			return true
+		}
+	}
+	return false
 }
 
 // spanned is how many domains of level (its id by the levels down to it)
@@ -105,19 +133,7 @@ func (c *fitCache) canFit(levels []string, depth int, shape *model.Request, size
 	if v, ok := c.memo[key]; ok {
 		return v
 	}
-	counts := make([]int, len(c.nodes))
-	all := make([]int, len(c.nodes))
-	for i := range c.nodes {
-		counts[i] = podsFit(&c.nodes[i], &c.empty[i], shape)
-		all[i] = i
-	}
-	fit := false
-	for _, d := range domainsAt(c.nodes, levels, depth, counts, all) {
-		if d.count >= size {
-			fit = true
-			break
-		}
-	}
+	fit := fitsOneDomain(c.nodes, c.empty, levels, depth, shape, size)
 	c.memo[key] = fit
 	return fit
 }
@@ -173,6 +189,12 @@ func topologyStats(policy TopologyPolicy, nodes []model.Node, gangs map[string]*
 					s.CanFitInOne++
 				}
 			}
+			if g.fitAtStart[lv.key] {
+				s.FitAtStart++
+				if d == 1 {
+					s.FitAtStartInOne++
+				}
+			}
 		}
 	}
 	for _, s := range []*LevelStats{&st.Required, &st.Preferred} {
@@ -182,6 +204,9 @@ func topologyStats(policy TopologyPolicy, nodes []model.Node, gangs map[string]*
 		}
 		if s.CanFit > 0 {
 			s.CanFitShare = float64(s.CanFitInOne) / float64(s.CanFit)
+		}
+		if s.FitAtStart > 0 {
+			s.FitAtStartShare = float64(s.FitAtStartInOne) / float64(s.FitAtStart)
 		}
 	}
 	for _, w := range waits {

@@ -402,7 +402,7 @@ func printTopology(w io.Writer, results []*simulator.Result) error {
 	}
 	fmt.Fprintln(w)
 	t := cliutil.NewTable(w)
-	fmt.Fprintln(t, "POLICY/TOPOLOGY\tSEED\tGANGS\tSTARTED\tREQUIRED IN ONE\tPREFERRED IN ONE\tCAN FIT: IN ONE\tDOMAINS/GANG\tGPU ALLOC (GANGS' WINDOW)\tGANG WAIT P50\tP90")
+	fmt.Fprintln(t, "POLICY/TOPOLOGY\tSEED\tGANGS\tSTARTED\tREQUIRED IN ONE\tPREFERRED IN ONE\tCAN FIT: IN ONE\tFIT AT START: IN ONE\tDOMAINS/GANG\tGPU ALLOC (GANGS' WINDOW)\tGANG WAIT P50\tP90")
 	share := func(s simulator.LevelStats, in, of int) string {
 		if of == 0 {
 			return "-"
@@ -411,9 +411,10 @@ func printTopology(w io.Writer, results []*simulator.Result) error {
 	}
 	for _, r := range rows {
 		s := r.Topology
-		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%.2f (max %d)\t%.2f%%\t%.0f\t%.0f\n", label(r), r.Seed, s.Gangs, s.Started,
+		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.2f (max %d)\t%.2f%%\t%.0f\t%.0f\n", label(r), r.Seed, s.Gangs, s.Started,
 			share(s.Required, s.Required.InOne, s.Required.Gangs), share(s.Preferred, s.Preferred.InOne, s.Preferred.Gangs),
-			share(s.Preferred, s.Preferred.CanFitInOne, s.Preferred.CanFit), s.Preferred.MeanDomains, s.Preferred.MaxDomains,
+			share(s.Preferred, s.Preferred.CanFitInOne, s.Preferred.CanFit), share(s.Preferred, s.Preferred.FitAtStartInOne, s.Preferred.FitAtStart),
+			s.Preferred.MeanDomains, s.Preferred.MaxDomains,
 			100*s.GPUAllocation, s.WaitP50, s.WaitP90)
 	}
 	return t.Flush()
