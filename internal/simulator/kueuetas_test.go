@@ -148,6 +148,10 @@ func TestTopologyStats(t *testing.T) {
 		"required":   gang(req, 2, 100, 100, "b0", "b1"),    //
 		"waiting":    gang(pref, 2, 0, -1),                  // never started
 	}
+	// Only "in-rack" and "split" had a rack with room when placed.
+	gangs["in-rack"].fitAtStart = map[string]bool{RackLabel: true}
+	gangs["split"].fitAtStart = map[string]bool{RackLabel: true}
+	gangs["unlabelled"].fitAtStart = map[string]bool{RackLabel: false}
 	st := topologyStats(TopologyBlind, nodes, gangs)
 	if st.Gangs != 6 || st.Started != 5 || st.Policy != "blind" {
 		t.Fatalf("gangs %d started %d policy %s", st.Gangs, st.Started, st.Policy)
@@ -155,6 +159,9 @@ func TestTopologyStats(t *testing.T) {
 	p := st.Preferred
 	if p.Level != RackLabel || p.Gangs != 4 || p.InOne != 1 || p.CanFit != 3 || p.CanFitInOne != 1 || p.MaxDomains != 2 {
 		t.Fatalf("preferred = %+v", p)
+	}
+	if p.FitAtStart != 2 || p.FitAtStartInOne != 1 || p.FitAtStartShare != 0.5 {
+		t.Fatalf("fit at start = %d, in one %d, share %g; want 2, 1, 0.5", p.FitAtStart, p.FitAtStartInOne, p.FitAtStartShare)
 	}
 	if want := (1.0 + 2 + 2 + 2) / 4; p.MeanDomains != want {
 		t.Fatalf("mean domains = %g, want %g", p.MeanDomains, want)
@@ -168,17 +175,43 @@ func TestTopologyStats(t *testing.T) {
 	}
 }
 
-// rackTrace is two racks of four 8-GPU nodes, lone 8-GPU pods that take
-// five nodes for an hour, then gangs that prefer or require a rack.
+func TestFitsOneDomain(t *testing.T) {
+	nodes := tasNodes(map[string]string{"a0": "b1/r1", "a1": "b1/r1", "b0": "b1/r2", "b1": "b1/r2"})
+	snap := &model.Snapshot{Nodes: nodes, RunningByNode: [][]model.Allocation{
+		{{Pod: "x", Node: "a0", Request: model.Request{GPUs: 1}, GPUs: []model.GPUShare{{Index: 0, Milli: 1000}}}}, nil,
+		{{Pod: "y", Node: "b0", Request: model.Request{GPUs: 1}, GPUs: []model.GPUShare{{Index: 3, Milli: 1000}}}}, nil,
+	}}
+	free := freeOf(snap)
+	levels := []string{BlockLabel, RackLabel, hostnameLabel}
+	whole := model.Request{GPUs: 8}
+	// One GPU taken in each rack: no rack holds two whole nodes, the
+	// block holds two.
+	if fitsOneDomain(nodes, free, levels, 1, &whole, 2) {
+		t.Fatal("a rack with a GPU taken on one of its two nodes holds two whole-node pods")
+	}
+	if !fitsOneDomain(nodes, free, levels, 0, &whole, 2) || !fitsOneDomain(nodes, free, levels, 1, &whole, 1) {
+		t.Fatal("the block holds two whole-node pods and a rack one")
+	}
+	seven := model.Request{GPUs: 7}
+	if !fitsOneDomain(nodes, free, levels, 1, &seven, 2) {
+		t.Fatal("a rack holds two 7-GPU pods")
+	}
+}
+
+// rackTrace is two racks of four 8-GPU nodes, two lone 8-GPU pods that
+// take two nodes of the first rack for an hour, then a gang of four that
+// prefers a rack (the second one is free) and one that requires a rack
+// (it waits for the first to empty): packing alone fills the first rack's
+// free nodes and splits both.
 const rackTrace = `
 nodes:
 - {name: r1n, count: 4, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, domains: {gpuplane.io/block: b1, gpuplane.io/rack: r1}}
 - {name: r2n, count: 4, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, domains: {gpuplane.io/block: b1, gpuplane.io/rack: r2}}
 pods:
-- {name: lone, count: 5, gpus: 8, milliCPU: 1000, duration: 3600}
+- {name: lone, count: 2, gpus: 8, milliCPU: 1000, duration: 3600}
 - name: pref
-  count: 3
-  minMember: 3
+  count: 4
+  minMember: 4
   gpus: 8
   milliCPU: 1000
   createdAt: 60
@@ -233,14 +266,15 @@ func TestRunEventTopologyPolicies(t *testing.T) {
 			if st.Started != 2 || res.FailedPods != 0 {
 				t.Fatalf("started %d gangs, %d pods never ran", st.Started, res.FailedPods)
 			}
-			if pol == TopologyKueueTAS {
-				// Three nodes are free at t=60, not all in one rack unless
-				// the lone pods left one: the baseline waits for a rack
-				// when required and keeps the preferred gang in one when
-				// it can.
-				if st.Required.InOne != 1 {
-					t.Fatalf("the baseline broke a required rack: %+v", st.Required)
-				}
+			if st.Preferred.FitAtStart != 1 || st.Required.FitAtStart != 1 {
+				t.Fatalf("a rack had room for each gang when it was placed; counted %+v %+v", st.Preferred, st.Required)
+			}
+			wantInOne := 1
+			if pol == TopologyBlind {
+				wantInOne = 0
+			}
+			if st.Required.InOne != wantInOne || st.Preferred.InOne != wantInOne || st.Preferred.FitAtStartInOne != wantInOne {
+				t.Fatalf("gangs in one rack: required %+v preferred %+v; want %d each", st.Required, st.Preferred, wantInOne)
 			}
 		})
 	}
