@@ -17,6 +17,10 @@
 //
 // It must not make scheduling decisions of its own: every placement,
 // bind and eviction comes from packages placement and scheduler, so what
-// the simulator measures is what the Kubernetes adapter would do. It never
-// reads the wall clock for simulated time.
+// the simulator measures is what the Kubernetes adapter would do. The one
+// exception is labelled as such: the kueue-tas topology policy
+// (kueuetas.go), a baseline that follows Kueue's Topology Aware Scheduling
+// to compare gpuplane against; it only chooses each gang's nodes, as
+// Kueue does before kube-scheduler, and the core still places every pod.
+// It never reads the wall clock for simulated time.
 package simulator
