@@ -42,6 +42,9 @@ type shapeCache struct {
 	best []memoVal
 	tree []int32 // tree[1] is the best node; leaves at len(best)..
 	size int
+	// room is each node's room for the shape (Room), -1 until asked
+	// since the node last changed; nil until Room is first asked.
+	room []int32
 }
 
 // memoLimit bounds the signature memo; it is dropped when it grows past.
@@ -98,6 +101,9 @@ func (p *Placer) cache(req *model.Request) *shapeCache {
 			for _, i := range changed {
 				c.best[i] = p.nodeBest(i, req, int32(rid))
 				c.update(i)
+				if c.room != nil {
+					c.room[i] = -1
+				}
 			}
 			c.pos = pos
 		}
