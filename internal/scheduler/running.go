@@ -58,8 +58,8 @@ type runningGroup struct {
 	evicted uint64
 	// seen is scratch for a look over the groups of a domain
 	// (movableReason): the last look that met the group.
-	seen uint64
-	dirty   bool
+	seen  uint64
+	dirty bool
 	// sortedIn is the entry whose order holds the group, if any.
 	sortedIn *queueEntry
 }

@@ -58,7 +58,7 @@ func (p *Placer) PlaceIn(req *model.Request, nodes []int32, skip map[int]bool) (
 	if len(cands) == 0 {
 		return Option{}, false
 	}
-	i := lowest(cands)
+	i := p.first(cands)
 	if v != nil && v.prefers() {
 		i = v.prefer(sortedCopy(cands))
 	}
@@ -207,11 +207,14 @@ func roomOf(n *model.Node, req *model.Request, cpu, mem int64, gpuFree, gpuMem [
 	return k
 }
 
-// lowest is the smallest of ns.
-func lowest(ns []int32) int32 {
+// first is the node of ns that goes first among equal scores
+// (SetTieOrder).
+func (p *Placer) first(ns []int32) int32 {
 	m := ns[0]
 	for _, n := range ns[1:] {
-		m = min(m, n)
+		if p.tie == nil && n < m || p.tie != nil && p.tie[n] < p.tie[m] {
+			m = n
+		}
 	}
 	return m
 }
