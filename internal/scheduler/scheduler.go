@@ -57,6 +57,8 @@ type Scheduler struct {
 	topo map[string]*topoIndex
 	// looks counts looks over running groups (runningGroup.seen).
 	looks uint64
+	// rooms is scratch space for topology gangs' rooms per node.
+	rooms [][]int32
 }
 
 // New returns a scheduler.

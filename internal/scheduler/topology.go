@@ -196,9 +196,19 @@ type gangTopo struct {
 	pin   int32
 	stuck bool
 	// avoid is the current placement's nodes to keep off (backfill);
-	// room[s][n] is node n's room for shape s as last computed.
+	// room[s][n] is node n's room for shape s as last computed (in the
+	// scheduler's scratch space, which one gang uses at a time).
 	avoid map[int]bool
 	room  [][]int32
+}
+
+// roomScratch returns room for shapes rows of a room per node, shared by
+// the gangs of a cycle, which use it one at a time.
+func (s *Scheduler) roomScratch(shapes int) [][]int32 {
+	for len(s.rooms) < shapes {
+		s.rooms = append(s.rooms, make([]int32, len(s.nodes)))
+	}
+	return s.rooms[:shapes]
 }
 
 // topologyOf returns p's topology placement for this cycle, working it
@@ -265,10 +275,6 @@ func (c *cycle) topologyOf(p *pending) *gangTopo {
 			}
 		}
 	}
-	g.room = make([][]int32, len(g.shapes))
-	for s := range g.room {
-		g.room[s] = make([]int32, len(c.s.nodes))
-	}
 	p.topo = g
 	return g
 }
@@ -292,6 +298,7 @@ func (g *gangTopo) members(l int, d int32) []int32 {
 // computeRooms works out every node's room for each shape, on the nodes
 // of set (nil: all).
 func (g *gangTopo) computeRooms(set []int32) {
+	g.room = g.c.s.roomScratch(len(g.shapes))
 	pl := g.c.s.placer
 	for s := range g.shapes {
 		room, row := pl.Room(g.shapes[s].req), g.room[s]
