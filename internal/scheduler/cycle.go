@@ -73,6 +73,9 @@ type cycle struct {
 	// within, when not -1, is the domain of its required level a
 	// topology gang must be placed in: the one an eviction frees room in.
 	within int32
+	// movableLooks counts the nodes looked at for movable pods
+	// (movableReason).
+	movableLooks int
 }
 
 func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, error) {

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"cmp"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -127,8 +128,43 @@ func (s *Scheduler) topology(levels []string) *topoIndex {
 		s.topo = map[string]*topoIndex{}
 	}
 	x := newTopoIndex(s.nodes, levels)
+	if len(s.topo) == 0 && len(levels) > 0 {
+		s.placer.SetTieOrder(x.rank())
+	}
 	s.topo[key] = x
 	return x
+}
+
+// rank orders the nodes by their domains, widest level first (nodes
+// without a level's key after those with it), then by index: the tie
+// order under which pods the policy places alike fill one domain before
+// the next. The first list of levels a gang names sets it, until the
+// nodes change.
+func (x *topoIndex) rank() []int32 {
+	n := len(x.dom[0])
+	order := make([]int32, n)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	key := func(l int, i int32) int64 {
+		if d := x.dom[l][i]; d >= 0 {
+			return int64(d)
+		}
+		return math.MaxInt64
+	}
+	slices.SortStableFunc(order, func(a, b int32) int {
+		for l := range x.dom {
+			if c := cmp.Compare(key(l, a), key(l, b)); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(a, b)
+	})
+	rank := make([]int32, n)
+	for r, i := range order {
+		rank[i] = int32(r)
+	}
+	return rank
 }
 
 // shape is one distinct request of a gang and how many of its pods ask
@@ -160,9 +196,19 @@ type gangTopo struct {
 	pin   int32
 	stuck bool
 	// avoid is the current placement's nodes to keep off (backfill);
-	// room[s][n] is node n's room for shape s as last computed.
+	// room[s][n] is node n's room for shape s as last computed (in the
+	// scheduler's scratch space, which one gang uses at a time).
 	avoid map[int]bool
 	room  [][]int32
+}
+
+// roomScratch returns room for shapes rows of a room per node, shared by
+// the gangs of a cycle, which use it one at a time.
+func (s *Scheduler) roomScratch(shapes int) [][]int32 {
+	for len(s.rooms) < shapes {
+		s.rooms = append(s.rooms, make([]int32, len(s.nodes)))
+	}
+	return s.rooms[:shapes]
 }
 
 // topologyOf returns p's topology placement for this cycle, working it
@@ -229,10 +275,6 @@ func (c *cycle) topologyOf(p *pending) *gangTopo {
 			}
 		}
 	}
-	g.room = make([][]int32, len(g.shapes))
-	for s := range g.room {
-		g.room[s] = make([]int32, len(c.s.nodes))
-	}
 	p.topo = g
 	return g
 }
@@ -256,6 +298,7 @@ func (g *gangTopo) members(l int, d int32) []int32 {
 // computeRooms works out every node's room for each shape, on the nodes
 // of set (nil: all).
 func (g *gangTopo) computeRooms(set []int32) {
+	g.room = g.c.s.roomScratch(len(g.shapes))
 	pl := g.c.s.placer
 	for s := range g.shapes {
 		room, row := pl.Room(g.shapes[s].req), g.room[s]
@@ -317,8 +360,11 @@ func (g *gangTopo) candidates(l int, pin int32) []ranked {
 // and so on up to its required level, or the whole cluster when none is
 // required. It returns p's binds in pod order.
 func (c *cycle) placeTopology(p *pending, avoid map[int]bool) ([]model.Bind, bool) {
+	if p.bad != "" {
+		return nil, false
+	}
 	g := c.topologyOf(p)
-	if p.bad != "" || g.stuck {
+	if g.stuck {
 		return nil, false
 	}
 	pin := g.pin

@@ -147,36 +147,104 @@ func (c *cycle) topologyReason(p *pending, u *model.Unplaced) {
 	c.movableReason(g, rs[:min(len(rs), maxDomainTries)], u)
 }
 
+// The looks for movable pods are bounded: at most maxMovableDomains
+// domains per gang, and, over a cycle, at most a quarter of the nodes (or
+// minMovableLooks) looked at; the gangs past that bound keep the plain
+// reason for the cycle.
+const (
+	maxMovableDomains = 4
+	minMovableLooks   = 4096
+)
+
 // movableReason looks, in the domains given (of the gang's required
 // level, closest first), for one that would hold the gang were running
 // groups it could move gone: preemptible groups of its queue of lower
 // priority, and groups of queues that borrow (above their fair share or
-// GPU guarantee), cheapest first, at most maxVictims. The first found is
-// recorded on u with the pods to move. Nothing is evicted: the state is
-// rolled back.
+// GPU guarantee). It clears the domain's nodes one at a time, those with
+// the fewest such groups first, at most maxVictims groups, until the gang
+// fits; the first domain found is recorded on u with the pods to move.
+// Nothing is evicted: the state is rolled back.
 func (c *cycle) movableReason(g *gangTopo, rs []ranked, u *model.Unplaced) {
 	st := c.s.st
 	l := g.req
-	for _, r := range rs {
+	type clearing struct {
+		n      int32
+		groups []*runningGroup
+	}
+	for _, r := range rs[:min(len(rs), maxMovableDomains)] {
 		dm := &g.x.doms[l][r.d]
-		var movable []*runningGroup
+		if c.movableLooks += len(dm.members); c.movableLooks > max(minMovableLooks, len(c.s.nodes)/4) {
+			return
+		}
+		var nodes []clearing
 		for _, n := range dm.members {
+			var on []*runningGroup
+			c.s.looks++
 			for _, ps := range c.s.run.onNode[n] {
-				if rg := ps.g; !slices.Contains(movable, rg) && c.movable(g.p, rg) {
-					movable = append(movable, rg)
+				if rg := ps.g; rg.seen != c.s.looks {
+					rg.seen = c.s.looks
+					if c.movable(g.p, rg) {
+						on = append(on, rg)
+					}
 				}
 			}
+			if len(on) > 0 {
+				nodes = append(nodes, clearing{n, on})
+			}
 		}
-		if len(movable) == 0 {
+		if len(nodes) == 0 {
 			continue
 		}
-		slices.SortFunc(movable, cheaper)
+		// With all of them gone, would the domain have room at all, and
+		// how much would each node gain?
+		g.computeRooms(dm.members)
+		gain := make(map[int32]int, len(nodes))
+		free := make([]int, len(g.shapes))
+		for _, cl := range nodes {
+			var cpu, mem int64
+			var shares []model.GPUShare
+			for _, rg := range cl.groups {
+				for _, ps := range rg.members {
+					if ps.node == int(cl.n) {
+						cpu, mem = cpu+ps.a.Request.MilliCPU, mem+ps.a.Request.MemoryMiB
+						shares = append(shares, ps.a.GPUs...)
+					}
+				}
+			}
+			for s := range g.shapes {
+				k := st.RoomFreed(int(cl.n), g.shapes[s].req, cpu, mem, shares)
+				gain[cl.n] += max(0, k-int(g.room[s][cl.n]))
+				free[s] += k - int(g.room[s][cl.n])
+			}
+		}
+		fit := 0
+		for s := range g.shapes {
+			sum := free[s]
+			for _, n := range dm.members {
+				sum += int(g.room[s][n])
+			}
+			fit += min(sum, g.shapes[s].pods)
+		}
+		if fit < g.need {
+			continue
+		}
+		nodes = slices.DeleteFunc(nodes, func(cl clearing) bool { return gain[cl.n] <= 0 })
+		// The nodes that gain the most room per group moved first.
+		slices.SortStableFunc(nodes, func(a, b clearing) int {
+			return cmp.Compare(len(a.groups)*gain[b.n], len(b.groups)*gain[a.n])
+		})
 		mark := st.Checkpoint()
+		c.s.looks++
 		var taken []*runningGroup
 		fits := false
-		for _, rg := range movable[:min(len(movable), maxVictims)] {
-			c.release(rg)
-			taken = append(taken, rg)
+		for _, cl := range nodes {
+			for _, rg := range cl.groups {
+				if rg.seen != c.s.looks && len(taken) < maxVictims {
+					rg.seen = c.s.looks
+					c.release(rg)
+					taken = append(taken, rg)
+				}
+			}
 			g.computeRooms(dm.members)
 			if fit, _ := g.holds(dm.members); fit < g.need {
 				continue
@@ -184,7 +252,7 @@ func (c *cycle) movableReason(g *gangTopo, rs []ranked, u *model.Unplaced) {
 			try := st.Checkpoint()
 			fits = len(g.placeGroups(g.groups(l, r.d))) >= g.need
 			st.Rollback(try)
-			if fits {
+			if fits || len(taken) >= maxVictims {
 				break
 			}
 		}

@@ -411,3 +411,39 @@ func TestFragmentedDomainNamesThePodsToMove(t *testing.T) {
 		})
 	}
 }
+
+// TestSmallPodsKeepDomainsWhole: once the scheduler knows the racks (a
+// gang named them), a pod without a topology that every idle node serves
+// alike goes to the rack already in use, not to the first idle node by
+// name, which would split a whole rack.
+func TestSmallPodsKeepDomainsWhole(t *testing.T) {
+	// Nodes named so that their order interleaves the racks: a0 and a1 in
+	// rack A, b0 and b1 in rack B, in the order a0, b0, a1, b1.
+	var nodes []model.Node
+	for _, n := range []struct{ name, rack string }{{"n0-a0", "A"}, {"n1-b0", "B"}, {"n2-a1", "A"}, {"n3-b1", "B"}} {
+		node := schedtest.Node(n.name, 64000, 1<<20).GPUs(4, "H100").Obj()
+		node.Domains = map[string]string{schedtest.RackKey: n.rack, schedtest.HostKey: n.name}
+		nodes = append(nodes, node)
+	}
+	levels := []string{schedtest.RackKey, schedtest.HostKey}
+	s, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := model.Snapshot{Nodes: nodes, Pending: []model.PodGroup{
+		schedtest.Group("gang").Topology(model.GangTopology{Levels: levels, Required: schedtest.RackKey}).Pods(1, schedtest.GPU(1, 1000)).Obj()}}
+	d, err := s.Cycle(&snap)
+	if err != nil || len(d.Binds) != 1 || d.Binds[0].Node != "n0-a0" {
+		t.Fatalf("binds %+v (%v), want the gang on n0-a0", d.Binds, err)
+	}
+	if err := model.Apply(&snap, &d, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A pod of four GPUs: n0-a0 has three left; n1-b0, n2-a1 and n3-b1
+	// are idle and score alike.
+	snap.Pending = []model.PodGroup{schedtest.Group("small").Pods(1, schedtest.GPU(4, 1000)).Obj()}
+	d, err = s.Cycle(&snap)
+	if err != nil || len(d.Binds) != 1 || d.Binds[0].Node != "n2-a1" {
+		t.Fatalf("binds %+v (%v), want small on n2-a1, in rack A, leaving rack B whole", d.Binds, err)
+	}
+}

@@ -58,7 +58,7 @@ func (p *Placer) PlaceIn(req *model.Request, nodes []int32, skip map[int]bool) (
 	if len(cands) == 0 {
 		return Option{}, false
 	}
-	i := lowest(cands)
+	i := p.first(cands)
 	if v != nil && v.prefers() {
 		i = v.prefer(sortedCopy(cands))
 	}
@@ -101,76 +101,120 @@ func (p *Placer) scanIn(req *model.Request, nodes []int32, skip map[int]bool, v 
 }
 
 // Room estimates, for each node i asked, how many pods asking req it could
-// take at once as it is now: 0 when req fits it nowhere (node selector,
-// taints, free room; pod constraints are not read), otherwise the least of
-// its free CPU, memory and GPUs over what one pod takes, at least 1. It
-// never says less than the truth, so a domain whose nodes' room falls
-// short of a gang cannot hold it; it may say more (it does not count pods
-// allowances, scalar resources, ports or volumes beyond the first pod).
-// The function returned reads the state as it is when called.
+// take at once: 0 when req fits it nowhere (node selector, taints, free
+// room; pod constraints are not read), otherwise the least of its free
+// CPU, memory and GPUs over what one pod takes, at least 1. It never says
+// less than the truth, so a domain whose nodes' room falls short of a gang
+// cannot hold it; it may say more (it does not count pods allowances,
+// scalar resources, ports or volumes beyond the first pod). The function
+// returned answers for the state as it is when Room is called: ask Room
+// again after changing the state. Under a policy of node-local scorers
+// the answers are kept with the request's shape cache, so a node is
+// worked out again only once it has changed.
 func (p *Placer) Room(req *model.Request) func(i int) int {
-	var c *shapeCache
-	if p.local && !req.Volumes.Dynamic() {
-		c = p.cache(req)
-	}
-	return func(i int) int {
-		if c != nil {
-			if c.best[i].opt < 0 {
+	if !p.local || req.Volumes.Dynamic() {
+		return func(i int) int {
+			if len(p.st.fitOptions(i, req)) == 0 {
 				return 0
 			}
-		} else if len(p.st.fitOptions(i, req)) == 0 {
+			return p.st.room(i, req)
+		}
+	}
+	c := p.cache(req)
+	if c.room == nil {
+		c.room = make([]int32, len(c.best))
+		for i := range c.room {
+			c.room[i] = -1
+		}
+	}
+	return func(i int) int {
+		if c.best[i].opt < 0 {
 			return 0
 		}
-		return p.st.room(i, req)
+		if c.room[i] < 0 {
+			c.room[i] = int32(p.st.room(i, req))
+		}
+		return int(c.room[i])
 	}
 }
 
 // room is Room for a node req fits at least once.
 func (s *State) room(i int, req *model.Request) int {
 	ns := &s.Nodes[i]
-	n := math.MaxInt32
+	return max(1, roomOf(ns.Node, req, ns.FreeCPU, ns.FreeMem, ns.GPUFree, ns.GPUMem, ns.SliceFree))
+}
+
+// RoomFreed is Room's estimate for node i were the pods holding cpu,
+// mem and the GPU shares freed gone from it: 0 when req could not run
+// there even so (StaticFits, or too little room), else an upper bound on
+// the pods it could take. It changes nothing.
+func (s *State) RoomFreed(i int, req *model.Request, cpu, mem int64, freed []model.GPUShare) int {
+	ns := &s.Nodes[i]
+	if !StaticFits(ns.Node, req) {
+		return 0
+	}
+	gpuFree, gpuMem, sliceFree := slices.Clone(ns.GPUFree), slices.Clone(ns.GPUMem), slices.Clone(ns.SliceFree)
+	for _, sh := range freed {
+		if sh.Index >= 0 && sh.Index < len(gpuFree) {
+			gpuFree[sh.Index] += sh.Milli
+			gpuMem[sh.Index] += sh.MemoryMiB
+			sliceFree[sh.Index] += sh.MIGSlices
+		}
+	}
+	return roomOf(ns.Node, req, ns.FreeCPU+cpu, ns.FreeMem+mem, gpuFree, gpuMem, sliceFree)
+}
+
+// roomOf is how many pods asking req fit node n with the free room given,
+// by CPU, memory and GPUs alone.
+func roomOf(n *model.Node, req *model.Request, cpu, mem int64, gpuFree, gpuMem []int64, sliceFree []int) int {
+	k := math.MaxInt32
 	if req.MilliCPU > 0 {
-		n = min(n, int(ns.FreeCPU/req.MilliCPU))
+		k = min(k, int(cpu/req.MilliCPU))
 	}
 	if req.MemoryMiB > 0 {
-		n = min(n, int(ns.FreeMem/req.MemoryMiB))
+		k = min(k, int(mem/req.MemoryMiB))
 	}
-	gpus := ns.Node.GPUs
-	replicas := req.Replicas > 0 && req.GPUs > 0 && ns.Node.InReplicasOn(req)
+	gpus := n.GPUs
+	replicas := req.Replicas > 0 && req.GPUs > 0 && n.InReplicasOn(req)
 	switch {
 	case req.GPUs > 0 && !replicas:
 		free := 0
 		for g := range gpus {
-			if serves(req, &gpus[g]) && !ns.GPUUsed(g) {
+			gp := &gpus[g]
+			used := gpuFree[g] < gp.Capacity() || gp.MIGSlices > 0 && sliceFree[g] < gp.MIGSlices || gp.MemoryMiB > 0 && gpuMem[g] < gp.MemoryMiB
+			if !used && serves(req, gp) {
 				free++
 			}
 		}
-		n = min(n, free/req.GPUs)
+		k = min(k, free/req.GPUs)
 	case req.MIGSlices > 0:
-		k := 0
+		m := 0
 		for g := range gpus {
 			if serves(req, &gpus[g]) {
-				k += ns.SliceFree[g] / req.MIGSlices
+				m += sliceFree[g] / req.MIGSlices
 			}
 		}
-		n = min(n, k)
+		k = min(k, m)
 	case req.Shared() || replicas:
-		k := 0
+		m := 0
 		for g := range gpus {
 			if share := gpus[g].ShareMilli(req); share > 0 && serves(req, &gpus[g]) {
-				k += int(ns.GPUFree[g] / share)
+				m += int(gpuFree[g] / share)
 			}
 		}
-		n = min(n, k)
+		k = min(k, m)
 	}
-	return max(n, 1)
+	return k
 }
 
-// lowest is the smallest of ns.
-func lowest(ns []int32) int32 {
+// first is the node of ns that goes first among equal scores
+// (SetTieOrder).
+func (p *Placer) first(ns []int32) int32 {
 	m := ns[0]
 	for _, n := range ns[1:] {
-		m = min(m, n)
+		if p.tie == nil && n < m || p.tie != nil && p.tie[n] < p.tie[m] {
+			m = n
+		}
 	}
 	return m
 }
