@@ -74,10 +74,10 @@ func median(v []float64) float64 {
 // WriteResultsCSV writes one row per (policy, seed) with the final numbers.
 func WriteResultsCSV(w io.Writer, results []*Result) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"policy", "seed", "pods", "failedPods", "milliGpuAllocationRatio", "gpuAllocationRatio", "fragmentation", "arrivedDemand", "wallSeconds"})
+	_ = cw.Write([]string{"policy", "seed", "pods", "failedPods", "milliGpuAllocationRatio", "gpuAllocationRatio", "fragmentation", "arrivedDemand", "wallSeconds", "topologyPolicy"})
 	for _, r := range results {
 		_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), strconv.Itoa(r.Pods), strconv.Itoa(r.FailedPods),
-			f6(r.MilliGPUAllocationRatio), f6(r.GPUAllocationRatio), f6(r.Fragmentation), f6(r.ArrivedDemand), f6(r.WallSeconds)})
+			f6(r.MilliGPUAllocationRatio), f6(r.GPUAllocationRatio), f6(r.Fragmentation), f6(r.ArrivedDemand), f6(r.WallSeconds), r.TopologyPolicy})
 	}
 	cw.Flush()
 	if err := cw.Error(); err != nil {
@@ -143,14 +143,14 @@ func MeanCurve(results []*Result, policy string) []Point {
 // seed, queue).
 func WriteEventCSV(w io.Writer, results []*Result) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"policy", "seed", "queue", "pods", "started", "completed", "waitP50", "waitP90", "waitP99", "jctP50", "jctP90", "jctP99", "share", "entitlement", "preemptions"})
+	_ = cw.Write([]string{"policy", "seed", "queue", "pods", "started", "completed", "waitP50", "waitP90", "waitP99", "jctP50", "jctP90", "jctP99", "share", "entitlement", "preemptions", "topologyPolicy"})
 	for _, r := range results {
 		if r.Event == nil {
 			continue
 		}
 		for _, q := range r.Event.Queues {
 			_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), q.Queue, strconv.Itoa(q.Pods), strconv.Itoa(q.Started), strconv.Itoa(q.Completed),
-				f6(q.WaitP50), f6(q.WaitP90), f6(q.WaitP99), f6(q.JCTP50), f6(q.JCTP90), f6(q.JCTP99), f6(q.Share), f6(q.Entitlement), strconv.Itoa(q.Preemptions)})
+				f6(q.WaitP50), f6(q.WaitP90), f6(q.WaitP99), f6(q.JCTP50), f6(q.JCTP90), f6(q.JCTP99), f6(q.Share), f6(q.Entitlement), strconv.Itoa(q.Preemptions), r.TopologyPolicy})
 		}
 	}
 	cw.Flush()
@@ -163,13 +163,13 @@ func WriteEventCSV(w io.Writer, results []*Result) error {
 // WriteUtilizationCSV writes event-mode utilization over virtual time.
 func WriteUtilizationCSV(w io.Writer, results []*Result) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"policy", "seed", "time", "milliGpuAllocationRatio"})
+	_ = cw.Write([]string{"policy", "seed", "time", "milliGpuAllocationRatio", "topologyPolicy"})
 	for _, r := range results {
 		if r.Event == nil {
 			continue
 		}
 		for _, p := range r.Event.Utilization {
-			_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), strconv.FormatInt(p.Time, 10), f6(p.MilliGPUAllocationRatio)})
+			_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), strconv.FormatInt(p.Time, 10), f6(p.MilliGPUAllocationRatio), r.TopologyPolicy})
 		}
 	}
 	cw.Flush()

@@ -152,6 +152,12 @@ func TestCommand(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(outDir, "topology.csv")); err != nil || st.Size() == 0 {
 			t.Fatalf("topology.csv not written: %v", err)
 		}
+		for _, f := range []string{"results.csv", "queues.csv", "topology.csv"} {
+			b, err := os.ReadFile(filepath.Join(outDir, f))
+			if err != nil || !strings.Contains(string(b), ",kueue-tas") || !strings.Contains(string(b), ",blind") {
+				t.Fatalf("%s does not tell the topology policies apart: %v\n%s", f, err, b)
+			}
+		}
 		table, _, code := runCmd(t, "--trace", cluster, "--mode", "event", "--layout", "nodes-per-rack=4", "--training", "10", "--topology-policy", "aware,kueue-tas")
 		if code != 0 || !strings.Contains(table, "PREFERRED IN ONE") || !strings.Contains(table, "fgd-packing/kueue-tas") {
 			t.Fatalf("exit %d, table:\n%s", code, table)
