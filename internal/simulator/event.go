@@ -154,7 +154,8 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		}
 	}
 	res := &Result{Mode: string(ModeEvent), Policy: cfg.Policy, Seed: cfg.Seed, Pods: len(pods), Event: &EventStats{}}
-	if len(gangs) > 0 || cfg.Topology != "" {
+	if len(gangs) > 0 || topoPolicy != TopologyAware {
+		// Runs without gangs placed by the network keep their plain name.
 		res.TopologyPolicy = string(topoPolicy)
 	}
 	ev := res.Event

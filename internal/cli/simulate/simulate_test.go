@@ -110,7 +110,7 @@ func TestCommand(t *testing.T) {
 	t.Run("event mode", func(t *testing.T) {
 		outDir := filepath.Join(dir, "event")
 		out, _, code := runCmd(t, "--trace", path, "--mode", "event", "--policy", "fgd,gpuplane", "--out", outDir)
-		if code != 0 || !strings.Contains(out, "WAIT P50") || !strings.Contains(out, "JAIN") {
+		if code != 0 || !strings.Contains(out, "WAIT P50") || !strings.Contains(out, "JAIN") || strings.Contains(out, "/aware") {
 			t.Fatalf("exit %d, table:\n%s", code, out)
 		}
 		for _, f := range []string{"results.csv", "queues.csv", "utilization.csv"} {
