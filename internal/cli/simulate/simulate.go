@@ -74,7 +74,7 @@ gang wait.`,
 		Example: `  gpuplane simulate --trace ../shared/traces/openb --variant default --policy fgd,bestfit,gpuplane --seeds 1-10 --out results/
   gpuplane simulate --trace cluster.yaml --mode event -o json
   gpuplane simulate --trace ../shared/traces/openb --mode event --layout nodes-per-rack=8,racks-per-block=8 \
-    --training 600 --topology-policy aware,blind,kueue-tas`,
+    --training 1000 --training-start 9936000 --topology-policy aware,blind,kueue-tas`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd, o) },
 	}
