@@ -447,3 +447,31 @@ func TestSmallPodsKeepDomainsWhole(t *testing.T) {
 		t.Fatalf("binds %+v (%v), want small on n2-a1, in rack A, leaving rack B whole", d.Binds, err)
 	}
 }
+
+// TestMovablePodsListIsBounded: a domain fragmented by many small pods
+// names 16 of them and counts the rest.
+func TestMovablePodsListIsBounded(t *testing.T) {
+	// Two racks of three nodes; every GPU of rack r0 holds a preemptible
+	// one-GPU pod, rack r1 has a node that cannot be preempted.
+	nodes := schedtest.TopologyCluster(1, 1, 2, 3, 8)
+	var run []model.Allocation
+	for n := range 3 {
+		for g := range 8 {
+			pod := fmt.Sprintf("small-%d-%d", n, g)
+			run = append(run, model.Allocation{Pod: pod, Group: pod, Queue: "a", Priority: 1, Node: nodes[n].Name,
+				Request: schedtest.GPU(1, 1000), GPUs: []model.GPUShare{{Index: g, Milli: 1000}}})
+		}
+	}
+	fixed := fullNode("fixed", &nodes[3], 1)
+	fixed.NonPreemptible = true
+	run = append(run, fixed)
+	snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run...), Queues: []model.Queue{{Name: "a"}},
+		Pending: []model.PodGroup{schedtest.Group("g").Queue("a").Priority(10).Topology(required(schedtest.RackKey)).
+			Pods(3, schedtest.GPU(8, 1000)).Obj()}}
+	d := cycleOnce(t, &snap)
+	u := unplacedOf(&d, "g")
+	if u == nil || u.Code != model.UnplacedFragmentedDomain || u.Domain != "z0-b0-r0" || len(u.Movable) != 16 || u.MovableMore != 8 ||
+		!strings.HasSuffix(u.Reason, " and 8 more") {
+		t.Fatalf("unplaced %+v, want rack z0-b0-r0 with 16 of its 24 pods named and 8 more counted", u)
+	}
+}
