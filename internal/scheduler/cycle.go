@@ -74,8 +74,10 @@ type cycle struct {
 	// topology gang must be placed in: the one an eviction frees room in.
 	within int32
 	// movableLooks counts the nodes looked at for movable pods
-	// (movableReason).
+	// (movableReason); movBuf and shareBuf are its scratch space.
 	movableLooks int
+	movBuf       []*runningGroup
+	shareBuf     []model.GPUShare
 }
 
 func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, error) {

@@ -167,9 +167,12 @@ const (
 func (c *cycle) movableReason(g *gangTopo, rs []ranked, u *model.Unplaced) {
 	st := c.s.st
 	l := g.req
+	// clearing is one node's movable groups, buf[from:to], and the room
+	// for the gang's pods it would gain without them.
 	type clearing struct {
-		n      int32
-		groups []*runningGroup
+		n        int32
+		from, to int
+		gain     int
 	}
 	for _, r := range rs[:min(len(rs), maxMovableDomains)] {
 		dm := &g.x.doms[l][r.d]
@@ -177,33 +180,35 @@ func (c *cycle) movableReason(g *gangTopo, rs []ranked, u *model.Unplaced) {
 			return
 		}
 		var nodes []clearing
+		buf := c.movBuf[:0]
 		for _, n := range dm.members {
-			var on []*runningGroup
+			from := len(buf)
 			c.s.looks++
 			for _, ps := range c.s.run.onNode[n] {
 				if rg := ps.g; rg.seen != c.s.looks {
 					rg.seen = c.s.looks
 					if c.movable(g.p, rg) {
-						on = append(on, rg)
+						buf = append(buf, rg)
 					}
 				}
 			}
-			if len(on) > 0 {
-				nodes = append(nodes, clearing{n, on})
+			if len(buf) > from {
+				nodes = append(nodes, clearing{n: n, from: from, to: len(buf)})
 			}
 		}
+		c.movBuf = buf
 		if len(nodes) == 0 {
 			continue
 		}
 		// With all of them gone, would the domain have room at all, and
 		// how much would each node gain?
 		g.computeRooms(dm.members)
-		gain := make(map[int32]int, len(nodes))
 		free := make([]int, len(g.shapes))
-		for _, cl := range nodes {
+		for k := range nodes {
+			cl := &nodes[k]
 			var cpu, mem int64
-			var shares []model.GPUShare
-			for _, rg := range cl.groups {
+			shares := c.shareBuf[:0]
+			for _, rg := range buf[cl.from:cl.to] {
 				for _, ps := range rg.members {
 					if ps.node == int(cl.n) {
 						cpu, mem = cpu+ps.a.Request.MilliCPU, mem+ps.a.Request.MemoryMiB
@@ -211,10 +216,11 @@ func (c *cycle) movableReason(g *gangTopo, rs []ranked, u *model.Unplaced) {
 					}
 				}
 			}
+			c.shareBuf = shares
 			for s := range g.shapes {
-				k := st.RoomFreed(int(cl.n), g.shapes[s].req, cpu, mem, shares)
-				gain[cl.n] += max(0, k-int(g.room[s][cl.n]))
-				free[s] += k - int(g.room[s][cl.n])
+				room := st.RoomFreed(int(cl.n), g.shapes[s].req, cpu, mem, shares)
+				cl.gain += max(0, room-int(g.room[s][cl.n]))
+				free[s] += room - int(g.room[s][cl.n])
 			}
 		}
 		fit := 0
@@ -228,17 +234,17 @@ func (c *cycle) movableReason(g *gangTopo, rs []ranked, u *model.Unplaced) {
 		if fit < g.need {
 			continue
 		}
-		nodes = slices.DeleteFunc(nodes, func(cl clearing) bool { return gain[cl.n] <= 0 })
+		nodes = slices.DeleteFunc(nodes, func(cl clearing) bool { return cl.gain <= 0 })
 		// The nodes that gain the most room per group moved first.
 		slices.SortStableFunc(nodes, func(a, b clearing) int {
-			return cmp.Compare(len(a.groups)*gain[b.n], len(b.groups)*gain[a.n])
+			return cmp.Compare((a.to-a.from)*b.gain, (b.to-b.from)*a.gain)
 		})
 		mark := st.Checkpoint()
 		c.s.looks++
 		var taken []*runningGroup
 		fits := false
 		for _, cl := range nodes {
-			for _, rg := range cl.groups {
+			for _, rg := range buf[cl.from:cl.to] {
 				if rg.seen != c.s.looks && len(taken) < maxVictims {
 					rg.seen = c.s.looks
 					c.release(rg)

@@ -447,3 +447,67 @@ func TestSmallPodsKeepDomainsWhole(t *testing.T) {
 		t.Fatalf("binds %+v (%v), want small on n2-a1, in rack A, leaving rack B whole", d.Binds, err)
 	}
 }
+
+// TestMovablePodsListIsBounded: a domain fragmented by many small pods
+// names 16 of them and counts the rest.
+func TestMovablePodsListIsBounded(t *testing.T) {
+	// Two racks of three nodes; every GPU of rack r0 holds a preemptible
+	// one-GPU pod, rack r1 has a node that cannot be preempted.
+	nodes := schedtest.TopologyCluster(1, 1, 2, 3, 8)
+	var run []model.Allocation
+	for n := range 3 {
+		for g := range 8 {
+			pod := fmt.Sprintf("small-%d-%d", n, g)
+			run = append(run, model.Allocation{Pod: pod, Group: pod, Queue: "a", Priority: 1, Node: nodes[n].Name,
+				Request: schedtest.GPU(1, 1000), GPUs: []model.GPUShare{{Index: g, Milli: 1000}}})
+		}
+	}
+	fixed := fullNode("fixed", &nodes[3], 1)
+	fixed.NonPreemptible = true
+	run = append(run, fixed)
+	snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run...), Queues: []model.Queue{{Name: "a"}},
+		Pending: []model.PodGroup{schedtest.Group("g").Queue("a").Priority(10).Topology(required(schedtest.RackKey)).
+			Pods(3, schedtest.GPU(8, 1000)).Obj()}}
+	d := cycleOnce(t, &snap)
+	u := unplacedOf(&d, "g")
+	if u == nil || u.Code != model.UnplacedFragmentedDomain || u.Domain != "z0-b0-r0" || len(u.Movable) != 16 || u.MovableMore != 8 ||
+		!strings.HasSuffix(u.Reason, " and 8 more") {
+		t.Fatalf("unplaced %+v, want rack z0-b0-r0 with 16 of its 24 pods named and 8 more counted", u)
+	}
+}
+
+// TestRequiredAndPreferred: a gang that requires a block and prefers a
+// rack takes the block that fits it best, its fullest racks first, and
+// never a second block, however much room the zone has.
+func TestRequiredAndPreferred(t *testing.T) {
+	nodes := schedtest.TopologyCluster(1, 2, 3, 4, 8)
+	run := busy(nodes, "z0-b0-r0-n0", "z0-b0-r1-n0", "z0-b0-r1-n1")
+	tp := model.GangTopology{Levels: schedtest.TopologyLevels, Required: schedtest.BlockKey, Preferred: schedtest.RackKey}
+	for _, tc := range []struct {
+		name  string
+		size  int
+		racks []string // nil: the gang waits
+	}{
+		{"one rack when one holds it", 4, []string{"z0-b0-r2"}},
+		{"the fuller block, its largest racks first", 6, []string{"z0-b0-r0", "z0-b0-r2"}},
+		{"thirteen pods fit no block", 13, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run...),
+				Pending: []model.PodGroup{schedtest.Group("g").Queue("a").Topology(tp).Pods(tc.size, schedtest.GPU(8, 1000)).Obj()}}
+			d := cycleOnce(t, &snap)
+			racks := domainsOf(nodes, &d, schedtest.RackKey)["g"]
+			if tc.racks == nil {
+				u := unplacedOf(&d, "g")
+				if len(racks) != 0 || u == nil || u.Code != model.UnplacedNoDomain ||
+					u.Reason != "no block has room for the gang's 13 pods of 8 GPUs each; the best block, z0-b1, has room for 12" {
+					t.Fatalf("placed in %v, unplaced %+v: want the gang waiting for a block", racks, u)
+				}
+				return
+			}
+			if len(racks) != tc.size || !reflect.DeepEqual(distinct(racks), tc.racks) {
+				t.Fatalf("gang in racks %v, want %d pods in %v", racks, tc.size, tc.racks)
+			}
+		})
+	}
+}

@@ -615,9 +615,11 @@ type Unplaced struct {
 	Limit    Resources `json:"limit,omitzero"`
 	Capacity Resources `json:"capacity,omitzero"`
 	// For UnplacedNoDomain and UnplacedFragmentedDomain: Level is the
-	// topology level's key, Domain the domain of it that came closest,
-	// and Movable (at most 16, the rest counted in MovableMore) the
-	// running pods that, moved, would leave it room for the gang.
+	// topology level's key; Domain the domain of it with room for the
+	// most of the gang (UnplacedNoDomain), or the one that would have
+	// room for all of it were the running pods in Movable moved
+	// (UnplacedFragmentedDomain: at most 16 named, the rest counted in
+	// MovableMore).
 	Level       string   `json:"level,omitempty"`
 	Domain      string   `json:"domain,omitempty"`
 	Movable     []string `json:"movable,omitempty"`

@@ -153,7 +153,9 @@ func (s *State) RoomFreed(i int, req *model.Request, cpu, mem int64, freed []mod
 	if !StaticFits(ns.Node, req) {
 		return 0
 	}
-	gpuFree, gpuMem, sliceFree := slices.Clone(ns.GPUFree), slices.Clone(ns.GPUMem), slices.Clone(ns.SliceFree)
+	b := &s.roomBuf
+	gpuFree, gpuMem, sliceFree := append(b.free[:0], ns.GPUFree...), append(b.mem[:0], ns.GPUMem...), append(b.slices[:0], ns.SliceFree...)
+	b.free, b.mem, b.slices = gpuFree, gpuMem, sliceFree
 	for _, sh := range freed {
 		if sh.Index >= 0 && sh.Index < len(gpuFree) {
 			gpuFree[sh.Index] += sh.Milli

@@ -95,6 +95,11 @@ type State struct {
 	aff *podIndex
 	// vol counts what pods' volumes take (volumes.go).
 	vol volumeState
+	// roomBuf is RoomFreed's scratch space.
+	roomBuf struct {
+		free, mem []int64
+		slices    []int
+	}
 }
 
 // NewState builds the free state of nodes (which it keeps a reference to)
