@@ -15,3 +15,9 @@ const LabelGPUClique = LabelPrefix + "gpu.clique"
 func CliqueValue(clusterUUID string, cliqueID uint32) string {
 	return clusterUUID + "." + strconv.FormatUint(uint64(cliqueID), 10)
 }
+
+// EnvSimulateFabric gives gpuplane-agent's simulated GPUs their multi-node
+// NVLink fabric, "<cluster UUID>.<clique ID>", when its --simulate-fabric
+// flag is not given: the rack a node simulator's tray sits in, handed to
+// the agent's pod beside EnvSimulate.
+const EnvSimulateFabric = "GPUPLANE_SIMULATE_FABRIC"
