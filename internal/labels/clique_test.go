@@ -57,7 +57,9 @@ type fabricInventory struct {
 	err error
 }
 
-func (f fabricInventory) GPUFabric(context.Context, int) (gpu.Fabric, error) { return gpu.Fabric{}, f.err }
+func (f fabricInventory) GPUFabric(context.Context, int) (gpu.Fabric, error) {
+	return gpu.Fabric{}, f.err
+}
 
 func TestReadInputFabrics(t *testing.T) {
 	rack := sim.FabricSpec{ClusterUUID: sim.FabricClusterUUID("rack-2"), CliqueID: 4, State: gpu.FabricCompleted}

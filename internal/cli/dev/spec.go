@@ -63,6 +63,9 @@ type Spec struct {
 	// DRA runs every agent's DRA driver and installs gpuplane's
 	// DeviceClasses.
 	DRA bool `json:"dra,omitempty"`
+	// Layout places the nodes in blocks, racks and NVL72 NVLink domains
+	// (--topology); nil leaves them unplaced.
+	Layout *Layout `json:"layout,omitempty"`
 }
 
 // NodeSpec is one simulated node.
@@ -83,6 +86,11 @@ type NodeSpec struct {
 	// Resources are the device-plugin resources the node must report
 	// before the cluster counts as up.
 	Resources []string `json:"resources"`
+	// Labels are the node's block and rack labels from the layout.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Fabric is the NVLink fabric its simulated GPUs report (the agent's
+	// --simulate-fabric), empty outside NVL72 racks.
+	Fabric string `json:"fabric,omitempty"`
 }
 
 // parseNodeProfile reads PROFILE[:MODE], MODE being whole, mig-mixed or
