@@ -37,6 +37,7 @@ FUZZ_ALL := \
 	./internal/gpu/sim:FuzzParseState \
 	./internal/cli/cost:FuzzDecode \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
+	./api/scheduling/v1alpha1:FuzzTopologyAnnotations \
 	./internal/adapter/grouper:FuzzRuleEval \
 	./internal/adapter/grouper:FuzzFromVolcano \
 	./api/dra:FuzzDecodeConfig \
