@@ -40,6 +40,8 @@ FUZZ_ALL := \
 	./api/scheduling/v1alpha1:FuzzTopologyAnnotations \
 	./internal/adapter/grouper:FuzzRuleEval \
 	./internal/adapter/grouper:FuzzFromVolcano \
+	./internal/adapter/grouper:FuzzVolcanoTopology \
+	./internal/adapter:FuzzTopologyResolve \
 	./api/dra:FuzzDecodeConfig \
 	./internal/dra:FuzzDecodeCheckpoint \
 	./internal/gomem:FuzzCgroupLimit \

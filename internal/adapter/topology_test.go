@@ -305,3 +305,28 @@ func TestTopologyBookDefault(t *testing.T) {
 		t.Fatal("a removed Topology still answers")
 	}
 }
+
+// A PodGroup's spec.topology and the Topology objects it is resolved
+// against are cluster input: whatever they hold, resolve returns an error
+// or a GangTopology the core's Check accepts, and never panics.
+func FuzzTopologyResolve(f *testing.F) {
+	f.Add("net", "example.com/rack", "", "kubernetes.io/hostname", int32(2), "example.com/block example.com/rack kubernetes.io/hostname", "")
+	f.Add("", "", "rack", "", int32(0), "", "rack host")
+	f.Add("", "a", "b", "c", int32(-1), "a a", "c b a")
+	f.Fuzz(func(t *testing.T, name, req, pref, slice string, size int32, ours, kueue string) {
+		b := newTopologyBook()
+		b.put(topoGpuplane, "net", strings.Fields(ours))
+		b.put(topoKueue, "kueue", foreignLevels(build.ForeignTopology("kueue.x-k8s.io/v1beta2", "kueue", strings.Fields(kueue)...).Object))
+		tc := &v1alpha1.TopologyConstraint{Name: name, Required: req, Preferred: pref, SliceRequired: slice, SliceSize: size}
+		gt, err := b.resolve(tc, "spec.topology")
+		if err != nil {
+			if !strings.Contains(err.Error(), "spec.topology") {
+				t.Fatalf("error %q does not name the field", err)
+			}
+			return
+		}
+		if err := gt.Check("gt"); err != nil {
+			t.Fatalf("resolved %+v, which the core refuses: %v", gt, err)
+		}
+	})
+}
