@@ -37,8 +37,11 @@ FUZZ_ALL := \
 	./internal/gpu/sim:FuzzParseState \
 	./internal/cli/cost:FuzzDecode \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
+	./api/scheduling/v1alpha1:FuzzTopologyAnnotations \
 	./internal/adapter/grouper:FuzzRuleEval \
 	./internal/adapter/grouper:FuzzFromVolcano \
+	./internal/adapter/grouper:FuzzVolcanoTopology \
+	./internal/adapter:FuzzTopologyResolve \
 	./api/dra:FuzzDecodeConfig \
 	./internal/dra:FuzzDecodeCheckpoint \
 	./internal/gomem:FuzzCgroupLimit \

@@ -357,7 +357,7 @@ func operatorComponent(name string) string { return "operator/" + name }
 
 // startGPUPlaneScheduler runs gpuplane-scheduler against the cluster.
 func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *localcluster.ControlPlane) error {
-	s.step("installing the Queue, PodGroup and GroupingRule CRDs")
+	s.step("installing the Queue, PodGroup, GroupingRule and Topology CRDs")
 	// Polled until Established: `kubectl wait` fails instead of waiting on
 	// a CRD the API server has not given conditions yet, which happens
 	// when it is busy (with operators' CRDs, for one).
