@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
@@ -63,6 +65,59 @@ func TestTopologyLayout(t *testing.T) {
 		}
 		if !maps.Equal(got, wantLabels) {
 			t.Errorf("node %s labels %v, want %v", n.Name, got, wantLabels)
+		}
+	}
+}
+
+// TestGangInOneNVLinkDomain places a gang that requires one NVLink domain
+// (examples/topology, Kueue's annotation) on two NVL72 racks of two trays,
+// one tray of the first rack taken: only the second rack, a simulated tray
+// whose agent labelled its clique and a kwok tray labelled by dev up, can
+// hold both workers, so they must land there, as the API server records
+// the binds.
+func TestGangInOneNVLinkDomain(t *testing.T) {
+	stateDir, client := cluster(t, "--nodes", "3", "--profile", "gb200-nvl72", "--kwok-nodes", "1", "--scheduler", "gpuplane",
+		"--topology", "rack-nodes=2,nvl72")
+	dumpOnFailure(t, stateDir)
+	framework.Eventually(t, 60*time.Second, "every node labelled with its NVLink domain", func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: gpunode.LabelGPUClique})
+		return err == nil && len(list.Items) == 4, err
+	})
+	blocker := framework.Pod("default", "blocker").GPUs(4).SchedulerName("gpuplane-scheduler").NodeSelector(corev1.LabelHostname, "gpu-node-1").Obj()
+	if _, err := client.CoreV1().Pods("default").Create(t.Context(), blocker, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "the blocker bound to gpu-node-1", func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, "blocker", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName == "gpu-node-1", err
+	})
+	example := filepath.Join(repoRoot(t), "examples", "topology", "01-nvlink-gang.yaml")
+	if out, err := kubectl(t, stateDir, "apply", "-f", example); err != nil {
+		t.Fatalf("kubectl apply %s: %v\n%s", example, err, out)
+	}
+	var pods []corev1.Pod
+	framework.Eventually(t, 90*time.Second, "both workers of nvlink-train bound", func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=nvlink-train"})
+		if err != nil {
+			return false, err
+		}
+		pods = list.Items
+		bound := 0
+		for _, p := range pods {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound == 2, nil
+	})
+	want := dev.RackFabric(2)
+	for _, p := range pods {
+		n, err := client.CoreV1().Nodes().Get(t.Context(), p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Labels[gpunode.LabelGPUClique]; got != want {
+			t.Errorf("pod %s on %s in NVLink domain %q, want %q (rack-2, the one rack with two free trays)", p.Name, n.Name, got, want)
 		}
 	}
 }
