@@ -88,7 +88,8 @@ Ready with its GPU resources and its agent says so (the GPUReady condition),
 and prints the kubeconfig to use.
 
 A node profile is PROFILE[:MODE]: PROFILE a simulated system (the DGX
-systems dgxa100, dgxh100, dgxh200, dgxb200; the rented servers 4xt4, 8xv100,
+systems dgxa100, dgxh100, dgxh200, dgxb200; the NVL72 compute trays
+gb200-nvl72, gb300-nvl72; the rented servers 4xt4, 8xv100,
 4xa10g, 8xl4, 8xl40s, 8xa100-80gb, 8xh100-pcie; or a profile file), MODE one of
   whole                 every GPU a nvidia.com/gpu (default)
   mig-mixed             GPU 0 split into seven 1-slice MIG devices, GPU 1 into

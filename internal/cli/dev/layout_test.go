@@ -3,6 +3,7 @@ package dev
 import (
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,6 +113,28 @@ func TestResolveLayout(t *testing.T) {
 			var ue *cliutil.UsageError
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("error %v, want a usage error mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestChartEnv checks what the node simulator hands the chart's agent pod:
+// the profile always, the rack's fabric on an NVL72 tray.
+func TestChartEnv(t *testing.T) {
+	fabric := RackFabric(3)
+	tests := []struct {
+		name string
+		n    NodeSpec
+		want []string
+	}{
+		{name: "DGX", n: NodeSpec{SimProfile: "dgxh100"}, want: []string{gpunode.EnvSimulate + "=dgxh100"}},
+		{name: "NVL72 tray", n: NodeSpec{SimProfile: "gb200-nvl72", Fabric: fabric},
+			want: []string{gpunode.EnvSimulate + "=gb200-nvl72", gpunode.EnvSimulateFabric + "=" + fabric}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := chartEnv(tt.n); !slices.Equal(got, tt.want) {
+				t.Errorf("chartEnv = %q, want %q", got, tt.want)
 			}
 		})
 	}
