@@ -33,6 +33,7 @@ FUZZ_ALL := \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \
 	./internal/gpu/sim:FuzzParse \
+	./internal/gpu/sim:FuzzParseFabric \
 	./internal/mig:FuzzParse \
 	./internal/gpu/sim:FuzzParseState \
 	./internal/cli/cost:FuzzDecode \
