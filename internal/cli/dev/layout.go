@@ -157,7 +157,8 @@ func nvl72Layout(s string) bool {
 
 // resolveLayout reads --topology for the flags' nodes and checks that
 // NVL72 racks hold only compute trays: simulated nodes of an NVL72 tray
-// profile whose GPUs keep their fabric, kwok nodes of four GPUs.
+// profile (in any mode: the MIG modes' profile files keep its fabric),
+// kwok nodes of four GPUs.
 func resolveLayout(f *upFlags) (*Layout, error) {
 	args := nodeArgs(f)
 	l, err := parseLayout(f.topology, len(args)+f.kwokNodes)
@@ -165,7 +166,7 @@ func resolveLayout(f *upFlags) (*Layout, error) {
 		return l, err
 	}
 	for i, arg := range args {
-		profile, mode, _, err := parseNodeProfile(arg)
+		profile, _, _, err := parseNodeProfile(arg)
 		if err != nil {
 			return nil, err
 		}
@@ -175,9 +176,6 @@ func resolveLayout(f *upFlags) (*Layout, error) {
 		}
 		if p.Fabric == nil {
 			return nil, cliutil.Usagef("--topology nvl72: simulated node %d's profile %q is not an NVL72 compute tray (want gb200-nvl72 or gb300-nvl72)", i+1, arg)
-		}
-		if mode == ModeMIGMixed || mode == ModeMIGDynamic {
-			return nil, cliutil.Usagef("--topology nvl72: simulated node %d (%q): mode %s rewrites the profile without the tray's NVLink fabric; use whole or time-slicing", i+1, arg, mode)
 		}
 	}
 	if f.kwokNodes > 0 && f.kwokGPUs != sim.NVL72TrayGPUs {

@@ -3,12 +3,15 @@ package dev
 import (
 	"errors"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/gpu"
+	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 )
 
 func TestParseLayout(t *testing.T) {
@@ -97,7 +100,7 @@ func TestResolveLayout(t *testing.T) {
 		{name: "trays and kwok trays", f: upFlags{nodes: 2, profile: "gb200-nvl72", nodeProfiles: []string{"gb300-nvl72:time-slicing=2"}, kwokNodes: 3, kwokGPUs: 4, topology: "rack-nodes=4,nvl72"}},
 		{name: "racks without NVLink domains take any node", f: upFlags{nodes: 2, profile: "dgxh100", kwokNodes: 2, kwokGPUs: 8, topology: "rack-nodes=2"}},
 		{name: "DGX in an NVL72 rack", f: upFlags{nodes: 1, profile: "dgxh100", topology: "nvl72"}, wantErr: "not an NVL72 compute tray"},
-		{name: "MIG profile file loses the fabric", f: upFlags{nodes: 1, profile: "gb200-nvl72:mig-mixed", topology: "nvl72"}, wantErr: "mode mig-mixed"},
+		{name: "trays in MIG modes", f: upFlags{nodes: 1, profile: "gb200-nvl72:mig-mixed", nodeProfiles: []string{"gb300-nvl72:mig-dynamic"}, topology: "nvl72"}},
 		{name: "eight-GPU kwok trays", f: upFlags{kwokNodes: 2, kwokGPUs: 8, topology: "nvl72"}, wantErr: "--kwok-gpus 8"},
 		{name: "too many nodes", f: upFlags{nodes: 1, profile: "gb200-nvl72", kwokNodes: 4, kwokGPUs: 4, topology: "racks=1,rack-nodes=4,nvl72"}, wantErr: "the cluster has 5"},
 	}
@@ -136,6 +139,48 @@ func TestChartEnv(t *testing.T) {
 			if got := chartEnv(tt.n); !slices.Equal(got, tt.want) {
 				t.Errorf("chartEnv = %q, want %q", got, tt.want)
 			}
+		})
+	}
+}
+
+// TestMIGModesKeepTheFabric prepares NVL72 trays in the MIG modes, whose
+// profile files are written from the built-in tray: the GPUs must still
+// report the tray's NVLink fabric, so that --simulate-fabric can put them
+// in their rack.
+func TestMIGModesKeepTheFabric(t *testing.T) {
+	tests := []struct {
+		arg           string
+		wantResources []string
+	}{
+		{arg: "gb200-nvl72:mig-mixed", wantResources: []string{"nvidia.com/gpu", "nvidia.com/mig-1g.23gb", "nvidia.com/mig-3g.93gb"}},
+		{arg: "gb300-nvl72:mig-mixed", wantResources: []string{"nvidia.com/gpu", "nvidia.com/mig-1g.35gb", "nvidia.com/mig-3g.139gb"}},
+		{arg: "gb200-nvl72:mig-dynamic", wantResources: []string{"nvidia.com/gpu"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.arg, func(t *testing.T) {
+			n, err := prepareNode(t.Context(), "tray", tt.arg, filepath.Join(t.TempDir(), "tray"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(n.Resources, tt.wantResources) {
+				t.Errorf("resources %v, want %v", n.Resources, tt.wantResources)
+			}
+			builtin, err := sim.Builtin(strings.Split(tt.arg, ":")[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := sim.Load(n.SimProfile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Fabric == nil || *p.Fabric != *builtin.Fabric {
+				t.Fatalf("profile %s has fabric %v, want the tray's %+v", n.SimProfile, p.Fabric, *builtin.Fabric)
+			}
+			b, err := sim.New(p, sim.Options{Fabric: &sim.FabricSpec{ClusterUUID: sim.FabricClusterUUID("rack-9"), CliqueID: 1, State: gpu.FabricCompleted}})
+			if err != nil {
+				t.Fatalf("the tray does not take its rack's fabric: %v", err)
+			}
+			_ = b.Close()
 		})
 	}
 }

@@ -227,6 +227,7 @@ func writeMIGProfile(ctx context.Context, builtin, path string) (string, []strin
 	if len(p.Links) > 1 && len(p.Links[0]) > 1 {
 		fmt.Fprintf(&sb, "topology:\n  nvlink: %d\n", p.Links[0][1].NVLinks)
 	}
+	writeFabric(&sb, p)
 	if err := os.WriteFile(path, []byte(sb.String()), 0o600); err != nil {
 		return "", nil, fmt.Errorf("writing the MIG profile: %w", err)
 	}

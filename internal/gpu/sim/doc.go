@@ -100,6 +100,10 @@
 //	      nvlink: 18
 //	    - gpus: [2, 3]
 //	      pcie: PIX
+//	fabric:                     # the multi-node NVLink fabric every GPU reports
+//	  clusterUUID: 7b968a6d-c8aa-45e1-9e07-e1e51be99c31  # default: named after the profile
+//	  cliqueID: 1               # default 1
+//	  state: completed          # not-started, in-progress or completed (default)
 //
 // # What this package must not do
 //

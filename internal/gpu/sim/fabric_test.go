@@ -163,3 +163,43 @@ func TestParseFabric(t *testing.T) {
 		})
 	}
 }
+
+func TestParseProfileFabric(t *testing.T) {
+	const gpus = "name: tray\ngpus: [{model: GB300, count: 4}]\n"
+	tests := []struct {
+		name    string
+		src     string
+		want    *FabricSpec
+		wantErr string
+	}{
+		{name: "no fabric", src: gpus},
+		{name: "defaults", src: gpus + "fabric: {}\n", want: &FabricSpec{ClusterUUID: FabricClusterUUID("tray"), CliqueID: 1, State: gpu.FabricCompleted}},
+		{name: "all fields", src: gpus + "fabric:\n  clusterUUID: 7B968A6D-C8AA-45E1-9E07-E1E51BE99C31\n  cliqueID: 32766\n  state: in-progress\n",
+			want: &FabricSpec{ClusterUUID: "7b968a6d-c8aa-45e1-9e07-e1e51be99c31", CliqueID: 32766, State: gpu.FabricInProgress}},
+		{name: "bad UUID", src: gpus + "fabric: {clusterUUID: rack-1}\n", wantErr: "line 3: fabric.clusterUUID"},
+		{name: "zero UUID", src: gpus + "fabric: {clusterUUID: 00000000-0000-0000-0000-000000000000}\n", wantErr: "fabric.clusterUUID"},
+		{name: "negative clique", src: gpus + "fabric: {cliqueID: -1}\n", wantErr: "fabric.cliqueID"},
+		{name: "unknown state", src: gpus + "fabric: {state: done}\n", wantErr: "not-started, in-progress, completed"},
+		{name: "unknown field", src: gpus + "fabric: {domain: rack-1}\n", wantErr: "unknown field"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Parse(strings.NewReader(tt.src), "tray.yaml")
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse error = %v, want one mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tt.want == nil && p.Fabric != nil:
+				t.Errorf("fabric %+v, want none", *p.Fabric)
+			case tt.want != nil && (p.Fabric == nil || *p.Fabric != *tt.want):
+				t.Errorf("fabric %v, want %+v", p.Fabric, *tt.want)
+			}
+		})
+	}
+}

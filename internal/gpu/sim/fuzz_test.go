@@ -19,6 +19,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("gpus: [{model: T4, count: 2}]\ntopology: {pairs: [{gpus: [0, 1], nvlink: 2}]}\n")
 	f.Add("gpus: &a [*a]\n")
 	f.Add("gpus: [~, {count: ~}]\n")
+	f.Add("gpus: [{model: GB200, count: 4}]\nfabric: {clusterUUID: 7b968a6d-c8aa-45e1-9e07-e1e51be99c31, cliqueID: 3, state: in-progress}\n")
 	f.Fuzz(func(t *testing.T, src string) {
 		p, err := Parse(strings.NewReader(src), "fuzz.yaml")
 		if err != nil {
