@@ -82,7 +82,7 @@ verify: generate ## fail when formatting, go.mod or generated files are stale
 	cd test/conformance && $(GO) mod tidy -diff
 	$(GO) vet ./...
 
-demo: build controlplane-bins demo-operator-bins ## a local cluster of simulated DGX H100 nodes running the agent: examples/ scheduled, allocations, labels, metrics, a PyTorchJob and a RayCluster gang-scheduled
+demo: build controlplane-bins demo-operator-bins ## a local cluster of simulated DGX H100 nodes running the agent: examples/ scheduled, allocations, labels, metrics, a PyTorchJob and a RayCluster gang-scheduled; then GB200 NVL72 racks and a gang inside one NVLink domain
 	hack/demo.sh
 
 bench: ## Go benchmarks of the product module's packages (results and the other benchmark targets: docs/benchmarks.md)

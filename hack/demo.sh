@@ -12,8 +12,10 @@
 # node live through its nvidia.com/mig.config label, runs the teams' queues, then submits
 # an Indexed Job, a PyTorchJob and a RayCluster as users write them and shows
 # the gangs gpuplane-scheduler derived from them, fails a GPU (it falls off
-# the bus) and shows the agent quarantine it and bring it back, and stops
-# the cluster (also on failure or Ctrl-C).
+# the bus) and shows the agent quarantine it and bring it back; then starts
+# a second cluster of two GB200 NVL72 racks (--topology) and shows a gang
+# that requires one NVLink domain placed inside the one rack that can hold
+# it; and stops the cluster (also on failure or Ctrl-C).
 #
 # Needs bin/gpuplane, bin/gpuplane-agent, the control-plane binaries and the
 # two operators: `make build controlplane-bins demo-operator-bins` (what
@@ -303,5 +305,46 @@ done
 
 section "gpuplane status"
 "$bin/gpuplane" status -o wide
+
+section "a gang inside one NVLink domain: a second cluster of two GB200 NVL72 racks, two compute trays each (examples/topology)"
+"$bin/gpuplane" dev down >"$state/down-first.log" 2>&1 || { cat "$state/down-first.log" >&2; exit 1; }
+"$bin/gpuplane" dev up --scheduler gpuplane --nodes 4 --profile gb200-nvl72 --topology rack-nodes=2,nvl72 --dra=false
+# Each agent labels nvidia.com/gpu.clique from its simulated GPUs' fabric
+# (its rack's, as on a real NVL72 rack) once it has read them.
+for _ in $(seq 60); do
+	[[ $("$kubectl" get nodes -l nvidia.com/gpu.clique --no-headers 2>/dev/null | wc -l) -eq 4 ]] && break
+	sleep 1
+done
+"$kubectl" get nodes -L gpuplane.io/topology-block,gpuplane.io/topology-rack,nvidia.com/gpu.clique
+echo "gpu-node-1 (rack-1) is busy: only rack-2 has two free trays for the two 4-GPU workers"
+"$kubectl" apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata:
+  name: busy-tray
+spec:
+  schedulerName: gpuplane-scheduler
+  nodeSelector:
+    kubernetes.io/hostname: gpu-node-1
+  containers:
+  - name: work
+    image: registry.k8s.io/pause:3.10
+    resources:
+      limits:
+        nvidia.com/gpu: 4
+YAML
+"$kubectl" wait --for=jsonpath='{.status.phase}'=Running pod/busy-tray --timeout=60s >/dev/null
+"$kubectl" apply -f examples/topology/
+if ! "$kubectl" wait --for=jsonpath='{.status.phase}'=Running pods -l job-name=nvlink-train --timeout=90s >/dev/null; then
+	echo "demo: the NVLink gang did not start within 90 s" >&2
+	"$bin/gpuplane" status >&2
+	exit 1
+fi
+for p in $("$kubectl" get pods -l job-name=nvlink-train -o jsonpath='{.items[*].metadata.name}'); do
+	node=$("$kubectl" get pod "$p" -o jsonpath='{.spec.nodeName}')
+	printf '  %-22s -> %-10s %s  nvidia.com/gpu.clique=%s\n' "$p" "$node" \
+		"$("$kubectl" get node "$node" -o jsonpath='{.metadata.labels.gpuplane\.io/topology-rack}')" \
+		"$("$kubectl" get node "$node" -o jsonpath='{.metadata.labels.nvidia\.com/gpu\.clique}')"
+done
 
 printf '\n== demo finished in %.1f s (before stopping the cluster)\n' "$(echo "$(date +%s.%N) - $start" | bc)"

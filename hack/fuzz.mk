@@ -33,12 +33,16 @@ FUZZ_ALL := \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \
 	./internal/gpu/sim:FuzzParse \
+	./internal/gpu/sim:FuzzParseFabric \
 	./internal/mig:FuzzParse \
 	./internal/gpu/sim:FuzzParseState \
 	./internal/cli/cost:FuzzDecode \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
+	./api/scheduling/v1alpha1:FuzzTopologyAnnotations \
 	./internal/adapter/grouper:FuzzRuleEval \
 	./internal/adapter/grouper:FuzzFromVolcano \
+	./internal/adapter/grouper:FuzzVolcanoTopology \
+	./internal/adapter:FuzzTopologyResolve \
 	./api/dra:FuzzDecodeConfig \
 	./internal/dra:FuzzDecodeCheckpoint \
 	./internal/gomem:FuzzCgroupLimit \

@@ -51,7 +51,7 @@ it wait), else its namespace's scheduling.gpuplane.io/default-queue
 annotation, else the built-in "default" queue. Work runs in leaf queues,
 from the namespaces each queue admits (spec.namespaceSelector).
 
-At start the scheduler applies the Queue, PodGroup and GroupingRule CRDs it
+At start the scheduler applies the Queue, PodGroup, GroupingRule and Topology CRDs it
 was built with where the cluster's are missing or lack a field
 (--manage-crds), and refuses to run against older ones.
 

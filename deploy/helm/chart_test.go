@@ -35,6 +35,7 @@ var copied = map[string]string{
 	"gpuplane/crds/scheduling.gpuplane.io_queues.yaml":        "../crds/scheduling.gpuplane.io_queues.yaml",
 	"gpuplane/crds/scheduling.gpuplane.io_podgroups.yaml":     "../crds/scheduling.gpuplane.io_podgroups.yaml",
 	"gpuplane/crds/scheduling.gpuplane.io_groupingrules.yaml": "../crds/scheduling.gpuplane.io_groupingrules.yaml",
+	"gpuplane/crds/scheduling.gpuplane.io_topologies.yaml":    "../crds/scheduling.gpuplane.io_topologies.yaml",
 	"gpuplane/files/gpu-alerts.rules.yaml":                    "../monitoring/gpu-alerts.rules.yaml",
 	"gpuplane/files/grafana-dashboard.json":                   "../monitoring/grafana-dashboard.json",
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -57,6 +58,9 @@ type podInfo struct {
 	extendedResource corev1.ResourceName
 	// spread is the node inclusion policy of each of req.Spread.
 	spread []spreadInclusion
+	// topo is the topology constraint the pod's annotations state
+	// (v1alpha1.TopologyFromAnnotations), nil for none.
+	topo *v1alpha1.TopologyConstraint
 
 	// cls caches the pod's predicate class for the builder generation
 	// clsGen; only the builder touches them, under the cache's lock.
@@ -141,6 +145,8 @@ type clusterCache struct {
 	dra *dra.State
 	// vol holds PVs, claims, storage classes and CSI attach limits.
 	vol *volumeCache
+	// topologies are the cluster's Topology objects (topology.go).
+	topologies *topologyBook
 }
 
 func newClusterCache(schedulerName string) *clusterCache {
@@ -152,7 +158,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		nsQueue: map[string]string{}, nsLabels: map[string]map[string]string{}, nsSelectors: map[string]bool{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
-		vol: newVolumeCache(),
+		vol: newVolumeCache(), topologies: newTopologyBook(),
 	}
 	c.dra = c.newDRAState()
 	return c
@@ -512,6 +518,13 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if err := cmp.Or(gerr, qerr); err != nil && pi.bad == nil {
 		pi.bad = membershipError(err)
 	}
+	if p.Spec.NodeName == "" {
+		topo, err := v1alpha1.TopologyFromAnnotations(p.Annotations)
+		if err != nil && pi.bad == nil {
+			pi.bad = badInput("InvalidTopology", "%v", err)
+		}
+		pi.topo = topo
+	}
 	// Volcano's annotation may name a Volcano PodGroup, which the grouping
 	// mirrors into a PodGroup of gpuplane's of the same name: the pod waits
 	// while the grouping looks it up, and then until this cache has the
@@ -566,6 +579,7 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if old == nil || old.pod.Spec.NodeName != p.Spec.NodeName || old.terminal() != pi.terminal() ||
 		(old.pod.DeletionTimestamp == nil) != (p.DeletionTimestamp == nil) || !maps.Equal(old.pod.Labels, p.Labels) ||
 		old.queue != pi.queue || old.pg != pi.pg || (old.bad == nil) != (pi.bad == nil) || old.awaiting != pi.awaiting ||
+		(old.topo == nil) != (pi.topo == nil) || old.topo != nil && *old.topo != *pi.topo ||
 		len(old.pod.Spec.SchedulingGates) != len(p.Spec.SchedulingGates) || len(old.pod.Status.ResourceClaimStatuses) != len(p.Status.ResourceClaimStatuses) {
 		c.poke()
 	}
@@ -763,7 +777,7 @@ func (c *clusterCache) upsertPodGroup(g *v1alpha1.PodGroup) {
 	key := g.Namespace + "/" + g.Name
 	old := c.podGroups[key]
 	c.podGroups[key] = g
-	if old == nil || old.Spec.Queue != g.Spec.Queue {
+	if old == nil || old.Spec.Queue != g.Spec.Queue || !equality.Semantic.DeepEqual(old.Spec.Topology, g.Spec.Topology) {
 		c.markMembers("pg/" + key)
 	}
 	if old == nil || old.Labels[v1alpha1.DerivedLabel] != g.Labels[v1alpha1.DerivedLabel] {

@@ -32,7 +32,8 @@ const crdFieldManager = "gpuplane-scheduler"
 // crdEstablishTimeout bounds the wait for an applied CRD to be served.
 const crdEstablishTimeout = time.Minute
 
-// ownCRDs returns the Queue and PodGroup CRDs the scheduler was built with.
+// ownCRDs returns the Queue, PodGroup, GroupingRule and Topology CRDs the
+// scheduler was built with.
 func ownCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	var out []*apiextensionsv1.CustomResourceDefinition
 	err := fs.WalkDir(crds.Files, ".", func(p string, d fs.DirEntry, err error) error {

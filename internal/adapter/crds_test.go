@@ -15,8 +15,8 @@ func queueCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(all, func(c *apiextensionsv1.CustomResourceDefinition) bool { return c.Spec.Names.Plural == "queues" })
-	if i < 0 || len(all) != 3 {
-		t.Fatalf("built-in CRDs: %d, want Queue, PodGroup and GroupingRule", len(all))
+	if i < 0 || len(all) != 4 {
+		t.Fatalf("built-in CRDs: %d, want Queue, PodGroup, GroupingRule and Topology", len(all))
 	}
 	return all[i]
 }

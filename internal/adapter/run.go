@@ -96,6 +96,16 @@ func Run(ctx context.Context, cfg Config) error {
 		{factory.Storage().V1().CSINodes().Informer(), handler(c.upsertCSINode, c.deleteCSINode)},
 		{dfactory.ForResource(v1alpha1.QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
 		{dfactory.ForResource(v1alpha1.PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
+		{dfactory.ForResource(v1alpha1.TopologiesResource).Informer(), handler(typed(log, c.upsertTopology), typed(log, c.deleteTopology))},
+	}
+	// Kueue's and KAI's Topologies, where the cluster serves them (looked
+	// up once, at start: a CRD installed later is read after a restart).
+	for _, f := range foreignTopologyResources(ctx, client.Discovery(), log) {
+		upsert, remove := c.foreignTopology(f.src)
+		regs = append(regs, struct {
+			inf cache.SharedIndexInformer
+			h   cache.ResourceEventHandler
+		}{dfactory.ForResource(f.gvr).Informer(), handler(upsert, remove)})
 	}
 	// Pod groups derived from the workloads that own pods: the grouper
 	// answers the cache's pods and makes groups while this replica leads.
@@ -106,7 +116,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("creating the discovery client: %w", err)
 		}
 		grp, err = grouper.New(grouper.Config{SchedulerName: cfg.SchedulerName, Client: client, Dynamic: dyn,
-			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)), Log: log.WithName("grouper")})
+			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)), Log: log.WithName("grouper"),
+			Topologies: c.topologies.Levels})
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,11 +184,24 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			g.held = badInput("NotEnoughPods", "PodGroup %s needs minMember %d pods but has %d: lower spec.minMember or create the missing pods", g.pgKey, g.minMember, total)
 			continue
 		}
+		topo, bad := c.groupTopology(g, c.members[name])
+		if bad != nil {
+			g.held = bad
+			continue
+		}
 		// What the gang still needs is the core's one rule (PodGroup.Min):
 		// its size less the members bound or finished.
-		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0}
+		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0, Topology: topo}
 		if len(g.pending) > 1 {
-			slices.SortFunc(g.pending, func(x, y *podInfo) int { return cmp.Compare(x.key, y.key) })
+			if topo != nil && topo.SliceSize > 0 {
+				// Slices of a size are taken in this order: by sub-group
+				// and rank, so that a slice holds consecutive ranks.
+				slices.SortFunc(g.pending, func(x, y *podInfo) int {
+					return cmp.Or(strings.Compare(podSlice(x.pod), podSlice(y.pod)), cmp.Compare(podRank(x.pod), podRank(y.pod)), cmp.Compare(x.key, y.key))
+				})
+			} else {
+				slices.SortFunc(g.pending, func(x, y *podInfo) int { return cmp.Compare(x.key, y.key) })
+			}
 		}
 		pg.Pods = make([]model.Pod, 0, len(g.pending))
 		for i, pi := range g.pending {
@@ -239,7 +253,11 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 					req.Spread[k].Nodes = b.inclusionClass(pi, pi.spread[k], used)
 				}
 			}
-			pg.Pods = append(pg.Pods, model.Pod{Name: pi.key, Request: req})
+			mp := model.Pod{Name: pi.key, Request: req}
+			if topo != nil && topo.SliceRequired != "" && topo.SliceSize == 0 {
+				mp.Slice = podSlice(pi.pod)
+			}
+			pg.Pods = append(pg.Pods, mp)
 			created := pi.pod.CreationTimestamp.UnixMilli()
 			if i == 0 || created < pg.CreatedAt {
 				pg.CreatedAt = created

@@ -95,10 +95,11 @@ func slimMeta(o metav1.Object) {
 // podAnnotations are the pod annotations the scheduler reads: its own GPU
 // choice, the node's record of what the pod holds, and the ways a pod asks
 // for part of a GPU (gpupod.ReadFraction), and the other schedulers'
-// group and queue annotations (v1alpha1.GroupKeys, QueueKeys). A new one
-// read must be added.
-var podAnnotations = []string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation, gpupod.FractionAnnotation, gpupod.MemoryAnnotation, gpupod.KAIFraction, gpupod.KAIMemory,
-	v1alpha1.VolcanoGroupAnnotation, v1alpha1.VolcanoQueueAnnotation}
+// group and queue annotations (v1alpha1.GroupKeys, QueueKeys), and the
+// topology annotations of gpuplane, Kueue and KAI
+// (v1alpha1.TopologyAnnotations). A new one read must be added.
+var podAnnotations = append([]string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation, gpupod.FractionAnnotation, gpupod.MemoryAnnotation, gpupod.KAIFraction, gpupod.KAIMemory,
+	v1alpha1.VolcanoGroupAnnotation, v1alpha1.VolcanoQueueAnnotation}, v1alpha1.TopologyAnnotations...)
 
 func slimPod(p *corev1.Pod) *corev1.Pod {
 	if slim(p) {

@@ -9,6 +9,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -71,6 +72,17 @@ func ViewOf(schedulerName string, objs []runtime.Object, now time.Time) (*View, 
 			c.upsertQueue(o)
 		case *v1alpha1.PodGroup:
 			c.upsertPodGroup(o)
+		case *v1alpha1.Topology:
+			c.upsertTopology(o)
+		case *unstructured.Unstructured:
+			// Kueue's and KAI's Topologies, which the scheduler reads
+			// through dynamic informers.
+			src, ok := foreignTopologySource(o.GroupVersionKind().Group, o.GetKind())
+			if !ok {
+				return nil, fmt.Errorf("objs[%d]: gpuplane-scheduler does not read a %s", i, o.GroupVersionKind())
+			}
+			upsert, _ := c.foreignTopology(src)
+			upsert(o)
 		default:
 			return nil, fmt.Errorf("objs[%d]: gpuplane-scheduler does not read a %T", i, o)
 		}

@@ -2,6 +2,7 @@ package labels
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -28,7 +29,11 @@ type Input struct {
 	System   gpu.SystemInfo
 	Devices  []gpu.Device
 	Topology *gpu.Topology
-	Now      time.Time
+	// Fabrics is each GPU's multi-node NVLink fabric, by index; nil when
+	// the backend cannot tell (gpu.FabricReader), a GPU without a fabric
+	// has FabricNotSupported.
+	Fabrics []gpu.Fabric
+	Now     time.Time
 }
 
 // ReadInput reads the node's GPUs from inv.
@@ -45,7 +50,33 @@ func ReadInput(ctx context.Context, inv gpu.Inventory, now time.Time) (*Input, e
 	if err != nil {
 		return nil, fmt.Errorf("reading GPU topology: %w", err)
 	}
-	return &Input{System: sys, Devices: devs, Topology: topo, Now: now}, nil
+	fabrics, err := readFabrics(ctx, inv, len(devs))
+	if err != nil {
+		return nil, err
+	}
+	return &Input{System: sys, Devices: devs, Topology: topo, Fabrics: fabrics, Now: now}, nil
+}
+
+// readFabrics reads each GPU's fabric when inv can. A GPU or driver that
+// knows no fabric has none; any other failure fails the pass, as GPU
+// Feature Discovery's does, rather than drop a label the GPUs may earn.
+func readFabrics(ctx context.Context, inv gpu.Inventory, n int) ([]gpu.Fabric, error) {
+	r, ok := inv.(gpu.FabricReader)
+	if !ok {
+		return nil, nil
+	}
+	out := make([]gpu.Fabric, n)
+	for i := range n {
+		f, err := r.GPUFabric(ctx, i)
+		switch {
+		case errors.Is(err, gpu.ErrNotSupported):
+			f = gpu.Fabric{State: gpu.FabricNotSupported}
+		case err != nil:
+			return nil, fmt.Errorf("reading the NVLink fabric of GPU %d: %w", i, err)
+		}
+		out[i] = f
+	}
+	return out, nil
 }
 
 // Labeler adds one group of labels.
@@ -194,6 +225,7 @@ func New(cfg Config) ([]Labeler, error) {
 		add(NewMIGLabeler(cfg)),
 		add(NewSharingLabeler(cfg)),
 		add(NewTopologyLabeler()),
+		add(NewCliqueLabeler()),
 	} {
 		if err != nil {
 			return nil, err

@@ -88,8 +88,12 @@ func TestDefaultConfigAppliesOnDGX(t *testing.T) {
 		"dgxh100": {"all-disabled", "all-enabled", "all-balanced", "all-1g.10gb", "all-1g.10gb.me", "all-1g.20gb", "all-2g.20gb", "all-3g.40gb", "all-4g.40gb", "all-7g.80gb"},
 		"dgxh200": {"all-disabled", "all-enabled", "all-balanced", "all-1g.18gb", "all-1g.18gb.me", "all-1g.35gb", "all-2g.35gb", "all-3g.71gb", "all-4g.71gb", "all-7g.141gb"},
 		"dgxb200": {"all-disabled", "all-enabled", "all-balanced", "all-1g.23gb", "all-1g.23gb.me", "all-1g.45gb", "all-2g.45gb", "all-3g.90gb", "all-4g.90gb", "all-7g.180gb"},
+		// NVL72 trays: the configs mig-parted lists for GB200 and GB300
+		// (device-filters 0x2941 and 0x31C2) fit their simulated GPUs.
+		"gb200-nvl72": {"all-disabled", "all-enabled", "all-balanced", "all-1g.23gb", "all-1g.23gb.me", "all-1g.47gb", "all-2g.47gb", "all-3g.93gb", "all-4g.93gb", "all-7g.186gb"},
+		"gb300-nvl72": {"all-disabled", "all-enabled", "all-balanced", "all-1g.35gb", "all-1g.35gb.me", "all-1g.70gb", "all-2g.70gb", "all-3g.139gb", "all-4g.139gb", "all-7g.278gb"},
 	}
-	for _, model := range []string{"dgxa100", "dgxh100", "dgxh200", "dgxb200"} {
+	for _, model := range []string{"dgxa100", "dgxh100", "dgxh200", "dgxb200", "gb200-nvl72", "gb300-nvl72"} {
 		t.Run(model, func(t *testing.T) {
 			b := newSim(t, model)
 			applied := map[string]bool{}

@@ -72,6 +72,12 @@ type GroupingRuleSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// Topology is the topology constraint of every group the rule makes,
+	// unless the workload's annotations say otherwise (the topology
+	// annotations of gpuplane, Kueue or KAI on the workload or its pods).
+	// +optional
+	Topology *TopologyConstraint `json:"topology,omitempty"`
 }
 
 // GroupKind names a kind of object by its API group ("" for the core

@@ -54,6 +54,12 @@ type PodGroupSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	ScheduleTimeoutSeconds *int32 `json:"scheduleTimeoutSeconds,omitempty"`
+
+	// Topology places the gang by the network's topology (a Topology's
+	// levels): inside one rack, one NVLink domain, as few blocks as it
+	// can.
+	// +optional
+	Topology *TopologyConstraint `json:"topology,omitempty"`
 }
 
 // PodGroupPhase is where a group is in its life.

@@ -14,7 +14,7 @@ var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha
 
 // AddToScheme registers this package's types with a scheme.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &Queue{}, &QueueList{}, &PodGroup{}, &PodGroupList{}, &GroupingRule{}, &GroupingRuleList{})
+	s.AddKnownTypes(SchemeGroupVersion, &Queue{}, &QueueList{}, &PodGroup{}, &PodGroupList{}, &GroupingRule{}, &GroupingRuleList{}, &Topology{}, &TopologyList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }
@@ -45,6 +45,7 @@ var (
 	QueuesResource        = SchemeGroupVersion.WithResource("queues")
 	PodGroupsResource     = SchemeGroupVersion.WithResource("podgroups")
 	GroupingRulesResource = SchemeGroupVersion.WithResource("groupingrules")
+	TopologiesResource    = SchemeGroupVersion.WithResource("topologies")
 )
 
 // Condition types gpuplane-scheduler writes.

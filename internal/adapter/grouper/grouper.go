@@ -59,6 +59,9 @@ type Config struct {
 	// Mapper maps an owner reference's kind to its resource.
 	Mapper meta.ResettableRESTMapper
 	Log    logr.Logger
+	// Topologies gives the levels of the cluster's Topologies, onto which
+	// Volcano's network tiers are mapped; nil refuses them.
+	Topologies TopologyLevels
 }
 
 // Grouper derives PodGroups from the workloads that own pending pods. The
@@ -596,6 +599,14 @@ func (g *Grouper) makeGroup(ctx context.Context, top *unstructured.Unstructured,
 		// No gang: the pods stay on their own, in the workload's queue.
 		return &decision{queue: d.Queue}, nil
 	}
+	tc, why, err := workloadTopology(top, r)
+	if err != nil {
+		return &decision{err: err}, nil
+	}
+	if tc != nil {
+		d.Topology = tc
+		d.Explain += "; " + why
+	}
 	name := SplitGroupName(top.GetKind(), top.GetName(), top.GetUID(), group)
 	if err := g.ensurePodGroup(ctx, name, top, d); err != nil {
 		var perm *permanentError
@@ -644,7 +655,7 @@ func (g *Grouper) ensurePodGroup(ctx context.Context, name string, top *unstruct
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: top.GetAPIVersion(), Kind: top.GetKind(), Name: top.GetName(), UID: top.GetUID(),
 				Controller: new(true)}},
 		},
-		Spec: v1alpha1.PodGroupSpec{MinMember: d.MinMember, Queue: d.Queue, PriorityClassName: d.PriorityClassName, MinResources: d.MinResources},
+		Spec: v1alpha1.PodGroupSpec{MinMember: d.MinMember, Queue: d.Queue, PriorityClassName: d.PriorityClassName, MinResources: d.MinResources, Topology: d.Topology},
 	}
 	res := g.cfg.Dynamic.Resource(v1alpha1.PodGroupsResource).Namespace(ns)
 	cur, err := res.Get(ctx, name, metav1.GetOptions{})
@@ -677,12 +688,13 @@ func (g *Grouper) ensurePodGroup(ctx context.Context, name string, top *unstruct
 		return err
 	}
 	if have.Spec.MinMember == want.Spec.MinMember && have.Spec.Queue == want.Spec.Queue && have.Spec.PriorityClassName == want.Spec.PriorityClassName &&
-		equality.Semantic.DeepEqual(have.Spec.MinResources, want.Spec.MinResources) && have.Annotations[v1alpha1.DerivedFromAnnotation] == from &&
+		equality.Semantic.DeepEqual(have.Spec.MinResources, want.Spec.MinResources) && equality.Semantic.DeepEqual(have.Spec.Topology, want.Spec.Topology) &&
+		have.Annotations[v1alpha1.DerivedFromAnnotation] == from &&
 		equality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) {
 		return nil
 	}
 	have.Spec.MinMember, have.Spec.Queue, have.Spec.PriorityClassName = want.Spec.MinMember, want.Spec.Queue, want.Spec.PriorityClassName
-	have.Spec.MinResources = want.Spec.MinResources
+	have.Spec.MinResources, have.Spec.Topology = want.Spec.MinResources, want.Spec.Topology
 	// An owner recreated under the same name (a Volcano PodGroup deleted and
 	// made again before the garbage collector took the old mirror) owns it.
 	have.OwnerReferences = want.OwnerReferences

@@ -48,6 +48,9 @@ type Derived struct {
 	// MinResources is what the group's queue must admit before its pods
 	// are considered (PodGroup spec.minResources); nil for none.
 	MinResources corev1.ResourceList
+	// Topology is the group's topology constraint (PodGroup
+	// spec.topology); nil for none.
+	Topology *v1alpha1.TopologyConstraint
 	// Explain says where each value came from, for the PodGroup's
 	// derived-from annotation and `gpuplane status`.
 	Explain string

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,6 +56,9 @@ func (g *Grouper) decideVolcano(ctx context.Context, k ownerKey) (*decision, err
 		return nil, fmt.Errorf("reading Volcano PodGroup %s/%s: %w", k.Namespace, k.Name, err)
 	}
 	d, err := FromVolcano(obj.Object)
+	if err == nil {
+		d.Topology, err = g.volcanoTopology(ctx, obj, &d)
+	}
 	if err != nil {
 		err = fmt.Errorf("the Volcano PodGroup %s/%s: %w", k.Namespace, k.Name, err)
 		g.event(obj, corev1.EventTypeWarning, "InvalidPodGroup", err.Error()+"; its pods wait until it is fixed")
@@ -68,6 +72,46 @@ func (g *Grouper) decideVolcano(ctx context.Context, k ownerKey) (*decision, err
 		return nil, err
 	}
 	return &decision{group: k.Name, mirror: true}, nil
+}
+
+// VolcanoJobKind is Volcano's Job, whose spec.networkTopology Volcano's
+// job controller copies into the PodGroup it makes for it.
+var VolcanoJobKind = schema.GroupVersionKind{Group: "batch.volcano.sh", Version: "v1alpha1", Kind: "Job"}
+
+// volcanoTopology maps the Volcano PodGroup's spec.networkTopology, else
+// its Volcano Job's, onto the cluster's Topology (VolcanoTopology), adding
+// where it came from to d.Explain. An error is the object's to fix.
+func (g *Grouper) volcanoTopology(ctx context.Context, obj *unstructured.Unstructured, d *Derived) (*v1alpha1.TopologyConstraint, error) {
+	levels := g.cfg.Topologies
+	if levels == nil {
+		levels = func(string) (string, []string, error) {
+			return "", nil, errors.New("this scheduler reads no Topology objects")
+		}
+	}
+	tc, why, err := VolcanoTopology(obj.Object, obj.GetAnnotations(), levels)
+	if err != nil || tc != nil {
+		if tc != nil {
+			d.Explain += "; " + why
+		}
+		return tc, err
+	}
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil || ref.Kind != VolcanoJobKind.Kind || !strings.HasPrefix(ref.APIVersion, VolcanoJobKind.Group+"/") {
+		return nil, nil
+	}
+	job, err := g.get(ctx, VolcanoJobKind, obj.GetNamespace(), ref.Name)
+	if err != nil || job.GetUID() != ref.UID {
+		// No Job to read (gone, or not readable): the PodGroup says all.
+		return nil, nil //nolint:nilerr // the PodGroup's own spec stands
+	}
+	tc, why, err = VolcanoTopology(job.Object, job.GetAnnotations(), levels)
+	if err != nil {
+		return nil, fmt.Errorf("its Volcano Job %s: %w", job.GetName(), err)
+	}
+	if tc != nil {
+		d.Explain += "; " + strings.Replace(why, "spec.networkTopology", "the Volcano Job's spec.networkTopology", 1)
+	}
+	return tc, nil
 }
 
 // FromVolcano reads what a gpuplane PodGroup takes from a Volcano PodGroup

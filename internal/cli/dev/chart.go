@@ -90,7 +90,7 @@ func (s *supervisor) chartNode(cfg *nodesim.Config, n NodeSpec, cp *localcluster
 	cfg.Labels[gpunode.ConfigLabel] = n.ConfigName
 	cfg.Containers = &nodesim.ContainerConfig{
 		Binaries:  map[string]string{"gpuplane-agent": s.spec.AgentBinary, "gpuplane-scheduler": s.spec.SchedulerBinary},
-		Env:       []string{gpunode.EnvSimulate + "=" + n.SimProfile},
+		Env:       chartEnv(n),
 		APIServer: cp.APIServerURL(),
 		CAData:    cp.RESTConfig().CAData,
 	}
@@ -208,4 +208,14 @@ func tail(path string, n int) string {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	lines = lines[max(0, len(lines)-n):]
 	return "\n    " + strings.Join(lines, "\n    ")
+}
+
+// chartEnv is what the node simulator hands the chart's agent pod about
+// its simulated GPUs: the profile, and the rack's NVLink fabric.
+func chartEnv(n NodeSpec) []string {
+	env := []string{gpunode.EnvSimulate + "=" + n.SimProfile}
+	if n.Fabric != "" {
+		env = append(env, gpunode.EnvSimulateFabric+"="+n.Fabric)
+	}
+	return env
 }

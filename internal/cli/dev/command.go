@@ -16,8 +16,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/deploy/crds"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/gpu/sim"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
 )
 
@@ -72,6 +74,7 @@ type upFlags struct {
 	operatorsDir string
 	timeout      time.Duration
 	dra          bool
+	topology     string
 }
 
 func newUpCommand(resolve func() (stateDir, error)) *cobra.Command {
@@ -85,7 +88,8 @@ Ready with its GPU resources and its agent says so (the GPUReady condition),
 and prints the kubeconfig to use.
 
 A node profile is PROFILE[:MODE]: PROFILE a simulated system (the DGX
-systems dgxa100, dgxh100, dgxh200, dgxb200; the rented servers 4xt4, 8xv100,
+systems dgxa100, dgxh100, dgxh200, dgxb200; the NVL72 compute trays
+gb200-nvl72, gb300-nvl72; the rented servers 4xt4, 8xv100,
 4xa10g, 8xl4, 8xl40s, 8xa100-80gb, 8xh100-pcie; or a profile file), MODE one of
   whole                 every GPU a nvidia.com/gpu (default)
   mig-mixed             GPU 0 split into seven 1-slice MIG devices, GPU 1 into
@@ -107,14 +111,25 @@ users submit them: ` + strings.Join(localcluster.Operators(), ", ") + `.
 make operator-bins builds them into bin/operators; up installs their CRDs and
 what their own installation would make (a namespace, the Secret and webhook
 configuration the training operator updates, serving certificates) and
-waits until each is ready.`,
+waits until each is ready.
+
+--topology lays the nodes out in spine blocks and racks (leaf switches), and
+with nvl72 makes each rack a GB200 or GB300 NVL72 rack, one NVLink domain:
+the simulated nodes must be its compute trays (gb200-nvl72, gb300-nvl72), each
+agent's simulated GPUs report the rack's NVLink fabric and the agent labels
+nvidia.com/gpu.clique from it, as on real racks; kwok nodes get the same labels
+written (and default to 4 x NVIDIA-GB200). A Topology naming the levels
+` + LabelTopologyBlock + `, ` + LabelTopologyRack + `, nvidia.com/gpu.clique and
+kubernetes.io/hostname then places gangs by them.`,
 		Example: `  gpuplane dev up
   gpuplane dev up --nodes 2 --profile dgxh100 --kwok-nodes 100
   gpuplane dev up --node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4
   gpuplane dev up --node-profiles dgxh100,dgxh100:mig-dynamic
   gpuplane dev up --scheduler none
   gpuplane dev up --operators training-operator,kuberay
-  gpuplane dev up --install chart --node-profiles dgxh100,dgxh100:mig-mixed`,
+  gpuplane dev up --install chart --node-profiles dgxh100,dgxh100:mig-mixed
+  gpuplane dev up --nodes 8 --topology blocks=2,racks=2,rack-nodes=2
+  gpuplane dev up --nodes 4 --profile gb200-nvl72 --kwok-nodes 32 --topology rack-nodes=18,nvl72`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := resolve()
@@ -123,6 +138,15 @@ waits until each is ready.`,
 			}
 			if !cmd.Flags().Changed("nodes") && len(f.nodeProfiles) > 0 {
 				f.nodes = 0
+			}
+			if nvl72Layout(f.topology) {
+				// kwok nodes in NVL72 racks are compute trays too.
+				if !cmd.Flags().Changed("kwok-product") {
+					f.kwokProduct = kwokNVL72Product
+				}
+				if !cmd.Flags().Changed("kwok-gpus") {
+					f.kwokGPUs = sim.NVL72TrayGPUs
+				}
 			}
 			return up(cmd.Context(), dir, f, cmd.OutOrStdout())
 		},
@@ -142,6 +166,7 @@ waits until each is ready.`,
 	fs.StringSliceVar(&f.operators, "operators", nil, "workload operators to run beside the scheduler, comma-separated: "+strings.Join(localcluster.Operators(), ", ")+" (built by make operator-bins)")
 	fs.StringVar(&f.operatorsDir, "operators-dir", "", "directory of the workload operators and their CRDs (default: operators/ in the control-plane binaries' directory)")
 	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "how long to wait for the cluster to come up")
+	fs.StringVar(&f.topology, "topology", "", topologyHelp)
 	fs.BoolVar(&f.dra, "dra", true, "run every agent's DRA driver (gpu.gpuplane.io: ResourceSlices, claims prepared as CDI devices) beside its device plugin and install gpuplane's DeviceClasses; not with --install chart")
 	return cmd
 }
@@ -181,6 +206,12 @@ func up(ctx context.Context, dir stateDir, f *upFlags, out io.Writer) error {
 		if err != nil {
 			_ = os.RemoveAll(string(dir))
 			return err
+		}
+		if spec.Layout != nil {
+			p := spec.Layout.Place(i)
+			n.Labels, n.Fabric = p.Labels(), p.Fabric
+			// The agent labels the clique from its GPUs.
+			delete(n.Labels, gpunode.LabelGPUClique)
 		}
 		spec.Nodes = append(spec.Nodes, n)
 	}
@@ -227,6 +258,13 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 		}
 	}
 	spec := &Spec{Install: f.install, Scheduler: f.scheduler, KwokNodes: f.kwokNodes, KwokProduct: f.kwokProduct, KwokGPUs: f.kwokGPUs, DRA: f.dra && f.install == InstallProcesses}
+	if f.topology != "" {
+		layout, err := resolveLayout(f)
+		if err != nil {
+			return nil, err
+		}
+		spec.Layout = layout
+	}
 	switch f.install {
 	case InstallProcesses:
 	case InstallChart:

@@ -59,8 +59,18 @@ func writeMIGDynamicProfile(builtin, path string) (string, error) {
 	if len(p.Links) > 1 && len(p.Links[0]) > 1 {
 		fmt.Fprintf(&sb, "topology:\n  nvlink: %d\n", p.Links[0][1].NVLinks)
 	}
+	writeFabric(&sb, p)
 	if err := os.WriteFile(path, []byte(sb.String()), 0o600); err != nil {
 		return "", fmt.Errorf("writing the profile: %w", err)
 	}
 	return path, nil
+}
+
+// writeFabric keeps a built-in profile's NVLink fabric in the profile file
+// written from it, so that an NVL72 tray in MIG mode stays on its rack's
+// fabric.
+func writeFabric(sb *strings.Builder, p *sim.Profile) {
+	if f := p.Fabric; f != nil {
+		fmt.Fprintf(sb, "fabric:\n  clusterUUID: %s\n  cliqueID: %d\n  state: %s\n", f.ClusterUUID, f.CliqueID, f.State)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -253,6 +254,7 @@ func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPla
 			Labels: map[string]string{NodeKindLabel: "agent", ProfileLabel: labelValue(n.Profile)},
 			Logger: s.log.With("part", "nodesim"),
 		}
+		maps.Copy(cfg.Labels, n.Labels)
 		if chart {
 			s.step("starting node %s (%s): it runs the chart's pods", n.Name, n.Profile)
 			s.chartNode(&cfg, n, cp)
@@ -270,6 +272,9 @@ func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPla
 				// turns it on.
 				ExtraArgs: []string{"--simulate-control-addr", control,
 					"--mig-config-map", helmchart.DefaultNamespace + "/" + helmchart.MIGConfigMap},
+			}
+			if n.Fabric != "" {
+				cfg.Agent.ExtraArgs = append(cfg.Agent.ExtraArgs, "--simulate-fabric", n.Fabric)
 			}
 			s.mu.Lock()
 			s.state.Faults[n.Name] = control
@@ -352,7 +357,7 @@ func operatorComponent(name string) string { return "operator/" + name }
 
 // startGPUPlaneScheduler runs gpuplane-scheduler against the cluster.
 func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *localcluster.ControlPlane) error {
-	s.step("installing the Queue, PodGroup and GroupingRule CRDs")
+	s.step("installing the Queue, PodGroup, GroupingRule and Topology CRDs")
 	// Polled until Established: `kubectl wait` fails instead of waiting on
 	// a CRD the API server has not given conditions yet, which happens
 	// when it is busy (with operators' CRDs, for one).
@@ -516,6 +521,9 @@ func createKwokNodes(ctx context.Context, client kubernetes.Interface, spec *Spe
 			},
 			Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: localcluster.KwokNodeAnnotation, Value: localcluster.KwokNodeAnnotationValue, Effect: corev1.TaintEffectNoSchedule}}},
 			Status: corev1.NodeStatus{Capacity: res.DeepCopy(), Allocatable: res.DeepCopy()},
+		}
+		if spec.Layout != nil {
+			maps.Copy(node.Labels, spec.Layout.Place(len(spec.Nodes)+i).Labels())
 		}
 		sem <- struct{}{}
 		wg.Go(func() {

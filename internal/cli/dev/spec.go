@@ -63,6 +63,9 @@ type Spec struct {
 	// DRA runs every agent's DRA driver and installs gpuplane's
 	// DeviceClasses.
 	DRA bool `json:"dra,omitempty"`
+	// Layout places the nodes in blocks, racks and NVL72 NVLink domains
+	// (--topology); nil leaves them unplaced.
+	Layout *Layout `json:"layout,omitempty"`
 }
 
 // NodeSpec is one simulated node.
@@ -83,6 +86,11 @@ type NodeSpec struct {
 	// Resources are the device-plugin resources the node must report
 	// before the cluster counts as up.
 	Resources []string `json:"resources"`
+	// Labels are the node's block and rack labels from the layout.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Fabric is the NVLink fabric its simulated GPUs report (the agent's
+	// --simulate-fabric), empty outside NVL72 racks.
+	Fabric string `json:"fabric,omitempty"`
 }
 
 // parseNodeProfile reads PROFILE[:MODE], MODE being whole, mig-mixed or
@@ -219,6 +227,7 @@ func writeMIGProfile(ctx context.Context, builtin, path string) (string, []strin
 	if len(p.Links) > 1 && len(p.Links[0]) > 1 {
 		fmt.Fprintf(&sb, "topology:\n  nvlink: %d\n", p.Links[0][1].NVLinks)
 	}
+	writeFabric(&sb, p)
 	if err := os.WriteFile(path, []byte(sb.String()), 0o600); err != nil {
 		return "", nil, fmt.Errorf("writing the MIG profile: %w", err)
 	}

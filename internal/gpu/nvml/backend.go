@@ -52,6 +52,9 @@ type Backend struct {
 	gpm    []*gpmState
 	// slices are the time slices this backend set, by GPU index.
 	slices map[int]gpu.TimeSlice
+	// fabricV reads the versioned fabric info; go-nvml's handler for it
+	// reaches the C library directly, so tests put a fake here.
+	fabricV func(gonvml.Device) (gonvml.GpuFabricInfo_v2, gonvml.Return)
 }
 
 var _ gpu.Backend = (*Backend)(nil)
@@ -70,7 +73,7 @@ func Open(opts Options) (*Backend, error) {
 	if ret := lib.Init(); ret != gonvml.SUCCESS {
 		return nil, initError(ret, path)
 	}
-	b := &Backend{lib: lib, sysfsRoot: opts.SysfsRoot, hostname: opts.Hostname, smi: opts.SMI}
+	b := &Backend{lib: lib, sysfsRoot: opts.SysfsRoot, hostname: opts.Hostname, smi: opts.SMI, fabricV: fabricInfoV}
 	if b.smi == nil {
 		b.smi = runSMI
 	}

@@ -41,6 +41,10 @@ type Options struct {
 	// agent: read at start (the GPUs it lists start in its layout instead
 	// of the profile's) and written after every MIG change.
 	StateFile string
+	// Fabric, when set, replaces the profile's fabric: the NVLink domain
+	// of the rack the node sits in (the agent's --simulate-fabric). Only a
+	// profile whose GPUs have a fabric takes one.
+	Fabric *FabricSpec
 }
 
 // DefaultNodeName is the node name used when Options.NodeName is empty.
@@ -102,6 +106,12 @@ func New(p *Profile, opts Options) (*Backend, error) {
 	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("starting simulated node: %w", err)
+	}
+	if opts.Fabric != nil {
+		var err error
+		if p, err = withFabric(p, *opts.Fabric); err != nil {
+			return nil, fmt.Errorf("starting simulated node: %w", err)
+		}
 	}
 	b := &Backend{
 		prof:  p.clone(),

@@ -6,7 +6,9 @@
 //
 // Load returns a Profile: one of the built-in DGX systems (dgxa100,
 // dgxh100, dgxh200, dgxb200), whose identity, memory and MIG tables come
-// from go-nvml's mock DGX servers; one of the built-in servers clouds rent
+// from go-nvml's mock DGX servers; a compute tray of a GB200 or GB300
+// NVL72 rack (gb200-nvl72, gb300-nvl72: four GPUs on the rack's NVLink
+// fabric, fabric.go); one of the built-in servers clouds rent
 // (4xt4, 8xv100, 4xa10g, 8xl4, 8xl40s, 8xa100-80gb, 8xh100-pcie: profile
 // files kept in cloud.go); or a profile file. BuiltinNames lists them. New
 // starts a Backend from it:
@@ -29,6 +31,10 @@
 //   - telemetry that follows simulated processes (memory, utilization,
 //     power from idle to TDP, temperature following power, energy, clocks) on
 //     an injectable Clock, exactly and independently of how often it is read;
+//   - the multi-node NVLink fabric of NVL72 trays (gpu.FabricReader): a
+//     cluster UUID, clique ID and registration state that every GPU of the
+//     node reports, the rack's by Options.Fabric; GPUs of other profiles
+//     answer "not supported", as GPUs without a fabric do;
 //   - events (XID, ECC, a failing event wait) and fault injection (a lost
 //     GPU, a failing call) that change only the GPU they name.
 //
@@ -94,6 +100,10 @@
 //	      nvlink: 18
 //	    - gpus: [2, 3]
 //	      pcie: PIX
+//	fabric:                     # the multi-node NVLink fabric every GPU reports
+//	  clusterUUID: 7b968a6d-c8aa-45e1-9e07-e1e51be99c31  # default: named after the profile
+//	  cliqueID: 1               # default 1
+//	  state: completed          # not-started, in-progress or completed (default)
 //
 // # What this package must not do
 //

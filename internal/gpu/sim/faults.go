@@ -33,6 +33,8 @@ const (
 	OpResetGPU Op = "ResetGPU"
 	// OpSetTimeSlice is gpu.TimeSlicer's SetTimeSlice (and TimeSlice).
 	OpSetTimeSlice Op = "SetTimeSlice"
+	// OpGPUFabric is gpu.FabricReader's GPUFabric.
+	OpGPUFabric Op = "GPUFabric"
 )
 
 var opDoing = map[Op]string{
@@ -51,6 +53,7 @@ var opDoing = map[Op]string{
 	OpGPUInstances:           "listing MIG GPU instances",
 	OpResetGPU:               "resetting GPU",
 	OpSetTimeSlice:           "setting the time slice",
+	OpGPUFabric:              "reading the GPU fabric info",
 }
 
 // Ops lists every Op.

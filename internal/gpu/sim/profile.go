@@ -13,6 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/google/uuid"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
@@ -30,6 +31,9 @@ type Profile struct {
 	// Links holds the link between every pair of GPUs, indexed
 	// [i][j]; the diagonal is unused. It must be symmetric.
 	Links [][]gpu.Link
+	// Fabric is the multi-node NVLink fabric the GPUs report; nil when
+	// they have none.
+	Fabric *FabricSpec
 }
 
 // GPUSpec is one simulated GPU: its identity and the parameters its
@@ -117,6 +121,12 @@ var models = []model{
 		idleW: 75, tdpW: 700, idleSM: 345, maxSM: 1980, memClock: 3201, idleT: 28, maxT: 72, hbm: true},
 	{key: "B200-SXM5-180GB", mock: &gpus.B200_SXM5_180GB, boardID: 0x290110DE, migTable: "B200-180GB",
 		idleW: 140, tdpW: 1000, idleSM: 120, maxSM: 1965, memClock: 3996, idleT: 30, maxT: 75, hbm: true},
+	// The GPUs of GB200 and GB300 NVL72 racks (fabric.go): nvidia-smi
+	// shows them idling near 160 W at P0 under caps of 1200 and 1400 W.
+	{key: "GB200", mock: &gb200Config, migTable: "GB200-186GB",
+		idleW: 160, tdpW: 1200, idleSM: 120, maxSM: 1965, memClock: 3996, idleT: 29, maxT: 75, hbm: true},
+	{key: "GB300", mock: &gb300Config, migTable: "GB300-278GB",
+		idleW: 170, tdpW: 1400, idleSM: 120, maxSM: 1965, memClock: 3996, idleT: 29, maxT: 75, hbm: true},
 	{key: "T4", name: "Tesla T4", brand: nvml.BRAND_TESLA, arch: gpu.ArchTuring, cc: gpu.ComputeCapability{Major: 7, Minor: 5},
 		memMiB: 15360, deviceID: 0x1EB810DE,
 		idleW: 10, tdpW: 70, idleSM: 300, maxSM: 1590, memClock: 5000, idleT: 30, maxT: 70},
@@ -144,12 +154,14 @@ var models = []model{
 // name. The table's sizes and names are those of the configuration's GPU,
 // whatever memory a profile gives the simulated GPU.
 var migTables = map[string]*gpus.Config{
-	"A100-40GB":  &gpus.A100_SXM4_40GB,
-	"A100-80GB":  &gpus.A100_SXM4_80GB,
-	"A30-24GB":   &gpus.A30_PCIE_24GB,
-	"H100-80GB":  &gpus.H100_SXM5_80GB,
-	"H200-141GB": &gpus.H200_SXM5_141GB,
-	"B200-180GB": &gpus.B200_SXM5_180GB,
+	"A100-40GB":   &gpus.A100_SXM4_40GB,
+	"A100-80GB":   &gpus.A100_SXM4_80GB,
+	"A30-24GB":    &gpus.A30_PCIE_24GB,
+	"H100-80GB":   &gpus.H100_SXM5_80GB,
+	"H200-141GB":  &gpus.H200_SXM5_141GB,
+	"B200-180GB":  &gpus.B200_SXM5_180GB,
+	"GB200-186GB": &gb200Config,
+	"GB300-278GB": &gb300Config,
 }
 
 // Models lists the GPU model keys a profile file may name.
@@ -266,12 +278,15 @@ var dgxSystems = []dgx{
 		driver: "570.133.20", cuda: 12080},
 }
 
-// BuiltinNames lists the built-in profile names: the DGX systems, then
-// the servers clouds rent (cloudSystems).
+// BuiltinNames lists the built-in profile names: the DGX systems, the
+// NVL72 compute trays, then the servers clouds rent (cloudSystems).
 func BuiltinNames() []string {
-	out := make([]string, 0, len(dgxSystems)+len(cloudSystems))
+	out := make([]string, 0, len(dgxSystems)+len(nvl72Trays)+len(cloudSystems))
 	for i := range dgxSystems {
 		out = append(out, dgxSystems[i].name)
+	}
+	for i := range nvl72Trays {
+		out = append(out, nvl72Trays[i].name)
 	}
 	for i := range cloudSystems {
 		out = append(out, cloudSystems[i].name)
@@ -284,6 +299,11 @@ func Builtin(name string) (*Profile, error) {
 	for i := range dgxSystems {
 		if dgxSystems[i].name == strings.ToLower(name) {
 			return dgxSystems[i].profile()
+		}
+	}
+	for i := range nvl72Trays {
+		if nvl72Trays[i].name == strings.ToLower(name) {
+			return nvl72Trays[i].profile()
 		}
 	}
 	for i := range cloudSystems {
@@ -414,6 +434,11 @@ func (p *Profile) Validate() error {
 			return fmt.Errorf("profile %s: links row %d has %d entries for %d GPUs", p.Name, i, len(p.Links[i]), len(p.GPUs))
 		}
 	}
+	if f := p.Fabric; f != nil && f.ClusterUUID != "" {
+		if u, err := uuid.Parse(f.ClusterUUID); err != nil || u.String() != f.ClusterUUID {
+			return fmt.Errorf("profile %s: fabric cluster UUID %q is not a lower-case canonical UUID", p.Name, f.ClusterUUID)
+		}
+	}
 	for i := range p.Links {
 		for j := range p.Links[i] {
 			if i == j {
@@ -443,6 +468,10 @@ func crossNUMA(a, b int, l gpu.PCIeLevel) error {
 func (p *Profile) clone() *Profile {
 	c := *p
 	c.GPUs = append([]GPUSpec(nil), p.GPUs...)
+	if p.Fabric != nil {
+		f := *p.Fabric
+		c.Fabric = &f
+	}
 	c.Links = newLinks(len(p.Links))
 	for i := range p.Links {
 		copy(c.Links[i], p.Links[i])

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
@@ -28,6 +29,7 @@ type fileProfile struct {
 	NVMLVersion       string       `yaml:"nvmlVersion"`
 	GPUs              []fileGPU    `yaml:"gpus"`
 	Topology          fileTopology `yaml:"topology"`
+	Fabric            *fileFabric  `yaml:"fabric"`
 }
 
 type fileGPU struct {
@@ -57,6 +59,13 @@ type fileTopology struct {
 	// node and SYS across.
 	PCIe  string     `yaml:"pcie"`
 	Pairs []filePair `yaml:"pairs"`
+}
+
+// fileFabric is the multi-node NVLink fabric the profile's GPUs report.
+type fileFabric struct {
+	ClusterUUID string  `yaml:"clusterUUID"`
+	CliqueID    *uint32 `yaml:"cliqueID"`
+	State       string  `yaml:"state"`
 }
 
 type filePair struct {
@@ -303,6 +312,13 @@ func (d *decoder) build(f *fileProfile) (*Profile, error) {
 	if err := d.topology(p, &f.Topology); err != nil {
 		return nil, err
 	}
+	if f.Fabric != nil {
+		fab, err := d.fabric(f.Fabric, p.Name)
+		if err != nil {
+			return nil, err
+		}
+		p.Fabric = fab
+	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -521,4 +537,37 @@ func (d *decoder) topology(p *Profile, t *fileTopology) error {
 		}
 	}
 	return nil
+}
+
+// fabricStates are the states a profile file may give its fabric.
+var fabricStates = []gpu.FabricState{gpu.FabricNotStarted, gpu.FabricInProgress, gpu.FabricCompleted}
+
+// fabric reads the fabric section: a cluster UUID (default: named after
+// the profile), a clique ID (default 1) and a state (default completed).
+func (d *decoder) fabric(f *fileFabric, profile string) (*FabricSpec, error) {
+	out := &FabricSpec{ClusterUUID: FabricClusterUUID(profile), CliqueID: 1, State: gpu.FabricCompleted}
+	if f.ClusterUUID != "" {
+		u, err := uuid.Parse(f.ClusterUUID)
+		if err != nil || len(f.ClusterUUID) != 36 || u == uuid.Nil {
+			return nil, d.at("fabric.clusterUUID", "want a non-zero UUID in its canonical form (8-4-4-4-12 hex digits), got %q", f.ClusterUUID)
+		}
+		out.ClusterUUID = u.String()
+	}
+	if f.CliqueID != nil {
+		out.CliqueID = *f.CliqueID
+	}
+	if f.State != "" {
+		names := make([]string, len(fabricStates))
+		found := false
+		for i, s := range fabricStates {
+			names[i] = s.String()
+			if s.String() == f.State {
+				out.State, found = s, true
+			}
+		}
+		if !found {
+			return nil, d.at("fabric.state", "want one of %s, got %q (leave the fabric section out for GPUs without one)", strings.Join(names, ", "), f.State)
+		}
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package build
 import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -67,3 +68,45 @@ func (b *PodGroupBuilder) Queue(queue string) *PodGroupBuilder {
 
 // Obj returns a copy of the built PodGroup.
 func (b *PodGroupBuilder) Obj() *v1alpha1.PodGroup { return b.g.DeepCopy() }
+
+// Topology sets the group's topology constraint.
+func (b *PodGroupBuilder) Topology(c v1alpha1.TopologyConstraint) *PodGroupBuilder {
+	b.g.Spec.Topology = &c
+	return b
+}
+
+// Label sets one of the group's labels.
+func (b *PodGroupBuilder) Label(key, value string) *PodGroupBuilder {
+	if b.g.Labels == nil {
+		b.g.Labels = map[string]string{}
+	}
+	b.g.Labels[key] = value
+	return b
+}
+
+// Topology returns a Topology of the given levels (node label keys,
+// widest first), with its TypeMeta set.
+func Topology(name string, levels ...string) *v1alpha1.Topology {
+	t := &v1alpha1.Topology{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Topology"},
+		ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, l := range levels {
+		t.Spec.Levels = append(t.Spec.Levels, v1alpha1.TopologyLevel{NodeLabel: l})
+	}
+	return t
+}
+
+// ForeignTopology returns another scheduler's Topology of the given
+// levels as the dynamic client reads it: apiVersion kueue.x-k8s.io/v1beta2
+// or kai.scheduler/v1alpha1, spec.levels[].nodeLabel.
+func ForeignTopology(apiVersion, name string, levels ...string) *unstructured.Unstructured {
+	ls := make([]any, len(levels))
+	for i, l := range levels {
+		ls[i] = map[string]any{"nodeLabel": l}
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": apiVersion, "kind": "Topology",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"levels": ls},
+	}}
+}
