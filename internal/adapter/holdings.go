@@ -240,7 +240,7 @@ func replicasHeld(n *model.Node, req *model.Request, held []model.GPUShare) (mod
 // request's kind or count, and the scheduler's own choice stands.
 func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.GPUShare, bool) {
 	switch {
-	case req.GPUs > 0 && n.InReplicasOn(req):
+	case n.InReplicasOn(req):
 		// Replicas in the node's unit (model.GPU.InReplicas): the record
 		// holds them as shares, all of a GPU's as the whole GPU.
 		replicas := int64(0)
@@ -286,7 +286,7 @@ func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.G
 func autoShares(n *model.Node, gpuFree []int64, sliceFree []int, req *model.Request) []model.GPUShare {
 	var out []model.GPUShare
 	switch {
-	case req.GPUs > 0 && n.InReplicasOn(req):
+	case n.InReplicasOn(req):
 		for g := range n.GPUs {
 			if gp := &n.GPUs[g]; gp.InReplicas(req) && gpuFree[g] >= gp.ShareMilli(req) {
 				return []model.GPUShare{{Index: g, Milli: gp.ShareMilli(req)}}

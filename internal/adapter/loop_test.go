@@ -461,6 +461,45 @@ func TestLoopSizesReplicasByTheirNode(t *testing.T) {
 	}
 }
 
+// A node advertising nvidia.com/gpu.shared without nvidia.com/gpu.replicas
+// takes as many one-replica pods as its allocatable says, as
+// kube-scheduler admits them: 8 on a node of two GPUs (nvidia.com/gpu.count)
+// sharing four ways each, 3 on a node without a GPU count, where each
+// replica is a GPU's one. The queue counts what each pod's GPU gives.
+func TestLoopPlacesReplicasWithoutTheReplicasLabel(t *testing.T) {
+	counted := build.Node("counted").Resources(rl("nvidia.com/gpu.shared", "8", "cpu", "64", "memory", "256Gi")).Label(LabelGPUCount, "2").Obj()
+	uncounted := build.Node("uncounted").Resources(rl("nvidia.com/gpu.shared", "3", "cpu", "64", "memory", "256Gi")).Obj()
+	f := newLoopFixture(t, Config{}, counted, uncounted)
+	f.cache.upsertQueue(build.Queue("team").Obj())
+	for i := range 12 {
+		p := newPod("ns", fmt.Sprint("r-", i)).Limits(rl("nvidia.com/gpu.shared", "1")).Label(v1alpha1.QueueLabel, "team").Obj()
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	on := map[string]int{}
+	for _, b := range f.api.binds {
+		on[strings.Fields(b)[1]]++
+	}
+	if on["counted"] != 8 || on["uncounted"] != 3 {
+		t.Fatalf("bound %v per node, want 8 on counted and 3 on uncounted (binds %v)", on, f.api.binds)
+	}
+	for _, b := range f.api.binds {
+		fs := strings.Fields(b)
+		ns, name, _ := strings.Cut(fs[0], "/")
+		p := newPod(ns, name).Limits(rl("nvidia.com/gpu.shared", "1")).Label(v1alpha1.QueueLabel, "team").NodeName(fs[1]).Obj()
+		p.Annotations = map[string]string{GPUsAnnotation: fs[2]}
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	q, ok := f.status.statuses["queue/team"].(*v1alpha1.Queue)
+	if !ok {
+		t.Fatalf("no status for queue team: %v", f.status.statuses)
+	}
+	if usage := q.Status.Usage[ResourceGPU]; usage.String() != "5" {
+		t.Errorf("queue usage %v, want 5 GPUs (8 quarters and 3 whole replicas)", q.Status.Usage)
+	}
+}
+
 // Pods of another scheduler on a node time-sliced under nvidia.com/gpu
 // hold the replicas the node gave them, not whole GPUs: GPU 0 has given
 // three of its four replicas (one pod with one, one with two), so two

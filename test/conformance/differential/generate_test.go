@@ -158,6 +158,12 @@ func (g *gen) node(i int) *corev1.Node {
 		case g.on[SharedGPUs] && g.chance(0.3):
 			replicas := pickOf(g, []int{2, 4})
 			n.Labels[gpunode.LabelGPUReplicas] = strconv.Itoa(replicas)
+			if g.chance(0.5) {
+				// A device plugin whose labeller does not say the
+				// factor: the replicas per GPU are allocatable over
+				// nvidia.com/gpu.count.
+				delete(n.Labels, gpunode.LabelGPUReplicas)
+			}
 			delete(alloc, gpunode.ResourceGPU)
 			alloc[gpunode.ResourceGPUShared] = *resource.NewQuantity(int64(gpus*replicas), resource.DecimalSI)
 		case g.on[MIG] && g.chance(0.3):
