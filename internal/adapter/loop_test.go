@@ -551,3 +551,42 @@ func TestLoopExplainsFractions(t *testing.T) {
 		t.Errorf("bad pod's condition %q, want FractionOutOfRange naming gpu-fraction", got)
 	}
 }
+
+// A running pod that is being deleted (deletionTimestamp set) counts for
+// no spread constraint from the cycle after its update on, while pod
+// anti-affinity still sees it, as kube-scheduler's filters read it: the
+// pod spreading web over zones waits while web runs in z0 and binds there
+// once that pod is terminating; the one repelling web still waits.
+func TestLoopTerminatingPodLeavesSpreadCounts(t *testing.T) {
+	zoned := func(name, zone string) *corev1.Node {
+		n := gpuNode(name, 8)
+		n.Labels = map[string]string{"topology.kubernetes.io/zone": zone}
+		return n
+	}
+	f := newLoopFixture(t, Config{}, zoned("a", "z0"), zoned("b", "z1"))
+	web := build.Pod("ns", "web").NodeName("a").Label("app", "web").Request(corev1.ResourceCPU, "1").Obj()
+	f.cache.upsertPod(web)
+	spread := newPod("ns", "spread").Label("app", "web").Request(corev1.ResourceCPU, "1").Obj()
+	spread.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "z0"}
+	// Both zones count, though the pod goes only to z0.
+	ignore := corev1.NodeInclusionPolicyIgnore
+	spread.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+		WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, NodeAffinityPolicy: &ignore}}
+	shy := newPod("ns", "shy").Request(corev1.ResourceCPU, "1").Obj()
+	shy.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "z0"}
+	shy.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+		{TopologyKey: "topology.kubernetes.io/zone", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}}
+	f.cache.upsertPod(spread)
+	f.cache.upsertPod(shy)
+	f.cycle()
+	if len(f.api.binds) != 0 {
+		t.Fatalf("binds %v while web runs in z0, want none", f.api.binds)
+	}
+	web = web.DeepCopy()
+	web.DeletionTimestamp = &metav1.Time{Time: f.now}
+	f.cache.upsertPod(web)
+	f.cycle()
+	if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/spread a") {
+		t.Fatalf("binds %v, want ns/spread on a beside the terminating web pod, and ns/shy still waiting", f.api.binds)
+	}
+}

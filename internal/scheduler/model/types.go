@@ -200,6 +200,13 @@ type Request struct {
 	Labels    map[string]string  `json:"labels,omitempty"`
 	Affinity  *PodAffinity       `json:"podAffinity,omitempty"`
 	Spread    []SpreadConstraint `json:"spread,omitempty"`
+	// Terminating is set on a running pod that is being deleted (its
+	// deletionTimestamp is set): it holds all it holds until it is gone,
+	// and other pods' affinity and anti-affinity terms and its own
+	// anti-affinity still see it, but no spread constraint counts it
+	// (kube-scheduler's PodTopologySpread skips such pods,
+	// InterPodAffinity does not). A pending pod never has it.
+	Terminating bool `json:"terminating,omitempty"`
 	// Scalars is what the pod asks of every other resource of its node
 	// (ephemeral-storage, hugepages-<size>, extended resources the fields
 	// above do not model), in the node's unit, counted against

@@ -77,11 +77,16 @@ const (
 	// TopologySpread: DoNotSchedule topology spread constraints over
 	// hostname and zone.
 	TopologySpread Feature = "topologySpread"
+	// TerminatingPods: running pods being deleted (deletionTimestamp set),
+	// which PodTopologySpread does not count and every other filter
+	// does.
+	TerminatingPods Feature = "terminatingPods"
 )
 
 // allFeatures lists every feature the generator knows.
 var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods,
-	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, SharedGPUs, MIG, HostPorts, InterPodAffinity, TopologySpread}
+	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, SharedGPUs, MIG, HostPorts, InterPodAffinity, TopologySpread,
+	TerminatingPods}
 
 // enabled is the features the test draws: the filters gpuplane-scheduler
 // keeps. A feature that gpuplane-scheduler comes to keep is switched on
@@ -90,7 +95,7 @@ var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, C
 // does not keep them yet (issue 29): switched on, they show differences.
 // SubMiBMemory: the core counts memory in whole MiB (its doc above).
 var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted,
-	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, SharedGPUs, MIG, InterPodAffinity, TopologySpread}
+	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, SharedGPUs, MIG, InterPodAffinity, TopologySpread, TerminatingPods}
 
 // featureFlag overrides enabled for one run: a comma-separated list, each
 // entry a feature to draw, +feature to add one to enabled or -feature to

@@ -295,6 +295,11 @@ func (g *gen) running(node *corev1.Node, left *free, name string) *corev1.Pod {
 	if g.on[InterPodAffinity] && g.chance(0.2) {
 		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm(p)}}}
 	}
+	if g.on[TerminatingPods] && g.chance(0.25) {
+		// Being deleted: the kubelet stops it within its grace period,
+		// and until it is gone it holds all it holds.
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = ptrTo(metav1.Unix(1_700_000_100, 0)), ptrTo(int64(30))
+	}
 	for res, q := range podRequests(p) {
 		if l, ok := left.list[res]; ok {
 			l.Sub(q)
