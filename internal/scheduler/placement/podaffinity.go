@@ -282,7 +282,7 @@ func appendString(b []byte, s string) []byte {
 // counts reports whether the pods of ls count in c: they match its terms,
 // and, for a spread constraint, are not terminating.
 func (c *counter) counts(ls *labelSet) bool {
-	return !(c.spread && ls.terminating) && c.matches(ls.ns, ls.labels)
+	return (!c.spread || !ls.terminating) && c.matches(ls.ns, ls.labels)
 }
 
 func (c *counter) matches(ns string, labels map[string]string) bool {
