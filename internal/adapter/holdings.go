@@ -235,9 +235,11 @@ func replicasHeld(n *model.Node, req *model.Request, held []model.GPUShare) (mod
 
 // heldAs reads the node's record of the GPUs a pod holds in the terms of
 // its request: the GPUs from the record, how much of each from the request
-// (replicas of GPUs time-sliced under the resource a request for whole
-// GPUs asks through are those replicas: model.GPU.InReplicas). ok is false when the record does not match the
-// request's kind or count, and the scheduler's own choice stands.
+// (a request for replicas of GPUs shared under the resource it asks
+// through, nvidia.com/gpu or nvidia.com/gpu.shared, holds those replicas,
+// from one GPU or several: model.GPU.InReplicas). ok is false when the
+// record does not match the request's kind or count, and the scheduler's
+// own choice stands.
 func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.GPUShare, bool) {
 	switch {
 	case n.InReplicasOn(req):
