@@ -78,8 +78,12 @@ func TestPodRequest(t *testing.T) {
 		{name: "a fraction with a MIG device is refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/mig-1g.10gb", "1")).Annotation("gpu-fraction", "0.5").Obj(), wantReason: "MixedGPURequest"},
 		{name: "a fraction without a GPU device is refused", pod: newPod("ns", "p").Limits(rl("cpu", "1")).Annotation("gpu-fraction", "0.5").Obj(), wantReason: "FractionWithoutGPU"},
 		{name: "a fraction of two GPUs is refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "2", "nvidia.com/gpumem", "1000")).Obj(), wantReason: "FractionOfSeveralGPUs"},
-		{name: "as many replicas as a GPU has is a whole GPU, of those shared under that name", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu.shared", "4")).Obj(), replicas: 4,
-			want: model.Request{GPUs: 1, ShareResource: "nvidia.com/gpu.shared"}},
+		{name: "as many replicas as a GPU has are replicas still, in the node's unit", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu.shared", "4")).Obj(), replicas: 4,
+			want: model.Request{GPUMilli: 1000, Replicas: 4, ShareResource: "nvidia.com/gpu.shared"}},
+		{name: "more replicas than a GPU has are replicas, estimated at one GPU", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu.shared", "6")).Obj(), replicas: 4,
+			want: model.Request{GPUMilli: 1000, Replicas: 6, ShareResource: "nvidia.com/gpu.shared"}},
+		{name: "a replica where no node says its sharing factor is estimated at one GPU", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu.shared", "1")).Obj(), replicas: 1,
+			want: model.Request{GPUMilli: 1000, Replicas: 1, ShareResource: "nvidia.com/gpu.shared"}},
 		{name: "a MIG instance", pod: newPod("ns", "p").Limits(rl("nvidia.com/mig-3g.40gb", "1")).Obj(),
 			want: model.Request{MIGSlices: 3, MIGProfile: "3g.40gb"}},
 		{name: "a fractional GPU is refused", pod: newPod("ns", "p").Limits(rl("nvidia.com/gpu", "500m")).Obj(), wantReason: "FractionalGPU"},
@@ -162,6 +166,51 @@ func TestConvertNode(t *testing.T) {
 			check: func(t *testing.T, n model.Node) {
 				if !n.GPUs[0].SharesOnly || n.GPUs[0].WholeOnly {
 					t.Errorf("GPU 0 %+v, want shares only", n.GPUs[0])
+				}
+			}},
+		{name: "replicas under their own name without the replicas label are shared over gpu.count",
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu.shared", "8")).Label(LabelGPUCount, "2").Obj(),
+			wantGPUs: 2,
+			check: func(t *testing.T, n model.Node) {
+				for _, g := range n.GPUs {
+					if !g.SharesOnly || g.ShareResource != "nvidia.com/gpu.shared" || g.MinShareMilli != 250 {
+						t.Errorf("GPU %+v, want shares only of nvidia.com/gpu.shared, four replicas each", g)
+					}
+				}
+			}},
+		{name: "replicas besides whole GPUs without the replicas label are shared over the other GPUs",
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu", "2", "nvidia.com/gpu.shared", "6")).Label(LabelGPUCount, "4").Obj(),
+			wantGPUs: 4,
+			check: func(t *testing.T, n model.Node) {
+				if g := n.GPUs[0]; g.SharesOnly || g.WholeOnly || g.MinShareMilli != 333 {
+					t.Errorf("GPU 0 %+v, want one offered both ways, three replicas each", g)
+				}
+			}},
+		{name: "replicas without the replicas label nor a GPU count are each a GPU's one replica",
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu.shared", "8")).Obj(),
+			wantGPUs: 8,
+			check: func(t *testing.T, n model.Node) {
+				if g := n.GPUs[7]; !g.SharesOnly || g.ShareResource != "nvidia.com/gpu.shared" || g.MinShareMilli != 1000 {
+					t.Errorf("GPU 7 %+v, want shares only of nvidia.com/gpu.shared, one replica", g)
+				}
+			}},
+		{name: "replicas a GPU count does not divide are each a GPU's one replica, with a warning",
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu.shared", "7")).Label(LabelGPUCount, "2").Obj(),
+			wantGPUs: 7, wantWarn: "do not share the 7 replicas of nvidia.com/gpu.shared evenly"},
+		{name: "the replicas label wins over the GPU count",
+			node:     build.Node("n").Resources(rl("nvidia.com/gpu.shared", "8")).Label(LabelGPUCount, "2").Label("nvidia.com/gpu.replicas", "2").Obj(),
+			wantGPUs: 4},
+		{name: "a quarantined GPU's replicas count from capacity",
+			node: func() *corev1.Node {
+				n := build.Node("n").Resources(rl("nvidia.com/gpu.shared", "4")).Label(LabelGPUCount, "2").Annotation(gpunode.QuarantineAnnotation, `{"v":1,"gpus":[`+
+					`{"gpu":1,"uuid":"GPU-1","xid":48,"class":"memory-uncorrectable","state":"draining","since":"2026-11-25T10:00:00Z","fails":1}]}`).Obj()
+				n.Status.Capacity = rl("nvidia.com/gpu.shared", "8")
+				return n
+			}(),
+			wantGPUs: 2,
+			check: func(t *testing.T, n model.Node) {
+				if g := n.GPUs[1]; !g.Withdrawn || g.MinShareMilli != 250 {
+					t.Errorf("GPU 1 %+v, want withdrawn, four replicas", g)
 				}
 			}},
 		{name: "the topology annotation gives NVLink islands and NUMA nodes",

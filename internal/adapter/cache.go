@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter/dra"
@@ -240,16 +239,14 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 }
 
 // sharedReplicas is the sharing factor of a node's nvidia.com/gpu.shared
-// replicas, 0 when it offers none. convertNode has checked the label.
+// replicas, labelled or derived as convertNode reads it (nodeDevices), 0
+// when it offers none. convertNode has read the node without error.
 func sharedReplicas(n *corev1.Node) int {
-	if q, ok := n.Status.Allocatable[ResourceGPUShared]; !ok || q.IsZero() {
+	d, err := nodeDevices(n)
+	if err != nil || d.shared == 0 {
 		return 0
 	}
-	r, err := gpunode.ParseReplicas(n.Labels[LabelGPUReplicas])
-	if err != nil {
-		return 1
-	}
-	return r
+	return d.replicas
 }
 
 // updateReplicas sets the sharing factor pending pods' shared requests are

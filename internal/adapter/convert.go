@@ -72,46 +72,11 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 	if out.Allocatable, err = nodeAllocatable(alloc); err != nil {
 		return model.Node{}, "", err
 	}
-	replicas := 1
-	if s, ok := n.Labels[LabelGPUReplicas]; ok {
-		r, err := gpunode.ParseReplicas(s)
-		if err != nil {
-			return model.Node{}, "", fmt.Errorf("label %w", err)
-		}
-		replicas = r
-	}
-	// Replicas are counted against MaxGPUs x MaxReplicas before dividing,
-	// so a huge quantity never becomes a huge number of GPUs.
-	maxDevices := int64(gpunode.MaxGPUs * gpunode.MaxReplicas)
-	whole, err := deviceCount(alloc, ResourceGPU, maxDevices)
+	devs, err := nodeDevices(n)
 	if err != nil {
 		return model.Node{}, "", err
 	}
-	shared, err := deviceCount(alloc, ResourceGPUShared, maxDevices)
-	if err != nil {
-		return model.Node{}, "", err
-	}
-	// GPUs the node's quarantine withdrew (gpuplane.io/gpu-quarantine) have
-	// left allocatable but not capacity: the node is sized from capacity
-	// then, so that every GPU keeps its index, and those GPUs serve nothing.
-	withdrawn, warning := quarantinedGPUs(n)
-	if len(withdrawn) > 0 {
-		if whole, err = deviceCount(n.Status.Capacity, ResourceGPU, maxDevices); err != nil {
-			return model.Node{}, "", errors.New(strings.Replace(err.Error(), "allocatable", "capacity", 1))
-		}
-		if shared, err = deviceCount(n.Status.Capacity, ResourceGPUShared, maxDevices); err != nil {
-			return model.Node{}, "", errors.New(strings.Replace(err.Error(), "allocatable", "capacity", 1))
-		}
-	}
-	plain := whole
-	switch {
-	case shared > 0:
-		whole += shared / replicas
-	case replicas > 1:
-		// Replicas offered under nvidia.com/gpu itself (sharing without
-		// renaming): the node has whole/replicas physical GPUs.
-		whole /= replicas
-	}
+	whole, plain, shared, replicas, withdrawn, warning := devs.whole, devs.plain, devs.shared, devs.replicas, devs.withdrawn, devs.warning
 	var topo *gpunode.Topology
 	if s, ok := n.Annotations[gpunode.TopologyAnnotation]; ok {
 		if topo, err = gpunode.ParseTopology(s); err != nil {
@@ -179,8 +144,10 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 	}
 	for i := 0; i < whole+migGPUs; i++ {
 		g := model.GPU{Index: i, Model: product, MemoryMiB: gpuMem, NUMANode: -1, SharesOnly: sharesOnly, WholeOnly: wholeOnly, ShareResource: shareResource}
-		if replicas > 1 {
-			g.MinShareMilli = model.MilliPerGPU / int64(replicas) // one replica per share
+		if shareResource != "" {
+			// One replica per share: the node's unit, in which a pod's
+			// replicas are counted (model.GPU.InReplicas).
+			g.MinShareMilli = model.MilliPerGPU / int64(replicas)
 		}
 		switch {
 		case layout != nil:
@@ -209,6 +176,103 @@ func convertNode(n *corev1.Node) (model.Node, string, error) {
 		}
 	}
 	return out, warning, nil
+}
+
+// gpuDevices is what a node's device-plugin resources say of its GPUs
+// outside MIG mode.
+type gpuDevices struct {
+	// whole is the number of GPUs outside MIG mode: those of the plain
+	// nvidia.com/gpu (less their replicas) and those that give the
+	// nvidia.com/gpu.shared replicas; plain and shared are the two
+	// resources' counts.
+	whole, plain, shared int
+	// replicas is the sharing factor: how many replicas each shared GPU
+	// gives (1: none shared, or each replica counted as a GPU).
+	replicas int
+	// withdrawn are the GPUs the node's quarantine has out of service.
+	withdrawn map[int]bool
+	warning   string
+}
+
+// nodeDevices reads a node's GPUs from its allocatable and labels. The
+// sharing factor is the nvidia.com/gpu.replicas label's; a node that
+// advertises nvidia.com/gpu.shared without it shares each of the GPUs
+// nvidia.com/gpu.count has beyond its whole ones alike, so the factor is
+// its replicas over those GPUs when they divide evenly. Else each replica
+// is counted as a GPU of its own, which takes every pod asking for one
+// replica that the node's allocatable admits.
+func nodeDevices(n *corev1.Node) (gpuDevices, error) {
+	alloc := n.Status.Allocatable
+	replicas, labelled := 1, false
+	if s, ok := n.Labels[LabelGPUReplicas]; ok {
+		r, err := gpunode.ParseReplicas(s)
+		if err != nil {
+			return gpuDevices{}, fmt.Errorf("label %w", err)
+		}
+		replicas, labelled = r, true
+	}
+	// Replicas are counted against MaxGPUs x MaxReplicas before dividing,
+	// so a huge quantity never becomes a huge number of GPUs.
+	maxDevices := int64(gpunode.MaxGPUs * gpunode.MaxReplicas)
+	whole, err := deviceCount(alloc, ResourceGPU, maxDevices)
+	if err != nil {
+		return gpuDevices{}, err
+	}
+	shared, err := deviceCount(alloc, ResourceGPUShared, maxDevices)
+	if err != nil {
+		return gpuDevices{}, err
+	}
+	// GPUs the node's quarantine withdrew (gpuplane.io/gpu-quarantine) have
+	// left allocatable but not capacity: the node is sized from capacity
+	// then, so that every GPU keeps its index, and those GPUs serve nothing.
+	withdrawn, warning := quarantinedGPUs(n)
+	if len(withdrawn) > 0 {
+		if whole, err = deviceCount(n.Status.Capacity, ResourceGPU, maxDevices); err != nil {
+			return gpuDevices{}, errors.New(strings.Replace(err.Error(), "allocatable", "capacity", 1))
+		}
+		if shared, err = deviceCount(n.Status.Capacity, ResourceGPUShared, maxDevices); err != nil {
+			return gpuDevices{}, errors.New(strings.Replace(err.Error(), "allocatable", "capacity", 1))
+		}
+	}
+	if shared > 0 && !labelled && !hasMIG(alloc) {
+		var w string
+		replicas, w = derivedReplicas(n, whole, shared)
+		if w != "" {
+			warning = w
+		}
+	}
+	plain := whole
+	switch {
+	case shared > 0:
+		whole += shared / replicas
+	case replicas > 1:
+		// Replicas offered under nvidia.com/gpu itself (sharing without
+		// renaming): the node has whole/replicas physical GPUs.
+		whole /= replicas
+	}
+	return gpuDevices{whole: whole, plain: plain, shared: shared, replicas: replicas, withdrawn: withdrawn, warning: warning}, nil
+}
+
+// derivedReplicas is the sharing factor of a node with shared replicas of
+// nvidia.com/gpu.shared and plain whole GPUs of nvidia.com/gpu and no
+// nvidia.com/gpu.replicas label: shared over the GPUs nvidia.com/gpu.count
+// has beyond the plain ones, when that divides evenly into 1 to
+// gpunode.MaxReplicas; else 1, with a warning when the label is there
+// but does not fit.
+func derivedReplicas(n *corev1.Node, plain, shared int) (int, string) {
+	s, ok := n.Labels[LabelGPUCount]
+	if !ok {
+		return 1, ""
+	}
+	count, err := gpunode.ParseGPUCount(s)
+	if err != nil {
+		return 1, "label " + err.Error() + "; counting each replica of " + string(ResourceGPUShared) + " as a GPU"
+	}
+	if gpus := count - plain; gpus > 0 && shared%gpus == 0 && shared/gpus <= gpunode.MaxReplicas {
+		return shared / gpus, ""
+	}
+	return 1, fmt.Sprintf("label %s: %d GPUs besides the %d whole ones do not share the %d replicas of %s evenly; counting each replica as a GPU",
+		LabelGPUCount, count, plain, shared, ResourceGPUShared)
 }
 
 // quarantinedGPUs reads the GPU indexes n's agent has out of service from
@@ -380,10 +444,10 @@ func checkContainers(p *corev1.Pod) *BadInputError {
 
 // podRequest builds the core's request of a pod from its containers'
 // requests (init containers and pod overhead included, as the kubelet
-// counts them). replicas is the least sharing factor of nvidia.com/gpu.shared
-// on the cluster's nodes (1 when unknown): a request for fewer replicas
-// than that is a Request.Replicas, whose share each GPU sets; for more, it
-// is whole GPUs.
+// counts them). A request for nvidia.com/gpu.shared is a Request.Replicas,
+// whose share each GPU shared under that name sets; replicas is the least
+// sharing factor of nvidia.com/gpu.shared on the cluster's nodes (1 when
+// unknown), which sizes the share quotas count before a GPU is chosen.
 func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 	if err := checkContainers(p); err != nil {
 		return model.Request{}, err
@@ -419,17 +483,12 @@ func podRequest(p *corev1.Pod, replicas int) (model.Request, error) {
 		if replicas < 1 {
 			replicas = 1
 		}
-		milli := n * model.MilliPerGPU / int64(replicas)
-		if milli >= model.MilliPerGPU {
-			// Whole GPUs, of those shared under this name only: a node
-			// that does not advertise it admits none of it.
-			out.GPUs, out.ShareResource = int(milli/model.MilliPerGPU), string(ResourceGPUShared)
-		} else {
-			// n replicas of whichever GPU the core picks: the share is
-			// that GPU's (model.GPU.ShareMilli); milli, the largest on
-			// any node, is what quotas count until then.
-			out.GPUMilli, out.Replicas = max(milli, 1), int(n)
-		}
+		// n replicas, in the node's unit, of whichever GPU shared under
+		// this name the core picks (model.GPU.InReplicas): the share is
+		// that GPU's; the estimate, the largest on any node and at most
+		// a GPU, is what quotas count until then.
+		out.GPUMilli = min(max(n*model.MilliPerGPU/int64(replicas), 1), model.MilliPerGPU)
+		out.Replicas, out.ShareResource = int(n), string(ResourceGPUShared)
 	}
 	for name, q := range reqs {
 		prof, ok := strings.CutPrefix(string(name), migResourcePrefix)

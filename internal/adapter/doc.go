@@ -56,7 +56,10 @@
 // counts them against what the node's pods hold: staticFit only checks
 // affinity and taints. A pod's nvidia.com/gpu: k is also k replicas
 // (model.Request.Replicas with ShareResource nvidia.com/gpu), which the
-// core takes on a node time-sliced under that name.
+// core takes on a node time-sliced under that name; nvidia.com/gpu.shared:
+// n is n replicas of a GPU shared under that name, whose sharing factor
+// convertNode reads from nvidia.com/gpu.replicas or, without it, derives
+// from the node's replicas over nvidia.com/gpu.count (nodeDevices).
 // Volumes (volumes.go): PVs, claims, StorageClasses and CSINodes are read
 // as kube-scheduler's VolumeBinding, VolumeZone, VolumeRestrictions and
 // NodeVolumeLimits read them. What depends on the pod alone (bound PVs'

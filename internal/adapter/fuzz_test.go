@@ -30,6 +30,7 @@ func FuzzConvertNode(f *testing.F) {
 	f.Add("", "32", "1", "1Gi", "", "4", "", "")
 	f.Add("5000000", "", "1e30", "-1", "5000000", "0", "-80", `{"v":1,"gpus":-1}`)
 	f.Add("32", "", "64", "1Ti", "8", "4", "40960", `{"v":1,"gpus":8}`)
+	f.Add("2", "6", "64", "1Ti", "4", "", "40960", "") // replicas derived from the GPU count
 	f.Fuzz(func(t *testing.T, gpus, shared, cpu, mem, count, replicas, gpuMem, topo string) {
 		alloc := corev1.ResourceList{}
 		for name, s := range map[corev1.ResourceName]string{ResourceGPU: gpus, ResourceGPUShared: shared, corev1.ResourceCPU: cpu,
@@ -42,12 +43,20 @@ func FuzzConvertNode(f *testing.F) {
 			Labels:      map[string]string{LabelGPUCount: count, LabelGPUReplicas: replicas, LabelGPUMemory: gpuMem},
 			Annotations: map[string]string{gpunode.TopologyAnnotation: topo}},
 			Status: corev1.NodeStatus{Allocatable: alloc}}
+		if replicas == "" {
+			delete(n.Labels, LabelGPUReplicas) // the factor derived from the GPU count
+		}
 		m, _, err := convertNode(n)
 		if err != nil {
 			return
 		}
 		if len(m.GPUs) > gpunode.MaxGPUs || m.MilliCPU < 0 || m.MemoryMiB < 0 {
 			t.Fatalf("accepted node out of bounds: %d GPUs, %d milli-CPU, %d MiB", len(m.GPUs), m.MilliCPU, m.MemoryMiB)
+		}
+		for _, g := range m.GPUs {
+			if g.ShareResource != "" && (g.MinShareMilli < 1 || g.MinShareMilli > model.MilliPerGPU) {
+				t.Fatalf("GPU %d shared under %s takes %d milli a replica, want 1 to %d", g.Index, g.ShareResource, g.MinShareMilli, model.MilliPerGPU)
+			}
 		}
 		if m.Topology != nil && m.Topology.Len() != len(m.GPUs) {
 			t.Fatalf("topology of %d GPUs on a node of %d", m.Topology.Len(), len(m.GPUs))

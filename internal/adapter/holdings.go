@@ -235,12 +235,14 @@ func replicasHeld(n *model.Node, req *model.Request, held []model.GPUShare) (mod
 
 // heldAs reads the node's record of the GPUs a pod holds in the terms of
 // its request: the GPUs from the record, how much of each from the request
-// (replicas of GPUs time-sliced under the resource a request for whole
-// GPUs asks through are those replicas: model.GPU.InReplicas). ok is false when the record does not match the
-// request's kind or count, and the scheduler's own choice stands.
+// (a request for replicas of GPUs shared under the resource it asks
+// through, nvidia.com/gpu or nvidia.com/gpu.shared, holds those replicas,
+// from one GPU or several: model.GPU.InReplicas). ok is false when the
+// record does not match the request's kind or count, and the scheduler's
+// own choice stands.
 func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.GPUShare, bool) {
 	switch {
-	case req.GPUs > 0 && n.InReplicasOn(req):
+	case n.InReplicasOn(req):
 		// Replicas in the node's unit (model.GPU.InReplicas): the record
 		// holds them as shares, all of a GPU's as the whole GPU.
 		replicas := int64(0)
@@ -286,7 +288,7 @@ func heldAs(n *model.Node, req *model.Request, held []model.GPUShare) ([]model.G
 func autoShares(n *model.Node, gpuFree []int64, sliceFree []int, req *model.Request) []model.GPUShare {
 	var out []model.GPUShare
 	switch {
-	case req.GPUs > 0 && n.InReplicasOn(req):
+	case n.InReplicasOn(req):
 		for g := range n.GPUs {
 			if gp := &n.GPUs[g]; gp.InReplicas(req) && gpuFree[g] >= gp.ShareMilli(req) {
 				return []model.GPUShare{{Index: g, Milli: gp.ShareMilli(req)}}

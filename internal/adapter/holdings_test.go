@@ -253,3 +253,55 @@ func TestNodeHoldingsOverfilled(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeHoldingsSharedReplicas: a running pod asking for replicas of
+// nvidia.com/gpu.shared holds them in the node's unit: from one GPU when
+// one has them free, else from several as the kubelet hands them out, or
+// as the node's record says it gave them across GPUs.
+func TestNodeHoldingsSharedReplicas(t *testing.T) {
+	// Two GPUs giving four replicas each under nvidia.com/gpu.shared.
+	node := model.Node{Name: "n", MilliCPU: 8000, MemoryMiB: 1 << 20}
+	for i := range 2 {
+		node.GPUs = append(node.GPUs, model.GPU{Index: i, SharesOnly: true, MinShareMilli: 250, ShareResource: string(ResourceGPUShared)})
+	}
+	replicas := func(n int) model.Request {
+		return model.Request{MilliCPU: 100, GPUMilli: 1000, Replicas: n, ShareResource: string(ResourceGPUShared)}
+	}
+	share := func(pairs ...int64) []model.GPUShare {
+		var out []model.GPUShare
+		for k := 0; k < len(pairs); k += 2 {
+			out = append(out, model.GPUShare{Index: int(pairs[k]), Milli: pairs[k+1]})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		pods []*podInfo
+		want map[string][]model.GPUShare
+	}{
+		{name: "from one GPU when one has them, else from several",
+			pods: []*podInfo{heldPod("a", replicas(3), othersPod), heldPod("b", replicas(3), othersPod), heldPod("c", replicas(2), othersPod)},
+			want: map[string][]model.GPUShare{"a": share(0, 750), "b": share(1, 750), "c": share(0, 250, 1, 250)}},
+		{name: "the node's record across two GPUs",
+			pods: []*podInfo{heldPod("a", replicas(2), recorded("0:250,1:250")), heldPod("b", replicas(3), othersPod)},
+			want: map[string][]model.GPUShare{"a": share(0, 250, 1, 250), "b": share(0, 750)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pods := map[string]*podInfo{}
+			for _, pi := range tc.pods {
+				pods[pi.key] = pi
+			}
+			held, over := newNodeHoldings(&node, v1alpha1.SchedulerName, nil, nil).resolve(pods)
+			if len(over) > 0 {
+				t.Fatalf("left out %v; every pod fits the node's replicas", over)
+			}
+			got := map[string][]model.GPUShare{}
+			for _, e := range held {
+				got[e.pi.key] = e.shares
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("held %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -461,6 +461,45 @@ func TestLoopSizesReplicasByTheirNode(t *testing.T) {
 	}
 }
 
+// A node advertising nvidia.com/gpu.shared without nvidia.com/gpu.replicas
+// takes as many one-replica pods as its allocatable says, as
+// kube-scheduler admits them: 8 on a node of two GPUs (nvidia.com/gpu.count)
+// sharing four ways each, 3 on a node without a GPU count, where each
+// replica is a GPU's one. The queue counts what each pod's GPU gives.
+func TestLoopPlacesReplicasWithoutTheReplicasLabel(t *testing.T) {
+	counted := build.Node("counted").Resources(rl("nvidia.com/gpu.shared", "8", "cpu", "64", "memory", "256Gi")).Label(LabelGPUCount, "2").Obj()
+	uncounted := build.Node("uncounted").Resources(rl("nvidia.com/gpu.shared", "3", "cpu", "64", "memory", "256Gi")).Obj()
+	f := newLoopFixture(t, Config{}, counted, uncounted)
+	f.cache.upsertQueue(build.Queue("team").Obj())
+	for i := range 12 {
+		p := newPod("ns", fmt.Sprint("r-", i)).Limits(rl("nvidia.com/gpu.shared", "1")).Label(v1alpha1.QueueLabel, "team").Obj()
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	on := map[string]int{}
+	for _, b := range f.api.binds {
+		on[strings.Fields(b)[1]]++
+	}
+	if on["counted"] != 8 || on["uncounted"] != 3 {
+		t.Fatalf("bound %v per node, want 8 on counted and 3 on uncounted (binds %v)", on, f.api.binds)
+	}
+	for _, b := range f.api.binds {
+		fs := strings.Fields(b)
+		ns, name, _ := strings.Cut(fs[0], "/")
+		p := newPod(ns, name).Limits(rl("nvidia.com/gpu.shared", "1")).Label(v1alpha1.QueueLabel, "team").NodeName(fs[1]).Obj()
+		p.Annotations = map[string]string{GPUsAnnotation: fs[2]}
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	q, ok := f.status.statuses["queue/team"].(*v1alpha1.Queue)
+	if !ok {
+		t.Fatalf("no status for queue team: %v", f.status.statuses)
+	}
+	if usage := q.Status.Usage[ResourceGPU]; usage.String() != "5" {
+		t.Errorf("queue usage %v, want 5 GPUs (8 quarters and 3 whole replicas)", q.Status.Usage)
+	}
+}
+
 // Pods of another scheduler on a node time-sliced under nvidia.com/gpu
 // hold the replicas the node gave them, not whole GPUs: GPU 0 has given
 // three of its four replicas (one pod with one, one with two), so two
@@ -510,5 +549,44 @@ func TestLoopExplainsFractions(t *testing.T) {
 	}
 	if got := f.status.conditions["ns/bad"]; !strings.Contains(got, "FractionOutOfRange") || !strings.Contains(got, "gpu-fraction") {
 		t.Errorf("bad pod's condition %q, want FractionOutOfRange naming gpu-fraction", got)
+	}
+}
+
+// A running pod that is being deleted (deletionTimestamp set) counts for
+// no spread constraint from the cycle after its update on, while pod
+// anti-affinity still sees it, as kube-scheduler's filters read it: the
+// pod spreading web over zones waits while web runs in z0 and binds there
+// once that pod is terminating; the one repelling web still waits.
+func TestLoopTerminatingPodLeavesSpreadCounts(t *testing.T) {
+	zoned := func(name, zone string) *corev1.Node {
+		n := gpuNode(name, 8)
+		n.Labels = map[string]string{"topology.kubernetes.io/zone": zone}
+		return n
+	}
+	f := newLoopFixture(t, Config{}, zoned("a", "z0"), zoned("b", "z1"))
+	web := build.Pod("ns", "web").NodeName("a").Label("app", "web").Request(corev1.ResourceCPU, "1").Obj()
+	f.cache.upsertPod(web)
+	spread := newPod("ns", "spread").Label("app", "web").Request(corev1.ResourceCPU, "1").Obj()
+	spread.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "z0"}
+	// Both zones count, though the pod goes only to z0.
+	ignore := corev1.NodeInclusionPolicyIgnore
+	spread.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+		WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, NodeAffinityPolicy: &ignore}}
+	shy := newPod("ns", "shy").Request(corev1.ResourceCPU, "1").Obj()
+	shy.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "z0"}
+	shy.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+		{TopologyKey: "topology.kubernetes.io/zone", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}}
+	f.cache.upsertPod(spread)
+	f.cache.upsertPod(shy)
+	f.cycle()
+	if len(f.api.binds) != 0 {
+		t.Fatalf("binds %v while web runs in z0, want none", f.api.binds)
+	}
+	web = web.DeepCopy()
+	web.DeletionTimestamp = &metav1.Time{Time: f.now}
+	f.cache.upsertPod(web)
+	f.cycle()
+	if len(f.api.binds) != 1 || !strings.HasPrefix(f.api.binds[0], "ns/spread a") {
+		t.Fatalf("binds %v, want ns/spread on a beside the terminating web pod, and ns/shy still waiting", f.api.binds)
 	}
 }

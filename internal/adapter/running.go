@@ -76,6 +76,7 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 			r.active(e.pi.key, p, now) || c.protectedByPDB(p)
 		req := e.req
 		req.Volumes = c.placedVolumes(e.pi, &ni.m)
+		req.Terminating = p.DeletionTimestamp != nil
 		out = append(out, model.Allocation{
 			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
 			Request: req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,

@@ -179,7 +179,7 @@ func (c *cycle) commit(p *pending, binds []model.Bind) {
 			k++
 		}
 		pod := &p.g.Pods[k]
-		used = used.Add(pod.Request.Resources())
+		used = used.Add(pod.Request.UsageOn(b.GPUs))
 		c.bound = append(c.bound, bound{g: p.g, pod: pod})
 		k++
 	}

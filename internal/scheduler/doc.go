@@ -178,7 +178,11 @@
 // allocations' requests, binds of the same cycle as they are placed, and
 // what-if work rolls them back with the rest. A request for GPUs through
 // the resource a node time-slices its GPUs under (model.GPU.InReplicas) is
-// in that node's unit: replicas of one GPU there, whole GPUs elsewhere.
+// in that node's unit: replicas of one GPU there, whole GPUs elsewhere; a
+// request for replicas of a renamed resource (nvidia.com/gpu.shared) is
+// replicas of one GPU shared under it, and fits no other. A placed pod
+// counts in its queue by the shares it took (model.Request.UsageOn), in
+// the cycle that places it as in those after.
 //
 // Volumes. A pod's volumes take what other pods of the cycle then lack
 // (model.PodVolumes): an unbound claim of a WaitForFirstConsumer class

@@ -139,7 +139,7 @@ func (c *cycle) startHold(p *pending, binds []model.Bind, victims []string) {
 func (c *cycle) count(p *pending, plan []model.Bind) {
 	var used model.Resources
 	for _, b := range plan {
-		used = used.Add(podOf(p, b.Pod).Request.Resources())
+		used = used.Add(podOf(p, b.Pod).Request.UsageOn(b.GPUs))
 	}
 	c.tree.AddUsage(p.q, used)
 	c.tree.AddDemand(p.q, model.Resources{}.Sub(p.demand))

@@ -387,3 +387,38 @@ func TestRelabelledRunningPod(t *testing.T) {
 		t.Fatalf("binds %+v, want shy on n-0", d.Binds)
 	}
 }
+
+// TestTerminatingRunningPod: once a running pod is being deleted, the
+// next cycle's spread constraints no longer count it (its node's pods
+// come in a new chunk, the pod otherwise the same), while anti-affinity
+// still sees it, as kube-scheduler's filters read a terminating pod.
+func TestTerminatingRunningPod(t *testing.T) {
+	nodes := zonedNodes(2, 2, 8)
+	web := model.Allocation{Pod: "web", Group: "web", Node: "n-0", Request: labelled(schedtest.GPU(1, 1000), "app", "web"), GPUs: []model.GPUShare{{Index: 0, Milli: 1000}}}
+	spread := labelled(schedtest.GPU(1, 1000), "app", "web")
+	spread.Spread = []model.SpreadConstraint{{MaxSkew: 1, TopologyKey: zoneKey, Selector: sel("app", "web")}}
+	spread.NodeSelector = map[string]string{zoneKey: "z0"}
+	shy := labelled(schedtest.GPU(1, 1000), "app", "shy")
+	shy.Affinity = &model.PodAffinity{RequiredAnti: []model.PodAffinityTerm{term(zoneKey, sel("app", "web"))}}
+	shy.NodeSelector = map[string]string{zoneKey: "z0"}
+	h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, web),
+		Pending: []model.PodGroup{lone("spread", spread), lone("shy", shy)}}, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Binds) != 0 {
+		t.Fatalf("binds %+v while web runs in z0, want none", d.Binds)
+	}
+	web.Request.Terminating = true
+	h.Snap.RunningByNode = schedtest.OnNodes(nodes, web)
+	if d, err = h.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Binds) != 1 || d.Binds[0].Pod != "spread" || d.Binds[0].Node != "n-0" {
+		t.Fatalf("binds %+v, want spread on n-0 beside the terminating web pod, and shy still repelled", d.Binds)
+	}
+}

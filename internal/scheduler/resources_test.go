@@ -142,3 +142,44 @@ func TestResourcesJSON(t *testing.T) {
 		t.Errorf("a snapshot written before allocatable: binds %+v", d.Binds)
 	}
 }
+
+// TestSharedReplicasCountTheirShareInQuota: a pod asking replicas of
+// nvidia.com/gpu.shared is counted in its queue, while it waits, by the
+// largest share any node gives (half a GPU where the least sharing factor
+// is 2); once placed, by the share its GPU gives (a quarter on a GPU
+// shared 4 ways), in the cycle that places it as in the cycles after, so
+// that a queue admits as many such pods in one cycle as over several.
+func TestSharedReplicasCountTheirShareInQuota(t *testing.T) {
+	node := schedtest.Node("n", 64000, 1<<20).GPUs(8, "H100").Obj()
+	for g := range node.GPUs {
+		node.GPUs[g].SharesOnly, node.GPUs[g].ShareResource, node.GPUs[g].MinShareMilli = true, "nvidia.com/gpu.shared", 250
+	}
+	one := model.Request{MilliCPU: 100, GPUMilli: 500, Replicas: 1, ShareResource: "nvidia.com/gpu.shared"}
+	var pending []model.PodGroup
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		pending = append(pending, schedtest.Group(name).Queue("team").Created(int64(len(pending))).Pods(1, one).Obj())
+	}
+	h, err := schedtest.NewHarness(model.Snapshot{Nodes: []model.Node{node}, Pending: pending,
+		Queues: []model.Queue{{Name: "team", Limit: model.Resources{GPUMilli: 1000}}}}, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 250 + 500, 500 + 500 and 750 + 500: three fit the limit of a GPU.
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Binds) != 3 {
+		t.Fatalf("first cycle binds %+v, want a, b and c (a quarter of a GPU each, a half while waiting)", d.Binds)
+	}
+	var used int64
+	for _, a := range schedtest.Running(&h.Snap) {
+		used += a.Usage().GPUMilli
+	}
+	if used != 750 {
+		t.Fatalf("the three running pods use %d milli-GPU of their queue, want 750", used)
+	}
+	if d, err = h.Cycle(); err != nil || len(d.Binds) != 0 {
+		t.Fatalf("second cycle binds %+v (%v), want none: 750 + 500 is above the limit", d.Binds, err)
+	}
+}

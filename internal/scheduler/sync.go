@@ -134,10 +134,11 @@ func (s *Scheduler) assignNew(n int, chunk []model.Allocation) error {
 }
 
 // sameAlloc reports whether y holds what x holds, in the same group, queue
-// and priority, with the same namespace, labels and pod affinity (which
-// other pods' constraints read while it runs). Placement constraints
-// (node selector, tolerations, GPU models, spread) are not compared: they
-// decided where the pod went and play no part once it runs.
+// and priority, with the same namespace, labels, pod affinity and
+// terminating flag (which other pods' constraints read while it runs).
+// Placement constraints (node selector, tolerations, GPU models, spread)
+// are not compared: they decided where the pod went and play no part once
+// it runs.
 func sameAlloc(x, y *model.Allocation) bool {
 	if x == y {
 		return true
@@ -147,7 +148,7 @@ func sameAlloc(x, y *model.Allocation) bool {
 		x.StartedAt == y.StartedAt && x.NonPreemptible == y.NonPreemptible &&
 		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli && p.Replicas == q.Replicas &&
 		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && slices.Equal(x.GPUs, y.GPUs) &&
-		p.Namespace == q.Namespace && maps.Equal(p.Labels, q.Labels) && (p.Affinity == q.Affinity || reflect.DeepEqual(p.Affinity, q.Affinity)) &&
+		p.Namespace == q.Namespace && maps.Equal(p.Labels, q.Labels) && p.Terminating == q.Terminating && (p.Affinity == q.Affinity || reflect.DeepEqual(p.Affinity, q.Affinity)) &&
 		maps.Equal(p.Scalars, q.Scalars) && slices.Equal(p.HostPorts, q.HostPorts) &&
 		(p.Volumes == q.Volumes || reflect.DeepEqual(p.Volumes, q.Volumes))
 }

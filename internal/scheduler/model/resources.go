@@ -121,20 +121,24 @@ func ValidateHostPorts(field string, ports []HostPort) error {
 	return nil
 }
 
-// InReplicas reports whether g counts req in replicas: req asks for whole
-// GPUs through the very resource g's node time-slices g under (the plain
-// nvidia.com/gpu with replicas), where one of them is one replica, so req
-// takes Replicas replicas of g (ShareMilli) instead of GPUs whole GPUs. A
-// request through claims never does.
+// InReplicas reports whether g counts req in replicas: req asks, through
+// the very resource g's node time-slices g under, for replicas of it, so
+// that req takes Replicas replicas of g (ShareMilli) wherever the node
+// hands them out. Two kinds of request do: whole GPUs of the plain
+// nvidia.com/gpu on a GPU time-sliced under that name, where one of them
+// is one replica (GPUs with Replicas; elsewhere they are GPUs whole
+// GPUs); and replicas of a renamed resource (nvidia.com/gpu.shared: n, a
+// share with Replicas), which only GPUs shared under it give. A request
+// through claims never does.
 func (g *GPU) InReplicas(req *Request) bool {
-	return req.GPUs > 0 && req.Replicas > 0 && req.DeviceSet == "" && g.MinShareMilli > 0 && g.MIGSlices == 0 &&
+	return req.Replicas > 0 && req.MIGSlices == 0 && req.DeviceSet == "" && g.MinShareMilli > 0 && g.MIGSlices == 0 &&
 		g.ShareResource != "" && g.ShareResource == req.ShareResource
 }
 
 // InReplicasOn reports whether req counts in replicas on n: on any of its
 // GPUs (InReplicas). A node's GPUs outside MIG mode are offered alike.
 func (n *Node) InReplicasOn(req *Request) bool {
-	if req.Replicas == 0 || req.GPUs == 0 {
+	if req.Replicas == 0 {
 		return false
 	}
 	for g := range n.GPUs {

@@ -28,12 +28,13 @@ func TestValidateResourcesAndPorts(t *testing.T) {
 	}
 }
 
-// TestInReplicas: a request for GPUs counts in replicas only on a GPU
-// time-sliced under the resource it asks through, never through claims
-// nor on a MIG GPU.
+// TestInReplicas: a request for GPUs, or for replicas of a renamed
+// resource, counts in replicas only on a GPU time-sliced under the
+// resource it asks through, never through claims nor on a MIG GPU.
 func TestInReplicas(t *testing.T) {
 	sliced := GPU{ShareResource: "nvidia.com/gpu", MinShareMilli: 250}
 	req := Request{GPUs: 2, Replicas: 2, ShareResource: "nvidia.com/gpu"}
+	shared := Request{GPUMilli: 500, Replicas: 2, ShareResource: "nvidia.com/gpu.shared"}
 	for _, tc := range []struct {
 		name string
 		g    GPU
@@ -46,6 +47,11 @@ func TestInReplicas(t *testing.T) {
 		{"MIG", GPU{ShareResource: "nvidia.com/gpu", MinShareMilli: 250, MIGSlices: 7}, req, false},
 		{"through claims", sliced, Request{GPUs: 2, Replicas: 2, ShareResource: "nvidia.com/gpu", DeviceSet: "s"}, false},
 		{"whole GPUs without replicas", sliced, Request{GPUs: 2}, false},
+		{"replicas of nvidia.com/gpu.shared", GPU{ShareResource: "nvidia.com/gpu.shared", MinShareMilli: 250, SharesOnly: true}, shared, true},
+		{"replicas of nvidia.com/gpu.shared, one a GPU", GPU{ShareResource: "nvidia.com/gpu.shared", MinShareMilli: 1000, SharesOnly: true}, shared, true},
+		{"replicas of nvidia.com/gpu.shared on a GPU sliced under nvidia.com/gpu", sliced, shared, false},
+		{"replicas of nvidia.com/gpu.shared on a GPU not shared", GPU{}, shared, false},
+		{"a part of nvidia.com/gpu.shared without replicas", GPU{ShareResource: "nvidia.com/gpu.shared", MinShareMilli: 250}, Request{GPUMilli: 500, ShareResource: "nvidia.com/gpu.shared"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.g.InReplicas(&tc.r); got != tc.want {

@@ -157,14 +157,17 @@ type Request struct {
 	MemoryMiB int64 `json:"memoryMiB"`
 	// GPUs is the number of whole GPUs.
 	GPUs int `json:"gpus,omitempty"`
-	// GPUMilli is a share of one GPU in thousandths (1..999) when GPUs is 0.
+	// GPUMilli is a share of one GPU in thousandths (1..999) when GPUs is 0;
+	// with Replicas it is an estimate, up to a whole GPU (1..1000).
 	GPUMilli int64 `json:"gpuMilli,omitempty"`
 	// Replicas asks for that many replicas of one GPU shared without a
-	// part named (nvidia.com/gpu.shared: N): on each GPU the share is N of
-	// its replicas (GPU.ShareMilli), so it follows each node's sharing
-	// factor. GPUMilli is then the largest such share on any node, which
-	// quotas count before a GPU is chosen; once placed, the GPU's share
-	// counts (Allocation.Usage).
+	// part named (nvidia.com/gpu.shared: N), in the node's unit: on a GPU
+	// shared under ShareResource the share is N of its replicas
+	// (GPU.InReplicas, GPU.ShareMilli), so it follows each node's sharing
+	// factor, and a pod asking for more replicas than one GPU has fits no
+	// GPU of the node. GPUMilli is then the largest such share on any
+	// node, at most one GPU, which quotas count before a GPU is chosen;
+	// once placed, the shares taken count (UsageOn).
 	//
 	// With GPUs set too, the request is in its node's unit: a pod asking
 	// for GPUs of ShareResource (nvidia.com/gpu: k) takes, on a GPU
@@ -175,9 +178,7 @@ type Request struct {
 	GPUMemoryMiB int64 `json:"gpuMemoryMiB,omitempty"`
 	// ShareResource is the device-plugin resource a share is asked
 	// through (GPU.ShareResource); empty: any. On a request for whole
-	// GPUs without Replicas it limits them to GPUs shared under it (a
-	// GPU's worth or more of nvidia.com/gpu.shared, which only a node
-	// advertising that resource admits).
+	// GPUs without Replicas it limits them to GPUs shared under it.
 	ShareResource string `json:"shareResource,omitempty"`
 	// MIGSlices asks for a MIG instance of that many compute slices
 	// (MIGProfile names it, for example "3g.20gb").
@@ -199,6 +200,13 @@ type Request struct {
 	Labels    map[string]string  `json:"labels,omitempty"`
 	Affinity  *PodAffinity       `json:"podAffinity,omitempty"`
 	Spread    []SpreadConstraint `json:"spread,omitempty"`
+	// Terminating is set on a running pod that is being deleted (its
+	// deletionTimestamp is set): it holds all it holds until it is gone,
+	// and other pods' affinity and anti-affinity terms and its own
+	// anti-affinity still see it, but no spread constraint counts it
+	// (kube-scheduler's PodTopologySpread skips such pods,
+	// InterPodAffinity does not). A pending pod never has it.
+	Terminating bool `json:"terminating,omitempty"`
 	// Scalars is what the pod asks of every other resource of its node
 	// (ephemeral-storage, hugepages-<size>, extended resources the fields
 	// above do not model), in the node's unit, counted against
@@ -317,13 +325,21 @@ type Allocation struct {
 	MinMember int `json:"minMember,omitempty"`
 }
 
-// Usage is the quota vector of a running allocation: its request's, with
-// the share its GPU gives for a request counted in replicas.
-func (a *Allocation) Usage() Resources {
-	use := a.Request.Resources()
-	if a.Request.Replicas > 0 && len(a.GPUs) > 0 {
+// Usage is the quota vector of a running allocation: its request's on the
+// GPUs it holds (Request.UsageOn).
+func (a *Allocation) Usage() Resources { return a.Request.UsageOn(a.GPUs) }
+
+// UsageOn is the quota vector of the request placed on shares: its
+// Resources, but for a request counted in replicas (Replicas) the
+// milli-GPU of the shares its GPUs give, which the node's sharing factor
+// sets, in place of the estimate it is counted by while it waits. Every
+// count of a placed pod goes through it, so that a queue's usage is the
+// same in the cycle that places the pod as in the cycles after.
+func (r *Request) UsageOn(shares []GPUShare) Resources {
+	use := r.Resources()
+	if r.Replicas > 0 && len(shares) > 0 {
 		use.GPUMilli = 0
-		for _, s := range a.GPUs {
+		for _, s := range shares {
 			use.GPUMilli += s.Milli
 		}
 	}

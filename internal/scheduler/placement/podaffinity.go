@@ -15,9 +15,9 @@ import (
 // so that checking a node costs a few array reads, never a look at its
 // pods:
 //
-//   - label sets: the pods by namespace and labels, and on which nodes they
-//     are; every pod is in one, so that a counter made later can count the
-//     pods already placed;
+//   - label sets: the pods by namespace, labels and whether they are
+//     terminating, and on which nodes they are; every pod is in one, so
+//     that a counter made later can count the pods already placed;
 //   - counters: for one selection of pods (terms that must all match, or a
 //     spread constraint's selector in a namespace) and one topology key,
 //     the pods per domain; made the first time a request asks and kept up
@@ -52,11 +52,13 @@ type topoKey struct {
 	values int
 }
 
-// labelSet is the pods of one namespace and label set.
+// labelSet is the pods of one namespace and label set, terminating
+// (model.Request.Terminating) or not.
 type labelSet struct {
-	ns     string
-	labels map[string]string
-	pods   int32
+	ns          string
+	labels      map[string]string
+	terminating bool
+	pods        int32
 	// onNode counts the set's pods per node; the set of pods with no
 	// namespace and no labels, which the simulator's pods all are, counts
 	// them in dense instead (one per node), which costs no hashing.
@@ -72,9 +74,10 @@ type counter struct {
 	key   *topoKey
 	count []int32 // per domain
 	total int32
-	// For spread constraints: the nodes whose pods count (nil: every
-	// node with the key), the domains they make up, and how many of
-	// those domains hold each number of pods, for the least.
+	// For spread constraints, which count no terminating pod (spread):
+	// the nodes whose pods count, the domains they make up, and how many
+	// of those domains hold each number of pods, for the least.
+	spread   bool
 	eligible []bool
 	domOK    []bool
 	domains  int32
@@ -135,9 +138,9 @@ func (x *podIndex) key(s *State, name string) *topoKey {
 
 // set returns the label set of req's pod.
 func (x *podIndex) set(s *State, req *model.Request) *labelSet {
-	if req.Namespace == "" && len(req.Labels) == 0 {
+	if req.Namespace == "" && len(req.Labels) == 0 && !req.Terminating {
 		if x.plain == nil {
-			x.plain = x.newSet("", nil, "")
+			x.plain = x.newSet("", nil, false, "")
 			x.plain.onNode, x.plain.dense = nil, make([]int32, len(s.Nodes))
 		}
 		return x.plain
@@ -148,7 +151,11 @@ func (x *podIndex) set(s *State, req *model.Request) *labelSet {
 	}
 	slices.Sort(ks)
 	x.labelKeys = ks
-	b := append(x.buf[:0], req.Namespace...)
+	b := append(x.buf[:0], 'L')
+	if req.Terminating {
+		b[0] = 'T'
+	}
+	b = append(b, req.Namespace...)
 	for _, k := range ks {
 		b = append(b, 0)
 		b = append(b, k...)
@@ -159,13 +166,13 @@ func (x *podIndex) set(s *State, req *model.Request) *labelSet {
 	if ls := x.sets[string(b)]; ls != nil {
 		return ls
 	}
-	return x.newSet(req.Namespace, req.Labels, string(b))
+	return x.newSet(req.Namespace, req.Labels, req.Terminating, string(b))
 }
 
-func (x *podIndex) newSet(ns string, labels map[string]string, id string) *labelSet {
-	ls := &labelSet{ns: ns, labels: labels, onNode: map[int32]int32{}}
+func (x *podIndex) newSet(ns string, labels map[string]string, terminating bool, id string) *labelSet {
+	ls := &labelSet{ns: ns, labels: labels, terminating: terminating, onNode: map[int32]int32{}}
 	for _, c := range x.counters {
-		if c.matches(ns, labels) {
+		if c.counts(ls) {
 			ls.counters = append(ls.counters, c)
 		}
 	}
@@ -268,6 +275,12 @@ func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
+// counts reports whether the pods of ls count in c: they match its terms,
+// and, for a spread constraint, are not terminating.
+func (c *counter) counts(ls *labelSet) bool {
+	return (!c.spread || !ls.terminating) && c.matches(ls.ns, ls.labels)
+}
+
 func (c *counter) matches(ns string, labels map[string]string) bool {
 	for k := range c.terms {
 		if !c.terms[k].Matches(ns, labels) {
@@ -315,6 +328,7 @@ func (x *podIndex) counter(s *State, id []byte, terms []model.PodAffinityTerm, k
 	key := x.key(s, keyName)
 	c := &counter{id: string(id), terms: terms, key: key, count: make([]int32, key.values), used: x.commits}
 	if eligible != nil {
+		c.spread = true
 		c.eligible = make([]bool, len(s.Nodes))
 		c.domOK = make([]bool, key.values)
 		for i := range s.Nodes {
@@ -334,7 +348,7 @@ func (x *podIndex) counter(s *State, id []byte, terms []model.PodAffinityTerm, k
 	}
 	x.counters[string(id)] = c
 	for _, ls := range x.setList {
-		if c.matches(ls.ns, ls.labels) {
+		if c.counts(ls) {
 			ls.counters = append(ls.counters, c)
 			for node, n := range ls.onNode {
 				c.add(int(node), n)

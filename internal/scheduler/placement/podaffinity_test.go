@@ -121,6 +121,9 @@ func TestPodConstraintsMatchOracle(t *testing.T) {
 			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
 			case op < 5:
 				req := genReq(t)
+				// Some placed pods are being deleted: spread skips
+				// them, affinity counts them.
+				req.Terminating = rapid.IntRange(0, 3).Draw(t, "terminating") == 0
 				i := rapid.IntRange(0, len(nodes)-1).Draw(t, "node")
 				if err := st.Assign(i, &req, nil); err != nil {
 					t.Fatal(err)
@@ -180,5 +183,80 @@ func TestPodIndexRollback(t *testing.T) {
 	}
 	if !st.Allows(1, &web) {
 		t.Fatal("after the rollback no guard repels web from z1")
+	}
+}
+
+// TestTerminatingPods: a pod being deleted still counts for affinity and
+// anti-affinity, its own anti-affinity still repels, but no spread
+// constraint counts it, as kube-scheduler's InterPodAffinity and
+// PodTopologySpread read it; whether the constraint is first asked about
+// before the pod is placed or after, and after the pod is released.
+func TestTerminatingPods(t *testing.T) {
+	nodes := []model.Node{
+		{Name: "a", MilliCPU: 1000, MemoryMiB: 1000, Labels: map[string]string{"zone": "z0"}},
+		{Name: "b", MilliCPU: 1000, MemoryMiB: 1000, Labels: map[string]string{"zone": "z1"}},
+	}
+	web := &model.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	spread := model.Request{MilliCPU: 1, Namespace: "ns", Labels: map[string]string{"app": "web"},
+		Spread: []model.SpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", Selector: web}}}
+	near := model.Request{MilliCPU: 1, Namespace: "ns", Affinity: &model.PodAffinity{Required: []model.PodAffinityTerm{
+		{Selector: web, Namespaces: []string{"ns"}, TopologyKey: "zone"}}}}
+	away := model.Request{MilliCPU: 1, Namespace: "ns", Affinity: &model.PodAffinity{RequiredAnti: []model.PodAffinityTerm{
+		{Selector: web, Namespaces: []string{"ns"}, TopologyKey: "zone"}}}}
+	guard := model.Request{MilliCPU: 1, Namespace: "ns", Labels: map[string]string{"app": "guard"}, Terminating: true,
+		Affinity: &model.PodAffinity{RequiredAnti: []model.PodAffinityTerm{{Selector: web, Namespaces: []string{"ns"}, TopologyKey: "zone"}}}}
+	for _, askFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("asked first %t", askFirst), func(t *testing.T) {
+			st := placement.NewState(nodes)
+			if askFirst {
+				for _, req := range []*model.Request{&spread, &near, &away} {
+					st.Allows(0, req)
+				}
+			}
+			// Two web pods leave zone z0, being deleted.
+			leaving := model.Request{MilliCPU: 1, Namespace: "ns", Labels: map[string]string{"app": "web"}, Terminating: true}
+			for range 2 {
+				if err := st.Assign(0, &leaving, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if why := st.Why(0, &spread); why != "" {
+				t.Errorf("spread to z0, where only terminating web pods run: %q, want allowed", why)
+			}
+			if why := st.Why(1, &near); why != placement.FilterPodAffinity {
+				t.Errorf("affinity to web in z1: %q, want %q", why, placement.FilterPodAffinity)
+			}
+			if why := st.Why(0, &near); why != "" {
+				t.Errorf("affinity to web in z0, where terminating web pods run: %q, want allowed", why)
+			}
+			if why := st.Why(0, &away); why != placement.FilterPodAntiAffinity {
+				t.Errorf("anti-affinity to web in z0: %q, want %q", why, placement.FilterPodAntiAffinity)
+			}
+			// A running web pod in z1 counts for spread: z1 has one, z0 none.
+			running := model.Request{MilliCPU: 1, Namespace: "ns", Labels: map[string]string{"app": "web"}}
+			if err := st.Assign(1, &running, nil); err != nil {
+				t.Fatal(err)
+			}
+			if why := st.Why(1, &spread); why != placement.FilterSpread {
+				t.Errorf("spread to z1 with one web pod there and none counted in z0: %q, want %q", why, placement.FilterSpread)
+			}
+			// A terminating pod's own anti-affinity still repels web.
+			if err := st.Assign(1, &guard, nil); err != nil {
+				t.Fatal(err)
+			}
+			if why := st.Why(1, &running); why != placement.FilterExistingAntiAffinity {
+				t.Errorf("web to z1 beside a terminating guard: %q, want %q", why, placement.FilterExistingAntiAffinity)
+			}
+			if why := st.Why(0, &running); why != "" {
+				t.Errorf("web to z0: %q, want allowed", why)
+			}
+			st.Release(1, &guard, nil)
+			for range 2 {
+				st.Release(0, &leaving, nil)
+			}
+			if why := st.Why(0, &near); why != placement.FilterPodAffinity {
+				t.Errorf("affinity to web in z0 once the terminating pods are gone: %q, want %q", why, placement.FilterPodAffinity)
+			}
+		})
 	}
 }

@@ -323,3 +323,85 @@ func TestTimeSlicedGPUsInTheNodesUnit(t *testing.T) {
 		t.Error("three replicas do not fit a node of two GPUs time-sliced 4 ways")
 	}
 }
+
+// dgxShared is a DGX H100 whose 8 GPUs give replicas under
+// nvidia.com/gpu.shared only, replicas each (allocatable
+// nvidia.com/gpu.shared: 8 x replicas), as the adapter models it; one
+// replica each is how it models a node that does not say its factor.
+func dgxShared(name string, replicas int64) model.Node {
+	n := model.Node{Name: name, MilliCPU: 224000, MemoryMiB: 2 << 20, Allocatable: map[string]int64{"pods": 110}}
+	for g := range 8 {
+		n.GPUs = append(n.GPUs, model.GPU{Index: g, Model: "H100", MemoryMiB: 81559, NUMANode: -1, SharesOnly: true,
+			ShareResource: "nvidia.com/gpu.shared", MinShareMilli: model.MilliPerGPU / replicas})
+	}
+	return n
+}
+
+// sharedRequest is what the adapter makes of a pod asking
+// nvidia.com/gpu.shared: k where the least sharing factor of the cluster
+// is least.
+func sharedRequest(k int, least int64) model.Request {
+	return model.Request{MilliCPU: 1000, GPUMilli: min(int64(k)*model.MilliPerGPU/least, model.MilliPerGPU), Replicas: k, ShareResource: "nvidia.com/gpu.shared"}
+}
+
+// TestSharedReplicasInTheNodesUnit: nvidia.com/gpu.shared: k is k replicas
+// of one GPU in the node's unit, whatever the estimate quotas count it
+// by: 32 pods of one replica on a DGX H100 sharing 4 ways, 8 where each
+// GPU is one replica, and a GPU's worth or more fits only as many
+// replicas as one GPU has, refused naming gpuplane's rule beyond them.
+func TestSharedReplicasInTheNodesUnit(t *testing.T) {
+	for _, policy := range []string{"fgd", "gpupacking", "bestfit"} {
+		t.Run(policy, func(t *testing.T) {
+			one := sharedRequest(1, 1)
+			pol, err := NewPolicy(policy, PolicyEnv{Targets: []Target{{Req: one, P: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				node model.Node
+				fit  int
+			}{{dgxShared("four", 4), 32}, {dgxShared("one", 1), 8}} {
+				st := NewState([]model.Node{tc.node})
+				p, _ := NewPlacer(st, pol)
+				n := 0
+				for {
+					o, ok := p.Place(&one)
+					if !ok {
+						break
+					}
+					if err := st.Assign(o.Node, &one, o.Shares); err != nil {
+						t.Fatal(err)
+					}
+					n++
+				}
+				if n != tc.fit {
+					t.Errorf("%s: %d pods of nvidia.com/gpu.shared: 1 placed, want %d", tc.node.Name, n, tc.fit)
+				}
+				if why := st.Why(0, &one); why != FilterGPU {
+					t.Errorf("%s full: why %q, want %q", tc.node.Name, why, FilterGPU)
+				}
+			}
+		})
+	}
+	four := NewState([]model.Node{dgxShared("four", 4)})
+	for k, want := range map[int]string{1: "", 3: "", 4: "", 5: FilterReplicasOneGPU} {
+		req := sharedRequest(k, 2)
+		if why := four.Why(0, &req); why != want {
+			t.Errorf("nvidia.com/gpu.shared: %d on 4 replicas a GPU: why %q, want %q", k, why, want)
+		}
+		if StaticFits(four.Nodes[0].Node, &req) != (want == "") {
+			t.Errorf("nvidia.com/gpu.shared: %d on 4 replicas a GPU: StaticFits %t", k, want != "")
+		}
+	}
+	three := sharedRequest(3, 2)
+	if opts := four.Options(0, &three); len(opts) != 1 || len(opts[0].Shares) != 1 || opts[0].Shares[0].Milli != 750 {
+		t.Errorf("nvidia.com/gpu.shared: 3 options %+v, want three replicas (750) of one GPU", opts)
+	}
+	one := NewState([]model.Node{dgxShared("one", 1)})
+	if two := sharedRequest(2, 1); one.Why(0, &two) != FilterReplicasOneGPU {
+		t.Errorf("nvidia.com/gpu.shared: 2 where each GPU is one replica: why %q, want %q", one.Why(0, &two), FilterReplicasOneGPU)
+	}
+	if plain := NewState([]model.Node{dgxTimeSliced("plain", 1)}); plain.Why(0, &three) != FilterGPUKind {
+		t.Errorf("nvidia.com/gpu.shared on a node without it: why %q, want %q", plain.Why(0, &three), FilterGPUKind)
+	}
+}

@@ -15,7 +15,8 @@ type Placed struct {
 // constraint refuses req on node i of nodes with the pods placed as they
 // are (placement.Filter* reasons, in the order the core checks them), or
 // "": an oracle for the core's index, written from kube-scheduler's
-// PodTopologySpread and InterPodAffinity filters with no index at all.
+// PodTopologySpread and InterPodAffinity filters with no index at all
+// (the first skips terminating pods, the second counts them).
 func PodConstraintReason(nodes []model.Node, placed []Placed, req *model.Request, i int) string {
 	label := func(n int, key string) (string, bool) {
 		if v, ok := nodes[n].Domains[key]; ok {
@@ -62,7 +63,7 @@ func PodConstraintReason(nodes []model.Node, placed []Placed, req *model.Request
 			}
 		}
 		for _, p := range placed {
-			if eligible(p.Node) && p.Req.Namespace == req.Namespace && c.Selector.Matches(p.Req.Labels) {
+			if eligible(p.Node) && !p.Req.Terminating && p.Req.Namespace == req.Namespace && c.Selector.Matches(p.Req.Labels) {
 				v, _ := label(p.Node, c.TopologyKey)
 				count[v]++
 			}

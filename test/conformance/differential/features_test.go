@@ -63,8 +63,8 @@ const (
 	// counts replicas, nvidia.com/gpu.replicas labels the factor).
 	TimeSlicing Feature = "timeSlicing"
 	// SharedGPUs: GPUs time-sliced under a name of their own
-	// (nvidia.com/gpu.shared, with nvidia.com/gpu.replicas), and pods
-	// that ask for replicas of them.
+	// (nvidia.com/gpu.shared, with or without nvidia.com/gpu.replicas),
+	// and pods that ask for replicas of them.
 	SharedGPUs Feature = "sharedGPUs"
 	// MIG: GPUs in MIG mode (nvidia.com/mig-1g.10gb), and pods that ask
 	// for a MIG device.
@@ -77,11 +77,16 @@ const (
 	// TopologySpread: DoNotSchedule topology spread constraints over
 	// hostname and zone.
 	TopologySpread Feature = "topologySpread"
+	// TerminatingPods: running pods being deleted (deletionTimestamp set),
+	// which PodTopologySpread does not count and every other filter
+	// does.
+	TerminatingPods Feature = "terminatingPods"
 )
 
 // allFeatures lists every feature the generator knows.
 var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods,
-	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, SharedGPUs, MIG, HostPorts, InterPodAffinity, TopologySpread}
+	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, SharedGPUs, MIG, HostPorts, InterPodAffinity, TopologySpread,
+	TerminatingPods}
 
 // enabled is the features the test draws: the filters gpuplane-scheduler
 // keeps. A feature that gpuplane-scheduler comes to keep is switched on
@@ -89,13 +94,8 @@ var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, C
 // kube-scheduler's outcome. The others stay off because gpuplane-scheduler
 // does not keep them yet (issue 29): switched on, they show differences.
 // SubMiBMemory: the core counts memory in whole MiB (its doc above).
-// SharedGPUs: a node that advertises nvidia.com/gpu.shared without the
-// nvidia.com/gpu.replicas label is read as GPUs offered only as shares,
-// one replica each, and refuses the whole GPU a pod asking for one
-// replica becomes (adapter podRequest); kube-scheduler admits it
-// (-differential.features=+sharedGPUs, seed 3567).
 var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted,
-	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, MIG, InterPodAffinity, TopologySpread}
+	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, SharedGPUs, MIG, InterPodAffinity, TopologySpread, TerminatingPods}
 
 // featureFlag overrides enabled for one run: a comma-separated list, each
 // entry a feature to draw, +feature to add one to enabled or -feature to

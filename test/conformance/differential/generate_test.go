@@ -158,6 +158,12 @@ func (g *gen) node(i int) *corev1.Node {
 		case g.on[SharedGPUs] && g.chance(0.3):
 			replicas := pickOf(g, []int{2, 4})
 			n.Labels[gpunode.LabelGPUReplicas] = strconv.Itoa(replicas)
+			if g.chance(0.5) {
+				// A device plugin whose labeller does not say the
+				// factor: the replicas per GPU are allocatable over
+				// nvidia.com/gpu.count.
+				delete(n.Labels, gpunode.LabelGPUReplicas)
+			}
 			delete(alloc, gpunode.ResourceGPU)
 			alloc[gpunode.ResourceGPUShared] = *resource.NewQuantity(int64(gpus*replicas), resource.DecimalSI)
 		case g.on[MIG] && g.chance(0.3):
@@ -288,6 +294,11 @@ func (g *gen) running(node *corev1.Node, left *free, name string) *corev1.Pod {
 	}
 	if g.on[InterPodAffinity] && g.chance(0.2) {
 		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{g.podTerm(p)}}}
+	}
+	if g.on[TerminatingPods] && g.chance(0.25) {
+		// Being deleted: the kubelet stops it within its grace period,
+		// and until it is gone it holds all it holds.
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = ptrTo(metav1.Unix(1_700_000_100, 0)), ptrTo(int64(30))
 	}
 	for res, q := range podRequests(p) {
 		if l, ok := left.list[res]; ok {

@@ -74,11 +74,12 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 		edge(gpunode.ResourceGPUShared, 1, 4)
 		if q, ok := want[gpunode.ResourceGPUShared]; ok && q.Value() > 1 {
 			// gpuplane takes a pod's replicas of
-			// nvidia.com/gpu.shared from one GPU, and one GPU's worth
-			// or more becomes whole GPUs (adapter podRequest), which
-			// a node offering its GPUs only as replicas does not give:
-			// more than one replica is refused by those rules where
-			// the kubelet would hand out replicas of several GPUs.
+			// nvidia.com/gpu.shared from one GPU
+			// (placement.FilterReplicasOneGPU), as it takes those of
+			// nvidia.com/gpu: more than one replica is refused by
+			// that rule, or where no one GPU has them free, on nodes
+			// where the kubelet would hand out replicas of several
+			// GPUs.
 			want[gpunode.ResourceGPUShared] = g.quantity(gpunode.ResourceGPUShared, 1)
 		}
 	}
