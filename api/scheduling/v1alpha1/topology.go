@@ -190,3 +190,8 @@ func clip(v string) string {
 	}
 	return v
 }
+
+// ConvertedFromAnnotation on a Topology made by `gpuplane topology
+// convert` names the object it was made from ("kueue.x-k8s.io/v1beta2
+// Topology default").
+const ConvertedFromAnnotation = "scheduling.gpuplane.io/converted-from"
