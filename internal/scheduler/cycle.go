@@ -29,6 +29,10 @@ type pending struct {
 	// waiting counts the evicted pods the group waits for (it holds room,
 	// placed is set and nothing is bound); 0 when it does not wait.
 	waiting int
+	// bad says what is wrong with the group's topology, which keeps it
+	// from being placed; topo is its topology placement (topology.go).
+	bad  string
+	topo *gangTopo
 }
 
 // taken is room the cycle holds for a waiting preemptor, given back to the
@@ -66,6 +70,12 @@ type cycle struct {
 	// feasible and victimBuf are scratch space for evictions.
 	feasible  nodeFilter
 	victimBuf victimQueue
+	// within, when not -1, is the domain of its required level a
+	// topology gang must be placed in: the one an eviction frees room in.
+	within int32
+	// movableLooks counts the nodes looked at for movable pods
+	// (movableReason).
+	movableLooks int
 }
 
 func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, error) {
@@ -73,7 +83,7 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 	if err != nil {
 		return nil, err
 	}
-	c := &cycle{s: s, snap: snap, d: d, tree: tree, capacity: s.capacity, budget: snap.Budget.MaxEvictions, epoch: s.epoch,
+	c := &cycle{s: s, snap: snap, d: d, tree: tree, capacity: s.capacity, budget: snap.Budget.MaxEvictions, epoch: s.epoch, within: -1,
 		queues: make([][]*pending, tree.Len()), leaves: make([][]*queueEntry, tree.Len()), minPrio: make([]int64, tree.Len())}
 	for q := range c.minPrio {
 		c.minPrio[q] = math.MaxInt64
@@ -94,6 +104,11 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 			continue
 		}
 		p := &pending{g: g, q: tree.Leaf(g.Queue)}
+		if t := g.Topology; t != nil {
+			if err := t.Check("topology"); err != nil {
+				p.bad = err.Error()
+			}
+		}
 		for _, pod := range g.Pods {
 			p.demand = p.demand.Add(pod.Request.Resources())
 		}
@@ -128,6 +143,9 @@ func (c *cycle) groups(q int, f func(*runningGroup)) {
 // place tries to put group p on the state as one statement: all of it (at
 // least minMember pods) or nothing. It returns the binds.
 func (c *cycle) place(p *pending, avoid map[int]bool) ([]model.Bind, bool) {
+	if p.g.Topology != nil {
+		return c.placeTopology(p, avoid)
+	}
 	st := c.s.st
 	mark := st.Checkpoint()
 	var binds []model.Bind
@@ -193,8 +211,8 @@ func (c *cycle) allocate() {
 		}
 		p := c.queues[best][next[best]]
 		next[best]++
-		if p.placed {
-			continue // bound or waiting from a hold (resumeHolds)
+		if p.placed || p.bad != "" {
+			continue // bound or waiting from a hold (resumeHolds); or never placed as it is
 		}
 		if !c.tree.Admits(p.q, p.admit) {
 			p.blocked = true
@@ -256,7 +274,7 @@ func (c *cycle) backfill() {
 		var head *pending
 		var reserved map[int]bool
 		for _, p := range qs {
-			if p.placed {
+			if p.placed || p.bad != "" {
 				continue
 			}
 			if head == nil {
@@ -294,6 +312,8 @@ func (c *cycle) finish() {
 				u := model.Unplaced{Group: p.g.Name, Code: model.UnplacedNoFit, Reason: "does not fit"}
 				least := leastNeed(p.g)
 				switch {
+				case p.bad != "":
+					u.Code, u.Reason = model.UnplacedBadTopology, p.bad
 				case !c.tree.Admits(p.q, p.admit):
 					u.Code, u.Reason = model.UnplacedQueueLimit, "queue limit"
 					if q, over := c.tree.LimitBelow(p.q, p.admit); over {
@@ -315,6 +335,11 @@ func (c *cycle) finish() {
 				case p.forbidden == model.UnplacedReclaimDisabled:
 					u.Code = p.forbidden
 					u.Reason = fmt.Sprintf("fits only by reclaiming GPUs lent to other queues, and queue %q has spec.reclaim: Never", c.tree.Name(p.q))
+				case p.g.Topology != nil:
+					c.topologyReason(p, &u)
+					if p.g.Explain {
+						c.explain(p, &u)
+					}
 				case p.g.Explain:
 					c.explain(p, &u)
 				}

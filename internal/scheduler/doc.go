@@ -113,6 +113,60 @@
 // reach the core in model.Node.Domains, so they do not split nodes into
 // classes.
 //
+// Gangs placed by the network (topology.go, topology_evict.go). A gang
+// with model.PodGroup.Topology names levels (node label keys, widest
+// first; a node's value is read from Node.Domains, then Node.Labels) and a
+// required level, a preferred one, a slice level or several. A domain of a
+// level is the nodes that share their value of its key and of every wider
+// level's (absence included), so domains nest. GangTopology.Check refuses a
+// topology that means nothing (UnplacedBadTopology, the field named); the
+// group waits and the queue goes on past it. Otherwise the core chooses the
+// domains:
+//   - required: every pod the gang places in one cycle lands inside one
+//     domain of the level, or none does; pods a partly running gang still
+//     needs join its running members' domain.
+//   - the domain: among those whose nodes have room for the gang (a per-node
+//     estimate from the free CPU, memory and GPUs, kept with the placer's
+//     shape caches, that never says less than the truth), the best fit,
+//     the one with the least room, so the emptiest domains stay whole for
+//     the next large gang; up to maxDomainTries domains are tried in that
+//     order, each a placement rolled back when it falls short. Inside a
+//     domain the placer picks each pod's node among the domain's nodes by
+//     the policy (Placer.PlaceIn reads the nodes' cached best options).
+//   - preferred: one domain of the preferred level if one holds the gang
+//     (best fit); else one domain of the next wider level, its
+//     sub-domains filled largest first down to the preferred level (as few
+//     of them as it can); and so on up to the required level, or the whole
+//     cluster when none is required.
+//   - slices: each slice (SliceSize pods in pod order, or the pods that
+//     share Pod.Slice; a pod with no name is in no slice) lands whole in
+//     one domain of the slice level, chosen by best fit inside the set the
+//     gang is filling, while the gang keeps its own level.
+//   - small pods: once a gang has named levels, ties between nodes the
+//     policy scores alike go by the nodes' domains, widest level first,
+//     rather than by index (Placer.SetTieOrder), so that pods without a
+//     topology fill one domain before the next and leave whole domains for
+//     gangs; it costs one array read per comparison.
+//   - evictions: for a gang with a required level, preemption and reclaim
+//     look for victims inside one domain at a time (their nodes only, the
+//     domains where free room and victims together could hold the gang,
+//     those with room for most of it first) and place it there; a hold's
+//     plan is bound only while its pods still share one domain of the
+//     required level and each slice one of the slice level, else the hold
+//     ends and the gang competes afresh.
+//   - why it waits: UnplacedNoDomain names the level, the domain that came
+//     closest and how many of the gang's pods it has room for ("no rack has
+//     room for the gang's 4 pods of 8 GPUs each; the best rack, r3, has room
+//     for 3"). When a domain would hold the gang were movable work gone
+//     from it (groups the gang may preempt or reclaim: lower priority in its
+//     queue, or borrowed), UnplacedFragmentedDomain names that domain and
+//     those pods (Unplaced.Movable, at most 16 named); nothing is moved. The
+//     look clears nodes that would gain the most room per group first, after
+//     an estimate without clearing any shows the domain could hold the gang,
+//     and is bounded per gang and per cycle.
+//
+// A gang without a topology takes the path it always did.
+//
 // Resources besides CPU, memory and GPUs (model/resources.go). A node with
 // model.Node.Allocatable takes a pod only within its pods allowance and
 // with every scalar resource the pod asks for (model.Request.Scalars:

@@ -43,20 +43,20 @@ func (m evictMode) reason() string {
 func (c *cycle) evictFor(across bool) {
 	for q, qs := range c.queues {
 		for _, p := range qs {
-			if p.placed || c.budget == 0 {
+			if p.placed || p.bad != "" || c.budget == 0 {
 				continue
 			}
 			spec := c.tree.Spec(q)
 			never := p.g.NeverEvicts
 			if !across {
-				c.tryEvict(p, preempt, spec.NoPreemption || never)
+				c.evictWithin(p, preempt, spec.NoPreemption || never)
 				continue
 			}
-			if c.tree.FitsFairShare(q, p.demand) && c.tryEvict(p, reclaimFair, spec.NoReclaim || never) {
+			if c.tree.FitsFairShare(q, p.demand) && c.evictWithin(p, reclaimFair, spec.NoReclaim || never) {
 				continue
 			}
 			if c.tree.FitsGuarantee(q, p.demand) {
-				c.tryEvict(p, reclaimGuarantee, spec.NoReclaim || never)
+				c.evictWithin(p, reclaimGuarantee, spec.NoReclaim || never)
 			}
 		}
 	}
@@ -382,10 +382,14 @@ func (c *cycle) assign(p *pending, binds []model.Bind) bool {
 type nodeFilter struct {
 	nodes []model.Node
 	g     *model.PodGroup
-	reqs  []*model.Request // g's requests, consecutive repeats dropped; nil until needed
-	gen   uint32
-	seen  []uint32 // seen[i] == gen: ok[i] holds for g
-	ok    []bool
+	// in, when not nil, keeps the filter to the nodes whose in[i] is
+	// inID: one domain of a topology gang's required level.
+	in   []int32
+	inID int32
+	reqs []*model.Request // g's requests, consecutive repeats dropped; nil until needed
+	gen  uint32
+	seen []uint32 // seen[i] == gen: ok[i] holds for g
+	ok   []bool
 }
 
 // reset points the filter at group g on nodes.
@@ -402,6 +406,9 @@ func (f *nodeFilter) reset(nodes []model.Node, g *model.PodGroup) {
 
 // fits reports whether a pod of the group statically fits node i.
 func (f *nodeFilter) fits(i int) bool {
+	if f.in != nil && f.in[i] != f.inID {
+		return false
+	}
 	if f.seen[i] == f.gen {
 		return f.ok[i]
 	}

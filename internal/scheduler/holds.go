@@ -78,6 +78,10 @@ func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
 		b.NodeIndex, b.Group = i, p.g.Name
 		out[k] = b
 	}
+	// A plan made by the topology keeps it on the nodes as they are.
+	if p.g.Topology != nil && (p.bad != "" || !c.topologyOf(p).keepsTopology(out)) {
+		return nil, false
+	}
 	return out, true
 }
 

@@ -56,7 +56,10 @@ type runningGroup struct {
 	use            model.Resources
 	// evicted is the cycle (Scheduler.epoch) that evicted the group.
 	evicted uint64
-	dirty   bool
+	// seen is scratch for a look over the groups of a domain
+	// (movableReason): the last look that met the group.
+	seen  uint64
+	dirty bool
 	// sortedIn is the entry whose order holds the group, if any.
 	sortedIn *queueEntry
 }

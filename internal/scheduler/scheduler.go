@@ -52,6 +52,13 @@ type Scheduler struct {
 	epoch uint64
 	mark  []uint64
 	diff  []int
+	// topo holds the domains of each list of topology levels gangs named
+	// (topology.go), until the nodes change.
+	topo map[string]*topoIndex
+	// looks counts looks over running groups (runningGroup.seen).
+	looks uint64
+	// rooms is scratch space for topology gangs' rooms per node.
+	rooms [][]int32
 }
 
 // New returns a scheduler.

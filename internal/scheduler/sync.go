@@ -164,6 +164,7 @@ func (s *Scheduler) reset(snap *model.Snapshot) error {
 	}
 	s.capacity = model.CapacityOf(s.nodes)
 	s.st = placement.NewState(s.nodes)
+	s.topo, s.rooms = nil, nil
 	s.run = newRunning(len(s.nodes))
 	s.chunks = make([]chunkID, len(s.nodes))
 	s.mark = make([]uint64, len(s.nodes))

@@ -579,6 +579,18 @@ const (
 	// minMember smallest pods) exceeds what every node of the cluster has
 	// together (Unplaced.Need, Unplaced.Capacity).
 	UnplacedAboveCapacity = "ExceedsClusterCapacity"
+	// UnplacedBadTopology: the group's topology means nothing
+	// (GangTopology.Check says which field); it is never placed as it is.
+	UnplacedBadTopology = "InvalidTopology"
+	// UnplacedNoDomain: no domain of the gang's required level (or of
+	// its slice level) has room for it; Unplaced.Level names the level,
+	// Unplaced.Domain the domain that has the most.
+	UnplacedNoDomain = "NoTopologyDomain"
+	// UnplacedFragmentedDomain: no domain of the gang's required level
+	// has room for it, but Unplaced.Domain would, were the pods listed in
+	// Unplaced.Movable moved (they are preemptible, of lower priority or
+	// borrowed); nothing moves them yet.
+	UnplacedFragmentedDomain = "TopologyDomainFragmented"
 )
 
 // Unplaced records a pending group the cycle could not place: Code says
@@ -602,6 +614,14 @@ type Unplaced struct {
 	Queue    string    `json:"queue,omitempty"`
 	Limit    Resources `json:"limit,omitzero"`
 	Capacity Resources `json:"capacity,omitzero"`
+	// For UnplacedNoDomain and UnplacedFragmentedDomain: Level is the
+	// topology level's key, Domain the domain of it that came closest,
+	// and Movable (at most 16, the rest counted in MovableMore) the
+	// running pods that, moved, would leave it room for the gang.
+	Level       string   `json:"level,omitempty"`
+	Domain      string   `json:"domain,omitempty"`
+	Movable     []string `json:"movable,omitempty"`
+	MovableMore int      `json:"movableMore,omitempty"`
 }
 
 // FilterCount is how many nodes one filter refused.

@@ -27,6 +27,9 @@ type Placer struct {
 	keyBuf strings.Builder
 	// walk is scratch space for requests with pod constraints.
 	walk constrainedWalk
+	// tie ranks the nodes for ties between equal scores (SetTieOrder);
+	// nil: by index.
+	tie []int32
 }
 
 type memoKey struct{ sig, req int32 }
@@ -42,6 +45,11 @@ type shapeCache struct {
 	best []memoVal
 	tree []int32 // tree[1] is the best node; leaves at len(best)..
 	size int
+	// room is each node's room for the shape (Room), -1 until asked
+	// since the node last changed; nil until Room is first asked.
+	room []int32
+	// tie is the placer's tie order when the cache was filled.
+	tie []int32
 }
 
 // memoLimit bounds the signature memo; it is dropped when it grows past.
@@ -98,6 +106,9 @@ func (p *Placer) cache(req *model.Request) *shapeCache {
 			for _, i := range changed {
 				c.best[i] = p.nodeBest(i, req, int32(rid))
 				c.update(i)
+				if c.room != nil {
+					c.room[i] = -1
+				}
 			}
 			c.pos = pos
 		}
@@ -150,7 +161,7 @@ func (p *Placer) shape(req *model.Request) int {
 
 func (p *Placer) fill(req *model.Request, rid int) *shapeCache {
 	n := len(p.st.Nodes)
-	c := &shapeCache{best: make([]memoVal, n), size: 1}
+	c := &shapeCache{best: make([]memoVal, n), size: 1, tie: p.tie}
 	for c.size < n {
 		c.size *= 2
 	}
@@ -182,10 +193,29 @@ func (c *shapeCache) pick(a, b int32) int32 {
 		return a
 	}
 	va, vb := c.best[a], c.best[b]
-	if vb.opt >= 0 && (va.opt < 0 || vb.score > va.score || (vb.score == va.score && b < a)) {
+	if vb.opt >= 0 && (va.opt < 0 || vb.score > va.score || (vb.score == va.score && c.before(b, a))) {
 		return b
 	}
 	return a
+}
+
+// before reports whether node a goes before node b among equal scores.
+func (c *shapeCache) before(a, b int32) bool {
+	if c.tie == nil {
+		return a < b
+	}
+	return c.tie[a] < c.tie[b]
+}
+
+// SetTieOrder ranks the nodes for ties between equal scores: of two nodes
+// the policy scores alike, the one of lower rank[i] is chosen (nil: the
+// lower index). The scheduling core ranks nodes by their topology domains
+// so that pods the policy places alike fill one domain before the next,
+// leaving the later domains whole (doc.go of the core). The placer's
+// caches are rebuilt under the new order as they are next used.
+func (p *Placer) SetTieOrder(rank []int32) {
+	p.tie = rank
+	clear(p.caches)
 }
 
 func (c *shapeCache) update(i int) {

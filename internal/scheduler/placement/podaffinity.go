@@ -116,11 +116,7 @@ func (x *podIndex) key(s *State, name string) *topoKey {
 	k := &topoKey{dom: make([]int32, len(s.Nodes))}
 	ids := map[string]int32{}
 	for i := range s.Nodes {
-		n := s.Nodes[i].Node
-		v, ok := n.Domains[name]
-		if !ok {
-			v, ok = n.Labels[name]
-		}
+		v, ok := DomainValue(s.Nodes[i].Node, name)
 		if !ok {
 			k.dom[i] = -1
 			continue

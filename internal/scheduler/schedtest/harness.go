@@ -171,3 +171,47 @@ func Planned(d *model.Decisions) []model.Bind {
 	}
 	return out
 }
+
+// Topology sets the group's placement by the network's topology.
+func (b *GroupBuilder) Topology(t model.GangTopology) *GroupBuilder { b.g.Topology = &t; return b }
+
+// Slice names the slice of the group's last count pods (model.Pod.Slice).
+func (b *GroupBuilder) Slice(count int, name string) *GroupBuilder {
+	for k := len(b.g.Pods) - count; k < len(b.g.Pods); k++ {
+		b.g.Pods[k].Slice = name
+	}
+	return b
+}
+
+// Topology levels of the clusters TopologyCluster lays out, widest first.
+const (
+	ZoneKey  = "topology.kubernetes.io/zone"
+	BlockKey = "example.com/block"
+	RackKey  = "example.com/rack"
+	HostKey  = "kubernetes.io/hostname"
+)
+
+// TopologyLevels are the four levels of a TopologyCluster.
+var TopologyLevels = []string{ZoneKey, BlockKey, RackKey, HostKey}
+
+// TopologyCluster returns zones x blocks x racks x perRack nodes with gpus
+// GPUs each, named z<i>-b<j>-r<k>-n<l>, whose topology labels (in
+// Node.Domains, as the adapter passes labels that only name topology)
+// name their zone z<i>, block z<i>-b<j>, rack z<i>-b<j>-r<k> and host.
+func TopologyCluster(zones, blocks, racks, perRack, gpus int) []model.Node {
+	var out []model.Node
+	for z := range zones {
+		for b := range blocks {
+			for r := range racks {
+				for n := range perRack {
+					name := fmt.Sprintf("z%d-b%d-r%d-n%d", z, b, r, n)
+					node := Node(name, 128000, 1<<20).GPUs(gpus, "H100").Obj()
+					node.Domains = map[string]string{ZoneKey: fmt.Sprintf("z%d", z), BlockKey: fmt.Sprintf("z%d-b%d", z, b),
+						RackKey: fmt.Sprintf("z%d-b%d-r%d", z, b, r), HostKey: name}
+					out = append(out, node)
+				}
+			}
+		}
+	}
+	return out
+}
