@@ -109,7 +109,7 @@ are; a converted one is gpuplane's own.`,
 // readFile reads the objects of a file of YAML documents or JSON (a List's
 // items are its objects).
 func readFile(stdin io.Reader, path string) ([]*unstructured.Unstructured, error) {
-	var r io.Reader = stdin
+	r := stdin
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {

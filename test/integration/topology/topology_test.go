@@ -376,7 +376,9 @@ func TestTopologyCRDAndConvert(t *testing.T) {
 			t.Fatalf("creating the converted %s: %v", u.GetName(), err)
 		}
 		name := u.GetName()
-		t.Cleanup(func() { _ = c.dyn.Resource(v1alpha1.TopologiesResource).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = c.dyn.Resource(v1alpha1.TopologiesResource).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 		ls, _, _ := unstructured.NestedSlice(u.Object, "spec", "levels")
 		var keys []string
 		for _, l := range ls {
