@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -391,5 +393,36 @@ func TestTopologyCRDAndConvert(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("converted %v, want %v", got, want)
+	}
+}
+
+// The topology examples are accepted by the API server as written.
+func TestTopologyExamplesAreValid(t *testing.T) {
+	c := newCluster(t, 1, 1, 1)
+	files, err := filepath.Glob(filepath.Join(repoRoot(), "examples", "topology", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	resources := map[string]schema.GroupVersionResource{"Topology": v1alpha1.TopologiesResource, "PodGroup": v1alpha1.PodGroupsResource, "Job": jobs}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for i := 0; ; i++ {
+			var obj map[string]any
+			if err := dec.Decode(&obj); err != nil {
+				break
+			}
+			u := &unstructured.Unstructured{Object: obj}
+			gvr, ok := resources[u.GetKind()]
+			if !ok {
+				t.Fatalf("%s: document %d is a %s, which this test does not know", filepath.Base(f), i, u.GetKind())
+			}
+			if _, err := c.dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(t.Context(), u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+				t.Errorf("%s: document %d (%s %s): %v", filepath.Base(f), i, u.GetKind(), u.GetName(), err)
+			}
+		}
 	}
 }
