@@ -426,3 +426,54 @@ func TestTopologyExamplesAreValid(t *testing.T) {
 		}
 	}
 }
+
+// Slices hold: a gang required in one block, sliced by its JobSet Jobs
+// (no slice size) at the rack, binds each Job's pods inside one rack even
+// when the pods' names interleave the Jobs; a gang that prefers a rack
+// gets one when one has room.
+func TestTopologySlicesAndPreference(t *testing.T) {
+	c := newCluster(t, 1, 2, 2) // one block, 2 racks of 2 nodes
+	ours, _, _ := c.topologies()
+	c.run()
+	c.createTyped(v1alpha1.PodGroupsResource, c.ns, build.PodGroup(c.ns, "sliced", 4).
+		Topology(v1alpha1.TopologyConstraint{Name: ours, Required: blockKey, SliceRequired: rackKey}).Obj())
+	for i := range 4 {
+		// p-0 and p-2 are Job 0's, p-1 and p-3 Job 1's.
+		c.createPod(c.pod(fmt.Sprintf("sliced-%d", i)).GPUs(8).Label(v1alpha1.PodGroupLabel, "sliced").Label("gang", "sliced").
+			Label("jobset.sigs.k8s.io/replicatedjob-name", "workers").Label("jobset.sigs.k8s.io/job-index", fmt.Sprint(i%2)).Obj())
+	}
+	pods := c.waitBound("gang=sliced", 4)
+	rackOfJob := map[string]map[string]bool{}
+	for _, p := range pods {
+		job := p.Labels["jobset.sigs.k8s.io/job-index"]
+		if rackOfJob[job] == nil {
+			rackOfJob[job] = map[string]bool{}
+		}
+		rackOfJob[job][c.rackOf[p.Spec.NodeName]] = true
+	}
+	for job, racks := range rackOfJob {
+		if len(racks) != 1 {
+			t.Errorf("Job %s's pods span racks %v", job, racks)
+		}
+	}
+	// The sliced gang took every GPU; once it is gone a gang preferring a
+	// rack gets one.
+	if err := env.Client.CoreV1().Pods(c.ns).DeleteCollection(t.Context(), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: "gang=sliced"}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "the sliced gang gone", func(ctx context.Context) (bool, error) {
+		ps, err := c.pods(ctx, "gang=sliced")
+		return err == nil && len(ps) == 0, fmt.Errorf("%d left (%v)", len(ps), err)
+	})
+	c.createTyped(v1alpha1.PodGroupsResource, c.ns, build.PodGroup(c.ns, "preferring", 2).Topology(v1alpha1.TopologyConstraint{Name: ours, Preferred: rackKey}).Obj())
+	for i := range 2 {
+		c.createPod(c.pod(fmt.Sprintf("preferring-%d", i)).GPUs(8).Label(v1alpha1.PodGroupLabel, "preferring").Label("gang", "preferring").Obj())
+	}
+	racks := map[string]bool{}
+	for _, p := range c.waitBound("gang=preferring", 2) {
+		racks[c.rackOf[p.Spec.NodeName]] = true
+	}
+	if len(racks) != 1 {
+		t.Errorf("the preferring gang spans racks %v with a whole rack free", racks)
+	}
+}
