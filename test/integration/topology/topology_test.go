@@ -463,7 +463,7 @@ func TestTopologySlicesAndPreference(t *testing.T) {
 	}
 	framework.Eventually(t, 60*time.Second, "the sliced gang gone", func(ctx context.Context) (bool, error) {
 		ps, err := c.pods(ctx, "gang=sliced")
-		return err == nil && len(ps) == 0, fmt.Errorf("%d left (%v)", len(ps), err)
+		return err == nil && len(ps) == 0, fmt.Errorf("%d left (%w)", len(ps), err)
 	})
 	c.createTyped(v1alpha1.PodGroupsResource, c.ns, build.PodGroup(c.ns, "preferring", 2).Topology(v1alpha1.TopologyConstraint{Name: ours, Preferred: rackKey}).Obj())
 	for i := range 2 {
