@@ -56,6 +56,7 @@ var (
 	volcanoPodGroups  = schema.GroupVersionResource{Group: "scheduling.volcano.sh", Version: "v1beta1", Resource: "podgroups"}
 	workloadPodGroups = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}
 	jobs              = schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
+	volcanoJobs       = schema.GroupVersionResource{Group: "batch.volcano.sh", Version: "v1alpha1", Resource: "jobs"}
 )
 
 // setup installs, once per package run, gpuplane's CRDs, Kueue's Topology

@@ -179,7 +179,8 @@ func TestTopologyTranslatedFromTheAPIServer(t *testing.T) {
 // A required level is never violated: gangs stated in each dialect are
 // each bound inside one rack, where placing them blind to the topology
 // would split them (each rack's first node has only half its GPUs free,
-// and packing fills those first).
+// and packing fills those first). Volcano's is read from its PodGroup and,
+// where that says nothing, from its Job.
 func TestTopologyGangsBoundInOneRack(t *testing.T) {
 	c := newCluster(t, 3, 2, 2) // 6 racks of 2 nodes
 	ours, _, kai := c.topologies()
@@ -225,7 +226,27 @@ func TestTopologyGangsBoundInOneRack(t *testing.T) {
 		c.createPod(p)
 	}
 
-	for _, g := range []string{"ours", "kueue", "kai", "volcano", "workload"} {
+	// Volcano's Job: its PodGroup (as Volcano's job controller makes one,
+	// owned by the Job) says no networkTopology; the Job's is read.
+	vcjob, err := c.dyn.Resource(volcanoJobs).Namespace(c.ns).Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+		"metadata": map[string]any{"name": "vcjob", "namespace": c.ns, "annotations": map[string]any{v1alpha1.TopologyAnnotation: ours}},
+		"spec": map[string]any{"minAvailable": int64(2), "schedulerName": c.scheduler,
+			"networkTopology": map[string]any{"mode": "hard", "highestTierAllowed": int64(2)},
+			"tasks": []any{map[string]any{"name": "w", "replicas": int64(2),
+				"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": framework.PauseImage}}}}}}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the Volcano Job: %v", err)
+	}
+	c.create(volcanoPodGroups, c.ns, map[string]any{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+		"metadata": map[string]any{"name": "vcjob", "namespace": c.ns, "ownerReferences": []any{map[string]any{
+			"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "vcjob", "uid": string(vcjob.GetUID()), "controller": true}}},
+		"spec": map[string]any{"minMember": int64(2)}})
+	for i := range 2 {
+		c.createPod(c.pod(fmt.Sprintf("vcjob-%d", i)).GPUs(4).Label("gang", "vcjob").Annotation(v1alpha1.VolcanoGroupAnnotation, "vcjob").Obj())
+	}
+
+	for _, g := range []string{"ours", "kueue", "kai", "volcano", "workload", "vcjob"} {
 		t.Run(g, func(t *testing.T) {
 			pods := c.waitBound("gang="+g, 2)
 			racks := map[string]bool{}
@@ -242,7 +263,7 @@ func TestTopologyGangsBoundInOneRack(t *testing.T) {
 		})
 	}
 	// The derived groups say where their topology came from.
-	for _, name := range []string{"volcano"} {
+	for _, name := range []string{"volcano", "vcjob"} {
 		pg, err := c.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(c.ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
