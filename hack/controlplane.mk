@@ -22,8 +22,8 @@ operator-bins: ## build the workload operators the integration tests run (JobSet
 demo-operator-bins: ## build only the operators the demo runs ($(DEMO_OPERATORS)) into bin/operators
 	@GO="$(GO)" BUILD_PARALLEL="$(CONTROLPLANE_BUILD_PARALLEL)" $(CURDIR)/hack/build-operators.sh "$(BIN)" $(DEMO_OPERATORS)
 
-third-party-crds: ## copy the CRDs tests install from other projects' Go modules (Volcano's PodGroup) into bin/crds (only when a pin changes)
-	@GO="$(GO)" $(CURDIR)/hack/fetch-crds.sh "$(BIN)"
+third-party-crds: $(CONTROLLER_GEN) ## copy the CRDs tests install from other projects' Go modules (Volcano's PodGroup and Job, Kueue's Topology) into bin/crds (only when a pin changes)
+	@GO="$(GO)" CONTROLLER_GEN="$(CONTROLLER_GEN)" $(CURDIR)/hack/fetch-crds.sh "$(BIN)"
 
 test-integration: controlplane-bins operator-bins third-party-crds ## integration tests against a real etcd, kube-apiserver, controller-manager, kwok and workload operators
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test $(GOTESTFLAGS) $(INTEGRATION_PKGS)

@@ -9,6 +9,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/cli/mig"
 	"github.com/gpuplane/gpuplane/internal/cli/simulate"
 	"github.com/gpuplane/gpuplane/internal/cli/status"
+	"github.com/gpuplane/gpuplane/internal/cli/topology"
 )
 
 // subcommands lists the gpuplane sub-commands in the order --help shows them.
@@ -18,6 +19,7 @@ func subcommands() []*cobra.Command {
 		doctor.NewCommand(),
 		cost.NewCommand(),
 		mig.NewCommand(),
+		topology.NewCommand(),
 		simulate.NewCommand(),
 		dev.NewCommand(),
 	}

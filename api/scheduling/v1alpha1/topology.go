@@ -32,6 +32,9 @@ const (
 	KueueSliceRequiredTopologyAnnotation = "kueue.x-k8s.io/podset-slice-required-topology"
 	// KueueSliceSizeAnnotation is Kueue's slice size.
 	KueueSliceSizeAnnotation = "kueue.x-k8s.io/podset-slice-size"
+	// KueueSliceConstraintsAnnotation is Kueue's multi-layer slices, which
+	// gpuplane refuses rather than drops (it places one slice level).
+	KueueSliceConstraintsAnnotation = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
 
 	// KAITopologyAnnotation names a KAI Topology, on the workload.
 	KAITopologyAnnotation = "kai.scheduler/topology"
@@ -48,7 +51,7 @@ const MaxSliceSize = 100000
 var TopologyAnnotations = []string{
 	TopologyAnnotation, TopologyRequiredAnnotation, TopologyPreferredAnnotation, TopologySliceRequiredAnnotation, TopologySliceSizeAnnotation,
 	KueueRequiredTopologyAnnotation, KueuePreferredTopologyAnnotation, KueueSliceRequiredTopologyAnnotation, KueueSliceSizeAnnotation,
-	KAITopologyAnnotation, KAIRequiredPlacementAnnotation, KAIPreferredPlacementAnnotation,
+	KueueSliceConstraintsAnnotation, KAITopologyAnnotation, KAIRequiredPlacementAnnotation, KAIPreferredPlacementAnnotation,
 }
 
 // topologyDialect is one scheduler's names for the fields of a
@@ -73,6 +76,10 @@ var topologyDialects = []topologyDialect{
 // what to change. The levels are checked against a topology later, when
 // the constraint is resolved (TopologyConstraint.Check for the rest).
 func TopologyFromAnnotations(annotations map[string]string) (*TopologyConstraint, error) {
+	if _, ok := annotations[KueueSliceConstraintsAnnotation]; ok {
+		return nil, fmt.Errorf("annotation %s: slices in several layers are not placed by gpuplane; give one slice level with %s and %s",
+			KueueSliceConstraintsAnnotation, KueueSliceRequiredTopologyAnnotation, KueueSliceSizeAnnotation)
+	}
 	var out TopologyConstraint
 	var from [5]string // the annotation each field came from
 	set := func(i int, dst *string, key string, check func(string) []string) error {
@@ -190,3 +197,8 @@ func clip(v string) string {
 	}
 	return v
 }
+
+// ConvertedFromAnnotation on a Topology made by `gpuplane topology
+// convert` names the object it was made from ("kueue.x-k8s.io/v1beta2
+// Topology default").
+const ConvertedFromAnnotation = "scheduling.gpuplane.io/converted-from"

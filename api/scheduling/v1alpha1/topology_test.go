@@ -35,6 +35,8 @@ func TestTopologyFromAnnotations(t *testing.T) {
 		{"huge slice", map[string]string{KueueSliceRequiredTopologyAnnotation: rack, KueueSliceSizeAnnotation: "100001"}, nil, "is not a slice size"},
 		{"size without level", map[string]string{KueueRequiredTopologyAnnotation: rack, KueueSliceSizeAnnotation: "2"}, nil, "annotations.sliceSize: a slice size needs sliceRequired"},
 		{"name without level", map[string]string{KAITopologyAnnotation: "net"}, nil, "annotations: names no level"},
+		{"Kueue's multi-layer slices", map[string]string{KueueRequiredTopologyAnnotation: block, KueueSliceConstraintsAnnotation: `[{"topology":"` + rack + `","size":2}]`},
+			nil, "annotation kueue.x-k8s.io/podset-slice-required-topology-constraints: slices in several layers are not placed by gpuplane"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := TopologyFromAnnotations(c.in)

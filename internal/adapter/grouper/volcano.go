@@ -167,6 +167,10 @@ func FromVolcano(obj map[string]any) (Derived, error) {
 			explain = append(explain, "minResources from spec.minResources")
 		}
 	}
+	if sg, _ := spec["subGroupPolicy"].([]any); len(sg) > 0 {
+		// Said where the user looks, rather than dropped without a word.
+		explain = append(explain, "spec.subGroupPolicy not honoured (its sub-groups' networkTopology is not placed)")
+	}
 	if tm, _ := spec["minTaskMember"].(map[string]any); len(tm) > 0 {
 		// Said where the user looks, rather than dropped without a word.
 		explain = append(explain, "spec.minTaskMember not honoured (the gang is spec.minMember pods of any task)")

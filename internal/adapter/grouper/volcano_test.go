@@ -30,6 +30,8 @@ func TestFromVolcano(t *testing.T) {
 		{name: "minMember alone", spec: `{"minMember": 2}`, want: Derived{MinMember: 2}, explain: []string{"minMember 2 from spec.minMember"}},
 		{name: "minTaskMember is said not to be honoured", spec: `{"minMember": 2, "minTaskMember": {"worker": 2}}`, want: Derived{MinMember: 2},
 			explain: []string{"spec.minTaskMember not honoured"}},
+		{name: "subGroupPolicy is said not to be honoured", spec: `{"minMember": 2, "subGroupPolicy": [{"name": "a", "subGroupSize": 2}]}`, want: Derived{MinMember: 2},
+			explain: []string{"spec.subGroupPolicy not honoured"}},
 		{name: "no minMember", spec: `{"queue": "q"}`, wantErr: "spec.minMember: not set"},
 		{name: "minMember 0", spec: `{"minMember": 0}`, wantErr: "spec.minMember: 0, want 1 to 100000"},
 		{name: "negative minMember", spec: `{"minMember": -3}`, wantErr: "spec.minMember: -3, want 1 to 100000"},

@@ -362,6 +362,8 @@ func fixFor(reason string, p *corev1.Pod) string {
 		return "kubectl get queues -o custom-columns=NAME:.metadata.name,NAMESPACES:.spec.namespaceSelector; submit to a queue that admits namespace " + p.Namespace
 	case "GroupingFailed":
 		return "kubectl get groupingrules; fix the workload's field, the rule's expression or the Volcano PodGroup's field the message names (the pod is placed once its group can be made)"
+	case "InvalidTopology", "TopologyMismatch":
+		return "kubectl get topologies.scheduling.gpuplane.io (and Kueue's or KAI's topologies); fix the PodGroup's spec.topology or the topology annotations the message names, so every pod asks the same levels of one Topology"
 	case "ConflictingQueues", "ConflictingPodGroups", "QueueMismatch":
 		return "kubectl get pod " + p.Name + " -n " + p.Namespace + " -o yaml: keep one queue (pod group) label or annotation, or make them agree"
 	}

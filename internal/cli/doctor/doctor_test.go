@@ -50,3 +50,12 @@ func TestSameGPUs(t *testing.T) {
 		}
 	}
 }
+
+// A pod held for its topology is pointed at the Topologies and the field.
+func TestFixForTopology(t *testing.T) {
+	for _, reason := range []string{"InvalidTopology", "TopologyMismatch"} {
+		if fix := fixFor(reason, nil); !strings.Contains(fix, "kubectl get topologies") || !strings.Contains(fix, "spec.topology") {
+			t.Errorf("%s: fix %q", reason, fix)
+		}
+	}
+}
