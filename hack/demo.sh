@@ -306,7 +306,7 @@ done
 section "gpuplane status"
 "$bin/gpuplane" status -o wide
 
-section "a gang inside one NVLink domain: a second cluster of two GB200 NVL72 racks, two compute trays each (examples/topology)"
+section "a gang inside one NVLink domain: a second cluster of two GB200 NVL72 racks, two compute trays each (examples/topology/04-nvlink-gang.yaml)"
 "$bin/gpuplane" dev down >"$state/down-first.log" 2>&1 || { cat "$state/down-first.log" >&2; exit 1; }
 "$bin/gpuplane" dev up --scheduler gpuplane --nodes 4 --profile gb200-nvl72 --topology rack-nodes=2,nvl72 --dra=false
 # Each agent labels nvidia.com/gpu.clique from its simulated GPUs' fabric
@@ -334,7 +334,7 @@ spec:
         nvidia.com/gpu: 4
 YAML
 "$kubectl" wait --for=jsonpath='{.status.phase}'=Running pod/busy-tray --timeout=60s >/dev/null
-"$kubectl" apply -f examples/topology/
+"$kubectl" apply -f examples/topology/04-nvlink-gang.yaml
 if ! "$kubectl" wait --for=jsonpath='{.status.phase}'=Running pods -l job-name=nvlink-train --timeout=90s >/dev/null; then
 	echo "demo: the NVLink gang did not start within 90 s" >&2
 	"$bin/gpuplane" status >&2
