@@ -79,6 +79,22 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 			}
 			continue
 		}
+		if u.Code == model.UnplacedNoDomain || u.Code == model.UnplacedFragmentedDomain || u.Code == model.UnplacedBadTopology {
+			// The core's words name the level, the best domain and the
+			// pods that would have to move, which node-by-node filter
+			// counts cannot: a gang bound to one domain waits for the
+			// domain, not for any node. A gang that more room could
+			// serve stays Unschedulable, as autoscalers read it.
+			reason := corev1.PodReasonUnschedulable
+			if u.Code == model.UnplacedBadTopology {
+				reason = u.Code
+			}
+			msgs[u.Group], reasons[u.Group] = u.Reason, u.Code
+			for _, pi := range g.pending {
+				l.status.podCondition(pi.pod, reason, u.Reason)
+			}
+			continue
+		}
 		dg, ok := l.diag[u.Group]
 		if u.Explained || u.Code == model.UnplacedQueueLimit || !ok {
 			dg = diagnosis{msg: l.render(in, pendingByName[u.Group], u, g), at: in.startedAt}

@@ -106,6 +106,11 @@ func (c *cycle) topologyReason(p *pending, u *model.Unplaced) {
 	}
 	key := g.x.levels[l]
 	name := levelName(key)
+	// The first mention names the label too, unless it is the name.
+	named := name
+	if name != key {
+		named = fmt.Sprintf("%s (%s)", name, key)
+	}
 	u.Code, u.Level = model.UnplacedNoDomain, key
 	if g.stuck {
 		u.Reason = fmt.Sprintf("its running pods are not all in one %s (%s), the gang's required level", name, key)
@@ -121,7 +126,7 @@ func (c *cycle) topologyReason(p *pending, u *model.Unplaced) {
 		mark := st.Checkpoint()
 		placed := g.placeGroups(g.groups(-1, -1))
 		st.Rollback(mark)
-		u.Reason = fmt.Sprintf("no %s has room for each slice of the gang (%s): %d of its %d pods find one", name, g.podsPhrase(), len(placed), len(p.g.Pods))
+		u.Reason = fmt.Sprintf("no %s has room for each slice of the gang (%s): %d of its %d pods find one", named, g.podsPhrase(), len(placed), len(p.g.Pods))
 		return
 	}
 	var set []int32
@@ -143,7 +148,7 @@ func (c *cycle) topologyReason(p *pending, u *model.Unplaced) {
 	room := len(g.placeGroups(g.groups(l, best)))
 	st.Rollback(mark)
 	u.Domain = g.x.doms[l][best].name
-	u.Reason = fmt.Sprintf("no %s has room for the gang's %s; the best %s, %s, has room for %d", name, g.podsPhrase(), name, u.Domain, room)
+	u.Reason = fmt.Sprintf("no %s has room for the gang's %s; the best %s, %s, has room for %d", named, g.podsPhrase(), name, u.Domain, room)
 	c.movableReason(g, rs[:min(len(rs), maxDomainTries)], u)
 }
 
@@ -322,8 +327,20 @@ func (g *gangTopo) podsPhrase() string {
 // levelName is how reasons name a level: its key's last part
 // ("topology.kubernetes.io/zone" is "zone").
 func levelName(key string) string {
+	if key == cliqueLabel {
+		return "NVLink domain"
+	}
 	if i := strings.LastIndexByte(key, '/'); i >= 0 && i+1 < len(key) {
-		return key[i+1:]
+		key = key[i+1:]
+	}
+	// gpuplane.io/topology-rack reads as "rack".
+	if rest, ok := strings.CutPrefix(key, "topology-"); ok && rest != "" {
+		return rest
 	}
 	return key
 }
+
+// cliqueLabel is the label NVIDIA's GPU Feature Discovery (and gpuplane's
+// agent) writes with a node's NVLink domain: the nodes of one NVL72 rack
+// share it.
+const cliqueLabel = "nvidia.com/gpu.clique"

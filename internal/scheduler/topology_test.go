@@ -100,7 +100,7 @@ func TestRequiredLevelBestFit(t *testing.T) {
 			if tc.want == "" {
 				u := unplacedOf(&d, "g")
 				if len(got) != 0 || u == nil || u.Code != model.UnplacedNoDomain || u.Level != rack || u.Domain != "z0-b0-r2" ||
-					u.Reason != "no rack has room for the gang's 5 pods of 8 GPUs each; the best rack, z0-b0-r2, has room for 4" {
+					u.Reason != "no rack (example.com/rack) has room for the gang's 5 pods of 8 GPUs each; the best rack, z0-b0-r2, has room for 4" {
 					t.Fatalf("binds in %v, unplaced %+v: want the gang waiting, the best rack z0-b0-r2 named", got, u)
 				}
 				return
@@ -198,7 +198,7 @@ func TestSlices(t *testing.T) {
 			racks := domainsOf(nodes, &d, schedtest.RackKey)["g"]
 			if tc.wantSlices == nil {
 				u := unplacedOf(&d, "g")
-				if len(racks) != 0 || u == nil || u.Code != model.UnplacedNoDomain || !strings.HasPrefix(u.Reason, "no rack has room for each slice") {
+				if len(racks) != 0 || u == nil || u.Code != model.UnplacedNoDomain || !strings.HasPrefix(u.Reason, "no rack (example.com/rack) has room for each slice") {
 					t.Fatalf("placed in %v, unplaced %+v: want the gang waiting for a rack per slice", racks, u)
 				}
 				return
@@ -405,7 +405,7 @@ func TestFragmentedDomainNamesThePodsToMove(t *testing.T) {
 			d := cycleOnce(t, &snap)
 			u := unplacedOf(&d, "g")
 			if u == nil || u.Code != tc.code || !reflect.DeepEqual(u.Movable, tc.movable) || !strings.HasSuffix(u.Reason, tc.endsWith) ||
-				!strings.HasPrefix(u.Reason, "no rack has room for the gang's 2 pods of 8 GPUs each; the best rack, ") {
+				!strings.HasPrefix(u.Reason, "no rack (example.com/rack) has room for the gang's 2 pods of 8 GPUs each; the best rack, ") {
 				t.Fatalf("unplaced %+v, want code %s, movable %v, reason ending %q", u, tc.code, tc.movable, tc.endsWith)
 			}
 		})
@@ -500,7 +500,7 @@ func TestRequiredAndPreferred(t *testing.T) {
 			if tc.racks == nil {
 				u := unplacedOf(&d, "g")
 				if len(racks) != 0 || u == nil || u.Code != model.UnplacedNoDomain ||
-					u.Reason != "no block has room for the gang's 13 pods of 8 GPUs each; the best block, z0-b1, has room for 12" {
+					u.Reason != "no block (example.com/block) has room for the gang's 13 pods of 8 GPUs each; the best block, z0-b1, has room for 12" {
 					t.Fatalf("placed in %v, unplaced %+v: want the gang waiting for a block", racks, u)
 				}
 				return

@@ -498,3 +498,50 @@ func TestTopologySlicesAndPreference(t *testing.T) {
 		t.Errorf("the preferring gang spans racks %v with a whole rack free", racks)
 	}
 }
+
+// A gang no domain of its required level can hold says so in the core's
+// words, naming the level and the best domain, on its pods' PodScheduled
+// condition and on its PodGroup, not as node-by-node filter counts: every
+// node alone has room for a pod.
+func TestTopologyWaitingGangNamesTheLevel(t *testing.T) {
+	c := newCluster(t, 1, 2, 2) // 2 racks of 2 nodes of 8 GPUs
+	ours, _, _ := c.topologies()
+	c.run()
+	c.createTyped(v1alpha1.PodGroupsResource, c.ns, build.PodGroup(c.ns, "wide", 3).Topology(v1alpha1.TopologyConstraint{Name: ours, Required: rackKey}).Obj())
+	for i := range 3 {
+		c.createPod(c.pod(fmt.Sprintf("wide-%d", i)).GPUs(8).Label(v1alpha1.PodGroupLabel, "wide").Obj())
+	}
+	says := "no rack (" + rackKey + ") has room for the gang's 3 pods of 8 GPUs each; the best rack, "
+	framework.Eventually(t, 60*time.Second, "the gang's pods name the rack level", func(ctx context.Context) (bool, error) {
+		ps, err := c.pods(ctx, v1alpha1.PodGroupLabel+"=wide")
+		if err != nil {
+			return false, err
+		}
+		for _, p := range ps {
+			if p.Spec.NodeName != "" {
+				t.Fatalf("pod %s bound to %s: no rack holds the gang", p.Name, p.Spec.NodeName)
+			}
+			msg := framework.SchedulerSays(&p)
+			if !strings.Contains(msg, says) || !strings.Contains(msg, "has room for 2") {
+				return false, fmt.Errorf("pod %s says %q", p.Name, msg)
+			}
+		}
+		return len(ps) == 3, nil
+	})
+	framework.Eventually(t, 60*time.Second, "PodGroup wide's Schedulable condition", func(ctx context.Context) (bool, error) {
+		u, err := c.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(c.ns).Get(ctx, "wide", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		var pg v1alpha1.PodGroup
+		if err := kruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pg); err != nil {
+			return false, err
+		}
+		for _, cd := range pg.Status.Conditions {
+			if cd.Type == v1alpha1.ConditionSchedulable && cd.Status == metav1.ConditionFalse && cd.Reason == "NoTopologyDomain" && strings.Contains(cd.Message, says) {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("conditions %+v", pg.Status.Conditions)
+	})
+}
