@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
@@ -216,7 +217,7 @@ func TestClaimModesPreempt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := []model.Node{claimNode("a", "s", "s", "s")}
 			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Queues: q,
-				Budget: model.DisruptionBudget{MaxEvictions: -1},
+				Budget:  model.DisruptionBudget{MaxEvictions: -1},
 				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Priority(5).Pods(1, tc.req).Obj()}}, scheduler.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -273,5 +274,19 @@ func TestApplyRefusesUnknownAlternative(t *testing.T) {
 				t.Fatalf("applied (err %v, pending %+v), want an error and nothing changed", err, snap.Pending)
 			}
 		})
+	}
+}
+
+// An alternative with alternatives of its own is refused: the core reads
+// one level of them.
+func TestNestedAlternativesRefused(t *testing.T) {
+	nested := firstOf(firstOf(model.Request{GPUs: 1, DeviceSet: "s"}))
+	nodes := []model.Node{claimNode("a", "s")}
+	h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, Pending: []model.PodGroup{schedtest.Group("g").Pods(1, nested).Obj()}}, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Cycle(); err == nil || !strings.Contains(err.Error(), "firstOf[0] has alternatives of its own") {
+		t.Fatalf("cycle: %v, want the nested alternatives refused", err)
 	}
 }

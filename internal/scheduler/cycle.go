@@ -95,6 +95,11 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 		}
 		p := &pending{g: g, q: tree.Leaf(g.Queue)}
 		for _, pod := range g.Pods {
+			for k := range pod.Request.FirstOf {
+				if len(pod.Request.FirstOf[k].FirstOf) > 0 {
+					return nil, fmt.Errorf("pod %q: request.firstOf[%d] has alternatives of its own: an alternative is one request", pod.Name, k)
+				}
+			}
 			p.demand = p.demand.Add(pod.Request.Resources())
 		}
 		p.admit = p.demand.Max(g.MinResources)

@@ -194,8 +194,8 @@ type Request struct {
 	// the pod goes to, at least one and none of them taken (a claim's
 	// allocationMode: All): a node whose set GPUs are not all free does
 	// not take the pod. GPUs is then the most GPUs of the set any node
-	// has, what queues count before the pod is placed; once placed it
-	// counts the GPUs it got (Placed).
+	// has (at least 1), what queues count before the pod is placed; once
+	// placed it counts the GPUs it got (Placed).
 	AllOfSet bool `json:"allOfSet,omitempty"`
 	// FirstOf, when not empty, lists the ways the pod's claims may be
 	// served, most preferred first (a claim's firstAvailable
