@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,29 @@ func indexes(b model.Bind) []int {
 	return out
 }
 
+// sameAsFresh fails t unless h's scheduler holds the free state a new
+// scheduler makes of h's snapshot: what it assigned, released and rolled
+// back for pods with claims of both kinds adds up to what they hold.
+func sameAsFresh(t *testing.T, h *schedtest.Harness) {
+	t.Helper()
+	fresh, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := h.Snap
+	snap.Pending = nil
+	if _, err := fresh.Cycle(&snap); err != nil {
+		t.Fatal(err)
+	}
+	a, b := scheduler.StateOf(h.Sched), scheduler.StateOf(fresh)
+	for i := range a.Nodes {
+		x, y := &a.Nodes[i], &b.Nodes[i]
+		if x.FreeCPU != y.FreeCPU || !slices.Equal(x.GPUFree, y.GPUFree) || x.Pods != y.Pods || !reflect.DeepEqual(x.ShareSizes, y.ShareSizes) {
+			t.Fatalf("node %s: the scheduler's state %+v, a new one's %+v", x.Node.Name, *x, *y)
+		}
+	}
+}
+
 // A request for all of its set's GPUs takes, on the node it gets, exactly
 // that node's set GPUs, only when every one of them is free; queues count
 // the largest set before placement and the GPUs it got after.
@@ -80,7 +104,11 @@ func TestAllOfSet(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := slices.Clone(tc.nodes)
-			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Queues: tc.queues,
+			queues := tc.queues
+			if queues == nil {
+				queues = []model.Queue{{Name: "q"}}
+			}
+			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Queues: queues,
 				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Pods(1, allOf("s", 3)).Obj()}}, scheduler.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -108,11 +136,11 @@ func TestAllOfSet(t *testing.T) {
 			if got == nil || got.Request.AllOfSet || got.Request.GPUs != len(tc.wantGPUs) || got.Usage().GPUMilli != int64(len(tc.wantGPUs))*model.MilliPerGPU {
 				t.Fatalf("running allocation %+v, want %d GPUs counted", got, len(tc.wantGPUs))
 			}
-			for _, qs := range d.Queues {
-				if qs.Name == "q" && qs.Usage.GPUMilli != int64(len(tc.wantGPUs))*model.MilliPerGPU {
-					t.Errorf("queue usage %+v after the cycle, want the %d GPUs placed", qs.Usage, len(tc.wantGPUs))
-				}
+			i := slices.IndexFunc(d.Queues, func(qs model.QueueStatus) bool { return qs.Name == "q" })
+			if i < 0 || d.Queues[i].Usage.GPUMilli != int64(len(tc.wantGPUs))*model.MilliPerGPU {
+				t.Errorf("queues %+v after the cycle, want q using the %d GPUs placed", d.Queues, len(tc.wantGPUs))
 			}
+			sameAsFresh(t, h)
 		})
 	}
 }
@@ -171,6 +199,7 @@ func TestFirstOf(t *testing.T) {
 			if len(d.Binds) != 1 || d.Binds[0].Node != tc.wantNode || d.Binds[0].Alternative != tc.wantAlt || !slices.Equal(indexes(d.Binds[0]), tc.wantGPUs) {
 				t.Fatalf("binds %+v, want alternative %d with GPUs %v of %s", d.Binds, tc.wantAlt, tc.wantGPUs, tc.wantNode)
 			}
+			sameAsFresh(t, h)
 			for x := range h.Snap.AllRunning() {
 				if x.Pod == "g-0" && (len(x.Request.FirstOf) != 0 || x.Request.DeviceSet != tc.alts[tc.wantAlt].DeviceSet || x.Request.GPUs != len(tc.wantGPUs)) {
 					t.Fatalf("running allocation %+v, want alternative %d's request with %d GPUs", x, tc.wantAlt, len(tc.wantGPUs))
@@ -239,6 +268,8 @@ func TestClaimModesPreempt(t *testing.T) {
 				if len(schedtest.Planned(&d)) != 0 || !slices.EqualFunc(schedtest.Running(&h.Snap), before, func(x, y model.Allocation) bool { return x.Pod == y.Pod }) {
 					t.Fatalf("placed %+v, running %+v; want nothing changed", schedtest.Planned(&d), schedtest.Running(&h.Snap))
 				}
+				// The failed what-if rolled back all it tried.
+				sameAsFresh(t, h)
 				return
 			}
 			if len(d.Evictions) > 0 {
@@ -250,6 +281,7 @@ func TestClaimModesPreempt(t *testing.T) {
 			if len(d.Binds) != 1 || d.Binds[0].Alternative != tc.wantAlt || !slices.Equal(indexes(d.Binds[0]), tc.wantGPUs) {
 				t.Fatalf("binds %+v, want alternative %d with GPUs %v", d.Binds, tc.wantAlt, tc.wantGPUs)
 			}
+			sameAsFresh(t, h)
 		})
 	}
 }
