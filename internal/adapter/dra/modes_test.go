@@ -48,11 +48,15 @@ func evalSpecs(nodes []NodeDevices, reqs ...[]resourceapi.DeviceRequest) *Device
 	return EvalDeviceSet(nodes, specs, map[string]*resourceapi.DeviceClass{"gpu.gpuplane.io": gpuClass()}, dracel.NewCache(8, CELFeatures))
 }
 
-// migNode is a node whose one GPU is in MIG mode with a 1g device.
-func migNode(node string) NodeDevices {
-	d := &Device{Pool: node, Name: "gpu-0-mig-1g", Slices: 1, Profile: "1g.10gb", Dev: &resourceapi.Device{Name: "gpu-0-mig-1g",
+// migNode is a node whose one GPU is in MIG mode with a 1g device,
+// after whole GPUs of the products given.
+func migNode(node string, whole ...string) NodeDevices {
+	n := gpus(node, whole...)
+	name := fmt.Sprintf("gpu-%d-mig-1g", len(whole))
+	d := &Device{Pool: node, Name: name, Slices: 1, Profile: "1g.10gb", Dev: &resourceapi.Device{Name: name,
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{apidra.AttrType: {StringValue: ptr.To(apidra.TypeMIG)}}}}
-	return NodeDevices{Name: node, Devs: []*Device{{Pool: node, Slices: 7, MIGs: []*Device{d}}}}
+	n.Devs = append(n.Devs, &Device{Pool: node, Slices: 7, MIGs: []*Device{d}})
+	return n
 }
 
 // TestEvalAllSets: a request for all the devices that match makes a set
@@ -81,8 +85,10 @@ func TestEvalAllSets(t *testing.T) {
 			reqs: []resourceapi.DeviceRequest{allRequest("gpu", h100)}, wantMasks: []uint64{0b11, 0}, wantCount: 2},
 		{name: "a tainted GPU the selectors skip does not", nodes: []NodeDevices{tainted(gpus("a", "H100", "A100"), 1)},
 			reqs: []resourceapi.DeviceRequest{allRequest("gpu", h100)}, wantMasks: []uint64{0b1}, wantCount: 1},
-		{name: "matching MIG devices rule their node out", nodes: []NodeDevices{gpus("a", "H100"), migNode("b")},
+		{name: "matching MIG devices rule their node out", nodes: []NodeDevices{gpus("a", "H100"), migNode("b", "H100", "H100")},
 			reqs: []resourceapi.DeviceRequest{allRequest("gpu")}, wantMasks: []uint64{0b1, 0}, wantCount: 1},
+		{name: "MIG devices the selectors skip do not", nodes: []NodeDevices{migNode("a", "H100", "H100")},
+			reqs: []resourceapi.DeviceRequest{allRequest("gpu", `device.attributes["gpu.gpuplane.io"].type == "gpu"`)}, wantMasks: []uint64{0b11}, wantCount: 2},
 		{name: "nothing matches anywhere", nodes: []NodeDevices{gpus("a", "A100")}, reqs: []resourceapi.DeviceRequest{allRequest("gpu", h100)},
 			wantMasks: []uint64{0}, wantCount: 0},
 		{name: "only MIG devices match", nodes: []NodeDevices{migNode("a")}, reqs: []resourceapi.DeviceRequest{allRequest("gpu")},
@@ -244,5 +250,14 @@ func TestAllocateFirstAvailable(t *testing.T) {
 	}
 	if _, err := s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 0}}, 2, p, pc, now); err == nil || errors.As(err, &refused) {
 		t.Fatalf("an alternative the set lacks: %v, want an error", err)
+	}
+
+	// A subrequest of count 0, read from anywhere but the API server,
+	// asks for one device, as the set counts it.
+	s.UpsertClaim(modeClaim("zero", resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{sub("one", 0)}}))
+	z := claimPod("z", "zero")
+	writes, err = s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 2}}, 0, z, f.claims(t, z, now), now)
+	if err != nil || len(writes) != 1 || !slices.Equal(requestDevices(writes[0]), []string{"gpu/one=gpu-2"}) {
+		t.Fatalf("a subrequest of count 0 on GPU 2: %v, writes %v", err, writes)
 	}
 }
