@@ -161,6 +161,12 @@ func TestEvalFirstAvailable(t *testing.T) {
 			t.Fatalf("set error %s %q", s.ErrCode, s.Err)
 		}
 	})
+	t.Run("neither exactly nor firstAvailable", func(t *testing.T) {
+		s := evalSpecs(nodes, []resourceapi.DeviceRequest{{Name: "gpu"}})
+		if s.ErrCode != "InvalidResourceClaim" || !strings.Contains(s.Err, `spec.devices.requests[0] ("gpu"): neither exactly nor firstAvailable`) {
+			t.Fatalf("set error %s %q", s.ErrCode, s.Err)
+		}
+	})
 	t.Run("too many combinations", func(t *testing.T) {
 		var subs []resourceapi.DeviceSubRequest
 		for k := range 5 {

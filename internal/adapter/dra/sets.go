@@ -244,6 +244,11 @@ func evalChoice(nodes []NodeDevices, specs []ClaimSpec, choice map[[2]int]int, c
 			// xfield names the fields of what the request asks: its
 			// exactly, or the subrequest chosen.
 			x, xfield := r.Exactly, field+".exactly"
+			if x == nil && len(r.FirstAvailable) == 0 {
+				// The API server refuses it; a claim read from anywhere
+				// else is held to the same rule.
+				return fail(ci, "InvalidResourceClaim", "%s: neither exactly nor firstAvailable is set: set one of them", field)
+			}
 			if x == nil {
 				k := choice[[2]int{ci, ri}]
 				sub := &r.FirstAvailable[k]
