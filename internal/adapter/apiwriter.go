@@ -73,6 +73,9 @@ type bindTask struct {
 	// assumption is where the pod goes: the cache holds the same value
 	// while the bind is in flight (clusterCache.assumeAll).
 	assumption
+	// alt is the alternative of the pod's claims' device set the core
+	// chose (model.Bind.Alternative).
+	alt int
 	// queue is the Queue the pod's usage counts against, recorded on the
 	// pod with the binding (gpupod.QueueAnnotation).
 	queue string

@@ -158,7 +158,7 @@ func BenchmarkClaimAllocation(b *testing.B) {
 		x := d.Binds[i%len(d.Binds)]
 		i++
 		pi := c.pods[x.Pod]
-		writes, err := c.allocateClaims(ctx, x.Node, x.GPUs, pi.pod, in.claims[x.Pod])
+		writes, err := c.allocateClaims(ctx, x.Node, x.GPUs, x.Alternative, pi.pod, in.claims[x.Pod])
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -181,7 +181,7 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 			order = append(order, x.Group)
 		}
 		t := b.bindTask(pi.pod, x.Node, x.GPUs)
-		t.queue = g.queue
+		t.queue, t.alt = g.queue, x.Alternative
 		byGroup[x.Group] = append(byGroup[x.Group], t)
 	}
 	if len(order) == 0 {
@@ -257,7 +257,7 @@ func (b *binder) allocateClaims(ctx context.Context, in *cycleInput, order []str
 			}
 			// Extended resources the chosen node's device plugin serves
 			// need no claim: no writes.
-			writes, err := b.cache.allocateClaims(ctx, t.node, t.shares, t.pod, pc)
+			writes, err := b.cache.allocateClaims(ctx, t.node, t.shares, t.alt, t.pod, pc)
 			if refused := (*choiceRefusedError)(nil); errors.As(err, &refused) {
 				b.metrics.refusedChoices.WithLabelValues(refused.Constraint()).Inc()
 			}

@@ -142,17 +142,18 @@ func (c *clusterCache) claimShares(ni *nodeInfo) (byPod map[string][]model.GPUSh
 }
 
 // allocateClaims allocates a pod's claims on exactly the core's choice
-// and records them in flight (dra.State.AllocateChoice); a
+// (the GPUs, and the alternative of its device set they serve) and
+// records them in flight (dra.State.AllocateChoice); a
 // *dra.RefusedError says the claims refuse the choice, which goes back to
 // the core in the next snapshot.
-func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen []model.GPUShare, pod *corev1.Pod, pc *podClaims) ([]claimWrite, error) {
+func (c *clusterCache) allocateClaims(ctx context.Context, node string, chosen []model.GPUShare, alt int, pod *corev1.Pod, pc *podClaims) ([]claimWrite, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ni := c.nodes[node]
 	if ni == nil {
 		return nil, fmt.Errorf("node %s is gone", node)
 	}
-	writes, err := c.dra.AllocateChoice(ctx, ni.draView(), chosen, pod, pc, time.Now())
+	writes, err := c.dra.AllocateChoice(ctx, ni.draView(), chosen, alt, pod, pc, time.Now())
 	if refused := (*dra.RefusedError)(nil); errors.As(err, &refused) {
 		c.poke()
 	}

@@ -288,6 +288,7 @@ func kindReason(r *model.Request) string {
 }
 
 func gpuResourceName(r *model.Request) string {
+	r = r.Alt(0) // claims with subrequests: their devices, as the first names them
 	if res, ok := dra.ExtendedResource(r.DeviceSet); ok {
 		return res
 	}

@@ -212,16 +212,17 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 					// Admin access takes no GPU: the core chooses among
 					// the nodes that have the devices.
 					cl = b.deviceNodesClass(pi, cl, pc.Set.AdminNodes, used)
-				} else if pc.Set != nil {
-					req.DeviceSet = pc.Set.Name
-					switch {
-					case pc.Set.MIGSlices > 0:
-						req.MIGSlices, req.MIGProfile = pc.Set.MIGSlices, pc.Set.MIGProfile
-					case pc.Set.Share:
-						req.GPUMilli, req.GPUMemoryMiB = pc.Set.ShareMilli, pc.Set.ShareMemMiB
-					default:
-						req.GPUs = pc.Set.Count
+				} else if pc.Set != nil && len(pc.Set.FirstOf) > 0 {
+					// Subrequests: one whole request per alternative,
+					// in the allocator's order.
+					alts := make([]model.Request, len(pc.Set.FirstOf))
+					for k, alt := range pc.Set.FirstOf {
+						alts[k] = withDeviceSet(req, alt)
+						sets[alt.Name] = alt
 					}
+					req.FirstOf = alts
+				} else if pc.Set != nil {
+					req = withDeviceSet(req, pc.Set)
 					sets[pc.Set.Name] = pc.Set
 				}
 				if pc.ERClaim != nil && pc.Set == nil {
@@ -283,3 +284,21 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 }
 
 func podPriority(p *corev1.Pod) int32 { return corehelpers.PodPriority(p) }
+
+// withDeviceSet is req asking for its GPUs through the claims whose
+// devices set is: one MIG instance, a share of one GPU, all of the set's
+// GPUs on a node, or a count of them.
+func withDeviceSet(req model.Request, set *deviceSet) model.Request {
+	req.DeviceSet = set.Name
+	switch {
+	case set.MIGSlices > 0:
+		req.MIGSlices, req.MIGProfile = set.MIGSlices, set.MIGProfile
+	case set.Share:
+		req.GPUMilli, req.GPUMemoryMiB = set.ShareMilli, set.ShareMemMiB
+	case set.All:
+		req.GPUs, req.AllOfSet = max(set.Count, 1), true
+	default:
+		req.GPUs = set.Count
+	}
+	return req
+}

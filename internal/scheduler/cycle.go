@@ -112,6 +112,11 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 			}
 		}
 		for _, pod := range g.Pods {
+			for k := range pod.Request.FirstOf {
+				if len(pod.Request.FirstOf[k].FirstOf) > 0 {
+					return nil, fmt.Errorf("pod %q: request.firstOf[%d] has alternatives of its own: an alternative is one request", pod.Name, k)
+				}
+			}
 			p.demand = p.demand.Add(pod.Request.Resources())
 		}
 		p.admit = p.demand.Max(g.MinResources)
@@ -151,21 +156,39 @@ func (c *cycle) place(p *pending, avoid map[int]bool) ([]model.Bind, bool) {
 	st := c.s.st
 	mark := st.Checkpoint()
 	var binds []model.Bind
-	for _, pod := range p.g.Pods {
-		o, ok := c.s.placer.Place(&pod.Request)
+	for k := range p.g.Pods {
+		pod := &p.g.Pods[k]
+		o, alt, ok := c.placeOne(&pod.Request)
 		if !ok || avoid[o.Node] {
 			continue
 		}
-		if err := st.Assign(o.Node, &pod.Request, o.Shares); err != nil {
+		if err := st.Assign(o.Node, pod.Request.Alt(alt), o.Shares); err != nil {
 			continue
 		}
-		binds = append(binds, model.Bind{Pod: pod.Name, Group: p.g.Name, Node: c.s.nodes[o.Node].Name, NodeIndex: o.Node, GPUs: o.Shares, Volumes: st.LastVolumes()})
+		binds = append(binds, model.Bind{Pod: pod.Name, Group: p.g.Name, Node: c.s.nodes[o.Node].Name, NodeIndex: o.Node, GPUs: o.Shares, Alternative: alt,
+			Volumes: st.LastVolumes()})
 	}
 	if len(binds) < p.g.Min() {
 		st.Rollback(mark)
 		return nil, false
 	}
 	return binds, true
+}
+
+// placeOne finds where the placer puts req, and which of its
+// alternatives (model.Request.FirstOf) it places: the first that places
+// on some node, as the request promises.
+func (c *cycle) placeOne(req *model.Request) (placement.Option, int, bool) {
+	if len(req.FirstOf) == 0 {
+		o, ok := c.s.placer.Place(req)
+		return o, 0, ok
+	}
+	for k := range req.FirstOf {
+		if o, ok := c.s.placer.Place(&req.FirstOf[k]); ok {
+			return o, k, true
+		}
+	}
+	return placement.Option{}, 0, false
 }
 
 // commit records p as placed with binds, made by place in the order of
@@ -179,7 +202,7 @@ func (c *cycle) commit(p *pending, binds []model.Bind) {
 			k++
 		}
 		pod := &p.g.Pods[k]
-		used = used.Add(pod.Request.UsageOn(b.GPUs))
+		used = used.Add(pod.Request.Alt(b.Alternative).UsageOn(b.GPUs))
 		c.bound = append(c.bound, bound{g: p.g, pod: pod})
 		k++
 	}
@@ -374,7 +397,7 @@ func (c *cycle) finish() {
 			s.run.drop(old)
 		}
 		a := &model.Allocation{Pod: b.Pod, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
-			Request: pod.Request.ClaimsBound(), GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible}
+			Request: pod.Request.ClaimsBound(&c.d.Binds[i]), GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible}
 		s.run.add(a, b.NodeIndex)
 		s.touched = append(s.touched, b.NodeIndex)
 	}
@@ -435,7 +458,15 @@ func (c *cycle) explain(p *pending, u *model.Unplaced) {
 	first := &p.g.Pods[0].Request
 	counts := map[string]int{}
 	for i := range st.Nodes {
-		if why := st.Why(i, first); why != "" {
+		// A request with alternatives is refused by a node when each of
+		// them is: the reason is its first's.
+		why := st.Why(i, first.Alt(0))
+		for k := 1; why != "" && k < len(first.FirstOf); k++ {
+			if st.Why(i, &first.FirstOf[k]) == "" {
+				why = ""
+			}
+		}
+		if why != "" {
 			counts[why]++
 		}
 	}
@@ -458,10 +489,14 @@ func (c *cycle) explain(p *pending, u *model.Unplaced) {
 	mark := st.Checkpoint()
 	for k := range p.g.Pods {
 		req := &p.g.Pods[k].Request
+	nodes:
 		for i := range st.Nodes {
-			if opts := st.Options(i, req); len(opts) > 0 && st.Assign(i, req, opts[0].Shares) == nil {
-				u.Placeable++
-				break
+			for a := range max(len(req.FirstOf), 1) {
+				r := req.Alt(a)
+				if opts := st.Options(i, r); len(opts) > 0 && st.Assign(i, r, opts[0].Shares) == nil {
+					u.Placeable++
+					break nodes
+				}
 			}
 		}
 	}

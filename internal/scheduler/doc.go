@@ -91,6 +91,16 @@
 // writes into the claims and the simulator replays. Claims that ask for
 // devices with admin access take none: the adapter narrows the pod's
 // nodes to those that have the devices and asks the core for no GPU.
+// Claims that ask for all the devices that match (allocationMode: All)
+// ask for every GPU of their set on the node they get
+// (model.Request.AllOfSet): a node takes them only when all of those are
+// free, and queues count the largest set any node has until the pod is
+// placed, then the GPUs it got. Claims with firstAvailable subrequests
+// come as alternatives (model.Request.FirstOf), most preferred first: the
+// cycle places the first that places on some node (placeOne), so on the
+// node the pod gets no earlier alternative fits, and the bind says which
+// it chose (model.Bind.Alternative), which the preemption what-if, holds
+// and model.Apply follow.
 //
 // Pod affinity, anti-affinity and topology spread. A request may carry
 // its pod's namespace and labels, inter-pod affinity and spread

@@ -366,8 +366,12 @@ func (c *cycle) assign(p *pending, binds []model.Bind) bool {
 		}
 		// A plan made in an earlier cycle (a hold) meets its pod
 		// constraints again against the pods now placed.
-		if k == len(p.g.Pods) || !st.Allows(b.NodeIndex, &p.g.Pods[k].Request) || st.Assign(b.NodeIndex, &p.g.Pods[k].Request, b.GPUs) != nil ||
-			!slices.Equal(st.LastVolumes(), b.Volumes) {
+		if k == len(p.g.Pods) || b.Alternative >= max(len(p.g.Pods[k].Request.FirstOf), 1) {
+			st.Rollback(mark)
+			return false
+		}
+		req := p.g.Pods[k].Request.Alt(b.Alternative)
+		if !st.Allows(b.NodeIndex, req) || st.Assign(b.NodeIndex, req, b.GPUs) != nil || !slices.Equal(st.LastVolumes(), b.Volumes) {
 			st.Rollback(mark)
 			return false
 		}

@@ -64,7 +64,7 @@ func (c *cycle) resumeHolds() {
 
 // rebase points a plan's binds at the nodes' indexes in this snapshot; it
 // fails when a node is gone or the plan names a pod the group no longer
-// has pending.
+// has pending, or an alternative its request no longer has.
 func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
 	if len(plan) < p.g.Min() {
 		return nil, false
@@ -72,7 +72,9 @@ func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
 	out := make([]model.Bind, len(plan))
 	for k, b := range plan {
 		i, ok := c.s.index[b.Node]
-		if !ok || !slices.ContainsFunc(p.g.Pods, func(pod model.Pod) bool { return pod.Name == b.Pod }) {
+		// The pod still pending, with the alternative its bind chose.
+		at := slices.IndexFunc(p.g.Pods, func(pod model.Pod) bool { return pod.Name == b.Pod })
+		if !ok || at < 0 || b.Alternative < 0 || b.Alternative >= max(len(p.g.Pods[at].Request.FirstOf), 1) {
 			return nil, false
 		}
 		b.NodeIndex, b.Group = i, p.g.Name
@@ -91,7 +93,7 @@ func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
 func (c *cycle) reserve(p *pending, plan []model.Bind) {
 	st := c.s.st
 	for _, b := range plan {
-		req := &podOf(p, b.Pod).Request
+		req := podOf(p, b.Pod).Request.Alt(b.Alternative)
 		ns := &st.Nodes[b.NodeIndex]
 		// The waiting pod counts for other pods' affinity and spread as
 		// though placed: it keeps its namespace, labels and affinity.
@@ -127,7 +129,7 @@ func clamp(want, free int64) int64 { return max(0, min(want, free)) }
 func (c *cycle) startHold(p *pending, binds []model.Bind, victims []string) {
 	p.placed, p.waiting = true, len(victims)
 	for _, b := range binds {
-		c.held = append(c.held, taken{node: b.NodeIndex, req: podOf(p, b.Pod).Request, shares: b.GPUs})
+		c.held = append(c.held, taken{node: b.NodeIndex, req: *podOf(p, b.Pod).Request.Alt(b.Alternative), shares: b.GPUs})
 	}
 	c.count(p, binds)
 	c.d.Holds = append(c.d.Holds, model.Hold{Group: p.g.Name, Plan: binds, Victims: victims, Since: c.snap.Now})
@@ -139,7 +141,7 @@ func (c *cycle) startHold(p *pending, binds []model.Bind, victims []string) {
 func (c *cycle) count(p *pending, plan []model.Bind) {
 	var used model.Resources
 	for _, b := range plan {
-		used = used.Add(podOf(p, b.Pod).Request.UsageOn(b.GPUs))
+		used = used.Add(podOf(p, b.Pod).Request.Alt(b.Alternative).UsageOn(b.GPUs))
 	}
 	c.tree.AddUsage(p.q, used)
 	c.tree.AddDemand(p.q, model.Resources{}.Sub(p.demand))

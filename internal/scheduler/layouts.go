@@ -166,7 +166,7 @@ func (c *cycle) layoutDemand() []*demand {
 				var profile string
 				n := 0
 				switch {
-				case r.DeviceSet != "":
+				case r.DeviceSet != "" || len(r.FirstOf) > 0:
 					continue
 				case r.MIGSlices > 0 && r.MIGProfile != "":
 					profile, n = r.MIGProfile, 1

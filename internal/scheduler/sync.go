@@ -188,7 +188,8 @@ func targetsOf(snap *model.Snapshot) []placement.Target {
 	var reqs []model.Request
 	for i := range snap.Pending {
 		for _, p := range snap.Pending[i].Pods {
-			reqs = append(reqs, p.Request)
+			// A request with alternatives is targeted as its first.
+			reqs = append(reqs, *p.Request.Alt(0))
 		}
 	}
 	for a := range snap.AllRunning() {

@@ -489,21 +489,27 @@ func (g *gangTopo) placeGroups(groups [][]int32) []model.Bind {
 }
 
 // placePod places pod k on the best node of nodes (nil: any node) and
-// assigns it.
+// assigns it; a pod with alternatives (model.Request.FirstOf) takes the
+// first that places there, as cycle.placeOne does on the whole cluster.
 func (g *gangTopo) placePod(k int, nodes []int32) (model.Bind, bool) {
 	c, pod := g.c, &g.p.g.Pods[k]
-	var o placement.Option
-	var ok bool
-	if nodes == nil {
-		o, ok = c.s.placer.Place(&pod.Request)
-		ok = ok && !g.avoid[o.Node]
-	} else {
-		o, ok = c.s.placer.PlaceIn(&pod.Request, nodes, g.avoid)
+	for alt := range max(1, len(pod.Request.FirstOf)) {
+		req := pod.Request.Alt(alt)
+		var o placement.Option
+		var ok bool
+		if nodes == nil {
+			o, ok = c.s.placer.Place(req)
+			ok = ok && !g.avoid[o.Node]
+		} else {
+			o, ok = c.s.placer.PlaceIn(req, nodes, g.avoid)
+		}
+		if !ok || c.s.st.Assign(o.Node, req, o.Shares) != nil {
+			continue
+		}
+		return model.Bind{Pod: pod.Name, Group: g.p.g.Name, Node: c.s.nodes[o.Node].Name, NodeIndex: o.Node, GPUs: o.Shares, Alternative: alt,
+			Volumes: c.s.st.LastVolumes()}, true
 	}
-	if !ok || c.s.st.Assign(o.Node, &pod.Request, o.Shares) != nil {
-		return model.Bind{}, false
-	}
-	return model.Bind{Pod: pod.Name, Group: g.p.g.Name, Node: c.s.nodes[o.Node].Name, NodeIndex: o.Node, GPUs: o.Shares, Volumes: c.s.st.LastVolumes()}, true
+	return model.Bind{}, false
 }
 
 // placeSlice places the pods of one slice, all inside one domain of the

@@ -511,3 +511,32 @@ func TestRequiredAndPreferred(t *testing.T) {
 		})
 	}
 }
+
+// TestTopologyGangWithAlternatives: a gang of pods whose claims list
+// alternatives (firstAvailable) inside one rack takes, pod by pod, the
+// first alternative that places in the rack, and binds say which. Rack r0
+// has two half-free nodes, r1 one whole free node: two pods of "8 GPUs,
+// else 4" fit only in r0, each on its second alternative.
+func TestTopologyGangWithAlternatives(t *testing.T) {
+	nodes := schedtest.TopologyCluster(1, 1, 2, 2, 8)
+	run := busy(nodes, "z0-b0-r1-n0")
+	for _, name := range []string{"z0-b0-r0-n0", "z0-b0-r0-n1"} {
+		a := model.Allocation{Pod: "half-" + name, Group: "half-" + name, Queue: "a", Priority: 1, Node: name, Request: schedtest.GPU(4, 1000)}
+		for g := range 4 {
+			a.GPUs = append(a.GPUs, model.GPUShare{Index: g, Milli: 1000})
+		}
+		run = append(run, a)
+	}
+	alt := func(gpus int) model.Request { r := schedtest.GPU(gpus, 1000); r.MilliCPU = 1000; return r }
+	g := schedtest.Group("g").Queue("a").Topology(required(schedtest.RackKey)).Pods(2, firstOf(alt(8), alt(4))).Obj()
+	snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run...), Pending: []model.PodGroup{g}}
+	d := cycleOnce(t, &snap)
+	if got := domainsOf(nodes, &d, schedtest.RackKey)["g"]; len(got) != 2 || len(distinct(got)) != 1 || got[0] != "z0-b0-r0" {
+		t.Fatalf("gang in racks %v (unplaced %+v), want both pods in z0-b0-r0", got, d.Unplaced)
+	}
+	for _, b := range d.Binds {
+		if b.Alternative != 1 || len(b.GPUs) != 4 {
+			t.Errorf("pod %s bound with alternative %d and %d GPUs, want alternative 1 and 4 GPUs", b.Pod, b.Alternative, len(b.GPUs))
+		}
+	}
+}

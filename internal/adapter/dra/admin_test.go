@@ -82,7 +82,7 @@ func TestAdminAccessAllocation(t *testing.T) {
 	if pc.Set.Count != 0 || !slices.Equal(pc.Set.AdminNodes, []bool{true, false}) {
 		t.Fatalf("set %+v, want no GPU and node a only (b has one device)", pc.Set)
 	}
-	writes, err := s.AllocateChoice(context.Background(), view(s, "a"), nil, p, pc, now)
+	writes, err := s.AllocateChoice(context.Background(), view(s, "a"), nil, 0, p, pc, now)
 	if err != nil {
 		t.Fatalf("allocating with admin access on a: %v", err)
 	}
@@ -102,7 +102,7 @@ func TestAdminAccessAllocation(t *testing.T) {
 	// judges it.
 	s.UpsertClaim(gpuClaim("next", 1))
 	u := claimPod("u", "next")
-	next, err := s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 1}}, u, f.claims(t, u, now), now)
+	next, err := s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 1}}, 0, u, f.claims(t, u, now), now)
 	if err != nil || len(next) != 1 || !slices.Equal(resultDevices(next[0].Alloc), []string{"gpu-1"}) {
 		t.Fatalf("allocating gpu-1 beside the admin claim: %v, %+v; want it given", err, next)
 	}
@@ -119,7 +119,7 @@ func TestAdminAccessAllocation(t *testing.T) {
 	if w != nil {
 		t.Fatal(w.Msg)
 	}
-	_, err = s.AllocateChoice(context.Background(), view(s, "a"), nil, q, qc, now)
+	_, err = s.AllocateChoice(context.Background(), view(s, "a"), nil, 0, q, qc, now)
 	var refused *RefusedError
 	if !errors.As(err, &refused) || !refused.Excluded {
 		t.Fatalf("admin claim whose constraints a refuses: %v, want a refusal excluding a", err)

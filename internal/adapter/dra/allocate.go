@@ -63,7 +63,7 @@ func Allocate(ctx context.Context, node *corev1.Node, nodeSlices []*resourceapi.
 }
 
 // defaultCounts applies the API server's default to claims read from
-// elsewhere: an ExactCount request of count 0 asks for one device, as
+// elsewhere: an ExactCount request or subrequest of count 0 asks for one device, as
 // EvalDeviceSet counts it. The allocator would otherwise allocate it no
 // device at all, on no node. Claims that need no default are passed as
 // they are; the others are copied, never changed in place.
@@ -82,6 +82,11 @@ func defaultCounts(claims []*resourceapi.ResourceClaim) []*resourceapi.ResourceC
 			if x := r.Exactly; x != nil && x.AllocationMode == resourceapi.DeviceAllocationModeExactCount && x.Count == 0 {
 				x.Count = 1
 			}
+			for k := range r.FirstAvailable {
+				if sub := &r.FirstAvailable[k]; sub.AllocationMode == resourceapi.DeviceAllocationModeExactCount && sub.Count == 0 {
+					sub.Count = 1
+				}
+			}
 		}
 		out[i] = cp
 	}
@@ -92,6 +97,11 @@ func needsCountDefault(c *resourceapi.ResourceClaim) bool {
 	for _, r := range c.Spec.Devices.Requests {
 		if x := r.Exactly; x != nil && x.AllocationMode == resourceapi.DeviceAllocationModeExactCount && x.Count == 0 {
 			return true
+		}
+		for _, sub := range r.FirstAvailable {
+			if sub.AllocationMode == resourceapi.DeviceAllocationModeExactCount && sub.Count == 0 {
+				return true
+			}
 		}
 	}
 	return false

@@ -60,6 +60,12 @@
 //     no device, only the nodes that have the devices (AdminNodes), and
 //     resolveClaims lets a pod use them only in a namespace labelled
 //     resource.kubernetes.io/admin-access=true, as the API server does.
+//     A request for all matching devices (allocationMode: All) makes the
+//     set All, every GPU of it on the chosen node; requests with
+//     firstAvailable subrequests make it a list of alternative sets
+//     (FirstOf), one per combination of subrequests in the allocator's
+//     order, each naming its picks, which the core chooses among
+//     (model.Request.FirstOf) and AllocateChoice holds the allocator to.
 //   - DeviceShare and ResultShare (shares.go) say what share of which GPU
 //     a device, and an allocation result, stand for in the core's books: a
 //     claim asking for consumable capacity of one GPU is a share of it, and

@@ -17,7 +17,7 @@ import (
 // features is in no device set (DeviceAllowed). Turning a feature on
 // needs device-set evaluation to serve it; TestClaimFeaturesTable holds
 // the two together.
-var Features = structured.Features{AdminAccess: true, ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true}
+var Features = structured.Features{AdminAccess: true, ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true, PrioritizedList: true}
 
 // CELFeatures is the CEL environment Features implies.
 var CELFeatures = dracel.Features{EnableConsumableCapacity: Features.ConsumableCapacity, EnableListTypeAttributes: Features.ListTypeAttributes}

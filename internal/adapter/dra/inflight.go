@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,18 +15,25 @@ import (
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
-// AllocateChoice turns the core's choice for a pod with claims (a node
-// and its GPUs) into claim allocations with the structured allocator, the
-// one kube-scheduler runs, over exactly the devices the core chose: the
-// core is the only chooser of GPUs. When the claims' constraints refuse
-// those devices it allocates nothing and returns a *RefusedError, having
-// recorded for the next snapshots which GPUs of the node can serve the
-// claims (refuse). Otherwise it records the allocations and reservations
+// AllocateChoice turns the core's choice for a pod with claims (a node,
+// its GPUs, and for claims with firstAvailable subrequests the
+// alternative of the pod's device set, Claims.Set.FirstOf, the GPUs
+// serve) into claim allocations with the structured allocator, the one
+// kube-scheduler runs, over exactly the devices the core chose (over the
+// node's, for claims that ask for all the devices that match): the core
+// is the only chooser of GPUs. The allocation must be the core's choice:
+// every chosen whole GPU and no other device, and for each request with
+// subrequests the one the alternative picked, which the allocator names
+// in its results (request/subrequest). When the claims' constraints
+// refuse those devices, or the allocator makes another choice of them,
+// it allocates nothing and returns a *RefusedError, having recorded for
+// the next snapshots which GPUs of the node, and which alternative, can
+// serve the claims (refuse). Otherwise it records the allocations and reservations
 // as in flight, so that the next snapshots count them, and returns the
 // writes for Writer.Reserve. Every claim of the pod is allocated or none
 // is. A pod whose extended resources the chosen node's device plugin
 // serves needs no claim: no writes.
-func (s *State) AllocateChoice(ctx context.Context, ni NodeView, chosen []model.GPUShare, pod *corev1.Pod, pc *Claims, now time.Time) ([]ClaimWrite, error) {
+func (s *State) AllocateChoice(ctx context.Context, ni NodeView, chosen []model.GPUShare, alt int, pod *corev1.Pod, pc *Claims, now time.Time) ([]ClaimWrite, error) {
 	if pc.ERClaim != nil && pc.ERClaim.Created == nil && advertises(ni.Node, pc.ERClaim.Resource) {
 		return nil, nil
 	}
@@ -56,18 +64,31 @@ func (s *State) AllocateChoice(ctx context.Context, ni NodeView, chosen []model.
 				want.Insert(mg.Pool + "/" + mg.Name)
 			}
 		}
-		if pc.Set != nil && pc.Set.AdminNodes != nil {
+		set := pc.Set
+		if set != nil && len(set.FirstOf) > 0 {
+			if alt < 0 || alt >= len(set.FirstOf) {
+				return nil, fmt.Errorf("allocating the pod's claims on node %s: the core chose alternative %d of %d", node, alt, len(set.FirstOf))
+			}
+			set = set.FirstOf[alt]
+		}
+		only := want
+		switch {
+		case set != nil && set.AdminNodes != nil:
 			// Admin access takes no GPU, so the core chose none: the
 			// allocator gives the claims any of the node's devices.
-			want = nil
+			only, want = nil, nil
+		case set != nil && set.All && len(pc.Set.FirstOf) == 0:
+			// All the devices that match: the allocator finds them over
+			// the whole node, and they must be the core's choice.
+			only = nil
 		}
 		var err error
-		results, err = s.allocateOn(ctx, ni.Node, allocated, want, pc.Alloc)
+		results, err = s.allocateOn(ctx, ni.Node, allocated, only, pc.Alloc)
 		if err != nil {
 			return nil, fmt.Errorf("allocating the pod's claims on node %s: %w", node, err)
 		}
-		if results == nil {
-			return nil, s.refuse(ctx, ni, allocated, pod, pc.Alloc, now)
+		if results == nil || set != nil && !sameChoice(set, want, results) {
+			return nil, s.refuse(ctx, ni, allocated, pod, pc, now)
 		}
 	}
 	who := consumer{key: podKey(pod), uid: pod.UID}
@@ -94,6 +115,51 @@ func (s *State) AllocateChoice(ctx context.Context, ni NodeView, chosen []model.
 }
 
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// sameChoice reports whether the allocator's results are the core's
+// choice of set: the subrequests the set picked (Picks), and, for whole
+// GPUs, exactly the devices chosen (want), every one of them: a request
+// for all matching devices gets the node's whole set.
+func sameChoice(set *DeviceSet, want sets.Set[string], results []resourceapi.AllocationResult) bool {
+	if !picked(set.Picks, results) {
+		return false
+	}
+	if want == nil || set.MIGSlices > 0 {
+		return true
+	}
+	got := sets.New[string]()
+	for i := range results {
+		for _, r := range results[i].Devices.Results {
+			got.Insert(r.Pool + "/" + r.Device)
+		}
+	}
+	return got.Equal(want)
+}
+
+// picked reports whether results name, for every request with
+// subrequests, the subrequest picks chose.
+func picked(picks []Pick, results []resourceapi.AllocationResult) bool {
+	for _, p := range picks {
+		if p.Claim >= len(results) {
+			return false
+		}
+		found := false
+		for _, r := range results[p.Claim].Devices.Results {
+			base, sub, ok := strings.Cut(r.Request, "/")
+			if !ok || base != p.Request {
+				continue
+			}
+			if sub != p.Sub {
+				return false
+			}
+			found = true
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
 
 // RefusedError says that a pod's claims refuse the devices the core chose
 // on a node: the pod is not bound this cycle, and the next snapshot gives
@@ -127,8 +193,11 @@ func (e *RefusedError) Constraint() string {
 // and classes stay as they were (version), and for at most RefusalTTL, as
 // the node's other claims come and go.
 type refusal struct {
-	node    string
-	gpus    uint64
+	node string
+	gpus uint64
+	// alt is the alternative of a device set with FirstOf the allocator
+	// chose over the node's free devices, -1 for none.
+	alt     int
 	version int
 	at      time.Time
 }
@@ -150,8 +219,8 @@ func (s *State) refusalFor(pod string, now time.Time) (refusal, bool) {
 // allocator over all the node's free devices (an allocation it keeps for
 // nothing else), and returns the *RefusedError. Refusals older than
 // RefusalTTL are dropped.
-func (s *State) refuse(ctx context.Context, ni NodeView, allocated structured.AllocatedState, pod *corev1.Pod, claims []*resourceapi.ResourceClaim, now time.Time) error {
-	results, err := s.allocateOn(ctx, ni.Node, allocated, nil, claims)
+func (s *State) refuse(ctx context.Context, ni NodeView, allocated structured.AllocatedState, pod *corev1.Pod, pc *Claims, now time.Time) error {
+	results, err := s.allocateOn(ctx, ni.Node, allocated, nil, pc.Alloc)
 	if err != nil {
 		return fmt.Errorf("allocating the pod's claims on node %s: %w", ni.Node.Name, err)
 	}
@@ -168,7 +237,18 @@ func (s *State) refuse(ctx context.Context, ni NodeView, allocated structured.Al
 			delete(s.refused, k)
 		}
 	}
-	s.refused[podKey(pod)] = refusal{node: ni.Node.Name, gpus: gpus, version: s.version, at: now}
+	alt := -1
+	if pc.Set != nil && len(pc.Set.FirstOf) > 0 {
+		// The alternative the allocator chose; when none, no GPU of the
+		// node serves the claims.
+		if results != nil {
+			alt = slices.IndexFunc(pc.Set.FirstOf, func(x *DeviceSet) bool { return picked(x.Picks, results) })
+		}
+		if alt < 0 {
+			gpus = 0
+		}
+	}
+	s.refused[podKey(pod)] = refusal{node: ni.Node.Name, gpus: gpus, alt: alt, version: s.version, at: now}
 	return &RefusedError{Node: ni.Node.Name, Excluded: gpus == 0}
 }
 

@@ -130,6 +130,9 @@ func (m *Memo) deviceSet(s *State, nodes *Nodes, specs []ClaimSpec) *DeviceSet {
 	set := EvalDeviceSet(m.nodeDevices(nodes), specs, s.classes, s.cel)
 	m.nextSet++
 	set.Name = deviceSetPrefix + strconv.Itoa(m.nextSet)
+	for k, alt := range set.FirstOf {
+		alt.Name = set.Name + "." + strconv.Itoa(k)
+	}
 	if len(m.sets) >= maxDeviceSets {
 		clear(m.sets)
 	}
@@ -168,21 +171,44 @@ func (m *Memo) exactSet(s *State, nodes *Nodes, pod string, set *DeviceSet, now 
 	if i < 0 {
 		return set
 	}
+	m.nextSet++
+	name := set.Name + "/exact-" + strconv.Itoa(m.nextSet)
+	x := narrowed(set, i, r.gpus, name)
+	if len(set.FirstOf) > 0 {
+		// Only the alternative the allocator chose stays on the node,
+		// on the GPUs it chose: the core cannot choose an earlier one
+		// there that the claims' constraints refuse.
+		x.FirstOf = make([]*DeviceSet, len(set.FirstOf))
+		for k, alt := range set.FirstOf {
+			gpus := r.gpus
+			if k != r.alt {
+				gpus = 0
+			}
+			x.FirstOf[k] = narrowed(alt, i, gpus, name+"."+strconv.Itoa(k))
+		}
+	}
+	if m.exact == nil || len(m.exact) >= maxClaimSets {
+		m.exact = map[string]exactMemo{}
+	}
+	m.exact[pod] = exactMemo{base: set, refusal: r, set: x}
+	return x
+}
+
+// narrowed is set with only the GPUs in gpus left of node i's, named
+// name.
+func narrowed(set *DeviceSet, i int, gpus uint64, name string) *DeviceSet {
 	x := *set
-	x.Masks = slices.Clone(set.Masks)
-	x.Masks[i] &= r.gpus
+	x.Name = name
+	if x.Masks != nil {
+		x.Masks = slices.Clone(set.Masks)
+		x.Masks[i] &= gpus
+	}
 	if x.AdminNodes != nil {
 		// Claims with admin access are allocated over all of the node's
 		// devices: a refusal there excludes the node.
 		x.AdminNodes = slices.Clone(set.AdminNodes)
-		x.AdminNodes[i] = x.AdminNodes[i] && r.gpus != 0
+		x.AdminNodes[i] = x.AdminNodes[i] && gpus != 0
 	}
-	m.nextSet++
-	x.Name = set.Name + "/exact-" + strconv.Itoa(m.nextSet)
-	if m.exact == nil || len(m.exact) >= maxClaimSets {
-		m.exact = map[string]exactMemo{}
-	}
-	m.exact[pod] = exactMemo{base: set, refusal: r, set: &x}
 	return &x
 }
 

@@ -292,7 +292,7 @@ func TestStateInFlight(t *testing.T) {
 	now := time.Now()
 	pc := f.claims(t, p, now)
 	clear(f.touched)
-	writes, err := s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 1}, {Index: 2}}, p, pc, now)
+	writes, err := s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 1}, {Index: 2}}, 0, p, pc, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestStateInFlight(t *testing.T) {
 	if len(byPod) != 0 || !shareIndexes(orphans["ns/c"], []model.GPUShare{{Index: 1}, {Index: 2}}) {
 		t.Fatalf("in flight for p, not on a yet: held %v, orphans %v; want the claim holding GPUs 1 and 2 for no pod", byPod, orphans)
 	}
-	if _, err := s.AllocateChoice(context.Background(), view(s, "b"), []model.GPUShare{{Index: 0}, {Index: 1}}, q, pc, now); err == nil || !strings.Contains(err.Error(), "being allocated for another pod") {
+	if _, err := s.AllocateChoice(context.Background(), view(s, "b"), []model.GPUShare{{Index: 0}, {Index: 1}}, 0, q, pc, now); err == nil || !strings.Contains(err.Error(), "being allocated for another pod") {
 		t.Fatalf("allocating a claim in flight again: %v, want it refused", err)
 	}
 	if qc := f.claims(t, q, now); qc.Node != "a" || len(qc.Shared) != 1 || len(qc.Alloc) != 0 || qc.Set != nil {
@@ -331,7 +331,7 @@ func TestStateInFlight(t *testing.T) {
 	// q joins the allocated claim: a reservation in flight, which Forget
 	// drops without touching the allocation.
 	qc := f.claims(t, q, now)
-	writes, err = s.AllocateChoice(context.Background(), view(s, "a"), nil, q, qc, now)
+	writes, err = s.AllocateChoice(context.Background(), view(s, "a"), nil, 0, q, qc, now)
 	if err != nil || len(writes) != 1 || writes[0].Alloc != nil || s.InFlight() != 1 {
 		t.Fatalf("q joining: writes %+v, err %v, %d in flight; want one reservation in flight", writes, err, s.InFlight())
 	}
@@ -343,7 +343,7 @@ func TestStateInFlight(t *testing.T) {
 	// An allocation forgotten (its bind failed) frees its node.
 	s.UpsertClaim(gpuClaim("d", 1))
 	r := claimPod("r", "d")
-	writes, err = s.AllocateChoice(context.Background(), view(s, "b"), []model.GPUShare{{Index: 3}}, r, f.claims(t, r, now), now)
+	writes, err = s.AllocateChoice(context.Background(), view(s, "b"), []model.GPUShare{{Index: 3}}, 0, r, f.claims(t, r, now), now)
 	if err != nil || s.ClaimsOn("b") != 1 {
 		t.Fatalf("allocating d on b: %v, %d on b", err, s.ClaimsOn("b"))
 	}
@@ -387,7 +387,7 @@ func TestStateRefusal(t *testing.T) {
 	if base.Masks[0] != 0b1111 || base.Masks[1] != 0b1111 {
 		t.Fatalf("base set masks %b, want every GPU of a and b", base.Masks)
 	}
-	_, err := s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 0}, {Index: 1}}, p, f.claims(t, p, now), now)
+	_, err := s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 0}, {Index: 1}}, 0, p, f.claims(t, p, now), now)
 	var refused *RefusedError
 	if !errors.As(err, &refused) || refused.Node != "a" || refused.Excluded || refused.Constraint() != "exact" {
 		t.Fatalf("claims refusing GPUs 0 and 1 of a: %v, want an exact refusal on a", err)
@@ -419,11 +419,11 @@ func TestStateRefusal(t *testing.T) {
 	}
 
 	// The pod's next allocation ends it too.
-	_, err = s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 0}, {Index: 1}}, p, f.claims(t, p, now), now)
+	_, err = s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 0}, {Index: 1}}, 0, p, f.claims(t, p, now), now)
 	if !errors.As(err, &refused) {
 		t.Fatalf("want a second refusal, got %v", err)
 	}
-	writes, err := s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 1}, {Index: 2}}, p, f.claims(t, p, now), now)
+	writes, err := s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 1}, {Index: 2}}, 0, p, f.claims(t, p, now), now)
 	if err != nil {
 		t.Fatalf("allocating on the GPUs the claims accept: %v", err)
 	}
@@ -435,7 +435,7 @@ func TestStateRefusal(t *testing.T) {
 	// No free devices of the node satisfy the claims: the node is
 	// excluded from the pod's set.
 	s.UpsertSlice(nodeSlice("a", 0, 1, 2, 3))
-	_, err = s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 0}, {Index: 1}}, p, f.claims(t, p, now), now)
+	_, err = s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 0}, {Index: 1}}, 0, p, f.claims(t, p, now), now)
 	if !errors.As(err, &refused) || !refused.Excluded || refused.Constraint() != "excluded" {
 		t.Fatalf("no two GPUs of a share a NUMA node: %v, want a refusal excluding a", err)
 	}
@@ -551,11 +551,11 @@ func TestMemoExtended(t *testing.T) {
 	// On a node advertising the resource the device plugin serves it:
 	// no claim is written.
 	writes, err := s.AllocateChoice(context.Background(), NodeView{Node: plugin, GPUs: []model.GPU{{Index: 0}, {Index: 1}}, Devs: make([]*Device, 2)},
-		[]model.GPUShare{{Index: 0}, {Index: 1}}, p, pc, time.Now())
+		[]model.GPUShare{{Index: 0}, {Index: 1}}, 0, p, pc, time.Now())
 	if err != nil || writes != nil || s.InFlight() != 0 {
 		t.Fatalf("on the device plugin's node: writes %+v, err %v, want none", writes, err)
 	}
-	writes, err = s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 0}, {Index: 1}}, p, pc, time.Now())
+	writes, err = s.AllocateChoice(context.Background(), view(s, "a"), []model.GPUShare{{Index: 0}, {Index: 1}}, 0, p, pc, time.Now())
 	if err != nil || len(writes) != 1 || writes[0].ERClaim != pc.ERClaim || s.InFlight() != 1 {
 		t.Fatalf("on a: writes %+v, err %v; want the extended-resource claim allocated", writes, err)
 	}

@@ -25,7 +25,8 @@ import (
 // in d, its pods in the order of theirs, with its declared gang size from
 // the allocations and its first start as its age.
 //
-// A bind to a node snap does not list, or RunningByNode not aligned with
+// A bind to a node snap does not list or with an alternative its pod's
+// request does not have (Bind.Alternative), or RunningByNode not aligned with
 // Nodes, is an error, and snap is left as it was.
 func Apply(snap *Snapshot, d *Decisions, now int64) error {
 	chunks := snap.RunningByNode
@@ -113,12 +114,15 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 			if err != nil {
 				return err
 			}
+			if alts := len(p.Request.FirstOf); b.Alternative < 0 || b.Alternative >= max(alts, 1) {
+				return fmt.Errorf("applying decisions: pod %q is bound with alternative %d of a request with %d", b.Pod, b.Alternative, alts)
+			}
 			if !fresh[n] {
 				chunks[n] = slices.Clip(chunks[n]) // the append below copies it
 				fresh[n] = true
 			}
 			chunks[n] = append(chunks[n], Allocation{Pod: p.Name, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
-				Request: p.Request.ClaimsBound(), GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember})
+				Request: p.Request.ClaimsBound(b), GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember})
 		}
 		if e := back[g.Name]; e != nil {
 			rest.Pods = append(rest.Pods, e.Pods...)

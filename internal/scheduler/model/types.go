@@ -190,7 +190,25 @@ type Request struct {
 	// GPUs that belong to this set (GPU.DeviceSets) serve the request, and
 	// its GPUs are whole GPUs (GPUs). Empty: the device plugin's GPUs,
 	// never a ClaimOnly one.
-	DeviceSet    string            `json:"deviceSet,omitempty"`
+	DeviceSet string `json:"deviceSet,omitempty"`
+	// AllOfSet, with DeviceSet, asks for every GPU of the set on the node
+	// the pod goes to, at least one and none of them taken (a claim's
+	// allocationMode: All): a node whose set GPUs are not all free does
+	// not take the pod. GPUs is then the most GPUs of the set any node
+	// has (at least 1), what queues count before the pod is placed; once
+	// placed it counts the GPUs it got (Placed).
+	AllOfSet bool `json:"allOfSet,omitempty"`
+	// FirstOf, when not empty, lists the ways the pod's claims may be
+	// served, most preferred first (a claim's firstAvailable
+	// subrequests): each a whole request, the same as this one but for
+	// its GPUs (DeviceSet, GPUs, AllOfSet, MIGSlices, GPUMilli, ...),
+	// whose own FirstOf is empty. The pod takes the first alternative that
+	// places on some node, on the node it places best, and
+	// Bind.Alternative says which; so on the node it gets, no earlier
+	// alternative fits. Queues count the largest alternative before the
+	// pod is placed (GPUMilliTotal), and the request's own GPU fields are
+	// not read.
+	FirstOf      []Request         `json:"firstOf,omitempty"`
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	Tolerations  []Toleration      `json:"tolerations,omitempty"`
 	// Namespace and Labels are the pod's, which other pods' affinity
@@ -224,9 +242,16 @@ func (r *Request) Shared() bool {
 	return r.GPUs == 0 && r.MIGSlices == 0 && (r.GPUMilli > 0 || r.GPUMemoryMiB > 0)
 }
 
-// GPUMilliTotal is the milli-GPU the request takes in all.
+// GPUMilliTotal is the milli-GPU the request takes in all: for a request
+// with alternatives (FirstOf), the most any of them takes.
 func (r *Request) GPUMilliTotal() int64 {
 	switch {
+	case len(r.FirstOf) > 0:
+		var most int64
+		for k := range r.FirstOf {
+			most = max(most, r.FirstOf[k].GPUMilliTotal())
+		}
+		return most
 	case r.GPUs > 0:
 		return int64(r.GPUs) * MilliPerGPU
 	case r.MIGSlices > 0:
@@ -237,7 +262,16 @@ func (r *Request) GPUMilliTotal() int64 {
 
 // UsesGPU reports whether the request needs any GPU.
 func (r *Request) UsesGPU() bool {
-	return r.GPUs > 0 || r.MIGSlices > 0 || r.GPUMilli > 0 || r.GPUMemoryMiB > 0
+	return r.GPUs > 0 || r.MIGSlices > 0 || r.GPUMilli > 0 || r.GPUMemoryMiB > 0 || len(r.FirstOf) > 0
+}
+
+// Alt is the request that alternative k of r places: FirstOf[k] when r
+// has alternatives, else r itself (k is 0 then).
+func (r *Request) Alt(k int) *Request {
+	if len(r.FirstOf) == 0 {
+		return r
+	}
+	return &r.FirstOf[k]
 }
 
 // Pod is one member of a pod group.
@@ -332,12 +366,17 @@ func (a *Allocation) Usage() Resources { return a.Request.UsageOn(a.GPUs) }
 // UsageOn is the quota vector of the request placed on shares: its
 // Resources, but for a request counted in replicas (Replicas) the
 // milli-GPU of the shares its GPUs give, which the node's sharing factor
-// sets, in place of the estimate it is counted by while it waits. Every
-// count of a placed pod goes through it, so that a queue's usage is the
-// same in the cycle that places the pod as in the cycles after.
+// sets, and for an AllOfSet request the GPUs it got, in place of the
+// estimates they are counted by while they wait. Every count of a placed
+// pod goes through it, so that a queue's usage is the same in the cycle
+// that places the pod as in the cycles after. r is one request to place
+// (Alt), not one with alternatives.
 func (r *Request) UsageOn(shares []GPUShare) Resources {
 	use := r.Resources()
-	if r.Replicas > 0 && len(shares) > 0 {
+	switch {
+	case r.AllOfSet:
+		use.GPUMilli = int64(len(shares)) * MilliPerGPU
+	case r.Replicas > 0 && len(shares) > 0:
 		use.GPUMilli = 0
 		for _, s := range shares {
 			use.GPUMilli += s.Milli
@@ -556,6 +595,9 @@ type Bind struct {
 	Node      string     `json:"node"`
 	NodeIndex int        `json:"nodeIndex"`
 	GPUs      []GPUShare `json:"gpus,omitempty"`
+	// Alternative is which of the pod's Request.FirstOf the GPUs serve
+	// (0 for a request without alternatives).
+	Alternative int `json:"alternative,omitempty"`
 	// Volumes is, for each of the pod's Request.Volumes.Claims in order,
 	// the PV it binds, or "" for a volume provisioned on Node.
 	Volumes []string `json:"volumes,omitempty"`

@@ -106,11 +106,15 @@ func (v *PodVolumes) Dynamic() bool {
 	return v != nil && (len(v.Claims) > 0 || len(v.Attach) > 0 || len(v.Exclusive) > 0)
 }
 
-// ClaimsBound is the request of the pod once bound: its claims are bound
-// then (PodVolumes.Placed), the rest as it was.
-func (r *Request) ClaimsBound() Request {
-	out := *r
-	out.Volumes = r.Volumes.Placed()
+// ClaimsBound is the request of the pod once bound by b: the alternative
+// b chose (Alt), its volume claims bound (PodVolumes.Placed), and an
+// AllOfSet request's GPUs the ones b gave it; the rest as it was.
+func (r *Request) ClaimsBound(b *Bind) Request {
+	out := *r.Alt(b.Alternative)
+	out.Volumes = out.Volumes.Placed()
+	if out.AllOfSet {
+		out.GPUs, out.AllOfSet = len(b.GPUs), false
+	}
 	return out
 }
 

@@ -112,6 +112,21 @@ func (p *Placer) scanIn(req *model.Request, nodes []int32, skip map[int]bool, v 
 // the answers are kept with the request's shape cache, so a node is
 // worked out again only once it has changed.
 func (p *Placer) Room(req *model.Request) func(i int) int {
+	if len(req.FirstOf) > 0 {
+		// A pod with alternatives takes whichever places: a node has
+		// the most room any of them finds there.
+		rooms := make([]func(int) int, len(req.FirstOf))
+		for k := range req.FirstOf {
+			rooms[k] = p.Room(&req.FirstOf[k])
+		}
+		return func(i int) int {
+			most := 0
+			for _, r := range rooms {
+				most = max(most, r(i))
+			}
+			return most
+		}
+	}
 	if !p.local || req.Volumes.Dynamic() {
 		return func(i int) int {
 			if len(p.st.fitOptions(i, req)) == 0 {

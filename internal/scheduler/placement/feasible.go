@@ -59,6 +59,9 @@ func serves(req *model.Request, g *model.GPU) bool {
 // what never changes for a node: room freed on a node req does not
 // statically fit is of no use to req.
 func StaticFits(n *model.Node, req *model.Request) bool {
+	if len(req.FirstOf) > 0 {
+		return slices.ContainsFunc(req.FirstOf, func(alt model.Request) bool { return StaticFits(n, &alt) })
+	}
 	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB || !staticResourcesFit(n, req) || !staticVolumeFit(n, req) {
 		return false
 	}
@@ -66,6 +69,9 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 		return true
 	}
 	need := max(req.GPUs, 1)
+	if req.AllOfSet {
+		need = max(setGPUs(n, req), 1)
+	}
 	if req.Replicas > 0 && n.InReplicasOn(req) {
 		need = 1 // replicas of one GPU
 	}
@@ -77,6 +83,18 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 		}
 	}
 	return false
+}
+
+// setGPUs is how many GPUs of n belong to req's device set: all of
+// which an AllOfSet request takes there.
+func setGPUs(n *model.Node, req *model.Request) int {
+	k := 0
+	for g := range n.GPUs {
+		if n.GPUs[g].InSet(req.DeviceSet) {
+			k++
+		}
+	}
+	return k
 }
 
 // Hosts reports whether node i, as it is now, would take req were one of
@@ -161,10 +179,19 @@ func (s *State) fitOptions(i int, req *model.Request) []Option {
 				free = append(free, g)
 			}
 		}
-		if len(free) < req.GPUs {
+		need := req.GPUs
+		if req.AllOfSet {
+			// Every GPU of the set on the node, each free and in
+			// service, or the node does not take the request.
+			need = setGPUs(ns.Node, req)
+			if need == 0 {
+				return nil
+			}
+		}
+		if len(free) < need {
 			return nil
 		}
-		set := pickSet(ns.Node, free, req.GPUs)
+		set := pickSet(ns.Node, free, need)
 		sh := make([]model.GPUShare, len(set))
 		for k, g := range set {
 			sh[k] = model.GPUShare{Index: g, Milli: gpus[g].Capacity(), MemoryMiB: gpus[g].MemoryMiB}

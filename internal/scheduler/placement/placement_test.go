@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -552,5 +553,44 @@ func TestDeviceSets(t *testing.T) {
 	_ = st.Assign(1, &model.Request{GPUs: 1}, []model.GPUShare{{Index: 0, Milli: 1000}})
 	if st.signature(0) == st.signature(1) {
 		t.Error("nodes with different GPUs of a device set busy share a signature")
+	}
+}
+
+// A request for all of a device set fits a node only with every GPU of
+// the set there free and in service, and takes exactly those; statically
+// a node fits it only when every set GPU could serve it.
+func TestAllOfSetPlacement(t *testing.T) {
+	n := gpuNode("a", 8000, 4)
+	for g := range n.GPUs {
+		n.GPUs[g].ClaimOnly = true
+		if g >= 1 {
+			n.GPUs[g].DeviceSets = "s"
+		}
+	}
+	all := &model.Request{DeviceSet: "s", AllOfSet: true, GPUs: 5}
+	st := NewState([]model.Node{n})
+	o := st.Options(0, all)
+	if len(o) != 1 || len(o[0].Shares) != 3 || o[0].Shares[0].Index != 1 || o[0].Shares[2].Index != 3 {
+		t.Fatalf("options %+v, want GPUs 1 to 3 (the set's)", o)
+	}
+	if !StaticFits(&n, all) {
+		t.Fatal("a node whose set GPUs are all in service does not statically fit")
+	}
+	_ = st.Assign(0, &model.Request{GPUs: 1, DeviceSet: "s"}, []model.GPUShare{{Index: 2, Milli: 1000}})
+	if o := st.Options(0, all); o != nil {
+		t.Errorf("options %+v with a set GPU taken, want none", o)
+	}
+	if w := st.Why(0, all); w != FilterGPU {
+		t.Errorf("refused with %q, want %q", w, FilterGPU)
+	}
+	withdrawn := n
+	withdrawn.GPUs = slices.Clone(n.GPUs)
+	withdrawn.GPUs[3].Withdrawn = true
+	if StaticFits(&withdrawn, all) {
+		t.Error("a node with a set GPU out of service statically fits all of the set")
+	}
+	none := &model.Request{DeviceSet: "other", AllOfSet: true, GPUs: 1}
+	if StaticFits(&n, none) || NewState([]model.Node{n}).Options(0, none) != nil {
+		t.Error("a node without GPUs of the set fits all of it")
 	}
 }

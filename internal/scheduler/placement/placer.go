@@ -144,6 +144,9 @@ func (p *Placer) shape(req *model.Request) int {
 	b := &p.keyBuf
 	b.Reset()
 	fmt.Fprintf(b, "%d/%d/%d/%d/%d/%d/%d/%s/%s/%s/%s|", req.MilliCPU, req.MemoryMiB, req.GPUs, req.GPUMilli, req.Replicas, req.GPUMemoryMiB, req.MIGSlices, req.MIGProfile, req.ShareResource, strings.Join(req.GPUModels, ","), req.DeviceSet)
+	if req.AllOfSet {
+		b.WriteString("all|")
+	}
 	if len(req.NodeSelector) > 0 || len(req.Tolerations) > 0 {
 		fmt.Fprintf(b, "%v|%v", req.NodeSelector, req.Tolerations)
 	}
