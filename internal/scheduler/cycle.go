@@ -131,7 +131,10 @@ func (c *cycle) place(p *pending, avoid map[int]bool) ([]model.Bind, bool) {
 	st := c.s.st
 	mark := st.Checkpoint()
 	var binds []model.Bind
-	for _, pod := range p.g.Pods {
+	for k := range p.g.Pods {
+		// By pointer: the state journals the request's address, and a
+		// copy of the pod would be made on the heap for every one.
+		pod := &p.g.Pods[k]
 		o, ok := c.s.placer.Place(&pod.Request)
 		if !ok || avoid[o.Node] {
 			continue
@@ -327,7 +330,8 @@ func (c *cycle) finish() {
 	// The room held for waiting preemptors is theirs for this cycle only:
 	// the next one takes it again from the holds, against the victims the
 	// snapshot then shows.
-	for _, t := range c.held {
+	for i := range c.held {
+		t := &c.held[i]
 		s.st.Release(t.node, &t.req, t.shares)
 		s.touched = append(s.touched, t.node)
 	}
