@@ -656,6 +656,14 @@ func run(b *testing.B, dyn dynamic.Interface, r round) {
 	} else {
 		b.Logf("reading the scheduler's memory: %v", err)
 	}
+	// The scheduler's own CPU time for the round (its start and informer
+	// sync included): on a shared machine its wall time follows the load
+	// as much as the scheduler.
+	if cpu, err := framework.ProcCPUSeconds(pid); err == nil {
+		b.ReportMetric(cpu, "sched-cpu-s")
+	} else {
+		b.Logf("reading the scheduler's CPU time: %v", err)
+	}
 	if heapDir != "" && r.scheduler == "gpuplane-scheduler" {
 		saveHeap(b, filepath.Join(heapDir, strings.ReplaceAll(b.Name(), "/", "_")+".heap"))
 	}
