@@ -14,6 +14,10 @@
 #                                1,000 nodes and two hours at 5,000 on 2 cores;
 #                                SCALE_ROUNDS=backlog runs the backlog rounds
 #                                only (both schedulers, every pod bound).
+#                                GPUPLANE_BENCH_GPUPLANE_BINS=a=bin1,b=bin2,...
+#                                in the environment compares gpuplane-scheduler
+#                                builds instead, round by round in that order,
+#                                without kube-scheduler.
 
 GO ?= go
 BIN ?= $(CURDIR)/bin

@@ -157,6 +157,8 @@ func (c *cycle) place(p *pending, avoid map[int]bool) ([]model.Bind, bool) {
 	mark := st.Checkpoint()
 	var binds []model.Bind
 	for k := range p.g.Pods {
+		// By pointer: the state journals the request's address, and a
+		// copy of the pod would be made on the heap for every one.
 		pod := &p.g.Pods[k]
 		o, alt, ok := c.placeOne(&pod.Request)
 		if !ok || avoid[o.Node] {
@@ -377,7 +379,8 @@ func (c *cycle) finish() {
 	// The room held for waiting preemptors is theirs for this cycle only:
 	// the next one takes it again from the holds, against the victims the
 	// snapshot then shows.
-	for _, t := range c.held {
+	for i := range c.held {
+		t := &c.held[i]
 		s.st.Release(t.node, &t.req, t.shares)
 		s.touched = append(s.touched, t.node)
 	}

@@ -5,3 +5,10 @@ import "github.com/gpuplane/gpuplane/internal/scheduler/placement"
 // StateOf exposes a scheduler's free state to this package's black-box
 // tests; drivers read decisions, never the state.
 func StateOf(s *Scheduler) *placement.State { return s.st }
+
+// SameNodes and SameAlloc expose how sync tells an unchanged node and an
+// unchanged running pod, which it reads by identity before contents.
+var (
+	SameNodes = sameNodes
+	SameAlloc = sameAlloc
+)

@@ -1,8 +1,6 @@
 package scheduler
 
 import (
-	"slices"
-
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
@@ -49,10 +47,13 @@ func (w *demand) serve(n int) []string {
 // pending proposals will offer counts against the demand, so that demand
 // is met once, not once per cycle.
 func (c *cycle) proposeLayouts() {
-	snap := c.snap
-	if !slices.ContainsFunc(snap.Nodes, func(n model.Node) bool { return n.MIG != nil }) {
+	// Demand comes only from groups left pending for want of room
+	// (layoutDemand): without one there is nothing to propose, and the
+	// nodes, thousands of them, need not be read.
+	if !c.anyNoFit() || !anyMIG(c.snap.Nodes) {
 		return
 	}
+	snap := c.snap
 	pol := snap.Layouts
 	perNode := max(pol.MaxPerNode, 1)
 	want := c.layoutDemand()
@@ -140,6 +141,27 @@ func (c *cycle) proposeLayouts() {
 			}
 		}
 	}
+}
+
+// anyNoFit reports whether the cycle left a group pending for want of
+// room.
+func (c *cycle) anyNoFit() bool {
+	for i := range c.d.Unplaced {
+		if c.d.Unplaced[i].Code == model.UnplacedNoFit {
+			return true
+		}
+	}
+	return false
+}
+
+// anyMIG reports whether a node's MIG layouts follow demand.
+func anyMIG(nodes []model.Node) bool {
+	for i := range nodes {
+		if nodes[i].MIG != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // layoutDemand gathers, in queue order, the MIG instances by profile and

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
@@ -140,50 +141,52 @@ func (t *timer) phase(name string) {
 
 // sameNodes reports whether two node lists are equal as the state sees
 // them. The scheduler keeps a shallow copy of the last list, so a node
-// whose GPUs, taints and labels are the very ones it saw (as a driver that
-// passes unchanged nodes again does) is equal without comparing them.
+// whose name, GPUs, taints, labels and other maps are the very ones it saw
+// (as a driver that passes unchanged nodes again does) is equal without
+// reading them: over thousands of nodes the walk is bound by memory, and
+// it reads nothing beyond the nodes themselves until a node differs.
 func sameNodes(a, b []model.Node) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
 		x, y := &a[i], &b[i]
-		if x.Name != y.Name || x.MilliCPU != y.MilliCPU || x.MemoryMiB != y.MemoryMiB || x.Unschedulable != y.Unschedulable ||
-			!sameSlice(x.GPUs, y.GPUs) && !slices.Equal(x.GPUs, y.GPUs) || !sameSlice(x.Taints, y.Taints) && !slices.Equal(x.Taints, y.Taints) ||
-			len(x.Allocatable) != len(y.Allocatable) || (x.Allocatable == nil) != (y.Allocatable == nil) || len(x.Allocatable) > 0 && !sameMap(x.Allocatable, y.Allocatable) ||
-			x.Volumes != y.Volumes && !reflect.DeepEqual(x.Volumes, y.Volumes) {
-			return false
+		if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
+			sameSlice(x.GPUs, y.GPUs) && sameSlice(x.Taints, y.Taints) && x.Volumes == y.Volumes &&
+			mapID(x.Labels) == mapID(y.Labels) && mapID(x.Domains) == mapID(y.Domains) && mapID(x.Allocatable) == mapID(y.Allocatable) {
+			continue
 		}
-		if !sameLabels(x.Labels, y.Labels) || !sameLabels(x.Domains, y.Domains) {
-			return false
-		}
-	}
-	return true
-}
-
-// sameLabels compares two label maps, the same map without reading it.
-func sameLabels(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	if len(a) == 0 {
-		return true
-	}
-	if reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() {
-		return true
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
+		if !sameNode(x, y) {
 			return false
 		}
 	}
 	return true
 }
 
-// sameMap reports whether a and b, of one length, hold the same entries,
-// without reading them when they are the very same map.
-func sameMap[K comparable, V comparable](a, b map[K]V) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() || maps.Equal(a, b)
+// sameNode compares two nodes field by field, as sameNodes does those it
+// cannot tell equal by identity. Labels and Domains compare by entries (nil
+// and empty alike); Allocatable nil (check nothing) differs from empty
+// (check the pod count and every resource against zero).
+func sameNode(x, y *model.Node) bool {
+	return x.Name == y.Name && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
+		slices.Equal(x.GPUs, y.GPUs) && slices.Equal(x.Taints, y.Taints) &&
+		(x.Volumes == y.Volumes || reflect.DeepEqual(x.Volumes, y.Volumes)) &&
+		maps.Equal(x.Labels, y.Labels) && maps.Equal(x.Domains, y.Domains) &&
+		(x.Allocatable == nil) == (y.Allocatable == nil) && maps.Equal(x.Allocatable, y.Allocatable)
+}
+
+// sameString reports whether a and b are the same string: one length and
+// one backing array (or empty).
+func sameString(a, b string) bool {
+	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
+}
+
+// mapID is the identity of a map: the same for two values of one map, nil
+// for a nil map. A map value is a pointer to the map (what reflect's
+// Value.UnsafePointer returns for it), read here without reflect, which
+// costs more than the rest of a node's comparison.
+func mapID[K comparable, V any](m map[K]V) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&m))
 }
 
 // sameSlice reports whether a and b are the same slice: one length and,

@@ -138,7 +138,10 @@ func (s *Scheduler) assignNew(n int, chunk []model.Allocation) error {
 // terminating flag (which other pods' constraints read while it runs).
 // Placement constraints (node selector, tolerations, GPU models, spread)
 // are not compared: they decided where the pod went and play no part once
-// it runs.
+// it runs. A driver that copies an unchanged allocation into a new chunk
+// copies its slices and maps by reference, so those are compared by
+// identity before their contents: a pod's labels are read only when the
+// pod was rebuilt.
 func sameAlloc(x, y *model.Allocation) bool {
 	if x == y {
 		return true
@@ -147,9 +150,11 @@ func sameAlloc(x, y *model.Allocation) bool {
 	return x.Pod == y.Pod && x.Group == y.Group && x.Queue == y.Queue && x.Priority == y.Priority && x.Node == y.Node &&
 		x.StartedAt == y.StartedAt && x.NonPreemptible == y.NonPreemptible &&
 		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli && p.Replicas == q.Replicas &&
-		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && slices.Equal(x.GPUs, y.GPUs) &&
-		p.Namespace == q.Namespace && maps.Equal(p.Labels, q.Labels) && p.Terminating == q.Terminating && (p.Affinity == q.Affinity || reflect.DeepEqual(p.Affinity, q.Affinity)) &&
-		maps.Equal(p.Scalars, q.Scalars) && slices.Equal(p.HostPorts, q.HostPorts) &&
+		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && (sameSlice(x.GPUs, y.GPUs) || slices.Equal(x.GPUs, y.GPUs)) &&
+		p.Namespace == q.Namespace && (mapID(p.Labels) == mapID(q.Labels) || maps.Equal(p.Labels, q.Labels)) &&
+		p.Terminating == q.Terminating && (p.Affinity == q.Affinity || reflect.DeepEqual(p.Affinity, q.Affinity)) &&
+		(mapID(p.Scalars) == mapID(q.Scalars) || maps.Equal(p.Scalars, q.Scalars)) &&
+		(sameSlice(p.HostPorts, q.HostPorts) || slices.Equal(p.HostPorts, q.HostPorts)) &&
 		(p.Volumes == q.Volumes || reflect.DeepEqual(p.Volumes, q.Volumes))
 }
 

@@ -63,9 +63,13 @@ func (n *NodeState) CapMilli() int64 {
 	return s
 }
 
+// change is one journalled Assign or Release. It keeps the request by
+// reference, not by value: a request is some hundred bytes (its pod
+// constraints) of which apply reads few, and a cycle journals every pod it
+// syncs, tries and binds.
 type change struct {
 	node   int
-	req    model.Request
+	req    *model.Request
 	shares []model.GPUShare
 	add    bool
 	pvs    []string // the PVs Assign took for req's claims
@@ -75,7 +79,10 @@ type change struct {
 type Mark int
 
 // State is the mutable free state of a cluster. Assign and Release journal
-// every change so Rollback can undo what-if work exactly.
+// every change so Rollback can undo what-if work exactly. The journal keeps
+// the request each was given, not a copy of it: a request passed to Assign
+// or Release must stay unchanged until the next Commit (the core's come
+// from its snapshot and its running index, which it never modifies).
 type State struct {
 	Nodes   []NodeState
 	journal []change
@@ -237,8 +244,8 @@ func (s *State) Checkpoint() Mark { return Mark(len(s.journal)) }
 // Rollback undoes every Assign and Release since m, newest first.
 func (s *State) Rollback(m Mark) {
 	for i := len(s.journal) - 1; i >= int(m); i-- {
-		c := s.journal[i]
-		s.apply(c.node, &c.req, c.shares, !c.add)
+		c := &s.journal[i]
+		s.apply(c.node, c.req, c.shares, !c.add)
 		s.takePVs(c.pvs, false)
 	}
 	s.journal = s.journal[:m]
@@ -249,9 +256,10 @@ func (s *State) Rollback(m Mark) {
 // node as changed (Changes).
 func (s *State) Commit() {
 	// The journal's array is reused from cycle to cycle, cleared as far as
-	// it was used, so that its entries keep no shares alive. A cycle that
-	// placed a large backlog leaves a long array behind (about 17 MB after
-	// 40,000 pods), which the cycles after it hardly use: once it has
+	// it was used, so that its entries keep no shares or requests alive.
+	// A cycle that placed a large backlog leaves a long array behind
+	// (about 85,000 entries of 72 bytes after 40,000 pods), which the
+	// cycles after it hardly use: once it has
 	// been used to less than a quarter for journalIdle commits running,
 	// it goes.
 	clear(s.journal[:s.journalPeak])
@@ -295,7 +303,8 @@ func (s *State) Fits(i int, req *model.Request, shares []model.GPUShare) bool {
 }
 
 // Assign takes req's resources and shares on node i. It returns an error,
-// changing nothing, if they do not fit.
+// changing nothing, if they do not fit. req must not change until the
+// next Commit (State).
 func (s *State) Assign(i int, req *model.Request, shares []model.GPUShare) error {
 	if i < 0 || i >= len(s.Nodes) {
 		return fmt.Errorf("assigning to node %d: no such node", i)
@@ -310,14 +319,15 @@ func (s *State) Assign(i int, req *model.Request, shares []model.GPUShare) error
 	}
 	s.apply(i, req, shares, true)
 	s.vol.lastPVs = pvs
-	s.record(change{node: i, req: *req, shares: shares, add: true, pvs: pvs})
+	s.record(change{node: i, req: req, shares: shares, add: true, pvs: pvs})
 	return nil
 }
 
-// Release returns req's resources and shares on node i.
+// Release returns req's resources and shares on node i. req must not
+// change until the next Commit (State).
 func (s *State) Release(i int, req *model.Request, shares []model.GPUShare) {
 	s.apply(i, req, shares, false)
-	s.record(change{node: i, req: *req, shares: shares, add: false})
+	s.record(change{node: i, req: req, shares: shares, add: false})
 }
 
 func (s *State) record(c change) {
@@ -388,8 +398,7 @@ const (
 	changeLogMin     = 1 << 16
 )
 
-// A journal array of more than journalKeep changes (about 200 bytes
-// each) goes after journalIdle commits in a row that used less than a
+// A journal array of more than journalKeep changes (72 bytes each) goes after journalIdle commits in a row that used less than a
 // quarter of it.
 const (
 	journalKeep = 4096

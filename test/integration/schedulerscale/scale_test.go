@@ -102,6 +102,10 @@ type round struct {
 	backlog bool
 	// gcPercent is gpuplane-scheduler's --gc-percent; 0 leaves its default.
 	gcPercent int
+	// build names the gpuplane-scheduler binary bin, when a run compares
+	// builds (GPUPLANE_BENCH_GPUPLANE_BINS); empty: the one built from
+	// this tree.
+	build, bin string
 }
 
 func (r round) name(nodes int) string {
@@ -112,6 +116,9 @@ func (r round) name(nodes int) string {
 	name := fmt.Sprintf("nodes=%d/pods=%d/gang=%d/start=%s/scheduler=%s", nodes, r.pods, r.gang, start, r.scheduler)
 	if r.gcPercent > 0 {
 		name += fmt.Sprintf("/gc=%d", r.gcPercent)
+	}
+	if r.build != "" {
+		name += "/build=" + r.build
 	}
 	return name
 }
@@ -156,9 +163,14 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 	dyn := env.InstallCRDs(b, filepath.Join(root, "deploy", "crds"))
-	var err error
-	if schedulerBin, err = framework.BuildCommand(b.Context(), b.TempDir(), "gpuplane-scheduler"); err != nil {
+	builds, err := parseBuilds(os.Getenv("GPUPLANE_BENCH_GPUPLANE_BINS"))
+	if err != nil {
 		b.Fatal(err)
+	}
+	if len(builds) == 0 {
+		if schedulerBin, err = framework.BuildCommand(b.Context(), b.TempDir(), "gpuplane-scheduler"); err != nil {
+			b.Fatal(err)
+		}
 	}
 	// GPUPLANE_BENCH_ROUNDS picks rounds by kind (burst, backlog, gang;
 	// default all): a backlog-only run at 5,000 nodes compares the two
@@ -200,6 +212,24 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 		}
 		rounds = expanded
 	}
+	// GPUPLANE_BENCH_GPUPLANE_BINS ("name=path,name=path,...") compares
+	// builds of gpuplane-scheduler, not the two schedulers: every
+	// gpuplane-scheduler round runs once per entry in the order given
+	// (repeat the entries to alternate them, so that load from elsewhere
+	// falls on both), and kube-scheduler's rounds are left out.
+	if len(builds) > 0 {
+		var expanded []round
+		for _, r := range rounds {
+			if r.scheduler != "gpuplane-scheduler" {
+				continue
+			}
+			for _, bd := range builds {
+				r.build, r.bin = bd[0], bd[1]
+				expanded = append(expanded, r)
+			}
+		}
+		rounds = expanded
+	}
 	for _, r := range rounds {
 		kind := "burst"
 		switch {
@@ -217,6 +247,26 @@ func BenchmarkSchedulerAtScale(b *testing.B) {
 			}
 		})
 	}
+}
+
+// parseBuilds reads GPUPLANE_BENCH_GPUPLANE_BINS: name=path pairs, comma
+// separated, each path an executable.
+func parseBuilds(v string) ([][2]string, error) {
+	var out [][2]string
+	for f := range strings.SplitSeq(v, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		name, path, ok := strings.Cut(f, "=")
+		if !ok || name == "" || strings.ContainsAny(name, "/ ") {
+			return nil, fmt.Errorf("GPUPLANE_BENCH_GPUPLANE_BINS: %q is not name=path (a name without / or spaces)", f)
+		}
+		if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("GPUPLANE_BENCH_GPUPLANE_BINS: %s: %q is not an executable file", name, path)
+		}
+		out = append(out, [2]string{name, path})
+	}
+	return out, nil
 }
 
 func waitUntainted(b testing.TB, selector string) {
@@ -260,7 +310,11 @@ func startScheduler(b testing.TB, r round) (int, func()) {
 		// gpuplane-scheduler a benchmark starts (--bind-workers 256, say),
 		// to weigh a setting in the same run's conditions.
 		serve = append(serve, strings.Fields(os.Getenv("GPUPLANE_BENCH_SCHEDULER_ARGS"))...)
-		cmd = exec.CommandContext(ctx, schedulerBin, append([]string{"--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
+		bin := schedulerBin
+		if r.bin != "" {
+			bin = r.bin
+		}
+		cmd = exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", env.ControlPlane.Kubeconfig(), "--leader-elect=false",
 			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(burst), "--log-level", "warn"}, serve...)...)
 		cmd.Stderr = os.Stderr
 	default:
@@ -601,6 +655,14 @@ func run(b *testing.B, dyn dynamic.Interface, r round) {
 		}
 	} else {
 		b.Logf("reading the scheduler's memory: %v", err)
+	}
+	// The scheduler's own CPU time for the round (its start and informer
+	// sync included): on a shared machine its wall time follows the load
+	// as much as the scheduler.
+	if cpu, err := framework.ProcCPUSeconds(pid); err == nil {
+		b.ReportMetric(cpu, "sched-cpu-s")
+	} else {
+		b.Logf("reading the scheduler's CPU time: %v", err)
 	}
 	if heapDir != "" && r.scheduler == "gpuplane-scheduler" {
 		saveHeap(b, filepath.Join(heapDir, strings.ReplaceAll(b.Name(), "/", "_")+".heap"))
