@@ -429,8 +429,20 @@ func TestGPUScopedFaultWithdrawsOnlyThatGPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 3 {
+			// gpuplane-scheduler reads which GPUs kube-scheduler's pods
+			// hold from the node's record of them; until the agent has
+			// written it, it can only guess, and the node would give its
+			// pods other GPUs than it chose.
 			for k := range 4 {
-				env.WaitPodPhase(t, ns, fmt.Sprintf("w-%d", k), corev1.PodRunning, 90*time.Second)
+				name := fmt.Sprintf("w-%d", k)
+				env.WaitPodPhase(t, ns, name, corev1.PodRunning, 90*time.Second)
+				framework.Eventually(t, 30*time.Second, name+"'s GPUs recorded by its node", func(ctx context.Context) (bool, error) {
+					p, err := env.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+					if err != nil {
+						return false, err
+					}
+					return p.Annotations[gpupod.HeldAnnotation] != "", fmt.Errorf("annotations %v", p.Annotations)
+				})
 			}
 		}
 	}
