@@ -1,11 +1,8 @@
 package nodesim_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -32,23 +29,7 @@ func runGPUplaneScheduler(t testing.TB, cfg adapter.Config) {
 	if cfg.CycleInterval == 0 {
 		cfg.CycleInterval = 200 * time.Millisecond
 	}
-	if testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- adapter.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gpuplane-scheduler stopped with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("gpuplane-scheduler did not stop within 30s of its context ending")
-		}
-	})
+	framework.RunScheduler(t, cfg)
 }
 
 func labelNode(t testing.TB, node, key, value string) {

@@ -8,7 +8,6 @@ package operators_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -82,24 +81,7 @@ func newCluster(t *testing.T, gpuNodes int) *cluster {
 
 // runScheduler runs gpuplane-scheduler in-process for the test.
 func (c *cluster) runScheduler() {
-	cfg := adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond, PartialGangGrace: 2 * time.Second}
-	if testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- adapter.Run(ctx, cfg) }()
-	c.t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				c.t.Errorf("scheduler stopped with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			c.t.Error("scheduler did not stop within 30s")
-		}
-	})
+	framework.RunScheduler(c.t, adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond, PartialGangGrace: 2 * time.Second})
 }
 
 // podSpec is the pod template of a workload's GPU workers: this test's

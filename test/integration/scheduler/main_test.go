@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -124,30 +123,7 @@ func (c *cluster) run(cfg adapter.Config) (stop func()) {
 	if cfg.PartialGangGrace == 0 {
 		cfg.PartialGangGrace = 2 * time.Second
 	}
-	if cfg.Logger == nil && testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- adapter.Run(ctx, cfg) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				c.t.Errorf("scheduler stopped with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			c.t.Error("scheduler did not stop within 30s of its context ending")
-		}
-	}
-	c.t.Cleanup(stop)
-	return stop
+	return framework.RunScheduler(c.t, cfg)
 }
 
 // pod returns a builder for a pod of this test's scheduler.

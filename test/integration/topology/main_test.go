@@ -9,7 +9,6 @@ package topology_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -173,24 +172,7 @@ func newCluster(t *testing.T, blocks, racksPerBlock, nodesPerRack int) *cluster 
 // run starts the scheduler in-process until the test ends.
 func (c *cluster) run() {
 	c.t.Helper()
-	cfg := adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond, PartialGangGrace: 2 * time.Second}
-	if testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- adapter.Run(ctx, cfg) }()
-	c.t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				c.t.Errorf("scheduler stopped with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			c.t.Error("scheduler did not stop within 30s of its context ending")
-		}
-	})
+	framework.RunScheduler(c.t, adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond, PartialGangGrace: 2 * time.Second})
 }
 
 // create creates an object of gvr in namespace ns ("" for cluster-scoped);
