@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -422,16 +423,11 @@ func TestLoopRecordsTheQueueOnTheBinding(t *testing.T) {
 	}
 }
 
-// A shared replica is sized by the GPU it lands on: a node sharing its GPU
-// 10 ways takes 10 one-replica pods beside one sharing 4 ways, and the
-// queue counts what each pod's GPU gives (a tenth or a quarter).
-func TestLoopSizesReplicasByTheirNode(t *testing.T) {
-	shared := func(name string, replicas int) *corev1.Node {
-		return build.Node(name).Resources(rl("nvidia.com/gpu.shared", fmt.Sprint(replicas), "cpu", "64", "memory", "256Gi")).Label("nvidia.com/gpu.replicas", fmt.Sprint(replicas)).Obj()
-	}
-	f := newLoopFixture(t, Config{}, shared("four", 4), shared("ten", 10))
+// submitReplicaPods queues n pods of one nvidia.com/gpu.shared replica in
+// queue team, runs a cycle and counts the binds per node.
+func submitReplicaPods(f *loopFixture, n int) map[string]int {
 	f.cache.upsertQueue(build.Queue("team").Obj())
-	for i := range 15 {
+	for i := range n {
 		p := newPod("ns", fmt.Sprint("r-", i)).Limits(rl("nvidia.com/gpu.shared", "1")).Label(v1alpha1.QueueLabel, "team").Obj()
 		f.cache.upsertPod(p)
 	}
@@ -440,10 +436,14 @@ func TestLoopSizesReplicasByTheirNode(t *testing.T) {
 	for _, b := range f.api.binds {
 		on[strings.Fields(b)[1]]++
 	}
-	if on["four"] != 4 || on["ten"] != 10 {
-		t.Fatalf("bound %v per node, want 4 on four and 10 on ten (binds %v)", on, f.api.binds)
-	}
-	// The informer shows the binds; the next cycle counts them as running.
+	return on
+}
+
+// boundReplicaUsage shows the informer the binds of submitReplicaPods,
+// runs the next cycle, which counts them as running, and returns queue
+// team's GPU usage.
+func boundReplicaUsage(t *testing.T, f *loopFixture) resource.Quantity {
+	t.Helper()
 	for _, b := range f.api.binds {
 		fs := strings.Fields(b)
 		ns, name, _ := strings.Cut(fs[0], "/")
@@ -456,8 +456,23 @@ func TestLoopSizesReplicasByTheirNode(t *testing.T) {
 	if !ok {
 		t.Fatalf("no status for queue team: %v", f.status.statuses)
 	}
-	if usage := q.Status.Usage[ResourceGPU]; usage.String() != "2" {
-		t.Errorf("queue usage %v, want 2 GPUs (4 quarters and 10 tenths)", q.Status.Usage)
+	return q.Status.Usage[ResourceGPU]
+}
+
+// A shared replica is sized by the GPU it lands on: a node sharing its GPU
+// 10 ways takes 10 one-replica pods beside one sharing 4 ways, and the
+// queue counts what each pod's GPU gives (a tenth or a quarter).
+func TestLoopSizesReplicasByTheirNode(t *testing.T) {
+	shared := func(name string, replicas int) *corev1.Node {
+		return build.Node(name).Resources(rl("nvidia.com/gpu.shared", fmt.Sprint(replicas), "cpu", "64", "memory", "256Gi")).Label("nvidia.com/gpu.replicas", fmt.Sprint(replicas)).Obj()
+	}
+	f := newLoopFixture(t, Config{}, shared("four", 4), shared("ten", 10))
+	on := submitReplicaPods(f, 15)
+	if on["four"] != 4 || on["ten"] != 10 {
+		t.Fatalf("bound %v per node, want 4 on four and 10 on ten (binds %v)", on, f.api.binds)
+	}
+	if usage := boundReplicaUsage(t, f); usage.String() != "2" {
+		t.Errorf("queue usage %v, want 2 GPUs (4 quarters and 10 tenths)", usage.String())
 	}
 }
 
@@ -470,33 +485,12 @@ func TestLoopPlacesReplicasWithoutTheReplicasLabel(t *testing.T) {
 	counted := build.Node("counted").Resources(rl("nvidia.com/gpu.shared", "8", "cpu", "64", "memory", "256Gi")).Label(LabelGPUCount, "2").Obj()
 	uncounted := build.Node("uncounted").Resources(rl("nvidia.com/gpu.shared", "3", "cpu", "64", "memory", "256Gi")).Obj()
 	f := newLoopFixture(t, Config{}, counted, uncounted)
-	f.cache.upsertQueue(build.Queue("team").Obj())
-	for i := range 12 {
-		p := newPod("ns", fmt.Sprint("r-", i)).Limits(rl("nvidia.com/gpu.shared", "1")).Label(v1alpha1.QueueLabel, "team").Obj()
-		f.cache.upsertPod(p)
-	}
-	f.cycle()
-	on := map[string]int{}
-	for _, b := range f.api.binds {
-		on[strings.Fields(b)[1]]++
-	}
+	on := submitReplicaPods(f, 12)
 	if on["counted"] != 8 || on["uncounted"] != 3 {
 		t.Fatalf("bound %v per node, want 8 on counted and 3 on uncounted (binds %v)", on, f.api.binds)
 	}
-	for _, b := range f.api.binds {
-		fs := strings.Fields(b)
-		ns, name, _ := strings.Cut(fs[0], "/")
-		p := newPod(ns, name).Limits(rl("nvidia.com/gpu.shared", "1")).Label(v1alpha1.QueueLabel, "team").NodeName(fs[1]).Obj()
-		p.Annotations = map[string]string{GPUsAnnotation: fs[2]}
-		f.cache.upsertPod(p)
-	}
-	f.cycle()
-	q, ok := f.status.statuses["queue/team"].(*v1alpha1.Queue)
-	if !ok {
-		t.Fatalf("no status for queue team: %v", f.status.statuses)
-	}
-	if usage := q.Status.Usage[ResourceGPU]; usage.String() != "5" {
-		t.Errorf("queue usage %v, want 5 GPUs (8 quarters and 3 whole replicas)", q.Status.Usage)
+	if usage := boundReplicaUsage(t, f); usage.String() != "5" {
+		t.Errorf("queue usage %v, want 5 GPUs (8 quarters and 3 whole replicas)", usage.String())
 	}
 }
 
