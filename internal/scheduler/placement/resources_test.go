@@ -278,18 +278,7 @@ func TestTimeSlicedGPUsInTheNodesUnit(t *testing.T) {
 				fit  int
 			}{{dgxTimeSliced("sliced", 4), 32}, {dgxTimeSliced("whole", 1), 8}} {
 				st := NewState([]model.Node{tc.node})
-				p, _ := NewPlacer(st, pol)
-				n := 0
-				for {
-					o, ok := p.Place(&one)
-					if !ok {
-						break
-					}
-					if err := st.Assign(o.Node, &one, o.Shares); err != nil {
-						t.Fatal(err)
-					}
-					n++
-				}
+				n := fill(t, st, pol, &one)
 				if n != tc.fit {
 					t.Errorf("%s: %d pods of nvidia.com/gpu: 1 placed, want %d", tc.node.Name, n, tc.fit)
 				}
@@ -362,18 +351,7 @@ func TestSharedReplicasInTheNodesUnit(t *testing.T) {
 				fit  int
 			}{{dgxShared("four", 4), 32}, {dgxShared("one", 1), 8}} {
 				st := NewState([]model.Node{tc.node})
-				p, _ := NewPlacer(st, pol)
-				n := 0
-				for {
-					o, ok := p.Place(&one)
-					if !ok {
-						break
-					}
-					if err := st.Assign(o.Node, &one, o.Shares); err != nil {
-						t.Fatal(err)
-					}
-					n++
-				}
+				n := fill(t, st, pol, &one)
 				if n != tc.fit {
 					t.Errorf("%s: %d pods of nvidia.com/gpu.shared: 1 placed, want %d", tc.node.Name, n, tc.fit)
 				}
@@ -403,5 +381,26 @@ func TestSharedReplicasInTheNodesUnit(t *testing.T) {
 	}
 	if plain := NewState([]model.Node{dgxTimeSliced("plain", 1)}); plain.Why(0, &three) != FilterGPUKind {
 		t.Errorf("nvidia.com/gpu.shared on a node without it: why %q, want %q", plain.Why(0, &three), FilterGPUKind)
+	}
+}
+
+// fill places req on st under pol until it fits nowhere, assigning each
+// placement, and returns how many it placed.
+func fill(t *testing.T, st *State, pol Policy, req *model.Request) int {
+	t.Helper()
+	p, err := NewPlacer(st, pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		o, ok := p.Place(req)
+		if !ok {
+			return n
+		}
+		if err := st.Assign(o.Node, req, o.Shares); err != nil {
+			t.Fatal(err)
+		}
+		n++
 	}
 }
