@@ -36,6 +36,29 @@ func firstOf(alts ...model.Request) model.Request {
 	return r
 }
 
+// harnessCycle runs one cycle of a harness made of snap.
+func harnessCycle(t *testing.T, snap model.Snapshot) (*schedtest.Harness, model.Decisions) {
+	t.Helper()
+	h, err := schedtest.NewHarness(snap, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, d
+}
+
+// wantUnplaced fails t unless d binds nothing and leaves one group
+// unplaced with code.
+func wantUnplaced(t *testing.T, d *model.Decisions, code string) {
+	t.Helper()
+	if len(d.Binds) != 0 || len(d.Unplaced) != 1 || d.Unplaced[0].Code != code {
+		t.Fatalf("binds %+v, unplaced %+v; want unplaced with %s", d.Binds, d.Unplaced, code)
+	}
+}
+
 // indexes lists the GPUs a bind gives.
 func indexes(b model.Bind) []int {
 	var out []int
@@ -108,19 +131,10 @@ func TestAllOfSet(t *testing.T) {
 			if queues == nil {
 				queues = []model.Queue{{Name: "q"}}
 			}
-			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Queues: queues,
-				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Pods(1, allOf("s", 3)).Obj()}}, scheduler.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := h.Cycle()
-			if err != nil {
-				t.Fatal(err)
-			}
+			h, d := harnessCycle(t, model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Queues: queues,
+				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Pods(1, allOf("s", 3)).Obj()}})
 			if tc.wantNode == "" {
-				if len(d.Binds) != 0 || len(d.Unplaced) != 1 || d.Unplaced[0].Code != tc.wantCode {
-					t.Fatalf("binds %+v, unplaced %+v; want unplaced with %s", d.Binds, d.Unplaced, tc.wantCode)
-				}
+				wantUnplaced(t, &d, tc.wantCode)
 				return
 			}
 			if len(d.Binds) != 1 || d.Binds[0].Node != tc.wantNode || !slices.Equal(indexes(d.Binds[0]), tc.wantGPUs) {
@@ -181,19 +195,10 @@ func TestFirstOf(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := slices.Clone(tc.nodes)
-			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Queues: tc.queues,
-				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Pods(1, firstOf(slices.Clone(tc.alts)...)).Obj()}}, scheduler.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := h.Cycle()
-			if err != nil {
-				t.Fatal(err)
-			}
+			h, d := harnessCycle(t, model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Queues: tc.queues,
+				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Pods(1, firstOf(slices.Clone(tc.alts)...)).Obj()}})
 			if tc.wantNode == "" {
-				if len(d.Binds) != 0 || len(d.Unplaced) != 1 || d.Unplaced[0].Code != tc.wantCode {
-					t.Fatalf("binds %+v, unplaced %+v; want unplaced with %s", d.Binds, d.Unplaced, tc.wantCode)
-				}
+				wantUnplaced(t, &d, tc.wantCode)
 				return
 			}
 			if len(d.Binds) != 1 || d.Binds[0].Node != tc.wantNode || d.Binds[0].Alternative != tc.wantAlt || !slices.Equal(indexes(d.Binds[0]), tc.wantGPUs) {
