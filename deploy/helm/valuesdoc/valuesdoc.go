@@ -3,6 +3,7 @@ package valuesdoc
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -32,10 +33,10 @@ type row struct {
 func Generate(chartYAML, valuesYAML []byte) ([]byte, error) {
 	var c Chart
 	if err := yaml.Unmarshal(chartYAML, &c); err != nil {
-		return nil, fmt.Errorf("Chart.yaml: %w", err)
+		return nil, fmt.Errorf("reading the chart's Chart.yaml: %w", err)
 	}
 	if c.Name == "" {
-		return nil, fmt.Errorf("Chart.yaml: no name")
+		return nil, errors.New("reading the chart's Chart.yaml: it has no name")
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(valuesYAML, &doc); err != nil {
@@ -101,12 +102,12 @@ func (w *walker) mapping(m *yaml.Node, prefix string) error {
 		if prefix != "" {
 			key = prefix + "." + k.Value
 		}
-		docText, err := w.head(k.HeadComment, key)
-		if err != nil {
-			return err
+		if k.FootComment != "" || v.FootComment != "" {
+			return fmt.Errorf("values.yaml: the comment below %s belongs to no key: move it above the next key", key)
 		}
+		docText := w.head(k.HeadComment)
 		if docText == "" {
-			docText = strings.Join(paragraphs(k.LineComment), " ")
+			docText = strings.Join(paragraphs(k.LineComment+v.LineComment), " ")
 		}
 		if isGroup(v) {
 			if docText != "" {
@@ -129,11 +130,12 @@ func (w *walker) mapping(m *yaml.Node, prefix string) error {
 	return nil
 }
 
-// head reads a key's head comment: sections it opens and the key's own
-// text (the block right above it).
-func (w *walker) head(comment, key string) (string, error) {
+// head reads a key's head comment: the sections it opens, paragraphs of
+// the current section's introduction, and the key's own text (the block
+// right above it), which it returns.
+func (w *walker) head(comment string) string {
 	if comment == "" {
-		return "", nil
+		return ""
 	}
 	blocks := strings.Split(comment, "\n\n")
 	own := ""
@@ -150,12 +152,12 @@ func (w *walker) head(comment, key string) (string, error) {
 			continue
 		}
 		if len(w.sections) == 0 {
-			return "", fmt.Errorf("values.yaml: the comment above %s comes before any \"## \" section", key)
+			w.sections = append(w.sections, &section{title: "Values"})
 		}
 		s := w.sections[len(w.sections)-1]
 		s.intro = append(s.intro, paragraphs(blk)...)
 	}
-	return own, nil
+	return own
 }
 
 func (w *walker) row(r row) {
@@ -166,13 +168,13 @@ func (w *walker) row(r row) {
 	s.rows = append(s.rows, r)
 }
 
-// isGroup says whether v is a mapping of documented keys.
+// isGroup says whether v is a mapping of documented keys, or of groups.
 func isGroup(v *yaml.Node) bool {
 	if v.Kind != yaml.MappingNode {
 		return false
 	}
-	for i := 0; i < len(v.Content); i += 2 {
-		if v.Content[i].HeadComment != "" {
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		if v.Content[i].HeadComment != "" || isGroup(v.Content[i+1]) {
 			return true
 		}
 	}
