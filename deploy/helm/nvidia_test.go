@@ -176,6 +176,7 @@ func TestNVIDIAChartKeysRefused(t *testing.T) {
 		{"deviceDiscoveryStrategy: nvml\ngdsEnabled: false\nallowDefaultNamespace: true", []string{"kind: DaemonSet"}},
 		{"deviceListStrategy: cdi-annotations,envvar", []string{"--device-list-strategy=cdi-annotations,envvar"}},
 		{"gfd: {enabled: true, sleepInterval: 30s, noTimestamp: true}", []string{"--labels-interval=30s"}},
+		{"gfd: {enabled: true}\nagent: {labels: {enabled: false}}", []string{"--labels=node"}},
 		{"devicePlugin: {enableHostNetwork: true}", []string{"hostNetwork: true", "dnsPolicy: ClusterFirstWithHostNet"}},
 		{"mps: {root: /run/mps, enableHostPID: true}\nagent: {mps: {enabled: true}}", []string{"--mps-root=/run/mps", "path: /run/mps"}},
 		{"nodeSelector: {pool: gpu}\npodAnnotations: {a: b}\nupdateStrategy: {type: OnDelete}", []string{"pool: gpu", "a: b", "type: OnDelete"}},
