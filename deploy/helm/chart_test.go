@@ -193,6 +193,9 @@ func TestValuesSchemaRefusesMistakes(t *testing.T) {
 		{"a config that is not text", "config: {map: {default: {version: v1}}}", "default"},
 		{"bad quantity", "scheduler: {resources: {limits: {memory: lots}}}", "memory"},
 		{"unknown GPU API", "agent: {dra: {gpuAPI: kubelet}}", "gpuAPI"},
+		{"a pod label the chart sets", "scheduler: {podLabels: {app.kubernetes.io/name: mine}}", "scheduler.podLabels: app.kubernetes.io/name"},
+		{"an unknown gpuAccess scope", "admission: {gpuAccessScope: some}", "gpuAccessScope"},
+		{"a name that is no DNS label", "fullnameOverride: GPU_plane", "fullnameOverride"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var vals map[string]any

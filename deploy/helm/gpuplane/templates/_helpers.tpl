@@ -39,6 +39,20 @@ app.kubernetes.io/part-of: gpuplane
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 {{- end -}}
 
+{{/* A component's podLabels beside the chart's own labels, which they may
+not replace (dict "component" "agent" "root" $). */}}
+{{- define "gpuplane.podLabels" -}}
+{{- $own := index .root.Values .component "podLabels" | default dict -}}
+{{- range $key := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/part-of" "app.kubernetes.io/version" -}}
+{{- if hasKey $own $key -}}
+{{- fail (printf "%s.podLabels: %s is the chart's own label, which selects the pods; choose another key" $.component $key) -}}
+{{- end -}}
+{{- end -}}
+{{- with $own -}}
+{{ toYaml . }}
+{{- end -}}
+{{- end -}}
+
 {{/* The labels a component's selectors match (dict "component" "agent"
 "root" $). */}}
 {{- define "gpuplane.selectorLabels" -}}
