@@ -72,8 +72,8 @@ generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from 
 	$(CONTROLLER_GEN) crd paths=./api/scheduling/... output:crd:artifacts:config=deploy/crds
 	@$(MAKE) --no-print-directory manifests
 
-manifests: ## render deploy/agent, deploy/scheduler and deploy/admission from the Helm chart (deploy/helm/gpuplane), copy the CRDs and monitoring files into it
-	$(GO) test ./deploy/helm -count=1 -run TestManifestsAreRendered -update
+manifests: ## render deploy/agent, deploy/scheduler and deploy/admission from the Helm chart (deploy/helm/gpuplane), copy the CRDs and monitoring files into it, write its README from values.yaml
+	$(GO) test ./deploy/helm -count=1 -run 'TestManifestsAreRendered|TestChartREADME' -update
 
 verify: generate ## fail when formatting, go.mod or generated files are stale
 	@test -z "$$(git status --porcelain -- api deploy)" || { git status --short -- api deploy; echo "generated files are stale: run 'make generate' and commit them"; exit 1; }

@@ -40,10 +40,16 @@ var copied = map[string]string{
 	"gpuplane/files/grafana-dashboard.json":                   "../monitoring/grafana-dashboard.json",
 }
 
+// manifestValues are the values the manifests in deploy/ are rendered
+// with: the defaults, with every admission policy on and gpuAccess
+// checking every namespace, as `gpuplane dev up` runs them.
+var manifestValues = map[string]any{"admission": map[string]any{"kaiPods": true, "hamiPods": true, "gpuAccessScope": "all"}}
+
 func header(tmpl string) string {
 	return "# Rendered from the Helm chart, deploy/helm/gpuplane/templates/" + tmpl + ",\n" +
-		"# with its default values (and every admission policy on) for namespace\n" +
-		"# " + DefaultNamespace + ": edit the chart, then run `make manifests`.\n"
+		"# with its default values (and every admission policy on, gpuAccess in every\n" +
+		"# namespace) for namespace " + DefaultNamespace + ": edit the chart, then run\n" +
+		"# `make manifests`.\n"
 }
 
 // TestManifestsAreRendered holds the plain manifests in deploy/ to the
@@ -53,7 +59,7 @@ func TestManifestsAreRendered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Render(c, map[string]any{"admission": map[string]any{"kaiPods": true, "hamiPods": true}}, "gpuplane", DefaultNamespace)
+	r, err := Render(c, manifestValues, "gpuplane", DefaultNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +193,9 @@ func TestValuesSchemaRefusesMistakes(t *testing.T) {
 		{"a config that is not text", "config: {map: {default: {version: v1}}}", "default"},
 		{"bad quantity", "scheduler: {resources: {limits: {memory: lots}}}", "memory"},
 		{"unknown GPU API", "agent: {dra: {gpuAPI: kubelet}}", "gpuAPI"},
+		{"a pod label the chart sets", "scheduler: {podLabels: {app.kubernetes.io/name: mine}}", "scheduler.podLabels: app.kubernetes.io/name"},
+		{"an unknown gpuAccess scope", "admission: {gpuAccessScope: some}", "gpuAccessScope"},
+		{"a name that is no DNS label", "fullnameOverride: GPU_plane", "fullnameOverride"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var vals map[string]any
@@ -203,9 +212,9 @@ func TestValuesSchemaRefusesMistakes(t *testing.T) {
 		})
 	}
 	t.Run("both config name and map", func(t *testing.T) {
-		_, err := Render(c, map[string]any{"config": map[string]any{"name": "mine"}}, "gpuplane", DefaultNamespace)
+		_, err := Render(c, map[string]any{"config": map[string]any{"name": "mine", "map": map[string]any{"a": "version: v1\n"}}}, "gpuplane", DefaultNamespace)
 		if err == nil || !strings.Contains(err.Error(), "config.name") {
-			t.Errorf("config.name beside the default config.map: got %v, want an error naming config.name", err)
+			t.Errorf("config.name beside config.map: got %v, want an error naming config.name", err)
 		}
 	})
 }

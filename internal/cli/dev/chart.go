@@ -31,7 +31,7 @@ const nfdPCILabel = "feature.node.kubernetes.io/pci-10de.present"
 
 // chartValues are the values `dev up` installs the chart with: one config
 // per kind of node in config.map (each node labelled with its own), one
-// scheduler replica, every admission policy.
+// scheduler replica, every admission policy (gpuAccess in every namespace).
 func chartValues(spec *Spec) (map[string]any, error) {
 	configs := map[string]any{ModeWhole: "version: v1\nflags:\n  migStrategy: none\n"}
 	for _, n := range spec.Nodes {
@@ -47,7 +47,7 @@ func chartValues(spec *Spec) (map[string]any, error) {
 	return map[string]any{
 		"config":    map[string]any{"map": configs, "default": ModeWhole},
 		"scheduler": map[string]any{"replicas": 1},
-		"admission": map[string]any{"kaiPods": true, "hamiPods": true},
+		"admission": map[string]any{"kaiPods": true, "hamiPods": true, "gpuAccessScope": "all"},
 		// The chart's agent pods run the DRA driver only when dev up runs
 		// agents itself (--install processes); see --dra.
 		"agent": map[string]any{"dra": map[string]any{"enabled": false}},

@@ -349,6 +349,7 @@ func leftovers(t *testing.T, d dynamic.Interface) []string {
 		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"},
 		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicybindings"},
 		{Version: "v1", Resource: "secrets"},
+		{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"},
 		{Group: "resource.k8s.io", Version: "v1", Resource: "deviceclasses"},
 	}
 	var left []string
