@@ -13,7 +13,7 @@ func TestPrint(t *testing.T) {
 	r.add("GPU request", OK, "nvidia.com/gpu: 8", "")
 	r.add("placement", Fail, "not placed: DoesNotFit: 0/4 nodes available: 4 insufficient nvidia.com/gpu", fixFor("DoesNotFit", nil))
 	var b bytes.Buffer
-	if err := Print(&b, r); err != nil {
+	if err := Print(&b, r, false); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

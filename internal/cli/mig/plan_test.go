@@ -32,7 +32,7 @@ func TestPrint(t *testing.T) {
 		{Index: 1, Name: "H100", From: "whole GPU", To: "mig: 7x1g.10gb", Changes: true, Pods: []string{"ml/a"}},
 	}}
 	var b bytes.Buffer
-	if err := Print(&b, r); err != nil {
+	if err := Print(&b, r, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"Config c on node n1: 1 of 2 GPUs change, 1 pod would be evicted.", "0    H100  whole GPU  (unchanged)", "1    H100  whole GPU  mig: 7x1g.10gb  ml/a"} {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
-
 	"github.com/gpuplane/gpuplane/internal/cliutil"
 )
 
@@ -58,9 +56,9 @@ func runCmd(t *testing.T, args ...string) (string, string, int) {
 	cmd.SetOut(&out)
 	cmd.SetErr(&errb)
 	cmd.SetArgs(args)
-	cmd.SilenceErrors, cmd.SilenceUsage = true, true
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cliutil.UsageError{Err: err} })
-	code := cliutil.Exit(cmd.Execute(), "gpuplane", &errb)
+	cliutil.Apply(cmd)
+	ran, err := cmd.ExecuteC()
+	code := cliutil.Exit(err, ran, "gpuplane", &errb)
 	return out.String(), errb.String(), code
 }
 
