@@ -325,3 +325,37 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 		t.Fatalf("exit %d; --help lacks the exit codes:\n%s", code, stdout)
 	}
 }
+
+// TestOneNamePerThing: the names the binaries share work in the CLI, and
+// the CLI's old names still work, saying which name to use.
+func TestOneNamePerThing(t *testing.T) {
+	kubeconfig, promURL := isolate(t)
+	dir := t.TempDir()
+	tracePath := filepath.Join(dir, "trace.yaml")
+	if err := os.WriteFile(tracePath, []byte(trace), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"mig plan takes the agent's --mig-config-map", []string{"mig", "plan", "n", "c", "--kubeconfig", kubeconfig, "--mig-config-map", "gpuplane/migs", "--mig-config-key", "c.yaml"}, cliutil.ExitUnreachable, "reading node n"},
+		{"mig plan checks --mig-config-map", []string{"mig", "plan", "n", "c", "--mig-config-map", "migs"}, cliutil.ExitUsage, `--mig-config-map: "migs": want NAMESPACE/NAME`},
+		{"mig plan's --configmap is deprecated", []string{"mig", "plan", "n", "c", "--configmap", "migs"}, cliutil.ExitUsage, "Flag --configmap has been deprecated, use --mig-config-map, the agent's name"},
+		{"mig plan's --key is deprecated", []string{"mig", "plan", "n", "c", "--kubeconfig", kubeconfig, "--key", "c.yaml"}, cliutil.ExitUnreachable, "Flag --key has been deprecated, use --mig-config-key"},
+		{"cost takes --request-timeout", []string{"cost", "--prometheus", promURL, "--request-timeout", "0s"}, cliutil.ExitUsage, "--request-timeout 0s: want a positive duration"},
+		{"cost's --timeout is deprecated", []string{"cost", "--prometheus", promURL, "--timeout", "5s"}, cliutil.ExitUnreachable, "Flag --timeout has been deprecated, use --request-timeout"},
+		{"simulate's MIG flags are durations, as the scheduler's", []string{"simulate", "--trace", tracePath, "--mode", "event", "--mig-layout-dwell", "5m", "--mig-proposal-timeout", "2m", "--mig-demand-min-wait", "10s"}, cliutil.ExitOK, ""},
+		{"a bare number of seconds is deprecated", []string{"simulate", "--trace", tracePath, "--mode", "event", "--mig-proposal-timeout", "120"}, cliutil.ExitOK, "Flag --mig-proposal-timeout: a bare number of seconds is deprecated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, code := run(t, tt.args...)
+			if code != tt.code || !strings.Contains(stderr, tt.stderr) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, stderr, tt.code, tt.stderr)
+			}
+		})
+	}
+}

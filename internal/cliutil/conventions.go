@@ -16,6 +16,8 @@ import (
 //     wrapped), an unknown sub-command (a command of sub-commands given an
 //     argument that names none of them), an unknown help topic;
 //   - a command of sub-commands run alone prints its help and succeeds;
+//   - notes of deprecated flags go to stderr (cobra prints them where the
+//     output goes, into -o json's output);
 //   - cobra prints neither errors nor usage itself: Exit does.
 //
 // Call it after every sub-command is added and before Execute.
@@ -27,6 +29,7 @@ func Apply(root *cobra.Command) {
 		root.InitDefaultCompletionCmd()
 	}
 	Walk(root, func(c *cobra.Command) {
+		c.Flags().SetOutput(stderrOf{c})
 		switch {
 		case c.Name() == "help" && c.Parent() == root:
 			c.Args = helpTopic
@@ -42,6 +45,11 @@ func Apply(root *cobra.Command) {
 		}
 	})
 }
+
+// stderrOf writes to a command's stderr as it is when written to.
+type stderrOf struct{ c *cobra.Command }
+
+func (w stderrOf) Write(p []byte) (int, error) { return w.c.ErrOrStderr().Write(p) }
 
 // Walk calls fn on root and every command under it, parents first.
 func Walk(root *cobra.Command, fn func(*cobra.Command)) {

@@ -35,6 +35,26 @@ func TestPrint(t *testing.T) {
 	}
 }
 
+// TestPrintWide puts each fix in a FIX column instead of a list.
+func TestPrintWide(t *testing.T) {
+	r := &Report{Kind: "Node", Name: "gpu-1", Summary: "offers no GPU to new pods"}
+	r.add("ready", OK, "Ready", "")
+	r.add("cordon", Fail, "cordoned", "kubectl uncordon gpu-1")
+	var b bytes.Buffer
+	if err := Print(&b, r, true); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"CHECK   RESULT  DETAIL    FIX", "ready   ok      Ready     -", "cordon  fail    cordoned  kubectl uncordon gpu-1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "TO FIX") {
+		t.Errorf("wide output also lists the fixes:\n%s", out)
+	}
+}
+
 func TestSameGPUs(t *testing.T) {
 	for _, tc := range []struct {
 		a, b string

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/mig"
 	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
@@ -27,7 +28,8 @@ func TestPodsByGPU(t *testing.T) {
 }
 
 func TestPrint(t *testing.T) {
-	r := &Result{Node: "n1", Config: "c", Plan: &mig.Plan{Changes: []mig.Change{{Index: 1}}}, GPUs: []GPURow{
+	r := &Result{Node: "n1", Config: "c", Plan: &mig.Plan{Changes: []mig.Change{{Index: 1, UUID: "GPU-1", Entry: "mig-configs.c[0]",
+		Instances: []mig.Instance{{Profile: "1g.10gb", Placement: gpu.Placement{Start: 0}}, {Profile: "1g.10gb", Placement: gpu.Placement{Start: 1}}}}}}, GPUs: []GPURow{
 		{Index: 0, Name: "H100", From: "whole GPU", To: "whole GPU"},
 		{Index: 1, Name: "H100", From: "whole GPU", To: "mig: 7x1g.10gb", Changes: true, Pods: []string{"ml/a"}},
 	}}
@@ -39,5 +41,15 @@ func TestPrint(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, b.String())
 		}
+	}
+	if strings.Contains(b.String(), "UUID") {
+		t.Errorf("the table has wide's columns:\n%s", b.String())
+	}
+	b.Reset()
+	if err := Print(&b, r, true); err != nil {
+		t.Fatal(err)
+	}
+	if want := "ml/a            GPU-1  mig-configs.c[0]  1g.10gb@0,1g.10gb@1"; !strings.Contains(b.String(), want) {
+		t.Errorf("wide output lacks %q:\n%s", want, b.String())
 	}
 }

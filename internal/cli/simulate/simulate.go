@@ -164,10 +164,9 @@ func run(cmd *cobra.Command, o *options) error {
 		flag string
 		v    time.Duration
 	}{{"mig-demand-min-wait", o.migMinWait}, {"mig-layout-dwell", o.migDwell}, {"mig-proposal-timeout", o.migTimeout}, {"mig-layout-delay", o.migDelay}} {
-		if d.v < 0 || d.v%time.Second != 0 {
-			return cliutil.Usagef("--%s %s: want whole seconds, 0 or more (the trace's clock counts seconds)", d.flag, d.v)
+		if layoutSeconds[i], err = traceSeconds(d.flag, d.v); err != nil {
+			return err
 		}
-		layoutSeconds[i] = int64(d.v / time.Second)
 	}
 	if o.migMaxPerNode < 1 || o.migMaxPerNode > 64 {
 		return cliutil.Usagef("--mig-max-proposals-per-node must be 1 to 64, got %d", o.migMaxPerNode)
@@ -323,6 +322,15 @@ func printRuns(w io.Writer, results []*simulator.Result) error {
 			100*r.MilliGPUAllocationRatio, 100*r.GPUAllocationRatio, 100*r.Fragmentation, r.ArrivedDemand, r.WallSeconds)
 	}
 	return t.Flush()
+}
+
+// traceSeconds is a duration flag's value on the trace's clock, which
+// counts whole seconds.
+func traceSeconds(flag string, d time.Duration) (int64, error) {
+	if d < 0 || d%time.Second != 0 {
+		return 0, cliutil.Usagef("--%s %s: want whole seconds, 0 or more (the trace's clock counts seconds)", flag, d)
+	}
+	return int64(d / time.Second), nil
 }
 
 func readTrace(path, variant string) (*simulator.Trace, error) {
