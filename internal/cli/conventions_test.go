@@ -341,6 +341,9 @@ func TestOneNamePerThing(t *testing.T) {
 		code   int
 		stderr string
 	}{
+		{"doctor's NAMESPACE/NAME needs both", []string{"doctor", "pod", "ml/"}, cliutil.ExitUsage, `"ml/": want NAME or NAMESPACE/NAME`},
+		{"doctor's NAMESPACE/NAME and -n disagree", []string{"doctor", "ml/trainer-0", "-n", "other"}, cliutil.ExitUsage, `"ml/trainer-0" names namespace ml, --namespace other: give one`},
+		{"doctor's NAMESPACE/NAME reaches for the pod", []string{"doctor", "ml/trainer-0", "-n", "ml", "--kubeconfig", kubeconfig}, cliutil.ExitUnreachable, "reading pod ml/trainer-0"},
 		{"mig plan takes the agent's --mig-config-map", []string{"mig", "plan", "n", "c", "--kubeconfig", kubeconfig, "--mig-config-map", "gpuplane/migs", "--mig-config-key", "c.yaml"}, cliutil.ExitUnreachable, "reading node n"},
 		{"mig plan checks --mig-config-map", []string{"mig", "plan", "n", "c", "--mig-config-map", "migs"}, cliutil.ExitUsage, `--mig-config-map: "migs": want NAMESPACE/NAME`},
 		{"mig plan's --configmap is deprecated", []string{"mig", "plan", "n", "c", "--configmap", "migs"}, cliutil.ExitUsage, "Flag --configmap has been deprecated, use --mig-config-map, the agent's name"},

@@ -69,12 +69,12 @@ type options struct {
 func NewCommand() *cobra.Command {
 	o := &options{}
 	cmd := &cobra.Command{
-		Use:   "doctor [pod] NAME | node NAME",
+		Use:   "doctor [pod] [NAMESPACE/]NAME | node NAME",
 		Short: "Explain why a pod has no GPU, or why a node offers none, and how to fix it",
 		Long: `doctor reads a pod or a node through the API server and goes through what
 decides whether it gets (or offers) GPUs, one check a line, each failing
 one with the command that fixes it. A bare NAME is a pod in --namespace
-when one exists, else a node.
+when one exists, else a node; NAMESPACE/NAME is a pod in NAMESPACE.
 
 A pod's checks:
 ` + checksHelp(podChecks) + `
@@ -82,6 +82,7 @@ A node's checks:
 ` + checksHelp(nodeChecks) + `
 Each check is ok, info, warn or fail; the exit status is 1 when one fails.`,
 		Example: `  gpuplane doctor trainer-0 -n ml-team
+  gpuplane doctor pod ml-team/trainer-0
   gpuplane doctor node gpu-node-3
   gpuplane doctor gpu-node-3 -o json`,
 		Args: cobra.RangeArgs(1, 2),
@@ -97,9 +98,18 @@ Each check is ok, info, warn or fail; the exit status is 1 when one fails.`,
 			if err != nil {
 				return err
 			}
-			ns, _, err := o.cluster.Namespace()
+			ns, explicit, err := o.cluster.Namespace()
 			if err != nil {
 				return err
+			}
+			if pns, pname, ok := strings.Cut(name, "/"); ok && kind != "node" {
+				switch {
+				case pns == "" || pname == "" || strings.Contains(pname, "/"):
+					return cliutil.Usagef("%q: want NAME or NAMESPACE/NAME", name)
+				case explicit && pns != ns:
+					return cliutil.Usagef("%q names namespace %s, --namespace %s: give one", name, pns, ns)
+				}
+				kind, ns, name = "pod", pns, pname
 			}
 			d := &doctor{client: client, dyn: dyn}
 			rep, err := d.diagnose(cmd.Context(), kind, ns, name)

@@ -165,6 +165,13 @@ func TestClusterFlagsAndExitCodes(t *testing.T) {
 			t.Fatalf("exit %d, %v, stdout %q stderr %q", code, err, out, stderr)
 		}
 	})
+	t.Run("doctor takes NAMESPACE/NAME", func(t *testing.T) {
+		out, stderr, code := gpuplane(t, "doctor", "pod", nsA+"/waiting-a", "--kubeconfig", admin, "-o", "yaml")
+		var rep struct{ Kind, Name string }
+		if err := yaml.Unmarshal([]byte(out), &rep); err != nil || rep.Kind != "Pod" || rep.Name != nsA+"/waiting-a" {
+			t.Fatalf("exit %d, %v, stdout %q stderr %q", code, err, out, stderr)
+		}
+	})
 	t.Run("--as a user without RBAC: the server answers 403, exit 1", func(t *testing.T) {
 		_, stderr, code := gpuplane(t, "doctor", "node", node.Name, "--kubeconfig", admin, "--as", "cli-nobody")
 		if code != cliutil.ExitFailed || !strings.Contains(stderr, "forbidden") || !strings.Contains(stderr, "cli-nobody") {
