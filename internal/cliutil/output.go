@@ -84,22 +84,6 @@ func AddOutputFlag(cmd *cobra.Command, def Format, what string) *Format {
 // Data reports whether f is a data format (json or yaml).
 func (f Format) Data() bool { return f == JSON || f == YAML }
 
-// ParseFormat checks an -o value against the formats a command allows;
-// gpuplane-agent's commands use it. gpuplane's own use AddOutputFlag.
-func ParseFormat(s string, allowed ...Format) (Format, error) {
-	if s == "" {
-		return allowed[0], nil
-	}
-	names := make([]string, len(allowed))
-	for i, f := range allowed {
-		if string(f) == s {
-			return f, nil
-		}
-		names[i] = string(f)
-	}
-	return "", Usagef("-o %s: unknown output format (want one of %s)", s, strings.Join(names, ", "))
-}
-
 // Encode writes v as JSON (indented) or YAML.
 func Encode(w io.Writer, f Format, v any) error {
 	switch f {
