@@ -27,7 +27,7 @@ const (
 	// ExitUnreachable: the server the command needs could not be reached:
 	// the Kubernetes API server (no usable kubeconfig, connection refused,
 	// DNS, TLS, a timeout, credentials refused with 401), Prometheus for
-	// cost, or the dev cluster for dev fault.
+	// cost (the same, and a 401), or the dev cluster for dev fault.
 	ExitUnreachable = 3
 )
 
