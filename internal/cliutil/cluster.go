@@ -17,7 +17,8 @@ const ClusterFlagAnnotation = "gpuplane.io/cluster"
 
 // Cluster is how a command reaches the cluster: kubectl's flags
 // (genericclioptions: --kubeconfig, --context, --cluster, --user,
-// -n/--namespace, --as, --as-group, --as-uid, --server, --token,
+// -n/--namespace, --as, --as-group, --as-uid, --as-user-extra,
+// -s/--server, --token,
 // --certificate-authority, --client-certificate, --client-key,
 // --insecure-skip-tls-verify, --tls-server-name, --request-timeout,
 // --disable-compression), read as kubectl reads them.
@@ -31,16 +32,16 @@ type ClusterScope bool
 
 // Scopes of AddClusterFlags.
 const (
-	Namespaced      ClusterScope = true
-	ClusterWideOnly ClusterScope = false
+	Namespaced    ClusterScope = true
+	ClusterScoped ClusterScope = false
 )
 
 // AddClusterFlags registers the cluster flags on cmd and returns the
-// Cluster that reads them. A ClusterWideOnly command has no -n.
+// Cluster that reads them. A ClusterScoped command has no -n.
 func AddClusterFlags(cmd *cobra.Command, scope ClusterScope) *Cluster {
 	f := genericclioptions.NewConfigFlags(false)
 	f.CacheDir = nil // gpuplane keeps no discovery cache
-	if scope == ClusterWideOnly {
+	if scope == ClusterScoped {
 		f.Namespace = nil
 	}
 	f.AddFlags(cmd.Flags())

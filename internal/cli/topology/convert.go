@@ -101,7 +101,7 @@ are; a converted one is gpuplane's own.`,
 	}
 	cmd.Flags().StringVarP(&o.file, "filename", "f", "", "file of Kueue or KAI Topologies (YAML documents or JSON; - for stdin); without it, read them from the cluster")
 	o.output = cliutil.AddOutputFlag(cmd, cliutil.YAML, "yaml and json are the Topologies to apply, table their names and levels, wide also what each was converted from")
-	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.ClusterWideOnly)
+	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.ClusterScoped)
 	cmd.Flags().StringVar(&o.from, "from", "", "convert only kueue's or kai's Topologies (default: both)")
 	return cmd
 }
