@@ -42,7 +42,7 @@ func ReadInventory(ctx context.Context, b gpu.Backend) (*Inventory, error) {
 func newInventoryCommand() *cobra.Command {
 	var (
 		bo     backends.Options
-		output string
+		output *cliutil.Format
 	)
 	cmd := &cobra.Command{
 		Use:   "inventory",
@@ -58,10 +58,7 @@ NVIDIA driver the command exits 1 and says what is missing.`,
   gpuplane-agent inventory --simulate ./two-t4.yaml -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := cliutil.ParseFormat(output, cliutil.Table, cliutil.JSON, cliutil.YAML)
-			if err != nil {
-				return err
-			}
+			format := *output
 			bo.FailOnInitError = true
 			b, err := backends.Open(cmd.Context(), bo)
 			if errors.Is(err, backends.ErrUnknownProfile) {
@@ -75,18 +72,18 @@ NVIDIA driver the command exits 1 and says what is missing.`,
 			if err != nil {
 				return err
 			}
-			if format == cliutil.Table {
-				return writeInventoryTable(cmd.OutOrStdout(), inv)
+			if format.Data() {
+				return cliutil.Encode(cmd.OutOrStdout(), format, inv)
 			}
-			return cliutil.Encode(cmd.OutOrStdout(), format, inv)
+			return writeInventoryTable(cmd.OutOrStdout(), inv, format == cliutil.Wide)
 		},
 	}
 	backends.AddFlags(cmd.Flags(), &bo)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
+	output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds each GPU's device node, PCI device ID and the memory the driver reserves")
 	return cmd
 }
 
-func writeInventoryTable(w io.Writer, inv *Inventory) error {
+func writeInventoryTable(w io.Writer, inv *Inventory, wide bool) error {
 	s := inv.System
 	fmt.Fprintf(w, "Node %s (%s): driver %s, CUDA %s, NVML %s\n\n", s.Hostname, inv.Backend, s.DriverVersion, s.CUDADriverVersion, s.NVMLVersion)
 	if len(inv.Devices) == 0 {
@@ -94,10 +91,18 @@ func writeInventoryTable(w io.Writer, inv *Inventory) error {
 		return nil
 	}
 	tw := cliutil.NewTable(w)
-	fmt.Fprintln(tw, "GPU\tNAME\tMEMORY\tARCH\tCC\tPCI BUS\tNUMA\tMIG\tUUID")
+	head := "GPU\tNAME\tMEMORY\tARCH\tCC\tPCI BUS\tNUMA\tMIG\tUUID"
+	if wide {
+		head += "\tDEVICE\tPCI ID\tRESERVED"
+	}
+	fmt.Fprintln(tw, head)
 	for _, d := range inv.Devices {
-		fmt.Fprintf(tw, "%d\t%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Index, d.Name, d.MemoryMiB, d.Architecture,
+		fmt.Fprintf(tw, "%d\t%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s", d.Index, d.Name, d.MemoryMiB, d.Architecture,
 			d.ComputeCapability, d.PCIBusID, numa(d.NUMANode), migState(d.MIG), d.UUID)
+		if wide {
+			fmt.Fprintf(tw, "\t%s\t%#08x\t%d MiB", d.Path(), d.PCIDeviceID, d.ReservedMiB)
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -21,15 +21,13 @@ func NewCommand(stdout, stderr io.Writer) *cobra.Command {
 		Long: `gpuplane-agent runs on every GPU node. It finds the node's GPUs through
 NVML (or a simulated DGX with --simulate), advertises them to the kubelet
 as device-plugin resources, watches their health, and reports them.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return cliutil.FlagError(cmd, err) })
 	root.AddCommand(newInventoryCommand())
 	root.AddCommand(newMIGCommand())
 	attachRun(root)
+	cliutil.Apply(root)
 	return root
 }
 
@@ -39,5 +37,6 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	root := NewCommand(stdout, stderr)
 	root.SetArgs(args)
-	return cliutil.Exit(root.ExecuteContext(ctx), name, stderr)
+	ran, err := root.ExecuteContextC(ctx)
+	return cliutil.Exit(err, ran, name, stderr)
 }

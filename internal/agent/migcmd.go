@@ -53,7 +53,7 @@ func newMIGApplyCommand() *cobra.Command {
 		bo                  backends.Options
 		configFile, cfgName string
 		dryRun              bool
-		output              string
+		output              *cliutil.Format
 	)
 	cmd := &cobra.Command{
 		Use:   "apply --simulate PROFILE --config FILE --name CONFIG-NAME [--dry-run]",
@@ -75,10 +75,7 @@ on the GPUs that change first.`,
   gpuplane-agent mig apply --simulate dgxa100 --config config.yaml --name all-1g.5gb --dry-run -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := cliutil.ParseFormat(output, cliutil.Table, cliutil.JSON, cliutil.YAML)
-			if err != nil {
-				return err
-			}
+			format := *output
 			switch {
 			case bo.Simulate == "":
 				return cliutil.Usagef("--simulate: required: name the GPU model to check against (dgxa100, dgxh100, dgxh200, dgxb200 or a profile file); on a real node set the Node's nvidia.com/mig.config label instead")
@@ -109,17 +106,17 @@ on the GPUs that change first.`,
 			if err != nil {
 				return fmt.Errorf("%s: %w", configFile, err)
 			}
-			if format == cliutil.Table {
-				return writeMIGApply(cmd.OutOrStdout(), res)
+			if format.Data() {
+				return cliutil.Encode(cmd.OutOrStdout(), format, res)
 			}
-			return cliutil.Encode(cmd.OutOrStdout(), format, res)
+			return writeMIGApply(cmd.OutOrStdout(), res, format == cliutil.Wide)
 		},
 	}
 	backends.AddFlags(cmd.Flags(), &bo)
 	cmd.Flags().StringVar(&configFile, "config", "", "mig-parted config file (YAML or JSON)")
 	cmd.Flags().StringVar(&cfgName, "name", "", "the config to apply: a key under mig-configs (what nvidia.com/mig.config names)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "place the MIG devices without creating them")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
+	output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds each changing GPU's UUID and MIG devices, placed")
 	return cmd
 }
 
@@ -180,19 +177,35 @@ func entriesOf(d *gpu.Device) []MIGEntry {
 	return out
 }
 
-func writeMIGApply(w io.Writer, r *MIGApplyResult) error {
+func writeMIGApply(w io.Writer, r *MIGApplyResult, wide bool) error {
 	verb := "applied"
 	if r.DryRun {
 		verb = "would apply (dry run)"
 	}
 	fmt.Fprintf(w, "Config %s %s on %s: %d GPUs change, %d unchanged.\n\n", r.Config, verb, r.Backend, len(r.Plan.Changes), len(r.Plan.Unchanged))
 	tw := cliutil.NewTable(w)
-	fmt.Fprintln(tw, "GPU\tBEFORE\tAFTER\tENTRY")
+	head := "GPU\tBEFORE\tAFTER\tENTRY"
+	if wide {
+		head += "\tUUID\tMIG DEVICES (PROFILE@START)"
+	}
+	fmt.Fprintln(tw, head)
 	for _, c := range r.Plan.Changes {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", c.Index, c.From, c.To, c.Entry)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s", c.Index, c.From, c.To, c.Entry)
+		if wide {
+			devs := make([]string, len(c.Instances))
+			for i, in := range c.Instances {
+				devs[i] = fmt.Sprintf("%s@%d", in.Profile, in.Placement.Start)
+			}
+			fmt.Fprintf(tw, "\t%s\t%s", orDash(c.UUID), orDash(strings.Join(devs, ",")))
+		}
+		fmt.Fprintln(tw)
 	}
 	for _, i := range r.Plan.Unchanged {
-		fmt.Fprintf(tw, "%d\t%s\t(unchanged)\t\n", i, r.Plan.Targets[i])
+		fmt.Fprintf(tw, "%d\t%s\t(unchanged)\t", i, r.Plan.Targets[i])
+		if wide {
+			fmt.Fprint(tw, "\t\t")
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

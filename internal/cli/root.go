@@ -22,26 +22,31 @@ func NewRoot(name string, stdout, stderr io.Writer) *cobra.Command {
 It bundles a node agent (device plugin, health, feature labels, metrics),
 a GPU batch scheduler (queues, gangs, fair share, preemption, topology-aware
 placement) and this CLI, which simulates scheduling policies on real cluster
-traces and brings up a local cluster with simulated GPU nodes.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+traces and brings up a local cluster with simulated GPU nodes.
+
+Commands that read a cluster take kubectl's flags (--kubeconfig, --context,
+-n/--namespace, --as, --request-timeout, ...); commands whose output is
+structured take -o table|wide|json|yaml.
+
+` + cliutil.ExitHelp,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return cliutil.FlagError(cmd, err) })
 	for _, sub := range subcommands() {
 		root.AddCommand(sub)
 	}
+	cliutil.Apply(root)
 	return root
 }
 
-// Main runs the CLI and returns the process exit code: 0 on success, 2 for
-// usage errors, 1 for everything else.
+// Main runs the CLI and returns the process exit code (cliutil.Code: 0 on
+// success, 1 failed, 2 usage, 3 unreachable).
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	name := "gpuplane"
 	root := NewRoot(name, stdout, stderr)
 	root.SetArgs(args)
-	return cliutil.Exit(root.ExecuteContext(ctx), filepath.Base(name), stderr)
+	ran, err := root.ExecuteContextC(ctx)
+	return cliutil.Exit(err, ran, filepath.Base(name), stderr)
 }

@@ -1,4 +1,10 @@
-// Package cliutil holds what every gpuplane command shares: exit codes,
-// usage errors and the -o table|json|yaml|wide output formats. It must stay
-// free of any sub-command's logic.
+// Package cliutil holds what every gpuplane command shares, so that each
+// convention is implemented once: the exit codes and the one function
+// that classifies an error into them (Code, Exit), usage errors that
+// print the usage line, the conventions applied to a whole command tree
+// (Apply: argument counts, unknown sub-commands and flags as usage
+// errors), the -o table|wide|json|yaml flag (AddOutputFlag), kubectl's
+// cluster flags and the clients built from them (AddClusterFlags), and
+// duration flags that still take a bare number of seconds (DurationVar).
+// It must stay free of any sub-command's logic.
 package cliutil

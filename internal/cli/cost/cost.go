@@ -60,10 +60,11 @@ var dimensions = map[string][]string{
 }
 
 type options struct {
-	prometheus, window, resolution, end, by, output string
-	price                                           float64
-	timeout                                         time.Duration
-	now                                             func() time.Time
+	prometheus, window, resolution, end, by string
+	output                                  *cliutil.Format
+	price                                   float64
+	timeout                                 time.Duration
+	now                                     func() time.Time
 }
 
 // NewCommand returns the cost command.
@@ -119,8 +120,10 @@ Output: a table (GPU-HOURS, SHARE of what was allocated, COST with
 	f.StringVar(&o.by, "by", "namespace", "group rows by namespace, queue, pod or node")
 	f.StringVar(&o.resolution, "resolution", "", "the step at which the series are sampled (default: the window over 1,440, at least 1m)")
 	f.Float64Var(&o.price, "gpu-hour-price", 0, "price of one GPU-hour; adds a COST column")
-	f.StringVarP(&o.output, "output", "o", "", "output format: table (default), wide, json or yaml")
-	f.DurationVar(&o.timeout, "timeout", time.Minute, "how long each Prometheus query may take")
+	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds MEAN and PEAK GPUS")
+	f.DurationVar(&o.timeout, "request-timeout", time.Minute, "how long each Prometheus query may take (the name kubectl and gpuplane's cluster commands give a request's timeout)")
+	f.DurationVar(&o.timeout, "timeout", time.Minute, "")
+	_ = f.MarkDeprecated("timeout", "use --request-timeout")
 	return cmd
 }
 
@@ -133,10 +136,8 @@ type query struct {
 
 func (o *options) parse() (cliutil.Format, query, error) {
 	var q query
-	format, err := cliutil.ParseFormat(o.output, cliutil.Table, cliutil.Wide, cliutil.JSON, cliutil.YAML)
-	if err != nil {
-		return "", q, err
-	}
+	var err error
+	format := *o.output
 	if o.prometheus == "" {
 		return "", q, cliutil.Usagef("--prometheus is required (or set GPUPLANE_PROMETHEUS_URL): the base URL of the Prometheus that scrapes gpuplane-agent")
 	}
@@ -172,7 +173,7 @@ func (o *options) parse() (cliutil.Format, query, error) {
 		return "", q, cliutil.Usagef("--gpu-hour-price %g: a price is not negative", o.price)
 	}
 	if o.timeout <= 0 {
-		return "", q, cliutil.Usagef("--timeout %s: want a positive duration", o.timeout)
+		return "", q, cliutil.Usagef("--request-timeout %s: want a positive duration", o.timeout)
 	}
 	return format, q, nil
 }
@@ -190,7 +191,7 @@ func (o *options) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if format == cliutil.JSON || format == cliutil.YAML {
+	if format.Data() {
 		return cliutil.Encode(out, format, r)
 	}
 	return r.render(out, format == cliutil.Wide)

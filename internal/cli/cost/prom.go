@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuplane/gpuplane/internal/cliutil"
 )
 
 // maxBody bounds one answer from Prometheus: about 100,000 rows of --by
@@ -54,6 +56,10 @@ func (c *client) query(ctx context.Context, q string, ts time.Time) ([]sample, e
 		return nil, fmt.Errorf("asking Prometheus at %s: %w", c.base.Redacted(), err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		// Like a kubeconfig's refused credentials: nothing was asked.
+		return nil, &cliutil.UnreachableError{Err: fmt.Errorf("asking Prometheus at %s: it refused the credentials (HTTP 401); give them as user:password@ in --prometheus", c.base.Redacted())}
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading Prometheus's answer: %w", err)

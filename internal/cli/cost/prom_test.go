@@ -1,9 +1,39 @@
 package cost
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/cliutil"
 )
+
+// TestQueryCredentialsRefused: a 401 is refused credentials, exit 3 as
+// for the API server; another refusal is an answer, exit 1.
+func TestQueryCredentialsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		status, code int
+		want         string
+	}{
+		{http.StatusUnauthorized, cliutil.ExitUnreachable, "refused the credentials (HTTP 401)"},
+		{http.StatusForbidden, cliutil.ExitFailed, "(HTTP 403) is not the Prometheus API's JSON"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "no", tc.status)
+		}))
+		c, err := newClient("http://user:secret@"+strings.TrimPrefix(srv.URL, "http://"), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.query(t.Context(), "up", time.Unix(0, 0))
+		srv.Close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || cliutil.Code(err) != tc.code || strings.Contains(err.Error(), "secret") {
+			t.Errorf("HTTP %d: error %v (code %d), want code %d saying %q without the password", tc.status, err, cliutil.Code(err), tc.code, tc.want)
+		}
+	}
+}
 
 // Answers a Prometheus (or something else at its URL) may give.
 func TestDecode(t *testing.T) {

@@ -2,8 +2,10 @@ package dev
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -103,11 +105,14 @@ func runFault(ctx context.Context, d stateDir, node string, f *faultFlags, out i
 		return err
 	}
 	st, err := d.readState()
+	if errors.Is(err, fs.ErrNotExist) {
+		st, err = nil, nil
+	}
 	if err != nil {
 		return err
 	}
 	if st == nil {
-		return fmt.Errorf("no dev cluster runs from %s: start one with 'gpuplane dev up'", d)
+		return &cliutil.UnreachableError{Err: fmt.Errorf("no dev cluster runs from %s: start one with 'gpuplane dev up'", d)}
 	}
 	addr, ok := st.Faults[node]
 	if !ok {

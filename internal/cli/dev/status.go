@@ -70,7 +70,7 @@ type AllocationRow struct {
 }
 
 func newStatusCommand(resolve func() (stateDir, error)) *cobra.Command {
-	var output string
+	var output *cliutil.Format
 	var allocations bool
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -84,10 +84,7 @@ gpuplane.io/allocation annotation the simulated nodes write).`,
   gpuplane dev status -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := cliutil.ParseFormat(output, cliutil.Table, cliutil.JSON, cliutil.YAML)
-			if err != nil {
-				return err
-			}
+			format := *output
 			dir, err := resolve()
 			if err != nil {
 				return err
@@ -96,13 +93,13 @@ gpuplane.io/allocation annotation the simulated nodes write).`,
 			if err != nil {
 				return err
 			}
-			if format != cliutil.Table {
+			if format.Data() {
 				return cliutil.Encode(cmd.OutOrStdout(), format, st)
 			}
-			return printStatus(cmd.OutOrStdout(), st, allocations)
+			return printStatus(cmd.OutOrStdout(), st, allocations, format == cliutil.Wide)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
+	output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds each simulated node's agent metrics address")
 	cmd.Flags().BoolVar(&allocations, "allocations", false, "also list which pod got which devices")
 	return cmd
 }
@@ -213,7 +210,7 @@ func listAllocations(ctx context.Context, client kubernetes.Interface) ([]Alloca
 	return rows, nil
 }
 
-func printStatus(w io.Writer, st *Status, allocations bool) error {
+func printStatus(w io.Writer, st *Status, allocations, wide bool) error {
 	if !st.Running {
 		_, err := fmt.Fprintf(w, "no dev cluster is running (state dir %s); start one with `gpuplane dev up`\n", st.StateDir)
 		return err
@@ -228,7 +225,11 @@ func printStatus(w io.Writer, st *Status, allocations bool) error {
 	}
 	fmt.Fprintln(w)
 	tw := cliutil.NewTable(w)
-	fmt.Fprintln(tw, "NODE\tKIND\tPROFILE\tREADY\tGPU RESOURCES (allocatable/capacity)")
+	head := "NODE\tKIND\tPROFILE\tREADY\tGPU RESOURCES (allocatable/capacity)"
+	if wide {
+		head += "\tAGENT METRICS"
+	}
+	fmt.Fprintln(tw, head)
 	kwok := NodeStatus{Kind: "kwok"}
 	kwokCount, kwokReady := 0, 0
 	for _, n := range st.Nodes {
@@ -240,10 +241,22 @@ func printStatus(w io.Writer, st *Status, allocations bool) error {
 			kwok.Resources = addResources(kwok.Resources, n.Resources)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", n.Name, n.Kind, n.Profile, n.Ready, resourceSummary(n.Resources))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s", n.Name, n.Kind, n.Profile, n.Ready, resourceSummary(n.Resources))
+		if wide {
+			metrics := n.Metrics
+			if metrics == "" {
+				metrics = "-"
+			}
+			fmt.Fprintf(tw, "\t%s", metrics)
+		}
+		fmt.Fprintln(tw)
 	}
 	if kwokCount > 0 {
-		fmt.Fprintf(tw, "kwok-gpu-* (%d)\tkwok\t\t%d/%d\t%s\n", kwokCount, kwokReady, kwokCount, resourceSummary(kwok.Resources))
+		fmt.Fprintf(tw, "kwok-gpu-* (%d)\tkwok\t\t%d/%d\t%s", kwokCount, kwokReady, kwokCount, resourceSummary(kwok.Resources))
+		if wide {
+			fmt.Fprint(tw, "\t-")
+		}
+		fmt.Fprintln(tw)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "COMPONENT\tPID\tRUNNING\tLOG")

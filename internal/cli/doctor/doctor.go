@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/gpupod"
@@ -62,41 +61,32 @@ func (r *Report) Failed() bool {
 }
 
 type options struct {
-	kubeconfig, namespace, output string
+	output  *cliutil.Format
+	cluster *cliutil.Cluster
 }
 
 // NewCommand returns the doctor command.
 func NewCommand() *cobra.Command {
 	o := &options{}
 	cmd := &cobra.Command{
-		Use:   "doctor [pod] NAME | node NAME",
+		Use:   "doctor [pod] [NAMESPACE/]NAME | node NAME",
 		Short: "Explain why a pod has no GPU, or why a node offers none, and how to fix it",
 		Long: `doctor reads a pod or a node through the API server and goes through what
 decides whether it gets (or offers) GPUs, one check a line, each failing
-one with the command that fixes it.
+one with the command that fixes it. A bare NAME is a pod in --namespace
+when one exists, else a node; NAMESPACE/NAME is a pod in NAMESPACE.
 
-For a pod: what GPUs it asks for (devices, part of a GPU, MIG), which
-scheduler places it, where it was placed and whether the node gave the GPUs
-gpuplane-scheduler chose, or why it waits in the scheduler's own words (its
-PodScheduled condition), its gang (PodGroup) and queue (Queue status), and
-its recent warning events.
-
-For a node: readiness and cordon, the GPU resources it advertises against
-its capacity (GPUs withdrawn as unhealthy), taints pods must tolerate, its
-GPU model and sharing from the agent's labels, what gpuplane-scheduler said
-of the node (events such as InvalidGPUInfo), and which pods hold its GPUs.
-
-A bare NAME is a pod in --namespace when one exists, else a node.
-The exit status is 1 when a check fails.`,
+A pod's checks:
+` + checksHelp(podChecks) + `
+A node's checks:
+` + checksHelp(nodeChecks) + `
+Each check is ok, info, warn or fail; the exit status is 1 when one fails.`,
 		Example: `  gpuplane doctor trainer-0 -n ml-team
+  gpuplane doctor pod ml-team/trainer-0
   gpuplane doctor node gpu-node-3
   gpuplane doctor gpu-node-3 -o json`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := cliutil.ParseFormat(o.output, cliutil.Table, cliutil.JSON, cliutil.YAML)
-			if err != nil {
-				return err
-			}
 			kind, name := "", args[0]
 			if len(args) == 2 {
 				kind, name = args[0], args[1]
@@ -104,36 +94,32 @@ The exit status is 1 when a check fails.`,
 					return cliutil.Usagef("%q: want pod NAME or node NAME", kind)
 				}
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = o.kubeconfig
-			loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-			rc, err := loader.ClientConfig()
+			_, client, dyn, err := o.cluster.Clients()
 			if err != nil {
-				return fmt.Errorf("loading the kubeconfig: %w (give --kubeconfig or set KUBECONFIG)", err)
+				return err
 			}
-			ns := o.namespace
-			if ns == "" {
-				if ns, _, err = loader.Namespace(); err != nil || ns == "" {
-					ns = metav1.NamespaceDefault
+			ns, explicit, err := o.cluster.Namespace()
+			if err != nil {
+				return err
+			}
+			if pns, pname, ok := strings.Cut(name, "/"); ok && kind != "node" {
+				switch {
+				case pns == "" || pname == "" || strings.Contains(pname, "/"):
+					return cliutil.Usagef("%q: want NAME or NAMESPACE/NAME", name)
+				case explicit && pns != ns:
+					return cliutil.Usagef("%q names namespace %s, --namespace %s: give one", name, pns, ns)
 				}
-			}
-			client, err := kubernetes.NewForConfig(rc)
-			if err != nil {
-				return fmt.Errorf("creating an API client: %w", err)
-			}
-			dyn, err := dynamic.NewForConfig(rc)
-			if err != nil {
-				return fmt.Errorf("creating an API client: %w", err)
+				kind, ns, name = "pod", pns, pname
 			}
 			d := &doctor{client: client, dyn: dyn}
 			rep, err := d.diagnose(cmd.Context(), kind, ns, name)
 			if err != nil {
 				return err
 			}
-			if format == cliutil.JSON || format == cliutil.YAML {
-				err = cliutil.Encode(cmd.OutOrStdout(), format, rep)
+			if o.output.Data() {
+				err = cliutil.Encode(cmd.OutOrStdout(), *o.output, rep)
 			} else {
-				err = Print(cmd.OutOrStdout(), rep)
+				err = Print(cmd.OutOrStdout(), rep, *o.output == cliutil.Wide)
 			}
 			if err == nil && rep.Failed() {
 				return errFailed
@@ -141,10 +127,8 @@ The exit status is 1 when a check fails.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then ~/.kube/config")
-	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "", "the pod's namespace (default: the kubeconfig context's, else default)")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: table (default), json or yaml")
-	cmd.SilenceUsage = true
+	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide puts each check's fix in a FIX column")
+	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.Namespaced)
 	return cmd
 }
 
@@ -473,15 +457,28 @@ func (d *doctor) queue(ctx context.Context, r *Report, p *corev1.Pod) {
 	r.add("queue", result, detail, "")
 }
 
-// Print writes a report as a table of checks, then the fixes.
-func Print(w io.Writer, r *Report) error {
+// Print writes a report as a table of checks, then the fixes; wide puts
+// the fixes in a column of the table.
+func Print(w io.Writer, r *Report, wide bool) error {
 	fmt.Fprintf(w, "%s %s: %s\n\n", strings.ToUpper(r.Kind), r.Name, r.Summary)
 	tw := cliutil.NewTable(w)
-	fmt.Fprintln(tw, "CHECK\tRESULT\tDETAIL")
+	if wide {
+		fmt.Fprintln(tw, "CHECK\tRESULT\tDETAIL\tFIX")
+	} else {
+		fmt.Fprintln(tw, "CHECK\tRESULT\tDETAIL")
+	}
 	for _, c := range r.Checks {
+		if wide {
+			fix := "-"
+			if c.Fix != "" && c.Result != OK {
+				fix = c.Fix
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Name, c.Result, c.Detail, fix)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Result, c.Detail)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := tw.Flush(); err != nil || wide {
 		return err
 	}
 	first := true

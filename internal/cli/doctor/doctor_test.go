@@ -13,7 +13,7 @@ func TestPrint(t *testing.T) {
 	r.add("GPU request", OK, "nvidia.com/gpu: 8", "")
 	r.add("placement", Fail, "not placed: DoesNotFit: 0/4 nodes available: 4 insufficient nvidia.com/gpu", fixFor("DoesNotFit", nil))
 	var b bytes.Buffer
-	if err := Print(&b, r); err != nil {
+	if err := Print(&b, r, false); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -32,6 +32,26 @@ func TestPrint(t *testing.T) {
 	}
 	if !r.Failed() {
 		t.Error("Failed() = false with a failed check")
+	}
+}
+
+// TestPrintWide puts each fix in a FIX column instead of a list.
+func TestPrintWide(t *testing.T) {
+	r := &Report{Kind: "Node", Name: "gpu-1", Summary: "offers no GPU to new pods"}
+	r.add("ready", OK, "Ready", "")
+	r.add("cordon", Fail, "cordoned", "kubectl uncordon gpu-1")
+	var b bytes.Buffer
+	if err := Print(&b, r, true); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"CHECK   RESULT  DETAIL    FIX", "ready   ok      Ready     -", "cordon  fail    cordoned  kubectl uncordon gpu-1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "TO FIX") {
+		t.Errorf("wide output also lists the fixes:\n%s", out)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/gpupod"
@@ -37,7 +36,9 @@ func NewCommand() *cobra.Command {
 }
 
 type planOptions struct {
-	kubeconfig, output, configMap, key string
+	output         *cliutil.Format
+	cluster        *cliutil.Cluster
+	configMap, key string
 }
 
 func newPlanCommand() *cobra.Command {
@@ -53,39 +54,42 @@ the node nvidia.com/mig.config=CONFIG-NAME evicts those pods and no others.
 
 It validates the config against each GPU's MIG profiles and placements as the
 agent does, and exits 1 naming the field when the config does not fit the node.
-It changes nothing.`,
+It changes nothing. --mig-config-map and --mig-config-key are the agent's
+flags of the same names (--configmap and --key are their deprecated names).`,
 		Example: `  gpuplane mig plan gpu-node-7 all-balanced
-  gpuplane mig plan gpu-node-7 all-1g.10gb --configmap gpuplane-system/my-mig-configs -o json`,
+  gpuplane mig plan gpu-node-7 all-1g.10gb --mig-config-map gpuplane-system/my-mig-configs -o json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := cliutil.ParseFormat(o.output, cliutil.Table, cliutil.JSON, cliutil.YAML)
-			if err != nil {
-				return err
-			}
 			ns, name, ok := strings.Cut(o.configMap, "/")
 			if !ok || ns == "" || name == "" {
-				return cliutil.Usagef("--configmap: %q: want NAMESPACE/NAME", o.configMap)
+				return cliutil.Usagef("--mig-config-map: %q: want NAMESPACE/NAME", o.configMap)
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = o.kubeconfig
-			rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+			if o.key == "" {
+				return cliutil.Usagef("--mig-config-key: must not be empty (the GPU Operator's ConfigMaps use config.yaml)")
+			}
+			rc, err := o.cluster.RESTConfig()
 			if err != nil {
-				return fmt.Errorf("loading the kubeconfig: %w (give --kubeconfig or set KUBECONFIG)", err)
+				return err
 			}
 			res, err := Plan(cmd.Context(), rc, args[0], args[1], ns, name, o.key)
 			if err != nil {
 				return err
 			}
-			if format == cliutil.Table {
-				return Print(cmd.OutOrStdout(), res)
+			if o.output.Data() {
+				return cliutil.Encode(cmd.OutOrStdout(), *o.output, res)
 			}
-			return cliutil.Encode(cmd.OutOrStdout(), format, res)
+			return Print(cmd.OutOrStdout(), res, *o.output == cliutil.Wide)
 		},
 	}
-	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then ~/.kube/config")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: table (default), json or yaml")
-	cmd.Flags().StringVar(&o.configMap, "configmap", DefaultConfigMap, "NAMESPACE/NAME of the mig-parted ConfigMap the node's agent reads (its --mig-config-map)")
-	cmd.Flags().StringVar(&o.key, "key", "config.yaml", "the ConfigMap's key holding the mig-parted config")
+	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds each changing GPU's UUID, the config entry that chose its layout and the MIG devices it gets, placed")
+	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.ClusterScoped)
+	f := cmd.Flags()
+	f.StringVar(&o.configMap, "mig-config-map", DefaultConfigMap, "NAMESPACE/NAME of the mig-parted ConfigMap the node's agent reads (the agent's --mig-config-map)")
+	f.StringVar(&o.key, "mig-config-key", "config.yaml", "the ConfigMap's key holding the mig-parted config (the agent's --mig-config-key)")
+	f.StringVar(&o.configMap, "configmap", DefaultConfigMap, "")
+	f.StringVar(&o.key, "key", "config.yaml", "")
+	_ = f.MarkDeprecated("configmap", "use --mig-config-map, the agent's name")
+	_ = f.MarkDeprecated("key", "use --mig-config-key, the agent's name")
 	return cmd
 }
 
@@ -131,14 +135,14 @@ func Plan(ctx context.Context, rc *rest.Config, node, config, cmNamespace, cmNam
 	}
 	cm, err := cs.CoreV1().ConfigMaps(cmNamespace).Get(ctx, cmName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("the MIG ConfigMap %s/%s does not exist: give the one the node's agent reads with --configmap", cmNamespace, cmName)
+		return nil, fmt.Errorf("the MIG ConfigMap %s/%s does not exist: give the one the node's agent reads with --mig-config-map", cmNamespace, cmName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the MIG ConfigMap %s/%s: %w", cmNamespace, cmName, err)
 	}
 	data, ok := cm.Data[key]
 	if !ok {
-		return nil, fmt.Errorf("the MIG ConfigMap %s/%s has no key %q: give its key with --key", cmNamespace, cmName, key)
+		return nil, fmt.Errorf("the MIG ConfigMap %s/%s has no key %q: give its key with --mig-config-key", cmNamespace, cmName, key)
 	}
 	spec, err := mig.ParseBytes([]byte(data))
 	if err != nil {
@@ -199,8 +203,9 @@ func podsByGPU(pods []corev1.Pod, gpus int) map[int][]string {
 	return out
 }
 
-// Print writes the plan as a table.
-func Print(w io.Writer, r *Result) error {
+// Print writes the plan as a table; wide adds each changing GPU's UUID,
+// the config entry that chose its layout and its MIG devices, placed.
+func Print(w io.Writer, r *Result, wide bool) error {
 	moving := 0
 	for _, g := range r.GPUs {
 		moving += len(g.Pods)
@@ -210,8 +215,16 @@ func Print(w io.Writer, r *Result) error {
 		pods = "pod"
 	}
 	fmt.Fprintf(w, "Config %s on node %s: %d of %d GPUs change, %d %s would be evicted.\n\n", r.Config, r.Node, len(r.Plan.Changes), len(r.GPUs), moving, pods)
+	changes := map[int]mig.Change{}
+	for _, c := range r.Plan.Changes {
+		changes[c.Index] = c
+	}
 	tw := cliutil.NewTable(w)
-	fmt.Fprintln(tw, "GPU\tNAME\tNOW\tAFTER\tPODS THAT MOVE")
+	head := "GPU\tNAME\tNOW\tAFTER\tPODS THAT MOVE"
+	if wide {
+		head += "\tUUID\tENTRY\tMIG DEVICES (PROFILE@START)"
+	}
+	fmt.Fprintln(tw, head)
 	for _, g := range r.GPUs {
 		after := g.To
 		if !g.Changes {
@@ -221,7 +234,30 @@ func Print(w io.Writer, r *Result) error {
 		if len(g.Pods) > 0 {
 			movers = strings.Join(g.Pods, ", ")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", g.Index, g.Name, g.From, after, movers)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s", g.Index, g.Name, g.From, after, movers)
+		if wide {
+			c, ok := changes[g.Index]
+			uuid, entry, devices := "-", "-", "-"
+			if ok {
+				uuid, entry = dash(c.UUID), dash(c.Entry)
+				var ds []string
+				for _, in := range c.Instances {
+					ds = append(ds, fmt.Sprintf("%s@%d", in.Profile, in.Placement.Start))
+				}
+				if len(ds) > 0 {
+					devices = strings.Join(ds, ",")
+				}
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%s", uuid, entry, devices)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

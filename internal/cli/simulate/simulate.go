@@ -21,10 +21,11 @@ import (
 )
 
 type options struct {
-	trace, variant, mode, policies, seeds, out, output, mix string
-	tune, popularity                                        float64
-	tunedLast, keepNodeOrder                                bool
-	parallel, replicas                                      int
+	trace, variant, mode, policies, seeds, out, mix string
+	output                                          *cliutil.Format
+	tune, popularity                                float64
+	tunedLast, keepNodeOrder                        bool
+	parallel, replicas                              int
 	// Topology: the nodes' layout, a generated training workload and
 	// who places gangs by the network.
 	layout, trainingSizes, topologyPolicies string
@@ -32,8 +33,9 @@ type options struct {
 	trainingRequired, trainingLoad          float64
 	trainingSeed                            uint64
 	trainingStart                           int64
-	// MIG layouts that follow demand, in trace seconds.
-	migMinWait, migDwell, migTimeout, migDelay int64
+	// MIG layouts that follow demand: durations, as gpuplane-scheduler
+	// takes them, run in whole seconds of the trace's clock.
+	migMinWait, migDwell, migTimeout, migDelay time.Duration
 	migMaxPerNode                              int
 }
 
@@ -90,11 +92,11 @@ gang wait.`,
 	f.BoolVar(&o.tunedLast, "tuned-last", false, "packing: drawn pods arrive after the trace instead of before it")
 	f.BoolVar(&o.keepNodeOrder, "keep-node-order", false, "packing: place on nodes in trace order instead of a per-seed permutation")
 	f.Float64Var(&o.popularity, "popularity", 1, "share of pods whose types FGD measures fragmentation against (0..1]")
-	f.Int64Var(&o.migMinWait, "mig-demand-min-wait", 10, "event mode, nodes with migProfiles: seconds pending MIG or whole-GPU demand waits before an idle GPU is re-partitioned for it")
-	f.Int64Var(&o.migDwell, "mig-layout-dwell", 300, "event mode: seconds a GPU proposed for is left alone")
-	f.Int64Var(&o.migTimeout, "mig-proposal-timeout", 120, "event mode: seconds an unapplied proposal holds its node")
+	cliutil.DurationVar(cmd, &o.migMinWait, "mig-demand-min-wait", 10*time.Second, "event mode, nodes with migProfiles: how long pending MIG or whole-GPU demand waits before an idle GPU is re-partitioned for it, as gpuplane-scheduler's flag (whole seconds; a bare number of seconds is deprecated)")
+	cliutil.DurationVar(cmd, &o.migDwell, "mig-layout-dwell", 300*time.Second, "event mode: how long a GPU proposed for is left alone, as gpuplane-scheduler's flag (whole seconds; a bare number of seconds is deprecated)")
+	cliutil.DurationVar(cmd, &o.migTimeout, "mig-proposal-timeout", 120*time.Second, "event mode: how long an unapplied proposal holds its node, as gpuplane-scheduler's flag (whole seconds; a bare number of seconds is deprecated)")
 	f.IntVar(&o.migMaxPerNode, "mig-max-proposals-per-node", 1, "event mode: GPUs of one node proposed for per cycle")
-	f.Int64Var(&o.migDelay, "mig-layout-delay", 5, "event mode: seconds a node takes to re-partition a GPU once proposed")
+	cliutil.DurationVar(cmd, &o.migDelay, "mig-layout-delay", 5*time.Second, "event mode: how long a node takes to re-partition a GPU once proposed (whole seconds; a bare number of seconds is deprecated)")
 	f.StringVar(&o.layout, "layout", "", "lay the nodes out in racks and blocks: nodes-per-rack=N[,racks-per-block=M] (labels gpuplane.io/rack, gpuplane.io/block; alike machines share racks)")
 	f.IntVar(&o.training, "training", 0, "add this many multi-node training jobs: one pod per node of the trace's most common largest machine, gangs placed by rack (needs racks: --layout or the trace's own)")
 	f.StringVar(&o.trainingSizes, "training-sizes", "1:70,2:10,4:15,8:5", "training job sizes in pods (nodes) as PODS:WEIGHT,...; the default is Philly's job-size histogram as Gavel draws it")
@@ -105,7 +107,7 @@ gang wait.`,
 	f.StringVar(&o.topologyPolicies, "topology-policy", string(simulator.TopologyAware), "event mode: who places gangs by the network, comma-separated: "+strings.Join(simulator.TopologyPolicyNames(), ", ")+" (kueue-tas is a baseline outside gpuplane's core following Kueue's Topology Aware Scheduling)")
 	f.IntVar(&o.parallel, "parallel", min(2, runtime.NumCPU()), "runs to execute at once")
 	f.StringVar(&o.out, "out", "", "directory for results.csv, curve.csv and plot.svg")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json (one object per policy and seed)")
+	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds a row per run, json one object per run (policy and seed), yaml one document per run")
 	return cmd
 }
 
@@ -142,10 +144,7 @@ func ParseSeeds(s string) ([]uint64, error) {
 }
 
 func run(cmd *cobra.Command, o *options) error {
-	format, err := cliutil.ParseFormat(o.output, cliutil.Table, cliutil.JSON)
-	if err != nil {
-		return err
-	}
+	format := *o.output
 	if o.trace == "" {
 		return cliutil.Usagef("--trace is required (an openb directory or a YAML trace file)")
 	}
@@ -160,16 +159,16 @@ func run(cmd *cobra.Command, o *options) error {
 	if o.tune < 0 {
 		return cliutil.Usagef("--tune must be >= 0, got %g", o.tune)
 	}
-	switch {
-	case o.migMinWait < 0:
-		return cliutil.Usagef("--mig-demand-min-wait must be >= 0, got %d", o.migMinWait)
-	case o.migDwell < 0:
-		return cliutil.Usagef("--mig-layout-dwell must be >= 0, got %d", o.migDwell)
-	case o.migTimeout < 0:
-		return cliutil.Usagef("--mig-proposal-timeout must be >= 0, got %d", o.migTimeout)
-	case o.migDelay < 0:
-		return cliutil.Usagef("--mig-layout-delay must be >= 0, got %d", o.migDelay)
-	case o.migMaxPerNode < 1 || o.migMaxPerNode > 64:
+	var layoutSeconds [4]int64
+	for i, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"mig-demand-min-wait", o.migMinWait}, {"mig-layout-dwell", o.migDwell}, {"mig-proposal-timeout", o.migTimeout}, {"mig-layout-delay", o.migDelay}} {
+		if layoutSeconds[i], err = traceSeconds(d.flag, d.v); err != nil {
+			return err
+		}
+	}
+	if o.migMaxPerNode < 1 || o.migMaxPerNode > 64 {
 		return cliutil.Usagef("--mig-max-proposals-per-node must be 1 to 64, got %d", o.migMaxPerNode)
 	}
 	if o.popularity <= 0 || o.popularity > 1 {
@@ -258,8 +257,8 @@ func run(cmd *cobra.Command, o *options) error {
 	results, err := simulator.RunAll(cmd.Context(), tr, simulator.Spec{
 		Mode: mode, Policies: policies, Seeds: seeds, Tune: o.tune, TunedLast: o.tunedLast, KeepNodeOrder: o.keepNodeOrder,
 		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update, TopologyPolicies: topoPolicies,
-		Layouts:     model.LayoutPolicy{MinWait: o.migMinWait, Dwell: o.migDwell, Timeout: o.migTimeout, MaxPerNode: o.migMaxPerNode},
-		LayoutDelay: o.migDelay,
+		Layouts:     model.LayoutPolicy{MinWait: layoutSeconds[0], Dwell: layoutSeconds[1], Timeout: layoutSeconds[2], MaxPerNode: o.migMaxPerNode},
+		LayoutDelay: layoutSeconds[3],
 	})
 	prog.finish()
 	if err != nil {
@@ -271,23 +270,67 @@ func run(cmd *cobra.Command, o *options) error {
 		}
 	}
 	stdout := cmd.OutOrStdout()
-	if format == cliutil.JSON {
-		enc := json.NewEncoder(stdout)
-		for _, r := range results {
-			c := *r
-			c.Curve = nil
-			if c.Event != nil {
-				e := *c.Event
-				e.Utilization = nil
-				c.Event = &e
-			}
+	if format.Data() {
+		return encodeRuns(stdout, format, results)
+	}
+	if err := printTable(stdout, mode, results); err != nil {
+		return err
+	}
+	if format == cliutil.Wide {
+		return printRuns(stdout, results)
+	}
+	return nil
+}
+
+// encodeRuns writes one JSON object (a line) or one YAML document per
+// run, without the curves and series that --out writes as CSV.
+func encodeRuns(w io.Writer, format cliutil.Format, results []*simulator.Result) error {
+	enc := json.NewEncoder(w)
+	for i, r := range results {
+		c := *r
+		c.Curve = nil
+		if c.Event != nil {
+			e := *c.Event
+			e.Utilization = nil
+			c.Event = &e
+		}
+		if format == cliutil.JSON {
 			if err := enc.Encode(&c); err != nil {
 				return fmt.Errorf("writing json: %w", err)
 			}
+			continue
 		}
-		return nil
+		if i > 0 {
+			if _, err := io.WriteString(w, "---\n"); err != nil {
+				return err
+			}
+		}
+		if err := cliutil.Encode(w, cliutil.YAML, &c); err != nil {
+			return err
+		}
 	}
-	return printTable(stdout, mode, results)
+	return nil
+}
+
+// printRuns is -o wide's table: one row per run (policy and seed).
+func printRuns(w io.Writer, results []*simulator.Result) error {
+	fmt.Fprintln(w, "\nRUNS")
+	t := cliutil.NewTable(w)
+	fmt.Fprintln(t, "POLICY\tSEED\tPODS\tFAILED PODS\tMILLI-GPU ALLOC\tGPUS IN USE\tFRAGMENTATION\tARRIVED DEMAND\tWALL")
+	for _, r := range results {
+		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%.2f%%\t%.2f%%\t%.2f%%\t%.2f\t%.2fs\n", label(r), r.Seed, r.Pods, r.FailedPods,
+			100*r.MilliGPUAllocationRatio, 100*r.GPUAllocationRatio, 100*r.Fragmentation, r.ArrivedDemand, r.WallSeconds)
+	}
+	return t.Flush()
+}
+
+// traceSeconds is a duration flag's value on the trace's clock, which
+// counts whole seconds.
+func traceSeconds(flag string, d time.Duration) (int64, error) {
+	if d < 0 || d%time.Second != 0 {
+		return 0, cliutil.Usagef("--%s %s: want whole seconds, 0 or more (the trace's clock counts seconds)", flag, d)
+	}
+	return int64(d / time.Second), nil
 }
 
 func readTrace(path, variant string) (*simulator.Trace, error) {

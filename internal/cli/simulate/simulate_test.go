@@ -8,8 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/spf13/cobra"
+	"time"
 
 	"github.com/gpuplane/gpuplane/internal/cliutil"
 )
@@ -58,10 +57,23 @@ func runCmd(t *testing.T, args ...string) (string, string, int) {
 	cmd.SetOut(&out)
 	cmd.SetErr(&errb)
 	cmd.SetArgs(args)
-	cmd.SilenceErrors, cmd.SilenceUsage = true, true
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cliutil.UsageError{Err: err} })
-	code := cliutil.Exit(cmd.Execute(), "gpuplane", &errb)
+	cliutil.Apply(cmd)
+	ran, err := cmd.ExecuteC()
+	code := cliutil.Exit(err, ran, "gpuplane", &errb)
 	return out.String(), errb.String(), code
+}
+
+func TestTraceSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+		bad  bool
+	}{{5 * time.Minute, 300, false}, {0, 0, false}, {1500 * time.Millisecond, 0, true}, {-time.Second, 0, true}} {
+		got, err := traceSeconds("mig-layout-dwell", tc.d)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("traceSeconds(%v) = %d, %v; want %d (error %v)", tc.d, got, err, tc.want, tc.bad)
+		}
+	}
 }
 
 func TestCommand(t *testing.T) {
@@ -178,6 +190,8 @@ func TestCommand(t *testing.T) {
 		{"bad seeds", []string{"--trace", path, "--seeds", "9-1"}},
 		{"bad output", []string{"--trace", path, "-o", "xml"}},
 		{"unknown flag", []string{"--nope"}},
+		{"dwell under a second", []string{"--trace", path, "--mode", "event", "--mig-layout-dwell", "1500ms"}},
+		{"negative delay", []string{"--trace", path, "--mode", "event", "--mig-layout-delay", "-5s"}},
 	}
 	for _, tc := range usage {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,6 +200,12 @@ func TestCommand(t *testing.T) {
 			}
 		})
 	}
+	t.Run("MIG layout flags in seconds, deprecated", func(t *testing.T) {
+		_, stderr, code := runCmd(t, "--trace", path, "--mode", "event", "--mig-layout-dwell", "300", "--mig-demand-min-wait", "10s")
+		if code != 0 || !strings.Contains(stderr, "Flag --mig-layout-dwell: a bare number of seconds is deprecated, give a duration such as 5m0s") {
+			t.Fatalf("exit %d, stderr %q", code, stderr)
+		}
+	})
 	t.Run("missing trace file", func(t *testing.T) {
 		if _, stderr, code := runCmd(t, "--trace", filepath.Join(dir, "nope.yaml")); code != 1 || !strings.Contains(stderr, "trace") {
 			t.Fatalf("exit %d stderr %q, want 1 and a message about the trace", code, stderr)

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/gpupod"
@@ -107,7 +106,9 @@ const (
 )
 
 type options struct {
-	kubeconfig, output, schedulerName string
+	output        *cliutil.Format
+	cluster       *cliutil.Cluster
+	schedulerName string
 }
 
 // NewCommand returns the status command.
@@ -135,36 +136,53 @@ func NewCommand() *cobra.Command {
            which, and where its minMember and queue came from (the rule and
            field, or the workload's label).
 
+With -n NAMESPACE, GPU HOLDERS and WAITING list that namespace's pods and
+pod groups only; NODES and QUEUES stay cluster-wide.
+
 The Queue and PodGroup sections are empty when the CRDs are not installed.`,
 		Example: `  gpuplane status
-  gpuplane status -o wide
-  gpuplane status -o json --kubeconfig ~/.kube/config`,
+  gpuplane status -o wide -n ml-team
+  gpuplane status -o json --kubeconfig ~/.kube/config --context prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := cliutil.ParseFormat(o.output, cliutil.Table, cliutil.Wide, cliutil.JSON, cliutil.YAML)
+			rc, err := o.cluster.RESTConfig()
 			if err != nil {
 				return err
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = o.kubeconfig
-			rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+			ns, explicit, err := o.cluster.Namespace()
 			if err != nil {
-				return fmt.Errorf("loading the kubeconfig: %w (give --kubeconfig or set KUBECONFIG)", err)
+				return err
+			}
+			if !explicit {
+				ns = ""
 			}
 			st, err := Collect(cmd.Context(), rc, o.schedulerName)
 			if err != nil {
 				return err
 			}
-			if format == cliutil.JSON || format == cliutil.YAML {
-				return cliutil.Encode(cmd.OutOrStdout(), format, st)
+			st.Only(ns)
+			if o.output.Data() {
+				return cliutil.Encode(cmd.OutOrStdout(), *o.output, st)
 			}
-			return Print(cmd.OutOrStdout(), st, format == cliutil.Wide)
+			return Print(cmd.OutOrStdout(), st, *o.output == cliutil.Wide)
 		},
 	}
-	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then ~/.kube/config")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: table (default), wide, json or yaml")
-	cmd.Flags().StringVar(&o.schedulerName, "scheduler-name", v1alpha1.SchedulerName, "the spec.schedulerName whose waiting pods are listed")
+	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds GPU HOLDERS and where derived pod groups came from")
+	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.Namespaced)
+	cmd.Flags().StringVar(&o.schedulerName, "scheduler-name", v1alpha1.SchedulerName, "the spec.schedulerName whose waiting pods are listed (gpuplane-scheduler's --scheduler-name)")
 	return cmd
+}
+
+// Only keeps the GPU holders and waiting entries of namespace ns; ""
+// keeps all.
+func (st *Status) Only(ns string) {
+	if ns == "" {
+		return
+	}
+	for i := range st.Nodes {
+		st.Nodes[i].Holders = slices.DeleteFunc(st.Nodes[i].Holders, func(h Holder) bool { return !strings.HasPrefix(h.Pod, ns+"/") })
+	}
+	st.Waiting = slices.DeleteFunc(st.Waiting, func(g Gang) bool { return g.Namespace != ns })
 }
 
 // Collect reads the cluster's status; schedulerName picks the waiting pods

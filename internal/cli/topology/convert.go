@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -58,7 +57,9 @@ func NewCommand() *cobra.Command {
 }
 
 type convertOptions struct {
-	file, kubeconfig, output, from string
+	file, from string
+	output     *cliutil.Format
+	cluster    *cliutil.Cluster
 }
 
 func newConvertCommand() *cobra.Command {
@@ -68,18 +69,17 @@ func newConvertCommand() *cobra.Command {
 		Short: "Write Kueue's and KAI's Topology objects as gpuplane Topologies",
 		Long: `convert reads Kueue Topologies (kueue.x-k8s.io) and KAI Topologies
 (kai.scheduler/v1alpha1), from the YAML or JSON documents of -f (- for stdin)
-or, without -f, from the cluster of --kubeconfig, and writes each as a
-gpuplane Topology (scheduling.gpuplane.io/v1alpha1) of the same name and
-levels, for kubectl apply -f. NAMEs pick some of them. It changes nothing in
-the cluster. gpuplane-scheduler reads Kueue's and KAI's Topologies as they
+or, without -f, from the cluster (--kubeconfig, --context), and writes each
+as a gpuplane Topology (scheduling.gpuplane.io/v1alpha1) of the same name
+and levels: YAML documents by default, for kubectl apply -f; -o json a List;
+-o table each Topology's name and levels, -o wide also what it was
+converted from. NAMEs pick some of them. It changes nothing in the cluster. gpuplane-scheduler reads Kueue's and KAI's Topologies as they
 are; a converted one is gpuplane's own.`,
 		Example: `  gpuplane topology convert -f kueue-topology.yaml | kubectl apply -f -
   gpuplane topology convert --from kai -o json`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := cliutil.ParseFormat(o.output, cliutil.YAML, cliutil.JSON)
-			if err != nil {
-				return err
-			}
+			var err error
 			if o.from != "" && o.from != "kueue" && o.from != "kai" {
 				return cliutil.Usagef("--from %s: want kueue or kai (default: both)", o.from)
 			}
@@ -87,7 +87,7 @@ are; a converted one is gpuplane's own.`,
 			if o.file != "" {
 				objs, err = readFile(cmd.InOrStdin(), o.file)
 			} else {
-				objs, err = readCluster(cmd.Context(), o.kubeconfig, o.from)
+				objs, err = readCluster(cmd.Context(), o.cluster, o.from)
 			}
 			if err != nil {
 				return err
@@ -96,12 +96,12 @@ are; a converted one is gpuplane's own.`,
 			if err != nil {
 				return err
 			}
-			return write(cmd.OutOrStdout(), format, out)
+			return write(cmd.OutOrStdout(), *o.output, out)
 		},
 	}
 	cmd.Flags().StringVarP(&o.file, "filename", "f", "", "file of Kueue or KAI Topologies (YAML documents or JSON; - for stdin); without it, read them from the cluster")
-	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then ~/.kube/config")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: yaml (default) or json")
+	o.output = cliutil.AddOutputFlag(cmd, cliutil.YAML, "yaml and json are the Topologies to apply, table their names and levels, wide also what each was converted from")
+	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.ClusterScoped)
 	cmd.Flags().StringVar(&o.from, "from", "", "convert only kueue's or kai's Topologies (default: both)")
 	return cmd
 }
@@ -157,12 +157,10 @@ func readFile(stdin io.Reader, path string) ([]*unstructured.Unstructured, error
 
 // readCluster lists the cluster's Kueue and KAI Topologies (only from's,
 // when set), each resource at the newest version the cluster serves.
-func readCluster(ctx context.Context, kubeconfig, from string) ([]*unstructured.Unstructured, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+func readCluster(ctx context.Context, cluster *cliutil.Cluster, from string) ([]*unstructured.Unstructured, error) {
+	rc, err := cluster.RESTConfig()
 	if err != nil {
-		return nil, fmt.Errorf("loading the kubeconfig: %w (give --kubeconfig or set KUBECONFIG, or read a file with -f)", err)
+		return nil, fmt.Errorf("%w (or read a file with -f)", err)
 	}
 	d, err := dynamic.NewForConfig(rc)
 	if err != nil {
@@ -283,8 +281,33 @@ func levelsOf(obj map[string]any) ([]string, error) {
 	return out, nil
 }
 
-// write prints the Topologies as YAML documents or a JSON List.
+// write prints the Topologies as YAML documents, a JSON List, or a table
+// of their names and levels (wide: and what each was converted from).
 func write(w io.Writer, format cliutil.Format, ts []*v1alpha1.Topology) error {
+	if format == cliutil.Table || format == cliutil.Wide {
+		tw := cliutil.NewTable(w)
+		head := "NAME\tLEVELS"
+		if format == cliutil.Wide {
+			head += "\tCONVERTED FROM"
+		}
+		fmt.Fprintln(tw, head)
+		for _, t := range ts {
+			levels := make([]string, len(t.Spec.Levels))
+			for i, l := range t.Spec.Levels {
+				levels[i] = l.NodeLabel
+			}
+			fmt.Fprintf(tw, "%s\t%s", t.Name, strings.Join(levels, ","))
+			if format == cliutil.Wide {
+				from := t.Annotations[v1alpha1.ConvertedFromAnnotation]
+				if from == "" {
+					from = "-"
+				}
+				fmt.Fprintf(tw, "\t%s", from)
+			}
+			fmt.Fprintln(tw)
+		}
+		return tw.Flush()
+	}
 	if format == cliutil.JSON {
 		items := make([]any, len(ts))
 		for i, t := range ts {

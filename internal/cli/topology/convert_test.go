@@ -107,6 +107,16 @@ func TestConvert(t *testing.T) {
 			t.Fatalf("%v: %s", err, out)
 		}
 	})
+	t.Run("table and wide", func(t *testing.T) {
+		out, err := run(t, input, "-f", "-", "--from", "kai", "-o", "table")
+		if err != nil || !strings.Contains(out, "NAME   LEVELS\nnvl72  ") || strings.Contains(out, "CONVERTED FROM") {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+		out, err = run(t, input, "-f", "-", "--from", "kai", "-o", "wide")
+		if err != nil || !strings.Contains(out, "CONVERTED FROM") || !strings.Contains(out, "kai.scheduler/v1alpha1 Topology nvl72") {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+	})
 	t.Run("by name", func(t *testing.T) {
 		out, err := run(t, input, "-f", "-", "default")
 		if ts := decode(t, out); err != nil || len(ts) != 1 || ts[0].Name != "default" {
@@ -126,7 +136,7 @@ func TestConvert(t *testing.T) {
 		{"two make one", input + "---\n" + strings.Replace(input[:strings.Index(input, "---")], "kueue.x-k8s.io/v1beta2", "kai.scheduler/v1alpha1", 1), nil, "both make Topology default"},
 		{"unknown name", input, []string{"nope"}, "no Topology named nope to convert"},
 		{"bad --from", input, []string{"--from", "volcano"}, "--from volcano: want kueue or kai"},
-		{"bad -o", input, []string{"-o", "table"}, "-o table: unknown output format"},
+		{"bad -o", input, []string{"-o", "xml"}, `unknown output format "xml": want one of table, wide, json, yaml`},
 		{"not YAML", "{{{", nil, "document 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
