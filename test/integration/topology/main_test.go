@@ -4,6 +4,8 @@
 // KAI's and gangs that state their topology in each dialect: gpuplane's
 // PodGroup spec.topology and annotations, Kueue's and KAI's annotations,
 // Volcano's networkTopology and the Workload API's topology constraint.
+// Indexed Jobs, JobSets, PyTorchJobs and LeaderWorkerSets are made by
+// their real operators (bin/operators, from `make operator-bins`).
 package topology_test
 
 import (
