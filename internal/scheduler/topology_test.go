@@ -587,6 +587,11 @@ func TestRunningSliceMembersPinTheirSlice(t *testing.T) {
 				if len(racks) != 0 {
 					t.Fatalf("g placed in racks %v: its slice w0 runs in two racks already", racks)
 				}
+				u := unplacedOf(&d, "g")
+				if u == nil || u.Code != model.UnplacedNoDomain || u.Level != schedtest.RackKey ||
+					!strings.HasPrefix(u.Reason, "the running pods of its sub-group w0 are not all in one rack (example.com/rack)") {
+					t.Fatalf("unplaced %+v: want the reason to name sub-group w0 and the rack level", u)
+				}
 				return
 			}
 			if len(racks) != 3 || racks[0] != tc.wantRack || racks[1] != racks[2] {
