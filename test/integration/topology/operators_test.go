@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
@@ -95,6 +96,9 @@ type opCase struct {
 	// last: submitted once the other cases are placed (a GroupingRule
 	// changes how every workload of its kind is grouped).
 	last bool
+	// replace names a pod deleted once the case is placed, whose
+	// replacement must keep want.
+	replace string
 }
 
 // opCluster is the namespace, scheduler and Topologies the cases share.
@@ -194,7 +198,8 @@ func (c *opCluster) lws(name string, replicas, size int64, gpus int, lwsAnn, pod
 	tmpl["spec"].(map[string]any)["restartPolicy"] = "Always" // a StatefulSet's pods
 	env.CreateLeaderWorkerSet(c.t, c.dyn, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": c.meta(name, lwsAnn),
-		"spec": map[string]any{"replicas": replicas, "leaderWorkerTemplate": map[string]any{"size": size, "workerTemplate": tmpl}},
+		// A pod deleted is made again alone, not with its whole group.
+		"spec": map[string]any{"replicas": replicas, "leaderWorkerTemplate": map[string]any{"size": size, "workerTemplate": tmpl, "restartPolicy": "None"}},
 	}})
 }
 
@@ -386,69 +391,69 @@ func TestTopologyWorkloadsThroughOperators(t *testing.T) {
 		// Indexed Jobs.
 		{"job-kueue-nvl", func(c *opCluster, n string) {
 			c.indexedJob(n, 3, 2, nil, kueue(v1alpha1.KueueRequiredTopologyAnnotation, cliqueKey))
-		}, placement{pods: 3, same: []string{cliqueKey}}, false},
+		}, placement{pods: 3, same: []string{cliqueKey}}, false, ""},
 		{"job-kueue-sliced", func(c *opCluster, n string) {
 			c.indexedJob(n, 4, 2, nil, kueue(v1alpha1.KueueRequiredTopologyAnnotation, blockKey,
 				v1alpha1.KueueSliceRequiredTopologyAnnotation, cliqueKey, v1alpha1.KueueSliceSizeAnnotation, "2"))
-		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: cliqueKey, slice: rankSlice(2)}, false},
+		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: cliqueKey, slice: rankSlice(2)}, false, ""},
 		{"job-kai-preferred", func(c *opCluster, n string) {
 			c.indexedJob(n, 3, 2, kueue(v1alpha1.KAITopologyAnnotation, c.kai, v1alpha1.KAIPreferredPlacementAnnotation, rackKey), nil)
-		}, placement{pods: 3, spans: map[string]int{rackKey: 1}}, false},
+		}, placement{pods: 3, spans: map[string]int{rackKey: 1}}, false, ""},
 		{"job-volcano-hard", func(c *opCluster, n string) {
 			// Tier 2 of Topology ours is the rack (tier 1 the NVLink
 			// domain).
 			c.volcanoPodGroup(n, c.ours, 3, "hard", 2)
 			c.indexedJob(n, 3, 2, nil, kueue(v1alpha1.VolcanoGroupAnnotation, n))
-		}, placement{pods: 3, same: []string{rackKey}}, false},
+		}, placement{pods: 3, same: []string{rackKey}}, false, ""},
 		{"job-podgroup", func(c *opCluster, n string) {
 			c.createTyped(v1alpha1.PodGroupsResource, c.ns, build.PodGroup(c.ns, n, 3).
 				Topology(v1alpha1.TopologyConstraint{Name: c.ours, Required: blockKey, Preferred: rackKey}).Obj())
 			// The Job's pod template names the PodGroup by label.
 			c.indexedJob(n, 3, 2, nil, nil, map[string]string{v1alpha1.PodGroupLabel: n})
-		}, placement{pods: 3, same: []string{blockKey}, spans: map[string]int{rackKey: 1}}, false},
+		}, placement{pods: 3, same: []string{blockKey}, spans: map[string]int{rackKey: 1}}, false, ""},
 		// JobSets.
 		{"jobset-kueue-sliced", func(c *opCluster, n string) {
 			// No slice size: each of the JobSet's Jobs is a slice.
 			c.jobSet(n, 2, 2, 2, nil, kueue(v1alpha1.KueueRequiredTopologyAnnotation, blockKey, v1alpha1.KueueSliceRequiredTopologyAnnotation, rackKey))
-		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: rackKey, slice: labelSlice(jobIndexLabel)}, false},
+		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: rackKey, slice: labelSlice(jobIndexLabel)}, false, ""},
 		{"jobset-kai-required", func(c *opCluster, n string) {
 			c.jobSet(n, 3, 1, 2, kueue(v1alpha1.KAITopologyAnnotation, c.kai, v1alpha1.KAIRequiredPlacementAnnotation, rackKey), nil)
-		}, placement{pods: 3, same: []string{rackKey}}, false},
+		}, placement{pods: 3, same: []string{rackKey}}, false, ""},
 		{"jobset-volcano-soft", func(c *opCluster, n string) {
 			c.volcanoPodGroup(n, c.ours, 3, "soft", 2)
 			c.jobSet(n, 1, 3, 2, nil, kueue(v1alpha1.VolcanoGroupAnnotation, n))
-		}, placement{pods: 3, spans: map[string]int{rackKey: 1}}, false},
+		}, placement{pods: 3, spans: map[string]int{rackKey: 1}}, false, ""},
 		{"jobset-ours-preferred", func(c *opCluster, n string) {
 			// 8 GPUs: more than a rack has free, so two racks, of one
 			// block.
 			c.jobSet(n, 4, 1, 2, kueue(v1alpha1.TopologyAnnotation, c.ours, v1alpha1.TopologyPreferredAnnotation, rackKey), nil)
-		}, placement{pods: 4, spans: map[string]int{rackKey: 2, blockKey: 1}}, false},
+		}, placement{pods: 4, spans: map[string]int{rackKey: 2, blockKey: 1}}, false, ""},
 		{"jobset-kueue-unmet", func(c *opCluster, n string) {
 			c.jobSet(n, 2, 2, 2, nil, kueue(v1alpha1.KueueRequiredTopologyAnnotation, cliqueKey))
-		}, placement{pods: 4, waits: []string{"no NVLink domain (" + cliqueKey + ") has room for the gang's 4 pods", "has room for 3"}}, false},
+		}, placement{pods: 4, waits: []string{"no NVLink domain (" + cliqueKey + ") has room for the gang's 4 pods", "has room for 3"}}, false, ""},
 		// PyTorchJobs.
 		{"pytorch-kueue-preferred", func(c *opCluster, n string) {
 			c.pyTorchJob(n, 2, 2, nil, kueue(v1alpha1.KueuePreferredTopologyAnnotation, rackKey))
-		}, placement{pods: 3, spans: map[string]int{rackKey: 1}}, false},
+		}, placement{pods: 3, spans: map[string]int{rackKey: 1}}, false, ""},
 		{"pytorch-kai-nvl", func(c *opCluster, n string) {
 			c.pyTorchJob(n, 2, 2, kueue(v1alpha1.KAITopologyAnnotation, c.kai, v1alpha1.KAIRequiredPlacementAnnotation, cliqueKey), nil)
-		}, placement{pods: 3, same: []string{cliqueKey}}, false},
+		}, placement{pods: 3, same: []string{cliqueKey}}, false, ""},
 		{"pytorch-ours-sliced", func(c *opCluster, n string) {
 			// The master and the workers are the slices: the three
 			// workers fill one rack's free GPUs.
 			c.pyTorchJob(n, 3, 2, kueue(v1alpha1.TopologyAnnotation, c.ours, v1alpha1.TopologyRequiredAnnotation, blockKey,
 				v1alpha1.TopologySliceRequiredAnnotation, rackKey), nil)
-		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: rackKey, slice: labelSlice(replicaTypeLabel)}, false},
+		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: rackKey, slice: labelSlice(replicaTypeLabel)}, false, ""},
 		{"pytorch-kai-unmet", func(c *opCluster, n string) {
 			c.pyTorchJob(n, 3, 2, kueue(v1alpha1.KAITopologyAnnotation, c.kai, v1alpha1.KAIRequiredPlacementAnnotation, rackKey), nil)
-		}, placement{pods: 4, waits: []string{"no rack (" + rackKey + ") has room for the gang's 4 pods", "has room for 3"}}, false},
+		}, placement{pods: 4, waits: []string{"no rack (" + rackKey + ") has room for the gang's 4 pods", "has room for 3"}}, false, ""},
 		// LeaderWorkerSets: a gang per group, as the shipped rule makes.
 		{"lws-kueue-required", func(c *opCluster, n string) {
 			c.lws(n, 2, 2, 2, nil, kueue(v1alpha1.KueueRequiredTopologyAnnotation, rackKey))
-		}, placement{pods: 4, sliceLevel: rackKey, slice: labelSlice(lwsGroupLabel)}, false},
+		}, placement{pods: 4, sliceLevel: rackKey, slice: labelSlice(lwsGroupLabel)}, false, ""},
 		{"lws-kai-preferred", func(c *opCluster, n string) {
 			c.lws(n, 1, 3, 2, kueue(v1alpha1.KAITopologyAnnotation, c.kai, v1alpha1.KAIPreferredPlacementAnnotation, cliqueKey), nil)
-		}, placement{pods: 3, spans: map[string]int{cliqueKey: 1}}, false},
+		}, placement{pods: 3, spans: map[string]int{cliqueKey: 1}}, false, ""},
 		// A GroupingRule that makes a whole LeaderWorkerSet one gang, in one
 		// block, each of its groups (the sub-groups) in one rack: two groups
 		// of three pods of 2 GPUs fill one block's free GPUs, a rack's each.
@@ -459,7 +464,15 @@ func TestTopologyWorkloadsThroughOperators(t *testing.T) {
 				Topology:  &v1alpha1.TopologyConstraint{Name: c.ours, Required: blockKey, SliceRequired: rackKey},
 			})
 			c.lws(n, 2, 3, 2, nil, nil)
-		}, placement{pods: 6, same: []string{blockKey}, sliceLevel: rackKey, slice: labelSlice(lwsGroupLabel)}, true},
+		}, placement{pods: 6, same: []string{blockKey}, sliceLevel: rackKey, slice: labelSlice(lwsGroupLabel)}, true, ""},
+		// Under the same rule, two groups of two pods of 2 GPUs take a rack
+		// each of one block, leaving 2 GPUs free in each. A worker of group
+		// 0 deleted and made again joins its group's rack, where it left 4
+		// GPUs free, not the tighter rack of group 1 that best fit would
+		// take for a pod alone.
+		{"lws-rule-rejoin", func(c *opCluster, n string) {
+			c.lws(n, 2, 2, 2, nil, nil)
+		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: rackKey, slice: labelSlice(lwsGroupLabel)}, true, "lws-rule-rejoin-0-1"},
 	}
 	var names []string
 	for _, tc := range cases {
@@ -474,9 +487,26 @@ func TestTopologyWorkloadsThroughOperators(t *testing.T) {
 		}
 		for _, tc := range cases {
 			if tc.last == last {
-				c.verify(t, tc)
+				c.verify(t, tc.name, tc)
 			}
 		}
+	}
+	for _, tc := range cases {
+		if tc.replace == "" {
+			continue
+		}
+		uid := c.podUID(tc.replace)
+		if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), tc.replace, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 60*time.Second, "pod "+tc.replace+" made again", func(ctx context.Context) (bool, error) {
+			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, tc.replace, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return p.UID != uid, fmt.Errorf("still the deleted pod")
+		})
+		c.verify(t, tc.name+"-replaced", tc)
 	}
 	// The gangs that wait have been looked at in every cycle since: still
 	// none of their pods is bound.
@@ -494,11 +524,11 @@ func TestTopologyWorkloadsThroughOperators(t *testing.T) {
 	}
 }
 
-// verify waits, in a subtest, until case tc's pods show its placement,
-// and fails at once if they break it.
-func (c *opCluster) verify(t *testing.T, tc opCase) {
+// verify waits, in subtest title, until case tc's pods show its
+// placement, and fails at once if they break it.
+func (c *opCluster) verify(t *testing.T, title string, tc opCase) {
 	t.Helper()
-	t.Run(tc.name, func(t *testing.T) {
+	t.Run(title, func(t *testing.T) {
 		framework.Eventually(t, 120*time.Second, "case "+tc.name+" placed as asked", func(ctx context.Context) (bool, error) {
 			nodes, err := c.nodeLabels(ctx)
 			if err != nil {
@@ -534,4 +564,14 @@ func (c *opCluster) groupingRule(name string, spec v1alpha1.GroupingRuleSpec) {
 		}
 		return false, fmt.Errorf("no Valid condition in %v", conds)
 	})
+}
+
+// podUID is the UID of the test's pod of that name.
+func (c *opCluster) podUID(name string) types.UID {
+	c.t.Helper()
+	p, err := env.Client.CoreV1().Pods(c.ns).Get(c.t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return p.UID
 }
