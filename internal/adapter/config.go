@@ -85,6 +85,12 @@ type Config struct {
 	// own pods (internal/adapter/grouper): pods then gang only through a
 	// PodGroup they name.
 	NoDerivedGroups bool
+	// TopologyRecheck is how often, while the API server does not serve
+	// Kueue's or KAI's Topology resource, the scheduler asks its discovery
+	// again (default 30s): a CRD installed after the scheduler started is
+	// read from then on. Each look is one discovery request per resource
+	// not yet served; none once all are.
+	TopologyRecheck time.Duration
 	// MIG layouts that follow demand, on nodes labelled
 	// gpuplane.io/mig-layout-policy=follow-demand: pending MIG (or
 	// whole-GPU) demand must have waited MIGDemandMinWait (default 10s)
@@ -142,6 +148,7 @@ func (c Config) Defaults() Config {
 		c.DiagnoseLimit = 64
 	}
 	set(&c.PartialGangGrace, 30*time.Second)
+	set(&c.TopologyRecheck, 30*time.Second)
 	if c.LeaseNamespace == "" {
 		c.LeaseNamespace = "kube-system"
 	}
@@ -175,6 +182,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: min-cycle-interval %v must not exceed cycle-interval %v", c.MinCycleInterval, c.CycleInterval)
 	case c.LeaseName != "" && c.Identity == "":
 		return errors.New("config: leader election needs an identity: set --leader-elect-identity (defaults to the host name)")
+	case c.TopologyRecheck < 0:
+		return fmt.Errorf("config: the topology re-check interval must be > 0, got %v", c.TopologyRecheck)
 	case c.MIGDemandMinWait < 0:
 		return fmt.Errorf("config: mig-demand-min-wait must be >= 0, got %v", c.MIGDemandMinWait)
 	case c.MIGLayoutDwell < 0:

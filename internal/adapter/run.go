@@ -74,10 +74,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// (forCache).
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(forCache))
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	regs := []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{
+	regs := []informerReg{
 		{factory.Core().V1().Nodes().Informer(), handler(c.upsertNode, c.deleteNode)},
 		{factory.Core().V1().Pods().Informer(), handler(c.upsertPod, c.deletePod)},
 		{factory.Core().V1().Namespaces().Informer(), handler(c.upsertNamespace, c.deleteNamespace)},
@@ -98,15 +95,11 @@ func Run(ctx context.Context, cfg Config) error {
 		{dfactory.ForResource(v1alpha1.PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
 		{dfactory.ForResource(v1alpha1.TopologiesResource).Informer(), handler(typed(log, c.upsertTopology), typed(log, c.deleteTopology))},
 	}
-	// Kueue's and KAI's Topologies, where the cluster serves them (looked
-	// up once, at start: a CRD installed later is read after a restart).
-	for _, f := range foreignTopologyResources(ctx, client.Discovery(), log) {
-		upsert, remove := c.foreignTopology(f.src)
-		regs = append(regs, struct {
-			inf cache.SharedIndexInformer
-			h   cache.ResourceEventHandler
-		}{dfactory.ForResource(f.gvr).Informer(), handler(upsert, remove)})
-	}
+	// Kueue's and KAI's Topologies, where the cluster serves them: those
+	// served now are synced with the rest; a CRD installed later is found
+	// by a re-check every cfg.TopologyRecheck.
+	foreign := &foreignTopologyWatch{c: c, disc: client.Discovery(), factory: dfactory, log: log}
+	regs = append(regs, foreign.look(ctx)...)
 	// Pod groups derived from the workloads that own pods: the grouper
 	// answers the cache's pods and makes groups while this replica leads.
 	var grp *grouper.Grouper
@@ -123,10 +116,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		grp.OnSettled(c.regroup)
 		c.grouping = grp
-		regs = append(regs, struct {
-			inf cache.SharedIndexInformer
-			h   cache.ResourceEventHandler
-		}{dfactory.ForResource(v1alpha1.GroupingRulesResource).Informer(), handler(typed(log, grp.UpsertRule), typed(log, grp.DeleteRule))})
+		regs = append(regs, informerReg{dfactory.ForResource(v1alpha1.GroupingRulesResource).Informer(), handler(typed(log, grp.UpsertRule), typed(log, grp.DeleteRule))})
 	}
 	// delivered says when each handler has been given its informer's
 	// initial list: an informer's own sync says only that its store holds
@@ -176,6 +166,19 @@ func Run(ctx context.Context, cfg Config) error {
 	close(synced)
 	ready.Store(true)
 	log.Info("caches synced")
+	if foreign.missing() {
+		// Ended and waited for before the informers are shut down.
+		fctx, fcancel := context.WithCancel(ctx)
+		fdone := make(chan struct{})
+		go func() {
+			defer close(fdone)
+			foreign.run(fctx, cfg.TopologyRecheck)
+		}()
+		defer func() {
+			fcancel()
+			<-fdone
+		}()
+	}
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

@@ -77,10 +77,16 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		req := e.req
 		req.Volumes = c.placedVolumes(e.pi, &ni.m)
 		req.Terminating = p.DeletionTimestamp != nil
-		out = append(out, model.Allocation{
+		a := model.Allocation{
 			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
 			Request: req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
-		})
+		}
+		if e.pi.pg != "" {
+			// A gang's member: its sub-group, which the rest of its slice
+			// joins.
+			a.Slice = podSlice(p)
+		}
+		out = append(out, a)
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -367,8 +370,9 @@ type foreignTopologyResource struct {
 }
 
 // foreignTopologyResources are the other schedulers' Topology resources
-// the API server serves: Kueue's newest served version, and KAI's.
-func foreignTopologyResources(ctx context.Context, disc discovery.DiscoveryInterface, log logr.Logger) []foreignTopologyResource {
+// the API server serves, of the sources for which want is true: Kueue's
+// newest served version, and KAI's.
+func foreignTopologyResources(ctx context.Context, disc discovery.DiscoveryInterface, want func(src int) bool, log logr.Logger) []foreignTopologyResource {
 	var out []foreignTopologyResource
 	serves := func(gvr schema.GroupVersionResource) bool {
 		if ctx.Err() != nil {
@@ -377,23 +381,94 @@ func foreignTopologyResources(ctx context.Context, disc discovery.DiscoveryInter
 		list, err := disc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
 		if err != nil {
 			if !apierrors.IsNotFound(err) {
-				log.Info("could not look up a Topology resource; its Topologies are not read", "resource", gvr.String(), "err", err.Error())
+				log.Info("could not look up a Topology resource; its Topologies are not read until it can be", "resource", gvr.String(), "err", err.Error())
 			}
 			return false
 		}
 		return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource })
 	}
-	for _, gvr := range []schema.GroupVersionResource{KueueTopologiesV1beta2, KueueTopologiesV1beta1} {
-		if serves(gvr) {
-			out = append(out, foreignTopologyResource{topoKueue, gvr})
-			break
+	if want(topoKueue) {
+		for _, gvr := range []schema.GroupVersionResource{KueueTopologiesV1beta2, KueueTopologiesV1beta1} {
+			if serves(gvr) {
+				out = append(out, foreignTopologyResource{topoKueue, gvr})
+				break
+			}
 		}
 	}
-	if serves(KAITopologies) {
+	if want(topoKAI) && serves(KAITopologies) {
 		out = append(out, foreignTopologyResource{topoKAI, KAITopologies})
 	}
 	for _, f := range out {
 		log.Info("reading another scheduler's Topologies", "resource", f.gvr.String())
 	}
 	return out
+}
+
+// foreignTopologyWatch starts the informers of Kueue's and KAI's Topology
+// resources as the API server comes to serve them: those served at start
+// with the scheduler's other informers, those whose CRD is installed later
+// once a re-check of the API server's discovery finds them.
+type foreignTopologyWatch struct {
+	c       *clusterCache
+	disc    discovery.DiscoveryInterface
+	factory dynamicinformer.DynamicSharedInformerFactory
+	log     logr.Logger
+	// read says which sources have an informer.
+	read [topoSources]bool
+}
+
+// informerReg is an informer and the handler that feeds the cache from
+// it.
+type informerReg struct {
+	inf cache.SharedIndexInformer
+	h   cache.ResourceEventHandler
+}
+
+// look finds the sources newly served and returns their informers, not yet
+// started, with the cache's handlers.
+func (w *foreignTopologyWatch) look(ctx context.Context) []informerReg {
+	var out []informerReg
+	for _, f := range foreignTopologyResources(ctx, w.disc, func(src int) bool { return !w.read[src] }, w.log) {
+		w.read[f.src] = true
+		upsert, remove := w.c.foreignTopology(f.src)
+		out = append(out, informerReg{w.factory.ForResource(f.gvr).Informer(), handler(upsert, remove)})
+	}
+	return out
+}
+
+// missing says whether a source is not read yet.
+func (w *foreignTopologyWatch) missing() bool {
+	return !w.read[topoKueue] || !w.read[topoKAI]
+}
+
+// run looks again every interval until every source is read or ctx ends,
+// starting the informers of those it finds; the cache is told once each
+// has handed over its objects.
+func (w *foreignTopologyWatch) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for w.missing() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		regs := w.look(ctx)
+		if len(regs) == 0 {
+			continue
+		}
+		synced := make([]cache.InformerSynced, 0, len(regs))
+		for _, r := range regs {
+			reg, err := r.inf.AddEventHandler(r.h)
+			if err != nil {
+				w.log.Error(err, "registering a Topology informer's handler; its Topologies are not read")
+				continue
+			}
+			synced = append(synced, reg.HasSynced)
+		}
+		w.factory.Start(ctx.Done())
+		if cache.WaitForCacheSync(ctx.Done(), synced...) {
+			w.c.poke()
+		}
+	}
 }

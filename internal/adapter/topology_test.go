@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -329,4 +330,33 @@ func FuzzTopologyResolve(f *testing.F) {
 			t.Fatalf("resolved %+v, which the core refuses: %v", gt, err)
 		}
 	})
+}
+
+// A running member of a gang carries its sub-group into the snapshot, so
+// that the pods its slice still needs join it.
+func TestRunningMemberCarriesItsSlice(t *testing.T) {
+	topo := build.Topology("net", blockKey, rackKey, cliqueKey, hostKey)
+	pg := build.PodGroup("ns", "pg", 4).Topology(v1alpha1.TopologyConstraint{Required: blockKey, SliceRequired: rackKey}).Obj()
+	bs := waiting("ns", "p", 4)
+	for i, b := range bs {
+		b.Label(v1alpha1.PodGroupLabel, "pg").Label(lwsGroupIndexLabel, string(rune('0'+i/2)))
+	}
+	bs[0].NodeName("n0").Phase(corev1.PodRunning)
+	lone := build.Pod("ns", "lone").SchedulerName(v1alpha1.SchedulerName).GPUs(1).Label(lwsGroupIndexLabel, "0").NodeName("n1").Phase(corev1.PodRunning)
+	v := view(t, objsOf(append(bs, lone), topo, pg))
+	got := map[string]string{}
+	for _, chunk := range v.Snapshot.RunningByNode {
+		for _, a := range chunk {
+			got[a.Pod] = a.Slice
+		}
+	}
+	if got["ns/p-0"] != "lws:0" {
+		t.Errorf("running member ns/p-0: slice %q, want lws:0", got["ns/p-0"])
+	}
+	if s, ok := got["ns/lone"]; !ok || s != "" {
+		t.Errorf("a running pod of no gang: slice %q (listed %v), want none", s, ok)
+	}
+	if g := pendingGroup(t, v, "pg/ns/pg"); len(g.Pods) != 3 || g.Pods[0].Slice != "lws:0" {
+		t.Errorf("pending %+v, want p-1 of lws:0 first", g.Pods)
+	}
 }

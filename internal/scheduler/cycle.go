@@ -400,7 +400,7 @@ func (c *cycle) finish() {
 			s.run.drop(old)
 		}
 		a := &model.Allocation{Pod: b.Pod, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
-			Request: pod.Request.ClaimsBound(&c.d.Binds[i]), GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible}
+			Request: pod.Request.ClaimsBound(&c.d.Binds[i]), GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible, Slice: pod.Slice}
 		s.run.add(a, b.NodeIndex)
 		s.touched = append(s.touched, b.NodeIndex)
 	}

@@ -184,10 +184,14 @@ type gangTopo struct {
 	// req, pref and slice are level indexes, -1 when not set.
 	req, pref, slice int
 	// slices lists the gang's slices, each its pods' indexes in pod
-	// order; loose the pods in no slice.
-	slices [][]int
-	loose  []int
-	shapes []shape
+	// order; loose the pods in no slice. slicePin is, per slice, the
+	// domain of the slice level its running members sit in (a gang partly
+	// running: the rest of the slice joins them), -1 when none runs and
+	// noSliceDomain when they sit in no one domain.
+	slices   [][]int
+	slicePin []int32
+	loose    []int
+	shapes   []shape
 	// shapeOf is each pod's shape.
 	shapeOf []int
 	need    int
@@ -262,6 +266,7 @@ func (c *cycle) topologyOf(p *pending) *gangTopo {
 			g.slices[i] = append(g.slices[i], k)
 		}
 	}
+	g.pinSlices(c.s.run.groups[p.g.Name], t.SliceSize == 0)
 	if g.req >= 0 {
 		if rg := c.s.run.groups[p.g.Name]; rg != nil {
 			for _, ps := range rg.members {
@@ -277,6 +282,41 @@ func (c *cycle) topologyOf(p *pending) *gangTopo {
 	}
 	p.topo = g
 	return g
+}
+
+// noSliceDomain pins a slice whose running members sit in no one domain
+// of the slice level: no placement keeps it whole.
+const noSliceDomain = -2
+
+// pinSlices pins each sub-group slice (bySubGroup: slices named by
+// Pod.Slice) to the domain of the slice level its running members sit in.
+// Slices of a size are counted over the pending pods alone, so none of
+// them has running members.
+func (g *gangTopo) pinSlices(rg *runningGroup, bySubGroup bool) {
+	g.slicePin = make([]int32, len(g.slices))
+	for i := range g.slicePin {
+		g.slicePin[i] = -1
+	}
+	if rg == nil || !bySubGroup || len(g.slices) == 0 {
+		return
+	}
+	at := make(map[string]int, len(g.slices))
+	for i, sl := range g.slices {
+		at[g.p.g.Pods[sl[0]].Slice] = i
+	}
+	for _, ps := range rg.members {
+		i, ok := at[ps.a.Slice]
+		if !ok || ps.a.Slice == "" {
+			continue
+		}
+		switch d := g.x.dom[g.slice][ps.node]; {
+		case g.slicePin[i] == noSliceDomain:
+		case d < 0 || g.slicePin[i] >= 0 && d != g.slicePin[i]:
+			g.slicePin[i] = noSliceDomain
+		default:
+			g.slicePin[i] = d
+		}
+	}
 }
 
 func levelOf(t *model.GangTopology, key string) int {
@@ -457,9 +497,9 @@ func (g *gangTopo) placeGroups(groups [][]int32) []model.Bind {
 		b model.Bind
 	}
 	var out []placed
-	for _, sl := range g.slices {
+	for i, sl := range g.slices {
 		for _, grp := range groups {
-			if bs, ok := g.placeSlice(sl, grp); ok {
+			if bs, ok := g.placeSlice(sl, g.slicePin[i], grp); ok {
 				for i, k := range sl {
 					out = append(out, placed{k, bs[i]})
 				}
@@ -514,10 +554,20 @@ func (g *gangTopo) placePod(k int, nodes []int32) (model.Bind, bool) {
 
 // placeSlice places the pods of one slice, all inside one domain of the
 // slice level within nodes (nil: anywhere), that which fits it best
-// first; it assigns them all or none.
-func (g *gangTopo) placeSlice(sl []int, nodes []int32) ([]model.Bind, bool) {
+// first, or inside domain pin where its running members sit (pin >= 0;
+// noSliceDomain: nowhere); it assigns them all or none.
+func (g *gangTopo) placeSlice(sl []int, pin int32, nodes []int32) ([]model.Bind, bool) {
 	st := g.c.s.st
 	doms := g.sliceDomains(nodes)
+	switch {
+	case pin == noSliceDomain:
+		return nil, false
+	case pin >= 0:
+		if !slices.Contains(doms, pin) {
+			return nil, false
+		}
+		doms = []int32{pin}
+	}
 	need := map[int]int{}
 	for _, k := range sl {
 		need[g.shapeOf[k]]++
@@ -612,7 +662,7 @@ func (g *gangTopo) keepsTopology(plan []model.Bind) bool {
 			return false
 		}
 	}
-	for _, sl := range g.slices {
+	for i, sl := range g.slices {
 		var nodes []int
 		for _, k := range sl {
 			if n, ok := at[g.p.g.Pods[k].Name]; ok {
@@ -620,6 +670,9 @@ func (g *gangTopo) keepsTopology(plan []model.Bind) bool {
 			}
 		}
 		if len(nodes) != 0 && (len(nodes) != len(sl) || !same(g.slice, nodes)) {
+			return false
+		}
+		if pin := g.slicePin[i]; pin != -1 && len(nodes) != 0 && g.x.dom[g.slice][nodes[0]] != pin {
 			return false
 		}
 	}

@@ -116,6 +116,13 @@ func (c *cycle) topologyReason(p *pending, u *model.Unplaced) {
 		u.Reason = fmt.Sprintf("its running pods are not all in one %s (%s), the gang's required level", name, key)
 		return
 	}
+	if i := slices.Index(g.slicePin, noSliceDomain); i >= 0 {
+		sk := g.x.levels[g.slice]
+		u.Level = sk
+		u.Reason = fmt.Sprintf("the running pods of its sub-group %s are not all in one %s (%s), the gang's slice level: the sub-group's pending pods cannot join them",
+			p.g.Pods[g.slices[i][0]].Slice, levelName(sk), sk)
+		return
+	}
 	if len(g.x.doms[l]) == 0 {
 		u.Reason = fmt.Sprintf("no node has the label %s, the gang's %s level", key, what)
 		return

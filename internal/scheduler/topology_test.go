@@ -540,3 +540,63 @@ func TestTopologyGangWithAlternatives(t *testing.T) {
 		}
 	}
 }
+
+// TestRunningSliceMembersPinTheirSlice: in a gang partly running, the
+// pods a slice still needs join the slice's running members in their
+// rack, though a tighter rack (which best fit takes otherwise) holds them
+// too; a slice whose running members sit in two racks cannot be kept
+// whole, and the gang waits.
+func TestRunningSliceMembersPinTheirSlice(t *testing.T) {
+	// One block of three racks of two 8-GPU nodes; each rack's first node
+	// is taken but for r1's, where one pod of g's slice w0 runs.
+	nodes := schedtest.TopologyCluster(1, 1, 3, 2, 8)
+	half := schedtest.GPU(4, 1000)
+	member := func(pod, node string, gpu0 int) model.Allocation {
+		a := model.Allocation{Pod: pod, Group: "g", Queue: "a", Node: node, Request: half, Slice: "w0"}
+		for g := gpu0; g < gpu0+4; g++ {
+			a.GPUs = append(a.GPUs, model.GPUShare{Index: g, Milli: 1000})
+		}
+		return a
+	}
+	topo := model.GangTopology{Levels: schedtest.TopologyLevels, Required: schedtest.BlockKey, SliceRequired: schedtest.RackKey}
+	for _, tc := range []struct {
+		name string
+		run  []model.Allocation
+		// wantRack is the rack of w0's pending pod; "" for the gang
+		// waiting.
+		wantRack string
+	}{
+		{"the slice's rack", append(busy(nodes, "z0-b0-r0-n0", "z0-b0-r2-n0"), member("g-0", "z0-b0-r1-n0", 0)), "z0-b0-r1"},
+		{"a slice split already", append(busy(nodes, "z0-b0-r0-n0"), member("g-0", "z0-b0-r1-n0", 0), member("g-x", "z0-b0-r2-n0", 0)), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			placed := 0
+			for _, a := range tc.run {
+				if a.Group == "g" {
+					placed++
+				}
+			}
+			// Every pending pod is needed.
+			g := schedtest.Group("g").Queue("a").MinMember(placed+3).Topology(topo).Pods(1, half).Slice(1, "w0").Pods(2, half).Slice(2, "w1").Obj()
+			g.Pods[0].Name, g.Pods[1].Name, g.Pods[2].Name = "g-1", "g-2", "g-3"
+			g.Placed = placed
+			snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.run...), Pending: []model.PodGroup{g}}
+			d := cycleOnce(t, &snap)
+			racks := domainsOf(nodes, &d, schedtest.RackKey)["g"]
+			if tc.wantRack == "" {
+				if len(racks) != 0 {
+					t.Fatalf("g placed in racks %v: its slice w0 runs in two racks already", racks)
+				}
+				u := unplacedOf(&d, "g")
+				if u == nil || u.Code != model.UnplacedNoDomain || u.Level != schedtest.RackKey ||
+					!strings.HasPrefix(u.Reason, "the running pods of its sub-group w0 are not all in one rack (example.com/rack)") {
+					t.Fatalf("unplaced %+v: want the reason to name sub-group w0 and the rack level", u)
+				}
+				return
+			}
+			if len(racks) != 3 || racks[0] != tc.wantRack || racks[1] != racks[2] {
+				t.Fatalf("g's pods in racks %v (w0's pod first), want w0's in %s beside its running pod and w1 in one rack; unplaced %+v", racks, tc.wantRack, d.Unplaced)
+			}
+		})
+	}
+}

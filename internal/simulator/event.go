@@ -102,9 +102,6 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		if tp.Topology == nil {
 			continue
 		}
-		if topoPolicy == TopologyKueueTAS && tp.Topology.SliceRequired != "" {
-			return nil, fmt.Errorf("event run %s: pod %q: the kueue-tas baseline does not model slices (sliceRequired)", tr.Source, tp.Name)
-		}
 		r := gangs[g]
 		if r == nil {
 			r = &gangRecord{topo: tp.Topology, shape: tp.Request, created: tp.CreatedAt, started: -1, nodeOf: map[string]int{}}
@@ -136,8 +133,18 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		// kubernetes.io/hostname, as Kueue does: the nodes carry it as a
 		// label in this mode.
 		tas = &kueueTAS{topo: map[string]*model.GangTopology{}, orig: make(map[string]model.Request, len(pods))}
+		slicesOf := map[string][]string{}
+		for _, p := range pods {
+			if gangs[p.group] != nil {
+				slicesOf[p.group] = append(slicesOf[p.group], p.tp.Slice)
+			}
+		}
 		for g, r := range gangs {
-			tas.topo[g] = r.topo
+			t, err := kueueTopology(r.topo, slicesOf[g])
+			if err != nil {
+				return nil, fmt.Errorf("event run %s: gang %q: %w", tr.Source, g, err)
+			}
+			tas.topo[g] = t
 		}
 		for _, p := range pods {
 			tas.orig[p.tp.Name] = p.tp.Request

@@ -259,8 +259,17 @@ func bestFitCover(sorted []tasDomain, n int) []tasDomain {
 // preferred placement tries the next wider level, up to the required
 // level or the widest, where it may take several domains, the fewest that
 // hold n. Then, level by level down to the nodes, it takes the fewest
-// children of the chosen domains that hold n (bestFitCover). The result is
-// the node of each pod, nil when the gang does not fit.
+// children of the chosen domains that hold n (bestFitCover).
+//
+// With a slice level (t.SliceRequired, t.SliceSize pods a slice), it
+// counts as Kueue's two-level TAS does: down to the
+// slice level a domain holds as many slices as its slice-level domains
+// hold whole ones (each one's free pods over the slice size, rounded
+// down), and the gang needs n / SliceSize of them, rounded up; each chosen slice-level
+// domain then takes its slices' pods down to the nodes on its own, so that
+// every slice of consecutive pods sits inside one.
+//
+// The result is the node of each pod, nil when the gang does not fit.
 func kueueAssign(t *model.GangTopology, nodes []model.Node, counts []int, n int) []int {
 	levels := t.Levels
 	if levels[len(levels)-1] != hostnameLabel {
@@ -271,17 +280,62 @@ func kueueAssign(t *model.GangTopology, nodes []model.Node, counts []int, n int)
 		start = t.Level(t.Required)
 	}
 	ceiling := max(t.Level(t.Required), 0)
+	sliceLevel, size := -1, 1
+	if t.SliceRequired != "" && t.SliceSize > 0 {
+		sliceLevel, size = t.Level(t.SliceRequired), t.SliceSize
+	}
 	all := make([]int, len(nodes))
 	for i := range all {
 		all[i] = i
 	}
+	// The slices each node's slice-level domain holds, and which domain
+	// that is, so that a wider domain's slices are its slice-level
+	// domains' summed.
+	var sliceDom []int
+	var sliceCap []int
+	if sliceLevel >= 0 {
+		sliceDom = make([]int, len(nodes))
+		for i := range sliceDom {
+			sliceDom[i] = -1
+		}
+		for k, d := range domainsAt(nodes, levels, sliceLevel, counts, all) {
+			for _, i := range d.nodes {
+				sliceDom[i] = k
+			}
+			sliceCap = append(sliceCap, d.count/size)
+		}
+	}
+	// units counts what a domain of level holds in the units the gang is
+	// counted in there: slices down to the slice level, pods below it.
+	units := func(level int, ds []tasDomain) []tasDomain {
+		if sliceLevel < 0 || level > sliceLevel {
+			return ds
+		}
+		for k := range ds {
+			seen := map[int]bool{}
+			ds[k].count = 0
+			for _, i := range ds[k].nodes {
+				if sd := sliceDom[i]; sd >= 0 && !seen[sd] {
+					seen[sd] = true
+					ds[k].count += sliceCap[sd]
+				}
+			}
+		}
+		return ds
+	}
+	need := n
+	if sliceLevel >= 0 {
+		// A gang partly running already has some of its pods placed: the
+		// last of its slices left may be short.
+		need = (n + size - 1) / size
+	}
 	var chosen []tasDomain
 	level := start
 	for {
-		ds := domainsAt(nodes, levels, level, counts, all)
+		ds := units(level, domainsAt(nodes, levels, level, counts, all))
 		var fit []tasDomain
 		for _, d := range ds {
-			if d.count >= n {
+			if d.count >= need {
 				fit = append(fit, d)
 			}
 		}
@@ -298,23 +352,74 @@ func kueueAssign(t *model.GangTopology, nodes []model.Node, counts []int, n int)
 			return nil
 		}
 		sortDomains(ds)
-		if chosen = bestFitCover(ds, n); chosen == nil {
+		if chosen = bestFitCover(ds, need); chosen == nil {
 			return nil
 		}
 		break
 	}
-	for level < len(levels)-1 {
+	// Down to the slice level (the nodes without slices), over the chosen
+	// domains together.
+	last := len(levels) - 1
+	if sliceLevel >= 0 {
+		last = sliceLevel
+	}
+	for level < last {
 		var within []int
 		for _, d := range chosen {
 			within = append(within, d.nodes...)
 		}
 		level++
-		ds := domainsAt(nodes, levels, level, counts, within)
+		ds := units(level, domainsAt(nodes, levels, level, counts, within))
+		sortDomains(ds)
+		if chosen = bestFitCover(ds, need); chosen == nil {
+			return nil
+		}
+	}
+	if sliceLevel < 0 {
+		return fill(chosen, counts, n)
+	}
+	// Each slice-level domain takes its whole slices, the last what
+	// remains, and places their pods within itself.
+	out := make([]int, 0, n)
+	left := need
+	for _, d := range chosen {
+		take := min(d.count, left)
+		left -= take
+		pods := kueueDescend(nodes, levels, counts, d.nodes, sliceLevel, min(take*size, n-len(out)))
+		if pods == nil {
+			return nil
+		}
+		out = append(out, pods...)
+	}
+	if left > 0 {
+		return nil
+	}
+	return out
+}
+
+// kueueDescend assigns n pods to the nodes within, a domain of level
+// from: level by level down to the nodes, the fewest children that hold
+// them (bestFitCover).
+func kueueDescend(nodes []model.Node, levels []string, counts []int, within []int, from, n int) []int {
+	chosen := []tasDomain{{nodes: within}}
+	for level := from; level < len(levels)-1; {
+		var in []int
+		for _, d := range chosen {
+			in = append(in, d.nodes...)
+		}
+		level++
+		ds := domainsAt(nodes, levels, level, counts, in)
 		sortDomains(ds)
 		if chosen = bestFitCover(ds, n); chosen == nil {
 			return nil
 		}
 	}
+	return fill(chosen, counts, n)
+}
+
+// fill takes n pods from the nodes of the chosen domains in order, as
+// many on each as fit; nil when they hold fewer.
+func fill(chosen []tasDomain, counts []int, n int) []int {
 	out := make([]int, 0, n)
 	for _, d := range chosen {
 		for _, i := range d.nodes {
@@ -378,9 +483,10 @@ func (k *kueueTAS) admit(snap *model.Snapshot) []model.PodGroup {
 			held[gi] = true
 			continue
 		}
-		for j, i := range at {
+		order := sliceOrder(g)
+		for x, i := range at {
 			free[i].take(&snap.Nodes[i], &req, 1)
-			r := &g.Pods[j].Request
+			r := &g.Pods[order[x]].Request
 			sel := make(map[string]string, len(r.NodeSelector)+1)
 			for key, v := range r.NodeSelector {
 				sel[key] = v
@@ -399,5 +505,59 @@ func (k *kueueTAS) admit(snap *model.Snapshot) []model.PodGroup {
 		}
 	}
 	snap.Pending = keep
+	return out
+}
+
+// kueueTopology is a gang's topology as the Kueue-style baseline counts
+// it, slices being Kueue's podset-slice-size pods each: a slice size must
+// divide the gang (Kueue's validation), and slices by sub-group (slice
+// size 0, the pods' Slice) must all be of one size, which becomes the
+// slice size, as Kueue defaults a JobSet's slice to one Job's pods. slices
+// are the gang's pods' Slice values.
+func kueueTopology(t *model.GangTopology, slices []string) (*model.GangTopology, error) {
+	if t.SliceRequired == "" {
+		return t, nil
+	}
+	n := len(slices)
+	if t.SliceSize > 0 {
+		if n%t.SliceSize != 0 {
+			return nil, fmt.Errorf("the kueue-tas baseline places whole slices, as Kueue does: %d pods are not a whole number of slices of %d", n, t.SliceSize)
+		}
+		return t, nil
+	}
+	size := map[string]int{}
+	for _, s := range slices {
+		size[s]++
+	}
+	per := 0
+	for s, k := range size {
+		switch {
+		case per == 0:
+			per = k
+		case k != per:
+			return nil, fmt.Errorf("the kueue-tas baseline places slices of one size, as Kueue's podset-slice-size says: sub-group %q has %d pods, another %d", s, k, per)
+		}
+	}
+	c := *t
+	c.SliceSize = per
+	return &c, nil
+}
+
+// sliceOrder lists the indices of g's pods with each slice's together:
+// in pod order for slices by size, each sub-group's pods in the order its
+// first pod comes for slices by sub-group. kueueAssign's pods are placed
+// in this order.
+func sliceOrder(g *model.PodGroup) []int {
+	out := make([]int, len(g.Pods))
+	for i := range out {
+		out[i] = i
+	}
+	first := map[string]int{}
+	for i, p := range g.Pods {
+		if _, ok := first[p.Slice]; !ok {
+			first[p.Slice] = i
+		}
+	}
+	slices.SortStableFunc(out, func(a, b int) int { return cmp.Compare(first[g.Pods[a].Slice], first[g.Pods[b].Slice]) })
 	return out
 }

@@ -279,3 +279,169 @@ func TestRunEventTopologyPolicies(t *testing.T) {
 		})
 	}
 }
+
+// With a slice level the baseline counts whole slices as Kueue's two-level
+// TAS does, and places each slice of consecutive pods inside one domain of
+// that level.
+func TestKueueAssignSlices(t *testing.T) {
+	nodes := tasNodes(map[string]string{
+		"n0": "b1/r1", "n1": "b1/r1", "n2": "b1/r1", "n3": "b1/r1",
+		"n4": "b1/r2", "n5": "b1/r2",
+		"n6": "b2/r3",
+	})
+	counts := []int{3, 3, 2, 1, 4, 4, 8}
+	levels := []string{BlockLabel, RackLabel, hostnameLabel}
+	tests := []struct {
+		name       string
+		topo       model.GangTopology
+		n          int
+		want       map[string]int
+		sliceLevel string
+	}{
+		// Racks r1 (9 free) and r2 (8) hold one slice of 5 each, r3 one:
+		// block b1 holds two. Blind to slices, the ten pods would take
+		// n4, n5 and n2, and the second slice would straddle r2 and r1.
+		{"a slice per rack in one block", model.GangTopology{Levels: levels, Required: BlockLabel, SliceRequired: RackLabel, SliceSize: 5}, 10,
+			map[string]int{"n0": 3, "n2": 2, "n4": 4, "n5": 1}, RackLabel},
+		// Pairs on one node: r1's nodes hold one pair each (n3 none), the
+		// tightest rack that holds two pairs, where packing pods alone
+		// would take r2's n5.
+		{"pairs on a node, in one rack", model.GangTopology{Levels: levels, Required: RackLabel, SliceRequired: hostnameLabel, SliceSize: 2}, 4,
+			map[string]int{"n0": 2, "n2": 2}, hostnameLabel},
+		// A gang partly placed already: three pods left, the last slice
+		// short.
+		{"the last slice short", model.GangTopology{Levels: levels, Required: RackLabel, SliceRequired: hostnameLabel, SliceSize: 2}, 3,
+			map[string]int{"n0": 2, "n2": 1}, hostnameLabel},
+		{"no rack holds two slices of 5", model.GangTopology{Levels: levels, Required: RackLabel, SliceRequired: hostnameLabel, SliceSize: 5}, 10, nil, ""},
+		// Preferred block: b1 holds four slices of 4 (r1 two, r2 two),
+		// b2 two.
+		{"preferred block, slices by rack", model.GangTopology{Levels: levels, Preferred: BlockLabel, SliceRequired: RackLabel, SliceSize: 4}, 16,
+			map[string]int{"n0": 3, "n1": 3, "n2": 2, "n4": 4, "n5": 4}, RackLabel},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			at := kueueAssign(&tc.topo, nodes, counts, tc.n)
+			if got := assigned(nodes, at); !maps.Equal(got, tc.want) {
+				t.Fatalf("assignment = %v, want %v", got, tc.want)
+			}
+			for s := 0; tc.sliceLevel != "" && s < len(at); s += tc.topo.SliceSize {
+				doms := map[string]bool{}
+				for _, i := range at[s:min(s+tc.topo.SliceSize, len(at))] {
+					d := domainOf(&nodes[i], tc.sliceLevel)
+					if tc.sliceLevel == hostnameLabel {
+						d = nodes[i].Name
+					}
+					doms[d] = true
+				}
+				if len(doms) != 1 {
+					t.Fatalf("slice at pod %d spans %v", s, doms)
+				}
+			}
+		})
+	}
+}
+
+func TestKueueTopology(t *testing.T) {
+	levels := []string{BlockLabel, RackLabel, hostnameLabel}
+	bySize := &model.GangTopology{Levels: levels, Required: BlockLabel, SliceRequired: RackLabel, SliceSize: 2}
+	bySub := &model.GangTopology{Levels: levels, Required: BlockLabel, SliceRequired: RackLabel}
+	tests := []struct {
+		name   string
+		topo   *model.GangTopology
+		slices []string
+		size   int
+		err    string
+	}{
+		{"no slices", &model.GangTopology{Levels: levels, Required: RackLabel}, []string{"", ""}, 0, ""},
+		{"by size", bySize, []string{"", "", "", ""}, 2, ""},
+		{"by size, not whole", bySize, []string{"", "", ""}, 0, "3 pods are not a whole number of slices of 2"},
+		{"sub-groups of one size", bySub, []string{"s0", "s1", "s0", "s1"}, 2, ""},
+		{"sub-groups of two sizes", bySub, []string{"s0", "s0", "s1"}, 0, "slices of one size"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := kueueTopology(tc.topo, tc.slices)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got.SliceSize != tc.size {
+				t.Fatalf("got %+v, %v; want slice size %d", got, err, tc.size)
+			}
+			if tc.topo == bySub && tc.topo.SliceSize != 0 {
+				t.Fatal("the trace's topology was changed")
+			}
+		})
+	}
+}
+
+// Pods of one sub-group are placed together wherever the trace lists
+// them.
+func TestSliceOrder(t *testing.T) {
+	g := &model.PodGroup{Pods: []model.Pod{{Name: "a", Slice: "x"}, {Name: "b", Slice: "y"}, {Name: "c", Slice: "x"}, {Name: "d", Slice: "y"}}}
+	if got := sliceOrder(g); !slices.Equal(got, []int{0, 2, 1, 3}) {
+		t.Fatalf("order %v, want [0 2 1 3]", got)
+	}
+}
+
+// The kueue-tas baseline runs a trace whose gangs slice by sub-group, and
+// binds each sub-group inside one rack while the gang keeps its block:
+// rack r1 holds six of the pods and r2 four, so that filling r1 first
+// would put the second sub-group across both.
+func TestRunEventKueueTASSlices(t *testing.T) {
+	const trace = `
+nodes:
+- {name: r1n, count: 3, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, domains: {gpuplane.io/block: b1, gpuplane.io/rack: r1}}
+- {name: r2n, count: 2, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, domains: {gpuplane.io/block: b1, gpuplane.io/rack: r2}}
+- {name: r3n, count: 2, milliCPU: 64000, memoryMiB: 262144, gpus: 8, gpuModel: H100, domains: {gpuplane.io/block: b2, gpuplane.io/rack: r3}}
+pods:
+- name: sliced
+  count: 8
+  minMember: 8
+  gpus: 4
+  milliCPU: 1000
+  duration: 600
+  slicePods: 4
+  topology: {levels: [gpuplane.io/block, gpuplane.io/rack, kubernetes.io/hostname], required: gpuplane.io/block, sliceRequired: gpuplane.io/rack}
+`
+	tr, err := ReadYAMLTrace("sliced.yaml", strings.NewReader(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rackOf, blockOf := map[string]string{}, map[string]string{}
+	for i := range tr.Nodes {
+		rackOf[tr.Nodes[i].Name], blockOf[tr.Nodes[i].Name] = domainOf(&tr.Nodes[i], RackLabel), domainOf(&tr.Nodes[i], BlockLabel)
+	}
+	sliceOf := map[string]string{}
+	for _, p := range tr.Pods {
+		sliceOf[p.Name] = p.Slice
+	}
+	racks, blocks := map[string]map[string]bool{}, map[string]bool{}
+	res, err := RunEvent(context.Background(), tr, EventConfig{Policy: "fgd-packing", Seed: 1, Topology: TopologyKueueTAS,
+		OnCycle: func(_ int64, _ *model.Snapshot, d *model.Decisions) {
+			for _, b := range d.Binds {
+				s := sliceOf[b.Pod]
+				if racks[s] == nil {
+					racks[s] = map[string]bool{}
+				}
+				racks[s][rackOf[b.Node]] = true
+				blocks[blockOf[b.Node]] = true
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FailedPods != 0 || len(racks) != 2 {
+		t.Fatalf("%d pods never ran; slices bound %v", res.FailedPods, racks)
+	}
+	for s, r := range racks {
+		if len(r) != 1 {
+			t.Errorf("slice %s bound in racks %v, want one", s, r)
+		}
+	}
+	if len(blocks) != 1 || !blocks["b1"] {
+		t.Errorf("the gang bound in blocks %v, want b1 alone", blocks)
+	}
+}

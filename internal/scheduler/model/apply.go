@@ -122,7 +122,7 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 				fresh[n] = true
 			}
 			chunks[n] = append(chunks[n], Allocation{Pod: p.Name, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
-				Request: p.Request.ClaimsBound(b), GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember})
+				Request: p.Request.ClaimsBound(b), GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember, Slice: p.Slice})
 		}
 		if e := back[g.Name]; e != nil {
 			rest.Pods = append(rest.Pods, e.Pods...)

@@ -357,6 +357,9 @@ type Allocation struct {
 	// MinMember is the declared gang size of the pod's group (0: all its
 	// pods), so that an evicted group waits again for its whole gang.
 	MinMember int `json:"minMember,omitempty"`
+	// Slice is the pod's sub-group (Pod.Slice) while it runs: the pods of
+	// its slice still pending join it in its domain of the slice level.
+	Slice string `json:"slice,omitempty"`
 }
 
 // Usage is the quota vector of a running allocation: its request's on the

@@ -9,14 +9,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
-var jobSets = schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}
+var jobSets = framework.JobSets
 
 // startJobSet runs the JobSet controller (sigs.k8s.io/jobset, pinned in
 // tools/operators/jobset) with its CRD installed. Its webhooks are not
@@ -24,7 +23,7 @@ var jobSets = schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1
 // them, and the JobSets here set every field a webhook would default. It
 // returns its webhook server's port and certificate directory, for a test
 // whose JobSets another operator writes to register the defaulting webhook
-// (registerMutatingWebhooks).
+// (framework.Env.RegisterMutatingWebhooks).
 func startJobSet(t *testing.T) (int, string) {
 	t.Helper()
 	return startOperator(t, localcluster.OperatorJobSet).Webhook()

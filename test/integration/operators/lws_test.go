@@ -9,43 +9,27 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
-	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
-var leaderWorkerSets = schema.GroupVersionResource{Group: "leaderworkerset.x-k8s.io", Version: "v1", Resource: "leaderworkersets"}
+var leaderWorkerSets = framework.LeaderWorkerSets
 
 const lwsGroupIndexLabel = "leaderworkerset.sigs.k8s.io/group-index"
 
-// startLWS runs the LeaderWorkerSet controller (sigs.k8s.io/lws, pinned in
-// tools/operators/lws) with its CRD. LWS needs its mutating webhooks: the
-// pod webhook gives each leader its group-index label and each worker its
-// worker-index, and the LeaderWorkerSet webhook defaults fields the
-// controller reads. The test registers them with the API server by URL on
-// loopback, for LWS pods and objects only, and removes them when it ends.
+// startLWS runs the LeaderWorkerSet controller with its webhooks
+// registered for namespace ns (framework.Env.StartLWS).
 func startLWS(t *testing.T, ns string) {
 	t.Helper()
-	port, certDir := startOperator(t, localcluster.OperatorLWS).Webhook()
-	registerMutatingWebhooks(t, "lws-"+ns, ns, port, certDir,
-		webhookRoute{"mleaderworkerset.lws.x-k8s.io", "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
-			admissionregistrationv1.Rule{APIGroups: []string{"leaderworkerset.x-k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leaderworkersets"}}, nil},
-		webhookRoute{"mpod.lws.x-k8s.io", "/mutate--v1-pod",
-			admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-			&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "leaderworkerset.sigs.k8s.io/name", Operator: metav1.LabelSelectorOpExists}}}})
+	env.StartLWS(t, ns)
 }
 
 // lws creates a LeaderWorkerSet of replicas groups, each a leader and
 // size - 1 workers, gpus GPUs per pod, as its users write it, with the
-// spec fields of extra. It retries while the operator's webhook is not
-// serving yet.
+// spec fields of extra.
 func (c *cluster) lws(name string, replicas, size int64, gpus int, extra ...map[string]any) {
 	c.t.Helper()
 	spec := c.podSpec(gpus)
@@ -64,29 +48,7 @@ func (c *cluster) lws(name string, replicas, size int64, gpus int, extra ...map[
 	for _, e := range extra {
 		maps.Copy(obj.Object["spec"].(map[string]any), e)
 	}
-	framework.Eventually(c.t, 60*time.Second, "LeaderWorkerSet "+name+" created", func(ctx context.Context) (bool, error) {
-		_, err := c.dyn.Resource(leaderWorkerSets).Namespace(c.ns).Create(ctx, obj.DeepCopy(), metav1.CreateOptions{})
-		return err == nil, err
-	})
-	// The controller can panic on its first reconcile of a new
-	// LeaderWorkerSet, before its cache holds the revision it has just
-	// created (kubernetes-sigs/lws#593), and then waits out a back-off that
-	// grows with each panic. An update of the object queues a reconcile at
-	// once, so the test touches an annotation until the leaders'
-	// StatefulSet exists.
-	nudges := 0
-	framework.Eventually(c.t, 60*time.Second, "LeaderWorkerSet "+name+"'s leader StatefulSet", func(ctx context.Context) (bool, error) {
-		_, err := env.Client.AppsV1().StatefulSets(c.ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil || !apierrors.IsNotFound(err) {
-			return err == nil, err
-		}
-		nudges++
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.gpuplane.io/nudge":"%d"}}}`, nudges)
-		if _, err := c.dyn.Resource(leaderWorkerSets).Namespace(c.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			return false, err
-		}
-		return false, fmt.Errorf("no StatefulSet %s after %d nudges", name, nudges)
-	})
+	env.CreateLeaderWorkerSet(c.t, c.dyn, obj)
 }
 
 // boundByGroup counts the bound pods and all pods matching selector per

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,29 +139,8 @@ func (c *cluster) bound(ctx context.Context, selector string) (int, int, error) 
 }
 
 // startOperator runs workload operator name (localcluster.Operator*) for
-// the test, with args after its own, once its CRDs are installed and it
-// says it is ready; its log goes to the test's temporary directory and its
-// last lines into the test's output when the test fails.
+// the test (framework.Env.StartOperator).
 func startOperator(t *testing.T, name string, args ...string) *localcluster.Operator {
 	t.Helper()
-	op, err := localcluster.StartOperator(t.Context(), localcluster.OperatorConfig{
-		Name: name, Dir: localcluster.OperatorsDir(env.ControlPlane.BinDir()),
-		RESTConfig: env.Config, Kubeconfig: env.ControlPlane.Kubeconfig(),
-		WorkDir: t.TempDir(), Args: args, ReadyTimeout: 90 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := op.Stop(context.Background(), 10*time.Second); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			if b, err := os.ReadFile(op.LogPath()); err == nil {
-				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-				t.Logf("last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-30):], "\n"))
-			}
-		}
-	})
-	return op
+	return env.StartOperator(t, name, args...)
 }

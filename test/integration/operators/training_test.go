@@ -8,14 +8,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
-var pyTorchJobs = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: "pytorchjobs"}
+var pyTorchJobs = framework.PyTorchJobs
 
 // startTrainingOperator runs Kubeflow's training-operator (v1, pinned in
 // tools/operators/training-operator) with its CRDs and the webhook

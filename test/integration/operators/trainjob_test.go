@@ -37,8 +37,8 @@ var (
 func startTrainer(t *testing.T, ns string) {
 	t.Helper()
 	port, certDir := startJobSet(t)
-	registerMutatingWebhooks(t, "jobset-"+ns, ns, port, certDir, webhookRoute{"mjobset.jobset.x-k8s.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset",
-		admissionregistrationv1.Rule{APIGroups: []string{"jobset.x-k8s.io"}, APIVersions: []string{"v1alpha2"}, Resources: []string{"jobsets"}}, nil})
+	env.RegisterMutatingWebhooks(t, "jobset-"+ns, ns, port, certDir, framework.WebhookRoute{Name: "mjobset.jobset.x-k8s.io", Path: "/mutate-jobset-x-k8s-io-v1alpha2-jobset",
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{"jobset.x-k8s.io"}, APIVersions: []string{"v1alpha2"}, Resources: []string{"jobsets"}}})
 	env.InstallCRDs(t, filepath.Join(operatorsDir(t), "trainer-crds"))
 	ctx := t.Context()
 	const trainerNS = "kubeflow-system"

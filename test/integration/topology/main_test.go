@@ -4,6 +4,8 @@
 // KAI's and gangs that state their topology in each dialect: gpuplane's
 // PodGroup spec.topology and annotations, Kueue's and KAI's annotations,
 // Volcano's networkTopology and the Workload API's topology constraint.
+// Indexed Jobs, JobSets, PyTorchJobs and LeaderWorkerSets are made by
+// their real operators (bin/operators, from `make operator-bins`).
 package topology_test
 
 import (
@@ -79,12 +81,20 @@ func setup(t *testing.T) dynamic.Interface {
 	return d
 }
 
-// installKAITopologyCRD installs KAI's Topology CRD. KAI's Go module is not
-// served by this network's module proxy, so the CRD is written here with
-// the fields gpuplane reads, as KAI defines them: kai.scheduler/v1alpha1,
-// cluster-scoped, spec.levels[].nodeLabel.
+// installKAITopologyCRD installs KAI's Topology CRD and waits until it is
+// served. KAI's Go module is not served by this network's module proxy, so
+// the CRD is written here with the fields gpuplane reads, as KAI defines
+// them: kai.scheduler/v1alpha1, cluster-scoped, spec.levels[].nodeLabel.
 func installKAITopologyCRD(t *testing.T, d dynamic.Interface) {
 	t.Helper()
+	if err := createKAITopologyCRD(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createKAITopologyCRD creates KAI's Topology CRD (kept if it exists) and
+// waits until the API server serves it.
+func createKAITopologyCRD(ctx context.Context, d dynamic.Interface) error {
 	str := apiextensionsv1.JSONSchemaProps{Type: "string", MinLength: new(int64(1))}
 	crd := &apiextensionsv1.CustomResourceDefinition{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
@@ -102,17 +112,19 @@ func installKAITopologyCRD(t *testing.T, d dynamic.Interface) {
 	}
 	u, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(crd)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := d.Resource(crds).Create(t.Context(), &unstructured.Unstructured{Object: u}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating KAI's Topology CRD: %v", err)
+	if _, err := d.Resource(crdsResource).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating KAI's Topology CRD: %w", err)
 	}
-	framework.Eventually(t, 30*time.Second, "KAI's Topology served", func(ctx context.Context) (bool, error) {
+	return framework.Poll(ctx, 30*time.Second, "KAI's Topology served", func(ctx context.Context) (bool, error) {
 		_, err := d.Resource(kaiTopologies).List(ctx, metav1.ListOptions{})
 		return err == nil, err
 	})
 }
+
+// crdsResource is the API of CustomResourceDefinitions.
+var crdsResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 var seq atomic.Int64
 

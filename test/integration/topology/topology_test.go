@@ -13,6 +13,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -544,4 +545,59 @@ func TestTopologyWaitingGangNamesTheLevel(t *testing.T) {
 		}
 		return false, fmt.Errorf("conditions %+v", pg.Status.Conditions)
 	})
+}
+
+// KAI's Topology CRD installed after the scheduler started is read from
+// then on: a gang naming a KAI Topology waits while the cluster serves no
+// such kind, and is bound inside one rack once the CRD and the Topology
+// exist, with no restart.
+func TestTopologyCRDInstalledAfterStart(t *testing.T) {
+	c := newCluster(t, 1, 2, 2)
+	if err := c.dyn.Resource(crdsResource).Delete(t.Context(), "topologies.kai.scheduler", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting KAI's Topology CRD: %v", err)
+	}
+	// The package's other tests find it installed again.
+	t.Cleanup(func() {
+		if err := createKAITopologyCRD(context.Background(), c.dyn); err != nil {
+			t.Error(err)
+		}
+	})
+	framework.Eventually(t, 60*time.Second, "KAI's Topology no longer served", func(context.Context) (bool, error) {
+		_, err := env.Client.Discovery().ServerResourcesForGroupVersion(kaiTopologies.GroupVersion().String())
+		return apierrors.IsNotFound(err), fmt.Errorf("discovery answers %w", err)
+	})
+	framework.RunScheduler(t, adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond,
+		PartialGangGrace: 2 * time.Second, TopologyRecheck: 200 * time.Millisecond})
+
+	topo := c.ns + "-kai"
+	c.createTyped(v1alpha1.PodGroupsResource, c.ns, build.PodGroup(c.ns, "kai", 2).Obj())
+	for i := range 2 {
+		c.createPod(c.pod(fmt.Sprintf("kai-%d", i)).GPUs(8).Label(v1alpha1.PodGroupLabel, "kai").Label("gang", "kai").
+			Annotation(v1alpha1.KAITopologyAnnotation, topo).Annotation(v1alpha1.KAIRequiredPlacementAnnotation, rackKey).Obj())
+	}
+	framework.Eventually(t, 60*time.Second, "the gang waits for its Topology", func(ctx context.Context) (bool, error) {
+		p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, "kai-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("pod kai-0 bound to %s before its Topology exists", p.Spec.NodeName)
+		}
+		for _, cd := range p.Status.Conditions {
+			if cd.Type == corev1.PodScheduled && cd.Reason == "InvalidTopology" && strings.Contains(cd.Message, `topology "`+topo+`" does not exist`) {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("it says %s", framework.SchedulerSays(p))
+	})
+	installKAITopologyCRD(t, c.dyn)
+	c.create(kaiTopologies, "", map[string]any{"apiVersion": "kai.scheduler/v1alpha1", "kind": "Topology",
+		"metadata": map[string]any{"name": topo}, "spec": map[string]any{"levels": levels(rackKey, hostKey)}})
+	racks := map[string]bool{}
+	for _, p := range c.waitBound("gang=kai", 2) {
+		racks[c.rackOf[p.Spec.NodeName]] = true
+	}
+	if len(racks) != 1 {
+		t.Errorf("the gang spans racks %v, want one", racks)
+	}
 }
