@@ -1,0 +1,7 @@
+package docgen
+
+import (
+	"github.com/spf13/cobra/doc"
+)
+
+var _ = doc.GenMarkdownTree
