@@ -16,7 +16,7 @@ COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 # machine without the driver. The tag leaves kustomize's plugin loader out.
 export GOFLAGS := $(strip $(GOFLAGS) -tags=kustomize_disable_go_plugin_support)
 
-.PHONY: help build test test-unit lint verify generate manifests demo bench clean
+.PHONY: help build test test-unit test-docs lint verify generate manifests docs demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
 include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk hack/images.mk
@@ -43,14 +43,17 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v '^github.com/gpuplane/gpuplane/te
 # of wall times ends the run. TEST_TIERS_EXTRA adds tiers to the second lane.
 TEST_TIERS_EXTRA ?=
 TEST_LANES = \
-	"controlplane-bins=controlplane-bins+third-party-crds conformance=test-conformance integration=test-integration" \
+	"controlplane-bins=controlplane-bins+third-party-crds conformance=test-conformance integration=test-integration docs=test-docs" \
 	"operator-bins=operator-bins unit=test-unit monitoring=monitoring-tools+test-monitoring nice:fuzz=test-fuzz nice:images=test-images $(TEST_TIERS_EXTRA)"
 
-test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, monitoring, images (two lanes at once; a table of wall times at the end)
+test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, docs, monitoring, images (two lanes at once; a table of wall times at the end)
 	@MAKE="$(MAKE)" $(CURDIR)/hack/tiers.sh $(TEST_LANES)
 
 test-unit: ## unit tests of the product module, with the race detector
 	$(GO) test $(GOTESTFLAGS) $(UNIT_PKGS)
+
+test-docs: controlplane-bins third-party-crds ## the docs: links and anchors, every YAML block applied to a real control plane (server-side dry run) or loaded by its parser, every shell block run or marked
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test $(GOTESTFLAGS) ./test/docs/
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(BIN)

@@ -211,16 +211,23 @@ func TestDocsOnControlPlane(t *testing.T) {
 		if len(run) == 0 {
 			t.Fatal("no runnable shell block in the docs: the scan is broken")
 		}
-		sort.Slice(run, func(i, j int) bool { return run[i].String() < run[j].String() })
+		sort.SliceStable(run, func(i, j int) bool { return run[i].file < run[j].file })
 		bin := t.TempDir()
 		for _, name := range []string{"gpuplane", "gpuplane-agent"} {
 			if _, err := framework.BuildCommand(t.Context(), bin, name); err != nil {
 				t.Fatal(err)
 			}
 		}
+		// The blocks of one page run in order in one directory, as a
+		// reader follows the page: a later block may use a file an earlier
+		// one wrote.
+		dirs := map[string]string{}
 		for _, b := range run {
+			if dirs[b.file] == "" {
+				dirs[b.file] = t.TempDir()
+			}
+			dir := dirs[b.file]
 			t.Run(b.String(), func(t *testing.T) {
-				dir := t.TempDir()
 				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 				defer cancel()
 				cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", b.text)

@@ -12,9 +12,12 @@
 // fence or right after its closing fence:
 //
 //	<!-- needs: real cluster -->          a shell block that needs a cluster with GPUs
+//	<!-- needs: GPU node -->              one that needs a node with the NVIDIA driver
 //	<!-- needs: local cluster -->         one that needs `gpuplane dev up` (covered by make demo and test/integration/dev)
 //	<!-- needs: make target -->           one that runs a make target: the demo, a test tier, a benchmark
+//	<!-- needs: benchmark -->             a benchmark's command (docs/benchmarks.md has its numbers)
 //	<!-- needs: openb trace -->           one that reads ../shared/traces
+//	<!-- needs: long-running process -->  one that starts a process that runs until stopped
 //	<!-- yaml: helm values -->            values for deploy/helm/gpuplane
 //	<!-- yaml: agent config -->           gpuplane-agent's config file (api/config/v1)
 //	<!-- yaml: mig-parted config -->      a MIG config in mig-parted's format
