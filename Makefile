@@ -70,16 +70,20 @@ $(CONTROLLER_GEN):
 	GOBIN=$(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	@mv $(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen $@ && rmdir $(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION)
 
-generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from api/, then the manifests from the chart
+generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from api/, then the manifests from the chart, then the docs' reference
 	$(CONTROLLER_GEN) object paths=./api/scheduling/...
 	$(CONTROLLER_GEN) crd paths=./api/scheduling/... output:crd:artifacts:config=deploy/crds
 	@$(MAKE) --no-print-directory manifests
+	@$(MAKE) --no-print-directory docs
+
+docs: ## regenerate docs/reference (the CLI, the scheduler's flags, the CRD API, labels and annotations, conditions and events, metrics) and the simulator's plot
+	$(GO) test ./internal/docgen ./cmd/gpuplane-scheduler -count=1 -run TestReferenceIsCurrent -update
 
 manifests: ## render deploy/agent, deploy/scheduler and deploy/admission from the Helm chart (deploy/helm/gpuplane), copy the CRDs and monitoring files into it
 	$(GO) test ./deploy/helm -count=1 -run TestManifestsAreRendered -update
 
 verify: generate ## fail when formatting, go.mod or generated files are stale
-	@test -z "$$(git status --porcelain -- api deploy)" || { git status --short -- api deploy; echo "generated files are stale: run 'make generate' and commit them"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy docs/reference docs/images)" || { git status --short -- api deploy docs/reference docs/images; echo "generated files are stale: run 'make generate' and commit them"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) mod tidy -diff
 	cd test/conformance && $(GO) mod tidy -diff

@@ -3,6 +3,7 @@ package adapter
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
+
+	"github.com/gpuplane/gpuplane/api/reasons"
 )
 
 // statusWriter writes pod conditions, PodGroup and Queue status at a
@@ -43,8 +46,26 @@ func newStatusWriter(client kubernetes.Interface, dyn dynamic.Interface, recorde
 
 func (w *statusWriter) event(obj runtime.Object, typ, reason, msg string) {
 	if w.recorder != nil {
-		w.recorder.Event(obj, typ, reason, msg)
+		w.recorder.Event(obj, typ, reason, withDocs(reason, msg))
 	}
+}
+
+// maxEventMessage is the longest event message the API server keeps
+// whole (events.k8s.io's note).
+const maxEventMessage = 1024
+
+// withDocs ends an event's message with the address of its reason's
+// troubleshooting entry, shortening the message rather than the address
+// when the two would not fit in one event.
+func withDocs(reason, msg string) string {
+	if !reasons.Known(reason) {
+		return msg
+	}
+	suffix := " (see " + reasons.URL(reason) + ")"
+	if room := maxEventMessage - len(suffix); len(msg) > room {
+		msg = strings.ToValidUTF8(msg[:max(0, room-3)], "") + "..."
+	}
+	return msg + suffix
 }
 
 func (w *statusWriter) enqueue(key string, write func(context.Context) error) {
