@@ -29,6 +29,15 @@ func plot(root string, out Pages) error {
 	if !ok {
 		return fmt.Errorf("%s: the trace's heredoc does not end", plotPage)
 	}
+	// The policies of the guide's command that writes the plot.
+	_, after, ok := strings.Cut(string(page), "gpuplane simulate --trace trace.yaml --policy ")
+	for ok && !strings.Contains(strings.SplitN(after, "\n", 2)[0], "--out results") {
+		_, after, ok = strings.Cut(after, "gpuplane simulate --trace trace.yaml --policy ")
+	}
+	if !ok {
+		return fmt.Errorf("%s has no command that writes --out results", plotPage)
+	}
+	policies := strings.Fields(after)[0]
 	var lines []string
 	for _, l := range strings.Split(trace, "\n") {
 		lines = append(lines, strings.TrimPrefix(l, "   "))
@@ -46,7 +55,7 @@ func plot(root string, out Pages) error {
 	var stdout, stderr bytes.Buffer
 	cmd.SetOut(&stdout)
 	cmd.SetErr(&stderr)
-	cmd.SetArgs([]string{"--trace", tracePath, "--policy", "fgd,fgd-packing", "--out", filepath.Join(tmp, "results")})
+	cmd.SetArgs([]string{"--trace", tracePath, "--policy", policies, "--out", filepath.Join(tmp, "results")})
 	if err := cmd.Execute(); err != nil {
 		return fmt.Errorf("gpuplane simulate: %w\n%s", err, stderr.String())
 	}
