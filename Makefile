@@ -16,7 +16,7 @@ COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 # machine without the driver. The tag leaves kustomize's plugin loader out.
 export GOFLAGS := $(strip $(GOFLAGS) -tags=kustomize_disable_go_plugin_support)
 
-.PHONY: help build test test-unit test-docs lint verify generate manifests docs demo bench clean
+.PHONY: help build test test-unit test-docs lint verify generate manifests docs docs-pictures demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
 include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk hack/images.mk
@@ -78,6 +78,9 @@ generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from 
 
 docs: ## regenerate docs/reference (the CLI, the scheduler's flags, the CRD API, labels and annotations, conditions and events, metrics) and the simulator's plot
 	$(GO) test ./internal/docgen ./cmd/gpuplane-scheduler -count=1 -run TestReferenceIsCurrent -update
+
+docs-pictures: build controlplane-bins ## redraw docs/images/gpuplane-status.svg from a real gpuplane status on a local cluster (about 2 minutes)
+	hack/docs-pictures.sh
 
 manifests: ## render deploy/agent, deploy/scheduler and deploy/admission from the Helm chart (deploy/helm/gpuplane), copy the CRDs and monitoring files into it
 	$(GO) test ./deploy/helm -count=1 -run TestManifestsAreRendered -update
