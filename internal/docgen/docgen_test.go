@@ -70,7 +70,7 @@ func TestPagesNameWhatTheyDocument(t *testing.T) {
 		Dir + "/crds.md":                {"## Queue", "`spec.resources[].weight`", "at least 1", "## Topology"},
 		Dir + "/labels-annotations.md":  {"`gpuplane.io/gpus-held`", "`nvidia.com/gpu.product`", "`gpu.gpuplane.io/unhealthy` | taint", "`kueue.x-k8s.io/queue-name`"},
 		Dir + "/conditions-events.md":   {"[`GPUReady`](../troubleshooting.md#gpuready)", "[`MIGConfigEvictionBlocked`](../troubleshooting.md#evictionblocked)"},
-		Dir + "/metrics.md":             {"`DCGM_FI_DEV_GPU_UTIL` | gauge", "the same", "`gpuplane_gpu_quarantine_state`", "`gpuplane_health_critical_events_total` | counter", "`gpuplane_scheduler_queue_fair_share` | gauge", "histogram"},
+		Dir + "/metrics.md":             {"`DCGM_FI_DEV_GPU_UTIL` | gauge", "the same", "`gpuplane_gpu_quarantine_state`", "`gpuplane_health_critical_events_total` | counter", "`gpuplane_scheduler_queue_fair_share` | gauge", "`gpuplane_scheduler_leader` | gauge", "`gpuplane_scheduler_binds_total` | counter", "histogram"},
 	} {
 		page, ok := pages[rel]
 		if !ok {

@@ -51,11 +51,12 @@ func fromDesc(d *prometheus.Desc, typ, dcgm string) (series, error) {
 
 // typeOfCollector says what kind of metric a client_golang collector is.
 func typeOfCollector(c prometheus.Collector) (string, error) {
+	// A Gauge has every method of a Counter: ask for it first.
 	switch c.(type) {
-	case *prometheus.CounterVec, prometheus.Counter:
-		return "counter", nil
 	case *prometheus.GaugeVec, prometheus.Gauge:
 		return "gauge", nil
+	case *prometheus.CounterVec, prometheus.Counter:
+		return "counter", nil
 	case *prometheus.HistogramVec, prometheus.Histogram:
 		return "histogram", nil
 	}
@@ -149,10 +150,10 @@ func writeRows(b *strings.Builder, ss []series, dcgm bool) {
 		fmt.Fprintf(b, "| `%s` | %s | %s | %s |", s.name, s.typ, strings.Join(labels, ", "), cell(s.help))
 		if dcgm {
 			d := s.dcgm
-			switch {
-			case d == s.name:
+			switch d {
+			case s.name:
 				d = "the same"
-			case d == "":
+			case "":
 				d = "none"
 			}
 			fmt.Fprintf(b, " %s |", cell(d))
