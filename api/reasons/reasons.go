@@ -92,12 +92,15 @@ func Known(name string) bool {
 // keep.
 const podScheduled = "PodScheduled"
 
+// waits are reasons a pod waits: its PodScheduled condition's, its event's
+// and, for a pod of a PodGroup, the group's Schedulable condition's.
 func waits(names ...string) []Reason {
 	var out []Reason
 	for _, n := range names {
 		out = append(out,
 			Reason{Name: n, Kind: ConditionReason, Object: "Pod", Condition: podScheduled, By: Scheduler},
-			Reason{Name: n, Kind: Event, Object: "Pod", By: Scheduler})
+			Reason{Name: n, Kind: Event, Object: "Pod", By: Scheduler},
+			Reason{Name: n, Kind: ConditionReason, Object: "PodGroup", Condition: v1alpha1.ConditionSchedulable, By: Scheduler})
 	}
 	return out
 }
@@ -151,7 +154,8 @@ var All = concat(
 	// Why a pod waits: its PodScheduled condition and an event of the
 	// same reason (FailedScheduling for Unschedulable).
 	waits(
-		"Unschedulable", "WaitingForPreemption", "InvalidTopology",
+		"Unschedulable", "WaitingForPreemption", "InvalidTopology", "PreemptionDisabled", "ReclaimDisabled",
+		"ExceedsQueueLimit", "ExceedsClusterCapacity",
 		"UnknownQueue", "QueueNotLeaf", "QueueNotAllowed", "ConflictingQueues", "ConflictingPodGroups",
 		"QueueMismatch", "PodGroupNotFound", "NotEnoughPods", "GroupingFailed", "InvalidPodGroup",
 		"InvalidQueue", "InvalidName", "TopologyMismatch",
@@ -164,11 +168,9 @@ var All = concat(
 		"AdminAccessNotAllowed", "ClaimAllocationFailed",
 	),
 	[]Reason{{Name: "FailedScheduling", Kind: Event, Object: "Pod", By: Scheduler, Anchor: "unschedulable"}},
-	// The core's codes, on the PodGroup's Schedulable condition.
-	groupWaits(
-		"Placed", "Waiting", "DoesNotFit", "QueueLimit", "PreemptionDisabled", "ReclaimDisabled",
-		"ExceedsQueueLimit", "ExceedsClusterCapacity", "NoTopologyDomain", "TopologyDomainFragmented",
-	),
+	// The core's codes only the PodGroup's Schedulable condition carries:
+	// its pods say Unschedulable, with the core's words.
+	groupWaits("Placed", "Waiting", "DoesNotFit", "QueueLimit", "NoTopologyDomain", "TopologyDomainFragmented"),
 	// Queue and GroupingRule validity.
 	[]Reason{
 		{Name: "Valid", Kind: ConditionReason, Object: "Queue", Condition: v1alpha1.ConditionValid, By: Scheduler},
