@@ -68,7 +68,7 @@ func TestPagesNameWhatTheyDocument(t *testing.T) {
 		Dir + "/cli/gpuplane_doctor.md": {"gpuplane doctor", "--kubeconfig"},
 		Dir + "/cli/gpuplane-agent.md":  {"--simulate", "--metrics-addr"},
 		Dir + "/crds.md":                {"## Queue", "`spec.resources[].weight`", "at least 1", "## Topology"},
-		Dir + "/labels-annotations.md":  {"`gpuplane.io/gpus-held`", "`nvidia.com/gpu.product`", "`gpu.gpuplane.io/unhealthy` | taint", "`kueue.x-k8s.io/queue-name`"},
+		Dir + "/labels-annotations.md":  {"`gpuplane.io/gpus-held`", "`nvidia.com/gpu.product`", "`gpu.gpuplane.io/unhealthy` | taint", "`kueue.x-k8s.io/queue-name`", "`nvidia.com/gpu.family` | `hopper`"},
 		Dir + "/conditions-events.md":   {"[`GPUReady`](../troubleshooting.md#gpuready)", "[`MIGConfigEvictionBlocked`](../troubleshooting.md#evictionblocked)"},
 		Dir + "/metrics.md":             {"`DCGM_FI_DEV_GPU_UTIL` | gauge", "the same", "`gpuplane_gpu_quarantine_state`", "`gpuplane_health_critical_events_total` | counter", "`gpuplane_scheduler_queue_fair_share` | gauge", "`gpuplane_scheduler_leader` | gauge", "`gpuplane_scheduler_binds_total` | counter", "histogram"},
 	} {

@@ -50,6 +50,11 @@ func keysPage(root string, out Pages) error {
 			fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s |\n", k.value, k.kind, k.name, cell(k.doc))
 		}
 	}
+	gfd, err := featureLabelsSection()
+	if err != nil {
+		return err
+	}
+	b.WriteString(gfd)
 	out[Dir+"/labels-annotations.md"] = []byte(b.String())
 	return nil
 }
