@@ -78,6 +78,25 @@ func URL(name string) string {
 	return DocsURL
 }
 
+// MaxEventMessage is the longest event message the API server keeps whole
+// (events.k8s.io's note).
+const MaxEventMessage = 1024
+
+// WithDocs ends an event's message with the address of its reason's
+// troubleshooting entry, shortening the message rather than the address
+// when the two would not fit in one event. A reason not in the catalogue
+// leaves the message as it is.
+func WithDocs(reason, msg string) string {
+	if !Known(reason) {
+		return msg
+	}
+	suffix := " (see " + URL(reason) + ")"
+	if room := MaxEventMessage - len(suffix); len(msg) > room {
+		msg = strings.ToValidUTF8(msg[:max(0, room-3)], "") + "..."
+	}
+	return msg + suffix
+}
+
 // Known reports whether name is in the catalogue.
 func Known(name string) bool {
 	for _, r := range All {

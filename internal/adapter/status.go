@@ -3,7 +3,6 @@ package adapter
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,26 +45,8 @@ func newStatusWriter(client kubernetes.Interface, dyn dynamic.Interface, recorde
 
 func (w *statusWriter) event(obj runtime.Object, typ, reason, msg string) {
 	if w.recorder != nil {
-		w.recorder.Event(obj, typ, reason, withDocs(reason, msg))
+		w.recorder.Event(obj, typ, reason, reasons.WithDocs(reason, msg))
 	}
-}
-
-// maxEventMessage is the longest event message the API server keeps
-// whole (events.k8s.io's note).
-const maxEventMessage = 1024
-
-// withDocs ends an event's message with the address of its reason's
-// troubleshooting entry, shortening the message rather than the address
-// when the two would not fit in one event.
-func withDocs(reason, msg string) string {
-	if !reasons.Known(reason) {
-		return msg
-	}
-	suffix := " (see " + reasons.URL(reason) + ")"
-	if room := maxEventMessage - len(suffix); len(msg) > room {
-		msg = strings.ToValidUTF8(msg[:max(0, room-3)], "") + "..."
-	}
-	return msg + suffix
 }
 
 func (w *statusWriter) enqueue(key string, write func(context.Context) error) {
