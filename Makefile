@@ -16,7 +16,7 @@ COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
 # machine without the driver. The tag leaves kustomize's plugin loader out.
 export GOFLAGS := $(strip $(GOFLAGS) -tags=kustomize_disable_go_plugin_support)
 
-.PHONY: help build test test-unit lint verify generate manifests demo bench clean
+.PHONY: help build test test-unit test-docs lint verify generate manifests docs docs-pictures demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
 include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk hack/images.mk
@@ -43,14 +43,17 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v '^github.com/gpuplane/gpuplane/te
 # of wall times ends the run. TEST_TIERS_EXTRA adds tiers to the second lane.
 TEST_TIERS_EXTRA ?=
 TEST_LANES = \
-	"controlplane-bins=controlplane-bins+third-party-crds conformance=test-conformance integration=test-integration" \
+	"controlplane-bins=controlplane-bins+third-party-crds conformance=test-conformance integration=test-integration docs=test-docs" \
 	"operator-bins=operator-bins unit=test-unit monitoring=monitoring-tools+test-monitoring nice:fuzz=test-fuzz nice:images=test-images $(TEST_TIERS_EXTRA)"
 
-test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, monitoring, images (two lanes at once; a table of wall times at the end)
+test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, docs, monitoring, images (two lanes at once; a table of wall times at the end)
 	@MAKE="$(MAKE)" $(CURDIR)/hack/tiers.sh $(TEST_LANES)
 
 test-unit: ## unit tests of the product module, with the race detector
 	$(GO) test $(GOTESTFLAGS) $(UNIT_PKGS)
+
+test-docs: controlplane-bins third-party-crds ## the docs: links and anchors, every YAML block applied to a real control plane (server-side dry run) or loaded by its parser, every shell block run or marked
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test $(GOTESTFLAGS) ./test/docs/
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(BIN)
@@ -67,16 +70,23 @@ $(CONTROLLER_GEN):
 	GOBIN=$(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	@mv $(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen $@ && rmdir $(BIN)/.controller-gen-$(CONTROLLER_GEN_VERSION)
 
-generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from api/, then the manifests from the chart
+generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from api/, then the manifests from the chart, then the docs' reference
 	$(CONTROLLER_GEN) object paths=./api/scheduling/...
 	$(CONTROLLER_GEN) crd paths=./api/scheduling/... output:crd:artifacts:config=deploy/crds
 	@$(MAKE) --no-print-directory manifests
+	@$(MAKE) --no-print-directory docs
+
+docs: ## regenerate docs/reference (the CLI, the scheduler's flags, the CRD API, labels and annotations, conditions and events, metrics) and the simulator's plot
+	$(GO) test ./internal/docgen ./cmd/gpuplane-scheduler -count=1 -run TestReferenceIsCurrent -update
+
+docs-pictures: build controlplane-bins ## redraw docs/images/gpuplane-status.svg from a real gpuplane status on a local cluster (about 2 minutes)
+	hack/docs-pictures.sh
 
 manifests: ## render deploy/agent, deploy/scheduler and deploy/admission from the Helm chart (deploy/helm/gpuplane), copy the CRDs and monitoring files into it, write its README from values.yaml
 	$(GO) test ./deploy/helm -count=1 -run 'TestManifestsAreRendered|TestChartREADME' -update
 
 verify: generate ## fail when formatting, go.mod or generated files are stale
-	@test -z "$$(git status --porcelain -- api deploy)" || { git status --short -- api deploy; echo "generated files are stale: run 'make generate' and commit them"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy docs/reference docs/images)" || { git status --short -- api deploy docs/reference docs/images; echo "generated files are stale: run 'make generate' and commit them"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) mod tidy -diff
 	cd test/conformance && $(GO) mod tidy -diff

@@ -61,10 +61,18 @@ func newMetrics() *metrics {
 		refusedChoices: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuplane_scheduler_claim_choice_refusals_total",
 			Help: "Binds not carried out because the pod's ResourceClaims refuse the GPUs the core chose, by what the next cycle gives the core (exact: only the node's GPUs that satisfy the claims; excluded: none of the node's)."}, []string{"constraint"}),
 	}
-	m.reg.MustRegister(m.refusedChoices, m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(append(m.own(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
 	return m
 }
+
+// own lists the scheduler's own series.
+func (m *metrics) own() []prometheus.Collector {
+	return []prometheus.Collector{m.refusedChoices, m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes}
+}
+
+// MetricCollectors returns the scheduler's own series, new and
+// unregistered, for the reference docs (internal/docgen).
+func MetricCollectors() []prometheus.Collector { return newMetrics().own() }
 
 func (m *metrics) phase(name string, d time.Duration) {
 	m.phases.WithLabelValues(name).Observe(d.Seconds())

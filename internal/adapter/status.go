@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
+
+	"github.com/gpuplane/gpuplane/api/reasons"
 )
 
 // statusWriter writes pod conditions, PodGroup and Queue status at a
@@ -43,7 +45,7 @@ func newStatusWriter(client kubernetes.Interface, dyn dynamic.Interface, recorde
 
 func (w *statusWriter) event(obj runtime.Object, typ, reason, msg string) {
 	if w.recorder != nil {
-		w.recorder.Event(obj, typ, reason, msg)
+		w.recorder.Event(obj, typ, reason, reasons.WithDocs(reason, msg))
 	}
 }
 

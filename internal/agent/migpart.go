@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/api/reasons"
 	"github.com/gpuplane/gpuplane/internal/deviceplugin"
 	"github.com/gpuplane/gpuplane/internal/health"
 	"github.com/gpuplane/gpuplane/internal/metrics"
@@ -228,8 +229,8 @@ func (c *migCluster) Evict(ctx context.Context, p mig.Pod) error {
 	case err == nil:
 		if c.events != nil {
 			ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: types.UID(p.UID)}
-			c.events.Eventf(ref, corev1.EventTypeWarning, gpunode.EventReasonMIGEviction,
-				"evicted by gpuplane-agent: GPUs %v of node %s are being re-partitioned (the node's %s label changed)", p.GPUs, c.node, gpunode.LabelMIGConfig)
+			c.events.Event(ref, corev1.EventTypeWarning, gpunode.EventReasonMIGEviction, reasons.WithDocs(gpunode.EventReasonMIGEviction,
+				fmt.Sprintf("evicted by gpuplane-agent: GPUs %v of node %s are being re-partitioned (the node's %s label changed)", p.GPUs, c.node, gpunode.LabelMIGConfig)))
 		}
 		return nil
 	case apierrors.IsNotFound(err):
@@ -292,7 +293,7 @@ func (c *migCluster) SetStatus(ctx context.Context, s mig.Status) error {
 				kind = corev1.EventTypeWarning
 			}
 			ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: c.node, UID: types.UID(c.node)}
-			c.events.Eventf(ref, kind, "MIGConfig"+s.Reason, "%s", msg)
+			c.events.Event(ref, kind, reasons.MIGEventPrefix+s.Reason, reasons.WithDocs(reasons.MIGEventPrefix+s.Reason, msg))
 		}
 		c.condStatus, c.condReason = status, s.Reason
 	}

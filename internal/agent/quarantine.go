@@ -19,6 +19,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
+	"github.com/gpuplane/gpuplane/api/reasons"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/gpu/sim"
@@ -122,8 +123,10 @@ type nodeEvents struct {
 	ref *corev1.ObjectReference
 }
 
+// Eventf records a quarantine step on the Node, its message ending with
+// the step's troubleshooting entry.
 func (e nodeEvents) Eventf(eventtype, reason, messageFmt string, args ...any) {
-	e.rec.Eventf(e.ref, eventtype, reason, messageFmt, args...)
+	e.rec.Event(e.ref, eventtype, reason, reasons.WithDocs(reason, fmt.Sprintf(messageFmt, args...)))
 }
 
 type noPodResources struct{}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/gpuplane/gpuplane/api/reasons"
 	"github.com/gpuplane/gpuplane/internal/metrics"
 )
 
@@ -122,7 +123,7 @@ func (w *usageWatch) check(ctx context.Context) {
 			if w.evict != nil {
 				msg += fmt.Sprintf(", and it is evicted if it stays over for %s", w.grace)
 			}
-			w.recorder.Event(p, corev1.EventTypeWarning, ReasonGPUMemoryOverLimit, msg)
+			w.recorder.Event(p, corev1.EventTypeWarning, ReasonGPUMemoryOverLimit, reasons.WithDocs(ReasonGPUMemoryOverLimit, msg))
 			w.log.Warn("pod over its GPU memory limit", "pod", g.Namespace+"/"+g.Pod, "usedMiB", g.UsedMiB, "limitMiB", limit, "gpu", g.GPU)
 		}
 		if w.evict != nil && now.Sub(since) >= w.grace && !now.Before(w.retryAt[p.UID]) {
@@ -152,8 +153,8 @@ func (w *usageWatch) check(ctx context.Context) {
 		if len(f.Holders) > 0 {
 			given = fmt.Sprintf("%v", f.Holders)
 		}
-		w.recorder.Event(p, corev1.EventTypeWarning, ReasonGPUNotGiven,
-			fmt.Sprintf("runs %d processes on GPU %d (%s), which was given to %s, not to this pod: it reached past the device plugin (privileged, NVIDIA_VISIBLE_DEVICES, or a /dev/nvidia* mount)", f.Processes, f.GPU, f.UUID, given))
+		w.recorder.Event(p, corev1.EventTypeWarning, ReasonGPUNotGiven, reasons.WithDocs(ReasonGPUNotGiven,
+			fmt.Sprintf("runs %d processes on GPU %d (%s), which was given to %s, not to this pod: it reached past the device plugin (privileged, NVIDIA_VISIBLE_DEVICES, or a /dev/nvidia* mount)", f.Processes, f.GPU, f.UUID, given)))
 		w.log.Warn("pod's process on a GPU it was not given", "pod", p.Namespace+"/"+p.Name, "gpu", f.GPU, "givenTo", f.Holders)
 	}
 	for key := range w.foreign {
@@ -167,15 +168,15 @@ func (w *usageWatch) doEvict(ctx context.Context, p *corev1.Pod, g metrics.GPUUs
 	err := w.evict(ctx, p)
 	switch {
 	case err == nil:
-		w.recorder.Event(p, corev1.EventTypeWarning, ReasonEvictedOverLimit,
-			fmt.Sprintf("evicted: used %d MiB of GPU %d, more than the %d MiB it asked for, for %s or more (--gpu-memory-over-limit=evict)", g.UsedMiB, g.GPU, limit, w.grace))
+		w.recorder.Event(p, corev1.EventTypeWarning, ReasonEvictedOverLimit, reasons.WithDocs(ReasonEvictedOverLimit,
+			fmt.Sprintf("evicted: used %d MiB of GPU %d, more than the %d MiB it asked for, for %s or more (--gpu-memory-over-limit=evict)", g.UsedMiB, g.GPU, limit, w.grace)))
 		w.log.Warn("evicted a pod over its GPU memory limit", "pod", p.Namespace+"/"+p.Name)
 		w.retryAt[p.UID] = now.Add(w.backoff) // until the pod is gone
 	case apierrors.IsNotFound(err):
 	default:
 		w.retryAt[p.UID] = now.Add(w.backoff)
-		w.recorder.Event(p, corev1.EventTypeWarning, ReasonEvictionRefused,
-			fmt.Sprintf("over its GPU memory limit, but the eviction was refused: %v; trying again in %s", err, w.backoff))
+		w.recorder.Event(p, corev1.EventTypeWarning, ReasonEvictionRefused, reasons.WithDocs(ReasonEvictionRefused,
+			fmt.Sprintf("over its GPU memory limit, but the eviction was refused: %v; trying again in %s", err, w.backoff)))
 		w.log.Warn("eviction of a pod over its GPU memory limit refused", "pod", p.Namespace+"/"+p.Name, "err", err)
 	}
 }

@@ -247,37 +247,12 @@
 // under a node it does not name, or over-allocates a node is an error, and
 // the next cycle starts over from nothing.
 //
-// Why preemption cannot cycle. Fair shares depend only on each queue's
-// usage plus pending demand, which an eviction does not change (the evicted
-// pods become demand again), so they are fixed while work moves between
-// running and pending; guarantees are fixed too. Call a resource scarce
-// when the queues want more of it than the cluster has. Over the leaf
-// queues q, where groups run, take
-//
-//	Phi = sum over q and scarce resources r of max(0, usage(q,r) - fair(q,r))
-//	Psi = sum over q of max(0, gpuUsage(q) - gpuGuaranteed(q))
-//
-// Fair-share reclaim needs a scarce resource: the reclaiming queue must end
-// at or below its fair share in every scarce resource its group uses, and
-// every victim's queue must stay at or above its fair share in every scarce
-// resource the victim uses, one of which it must use. So each such reclaim
-// strictly lowers Phi (the victim's excess shrinks by what it gave up, the
-// reclaimer gains no excess). Guarantee reclaim needs a group that uses
-// GPUs: the reclaiming leaf queue must end within its GPU guarantee and at
-// or below its fair share in every scarce resource the group uses, and
-// every victim must use GPUs and leave its leaf queue at or above its GPU
-// guarantee. So each such reclaim leaves Phi no larger (the reclaimer gains
-// no excess, victims only lose usage) and strictly lowers Psi (every
-// victim's queue was borrowing at least what it gave up, and the reclaimer
-// stays within its guarantee). Either way (Phi, Psi) decreases
-// lexicographically. Checking the reclaimer's bounds against its group's
-// whole demand covers a gang placed with fewer pods, and the reprieve only
-// gives victims back, which keeps every bound. A preemption happens inside
-// one queue, for strictly higher priority only, so the multiset of running
-// priorities in that queue grows in the lexicographic order and the victim
-// can never preempt its preemptor. These orders are well founded on a
-// finite workload, so repeated cycles on an unchanged workload reach a
-// fixed point with no evictions; TestPropertyInvariantsAndFixedPoint checks
-// this on random workloads with guarantees and node pools (an earlier rule
-// that compared only dominant shares failed it).
+// Why preemption cannot cycle. Fair shares and guarantees stay fixed while
+// work moves between running and pending, every reclaim strictly lowers the
+// pair (excess over fair share in scarce resources, GPUs borrowed beyond
+// guarantees) lexicographically, and every preemption raises the running
+// priorities of one queue; both orders are well founded, so an unchanged
+// workload reaches a fixed point with no evictions. The argument in full is
+// in docs/concepts/preemption.md; TestPropertyInvariantsAndFixedPoint checks
+// it on random workloads.
 package scheduler

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/api/reasons"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
 )
@@ -49,10 +50,23 @@ type Check struct {
 	Result string `json:"result"`
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
+	// Docs is the troubleshooting entry of the reason the check found,
+	// when gpuplane wrote it.
+	Docs string `json:"docs,omitempty"`
 }
 
 func (r *Report) add(name, result, detail, fix string) {
 	r.Checks = append(r.Checks, Check{Name: name, Result: result, Detail: detail, Fix: fix})
+}
+
+// addReason is add for a check that reports a reason gpuplane wrote (a
+// condition's or an event's): the check links its troubleshooting entry.
+func (r *Report) addReason(reason, name, result, detail, fix string) {
+	c := Check{Name: name, Result: result, Detail: detail, Fix: fix}
+	if reasons.Known(reason) {
+		c.Docs = reasons.URL(reason)
+	}
+	r.Checks = append(r.Checks, c)
 }
 
 // Failed reports whether any check failed.
@@ -267,7 +281,7 @@ func (d *doctor) pod(ctx context.Context, p *corev1.Pod) *Report {
 	d.gang(ctx, r, p)
 	d.queue(ctx, r, p)
 	for _, e := range d.warnings(ctx, p.Namespace, "Pod", p.Name, 5) {
-		r.add("event "+e.Reason, Warn, e.Message, "")
+		r.addReason(e.Reason, "event "+e.Reason, Warn, e.Message, "")
 	}
 	r.Summary = summary(r, p)
 	return r
@@ -323,7 +337,7 @@ func (d *doctor) placement(ctx context.Context, r *Report, p *corev1.Pod) {
 	if cond.Reason == "WaitingForPreemption" {
 		result = Info
 	}
-	r.add("placement", result, fmt.Sprintf("not placed: %s: %s", cond.Reason, cond.Message), fix)
+	r.addReason(cond.Reason, "placement", result, fmt.Sprintf("not placed: %s: %s", cond.Reason, cond.Message), fix)
 }
 
 // fixFor is the command that helps with a reason gpuplane-scheduler gave.
@@ -483,14 +497,21 @@ func Print(w io.Writer, r *Report, wide bool) error {
 	}
 	first := true
 	for _, c := range r.Checks {
-		if c.Fix == "" || c.Result == OK {
+		if (c.Fix == "" && c.Docs == "") || c.Result == OK {
 			continue
 		}
 		if first {
 			fmt.Fprintln(w, "\nTO FIX")
 			first = false
 		}
-		fmt.Fprintf(w, "  %s: %s\n", c.Name, c.Fix)
+		switch {
+		case c.Fix == "":
+			fmt.Fprintf(w, "  %s: see %s\n", c.Name, c.Docs)
+		case c.Docs == "":
+			fmt.Fprintf(w, "  %s: %s\n", c.Name, c.Fix)
+		default:
+			fmt.Fprintf(w, "  %s: %s\n    see %s\n", c.Name, c.Fix, c.Docs)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/gpuplane/gpuplane/api/reasons"
 )
 
 // TestPrint checks the table: one line a check, then the fixes of the
@@ -11,7 +13,7 @@ import (
 func TestPrint(t *testing.T) {
 	r := &Report{Kind: "Pod", Name: "ml/trainer-0", Summary: "not placed"}
 	r.add("GPU request", OK, "nvidia.com/gpu: 8", "")
-	r.add("placement", Fail, "not placed: DoesNotFit: 0/4 nodes available: 4 insufficient nvidia.com/gpu", fixFor("DoesNotFit", nil))
+	r.addReason("DoesNotFit", "placement", Fail, "not placed: DoesNotFit: 0/4 nodes available: 4 insufficient nvidia.com/gpu", fixFor("DoesNotFit", nil))
 	var b bytes.Buffer
 	if err := Print(&b, r, false); err != nil {
 		t.Fatal(err)
@@ -22,6 +24,9 @@ func TestPrint(t *testing.T) {
 		"CHECK        RESULT  DETAIL",
 		"placement    fail    not placed: DoesNotFit",
 		"TO FIX\n  placement: gpuplane status -o wide",
+		// Each reason gpuplane wrote links its troubleshooting entry,
+		// under the fix or alone.
+		"\n    see " + reasons.DocsURL + "#doesnotfit\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -52,6 +57,26 @@ func TestPrintWide(t *testing.T) {
 	}
 	if strings.Contains(out, "TO FIX") {
 		t.Errorf("wide output also lists the fixes:\n%s", out)
+	}
+}
+
+// TestPrintLinksReasons checks that a check reporting a reason gpuplane
+// writes links its troubleshooting entry, even without a fix, and that one
+// reporting another component's reason does not.
+func TestPrintLinksReasons(t *testing.T) {
+	r := &Report{Kind: "Pod", Name: "ml/notebook", Summary: "Running on n1"}
+	r.addReason("GPUMemoryOverLimit", "event GPUMemoryOverLimit", Warn, "uses 30 GiB of its 20 GiB", "")
+	r.addReason("BackOff", "event BackOff", Warn, "the kubelet's", "")
+	var b bytes.Buffer
+	if err := Print(&b, r, false); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if want := "TO FIX\n  event GPUMemoryOverLimit: see " + reasons.DocsURL + "#gpumemoryoverlimit\n"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "event BackOff:") {
+		t.Errorf("a reason gpuplane does not write links the docs:\n%s", out)
 	}
 }
 

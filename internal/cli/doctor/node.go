@@ -44,7 +44,7 @@ func (d *doctor) node(ctx context.Context, n *corev1.Node) *Report {
 		if c.Status == corev1.ConditionTrue {
 			r.add("agent", OK, detail, "")
 		} else {
-			r.add("agent", Fail, c.Reason+": "+detail, fix)
+			r.addReason(c.Reason, "agent", Fail, c.Reason+": "+detail, fix)
 		}
 	}
 	if !agentSaid {
@@ -64,7 +64,7 @@ func (d *doctor) node(ctx context.Context, n *corev1.Node) *Report {
 		if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == gpunode.TaintGPUFault }) {
 			res = Fail // node-wide: nothing new is placed here
 		}
-		r.add("quarantine", res, c.Reason+": "+c.Message, fix)
+		r.addReason(c.Reason, "quarantine", res, c.Reason+": "+c.Message, fix)
 	}
 
 	// GPU resources the agent advertises, against their capacity.
@@ -133,7 +133,7 @@ func (d *doctor) node(ctx context.Context, n *corev1.Node) *Report {
 		if fix != "" {
 			res = Fail
 		}
-		r.add("event "+e.Reason, res, e.Message, fix)
+		r.addReason(e.Reason, "event "+e.Reason, res, e.Message, fix)
 	}
 
 	d.holders(ctx, r, n)
