@@ -202,6 +202,14 @@ func (b *builder) podClaims(c *clusterCache, pi *podInfo, now time.Time) (*podCl
 	return pc, nil
 }
 
+// mayClaim reports whether podClaims may find claims for a pending pod: it
+// names ResourceClaims, or asks for an extended resource a DeviceClass may
+// serve. A pod that does neither (most pods, and every pod of a cluster
+// without DRA) skips the look-up. Caller holds c.mu.
+func (c *clusterCache) mayClaim(pi *podInfo) bool {
+	return len(pi.pod.Spec.ResourceClaims) > 0 || pi.extendedResource != "" && c.dra.Serves(pi.extendedResource)
+}
+
 // claimableResource is the one extended resource of a pending pod that a
 // DeviceClass may serve through a claim made for it
 // (dra.ClaimableResource).

@@ -16,13 +16,20 @@ import (
 // and a ResourceClaim with whatever a writer may have put in them (device
 // count, type and index attributes, memory, selectors, counts): the cycle
 // never panics, a node never gets more GPUs than maxClaimGPUs, and a claim
-// that is allocated gets as many distinct devices as it asked for, all on
-// the pod's node.
+// that is allocated gets distinct devices, all on the pod's node: as many
+// as it asked for (mode 0, an exact count), one or more but no more than
+// the slice has (mode 1, allocationMode All), or as many as one of its
+// firstAvailable subrequests asks (mode 2: the count with the claim's
+// selector, else one device of the class).
 func FuzzDRASliceAndClaim(f *testing.F) {
-	f.Add(8, "gpu", int64(0), "H100", "80Gi", `device.driver == "gpu.gpuplane.io"`, `device.attributes["gpu.gpuplane.io"].productName == "H100"`, int64(1), "gpu.gpuplane.io")
-	f.Add(2, "mig", int64(-3), "", "-1", `true`, `device.attributes["gpu.gpuplane.io"].nosuch`, int64(3), "other")
-	f.Add(300, "gpu", int64(1<<40), "A100", "1e30", `device.capacity["gpu.gpuplane.io"].memory.compareTo(quantity("40Gi")) >= 0`, `device.attributes[`, int64(-1), "gpu.gpuplane.io")
-	f.Fuzz(func(t *testing.T, devices int, typ string, index int64, product, mem, classSel, claimSel string, count int64, class string) {
+	f.Add(8, "gpu", int64(0), "H100", "80Gi", `device.driver == "gpu.gpuplane.io"`, `device.attributes["gpu.gpuplane.io"].productName == "H100"`, int64(1), "gpu.gpuplane.io", uint8(0))
+	f.Add(2, "mig", int64(-3), "", "-1", `true`, `device.attributes["gpu.gpuplane.io"].nosuch`, int64(3), "other", uint8(0))
+	f.Add(300, "gpu", int64(1<<40), "A100", "1e30", `device.capacity["gpu.gpuplane.io"].memory.compareTo(quantity("40Gi")) >= 0`, `device.attributes[`, int64(-1), "gpu.gpuplane.io", uint8(0))
+	f.Add(4, "gpu", int64(0), "H100", "80Gi", `true`, `device.attributes["gpu.gpuplane.io"].productName == "H100"`, int64(1), "gpu.gpuplane.io", uint8(1))
+	f.Add(3, "gpu", int64(0), "A100", "40Gi", `true`, `device.attributes["gpu.gpuplane.io"].productName == "A100"`, int64(0), "gpu.gpuplane.io", uint8(1))
+	f.Add(2, "gpu", int64(0), "H100", "80Gi", `true`, `device.attributes["gpu.gpuplane.io"].productName == "H100"`, int64(4), "gpu.gpuplane.io", uint8(2))
+	f.Add(8, "gpu", int64(0), "H100", "80Gi", `true`, ``, int64(2), "gpu.gpuplane.io", uint8(2))
+	f.Fuzz(func(t *testing.T, devices int, typ string, index int64, product, mem, classSel, claimSel string, count int64, class string, mode uint8) {
 		devices = min(max(devices, 0), 300)
 		f := newLoopFixture(t, Config{}, draNode("a"))
 		s := gpuSlice("a", 0, "")
@@ -45,7 +52,19 @@ func FuzzDRASliceAndClaim(f *testing.F) {
 		if claimSel != "" {
 			sels = append(sels, claimSel)
 		}
-		f.cache.upsertClaim(gpuClaim("c", class, count, sels...))
+		cl := gpuClaim("c", class, count, sels...)
+		switch mode % 3 {
+		case 1:
+			x := cl.Spec.Devices.Requests[0].Exactly
+			x.AllocationMode, x.Count = resourceapi.DeviceAllocationModeAll, 0
+		case 2:
+			x := cl.Spec.Devices.Requests[0].Exactly
+			cl.Spec.Devices.Requests[0] = resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+				{Name: "many", DeviceClassName: class, Selectors: x.Selectors, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count},
+				{Name: "one", DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+			}}
+		}
+		f.cache.upsertClaim(cl)
 		f.cache.upsertPod(claimPod("p", "c"))
 		f.cycle()
 		f.cache.mu.Lock()
@@ -68,8 +87,22 @@ func FuzzDRASliceAndClaim(f *testing.F) {
 				}
 				seen[d] = true
 			}
-			if int64(len(devs)) != want || parts[2] != "a" {
-				t.Fatalf("claim write %q, want %d devices on node a", w, want)
+			if parts[2] != "a" {
+				t.Fatalf("claim write %q, want node a", w)
+			}
+			switch n := int64(len(devs)); mode % 3 {
+			case 1:
+				if n > int64(devices) {
+					t.Fatalf("claim write %q for all devices: %d devices, the slice has %d", w, n, devices)
+				}
+			case 2:
+				if n != want && n != 1 {
+					t.Fatalf("claim write %q, want %d or 1 devices", w, want)
+				}
+			default:
+				if n != want {
+					t.Fatalf("claim write %q, want %d devices on node a", w, want)
+				}
 			}
 		}
 	})

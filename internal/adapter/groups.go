@@ -30,6 +30,9 @@ type groupInfo struct {
 	held *BadInputError
 	// minResources is the PodGroup's spec.minResources, checked.
 	minResources model.Resources
+	// topoAsked: a member not finished states a topology in its
+	// annotations (groupTopology).
+	topoAsked bool
 }
 
 // pendingPod returns the group's pending pod with the given key, or nil.

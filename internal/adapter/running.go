@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"slices"
 	"time"
 
 	"github.com/gpuplane/gpuplane/internal/adapter/dra"
@@ -30,19 +31,33 @@ func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time
 			c.dirty[n] = true
 		}
 	}
+	// The list in node order is kept from cycle to cycle and changed
+	// where nodes are dirty, so that a cycle in which a few pods changed
+	// costs no look-up per node; a new node list rebuilds it.
+	rebuild := b.running == nil || b.runningFor != b.nodesVersion
 	for n := range c.dirty {
 		if ni := c.nodes[n]; ni != nil {
-			b.nodeAllocs[n] = b.nodeAllocations(c, r, ni, now)
+			a := b.nodeAllocations(c, r, ni, now)
+			b.nodeAllocs[n] = a
+			if i, ok := b.nodeIndex[n]; ok && !rebuild {
+				b.running[i] = a
+			}
 		} else {
 			delete(b.nodeAllocs, n)
 		}
 	}
 	clear(c.dirty)
-	out := make([][]model.Allocation, len(b.nodes))
-	for i, n := range b.nodes {
-		out[i] = b.nodeAllocs[n.node.Name]
+	if rebuild {
+		b.running = make([][]model.Allocation, len(b.nodes))
+		b.nodeIndex = make(map[string]int, len(b.nodes))
+		for i, n := range b.nodes {
+			b.running[i] = b.nodeAllocs[n.node.Name]
+			b.nodeIndex[n.node.Name] = i
+		}
+		b.runningFor = b.nodesVersion
 	}
-	return out
+	// The snapshot gets a copy: it outlives the next cycle's changes.
+	return slices.Clone(b.running)
 }
 
 // nodeAllocations lists the allocations of the pods holding one node,

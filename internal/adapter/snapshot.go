@@ -65,6 +65,11 @@ type builder struct {
 	// replaced, never changed, when its pods change (the core relies on
 	// it: model.Snapshot.RunningByNode).
 	nodeAllocs map[string][]model.Allocation
+	// running is nodeAllocs in the order of nodes, as of nodes version
+	// runningFor; nodeIndex is each node's place in nodes.
+	running    [][]model.Allocation
+	runningFor int
+	nodeIndex  map[string]int
 
 	// dra is the DRA memo: the device sets of pending pods' claims.
 	dra draMemo
@@ -116,6 +121,9 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 				g = b.newGroup(c, in, pi, members, valid)
 				in.groups[name] = g
 			}
+			if pi.topo != nil && !pi.terminal() {
+				g.topoAsked = true
+			}
 			_, isAssumed := c.assumed[pi.key]
 			switch p := pi.pod; {
 			case pi.terminal():
@@ -153,15 +161,24 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		}
 		// Pods that ask through ResourceClaims: the claims to allocate
 		// and the devices that may serve them, or why the group waits.
+		// A pod that names no volume, no claim and no resource a
+		// DeviceClass maps (the plain pod) skips both look-ups.
 		for _, pi := range g.pending {
-			if vols, bad := c.podVolumes(pi, b.nodes); bad != nil {
-				g.held = badInput(bad.Reason, "pod %s: %s", pi.key, bad.Msg)
-				break
-			} else if vols != nil {
-				if in.volumes == nil {
-					in.volumes = map[string]*podVolumes{}
+			if len(pi.pod.Spec.Volumes) > 0 {
+				vols, bad := c.podVolumes(pi, b.nodes)
+				if bad != nil {
+					g.held = badInput(bad.Reason, "pod %s: %s", pi.key, bad.Msg)
+					break
 				}
-				in.volumes[pi.key] = vols
+				if vols != nil {
+					if in.volumes == nil {
+						in.volumes = map[string]*podVolumes{}
+					}
+					in.volumes[pi.key] = vols
+				}
+			}
+			if !c.mayClaim(pi) {
+				continue
 			}
 			pc, bad := b.podClaims(c, pi, now)
 			if pc == nil && bad == nil {
@@ -184,10 +201,15 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			g.held = badInput("NotEnoughPods", "PodGroup %s needs minMember %d pods but has %d: lower spec.minMember or create the missing pods", g.pgKey, g.minMember, total)
 			continue
 		}
-		topo, bad := c.groupTopology(g, c.members[name])
-		if bad != nil {
-			g.held = bad
-			continue
+		// Only a gang whose PodGroup or some member asks for a topology
+		// has one to resolve.
+		var topo *model.GangTopology
+		if g.topoAsked || g.pg != nil && !g.pg.Spec.Topology.IsZero() {
+			var bad *BadInputError
+			if topo, bad = c.groupTopology(g, c.members[name]); bad != nil {
+				g.held = bad
+				continue
+			}
 		}
 		// What the gang still needs is the core's one rule (PodGroup.Min):
 		// its size less the members bound or finished.

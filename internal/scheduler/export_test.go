@@ -1,6 +1,9 @@
 package scheduler
 
-import "github.com/gpuplane/gpuplane/internal/scheduler/placement"
+import (
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+)
 
 // StateOf exposes a scheduler's free state to this package's black-box
 // tests; drivers read decisions, never the state.
@@ -12,3 +15,7 @@ var (
 	SameNodes = sameNodes
 	SameAlloc = sameAlloc
 )
+
+// NodesOf exposes the node list a scheduler's state was built from (and
+// compares the next snapshot's with).
+func NodesOf(s *Scheduler) []model.Node { return s.nodes }

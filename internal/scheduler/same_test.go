@@ -2,9 +2,11 @@ package scheduler_test
 
 import (
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -101,6 +103,47 @@ func TestSameNodes(t *testing.T) {
 			t.Error("SameNodes = true, want false")
 		}
 	})
+}
+
+// TestSyncAdoptsEqualNodes: a snapshot whose nodes equal the last one's
+// but are new copies (a driver that rebuilt its node list) leaves the
+// state as it was and hands the scheduler the new copies to compare with,
+// so that the next cycle finds them unchanged by identity instead of
+// comparing every field of every node again; the topology the state read
+// stays.
+func TestSyncAdoptsEqualNodes(t *testing.T) {
+	s, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := []model.Node{schedtest.Node("n-9", 1000, 1024).Obj(), sameNode()}
+	pending := []model.PodGroup{{Name: "g", Queue: "default", MinMember: 1, Pods: []model.Pod{{Name: "p", Request: schedtest.GPU(1, 1000)}}}}
+	if _, err := s.Cycle(&model.Snapshot{Nodes: first, Pending: pending}); err != nil {
+		t.Fatal(err)
+	}
+	st := scheduler.StateOf(s)
+	next := []model.Node{first[0], deepNode(first[1])}
+	if _, err := s.Cycle(&model.Snapshot{Nodes: next, Pending: pending}); err != nil {
+		t.Fatal(err)
+	}
+	if scheduler.StateOf(s) != st {
+		t.Fatal("equal nodes rebuilt the state")
+	}
+	kept := scheduler.NodesOf(s)
+	if n := &kept[1]; !sameIdentity(n, &next[1]) {
+		t.Errorf("the scheduler compares the next snapshot with %+v, want the copies it was given last", *n)
+	}
+	if kept[1].Topology != first[1].Topology {
+		t.Error("the node's topology changed")
+	}
+}
+
+// sameIdentity reports whether a and b share their name, slices and maps.
+func sameIdentity(a, b *model.Node) bool {
+	return unsafe.StringData(a.Name) == unsafe.StringData(b.Name) && &a.GPUs[0] == &b.GPUs[0] && &a.Taints[0] == &b.Taints[0] &&
+		a.Volumes == b.Volumes && reflect.ValueOf(a.Labels).UnsafePointer() == reflect.ValueOf(b.Labels).UnsafePointer() &&
+		reflect.ValueOf(a.Domains).UnsafePointer() == reflect.ValueOf(b.Domains).UnsafePointer() &&
+		reflect.ValueOf(a.Allocatable).UnsafePointer() == reflect.ValueOf(b.Allocatable).UnsafePointer()
 }
 
 // sameAllocation is a running pod with every field sync compares set.

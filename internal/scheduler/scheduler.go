@@ -145,7 +145,16 @@ func (t *timer) phase(name string) {
 // (as a driver that passes unchanged nodes again does) is equal without
 // reading them: over thousands of nodes the walk is bound by memory, and
 // it reads nothing beyond the nodes themselves until a node differs.
-func sameNodes(a, b []model.Node) bool {
+func sameNodes(a, b []model.Node) bool { return matchNodes(a, b, false) }
+
+// matchNodes is sameNodes. With adopt, a node of a that equals b's in
+// every field the state reads, but not by identity, takes b's name,
+// slices, maps and volumes (its Topology and MIG stay a's, as the state
+// read them): a driver that rebuilds its node list with equal contents
+// (new label maps, say) costs the field-by-field comparison once, not on
+// every cycle after. The state keeps pointers to a's elements, never to
+// their maps, and reads nothing that differs.
+func matchNodes(a, b []model.Node, adopt bool) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -158,6 +167,11 @@ func sameNodes(a, b []model.Node) bool {
 		}
 		if !sameNode(x, y) {
 			return false
+		}
+		if adopt {
+			topo, mig := x.Topology, x.MIG
+			*x = *y
+			x.Topology, x.MIG = topo, mig
 		}
 	}
 	return true

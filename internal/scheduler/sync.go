@@ -41,7 +41,7 @@ func (s *Scheduler) sync(snap *model.Snapshot) (err error) {
 	if chunks != nil && len(chunks) != len(snap.Nodes) {
 		return fmt.Errorf("syncing snapshot: runningByNode has %d chunks for %d nodes", len(chunks), len(snap.Nodes))
 	}
-	if s.st == nil || !sameNodes(s.nodes, snap.Nodes) {
+	if s.st == nil || !matchNodes(s.nodes, snap.Nodes, true) {
 		if err := s.reset(snap); err != nil {
 			return err
 		}

@@ -78,6 +78,16 @@ func (s *State) classFor(res corev1.ResourceName) *resourceapi.DeviceClass {
 	return out
 }
 
+// Serves reports whether a DeviceClass may serve extended resource res
+// through a claim made for it: res names a class itself
+// (deviceclass.resource.kubernetes.io/<class>, which waits when the class
+// is missing) or a class maps it (spec.extendedResourceName). When neither
+// holds, a pod that asks res and names no claim has none to resolve
+// (resolveExtended).
+func (s *State) Serves(res corev1.ResourceName) bool {
+	return strings.HasPrefix(string(res), resourceapi.ResourceDeviceClassPrefix) || s.classFor(res) != nil
+}
+
 // advertises reports whether a node's allocatable lists an extended
 // resource: its device plugin serves it.
 func advertises(n *corev1.Node, res corev1.ResourceName) bool {
