@@ -26,6 +26,7 @@ type metrics struct {
 	badNodes       prometheus.Gauge
 	layouts        prometheus.Counter
 	refusedChoices *prometheus.CounterVec
+	apiServed      *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -60,8 +61,10 @@ func newMetrics() *metrics {
 			Help: "MIG layouts proposed for idle GPUs of nodes labelled gpuplane.io/mig-layout-policy=follow-demand."}),
 		refusedChoices: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuplane_scheduler_claim_choice_refusals_total",
 			Help: "Binds not carried out because the pod's ResourceClaims refuse the GPUs the core chose, by what the next cycle gives the core (exact: only the node's GPUs that satisfy the claims; excluded: none of the node's)."}, []string{"constraint"}),
+		apiServed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuplane_scheduler_api_served",
+			Help: "1 when the cluster serves an optional Kubernetes API the scheduler uses (dra, workload-api, admission-policies), 0 when it does not and the scheduler runs without it; looked up at start."}, []string{"feature"}),
 	}
-	m.reg.MustRegister(m.refusedChoices, m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes,
+	m.reg.MustRegister(m.apiServed, m.refusedChoices, m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
