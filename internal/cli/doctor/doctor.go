@@ -69,7 +69,7 @@ type options struct {
 func NewCommand() *cobra.Command {
 	o := &options{}
 	cmd := &cobra.Command{
-		Use:   "doctor [pod] NAME | node NAME",
+		Use:   "doctor [pod] NAME | node NAME | cluster",
 		Short: "Explain why a pod has no GPU, or why a node offers none, and how to fix it",
 		Long: `doctor reads a pod or a node through the API server and goes through what
 decides whether it gets (or offers) GPUs, one check a line, each failing
@@ -86,11 +86,16 @@ its capacity (GPUs withdrawn as unhealthy), taints pods must tolerate, its
 GPU model and sharing from the agent's labels, what gpuplane-scheduler said
 of the node (events such as InvalidGPUInfo), and which pods hold its GPUs.
 
+For the cluster (doctor cluster): its Kubernetes version against the
+supported range (1.34 to 1.37), and each optional API gpuplane uses (DRA,
+the Workload API, MutatingAdmissionPolicy): served, or off and why.
+
 A bare NAME is a pod in --namespace when one exists, else a node.
 The exit status is 1 when a check fails.`,
 		Example: `  gpuplane doctor trainer-0 -n ml-team
   gpuplane doctor node gpu-node-3
-  gpuplane doctor gpu-node-3 -o json`,
+  gpuplane doctor gpu-node-3 -o json
+  gpuplane doctor cluster`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := cliutil.ParseFormat(o.output, cliutil.Table, cliutil.JSON, cliutil.YAML)
@@ -98,6 +103,9 @@ The exit status is 1 when a check fails.`,
 				return err
 			}
 			kind, name := "", args[0]
+			if len(args) == 1 && name == "cluster" {
+				kind = "cluster"
+			}
 			if len(args) == 2 {
 				kind, name = args[0], args[1]
 				if kind != "pod" && kind != "node" {
@@ -158,6 +166,9 @@ type doctor struct {
 
 // diagnose picks the pod or node and diagnoses it.
 func (d *doctor) diagnose(ctx context.Context, kind, ns, name string) (*Report, error) {
+	if kind == "cluster" {
+		return d.cluster()
+	}
 	if kind != "node" {
 		p, err := d.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		switch {
