@@ -16,7 +16,7 @@ func apis(extra ...string) []string {
 }
 
 var (
-	mapV1 = []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"}
+	mapV1      = []string{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding"}
 	mapV1beta1 = []string{"admissionregistration.k8s.io/v1beta1", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy",
 		"admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicyBinding"}
 	draV1 = []string{"resource.k8s.io/v1", "resource.k8s.io/v1/DeviceClass", "resource.k8s.io/v1/ResourceSlice"}
