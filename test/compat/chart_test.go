@@ -124,8 +124,8 @@ func testChartDryRun(t *testing.T, env *framework.Env, s apiServer) {
 			t.Errorf("%d MutatingAdmissionPolicies rendered as %s, want them at %q", n, k, s.mapAt)
 		}
 	}
-	if kinds["resource.k8s.io/v1 DeviceClass"] == 0 {
-		t.Errorf("no DeviceClass rendered, though the API server serves resource.k8s.io/v1 (rendered: %v)", kinds)
+	if has := kinds["resource.k8s.io/v1 DeviceClass"] > 0; has == s.noDRA {
+		t.Errorf("DeviceClasses rendered: %v, with resource.k8s.io/v1 served: %v (rendered: %v)", has, !s.noDRA, kinds)
 	}
 }
 
@@ -167,7 +167,14 @@ func testChartLifecycle(t *testing.T, env *framework.Env, s apiServer) {
 		{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}, namespace, "gpuplane-agent"},
 		{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, namespace, "gpuplane-scheduler"},
 		{schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}, "", "gpuplane-agent-own-node"},
-		{schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "deviceclasses"}, "", "gpu.gpuplane.io"},
+	}
+	if !s.noDRA {
+		objects = append(objects, struct {
+			gvr      schema.GroupVersionResource
+			ns, name string
+		}{schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "deviceclasses"}, "", "gpu.gpuplane.io"})
+	} else if !strings.Contains(rel.Info.Notes, "Off on this cluster: DRA (agent.dra)") {
+		t.Errorf("NOTES.txt does not say DRA is off:\n%s", rel.Info.Notes)
 	}
 	for _, o := range objects {
 		if _, err := dyn.Resource(o.gvr).Namespace(o.ns).Get(ctx, o.name, metav1.GetOptions{}); err != nil {
@@ -255,7 +262,9 @@ func leftovers(t *testing.T, dyn dynamic.Interface, s apiServer) []string {
 		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"},
 		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"},
-		{Group: "resource.k8s.io", Version: "v1", Resource: "deviceclasses"},
+	}
+	if !s.noDRA {
+		kinds = append(kinds, schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "deviceclasses"})
 	}
 	if s.mapAt != "" {
 		kinds = append(kinds, mapResource(s.mapAt), mapResource(s.mapAt).GroupVersion().WithResource("mutatingadmissionpolicybindings"))
