@@ -32,8 +32,8 @@ test-integration: controlplane-bins operator-bins third-party-crds ## integratio
 # Kubernetes minor it supports. Each minor's kube-apiserver is pinned in a
 # module of its own (tools/k8s-<minor>) and built into bin/k8s-<minor>;
 # etcd and kwok come from controlplane-bins, and no other component is
-# needed (the tier's tests create the ServiceAccounts kube-controller-manager
-# would).
+# needed (the framework does the two things the tests need of
+# kube-controller-manager: default ServiceAccounts, untainting Ready nodes).
 COMPAT_KUBE_MINORS ?= 1.34 1.37
 COMPAT_PKGS ?= ./test/compat/...
 
@@ -46,5 +46,5 @@ $(COMPAT_BINS): compat-bins-%:
 	@GO="$(GO)" BUILD_PARALLEL="$(CONTROLPLANE_BUILD_PARALLEL)" TOOLS_DIR="$(CURDIR)/tools/k8s-$*" TARGETS=kube-apiserver \
 		$(CURDIR)/hack/build-controlplane.sh "$(BIN)/k8s-$*"
 
-test-compat: controlplane-bins $(COMPAT_BINS) ## the chart's install, upgrade and uninstall, a server-side dry run, and scheduling and DRA smoke tests on each supported minor's kube-apiserver ($(COMPAT_KUBE_MINORS))
+test-compat: controlplane-bins $(COMPAT_BINS) ## the chart's install, upgrade and uninstall, a server-side dry run, and scheduling and DRA smoke tests on the kube-apiserver of the oldest and newest supported minor (COMPAT_KUBE_MINORS, 1.34 and 1.37)
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" GPUPLANE_COMPAT_MINORS="$(COMPAT_KUBE_MINORS)" $(GO) test $(GOTESTFLAGS) $(COMPAT_PKGS)
