@@ -23,13 +23,18 @@ type apiServer struct {
 	mapAt string
 	// noDRA: the API server serves no resource.k8s.io/v1.
 	noDRA bool
+	// workloadAPI is the version of the Workload API turned on; only the
+	// Workload API's gang is tested on such a server.
+	workloadAPI string
 }
 
 // servers lists the API servers of the tier's minors: each with its
 // defaults; 1.34 once more with MutatingAdmissionPolicy's beta turned on,
 // which the chart then installs at v1beta1, and once more with DRA's API
 // turned off (possible up to 1.34: later releases lock DRA on), where the
-// chart installs no DeviceClass and gpuplane-scheduler runs without DRA.
+// chart installs no DeviceClass and gpuplane-scheduler runs without DRA;
+// 1.37 once more with the Workload API (scheduling.k8s.io/v1alpha3, where
+// 1.36 served v1alpha2) for a gang named by pods' spec.schedulingGroup.
 func servers(minors []string) ([]apiServer, error) {
 	var out []apiServer
 	for _, m := range minors {
@@ -47,6 +52,10 @@ func servers(minors []string) ([]apiServer, error) {
 			out = append(out, apiServer{name: m + "-mutating-admission-policy-beta", minor: m,
 				extraArgs: []string{"--feature-gates=MutatingAdmissionPolicy=true", "--runtime-config=admissionregistration.k8s.io/v1beta1=true"},
 				mapAt:     "admissionregistration.k8s.io/v1beta1"})
+		}
+		if n >= 37 {
+			out = append(out, apiServer{name: m + "-workload-api", minor: m, workloadAPI: "scheduling.k8s.io/v1alpha3",
+				extraArgs: []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha3=true"}})
 		}
 		if n == 34 {
 			out = append(out, apiServer{name: m + "-without-dra", minor: m, mapAt: s.mapAt, noDRA: true,
@@ -91,6 +100,10 @@ func TestKubernetesVersions(t *testing.T) {
 	for _, s := range list {
 		t.Run(s.name, func(t *testing.T) {
 			env := s.start(t)
+			if s.workloadAPI != "" {
+				t.Run("Workload API gang", func(t *testing.T) { testWorkloadAPI(t, env, s.workloadAPI) })
+				return
+			}
 			t.Run("chart lint and server-side dry run", func(t *testing.T) { testChartDryRun(t, env, s) })
 			t.Run("chart install, upgrade and uninstall", func(t *testing.T) { testChartLifecycle(t, env, s) })
 			t.Run("scheduling a GPU pod and a gang", func(t *testing.T) { testScheduling(t, env) })

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
@@ -166,4 +167,34 @@ func testDRA(t *testing.T, env *framework.Env) {
 		}
 		return true, nil
 	})
+}
+
+// testWorkloadAPI: two pods name a Workload API PodGroup of gang minCount
+// 2, served at apiVersion; gpuplane-scheduler reads the gang at the
+// version the cluster serves and binds both.
+func testWorkloadAPI(t *testing.T, env *framework.Env, apiVersion string) {
+	w := newWorld(t, env, 2, 8)
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, _ := clients(t, env)
+	pg := &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": "PodGroup",
+		"metadata": map[string]any{"name": "workload", "namespace": w.ns},
+		"spec":     map[string]any{"schedulingPolicy": map[string]any{"gang": map[string]any{"minCount": int64(2)}}}}}
+	if _, err := dyn.Resource(gv.WithResource("podgroups")).Namespace(w.ns).Create(t.Context(), pg, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the Workload API PodGroup: %v", err)
+	}
+	var names []string
+	for i := range 2 {
+		p := w.pod(fmt.Sprintf("workload-%d", i)).GPUs(8).Obj()
+		group := "workload"
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+		w.create(t, p)
+		names = append(names, p.Name)
+	}
+	placed := w.waitBound(t, names...)
+	if placed[names[0]] == placed[names[1]] {
+		t.Errorf("both 8-GPU pods bound to %s", placed[names[0]])
+	}
 }
