@@ -39,14 +39,16 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v '^github.com/gpuplane/gpuplane/te
 # the second builds the workload operators the integration tier needs (that
 # tier waits for them if they are not ready), then runs the others, fuzz and
 # images at a lower priority (nice) so that they take the cores the first
-# lane leaves idle. Each tier's output is printed whole when it ends; a table
+# lane leaves idle. The compatibility tier's two kube-apiservers are built
+# in the first lane, after integration, which ends well before the second
+# lane on a cold run. Each tier's output is printed whole when it ends; a table
 # of wall times ends the run. TEST_TIERS_EXTRA adds tiers to the second lane.
 TEST_TIERS_EXTRA ?=
 TEST_LANES = \
-	"controlplane-bins=controlplane-bins+third-party-crds conformance=test-conformance integration=test-integration docs=test-docs" \
+	"controlplane-bins=controlplane-bins+third-party-crds conformance=test-conformance integration=test-integration docs=test-docs compat-bins=compat-bins compat=test-compat" \
 	"operator-bins=operator-bins unit=test-unit monitoring=monitoring-tools+test-monitoring nice:fuzz=test-fuzz nice:images=test-images $(TEST_TIERS_EXTRA)"
 
-test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, docs, monitoring, images (two lanes at once; a table of wall times at the end)
+test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, docs, compatibility (Kubernetes 1.34 and 1.37), monitoring, images (two lanes at once; a table of wall times at the end)
 	@MAKE="$(MAKE)" $(CURDIR)/hack/tiers.sh $(TEST_LANES)
 
 test-unit: ## unit tests of the product module, with the race detector

@@ -11,6 +11,10 @@
 #
 # Usage: hack/build-controlplane.sh [BIN_DIR]
 # Environment:
+#   TOOLS_DIR        the module whose pins are built (default: tools; the
+#                    compatibility tier's tools/k8s-<minor> pin another
+#                    Kubernetes release)
+#   TARGETS          the binaries to build, by name (default: all six)
 #   GO               go command (default: go)
 #   BUILD_PARALLEL   go build -p value (default: 2; the machine is shared)
 #   PROGRESS_EVERY   seconds between progress lines (default: 20)
@@ -18,7 +22,7 @@
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools_dir="${repo_root}/tools"
+tools_dir="${TOOLS_DIR:-${repo_root}/tools}"
 bin_dir="${1:-${repo_root}/bin}"
 GO="${GO:-go}"
 BUILD_PARALLEL="${BUILD_PARALLEL:-2}"
@@ -27,7 +31,7 @@ stamp="${bin_dir}/.controlplane-pins"
 
 # name:package pairs, built in this order (later ones reuse the build cache of
 # the earlier ones: kube-apiserver compiles most of what the others need).
-targets=(
+all_targets=(
 	"etcd:go.etcd.io/etcd/server/v3"
 	"kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver"
 	"kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager"
@@ -35,6 +39,12 @@ targets=(
 	"kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler"
 	"kubectl:k8s.io/kubernetes/cmd/kubectl"
 )
+targets=()
+for t in "${all_targets[@]}"; do
+	if [[ -z "${TARGETS:-}" || " ${TARGETS} " == *" ${t%%:*} "* ]]; then
+		targets+=("${t}")
+	fi
+done
 
 die() {
 	echo "controlplane-bins: $*" >&2
@@ -43,6 +53,8 @@ die() {
 
 command -v "${GO}" >/dev/null 2>&1 || die "go command '${GO}' not found: install Go 1.26 or set GO"
 [[ -f "${tools_dir}/go.mod" ]] || die "missing ${tools_dir}/go.mod"
+((${#targets[@]} > 0)) || die "TARGETS=${TARGETS:-} names none of: ${all_targets[*]%%:*}"
+builds() { [[ " ${targets[*]%%:*} " == *" $1 "* ]]; }
 
 module_version() {
 	# Prints the version tools/go.mod selects for module $1.
@@ -77,7 +89,6 @@ elif [[ -z "${have}" ]]; then
 fi
 
 k8s_version="$(module_version k8s.io/kubernetes)"
-kwok_version="$(module_version sigs.k8s.io/kwok)"
 k8s_minor="$(echo "${k8s_version}" | cut -d. -f2)"
 k8s_ldflags="-s -w
  -X k8s.io/component-base/version.gitVersion=${k8s_version}
@@ -148,22 +159,24 @@ done
 # kwok reads its node and pod lifecycles ("stages") from configuration; the ones
 # its authors ship live in its module under kustomize/stage. They are copied
 # next to the binary so that a launcher finds the stages of the kwok it runs.
-kwok_dir="$(cd "${tools_dir}" && GOWORK=off "${GO}" list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
-[[ -d "${kwok_dir}/kustomize/stage" ]] || die "kwok module at ${kwok_dir} has no kustomize/stage directory"
-mkdir -p "${work}/kwok-stages"
-(cd "${kwok_dir}/kustomize/stage" && find . -name testdata -prune -o -name '*.yaml' ! -name kustomization.yaml -print) |
-	while read -r f; do
-		mkdir -p "${work}/kwok-stages/$(dirname "${f}")"
-		cp "${kwok_dir}/kustomize/stage/${f}" "${work}/kwok-stages/${f}"
-	done
-chmod -R u+w "${work}/kwok-stages"
+if builds kwok; then
+	kwok_dir="$(cd "${tools_dir}" && GOWORK=off "${GO}" list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+	[[ -d "${kwok_dir}/kustomize/stage" ]] || die "kwok module at ${kwok_dir} has no kustomize/stage directory"
+	mkdir -p "${work}/kwok-stages"
+	(cd "${kwok_dir}/kustomize/stage" && find . -name testdata -prune -o -name '*.yaml' ! -name kustomization.yaml -print) |
+		while read -r f; do
+			mkdir -p "${work}/kwok-stages/$(dirname "${f}")"
+			cp "${kwok_dir}/kustomize/stage/${f}" "${work}/kwok-stages/${f}"
+		done
+	chmod -R u+w "${work}/kwok-stages"
 
-rm -rf "${bin_dir}/kwok-stages"
-mv "${work}/kwok-stages" "${bin_dir}/kwok-stages"
+	rm -rf "${bin_dir}/kwok-stages"
+	mv "${work}/kwok-stages" "${bin_dir}/kwok-stages"
+fi
 {
 	echo "${want}"
 	echo "kubernetes ${k8s_version}"
-	echo "etcd $(module_version go.etcd.io/etcd/server/v3)"
-	echo "kwok ${kwok_version}"
+	if builds etcd; then echo "etcd $(module_version go.etcd.io/etcd/server/v3)"; fi
+	if builds kwok; then echo "kwok $(module_version sigs.k8s.io/kwok)"; fi
 } >"${stamp}"
 echo "controlplane-bins: all ${#targets[@]} binaries ready in ${bin_dir} after $(fmt_secs $((SECONDS - overall_start))) (pins ${want})"

@@ -214,6 +214,8 @@ var All = concat(
 	events("Node", Agent, "GPUQuarantined", "GPUFailedAgain", "GPUPodEvicted", "GPUPodEvictionRefused",
 		"GPUDrainTimedOut", "GPUDrained", "GPUReset", "GPUResetFailed", "GPUInventoryRefreshFailed",
 		"GPUHeld", "GPURetry", "GPUReturned", "GPUQuarantineResumed"),
+	// The agent's start: an optional API the cluster does not serve.
+	events("Node", Agent, gpunode.EventReasonAPINotServed),
 	// Pods the agent acted on.
 	events("Pod", Agent, gpunode.EventReasonMIGEviction, "GPUMemoryOverLimit", "GPUNotGiven",
 		"EvictedOverGPUMemoryLimit", "OverLimitEvictionRefused"),

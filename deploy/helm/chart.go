@@ -89,19 +89,27 @@ type Rendered map[string]string
 
 // Render renders the chart with values over its defaults, as `helm
 // template` does (the values checked against values.schema.json), for a
-// release in namespace.
+// release in namespace, on Kubernetes ManifestKubeVersion.
 func Render(c *chart.Chart, values map[string]any, release, namespace string) (Rendered, error) {
+	r, _, err := RenderFor(c, values, release, namespace, ManifestCapabilities())
+	return r, err
+}
+
+// RenderFor renders the chart as Render does for a cluster with caps,
+// and returns NOTES.txt beside the manifests.
+func RenderFor(c *chart.Chart, values map[string]any, release, namespace string, caps *chartutil.Capabilities) (Rendered, string, error) {
 	opts := chartutil.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}
-	vals, err := chartutil.ToRenderValues(c, values, opts, chartutil.DefaultCapabilities.Copy())
+	vals, err := chartutil.ToRenderValues(c, values, opts, caps)
 	if err != nil {
-		return nil, fmt.Errorf("chart values: %w", err)
+		return nil, "", fmt.Errorf("chart values: %w", err)
 	}
 	out, err := engine.Render(c, vals)
 	if err != nil {
-		return nil, fmt.Errorf("rendering the chart: %w", err)
+		return nil, "", fmt.Errorf("rendering the chart: %w", err)
 	}
 	r := Rendered{}
 	prefix := c.Name() + "/templates/"
+	notes := out[prefix+"NOTES.txt"]
 	for name, text := range out {
 		if !strings.HasPrefix(name, prefix) || path.Ext(name) != ".yaml" {
 			continue
@@ -111,7 +119,7 @@ func Render(c *chart.Chart, values map[string]any, release, namespace string) (R
 		}
 		r[strings.TrimPrefix(name, prefix)] = text
 	}
-	return r, nil
+	return r, notes, nil
 }
 
 // Manifest joins every rendered file into one multi-document YAML stream,

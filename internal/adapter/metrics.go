@@ -26,6 +26,7 @@ type metrics struct {
 	badNodes       prometheus.Gauge
 	layouts        prometheus.Counter
 	refusedChoices *prometheus.CounterVec
+	apiServed      *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -60,6 +61,8 @@ func newMetrics() *metrics {
 			Help: "MIG layouts proposed for idle GPUs of nodes labelled gpuplane.io/mig-layout-policy=follow-demand."}),
 		refusedChoices: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuplane_scheduler_claim_choice_refusals_total",
 			Help: "Binds not carried out because the pod's ResourceClaims refuse the GPUs the core chose, by what the next cycle gives the core (exact: only the node's GPUs that satisfy the claims; excluded: none of the node's)."}, []string{"constraint"}),
+		apiServed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuplane_scheduler_api_served",
+			Help: "1 when the cluster serves an optional Kubernetes API the scheduler uses (dra, workload-api, admission-policies), 0 when it does not and the scheduler runs without it; looked up at start."}, []string{"feature"}),
 	}
 	m.reg.MustRegister(append(m.own(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
 	return m
@@ -67,7 +70,7 @@ func newMetrics() *metrics {
 
 // own lists the scheduler's own series.
 func (m *metrics) own() []prometheus.Collector {
-	return []prometheus.Collector{m.refusedChoices, m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes}
+	return []prometheus.Collector{m.apiServed, m.refusedChoices, m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes}
 }
 
 // MetricCollectors returns the scheduler's own series, new and

@@ -34,6 +34,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter/grouper"
+	"github.com/gpuplane/gpuplane/internal/apifeatures"
 )
 
 // ErrLostLeadership is returned by Run when another replica took over the
@@ -68,6 +69,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	m := newMetrics()
+	served, err := discoverAPIs(client.Discovery(), m, log)
+	if err != nil {
+		return err
+	}
 	c := newClusterCache(cfg.SchedulerName)
 
 	// Informers feed the cache with only what the scheduler reads
@@ -80,11 +85,6 @@ func Run(ctx context.Context, cfg Config) error {
 		{factory.Core().V1().Namespaces().Informer(), handler(c.upsertNamespace, c.deleteNamespace)},
 		{factory.Scheduling().V1().PriorityClasses().Informer(), handler[*schedulingv1.PriorityClass](c.upsertPriorityClass, c.deletePriorityClass)},
 		{factory.Policy().V1().PodDisruptionBudgets().Informer(), handler[*policyv1.PodDisruptionBudget](c.upsertPDB, c.deletePDB)},
-		// DRA: the devices gpuplane's driver publishes, the classes claims
-		// select through, and the claims of the pods it schedules.
-		{factory.Resource().V1().ResourceSlices().Informer(), handler(c.upsertSlice, c.deleteSlice)},
-		{factory.Resource().V1().DeviceClasses().Informer(), handler(c.upsertClass, c.deleteClass)},
-		{factory.Resource().V1().ResourceClaims().Informer(), handler(c.upsertClaim, c.deleteClaim)},
 		// Volumes: what VolumeBinding, VolumeZone, VolumeRestrictions and
 		// NodeVolumeLimits read (volumes.go).
 		{factory.Core().V1().PersistentVolumes().Informer(), handler(c.upsertPV, c.deletePV)},
@@ -94,6 +94,15 @@ func Run(ctx context.Context, cfg Config) error {
 		{dfactory.ForResource(v1alpha1.QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
 		{dfactory.ForResource(v1alpha1.PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
 		{dfactory.ForResource(v1alpha1.TopologiesResource).Informer(), handler(typed(log, c.upsertTopology), typed(log, c.deleteTopology))},
+	}
+	if served.Has(apifeatures.DRA) {
+		// DRA: the devices gpuplane's driver publishes, the classes claims
+		// select through, and the claims of the pods it schedules.
+		regs = append(regs, []informerReg{
+			{factory.Resource().V1().ResourceSlices().Informer(), handler(c.upsertSlice, c.deleteSlice)},
+			{factory.Resource().V1().DeviceClasses().Informer(), handler(c.upsertClass, c.deleteClass)},
+			{factory.Resource().V1().ResourceClaims().Informer(), handler(c.upsertClaim, c.deleteClaim)},
+		}...)
 	}
 	// Kueue's and KAI's Topologies, where the cluster serves them: those
 	// served now are synced with the rest; a CRD installed later is found
@@ -110,7 +119,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		grp, err = grouper.New(grouper.Config{SchedulerName: cfg.SchedulerName, Client: client, Dynamic: dyn,
 			Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)), Log: log.WithName("grouper"),
-			Topologies: c.topologies.Levels})
+			Topologies: c.topologies.Levels, WorkloadAPIVersion: workloadAPIVersion(served)})
 		if err != nil {
 			return err
 		}
@@ -243,6 +252,38 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	}
 	return ErrLostLeadership
+}
+
+// discoverAPIs looks up, once at start, which optional Kubernetes APIs the
+// cluster serves (apifeatures), sets gpuplane_scheduler_api_served, and
+// says in one line each what is off where one is missing: the scheduler
+// then runs without it instead of waiting on a watch the API server
+// refuses.
+func discoverAPIs(d discovery.DiscoveryInterface, m *metrics, log logr.Logger) (apifeatures.Served, error) {
+	features := []apifeatures.Feature{apifeatures.DRA, apifeatures.WorkloadAPI, apifeatures.AdmissionPolicies}
+	served, err := apifeatures.Discover(d, features...)
+	if err != nil {
+		return served, fmt.Errorf("finding the optional APIs the cluster serves: %w", err)
+	}
+	for _, f := range features {
+		if r, ok := served.Resource(f); ok {
+			m.apiServed.WithLabelValues(f.Name).Set(1)
+			log.V(1).Info("optional API served", "feature", f.Name, "at", r.GroupVersion().String())
+			continue
+		}
+		m.apiServed.WithLabelValues(f.Name).Set(0)
+		log.Info("feature off: "+f.Reason(), "feature", f.Name)
+	}
+	return served, nil
+}
+
+// workloadAPIVersion is the apiVersion of the Workload API's PodGroup the
+// cluster serves; empty, the grouper's default, when it serves none.
+func workloadAPIVersion(s apifeatures.Served) string {
+	if r, ok := s.Resource(apifeatures.WorkloadAPI); ok {
+		return r.GroupVersion().String()
+	}
+	return ""
 }
 
 // apiRetryLog is how often an unreachable API server is logged again.

@@ -91,6 +91,10 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Without the DRA API the driver is off and the device plugin serves.
+	if err := checkDRAServed(ctx, f, apiConfig, node, log.With("part", "dra")); err != nil {
+		return err
+	}
 	if podsOnNode != nil {
 		plugin.Steer = steer.New(podsOnNode.cached, podsOnNode.list, len(devices), log.With("part", "steer"))
 		if p, ok := recorderPart(f.podResourcesSocket, served, podsOnNode, len(devices), log.With("part", "record")); ok {

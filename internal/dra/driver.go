@@ -82,6 +82,9 @@ type Driver struct {
 	withdrawn map[int]bool
 	// republish receives when the inventory was rebuilt (Refresh).
 	republish chan struct{}
+	// dropped is the last set of features the API server dropped the
+	// fields of (HandleError), so that it is said once, not at every retry.
+	dropped string
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -336,8 +339,25 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 }
 
 // HandleError implements kubeletplugin.DRAPlugin: errors of publishing
-// are logged; the helper retries them.
+// are logged; the helper retries them. Fields the API server dropped
+// because a feature gate is off on this cluster (Kubernetes 1.34 and 1.35
+// keep partitionable devices, consumable capacity and device taints
+// alpha) are said once per set of features, as a warning naming them:
+// retrying cannot bring them back.
 func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	if dropped, ok := errors.AsType[*resourceslice.DroppedFieldsError](err); ok {
+		features := strings.Join(dropped.DisabledFeatures(), ", ")
+		d.mu.Lock()
+		said := d.dropped == features
+		d.dropped = features
+		d.mu.Unlock()
+		if !said {
+			d.log.Warn("the API server dropped fields of the node's ResourceSlices: these features are off on this cluster, "+
+				"so the devices that need them cannot be allocated as published (turn the feature gates on, or serve those GPUs through the device plugin)",
+				"features", features, "err", err)
+		}
+		return
+	}
 	d.log.Error(msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
 }
 

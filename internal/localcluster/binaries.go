@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,15 +109,46 @@ func requireBinaries(dir string, names ...string) (map[string]string, error) {
 	return paths, nil
 }
 
-// VerifyBinaries resolves cfg's binary directory and checks that it holds
-// every binary cfg needs, returning the directory.
+// VerifyBinaries resolves cfg's binary directory and checks that it (and
+// cfg.KubeBinDir for the Kubernetes components) holds every binary cfg
+// needs, returning the directory.
 func VerifyBinaries(cfg Config) (string, error) {
 	dir, err := ResolveBinDir(cfg.BinDir)
 	if err != nil {
 		return "", err
 	}
-	if _, err := requireBinaries(dir, cfg.binaries()...); err != nil {
+	if _, err := cfg.resolveBinaries(dir); err != nil {
 		return "", err
 	}
 	return dir, nil
+}
+
+// resolveBinaries returns the paths of the binaries cfg needs by name:
+// the Kubernetes components from KubeBinDir when it is set, the others
+// from dir.
+func (c Config) resolveBinaries(dir string) (map[string]string, error) {
+	var own, kube []string
+	for _, name := range c.binaries() {
+		if c.KubeBinDir != "" && kubeComponent(name) {
+			kube = append(kube, name)
+		} else {
+			own = append(own, name)
+		}
+	}
+	paths, err := requireBinaries(dir, own...)
+	if err != nil {
+		return nil, err
+	}
+	if len(kube) > 0 {
+		kdir, err := filepath.Abs(c.KubeBinDir)
+		if err != nil {
+			return nil, fmt.Errorf("localcluster config: KubeBinDir: %w", err)
+		}
+		kpaths, err := requireBinaries(kdir, kube...)
+		if err != nil {
+			return nil, fmt.Errorf("%w (KubeBinDir: `make compat-bins-<minor>` builds bin/k8s-<minor>)", err)
+		}
+		maps.Copy(paths, kpaths)
+	}
+	return paths, nil
 }

@@ -35,6 +35,11 @@ func DefaultKwokStages() []string {
 type Config struct {
 	// BinDir holds the binaries; empty means ResolveBinDir("").
 	BinDir string
+	// KubeBinDir, when set, holds the Kubernetes components (kube-apiserver,
+	// and kube-controller-manager and kube-scheduler when they run) of
+	// another Kubernetes release than BinDir's, e.g. bin/k8s-1.34 for the
+	// compatibility tier; etcd and kwok still come from BinDir.
+	KubeBinDir string
 	// Dir holds data, certificates, kubeconfigs and logs; empty means a new
 	// temporary directory, removed by Stop.
 	Dir string
@@ -111,6 +116,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
+}
+
+// kubeComponent reports whether a binary is a Kubernetes component,
+// taken from KubeBinDir when that is set.
+func kubeComponent(name string) bool {
+	return name == BinKubeAPIServer || name == BinControllerManager || name == BinScheduler
 }
 
 // binaries lists the binaries c needs.

@@ -61,7 +61,7 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	bins, err := requireBinaries(binDir, cfg.binaries()...)
+	bins, err := cfg.resolveBinaries(binDir)
 	if err != nil {
 		return nil, err
 	}

@@ -62,6 +62,11 @@ type Config struct {
 	// Topologies gives the levels of the cluster's Topologies, onto which
 	// Volcano's network tiers are mapped; nil refuses them.
 	Topologies TopologyLevels
+	// WorkloadAPIVersion is the apiVersion at which the cluster serves the
+	// Workload API's PodGroup (scheduling.k8s.io/v1alpha3 on Kubernetes
+	// 1.37, v1alpha2 on 1.36), as discovery found it; empty means
+	// WorkloadPodGroupAPIVersion.
+	WorkloadAPIVersion string
 }
 
 // Grouper derives PodGroups from the workloads that own pending pods. The
@@ -119,14 +124,17 @@ type ownerKey struct {
 
 // WorkloadPodGroupAPIVersion is the Kubernetes Workload API's PodGroup, which
 // a pod names in spec.schedulingGroup.podGroupName (Kubernetes 1.36, alpha
-// behind the GenericWorkload feature gate).
+// behind the GenericWorkload feature gate), unless Config.WorkloadAPIVersion
+// names the version the cluster serves. Its spec's gang and topology read
+// the same at v1alpha2 and v1alpha3.
 const WorkloadPodGroupAPIVersion = "scheduling.k8s.io/v1alpha2"
 
 // groupRef is what a pod's group is worked out from: the Workload API
-// PodGroup it names, else its controller owner; ok false for neither.
-func groupRef(p *corev1.Pod) (ownerKey, bool) {
+// PodGroup it names (at workloadAPI, the PodGroup's apiVersion), else its
+// controller owner; ok false for neither.
+func groupRef(p *corev1.Pod, workloadAPI string) (ownerKey, bool) {
 	if sg := p.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil && *sg.PodGroupName != "" {
-		return ownerKey{Namespace: p.Namespace, APIVersion: WorkloadPodGroupAPIVersion, Kind: "PodGroup", Name: *sg.PodGroupName,
+		return ownerKey{Namespace: p.Namespace, APIVersion: workloadAPI, Kind: "PodGroup", Name: *sg.PodGroupName,
 			UID: types.UID("schedulingGroup:" + p.Namespace + "/" + *sg.PodGroupName), ByName: true}, true
 	}
 	ref := metav1.GetControllerOfNoCopy(p)
@@ -191,6 +199,9 @@ func New(cfg Config) (*Grouper, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.WorkloadAPIVersion == "" {
+		cfg.WorkloadAPIVersion = WorkloadPodGroupAPIVersion
+	}
 	g := &Grouper{cfg: cfg, builtin: b,
 		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[ownerKey](), workqueue.TypedRateLimitingQueueConfig[ownerKey]{Name: "grouper"}),
 		objects: map[string]*ruleObject{}, decisions: map[types.UID]*decision{}, waiting: map[types.UID]map[string]waitingPod{},
@@ -244,7 +255,7 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 		return false, nil
 	default:
 		var ok bool
-		if k, ok = groupRef(p); !ok {
+		if k, ok = groupRef(p, g.cfg.WorkloadAPIVersion); !ok {
 			return false, nil
 		}
 	}

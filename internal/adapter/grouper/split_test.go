@@ -68,7 +68,7 @@ func TestSplitWorkload(t *testing.T) {
 	g.OnSettled(func(_, name string) { settled[name] = true })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	k, _ := groupRef(p0)
+	k, _ := groupRef(p0, WorkloadPodGroupAPIVersion)
 
 	// Before the workload is known to split, the pods wait; once it is,
 	// they are told to ask again, and their keys are worked out.

@@ -53,7 +53,7 @@ func workloadTopology(top *unstructured.Unstructured, r *Rule) (*v1alpha1.Topolo
 }
 
 // workloadAPITopology reads a Kubernetes Workload API PodGroup's topology
-// constraint (KEP-5732, scheduling.k8s.io/v1alpha2, behind the
+// constraint (KEP-5732, scheduling.k8s.io/v1alpha2 or v1alpha3, behind the
 // TopologyAwareWorkloadScheduling feature gate):
 // spec.schedulingConstraints.topology[0].key, the level every pod of the
 // group shares one domain of (a required level).

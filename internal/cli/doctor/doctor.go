@@ -83,7 +83,7 @@ type options struct {
 func NewCommand() *cobra.Command {
 	o := &options{}
 	cmd := &cobra.Command{
-		Use:   "doctor [pod] [NAMESPACE/]NAME | node NAME",
+		Use:   "doctor [pod] [NAMESPACE/]NAME | node NAME | cluster",
 		Short: "Explain why a pod has no GPU, or why a node offers none, and how to fix it",
 		Long: `doctor reads a pod or a node through the API server and goes through what
 decides whether it gets (or offers) GPUs, one check a line, each failing
@@ -94,14 +94,22 @@ A pod's checks:
 ` + checksHelp(podChecks) + `
 A node's checks:
 ` + checksHelp(nodeChecks) + `
+The cluster's checks (doctor cluster): its Kubernetes version against the
+supported range (1.34 to 1.37), and each optional API gpuplane uses (DRA,
+the Workload API, MutatingAdmissionPolicy): served, or off and why.
+
 Each check is ok, info, warn or fail; the exit status is 1 when one fails.`,
 		Example: `  gpuplane doctor trainer-0 -n ml-team
   gpuplane doctor pod ml-team/trainer-0
   gpuplane doctor node gpu-node-3
-  gpuplane doctor gpu-node-3 -o json`,
+  gpuplane doctor gpu-node-3 -o json
+  gpuplane doctor cluster`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, name := "", args[0]
+			if len(args) == 1 && name == "cluster" {
+				kind = "cluster"
+			}
 			if len(args) == 2 {
 				kind, name = args[0], args[1]
 				if kind != "pod" && kind != "node" {
@@ -156,6 +164,9 @@ type doctor struct {
 
 // diagnose picks the pod or node and diagnoses it.
 func (d *doctor) diagnose(ctx context.Context, kind, ns, name string) (*Report, error) {
+	if kind == "cluster" {
+		return d.cluster()
+	}
 	if kind != "node" {
 		p, err := d.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		switch {

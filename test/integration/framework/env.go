@@ -20,10 +20,11 @@ import (
 
 // CreateNamespace creates a namespace for the test, waits until the
 // controller-manager has given it its default ServiceAccount (the API server
-// refuses pods before that), and deletes it when the test ends.
+// refuses pods before that), or creates that itself on a control plane
+// without one, and deletes it when the test ends.
 func (e *Env) CreateNamespace(t testing.TB) string {
 	t.Helper()
-	base := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(t.Name()))
+	base := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-", ".", "-").Replace(t.Name()))
 	if len(base) > 40 {
 		base = base[:40]
 	}
@@ -38,6 +39,12 @@ func (e *Env) CreateNamespace(t testing.TB) string {
 			t.Errorf("deleting namespace %s: %v", ns.Name, err)
 		}
 	})
+	if _, kcm := e.ControlPlane.Pids()[localcluster.BinControllerManager]; !kcm {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "default"}}
+		if _, err := e.Client.CoreV1().ServiceAccounts(ns.Name).Create(t.Context(), sa, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating the default ServiceAccount of %s: %v", ns.Name, err)
+		}
+	}
 	e.WaitServiceAccount(t, ns.Name, "default", 30*time.Second)
 	return ns.Name
 }
