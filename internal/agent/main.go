@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/version"
 )
 
 const name = "gpuplane-agent"
@@ -24,6 +25,9 @@ as device-plugin resources, watches their health, and reports them.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version prints the build on one line (internal/version).
+	root.Version = version.String(version.Get())
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return cliutil.FlagError(cmd, err) })

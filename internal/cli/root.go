@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/version"
 )
 
 // NewRoot returns the gpuplane root command with every sub-command.
@@ -26,6 +27,9 @@ traces and brings up a local cluster with simulated GPU nodes.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version prints the build on one line (internal/version).
+	root.Version = version.String(version.Get())
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return cliutil.FlagError(cmd, err) })
