@@ -189,11 +189,16 @@ func validVersion(v string) bool {
 		}
 	}
 	for _, c := range extra {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '+') {
+		if !semverChar(c) {
 			return false
 		}
 	}
 	return true
+}
+
+// semverChar says whether c may appear in a pre-release or build part.
+func semverChar(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '+'
 }
 
 // goBuild compiles command for goos/goarch into out, reproducibly and

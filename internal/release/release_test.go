@@ -8,6 +8,7 @@ import (
 	"context"
 	"debug/elf"
 	"debug/macho"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -157,7 +158,7 @@ func readArchive(t *testing.T, path string) map[string][]byte {
 	files := map[string][]byte{}
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

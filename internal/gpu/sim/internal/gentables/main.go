@@ -95,30 +95,30 @@ func readIdentity(d nvml.Device) (identity, error) {
 	var id identity
 	var ret nvml.Return
 	if id.name, ret = d.GetName(); ret != nvml.SUCCESS {
-		return id, fmt.Errorf("name: %v", ret)
+		return id, fmt.Errorf("name: %w", ret)
 	}
 	// go-nvml names some mock GPUs "Mock NVIDIA ...".
 	id.name = strings.TrimPrefix(id.name, "Mock ")
 	b, ret := d.GetBrand()
 	if ret != nvml.SUCCESS {
-		return id, fmt.Errorf("%s: brand: %v", id.name, ret)
+		return id, fmt.Errorf("%s: brand: %w", id.name, ret)
 	}
 	a, ret := d.GetArchitecture()
 	if ret != nvml.SUCCESS {
-		return id, fmt.Errorf("%s: architecture: %v", id.name, ret)
+		return id, fmt.Errorf("%s: architecture: %w", id.name, ret)
 	}
 	id.brand, id.arch = int(b), int(a)
 	if id.ccMajor, id.ccMinor, ret = d.GetCudaComputeCapability(); ret != nvml.SUCCESS {
-		return id, fmt.Errorf("%s: compute capability: %v", id.name, ret)
+		return id, fmt.Errorf("%s: compute capability: %w", id.name, ret)
 	}
 	mem, ret := d.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
-		return id, fmt.Errorf("%s: memory: %v", id.name, ret)
+		return id, fmt.Errorf("%s: memory: %w", id.name, ret)
 	}
 	id.memoryMiB = mem.Total >> 20
 	pci, ret := d.GetPciInfo()
 	if ret != nvml.SUCCESS {
-		return id, fmt.Errorf("%s: PCI info: %v", id.name, ret)
+		return id, fmt.Errorf("%s: PCI info: %w", id.name, ret)
 	}
 	id.pciDeviceID = pci.PciDeviceId
 	return id, nil
@@ -148,25 +148,25 @@ func render() ([]byte, error) {
 		srv := s.new()
 		driver, ret := srv.SystemGetDriverVersion()
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("%s: driver version: %v", s.name, ret)
+			return nil, fmt.Errorf("%s: driver version: %w", s.name, ret)
 		}
 		nvmlVersion, ret := srv.SystemGetNVMLVersion()
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("%s: NVML version: %v", s.name, ret)
+			return nil, fmt.Errorf("%s: NVML version: %w", s.name, ret)
 		}
 		cuda, ret := srv.SystemGetCudaDriverVersion()
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("%s: CUDA driver version: %v", s.name, ret)
+			return nil, fmt.Errorf("%s: CUDA driver version: %w", s.name, ret)
 		}
 		n, ret := srv.DeviceGetCount()
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("%s: device count: %v", s.name, ret)
+			return nil, fmt.Errorf("%s: device count: %w", s.name, ret)
 		}
 		names := make([]string, n)
 		for i := range n {
 			d, ret := srv.DeviceGetHandleByIndex(i)
 			if ret != nvml.SUCCESS {
-				return nil, fmt.Errorf("%s: GPU %d: %v", s.name, i, ret)
+				return nil, fmt.Errorf("%s: GPU %d: %w", s.name, i, ret)
 			}
 			id, err := readIdentity(d)
 			if err != nil {
