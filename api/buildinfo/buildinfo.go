@@ -59,7 +59,7 @@ func Parse(key, value string) (Info, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader([]byte(value)))
 	if err := dec.Decode(&i); err != nil {
-		return Info{}, fmt.Errorf("annotation %s: not the JSON of a build (%v): %q", key, err, value)
+		return Info{}, fmt.Errorf("annotation %s: not the JSON of a build (%w): %q", key, err, value)
 	}
 	if dec.More() {
 		return Info{}, fmt.Errorf("annotation %s: data after the JSON object", key)
