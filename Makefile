@@ -10,24 +10,25 @@ GOTESTFLAGS ?= -race -count=1
 # go-nvml's cgo preamble declares deprecated NVML calls; their warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 COMMANDS := gpuplane gpuplane-agent gpuplane-scheduler
-# Helm's SDK imports kustomize, whose Go-plugin loader imports "plugin"; a
-# binary that links it is bound at start-up (BIND_NOW), and the CLI, which
-# links go-nvml for the simulator, would then fail on NVML's symbols on a
-# machine without the driver. The tag leaves kustomize's plugin loader out.
-export GOFLAGS := $(strip $(GOFLAGS) -tags=kustomize_disable_go_plugin_support)
+# Every binary is stamped with its build (internal/version): VERSION from
+# git describe (v0.0.0-<commit> before the first tag), the commit, and the
+# commit's date, so that one commit gives one binary.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo "v0.0.0-$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)")
+BUILD_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+BUILD_DATE := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+VERSION_LDFLAGS := -X github.com/gpuplane/gpuplane/internal/version.version=$(VERSION) -X github.com/gpuplane/gpuplane/internal/version.commit=$(BUILD_COMMIT) -X github.com/gpuplane/gpuplane/internal/version.date=$(BUILD_DATE)
 
 .PHONY: help build test test-unit test-docs lint verify generate manifests docs docs-pictures demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
-include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk hack/images.mk
+include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk hack/images.mk hack/release.mk
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 build: ## build the gpuplane binaries into bin/
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
-	@$(BIN)/gpuplane --help >/dev/null || { echo "bin/gpuplane does not start (see above): build with make, which sets GOFLAGS=$(GOFLAGS)"; exit 1; }
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
 
 # The unit tier is every package of the product module outside test/: the
 # packages under test/ start real components and run in their own tiers.
@@ -46,9 +47,9 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v '^github.com/gpuplane/gpuplane/te
 TEST_TIERS_EXTRA ?=
 TEST_LANES = \
 	"controlplane-bins=controlplane-bins+third-party-crds conformance=test-conformance integration=test-integration docs=test-docs compat-bins=compat-bins compat=test-compat" \
-	"operator-bins=operator-bins unit=test-unit monitoring=monitoring-tools+test-monitoring nice:fuzz=test-fuzz nice:images=test-images $(TEST_TIERS_EXTRA)"
+	"operator-bins=operator-bins unit=test-unit monitoring=monitoring-tools+test-monitoring nice:fuzz=test-fuzz nice:images=test-images nice:release=test-release $(TEST_TIERS_EXTRA)"
 
-test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, docs, compatibility (Kubernetes 1.34 and 1.37), monitoring, images (two lanes at once; a table of wall times at the end)
+test: ## every test tier, none needing a GPU: unit, fuzz, conformance, integration, docs, compatibility (Kubernetes 1.34 and 1.37), monitoring, images, release (two lanes at once; a table of wall times at the end)
 	@MAKE="$(MAKE)" $(CURDIR)/hack/tiers.sh $(TEST_LANES)
 
 test-unit: ## unit tests of the product module, with the race detector

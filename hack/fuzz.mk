@@ -12,6 +12,7 @@ FUZZTIME ?= 8s
 # kube-scheduler's Filter plugins (test/conformance/differential).
 # FUZZ_TARGETS picks a subset to run (make test-fuzz FUZZ_TARGETS=./api/gpunode:FuzzParseTopology).
 FUZZ_ALL := \
+	./api/buildinfo:FuzzParse \
 	./api/config/v1:FuzzLoad \
 	./api/gpunode:FuzzParseTopology \
 	./api/gpunode:FuzzParseLabels \

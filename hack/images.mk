@@ -9,15 +9,16 @@
 #   make test-images   build the linux/amd64 images twice (same digests),
 #                      unpack each and run its entrypoint chrooted in it
 #
-# The agent and the CLI link the C library; their images carry Debian's
-# (libc6, libc6-arm64-cross), fetched with apt-get download into
-# bin/.images. The arm64 cgo builds need Debian's gcc-aarch64-linux-gnu,
+# The agent links the C library; its image carries Debian's (libc6,
+# libc6-arm64-cross), fetched with apt-get download into bin/.images. The arm64 cgo builds need Debian's gcc-aarch64-linux-gnu,
 # which `make images` installs when it is missing.
 
 GO ?= go
 BIN ?= $(CURDIR)/bin
 REGISTRY ?= ghcr.io/gpuplane
-VERSION ?= v0.1.0
+# VERSION (the Makefile's, from git describe) tags the images and is
+# stamped into their binaries with the commit and its time.
+VERSION ?= v0.0.0-unknown
 PLATFORMS ?= linux/amd64,linux/arm64
 IMAGES_OUT ?= _output/images
 # The commit's time stamps every file, so one commit gives one digest.

@@ -22,6 +22,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/internal/gomem"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+	"github.com/gpuplane/gpuplane/internal/version"
 )
 
 // defaultGCPercent is --gc-percent's default. Most of the scheduler's heap
@@ -80,10 +81,10 @@ Flags:
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("gpuplane-scheduler", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -94,6 +95,7 @@ func run(args []string, stderr io.Writer) int {
 	host, _ := os.Hostname()
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then the in-cluster service account")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	showVersion := fs.Bool("version", false, "print the build (version, commit, date, Go and client-go versions) and exit")
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader on a Lease so that several replicas are safe")
 	cfg := adapter.Config{}
 	fs.Float32Var(&cfg.QPS, "kube-api-qps", def.QPS, "requests per second to the API server (binds, evictions, status)")
@@ -136,6 +138,11 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpuplane-scheduler: unexpected argument %q: it takes flags only\nUsage: gpuplane-scheduler [flags]\nRun 'gpuplane-scheduler --help' for the flags.\n", fs.Arg(0))
 		return 2
 	}
+	build := version.Get()
+	if *showVersion {
+		fmt.Fprintln(stdout, "gpuplane-scheduler "+version.String(build))
+		return 0
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(stderr, "gpuplane-scheduler: --log-level %q: want debug, info, warn or error\n", *logLevel)
@@ -155,6 +162,7 @@ func run(args []string, stderr io.Writer) int {
 	} else {
 		cfg.Logger.Info("memory", "gcPercent", mem.GCPercent, "fromGOGC", mem.GCFromEnv, "softLimit", "none")
 	}
+	cfg.Build = build
 	cfg.NoDerivedGroups = !*derive
 	if !*leaderElect {
 		cfg.LeaseName = ""

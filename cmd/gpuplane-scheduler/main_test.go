@@ -21,7 +21,7 @@ func TestUsageErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			if rc := run(tt.args, &out); rc != 2 {
+			if rc := run(tt.args, &out, &out); rc != 2 {
 				t.Errorf("exit %d, want 2", rc)
 			}
 			for _, w := range tt.want {
@@ -30,5 +30,15 @@ func TestUsageErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if rc := run([]string{"--version"}, &stdout, &stderr); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "gpuplane-scheduler ") || !strings.Contains(stdout.String(), "go1.") {
+		t.Errorf("--version printed %q", stdout.String())
 	}
 }

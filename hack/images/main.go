@@ -59,7 +59,7 @@ func build(ctx context.Context, args []string) error {
 	revision := fs.String("revision", "", "the commit, for the images' labels")
 	epoch := fs.Int64("epoch", 0, "seconds since 1970 stamped on every file and the images (the commit's time)")
 	workDir := fs.String("work-dir", "bin/.images", "directory for builds and Debian packages, kept between runs")
-	tags := fs.String("tags", "kustomize_disable_go_plugin_support", "go build tags")
+	tags := fs.String("tags", "", "go build tags")
 	_ = fs.Parse(args)
 	o := imagebuild.Options{
 		Module: ".", Platforms: split(*platforms), Images: split(*images), Registry: *registry, Version: *version,

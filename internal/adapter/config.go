@@ -8,9 +8,11 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/gpuplane/gpuplane/api/buildinfo"
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+	"github.com/gpuplane/gpuplane/internal/version"
 )
 
 // Config configures a scheduler process. Zero fields take the defaults
@@ -71,6 +73,10 @@ type Config struct {
 	LeaseDuration  time.Duration
 	RenewDeadline  time.Duration
 	RetryPeriod    time.Duration
+	// Build is the scheduler's build: the gpuplane_build_info metric, and
+	// the leader's Lease annotation (buildinfo.SchedulerAnnotation).
+	// Defaults to version.Get().
+	Build buildinfo.Info
 	// ServeAddr serves /metrics, /healthz and /readyz; empty serves none.
 	ServeAddr string
 	// Profiling also serves Go's /debug/pprof/ on ServeAddr (heap, CPU,
@@ -113,6 +119,9 @@ func (c Config) Defaults() Config {
 		if *v == 0 {
 			*v = d
 		}
+	}
+	if c.Build.Version == "" {
+		c.Build = version.Get()
 	}
 	if c.QPS == 0 {
 		c.QPS = 50

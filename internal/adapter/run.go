@@ -35,6 +35,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter/grouper"
 	"github.com/gpuplane/gpuplane/internal/apifeatures"
+	versionmetric "github.com/gpuplane/gpuplane/internal/version/metric"
 )
 
 // ErrLostLeadership is returned by Run when another replica took over the
@@ -69,6 +70,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	m := newMetrics()
+	if err := m.reg.Register(versionmetric.New(cfg.Build)); err != nil {
+		return fmt.Errorf("registering the build info metric: %w", err)
+	}
 	served, err := discoverAPIs(client.Discovery(), m, log)
 	if err != nil {
 		return err
@@ -207,7 +211,10 @@ func Run(ctx context.Context, cfg Config) error {
 	lead := func(ctx context.Context) {
 		m.leader.Set(1)
 		defer m.leader.Set(0)
-		log.Info("leading: scheduling", "identity", cfg.Identity)
+		log.Info("leading: scheduling", "identity", cfg.Identity, "version", cfg.Build.Version)
+		if cfg.LeaseName != "" {
+			go recordBuild(ctx, client.CoordinationV1(), cfg.LeaseNamespace, cfg.LeaseName, cfg.Build, time.Second, log)
+		}
 		st := newStatusWriter(client, dyn, recorder, cfg.StatusQPS, log)
 		api := newAPIWriter(ctx, client, dyn, cfg, log, m, st)
 		l, err := newLoop(cfg, log, c, api, st, m)

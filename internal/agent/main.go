@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/version"
 )
 
 const name = "gpuplane-agent"
@@ -22,6 +23,9 @@ func NewCommand(stdout, stderr io.Writer) *cobra.Command {
 NVML (or a simulated DGX with --simulate), advertises them to the kubelet
 as device-plugin resources, watches their health, and reports them.`,
 	}
+	// --version prints the build on one line (internal/version).
+	root.Version = version.String(version.Get())
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newInventoryCommand())

@@ -28,6 +28,8 @@ import (
 	"github.com/gpuplane/gpuplane/internal/nodecond"
 	"github.com/gpuplane/gpuplane/internal/sharing"
 	"github.com/gpuplane/gpuplane/internal/steer"
+	"github.com/gpuplane/gpuplane/internal/version"
+	versionmetric "github.com/gpuplane/gpuplane/internal/version/metric"
 )
 
 // runAgentOnce builds the agent's parts from the flags and runs them until
@@ -100,6 +102,17 @@ func runAgentOnce(ctx context.Context, f *runFlags, stderr io.Writer) error {
 		if p, ok := recorderPart(f.podResourcesSocket, served, podsOnNode, len(devices), log.With("part", "record")); ok {
 			parts = append(parts, p)
 		}
+	}
+	if apiConfig != nil {
+		nodes, err := newNodeClient(apiConfig)
+		if err != nil {
+			return err
+		}
+		p, err := buildPart(nodes, node, version.Get(), time.Second, log.With("part", "build"))
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
 	}
 	if apiConfig != nil && f.nodeCondition {
 		p, err := conditionPart(apiConfig, node, len(devices), probe, log.With("part", "condition"))
@@ -408,6 +421,9 @@ func metricsParts(ctx context.Context, f *runFlags, backend gpu.Backend, node st
 	pods *nodePods, served *servedResources, quarantine *quarantinePart, log *slog.Logger) ([]part, prometheus.Registerer, error) {
 	mlog := log.With("part", "metrics")
 	healthReg := prometheus.NewRegistry()
+	if err := healthReg.Register(versionmetric.New(version.Get())); err != nil {
+		return nil, nil, fmt.Errorf("registering the build info metric: %w", err)
+	}
 	if quarantine != nil {
 		if err := quarantine.register(healthReg); err != nil {
 			return nil, nil, err

@@ -10,6 +10,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/cli/simulate"
 	"github.com/gpuplane/gpuplane/internal/cli/status"
 	"github.com/gpuplane/gpuplane/internal/cli/topology"
+	"github.com/gpuplane/gpuplane/internal/cli/version"
 )
 
 // subcommands lists the gpuplane sub-commands in the order --help shows them.
@@ -22,5 +23,6 @@ func subcommands() []*cobra.Command {
 		topology.NewCommand(),
 		simulate.NewCommand(),
 		dev.NewCommand(),
+		version.NewCommand(),
 	}
 }

@@ -91,6 +91,9 @@ func specs(t *testing.T) map[string]commandSpec {
 		"gpuplane completion zsh":        {badArgs: [][]string{{"x"}}, runs: true},
 		"gpuplane completion fish":       {badArgs: [][]string{{"x"}}, runs: true},
 		"gpuplane completion powershell": {badArgs: [][]string{{"x"}}, runs: true},
+		"gpuplane version":               {badArgs: [][]string{{"x"}}, output: true, server: cluster},
+		// version --client reads no cluster.
+		"gpuplane version --client": {run: []string{"--client"}, output: true, runs: true},
 		// topology convert reads a file with -f without a cluster.
 		"gpuplane topology convert -f": {run: []string{"-f", topoPath}, output: true, runs: true, wideShowsMore: true},
 	}
@@ -156,6 +159,14 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return out.String(), errb.String(), code
 }
 
+// commandOf is the command a spec's path names: a spec may name a
+// variant by a flag ("gpuplane version --client"), whose flags its run
+// gives.
+func commandOf(path string) string {
+	cmd, _, _ := strings.Cut(path, " -")
+	return cmd
+}
+
 // TestEveryCommandIsCovered fails when a command has no spec (add one
 // that says its arguments, output and server) or a spec no command.
 func TestEveryCommandIsCovered(t *testing.T) {
@@ -167,7 +178,7 @@ func TestEveryCommandIsCovered(t *testing.T) {
 		}
 	}
 	for path := range sp {
-		if _, ok := cmds[strings.TrimSuffix(path, " -f")]; !ok {
+		if _, ok := cmds[commandOf(path)]; !ok {
 			t.Errorf("specs() has %s, which is no command", path)
 		}
 	}
@@ -181,11 +192,11 @@ func TestExitCodes(t *testing.T) {
 	kubeconfig, promURL := isolate(t)
 	cmds := commands(t)
 	for path, s := range specs(t) {
-		cmd := cmds[strings.TrimSuffix(path, " -f")]
+		cmd := cmds[commandOf(path)]
 		if cmd == nil {
 			continue
 		}
-		words := strings.Fields(strings.TrimSuffix(path, " -f"))[1:]
+		words := strings.Fields(commandOf(path))[1:]
 		usage := "Usage: " + cmd.CommandPath()
 		t.Run(path, func(t *testing.T) {
 			for _, bad := range s.badArgs {
@@ -249,7 +260,7 @@ func TestOutputFormats(t *testing.T) {
 		if !s.output {
 			continue
 		}
-		words := strings.Fields(strings.TrimSuffix(path, " -f"))[1:]
+		words := strings.Fields(commandOf(path))[1:]
 		args := append(slices.Clone(words), s.run...)
 		want := cliutil.ExitOK
 		switch s.server {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/version"
 )
 
 // NewRoot returns the gpuplane root command with every sub-command.
@@ -30,6 +31,9 @@ structured take -o table|wide|json|yaml.
 
 ` + cliutil.ExitHelp,
 	}
+	// --version prints the build on one line (internal/version).
+	root.Version = version.String(version.Get())
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	for _, sub := range subcommands() {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // ClusterFlagAnnotation marks a command that talks to a cluster through
@@ -62,16 +63,33 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	if err != nil {
 		return nil, &UnreachableError{Err: fmt.Errorf("loading the kubeconfig: %w", err)}
 	}
-	if len(raw.Clusters) == 0 && *c.flags.APIServer == "" {
-		if _, err := rest.InClusterConfig(); err != nil {
-			return nil, &UnreachableError{Err: errors.New("no cluster to talk to: no kubeconfig (give --kubeconfig, set $KUBECONFIG or write ~/.kube/config) and not in a pod")}
-		}
+	if !c.names(raw.Clusters) {
+		return nil, &UnreachableError{Err: errors.New("no cluster to talk to: no kubeconfig (give --kubeconfig, set $KUBECONFIG or write ~/.kube/config) and not in a pod")}
 	}
 	rc, err := c.flags.ToRESTConfig()
 	if err != nil {
 		return nil, &UnreachableError{Err: fmt.Errorf("loading the kubeconfig: %w", err)}
 	}
 	return rc, nil
+}
+
+// Configured says whether the flags, a kubeconfig or the pod's service
+// account name a cluster at all, for a command that also works without
+// one (gpuplane version). A kubeconfig that does not load counts as
+// configured: RESTConfig reports it.
+func (c *Cluster) Configured() bool {
+	raw, err := c.flags.ToRawKubeConfigLoader().RawConfig()
+	return err != nil || c.names(raw.Clusters)
+}
+
+// names says whether the kubeconfig's clusters, --server or the pod's
+// service account name a cluster.
+func (c *Cluster) names(clusters map[string]*clientcmdapi.Cluster) bool {
+	if len(clusters) > 0 || *c.flags.APIServer != "" {
+		return true
+	}
+	_, err := rest.InClusterConfig()
+	return err == nil
 }
 
 // Namespace is -n/--namespace, else the kubeconfig context's namespace,

@@ -3,7 +3,6 @@ package dra
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,7 +10,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/utils/ptr"
 
 	apidra "github.com/gpuplane/gpuplane/api/dra"
@@ -110,21 +108,6 @@ func qty(n int64) resourceapi.DeviceCapacity {
 // PCIeRootFunc returns the PCIe root complex ("pci0000:00") of a GPU by
 // its PCI bus ID.
 type PCIeRootFunc func(pciBusID string) (string, error)
-
-// SysfsPCIeRoot reads the root complex from sysfs under root ("/" on a
-// node), as Kubernetes' deviceattribute package does.
-func SysfsPCIeRoot(root string) PCIeRootFunc {
-	return func(busID string) (string, error) {
-		a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID, deviceattribute.WithFSFromRoot(root))
-		if err != nil {
-			return "", err
-		}
-		if a.Value.StringValue == nil {
-			return "", errors.New("no PCIe root")
-		}
-		return *a.Value.StringValue, nil
-	}
-}
 
 // topologyRoots derives root complexes from the GPUs' pairwise PCIe links
 // when sysfs cannot say (the simulated node): GPUs whose closest common

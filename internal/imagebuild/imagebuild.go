@@ -7,8 +7,10 @@
 // gpuplane-agent is built with cgo (go-nvml loads libnvidia-ml.so.1 from
 // the host at run time), so its image carries the C library it links
 // against, taken from Debian's packages (libc6, and libc6-arm64-cross for
-// arm64); so is the CLI, which links go-nvml for its simulator. The
-// scheduler is static.
+// arm64). The scheduler and the CLI are static.
+//
+// Every binary is stamped with Options.Version, Revision and Epoch
+// (internal/version).
 //
 // It builds and writes images only; pushing is Push's, from a written
 // layout.
@@ -39,6 +41,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/gpuplane/gpuplane/internal/version"
 )
 
 // Image is one of gpuplane's images.
@@ -53,8 +57,7 @@ type Image struct {
 var Images = []Image{
 	{Name: "gpuplane-agent", Cgo: true},
 	{Name: "gpuplane-scheduler"},
-	// The CLI links go-nvml too (the simulator behind dev and simulate).
-	{Name: "gpuplane", Cgo: true},
+	{Name: "gpuplane"},
 }
 
 // Platforms gpuplane's images are built for.
@@ -259,7 +262,8 @@ func storedSize(img v1.Image) (int64, error) {
 // goBuild compiles the command reproducibly: no paths, no VCS stamp, no
 // symbol table.
 func goBuild(ctx context.Context, o Options, im Image, osName, arch, out string) error {
-	args := append([]string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", out}, o.GoFlags...)
+	ldflags := "-s -w -buildid= " + version.LDFlags(o.Version, o.Revision, o.Epoch.UTC().Format(time.RFC3339))
+	args := append([]string{"build", "-trimpath", "-buildvcs=false", "-ldflags=" + ldflags, "-o", out}, o.GoFlags...)
 	args = append(args, "./cmd/"+im.Name)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = o.Module

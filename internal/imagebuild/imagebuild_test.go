@@ -92,8 +92,7 @@ func TestImagesRun(t *testing.T) {
 	}
 	opts := func(out string) Options {
 		return Options{Module: module, Platforms: []string{"linux/amd64"}, Registry: "test.local/gpuplane", Version: "v0.0.0-test",
-			Revision: "test", Epoch: time.Unix(1700000000, 0).UTC(), WorkDir: work, Out: out,
-			GoFlags: []string{"-tags=kustomize_disable_go_plugin_support"}}
+			Revision: "test", Epoch: time.Unix(1700000000, 0).UTC(), WorkDir: work, Out: out}
 	}
 	ctx := context.Background()
 	outA := filepath.Join(t.TempDir(), "a")
@@ -121,9 +120,9 @@ func TestImagesRun(t *testing.T) {
 		t.Fatalf("layout holds %d images, want %d", len(indexes), len(Images))
 	}
 	runs := map[string][][]string{
-		"gpuplane-agent":     {{"--help"}, {"inventory", "--simulate", "dgxh100"}},
-		"gpuplane-scheduler": {{"--help"}},
-		"gpuplane":           {{"--help"}, {"simulate", "--help"}},
+		"gpuplane-agent":     {{"--help"}, {"--version"}, {"inventory", "--simulate", "dgxh100"}},
+		"gpuplane-scheduler": {{"--help"}, {"--version"}},
+		"gpuplane":           {{"--help"}, {"--version"}, {"simulate", "--help"}},
 	}
 	for ref, ii := range indexes {
 		name := ref[strings.LastIndex(ref, "/")+1 : strings.LastIndex(ref, ":")]
@@ -159,6 +158,10 @@ func TestImagesRun(t *testing.T) {
 				if err != nil {
 					t.Errorf("%s %s in the image's root: %v\n%s", name, strings.Join(args, " "), err, out)
 					continue
+				}
+				// The binaries carry the build they were stamped with.
+				if args[0] == "--version" && !strings.HasPrefix(out, name+" v0.0.0-test (commit test, date 2023-11-14T22:13:20Z") {
+					t.Errorf("%s --version printed %q, want the stamped version, commit and date", name, out)
 				}
 				if name == "gpuplane-agent" && args[0] == "inventory" && !strings.Contains(out, "H100") {
 					t.Errorf("the agent's simulated inventory names no H100:\n%s", out)

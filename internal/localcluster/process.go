@@ -89,10 +89,8 @@ func startProcess(sp *spawner, name, binary string, args []string, dir, logPath 
 	if env != nil {
 		cmd.Env = env
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true,
-		Pdeathsig: syscall.SIGKILL,
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(cmd.SysProcAttr)
 	if err := sp.start(cmd); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, binary, err)

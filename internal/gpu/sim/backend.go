@@ -140,8 +140,7 @@ func New(p *Profile, opts Options) (*Backend, error) {
 		spec := &b.prof.GPUs[i]
 		g := &simGPU{index: i, spec: spec, uuid: GPUUUID(b.node, i), nvlinks: nvlinkCount(b.prof.Links, i)}
 		if spec.MIGTable != "" {
-			cfg := migTables[spec.MIGTable]
-			g.mig = newMIGState(&cfg.MIGProfiles, cfg.MemoryMB)
+			g.mig = newMIGState(migTables[spec.MIGTable])
 			g.mig.capable = true
 			g.mig.current, g.mig.pending = spec.MIGEnabled, spec.MIGEnabled
 		}

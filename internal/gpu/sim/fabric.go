@@ -3,15 +3,11 @@ package sim
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
@@ -107,19 +103,20 @@ var (
 	gb300Config = graceBlackwell("NVIDIA GB300", 284208, 3, 0x31C210DE)
 )
 
-func graceBlackwell(name string, memMiB uint64, ccMinor int, pciID uint32) gpus.Config {
-	base := gpus.B200_SXM5_180GB
-	c := base
-	c.Name, c.MemoryMB, c.CudaMinor, c.PciDeviceId = name, memMiB, ccMinor, pciID
-	c.MIGProfiles.GpuInstanceProfiles = make(map[int]nvml.GpuInstanceProfileInfo, len(base.MIGProfiles.GpuInstanceProfiles))
-	for id, p := range maps.All(base.MIGProfiles.GpuInstanceProfiles) {
+func graceBlackwell(name string, memMiB uint64, ccMinor int, pciID uint32) *nvmlGPU {
+	base := nvmlB200SXM5180GB
+	c := *base
+	c.name, c.memoryMiB, c.ccMinor, c.pciDeviceID = name, memMiB, ccMinor, pciID
+	c.mig = base.mig.clone()
+	c.mig.memoryMiB = memMiB
+	for i := range c.mig.profiles {
+		p := &c.mig.profiles[i]
 		// The profile's memory in eighths of the GPU's, then the same
 		// eighths of this GPU's memory.
-		eighths := uint64(math.Round(float64(p.MemorySizeMB) * 8 / float64(base.MemoryMB)))
-		p.MemorySizeMB = memMiB * eighths / 8
-		c.MIGProfiles.GpuInstanceProfiles[id] = p
+		eighths := uint64(math.Round(float64(p.memoryMiB) * 8 / float64(base.memoryMiB)))
+		p.memoryMiB = memMiB * eighths / 8
 	}
-	return c
+	return &c
 }
 
 // nvl72Tray describes a compute tray of an NVL72 rack: two Grace CPUs with

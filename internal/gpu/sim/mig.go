@@ -9,9 +9,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
-
 	"github.com/gpuplane/gpuplane/internal/gpu"
 )
 
@@ -52,56 +49,45 @@ type computeInstance struct {
 	uuid      string
 }
 
-// newMIGState reads a go-nvml MIG table. The table's placements count
-// compute slices; NVML counts memory slices (a 3g.40gb instance on an H100
-// takes four of its eight memory slices, so two of them fill the GPU).
+// newMIGState reads a MIG table. The table's placements count compute
+// slices; NVML counts memory slices (a 3g.40gb instance on an H100 takes
+// four of its eight memory slices, so two of them fill the GPU).
 // Placements are converted here, which is what makes capacity right: with
 // the table's sizes a 3g+3g+1g layout would fit and use 90 GB of an 80 GB
 // GPU.
-func newMIGState(t *gpus.MIGProfileConfig, totalMiB uint64) migState {
+func newMIGState(t *migTable) migState {
 	var s migState
-	one, ok := t.GpuInstanceProfiles[nvml.GPU_INSTANCE_PROFILE_1_SLICE]
-	if !ok || one.MemorySizeMB == 0 {
+	totalMiB := t.memoryMiB
+	one, ok := t.profile(giProfileOneSlice)
+	if !ok || one.memoryMiB == 0 {
 		return s
 	}
-	s.memSlices = int(math.Round(float64(totalMiB) / float64(one.MemorySizeMB)))
+	s.memSlices = int(math.Round(float64(totalMiB) / float64(one.memoryMiB)))
 	sliceMiB := float64(totalMiB) / float64(s.memSlices)
-	ids := make([]int, 0, len(t.GpuInstanceProfiles))
-	for id := range t.GpuInstanceProfiles {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	for _, id := range ids {
-		info := t.GpuInstanceProfiles[id]
+	for _, info := range t.profiles {
 		p := &migProfile{MIGProfile: gpu.MIGProfile{
-			Name:                gpu.MIGProfileName(id, int(info.SliceCount), info.MemorySizeMB, totalMiB),
-			ID:                  id,
-			SliceCount:          int(info.SliceCount),
-			InstanceCount:       int(info.InstanceCount),
-			MemoryMiB:           info.MemorySizeMB,
-			MultiprocessorCount: int(info.MultiprocessorCount),
-			Engines: gpu.Engines{Copy: int(info.CopyEngineCount), Decoder: int(info.DecoderCount),
-				Encoder: int(info.EncoderCount), JPEG: int(info.JpegCount), OFA: int(info.OfaCount)},
+			Name:                gpu.MIGProfileName(info.id, info.slices, info.memoryMiB, totalMiB),
+			ID:                  info.id,
+			SliceCount:          info.slices,
+			InstanceCount:       info.instances,
+			MemoryMiB:           info.memoryMiB,
+			MultiprocessorCount: info.sms,
+			Engines: gpu.Engines{Copy: info.copyEngines, Decoder: info.decoders,
+				Encoder: info.encoders, JPEG: info.jpegs, OFA: info.ofas},
 		}}
 		s.computeSlices = max(s.computeSlices, p.SliceCount)
-		size := max(1, int(math.Round(float64(info.MemorySizeMB)/sliceMiB)))
-		for _, pl := range t.GpuInstancePlacements[id] {
-			start := int(pl.Start)
+		size := max(1, int(math.Round(float64(info.memoryMiB)/sliceMiB)))
+		for _, pl := range info.placements {
+			start := pl.start
 			if start%size != 0 || start+size > s.memSlices || hasStart(p.Placements, start) {
 				continue
 			}
 			p.Placements = append(p.Placements, gpu.Placement{Start: start, Size: size})
 		}
-		ciIDs := make([]int, 0, len(t.ComputeInstanceProfiles[id]))
-		for ciID := range t.ComputeInstanceProfiles[id] {
-			ciIDs = append(ciIDs, ciID)
-		}
-		sort.Ints(ciIDs)
-		for _, ciID := range ciIDs {
-			ci := t.ComputeInstanceProfiles[id][ciID]
-			cp := &ciProfile{id: ciID, slices: int(ci.SliceCount), count: int(ci.InstanceCount), sms: int(ci.MultiprocessorCount)}
-			for _, pl := range t.ComputeInstancePlacements[id][ciID] {
-				cp.placements = append(cp.placements, gpu.Placement{Start: int(pl.Start), Size: int(pl.Size)})
+		for _, ci := range info.cis {
+			cp := &ciProfile{id: ci.id, slices: ci.slices, count: ci.instances, sms: ci.sms}
+			for _, pl := range ci.placements {
+				cp.placements = append(cp.placements, gpu.Placement{Start: pl.start, Size: pl.size})
 			}
 			if len(cp.placements) == 0 && cp.slices > 0 {
 				// Some tables (the A100's) list no compute-instance

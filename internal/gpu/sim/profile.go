@@ -6,13 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/uuid"
 
 	"github.com/gpuplane/gpuplane/internal/gpu"
@@ -53,7 +46,7 @@ type GPUSpec struct {
 	PCIDeviceID uint32
 	// NUMANode is the CPU socket the GPU hangs off, -1 when unknown.
 	NUMANode int
-	// MIGTable names the go-nvml MIG table the GPU uses (see MIGTables);
+	// MIGTable names the MIG table the GPU uses (see MIGTables);
 	// empty when the GPU is not MIG-capable.
 	MIGTable string
 	// MIGEnabled starts the GPU with MIG mode on.
@@ -78,9 +71,9 @@ type GPUSpec struct {
 // model is a GPU model that profiles may name.
 type model struct {
 	key      string
-	mock     *gpus.Config // go-nvml's configuration; nil where go-nvml has none
-	name     string       // identity for models without a mock
-	brand    nvml.BrandType
+	mock     *nvmlGPU // go-nvml's configuration (tables.go); nil where go-nvml has none
+	name     string   // identity for models without a mock
+	brand    int      // NVML's nvmlBrandType_t
 	arch     gpu.Architecture
 	cc       gpu.ComputeCapability
 	memMiB   uint64
@@ -102,66 +95,72 @@ type model struct {
 // are described here. Power, clocks and temperatures are the public
 // figures of each board, rounded.
 var models = []model{
-	{key: "A100-SXM4-40GB", mock: &gpus.A100_SXM4_40GB, migTable: "A100-40GB",
+	{key: "A100-SXM4-40GB", mock: nvmlA100SXM440GB, migTable: "A100-40GB",
 		idleW: 50, tdpW: 400, idleSM: 210, maxSM: 1410, memClock: 1215, idleT: 30, maxT: 75, hbm: true},
-	{key: "A100-SXM4-80GB", mock: &gpus.A100_SXM4_80GB, migTable: "A100-80GB",
+	{key: "A100-SXM4-80GB", mock: nvmlA100SXM480GB, migTable: "A100-80GB",
 		idleW: 55, tdpW: 400, idleSM: 210, maxSM: 1410, memClock: 1593, idleT: 30, maxT: 75, hbm: true},
-	{key: "A100-PCIE-40GB", mock: &gpus.A100_PCIE_40GB, migTable: "A100-40GB",
+	{key: "A100-PCIE-40GB", mock: nvmlA100PCIE40GB, migTable: "A100-40GB",
 		idleW: 35, tdpW: 250, idleSM: 210, maxSM: 1410, memClock: 1215, idleT: 32, maxT: 80, hbm: true},
-	{key: "A100-PCIE-80GB", mock: &gpus.A100_PCIE_80GB, migTable: "A100-80GB",
+	{key: "A100-PCIE-80GB", mock: nvmlA100PCIE80GB, migTable: "A100-80GB",
 		idleW: 40, tdpW: 300, idleSM: 210, maxSM: 1410, memClock: 1512, idleT: 32, maxT: 80, hbm: true},
-	{key: "A30-PCIE-24GB", mock: &gpus.A30_PCIE_24GB, migTable: "A30-24GB",
+	{key: "A30-PCIE-24GB", mock: nvmlA30PCIE24GB, migTable: "A30-24GB",
 		idleW: 30, tdpW: 165, idleSM: 210, maxSM: 1440, memClock: 1215, idleT: 32, maxT: 80, hbm: true},
-	{key: "H100-SXM5-80GB", mock: &gpus.H100_SXM5_80GB, migTable: "H100-80GB",
+	{key: "H100-SXM5-80GB", mock: nvmlH100SXM580GB, migTable: "H100-80GB",
 		idleW: 70, tdpW: 700, idleSM: 345, maxSM: 1980, memClock: 2619, idleT: 28, maxT: 72, hbm: true},
 	// go-nvml's H200 and B200 mocks report 0x2333 and 0x2B00; the boards
 	// report 0x2335 (H200 SXM 141GB) and 0x2901 (B200), as mig-parted's
 	// default config lists them.
-	{key: "H200-SXM5-141GB", mock: &gpus.H200_SXM5_141GB, boardID: 0x233510DE, migTable: "H200-141GB",
+	{key: "H200-SXM5-141GB", mock: nvmlH200SXM5141GB, boardID: 0x233510DE, migTable: "H200-141GB",
 		idleW: 75, tdpW: 700, idleSM: 345, maxSM: 1980, memClock: 3201, idleT: 28, maxT: 72, hbm: true},
-	{key: "B200-SXM5-180GB", mock: &gpus.B200_SXM5_180GB, boardID: 0x290110DE, migTable: "B200-180GB",
+	{key: "B200-SXM5-180GB", mock: nvmlB200SXM5180GB, boardID: 0x290110DE, migTable: "B200-180GB",
 		idleW: 140, tdpW: 1000, idleSM: 120, maxSM: 1965, memClock: 3996, idleT: 30, maxT: 75, hbm: true},
 	// The GPUs of GB200 and GB300 NVL72 racks (fabric.go): nvidia-smi
 	// shows them idling near 160 W at P0 under caps of 1200 and 1400 W.
-	{key: "GB200", mock: &gb200Config, migTable: "GB200-186GB",
+	{key: "GB200", mock: gb200Config, migTable: "GB200-186GB",
 		idleW: 160, tdpW: 1200, idleSM: 120, maxSM: 1965, memClock: 3996, idleT: 29, maxT: 75, hbm: true},
-	{key: "GB300", mock: &gb300Config, migTable: "GB300-278GB",
+	{key: "GB300", mock: gb300Config, migTable: "GB300-278GB",
 		idleW: 170, tdpW: 1400, idleSM: 120, maxSM: 1965, memClock: 3996, idleT: 29, maxT: 75, hbm: true},
-	{key: "T4", name: "Tesla T4", brand: nvml.BRAND_TESLA, arch: gpu.ArchTuring, cc: gpu.ComputeCapability{Major: 7, Minor: 5},
+	{key: "T4", name: "Tesla T4", brand: brandTesla, arch: gpu.ArchTuring, cc: gpu.ComputeCapability{Major: 7, Minor: 5},
 		memMiB: 15360, deviceID: 0x1EB810DE,
 		idleW: 10, tdpW: 70, idleSM: 300, maxSM: 1590, memClock: 5000, idleT: 30, maxT: 70},
-	{key: "V100-SXM2-32GB", name: "Tesla V100-SXM2-32GB", brand: nvml.BRAND_TESLA, arch: gpu.ArchVolta, cc: gpu.ComputeCapability{Major: 7, Minor: 0},
+	{key: "V100-SXM2-32GB", name: "Tesla V100-SXM2-32GB", brand: brandTesla, arch: gpu.ArchVolta, cc: gpu.ComputeCapability{Major: 7, Minor: 0},
 		memMiB: 32768, deviceID: 0x1DB510DE,
 		idleW: 40, tdpW: 300, idleSM: 135, maxSM: 1530, memClock: 877, idleT: 30, maxT: 75, hbm: true},
-	{key: "A10", name: "NVIDIA A10", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAmpere, cc: gpu.ComputeCapability{Major: 8, Minor: 6},
+	{key: "A10", name: "NVIDIA A10", brand: brandNVIDIA, arch: gpu.ArchAmpere, cc: gpu.ComputeCapability{Major: 8, Minor: 6},
 		memMiB: 23028, deviceID: 0x223610DE,
 		idleW: 20, tdpW: 150, idleSM: 210, maxSM: 1695, memClock: 6251, idleT: 30, maxT: 78},
-	{key: "L4", name: "NVIDIA L4", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAda, cc: gpu.ComputeCapability{Major: 8, Minor: 9},
+	{key: "L4", name: "NVIDIA L4", brand: brandNVIDIA, arch: gpu.ArchAda, cc: gpu.ComputeCapability{Major: 8, Minor: 9},
 		memMiB: 23034, deviceID: 0x27B810DE,
 		idleW: 16, tdpW: 72, idleSM: 210, maxSM: 2040, memClock: 6251, idleT: 30, maxT: 75},
-	{key: "A10G", name: "NVIDIA A10G", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAmpere, cc: gpu.ComputeCapability{Major: 8, Minor: 6},
+	{key: "A10G", name: "NVIDIA A10G", brand: brandNVIDIA, arch: gpu.ArchAmpere, cc: gpu.ComputeCapability{Major: 8, Minor: 6},
 		memMiB: 23028, deviceID: 0x223710DE,
 		idleW: 25, tdpW: 300, idleSM: 210, maxSM: 1710, memClock: 6251, idleT: 30, maxT: 78},
-	{key: "H100-PCIE-80GB", name: "NVIDIA H100 PCIe", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchHopper, cc: gpu.ComputeCapability{Major: 9, Minor: 0},
+	{key: "H100-PCIE-80GB", name: "NVIDIA H100 PCIe", brand: brandNVIDIA, arch: gpu.ArchHopper, cc: gpu.ComputeCapability{Major: 9, Minor: 0},
 		memMiB: 81559, deviceID: 0x233110DE, migTable: "H100-80GB",
 		idleW: 50, tdpW: 350, idleSM: 345, maxSM: 1755, memClock: 1593, idleT: 30, maxT: 80, hbm: true},
-	{key: "L40S", name: "NVIDIA L40S", brand: nvml.BRAND_NVIDIA, arch: gpu.ArchAda, cc: gpu.ComputeCapability{Major: 8, Minor: 9},
+	{key: "L40S", name: "NVIDIA L40S", brand: brandNVIDIA, arch: gpu.ArchAda, cc: gpu.ComputeCapability{Major: 8, Minor: 9},
 		memMiB: 46068, deviceID: 0x26B910DE,
 		idleW: 35, tdpW: 350, idleSM: 210, maxSM: 2520, memClock: 9001, idleT: 30, maxT: 78},
 }
 
-// migTables are go-nvml's GPU configurations whose MIG tables profiles can
-// name. The table's sizes and names are those of the configuration's GPU,
-// whatever memory a profile gives the simulated GPU.
-var migTables = map[string]*gpus.Config{
-	"A100-40GB":   &gpus.A100_SXM4_40GB,
-	"A100-80GB":   &gpus.A100_SXM4_80GB,
-	"A30-24GB":    &gpus.A30_PCIE_24GB,
-	"H100-80GB":   &gpus.H100_SXM5_80GB,
-	"H200-141GB":  &gpus.H200_SXM5_141GB,
-	"B200-180GB":  &gpus.B200_SXM5_180GB,
-	"GB200-186GB": &gb200Config,
-	"GB300-278GB": &gb300Config,
+// NVML's brand codes of the models described here.
+const (
+	brandTesla  = 2
+	brandNVIDIA = 14
+)
+
+// migTables are the MIG tables profiles can name. The table's sizes and
+// names are those of the GPU it was made for, whatever memory a profile
+// gives the simulated GPU.
+var migTables = map[string]*migTable{
+	"A100-40GB":   nvmlA100SXM440GB.mig,
+	"A100-80GB":   nvmlA100SXM480GB.mig,
+	"A30-24GB":    nvmlA30PCIE24GB.mig,
+	"H100-80GB":   nvmlH100SXM580GB.mig,
+	"H200-141GB":  nvmlH200SXM5141GB.mig,
+	"B200-180GB":  nvmlB200SXM5180GB.mig,
+	"GB200-186GB": gb200Config.mig,
+	"GB300-278GB": gb300Config.mig,
 }
 
 // Models lists the GPU model keys a profile file may name.
@@ -202,7 +201,7 @@ func findMIGTable(name string) (string, bool) {
 }
 
 // spec returns a GPUSpec of the model. Models with a go-nvml configuration
-// are read through a mock device, as a real GPU would be read through NVML.
+// take their identity from it.
 func (m *model) spec() GPUSpec {
 	s := GPUSpec{
 		Model: m.key, NUMANode: 0, MIGTable: m.migTable,
@@ -210,10 +209,10 @@ func (m *model) spec() GPUSpec {
 		IdleSMClockMHz: m.idleSM, MaxSMClockMHz: m.maxSM, MemClockMHz: m.memClock, HBM: m.hbm,
 	}
 	if m.mock == nil {
-		s.Name, s.Brand, s.Architecture, s.ComputeCapability = m.name, gpu.BrandFromNVML(int(m.brand)), m.arch, m.cc
+		s.Name, s.Brand, s.Architecture, s.ComputeCapability = m.name, gpu.BrandFromNVML(m.brand), m.arch, m.cc
 		s.MemoryMiB, s.PCIDeviceID = m.memMiB, m.deviceID
 	} else {
-		readMock(server.NewDeviceFromConfig(*m.mock, 0), &s)
+		readMock(m.mock, &s)
 	}
 	if m.boardID != 0 {
 		s.PCIDeviceID = m.boardID
@@ -222,34 +221,20 @@ func (m *model) spec() GPUSpec {
 	return s
 }
 
-// readMock fills the identity of s from a go-nvml mock device. The mock's
-// UUID and bus ID are ignored: they are random or made up.
-func readMock(d nvml.Device, s *GPUSpec) {
-	if name, ret := d.GetName(); ret == nvml.SUCCESS {
-		// go-nvml names its DGX A100 GPU "Mock NVIDIA A100-SXM4-40GB".
-		s.Name = strings.TrimPrefix(name, "Mock ")
-	}
-	if b, ret := d.GetBrand(); ret == nvml.SUCCESS {
-		s.Brand = gpu.BrandFromNVML(int(b))
-	}
-	if a, ret := d.GetArchitecture(); ret == nvml.SUCCESS {
-		s.Architecture = gpu.ArchitectureFromNVML(int(a))
-	}
-	if major, minor, ret := d.GetCudaComputeCapability(); ret == nvml.SUCCESS {
-		s.ComputeCapability = gpu.ComputeCapability{Major: major, Minor: minor}
-	}
-	if mem, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
-		s.MemoryMiB = mem.Total >> 20
-	}
-	if pci, ret := d.GetPciInfo(); ret == nvml.SUCCESS {
-		s.PCIDeviceID = pci.PciDeviceId
-	}
+// readMock fills the identity of s from a go-nvml GPU configuration.
+func readMock(g *nvmlGPU, s *GPUSpec) {
+	s.Name = g.name
+	s.Brand = gpu.BrandFromNVML(g.brand)
+	s.Architecture = gpu.ArchitectureFromNVML(g.arch)
+	s.ComputeCapability = gpu.ComputeCapability{Major: g.ccMajor, Minor: g.ccMinor}
+	s.MemoryMiB = g.memoryMiB
+	s.PCIDeviceID = g.pciDeviceID
 }
 
 // dgx describes one built-in DGX system beyond what go-nvml's mock holds.
 type dgx struct {
 	name    string
-	server  func() *server.Server
+	server  *nvmlSystem
 	nvlinks int
 	// busIDs are the GPUs' PCI bus numbers on the real system.
 	busIDs [8]int
@@ -263,17 +248,17 @@ type dgx struct {
 var dgxSystems = []dgx{
 	// DGX A100: twelve third-generation NVLinks per GPU to six NVSwitches;
 	// GPU pairs sit behind one PCIe switch.
-	{name: "dgxa100", server: dgxa100.New, nvlinks: 12,
+	{name: "dgxa100", server: nvmlSystems["dgxa100"], nvlinks: 12,
 		busIDs: [8]int{0x07, 0x0f, 0x47, 0x4e, 0x87, 0x90, 0xb7, 0xbd}, pairSwitch: true},
 	// DGX H100/H200: eighteen fourth-generation NVLinks per GPU to four
 	// NVSwitches; every GPU has its own PCIe switch.
-	{name: "dgxh100", server: dgxh100.New, nvlinks: 18,
+	{name: "dgxh100", server: nvmlSystems["dgxh100"], nvlinks: 18,
 		busIDs: [8]int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}},
-	{name: "dgxh200", server: dgxh200.New, nvlinks: 18,
+	{name: "dgxh200", server: nvmlSystems["dgxh200"], nvlinks: 18,
 		busIDs: [8]int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}},
 	// DGX B200: eighteen fifth-generation NVLinks per GPU to two NVSwitch
 	// chips. Blackwell needs an R570 driver; go-nvml's mock says 560.
-	{name: "dgxb200", server: dgxb200.New, nvlinks: 18,
+	{name: "dgxb200", server: nvmlSystems["dgxb200"], nvlinks: 18,
 		busIDs: [8]int{0x1b, 0x43, 0x52, 0x61, 0x9d, 0xc3, 0xd1, 0xdf},
 		driver: "570.133.20", cuda: 12080},
 }
@@ -321,26 +306,16 @@ func Builtin(name string) (*Profile, error) {
 var ErrUnknownProfile = errors.New("unknown simulated profile")
 
 func (x *dgx) profile() (*Profile, error) {
-	s := x.server()
-	p := &Profile{Name: x.name}
-	var ret nvml.Return
-	if p.DriverVersion, ret = s.SystemGetDriverVersion(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("profile %s: reading the mock's driver version: %w", x.name, ret)
-	}
-	p.NVMLVersion, _ = s.SystemGetNVMLVersion()
-	cuda, _ := s.SystemGetCudaDriverVersion()
-	p.CUDADriverVersion = gpu.CUDAVersion(cuda)
+	s := x.server
+	p := &Profile{Name: x.name, DriverVersion: s.driverVersion, NVMLVersion: s.nvmlVersion,
+		CUDADriverVersion: gpu.CUDAVersion(s.cudaDriverVersion)}
 	if x.driver != "" {
 		p.DriverVersion, p.NVMLVersion, p.CUDADriverVersion = x.driver, "12."+x.driver, x.cuda
 	}
-	n, _ := s.DeviceGetCount()
-	for i := range n {
-		d, ret := s.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("profile %s: mock GPU %d: %w", x.name, i, ret)
-		}
+	n := len(s.gpus)
+	for i, g := range s.gpus {
 		var spec GPUSpec
-		readMock(d, &spec)
+		readMock(g, &spec)
 		m, ok := modelByDeviceID(spec.PCIDeviceID)
 		if !ok {
 			return nil, fmt.Errorf("profile %s: mock GPU %d has unknown PCI device ID %#x", x.name, i, spec.PCIDeviceID)
@@ -370,7 +345,7 @@ func (x *dgx) profile() (*Profile, error) {
 
 func modelByDeviceID(id uint32) (*model, bool) {
 	for i := range models {
-		if m := &models[i]; m.mock != nil && m.mock.PciDeviceId == id || m.mock == nil && m.deviceID == id || m.boardID != 0 && m.boardID == id {
+		if m := &models[i]; m.mock != nil && m.mock.pciDeviceID == id || m.mock == nil && m.deviceID == id || m.boardID != 0 && m.boardID == id {
 			return m, true
 		}
 	}

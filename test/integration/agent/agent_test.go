@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpuplane/gpuplane/api/buildinfo"
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/testutil"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
@@ -130,6 +132,18 @@ func TestAgentLabelsItsNode(t *testing.T) {
 			waitNodeLabels(t, node, st.want, st.present, st.missing, 8)
 		})
 	}
+	// The agent records its build on its Node for gpuplane version.
+	framework.Eventually(t, 30*time.Second, "the agent's build on node "+node, func(ctx context.Context) (bool, error) {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		b, err := buildinfo.Parse(buildinfo.AgentAnnotation, n.Annotations[buildinfo.AgentAnnotation])
+		if err != nil {
+			return false, err
+		}
+		return strings.HasPrefix(b.GoVersion, "go") && b.KubernetesClient != "", fmt.Errorf("build %+v", b)
+	})
 	if err := p.stop(); err != nil {
 		t.Errorf("agent exit after SIGTERM: %v, want exit 0", err)
 	}

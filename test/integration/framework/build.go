@@ -14,10 +14,7 @@ import (
 // of the error.
 func BuildCommand(ctx context.Context, dir, name string) (string, error) {
 	bin := filepath.Join(dir, name)
-	// The tag keeps kustomize's Go-plugin loader (through Helm's SDK) out of
-	// the binary, which would otherwise bind NVML's symbols at start-up and
-	// fail without a driver (the Makefile sets it for every build).
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags=kustomize_disable_go_plugin_support", "-o", bin, "github.com/gpuplane/gpuplane/cmd/"+name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/gpuplane/gpuplane/cmd/"+name)
 	// go-nvml's cgo preamble declares deprecated NVML calls; their warnings
 	// are noise in a test log.
 	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations", "GOFLAGS=")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
+	versioncmd "github.com/gpuplane/gpuplane/internal/cli/version"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -56,6 +57,20 @@ func TestLeaderFailoverWithTwoReplicas(t *testing.T) {
 	if err != nil || stops[first] == nil {
 		t.Fatalf("lease holder %q (err %v), want one or two", first, err)
 	}
+	// The leader records its build on the Lease, and keeps renewing the
+	// Lease it wrote to; gpuplane version reads the build from there.
+	framework.Eventually(t, 30*time.Second, "the leader's build on its Lease", func(ctx context.Context) (bool, error) {
+		r := &versioncmd.Report{}
+		if err := versioncmd.Collect(ctx, env.Client, r); err != nil {
+			return false, err
+		}
+		for _, s := range r.Schedulers {
+			if s.Name == c.ns+"/sched" {
+				return s.Build != nil && s.Build.Version != "" && s.Holder == first, fmt.Errorf("scheduler entry %+v", s)
+			}
+		}
+		return false, fmt.Errorf("no scheduler build among %+v", r.Schedulers)
+	})
 	// The leader stops (and releases the Lease); the standby takes over
 	// before the Lease could have expired, and schedules what arrives next.
 	stops[first]()
@@ -232,7 +247,8 @@ func TestSchedulerBinary(t *testing.T) {
 		}
 		return strings.Contains(body, `gpuplane_scheduler_binds_total{result="bound"} 1`) &&
 			strings.Contains(body, "gpuplane_scheduler_cycle_phase_duration_seconds_bucket") &&
-			strings.Contains(body, `gpuplane_scheduler_leader 1`), errors.New("metrics lack the bind, the cycle phases or leadership")
+			strings.Contains(body, `gpuplane_scheduler_leader 1`) &&
+			strings.Contains(body, `gpuplane_build_info{`), errors.New("metrics lack the bind, the cycle phases, leadership or the build")
 	})
 	p, err := env.Client.CoreV1().Pods(c.ns).Get(t.Context(), "by-binary", metav1.GetOptions{})
 	if err != nil {
