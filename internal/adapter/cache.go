@@ -515,13 +515,13 @@ func (c *clusterCache) upsertPodLocked(p *corev1.Pod) {
 	if err := cmp.Or(gerr, qerr); err != nil && pi.bad == nil {
 		pi.bad = membershipError(err)
 	}
-	if p.Spec.NodeName == "" {
-		topo, err := v1alpha1.TopologyFromAnnotations(p.Annotations)
-		if err != nil && pi.bad == nil {
-			pi.bad = badInput("InvalidTopology", "%v", err)
-		}
-		pi.topo = topo
+	// A placed pod's topology counts too: its gang's slices are named
+	// by the same constraint for the pods that run as for those that wait.
+	topo, err := v1alpha1.TopologyFromAnnotations(p.Annotations)
+	if err != nil && pi.bad == nil && p.Spec.NodeName == "" {
+		pi.bad = badInput("InvalidTopology", "%v", err)
 	}
+	pi.topo = topo
 	// Volcano's annotation may name a Volcano PodGroup, which the grouping
 	// mirrors into a PodGroup of gpuplane's of the same name: the pod waits
 	// while the grouping looks it up, and then until this cache has the

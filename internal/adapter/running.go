@@ -15,9 +15,10 @@ import (
 // the last snapshot, which tells the core to skip it. Caller holds c.mu.
 func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time) [][]model.Allocation {
 	if b.groupQueues == nil {
-		b.groupQueues = map[string]string{}
+		b.groupQueues, b.groupSliceSizes = map[string]string{}, map[string]int{}
 	}
 	clear(b.groupQueues)
+	clear(b.groupSliceSizes)
 	for _, pod := range r.expire(now) {
 		if pi := c.pods[pod]; pi != nil {
 			if n := c.nodeOf(pi); n != "" {
@@ -97,13 +98,27 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 			Request: req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
 		}
 		if e.pi.pg != "" {
-			// A gang's member: its sub-group, which the rest of its slice
+			// A gang's member: its slice, which the rest of the slice
 			// joins.
-			a.Slice = podSlice(p)
+			a.Slice = b.allocationSlice(c, e.pi)
 		}
 		out = append(out, a)
 	}
 	return out
+}
+
+// allocationSlice names the slice a placed member of a gang is in, as for
+// its pending peers (sliceName), by the slice size its group's topology
+// states.
+func (b *builder) allocationSlice(c *clusterCache, pi *podInfo) string {
+	size, ok := b.groupSliceSizes[pi.group]
+	if !ok {
+		if tc, _, _ := groupConstraint(&groupInfo{name: pi.group, pgKey: pi.pg, pg: c.podGroups[pi.pg]}, c.members[pi.group]); tc != nil {
+			size = int(tc.SliceSize)
+		}
+		b.groupSliceSizes[pi.group] = size
+	}
+	return sliceName(pi.pod, size)
 }
 
 // allocationQueue is the queue a placed pod's usage counts against: its

@@ -57,9 +57,11 @@ type builder struct {
 	classKeys    []string // active class keys with a label, sorted
 	nextClass    int
 
-	// groupQueues memoizes, within one runningAllocations, each PodGroup's
-	// queue (allocationQueue).
-	groupQueues map[string]string
+	// groupQueues and groupSliceSizes memoize, within one
+	// runningAllocations, each PodGroup's queue (allocationQueue) and the
+	// slice size its topology states (allocationSlice).
+	groupQueues     map[string]string
+	groupSliceSizes map[string]int
 
 	// nodeAllocs holds each node's allocations; a node's slice is
 	// replaced, never changed, when its pods change (the core relies on
@@ -277,8 +279,8 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 				}
 			}
 			mp := model.Pod{Name: pi.key, Request: req}
-			if topo != nil && topo.SliceRequired != "" && topo.SliceSize == 0 {
-				mp.Slice = podSlice(pi.pod)
+			if topo != nil && topo.SliceRequired != "" {
+				mp.Slice = sliceName(pi.pod, topo.SliceSize)
 			}
 			pg.Pods = append(pg.Pods, mp)
 			created := pi.pod.CreationTimestamp.UnixMilli()

@@ -289,6 +289,23 @@ func podRank(p *corev1.Pod) int {
 	return -1
 }
 
+// sliceName names the slice pod p of a gang is in (model.Pod.Slice,
+// model.Allocation.Slice) when the gang is sliced sliceSize pods at a
+// time: its sub-group for slices by sub-group (0); for slices of a size,
+// its sub-group and its rank's slice within it, so that a pod made again
+// for a rank joins its slice's running pods, and "" for a pod without a
+// rank (the core then counts the slices in pending order).
+func sliceName(p *corev1.Pod, sliceSize int) string {
+	if sliceSize <= 0 {
+		return podSlice(p)
+	}
+	r := podRank(p)
+	if r < 0 {
+		return ""
+	}
+	return podSlice(p) + "#" + strconv.Itoa(r/sliceSize)
+}
+
 // groupTopology works out a pending group's topology: its PodGroup's
 // spec.topology, else what its members' annotations say (podInfo.topo),
 // resolved against the cluster's Topologies. On a PodGroup the scheduler
@@ -299,28 +316,9 @@ func podRank(p *corev1.Pod) int {
 // nothing; the error names the field. nil, nil for a group placed
 // anywhere.
 func (c *clusterCache) groupTopology(g *groupInfo, members map[string]*podInfo) (*model.GangTopology, *BadInputError) {
-	// The member with the least key decides, as for the queue.
-	var first *podInfo
-	for _, m := range members {
-		if m.topo != nil && !m.terminal() && (first == nil || m.key < first.key) {
-			first = m
-		}
-	}
-	var tc *v1alpha1.TopologyConstraint
-	field := ""
-	switch derived := g.pg != nil && g.pg.Labels[v1alpha1.DerivedLabel] == "true"; {
-	case g.pg != nil && !g.pg.Spec.Topology.IsZero() && (!derived || first == nil):
-		tc, field = g.pg.Spec.Topology, "PodGroup "+g.pgKey+": spec.topology"
-	case first == nil:
-		return nil, nil
-	default:
-		for _, m := range members {
-			if m.topo != nil && !m.terminal() && *m.topo != *first.topo {
-				return nil, badInput("TopologyMismatch", "the pods of group %s ask for different topologies: pod %s asks %s, pod %s asks %s; give every pod the same topology annotations",
-					strings.TrimPrefix(g.name, "pg/"), first.key, describeConstraint(first.topo), m.key, describeConstraint(m.topo))
-			}
-		}
-		tc, field = first.topo, "pod "+first.key+": annotations"
+	tc, field, bad := groupConstraint(g, members)
+	if tc == nil {
+		return nil, bad
 	}
 	gt, err := c.topologies.resolve(tc, field)
 	if err != nil {
@@ -335,6 +333,36 @@ func (c *clusterCache) groupTopology(g *groupInfo, members map[string]*podInfo) 
 		}
 	}
 	return gt, nil
+}
+
+// groupConstraint is the topology constraint a group states, as
+// groupTopology reads it, and field, where it is written; nil for none or
+// for members that say different things (then with the error).
+func groupConstraint(g *groupInfo, members map[string]*podInfo) (*v1alpha1.TopologyConstraint, string, *BadInputError) {
+	// The member with the least key decides, as for the queue.
+	var first *podInfo
+	for _, m := range members {
+		if m.topo != nil && !m.terminal() && (first == nil || m.key < first.key) {
+			first = m
+		}
+	}
+	var tc *v1alpha1.TopologyConstraint
+	field := ""
+	switch derived := g.pg != nil && g.pg.Labels[v1alpha1.DerivedLabel] == "true"; {
+	case g.pg != nil && !g.pg.Spec.Topology.IsZero() && (!derived || first == nil):
+		tc, field = g.pg.Spec.Topology, "PodGroup "+g.pgKey+": spec.topology"
+	case first == nil:
+		return nil, "", nil
+	default:
+		for _, m := range members {
+			if m.topo != nil && !m.terminal() && *m.topo != *first.topo {
+				return nil, "", badInput("TopologyMismatch", "the pods of group %s ask for different topologies: pod %s asks %s, pod %s asks %s; give every pod the same topology annotations",
+					strings.TrimPrefix(g.name, "pg/"), first.key, describeConstraint(first.topo), m.key, describeConstraint(m.topo))
+			}
+		}
+		tc, field = first.topo, "pod "+first.key+": annotations"
+	}
+	return tc, field, nil
 }
 
 // describeConstraint is a constraint for a message.

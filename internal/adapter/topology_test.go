@@ -204,26 +204,44 @@ func TestTopologySubGroupSlices(t *testing.T) {
 			t.Fatalf("held %q", why)
 		}
 	})
+	sized := build.PodGroup("ns", "pg", 4).Topology(v1alpha1.TopologyConstraint{Required: blockKey, SliceRequired: rackKey, SliceSize: 2}).Obj()
 	t.Run("slices of a size hold consecutive ranks", func(t *testing.T) {
 		bs := waiting("ns", "p", 4)
-		sized := build.PodGroup("ns", "pg", 4).Topology(v1alpha1.TopologyConstraint{Required: blockKey, SliceRequired: rackKey, SliceSize: 2}).Obj()
 		// Names sort against the ranks: p-0 has rank 3.
 		for i, b := range bs {
-			b.Label(v1alpha1.PodGroupLabel, "pg").Label("batch.kubernetes.io/job-completion-index", string(rune('3'-i)))
+			b.Label(v1alpha1.PodGroupLabel, "pg").Label(jobCompletionIndexLabel, string(rune('3'-i)))
 		}
 		g := pendingGroup(t, view(t, objsOf(bs, topo, sized)), "pg/ns/pg")
-		var names []string
+		var names, got []string
 		for _, p := range g.Pods {
-			names = append(names, p.Name)
-			if p.Slice != "" {
-				t.Errorf("pod %s: slice %q, want none for slices of a size", p.Name, p.Slice)
-			}
+			names, got = append(names, p.Name), append(got, p.Slice)
 		}
 		if want := []string{"ns/p-3", "ns/p-2", "ns/p-1", "ns/p-0"}; !slices.Equal(names, want) {
 			t.Fatalf("pods in order %v, want by rank %v", names, want)
 		}
+		if want := []string{"#0", "#0", "#1", "#1"}; !slices.Equal(got, want) {
+			t.Fatalf("slices %q, want each named by its rank's slice %q", got, want)
+		}
+	})
+	t.Run("slices of a size without ranks", func(t *testing.T) {
+		bs := waiting("ns", "p", 4)
+		for i, b := range bs {
+			b.Label(v1alpha1.PodGroupLabel, "pg")
+			if i > 0 {
+				b.Label(jobCompletionIndexLabel, string(rune('0'+i)))
+			}
+		}
+		// p-0 has no rank: the core counts the slices in pending order.
+		g := pendingGroup(t, view(t, objsOf(bs, topo, sized)), "pg/ns/pg")
+		for _, p := range g.Pods {
+			if p.Slice != "" && p.Name == "ns/p-0" {
+				t.Errorf("pod %s without a rank: slice %q, want none", p.Name, p.Slice)
+			}
+		}
 	})
 }
+
+const jobCompletionIndexLabel = "batch.kubernetes.io/job-completion-index"
 
 // A topology that means nothing keeps its gang waiting with a message
 // that names the field and what to change.
@@ -358,5 +376,60 @@ func TestRunningMemberCarriesItsSlice(t *testing.T) {
 	}
 	if g := pendingGroup(t, v, "pg/ns/pg"); len(g.Pods) != 3 || g.Pods[0].Slice != "lws:0" {
 		t.Errorf("pending %+v, want p-1 of lws:0 first", g.Pods)
+	}
+}
+
+// A running member of a gang sliced by size carries its rank's slice into
+// the snapshot, named as its pending peers' are, whether the PodGroup or
+// the pods (Kueue's annotations) state the size; so a pod made again for
+// a rank joins its slice's running pods.
+func TestRunningMemberCarriesItsSizeSlice(t *testing.T) {
+	topo := build.Topology("net", blockKey, rackKey, cliqueKey, hostKey)
+	for _, c := range []struct {
+		name     string
+		pg       *v1alpha1.PodGroup
+		annotate bool
+		// allRun: every pod runs, so only running pods state the size.
+		allRun bool
+	}{
+		{"PodGroup spec.topology", build.PodGroup("ns", "pg", 4).Topology(v1alpha1.TopologyConstraint{Required: blockKey, SliceRequired: rackKey, SliceSize: 2}).Obj(), false, false},
+		{"Kueue's pod annotations", build.PodGroup("ns", "pg", 4).Obj(), true, false},
+		{"Kueue's pod annotations, every pod running", build.PodGroup("ns", "pg", 4).Obj(), true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bs := waiting("ns", "p", 4)
+			for i, b := range bs {
+				b.Label(v1alpha1.PodGroupLabel, "pg").Label(jobCompletionIndexLabel, string(rune('0'+i)))
+				if c.annotate {
+					b.Annotation(v1alpha1.KueueRequiredTopologyAnnotation, blockKey).Annotation(v1alpha1.KueueSliceRequiredTopologyAnnotation, rackKey).
+						Annotation(v1alpha1.KueueSliceSizeAnnotation, "2")
+				}
+			}
+			// Ranks 1 and 2 run, in different slices; 0 and 3 were made
+			// again.
+			bs[1].NodeName("n0").Phase(corev1.PodRunning)
+			bs[2].NodeName("n2").Phase(corev1.PodRunning)
+			if c.allRun {
+				bs[0].NodeName("n1").Phase(corev1.PodRunning)
+				bs[3].NodeName("n3").Phase(corev1.PodRunning)
+			}
+			v := view(t, objsOf(bs, topo, c.pg))
+			got := map[string]string{}
+			for _, chunk := range v.Snapshot.RunningByNode {
+				for _, a := range chunk {
+					got[a.Pod] = a.Slice
+				}
+			}
+			if got["ns/p-1"] != "#0" || got["ns/p-2"] != "#1" {
+				t.Errorf("running slices %v, want ns/p-1 in #0 and ns/p-2 in #1", got)
+			}
+			if c.allRun {
+				return
+			}
+			g := pendingGroup(t, v, "pg/ns/pg")
+			if len(g.Pods) != 2 || g.Pods[0].Slice != "#0" || g.Pods[1].Slice != "#1" {
+				t.Errorf("pending %+v, want p-0 in #0 and p-3 in #1", g.Pods)
+			}
+		})
 	}
 }

@@ -148,10 +148,12 @@
 //     sub-domains filled largest first down to the preferred level (as few
 //     of them as it can); and so on up to the required level, or the whole
 //     cluster when none is required.
-//   - slices: each slice (SliceSize pods in pod order, or the pods that
-//     share Pod.Slice; a pod with no name is in no slice) lands whole in
-//     one domain of the slice level, chosen by best fit inside the set the
-//     gang is filling, while the gang keeps its own level.
+//   - slices: each slice (the pods that share Pod.Slice, a pod with no
+//     name in no slice; with a SliceSize and a pending pod with no name,
+//     SliceSize pods in pod order) lands whole in one domain of the slice
+//     level, chosen by best fit inside the set the gang is filling, while
+//     the gang keeps its own level; a named slice's pending pods join the
+//     domain its running members (Allocation.Slice) sit in.
 //   - small pods: once a gang has named levels, ties between nodes the
 //     policy scores alike go by the nodes' domains, widest level first,
 //     rather than by index (Placer.SetTieOrder), so that pods without a

@@ -236,12 +236,15 @@ func (c *cycle) topologyOf(p *pending) *gangTopo {
 		g.shapes[s].pods++
 		g.shapeOf[k] = s
 	}
+	// Slices are named (Pod.Slice) by sub-group, and by size where every
+	// pod's slice is named; else taken SliceSize pods at a time.
+	named := t.SliceSize == 0 || !slices.ContainsFunc(pods, func(p model.Pod) bool { return p.Slice == "" })
 	switch {
 	case g.slice < 0:
 		for k := range pods {
 			g.loose = append(g.loose, k)
 		}
-	case t.SliceSize > 0:
+	case !named:
 		for k := 0; k < len(pods); k += t.SliceSize {
 			var sl []int
 			for j := k; j < min(k+t.SliceSize, len(pods)); j++ {
@@ -266,7 +269,13 @@ func (c *cycle) topologyOf(p *pending) *gangTopo {
 			g.slices[i] = append(g.slices[i], k)
 		}
 	}
-	g.pinSlices(c.s.run.groups[p.g.Name], t.SliceSize == 0)
+	g.slicePin = make([]int32, len(g.slices))
+	for i := range g.slicePin {
+		g.slicePin[i] = -1
+	}
+	if named {
+		g.pinSlices(c.s.run.groups[p.g.Name])
+	}
 	if g.req >= 0 {
 		if rg := c.s.run.groups[p.g.Name]; rg != nil {
 			for _, ps := range rg.members {
@@ -288,16 +297,11 @@ func (c *cycle) topologyOf(p *pending) *gangTopo {
 // of the slice level: no placement keeps it whole.
 const noSliceDomain = -2
 
-// pinSlices pins each sub-group slice (bySubGroup: slices named by
-// Pod.Slice) to the domain of the slice level its running members sit in.
-// Slices of a size are counted over the pending pods alone, so none of
-// them has running members.
-func (g *gangTopo) pinSlices(rg *runningGroup, bySubGroup bool) {
-	g.slicePin = make([]int32, len(g.slices))
-	for i := range g.slicePin {
-		g.slicePin[i] = -1
-	}
-	if rg == nil || !bySubGroup || len(g.slices) == 0 {
+// pinSlices pins each named slice (Pod.Slice) to the domain of the slice
+// level its running members (Allocation.Slice) sit in. Slices counted by
+// size over the pending pods alone have no running members.
+func (g *gangTopo) pinSlices(rg *runningGroup) {
+	if rg == nil || len(g.slices) == 0 {
 		return
 	}
 	at := make(map[string]int, len(g.slices))

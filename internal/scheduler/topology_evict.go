@@ -119,7 +119,7 @@ func (c *cycle) topologyReason(p *pending, u *model.Unplaced) {
 	if i := slices.Index(g.slicePin, noSliceDomain); i >= 0 {
 		sk := g.x.levels[g.slice]
 		u.Level = sk
-		u.Reason = fmt.Sprintf("the running pods of its sub-group %s are not all in one %s (%s), the gang's slice level: the sub-group's pending pods cannot join them",
+		u.Reason = fmt.Sprintf("the running pods of its slice %s are not all in one %s (%s), the gang's slice level: the slice's pending pods cannot join them",
 			p.g.Pods[g.slices[i][0]].Slice, levelName(sk), sk)
 		return
 	}

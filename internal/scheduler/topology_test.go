@@ -589,7 +589,7 @@ func TestRunningSliceMembersPinTheirSlice(t *testing.T) {
 				}
 				u := unplacedOf(&d, "g")
 				if u == nil || u.Code != model.UnplacedNoDomain || u.Level != schedtest.RackKey ||
-					!strings.HasPrefix(u.Reason, "the running pods of its sub-group w0 are not all in one rack (example.com/rack)") {
+					!strings.HasPrefix(u.Reason, "the running pods of its slice w0 are not all in one rack (example.com/rack)") {
 					t.Fatalf("unplaced %+v: want the reason to name sub-group w0 and the rack level", u)
 				}
 				return
@@ -598,5 +598,28 @@ func TestRunningSliceMembersPinTheirSlice(t *testing.T) {
 				t.Fatalf("g's pods in racks %v (w0's pod first), want w0's in %s beside its running pod and w1 in one rack; unplaced %+v", racks, tc.wantRack, d.Unplaced)
 			}
 		})
+	}
+}
+
+// TestRunningSizeSliceMembersPinTheirSlice: in a gang sliced by size whose
+// pods name their slices (by rank), a replacement joins its slice's
+// running member in its rack, though a tighter rack holds it too, and the
+// slice with no running member is placed whole anywhere in the block.
+func TestRunningSizeSliceMembersPinTheirSlice(t *testing.T) {
+	// One block of three racks of two 8-GPU nodes; each rack's first node
+	// is taken but for r1's, where g-0 of slice #0 runs.
+	nodes := schedtest.TopologyCluster(1, 1, 3, 2, 8)
+	half := schedtest.GPU(4, 1000)
+	run := append(busy(nodes, "z0-b0-r0-n0", "z0-b0-r2-n0"), model.Allocation{Pod: "g-0", Group: "g", Queue: "a", Node: "z0-b0-r1-n0", Request: half, Slice: "#0",
+		GPUs: []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 1000}, {Index: 2, Milli: 1000}, {Index: 3, Milli: 1000}}})
+	topo := model.GangTopology{Levels: schedtest.TopologyLevels, Required: schedtest.BlockKey, SliceRequired: schedtest.RackKey, SliceSize: 2}
+	g := schedtest.Group("g").Queue("a").MinMember(4).Topology(topo).Pods(1, half).Slice(1, "#0").Pods(2, half).Slice(2, "#1").Obj()
+	g.Pods[0].Name, g.Pods[1].Name, g.Pods[2].Name = "g-1", "g-2", "g-3"
+	g.Placed = 1
+	snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run...), Pending: []model.PodGroup{g}}
+	d := cycleOnce(t, &snap)
+	racks := domainsOf(nodes, &d, schedtest.RackKey)["g"]
+	if len(racks) != 3 || racks[0] != "z0-b0-r1" || racks[1] != racks[2] {
+		t.Fatalf("g's pods in racks %v (g-1 first), want g-1 in z0-b0-r1 beside g-0 of its slice and g-2, g-3 in one rack; unplaced %+v", racks, d.Unplaced)
 	}
 }

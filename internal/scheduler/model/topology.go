@@ -20,8 +20,10 @@ import (
 //     wider level, and so on);
 //   - SliceRequired: each slice of the gang lands inside one domain of
 //     that level, while the whole gang keeps Required or Preferred. A
-//     slice is SliceSize pods in the order of PodGroup.Pods, or, with
-//     SliceSize 0, the pods sharing one Pod.Slice.
+//     slice is the pods sharing one Pod.Slice (with SliceSize 0, a pod
+//     without one is in no slice); with SliceSize set and a pod that
+//     names none, it is SliceSize pods in the order of PodGroup.Pods.
+//     Running members (Allocation.Slice) pin their named slice's domain.
 //
 // The core chooses the domains (the scheduling core's topology placement);
 // drivers only translate what users wrote into this.

@@ -279,9 +279,11 @@ type Pod struct {
 	Name    string  `json:"name"`
 	Role    string  `json:"role,omitempty"`
 	Request Request `json:"request"`
-	// Slice names the sub-group the pod belongs to (an LWS group, a
-	// JobSet replicated job, a PyTorchJob's workers) when the group's
-	// Topology places slices by sub-group (SliceSize 0).
+	// Slice names the slice of its group's Topology the pod is in: its
+	// sub-group (an LWS group, a JobSet's Job, a PyTorchJob's workers)
+	// for slices by sub-group (SliceSize 0); for slices by size, the
+	// sub-group and the pod's rank's slice within it, where every pod of
+	// the group has a rank (else slices are counted in pod order).
 	Slice string `json:"slice,omitempty"`
 }
 
@@ -357,8 +359,8 @@ type Allocation struct {
 	// MinMember is the declared gang size of the pod's group (0: all its
 	// pods), so that an evicted group waits again for its whole gang.
 	MinMember int `json:"minMember,omitempty"`
-	// Slice is the pod's sub-group (Pod.Slice) while it runs: the pods of
-	// its slice still pending join it in its domain of the slice level.
+	// Slice is the pod's slice (Pod.Slice) while it runs: the pods of its
+	// slice still pending join it in its domain of the slice level.
 	Slice string `json:"slice,omitempty"`
 }
 

@@ -43,6 +43,15 @@ func TestMain(m *testing.M) {
 	// topology constraint (KEP-5732) are alpha in Kubernetes 1.36.
 	cfg.ExtraAPIServerArgs = append(cfg.ExtraAPIServerArgs,
 		"--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true", "--runtime-config=scheduling.k8s.io/v1alpha2=true")
+	// A Job's pods complete after the delay their annotations give (a
+	// second or so unless they say), not at once, so that a Job can keep
+	// its pods running while one is deleted and made again.
+	for _, s := range localcluster.DefaultKwokStages() {
+		if s == "pod/fast/pod-complete.yaml" {
+			s = "pod/general/pod-complete.yaml"
+		}
+		cfg.KwokStages = append(cfg.KwokStages, s)
+	}
 	os.Exit(framework.Main(m, cfg, &env))
 }
 

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
@@ -35,6 +34,7 @@ const (
 	jobIndexLabel        = "jobset.sigs.k8s.io/job-index"
 	replicaTypeLabel     = "training.kubeflow.org/replica-type"
 	lwsGroupLabel        = "leaderworkerset.sigs.k8s.io/group-index"
+	lwsWorkerLabel       = "leaderworkerset.sigs.k8s.io/worker-index"
 	// caseLabel keeps a case's pods on its own nodes and finds them.
 	caseLabel = "topology-case"
 )
@@ -96,8 +96,9 @@ type opCase struct {
 	// last: submitted once the other cases are placed (a GroupingRule
 	// changes how every workload of its kind is grouped).
 	last bool
-	// replace names a pod deleted once the case is placed, whose
-	// replacement must keep want.
+	// replace selects (a label selector within the case) the pod deleted
+	// once the case is placed, whose replacement, made by the operator,
+	// must keep want.
 	replace string
 }
 
@@ -155,10 +156,11 @@ func (c *opCluster) meta(name string, annotations map[string]string) map[string]
 
 // indexedJob is an Indexed Job of n pods of gpus GPUs, every index at
 // once, with podLabels on its pod template: kube-controller-manager makes
-// its pods.
+// its pods, and makes an index's pod again once if it is deleted (its
+// backoff limit).
 func (c *opCluster) indexedJob(name string, n int64, gpus int, jobAnn, podAnn map[string]string, podLabels ...map[string]string) {
 	c.create(jobs, c.ns, map[string]any{"apiVersion": "batch/v1", "kind": "Job", "metadata": c.meta(name, jobAnn),
-		"spec": map[string]any{"parallelism": n, "completions": n, "completionMode": "Indexed", "backoffLimit": int64(0),
+		"spec": map[string]any{"parallelism": n, "completions": n, "completionMode": "Indexed", "backoffLimit": int64(1),
 			"template": c.template(name, gpus, podAnn, podLabels...)}})
 }
 
@@ -396,6 +398,17 @@ func TestTopologyWorkloadsThroughOperators(t *testing.T) {
 			c.indexedJob(n, 4, 2, nil, kueue(v1alpha1.KueueRequiredTopologyAnnotation, blockKey,
 				v1alpha1.KueueSliceRequiredTopologyAnnotation, cliqueKey, v1alpha1.KueueSliceSizeAnnotation, "2"))
 		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: cliqueKey, slice: rankSlice(2)}, false, ""},
+		// Slices of two ranks take a rack each of one block, leaving 2 GPUs
+		// free in each. Index 0 deleted and made again (a pod of another
+		// name) joins its slice's rack, where it left 4 GPUs free, not the
+		// tighter rack of slice 1 that best fit would take for a pod alone.
+		// Its pods keep running (kwok completes a Job's pods after the
+		// delay their annotations give), so the Job makes index 0 again.
+		{"job-kueue-slice-rejoin", func(c *opCluster, n string) {
+			c.indexedJob(n, 4, 2, nil, kueue(v1alpha1.KueueRequiredTopologyAnnotation, blockKey,
+				v1alpha1.KueueSliceRequiredTopologyAnnotation, rackKey, v1alpha1.KueueSliceSizeAnnotation, "2",
+				"pod-complete.stage.kwok.x-k8s.io/delay", "1h", "pod-complete.stage.kwok.x-k8s.io/jitter-delay", "1h"))
+		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: rackKey, slice: rankSlice(2)}, false, completionIndexLabel + "=0"},
 		{"job-kai-preferred", func(c *opCluster, n string) {
 			c.indexedJob(n, 3, 2, kueue(v1alpha1.KAITopologyAnnotation, c.kai, v1alpha1.KAIPreferredPlacementAnnotation, rackKey), nil)
 		}, placement{pods: 3, spans: map[string]int{rackKey: 1}}, false, ""},
@@ -472,7 +485,7 @@ func TestTopologyWorkloadsThroughOperators(t *testing.T) {
 		// take for a pod alone.
 		{"lws-rule-rejoin", func(c *opCluster, n string) {
 			c.lws(n, 2, 2, 2, nil, nil)
-		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: rackKey, slice: labelSlice(lwsGroupLabel)}, true, "lws-rule-rejoin-0-1"},
+		}, placement{pods: 4, same: []string{blockKey}, sliceLevel: rackKey, slice: labelSlice(lwsGroupLabel)}, true, lwsGroupLabel + "=0," + lwsWorkerLabel + "=1"},
 	}
 	var names []string
 	for _, tc := range cases {
@@ -495,16 +508,20 @@ func TestTopologyWorkloadsThroughOperators(t *testing.T) {
 		if tc.replace == "" {
 			continue
 		}
-		uid := c.podUID(tc.replace)
-		if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), tc.replace, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		sel := caseLabel + "=" + tc.name + "," + tc.replace
+		old := c.onePod(sel)
+		if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, 60*time.Second, "pod "+tc.replace+" made again", func(ctx context.Context) (bool, error) {
-			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, tc.replace, metav1.GetOptions{})
+		framework.Eventually(t, 60*time.Second, "pod "+sel+" made again", func(ctx context.Context) (bool, error) {
+			ps, err := c.pods(ctx, sel)
 			if err != nil {
 				return false, err
 			}
-			return p.UID != uid, fmt.Errorf("still the deleted pod")
+			if len(ps) != 1 || ps[0].UID == old.UID {
+				return false, fmt.Errorf("%d pods, want one, not the deleted pod %s", len(ps), old.Name)
+			}
+			return true, nil
 		})
 		c.verify(t, tc.name+"-replaced", tc)
 	}
@@ -566,12 +583,15 @@ func (c *opCluster) groupingRule(name string, spec v1alpha1.GroupingRuleSpec) {
 	})
 }
 
-// podUID is the UID of the test's pod of that name.
-func (c *opCluster) podUID(name string) types.UID {
+// onePod is the test's one pod that selector selects.
+func (c *opCluster) onePod(selector string) corev1.Pod {
 	c.t.Helper()
-	p, err := env.Client.CoreV1().Pods(c.ns).Get(c.t.Context(), name, metav1.GetOptions{})
+	ps, err := c.pods(c.t.Context(), selector)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	return p.UID
+	if len(ps) != 1 {
+		c.t.Fatalf("%d pods %q, want one", len(ps), selector)
+	}
+	return ps[0]
 }
