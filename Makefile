@@ -80,7 +80,7 @@ generate: $(CONTROLLER_GEN) ## regenerate deep-copy code and CRD manifests from 
 	@$(MAKE) --no-print-directory docs
 
 docs: ## regenerate docs/reference (the CLI, the scheduler's flags, the CRD API, labels and annotations, conditions and events, metrics) and the simulator's plot
-	$(GO) test ./internal/docgen ./cmd/gpuplane-scheduler -count=1 -run TestReferenceIsCurrent -update
+	$(GO) test ./internal/docgen ./cmd/gpuplane-scheduler ./cmd/gpuplane-agent -count=1 -run TestReferenceIsCurrent -update
 
 docs-pictures: build controlplane-bins ## redraw docs/images/gpuplane-status.svg from a real gpuplane status on a local cluster (about 2 minutes)
 	hack/docs-pictures.sh

@@ -17,7 +17,7 @@ var update = flag.Bool("update", false, "rewrite docs/reference/gpuplane-schedul
 func referencePage(t *testing.T) []byte {
 	t.Helper()
 	var help bytes.Buffer
-	if code := run([]string{"--help"}, &help); code != 0 {
+	if code := run([]string{"--help"}, &help, &help); code != 0 {
 		t.Fatalf("--help exited %d:\n%s", code, help.String())
 	}
 	text := help.String()

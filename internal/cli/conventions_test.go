@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/cli/dev"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/cliutil/clusterflags"
 )
 
 // server is what a command talks to, and so how the test makes it
@@ -308,13 +309,13 @@ func TestClusterFlags(t *testing.T) {
 	sp := specs(t)
 	for path, c := range commands(t) {
 		s := sp[path]
-		marked := c.Annotations[cliutil.ClusterFlagAnnotation] != ""
+		marked := c.Annotations[clusterflags.Annotation] != ""
 		if (s.server == cluster) != marked {
-			t.Errorf("%s: cluster flags from cliutil.AddClusterFlags %v, spec says it talks to a cluster %v", path, marked, s.server == cluster)
+			t.Errorf("%s: cluster flags from clusterflags.Add %v, spec says it talks to a cluster %v", path, marked, s.server == cluster)
 		}
 		if !marked {
 			if c.Flags().Lookup("kubeconfig") != nil {
-				t.Errorf("%s: --kubeconfig declared by hand; use cliutil.AddClusterFlags", path)
+				t.Errorf("%s: --kubeconfig declared by hand; use clusterflags.Add", path)
 			}
 			continue
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/reasons"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/cliutil/clusterflags"
 )
 
 // Results of a check.
@@ -76,7 +77,7 @@ func (r *Report) Failed() bool {
 
 type options struct {
 	output  *cliutil.Format
-	cluster *cliutil.Cluster
+	cluster *clusterflags.Cluster
 }
 
 // NewCommand returns the doctor command.
@@ -150,7 +151,7 @@ Each check is ok, info, warn or fail; the exit status is 1 when one fails.`,
 		},
 	}
 	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide puts each check's fix in a FIX column")
-	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.Namespaced)
+	o.cluster = clusterflags.Add(cmd, clusterflags.Namespaced)
 	return cmd
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/cliutil/clusterflags"
 	"github.com/gpuplane/gpuplane/internal/mig"
 )
 
@@ -37,7 +38,7 @@ func NewCommand() *cobra.Command {
 
 type planOptions struct {
 	output         *cliutil.Format
-	cluster        *cliutil.Cluster
+	cluster        *clusterflags.Cluster
 	configMap, key string
 }
 
@@ -82,7 +83,7 @@ flags of the same names (--configmap and --key are their deprecated names).`,
 		},
 	}
 	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds each changing GPU's UUID, the config entry that chose its layout and the MIG devices it gets, placed")
-	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.ClusterScoped)
+	o.cluster = clusterflags.Add(cmd, clusterflags.ClusterScoped)
 	f := cmd.Flags()
 	f.StringVar(&o.configMap, "mig-config-map", DefaultConfigMap, "NAMESPACE/NAME of the mig-parted ConfigMap the node's agent reads (the agent's --mig-config-map)")
 	f.StringVar(&o.key, "mig-config-key", "config.yaml", "the ConfigMap's key holding the mig-parted config (the agent's --mig-config-key)")

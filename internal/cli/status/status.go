@@ -24,6 +24,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/cliutil/clusterflags"
 )
 
 // Status is what `gpuplane status` shows; -o json and -o yaml print it as
@@ -107,7 +108,7 @@ const (
 
 type options struct {
 	output        *cliutil.Format
-	cluster       *cliutil.Cluster
+	cluster       *clusterflags.Cluster
 	schedulerName string
 }
 
@@ -168,7 +169,7 @@ The Queue and PodGroup sections are empty when the CRDs are not installed.`,
 		},
 	}
 	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds GPU HOLDERS and where derived pod groups came from")
-	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.Namespaced)
+	o.cluster = clusterflags.Add(cmd, clusterflags.Namespaced)
 	cmd.Flags().StringVar(&o.schedulerName, "scheduler-name", v1alpha1.SchedulerName, "the spec.schedulerName whose waiting pods are listed (gpuplane-scheduler's --scheduler-name)")
 	return cmd
 }

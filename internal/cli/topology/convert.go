@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/cliutil/clusterflags"
 )
 
 // maxLevels matches Topology spec.levels' bound.
@@ -59,7 +60,7 @@ func NewCommand() *cobra.Command {
 type convertOptions struct {
 	file, from string
 	output     *cliutil.Format
-	cluster    *cliutil.Cluster
+	cluster    *clusterflags.Cluster
 }
 
 func newConvertCommand() *cobra.Command {
@@ -101,7 +102,7 @@ are; a converted one is gpuplane's own.`,
 	}
 	cmd.Flags().StringVarP(&o.file, "filename", "f", "", "file of Kueue or KAI Topologies (YAML documents or JSON; - for stdin); without it, read them from the cluster")
 	o.output = cliutil.AddOutputFlag(cmd, cliutil.YAML, "yaml and json are the Topologies to apply, table their names and levels, wide also what each was converted from")
-	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.ClusterScoped)
+	o.cluster = clusterflags.Add(cmd, clusterflags.ClusterScoped)
 	cmd.Flags().StringVar(&o.from, "from", "", "convert only kueue's or kai's Topologies (default: both)")
 	return cmd
 }
@@ -157,7 +158,7 @@ func readFile(stdin io.Reader, path string) ([]*unstructured.Unstructured, error
 
 // readCluster lists the cluster's Kueue and KAI Topologies (only from's,
 // when set), each resource at the newest version the cluster serves.
-func readCluster(ctx context.Context, cluster *cliutil.Cluster, from string) ([]*unstructured.Unstructured, error) {
+func readCluster(ctx context.Context, cluster *clusterflags.Cluster, from string) ([]*unstructured.Unstructured, error) {
 	rc, err := cluster.RESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("%w (or read a file with -f)", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/buildinfo"
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/cliutil/clusterflags"
 	"github.com/gpuplane/gpuplane/internal/version"
 )
 
@@ -41,7 +42,7 @@ type Component struct {
 
 type options struct {
 	output  *cliutil.Format
-	cluster *cliutil.Cluster
+	cluster *clusterflags.Cluster
 	client  bool
 }
 
@@ -86,7 +87,7 @@ Without a kubeconfig only the CLI's build is printed.`,
 		},
 	}
 	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide is the same table")
-	o.cluster = cliutil.AddClusterFlags(cmd, cliutil.ClusterScoped)
+	o.cluster = clusterflags.Add(cmd, clusterflags.ClusterScoped)
 	cmd.Flags().BoolVar(&o.client, "client", false, "print the CLI's build only, without reading a cluster")
 	return cmd
 }

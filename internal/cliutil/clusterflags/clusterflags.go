@@ -1,10 +1,17 @@
-package cliutil
+// Package clusterflags gives the gpuplane CLI's cluster commands kubectl's
+// cluster flags (k8s.io/cli-runtime's genericclioptions). It is apart from
+// cliutil because genericclioptions links kustomize, whose plugin loader
+// imports Go's plugin package: a binary that links that beside go-nvml
+// (gpuplane-agent) is bound at start and fails without the NVIDIA driver.
+package clusterflags
 
 import (
 	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gpuplane/gpuplane/internal/cliutil"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -12,9 +19,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// ClusterFlagAnnotation marks a command that talks to a cluster through
+// Annotation marks a command that talks to a cluster through
 // Cluster, so that tests walking the command tree find every one.
-const ClusterFlagAnnotation = "gpuplane.io/cluster"
+const Annotation = "gpuplane.io/cluster"
 
 // Cluster is how a command reaches the cluster: kubectl's flags
 // (genericclioptions: --kubeconfig, --context, --cluster, --user,
@@ -31,15 +38,15 @@ type Cluster struct {
 // namespace (and so takes -n/--namespace).
 type ClusterScope bool
 
-// Scopes of AddClusterFlags.
+// Scopes of Add.
 const (
 	Namespaced    ClusterScope = true
 	ClusterScoped ClusterScope = false
 )
 
-// AddClusterFlags registers the cluster flags on cmd and returns the
+// Add registers the cluster flags on cmd and returns the
 // Cluster that reads them. A ClusterScoped command has no -n.
-func AddClusterFlags(cmd *cobra.Command, scope ClusterScope) *Cluster {
+func Add(cmd *cobra.Command, scope ClusterScope) *Cluster {
 	f := genericclioptions.NewConfigFlags(false)
 	f.CacheDir = nil // gpuplane keeps no discovery cache
 	if scope == ClusterScoped {
@@ -49,7 +56,7 @@ func AddClusterFlags(cmd *cobra.Command, scope ClusterScope) *Cluster {
 	if cmd.Annotations == nil {
 		cmd.Annotations = map[string]string{}
 	}
-	cmd.Annotations[ClusterFlagAnnotation] = "true"
+	cmd.Annotations[Annotation] = "true"
 	return &Cluster{flags: f}
 }
 
@@ -61,14 +68,14 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	loader := c.flags.ToRawKubeConfigLoader()
 	raw, err := loader.RawConfig()
 	if err != nil {
-		return nil, &UnreachableError{Err: fmt.Errorf("loading the kubeconfig: %w", err)}
+		return nil, &cliutil.UnreachableError{Err: fmt.Errorf("loading the kubeconfig: %w", err)}
 	}
 	if !c.names(raw.Clusters) {
-		return nil, &UnreachableError{Err: errors.New("no cluster to talk to: no kubeconfig (give --kubeconfig, set $KUBECONFIG or write ~/.kube/config) and not in a pod")}
+		return nil, &cliutil.UnreachableError{Err: errors.New("no cluster to talk to: no kubeconfig (give --kubeconfig, set $KUBECONFIG or write ~/.kube/config) and not in a pod")}
 	}
 	rc, err := c.flags.ToRESTConfig()
 	if err != nil {
-		return nil, &UnreachableError{Err: fmt.Errorf("loading the kubeconfig: %w", err)}
+		return nil, &cliutil.UnreachableError{Err: fmt.Errorf("loading the kubeconfig: %w", err)}
 	}
 	return rc, nil
 }
