@@ -10,13 +10,13 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/gpuplane/gpuplane/internal/cliutil"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/gpuplane/gpuplane/internal/cliutil"
 )
 
 // Annotation marks a command that talks to a cluster through
