@@ -18,6 +18,8 @@
 //	<!-- needs: benchmark -->             a benchmark's command (docs/benchmarks.md has its numbers)
 //	<!-- needs: openb trace -->           one that reads ../shared/traces
 //	<!-- needs: long-running process -->  one that starts a process that runs until stopped
+//	<!-- needs: published release -->     one that fetches a released version (go install ...@latest)
+//	<!-- needs: interactive shell -->     one that sets up a user's own shell (completion)
 //	<!-- yaml: helm values -->            values for deploy/helm/gpuplane
 //	<!-- yaml: agent config -->           gpuplane-agent's config file (api/config/v1)
 //	<!-- yaml: mig-parted config -->      a MIG config in mig-parted's format

@@ -129,7 +129,7 @@ func TestTroubleshootingHasEveryReason(t *testing.T) {
 // running in TestDocsOnControlPlane.
 var (
 	shellLangs = map[string]bool{"sh": true, "bash": true, "shell": true, "console": true}
-	needs      = map[string]bool{"real cluster": true, "GPU node": true, "local cluster": true, "make target": true, "benchmark": true, "openb trace": true, "long-running process": true}
+	needs      = map[string]bool{"real cluster": true, "GPU node": true, "local cluster": true, "make target": true, "benchmark": true, "openb trace": true, "long-running process": true, "published release": true, "interactive shell": true}
 	yamlKinds  = map[string]bool{"helm values": true, "agent config": true, "mig-parted config": true, "simulated profile": true, "fragment": true}
 )
 
@@ -141,7 +141,7 @@ func TestBlocksAreMarked(t *testing.T) {
 		for _, b := range p.blocks {
 			if shellLangs[b.lang] {
 				if n, ok := b.mark("needs"); ok && !needs[n] {
-					t.Errorf("%s: needs %q: want one of real cluster, GPU node, local cluster, make target, benchmark, openb trace, long-running process", b, n)
+					t.Errorf("%s: needs %q: want one of real cluster, GPU node, local cluster, make target, benchmark, openb trace, long-running process, published release, interactive shell", b, n)
 				}
 				if _, ok := b.mark("yaml"); ok {
 					t.Errorf("%s: a yaml marker on a shell block", b)
