@@ -433,7 +433,27 @@ func TestExamples(t *testing.T) {
 		env := &framework.Env{Client: client}
 		env.WaitServiceAccount(t, "seeds", "default", 30*time.Second)
 		start := time.Now()
-		for _, f := range yamlFiles(t, dir) {
+		// The pods that must have a T4 (03, and 07's two replicas) are
+		// applied and running first: the T4 node has 4 GPUs and they take
+		// 3, and kube-scheduler, which places the seeds, may otherwise put
+		// 04's unconstrained two-GPU pod there first (its scores tie).
+		files := yamlFiles(t, dir)
+		t4 := func(f string) bool {
+			return strings.Contains(readFile(f), "gpu-type") || strings.Contains(readFile(f), "Tesla-T4")
+		}
+		slices.SortStableFunc(files, func(a, b string) int {
+			switch {
+			case t4(a) && !t4(b):
+				return -1
+			case t4(b) && !t4(a):
+				return 1
+			}
+			return 0
+		})
+		for i, f := range files {
+			if i > 0 && t4(files[i-1]) && !t4(f) {
+				waitPods(t, client, "seeds", 3, nil) // 03's pod, 07's two replicas
+			}
 			name := filepath.Base(f)
 			if why, ok := needCRD[name]; ok {
 				t.Logf("%s needs %s; not applied", name, why)
