@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/api/reasons"
 	"github.com/gpuplane/gpuplane/internal/apifeatures"
 )
 
@@ -62,8 +63,9 @@ func checkDRAServed(ctx context.Context, f *runFlags, api *rest.Config, node str
 	return nil
 }
 
-// recordAPINotServed records why on the Node as an APINotServed warning.
+// recordAPINotServed records why on the Node as an APINotServed warning,
+// ending with its troubleshooting entry as every event of the agent does.
 func recordAPINotServed(rec record.EventRecorder, node, why string) {
 	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: types.UID(node)}
-	rec.Event(ref, corev1.EventTypeWarning, gpunode.EventReasonAPINotServed, why)
+	rec.Event(ref, corev1.EventTypeWarning, gpunode.EventReasonAPINotServed, reasons.WithDocs(gpunode.EventReasonAPINotServed, why))
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
+	"github.com/gpuplane/gpuplane/api/reasons"
 )
 
 // Where the cluster does not serve resource.k8s.io/v1 the DRA driver is
@@ -41,8 +42,8 @@ func TestDRANotServed(t *testing.T) {
 			}
 			rec := record.NewFakeRecorder(1)
 			recordAPINotServed(rec, "gpu-0", why)
-			if ev := <-rec.Events; !strings.HasPrefix(ev, "Warning "+gpunode.EventReasonAPINotServed+" ") || !strings.Contains(ev, why) {
-				t.Errorf("event %q, want a Warning %s with the reason", ev, gpunode.EventReasonAPINotServed)
+			if ev := <-rec.Events; !strings.HasPrefix(ev, "Warning "+gpunode.EventReasonAPINotServed+" ") || !strings.Contains(ev, why) || !strings.Contains(ev, reasons.URL(gpunode.EventReasonAPINotServed)) {
+				t.Errorf("event %q, want a Warning %s with the reason and its troubleshooting entry", ev, gpunode.EventReasonAPINotServed)
 			}
 		})
 	}
