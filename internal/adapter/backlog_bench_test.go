@@ -6,12 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpuplane/gpuplane/internal/scheduler"
 	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
@@ -61,16 +59,7 @@ func BenchmarkBacklogAtScale(b *testing.B) {
 		var cpu time.Duration
 		for b.Loop() {
 			before := processCPU(b)
-			bld := newBuilder("gpuplane-scheduler", 64, logr.Discard())
-			core, err := scheduler.New(scheduler.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			in := c.snapshot(bld, newRefusals(), time.Unix(1000, 0))
-			d, err := core.Cycle(&in.snap)
-			if err != nil {
-				b.Fatal(err)
-			}
+			d := newBenchAdapter(b).cycle(b, c, time.Unix(1000, 0), false)
 			cpu += processCPU(b) - before
 			if len(d.Binds) != nodes*8 {
 				b.Fatalf("%d binds, want %d", len(d.Binds), nodes*8)
@@ -86,22 +75,8 @@ func BenchmarkBacklogAtScale(b *testing.B) {
 // benchBinds is BenchmarkBacklogAtScale's bind phase.
 func benchBinds(b *testing.B, nodes int, relabel bool) {
 	c := backlogCluster(nodes)
-	bld := newBuilder("gpuplane-scheduler", 64, logr.Discard())
-	core, err := scheduler.New(scheduler.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	in := c.snapshot(bld, newRefusals(), time.Unix(1000, 0))
-	d, err := core.Cycle(&in.snap)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c.mu.Lock()
-	for _, bd := range d.Binds {
-		c.assume(bd.Pod, assumption{node: bd.Node, shares: bd.GPUs})
-	}
-	c.mu.Unlock()
-	binds := d.Binds
+	a := newBenchAdapter(b)
+	binds := a.cycle(b, c, time.Unix(1000, 0), true).Binds
 	const batch, relabelEvery = 5, 50
 	next, it := 0, 0
 	var cpu time.Duration
@@ -128,10 +103,7 @@ func benchBinds(b *testing.B, nodes int, relabel bool) {
 		}
 		before := processCPU(b)
 		b.StartTimer()
-		in := c.snapshot(bld, newRefusals(), time.Unix(1000, 0))
-		if _, err := core.Cycle(&in.snap); err != nil {
-			b.Fatal(err)
-		}
+		a.cycle(b, c, time.Unix(1000, 0), false)
 		b.StopTimer()
 		cpu += processCPU(b) - before
 		b.StartTimer()

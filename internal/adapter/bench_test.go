@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
@@ -78,23 +79,8 @@ func BenchmarkCycleAtScale(b *testing.B) {
 					p.Annotations = map[string]string{GPUsAnnotation: fmt.Sprint(i % 7)}
 					c.upsertPod(p)
 				}
-				bld := newBuilder("gpuplane-scheduler", 64, logr.Discard())
-				core, err := scheduler.New(scheduler.Config{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				cycle := func() {
-					in := c.snapshot(bld, newRefusals(), time.Unix(0, 0))
-					d, err := core.Cycle(&in.snap)
-					if err != nil {
-						b.Fatal(err)
-					}
-					c.mu.Lock()
-					for _, bd := range d.Binds {
-						c.assume(bd.Pod, assumption{node: bd.Node, shares: bd.GPUs})
-					}
-					c.mu.Unlock()
-				}
+				a := newBenchAdapter(b)
+				cycle := func() { a.cycle(b, c, time.Unix(0, 0), true) }
 				cycle()
 				cycle()
 				next := nodes * 7
@@ -189,4 +175,39 @@ func claimBench(b *testing.B) (*clusterCache, *builder) {
 		c.upsertPod(p)
 	}
 	return c, newBuilder("gpuplane-scheduler", 64, logr.Discard())
+}
+
+// benchAdapter is what an adapter benchmark cycles: a builder and a core,
+// as one scheduler replica holds them.
+type benchAdapter struct {
+	bld  *builder
+	core *scheduler.Scheduler
+}
+
+func newBenchAdapter(b *testing.B) benchAdapter {
+	b.Helper()
+	core, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return benchAdapter{bld: newBuilder("gpuplane-scheduler", 64, logr.Discard()), core: core}
+}
+
+// cycle snapshots c at now and runs the core on it; with assume, it
+// records the binds in c as the binder does before they land.
+func (a benchAdapter) cycle(b *testing.B, c *clusterCache, now time.Time, assume bool) model.Decisions {
+	b.Helper()
+	in := c.snapshot(a.bld, newRefusals(), now)
+	d, err := a.core.Cycle(&in.snap)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if assume {
+		c.mu.Lock()
+		for _, bd := range d.Binds {
+			c.assume(bd.Pod, assumption{node: bd.Node, shares: bd.GPUs})
+		}
+		c.mu.Unlock()
+	}
+	return d
 }
