@@ -269,22 +269,5 @@ func leftovers(t *testing.T, dyn dynamic.Interface, s apiServer) []string {
 	if s.mapAt != "" {
 		kinds = append(kinds, mapResource(s.mapAt), mapResource(s.mapAt).GroupVersion().WithResource("mutatingadmissionpolicybindings"))
 	}
-	var left []string
-	for _, k := range kinds {
-		list, err := dyn.Resource(k).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=gpuplane"})
-		if err != nil {
-			t.Fatalf("listing %s: %v", k.Resource, err)
-		}
-		for _, o := range list.Items {
-			left = append(left, fmt.Sprintf("%s %s/%s", k.Resource, o.GetNamespace(), o.GetName()))
-		}
-	}
-	rel, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: "owner=helm"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range rel.Items {
-		left = append(left, "helm release record "+o.GetName())
-	}
-	return left
+	return framework.ReleaseLeftovers(t, dyn, namespace, kinds)
 }

@@ -20,7 +20,6 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -352,26 +351,5 @@ func leftovers(t *testing.T, d dynamic.Interface) []string {
 		{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"},
 		{Group: "resource.k8s.io", Version: "v1", Resource: "deviceclasses"},
 	}
-	var left []string
-	for _, k := range kinds {
-		list, err := d.Resource(k).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=gpuplane"})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("listing %s: %v", k.Resource, err)
-		}
-		for _, o := range list.Items {
-			left = append(left, fmt.Sprintf("%s %s/%s", k.Resource, o.GetNamespace(), o.GetName()))
-		}
-	}
-	// Helm's own release records.
-	rel, err := d.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: "owner=helm"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range rel.Items {
-		left = append(left, "helm release record "+o.GetName())
-	}
-	return left
+	return framework.ReleaseLeftovers(t, d, namespace, kinds)
 }
