@@ -95,6 +95,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{factory.Core().V1().PersistentVolumeClaims().Informer(), handler(c.upsertPVC, c.deletePVC)},
 		{factory.Storage().V1().StorageClasses().Informer(), handler(c.upsertStorageClass, c.deleteStorageClass)},
 		{factory.Storage().V1().CSINodes().Informer(), handler(c.upsertCSINode, c.deleteCSINode)},
+		{factory.Storage().V1().VolumeAttachments().Informer(), handler(c.upsertVolumeAttachment, c.deleteVolumeAttachment)},
 		{dfactory.ForResource(v1alpha1.QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
 		{dfactory.ForResource(v1alpha1.PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
 		{dfactory.ForResource(v1alpha1.TopologiesResource).Informer(), handler(typed(log, c.upsertTopology), typed(log, c.deleteTopology))},

@@ -67,7 +67,7 @@ func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time
 // over-allocated snapshots). Caller holds c.mu.
 func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, now time.Time) []model.Allocation {
 	pods := c.onNode[ni.node.Name]
-	if len(pods) == 0 && c.dra.ClaimsOn(ni.node.Name) == 0 {
+	if len(pods) == 0 && c.dra.ClaimsOn(ni.node.Name) == 0 && len(c.vol.attached[ni.node.Name]) == 0 {
 		return nil
 	}
 	// Devices held through ResourceClaims: by the pod that holds them,
@@ -83,6 +83,7 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		out = append(out, a)
 	}
 	held, over := h.resolve(pods)
+	var byPods map[model.Attachment]bool
 	for _, key := range over {
 		b.log.V(2).Info("running pod over-allocates its node; left out of the snapshot", "pod", key, "node", ni.node.Name)
 	}
@@ -102,6 +103,19 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 			// joins.
 			a.Slice = b.allocationSlice(c, e.pi)
 		}
+		out = append(out, a)
+		if req.Volumes != nil {
+			if byPods == nil {
+				byPods = map[model.Attachment]bool{}
+			}
+			for _, x := range req.Volumes.Attach {
+				byPods[x] = true
+			}
+		}
+	}
+	if a, ok := c.attachmentsAllocation(&ni.m, byPods); ok {
+		// Takes nothing the holdings count: only attach slots, which the
+		// core counts.
 		out = append(out, a)
 	}
 	return out

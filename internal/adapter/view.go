@@ -9,6 +9,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -68,6 +69,16 @@ func ViewOf(schedulerName string, objs []runtime.Object, now time.Time) (*View, 
 			c.upsertClass(o)
 		case *resourceapi.ResourceClaim:
 			c.upsertClaim(o)
+		case *corev1.PersistentVolume:
+			c.upsertPV(o)
+		case *corev1.PersistentVolumeClaim:
+			c.upsertPVC(o)
+		case *storagev1.StorageClass:
+			c.upsertStorageClass(o)
+		case *storagev1.CSINode:
+			c.upsertCSINode(o)
+		case *storagev1.VolumeAttachment:
+			c.upsertVolumeAttachment(o)
 		case *v1alpha1.Queue:
 			c.upsertQueue(o)
 		case *v1alpha1.PodGroup:

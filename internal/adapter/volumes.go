@@ -54,6 +54,11 @@ type volumeCache struct {
 	// drivers counts, per CSI driver, the nodes that limit its
 	// attachments: a volume of another driver is not counted.
 	drivers map[string]int
+	// attached is, by node, the volumes its VolumeAttachments attach
+	// (attachments.go), by VolumeAttachment name; attachedOn the node of
+	// each.
+	attached   map[string]map[string]attachedVolume
+	attachedOn map[string]string
 }
 
 func newVolumeCache() *volumeCache {
@@ -164,6 +169,7 @@ func (c *clusterCache) upsertPV(pv *corev1.PersistentVolume) {
 	if old != nil && claimRefKey(old) != claimRefKey(pv) {
 		c.volumesChanged(claimRefKey(old))
 	}
+	c.attachedPVChanged(pv.Name)
 }
 
 func (c *clusterCache) deletePV(pv *corev1.PersistentVolume) {
@@ -172,6 +178,7 @@ func (c *clusterCache) deletePV(pv *corev1.PersistentVolume) {
 	delete(c.vol.pvs, pv.Name)
 	delete(c.vol.inFlight, pv.Name)
 	c.volumesChanged(claimRefKey(pv))
+	c.attachedPVChanged(pv.Name)
 }
 
 func claimRefKey(pv *corev1.PersistentVolume) string {
@@ -212,18 +219,19 @@ func (c *clusterCache) deleteStorageClass(sc *storagev1.StorageClass) {
 }
 
 // upsertCSINode takes a node's CSI attach limits: each driver's
-// allocatable count. A count that is not positive is no limit the
-// scheduler can honour and is left out, as kube-scheduler leaves it.
+// allocatable count, when it has one. A count of 0 is a limit (the
+// driver attaches nothing more there), as kube-scheduler reads it; a
+// negative one, which the API server refuses, is read as 0.
 func (c *clusterCache) upsertCSINode(cn *storagev1.CSINode) {
 	var nv *model.NodeVolumes
 	for _, d := range cn.Spec.Drivers {
-		if d.Allocatable == nil || d.Allocatable.Count == nil || *d.Allocatable.Count <= 0 {
+		if d.Allocatable == nil || d.Allocatable.Count == nil {
 			continue
 		}
 		if nv == nil {
 			nv = &model.NodeVolumes{}
 		}
-		nv.Limits = append(nv.Limits, model.AttachLimit{Driver: d.Name, Max: int(*d.Allocatable.Count)})
+		nv.Limits = append(nv.Limits, model.AttachLimit{Driver: d.Name, Max: max(0, int(*d.Allocatable.Count))})
 	}
 	if nv != nil {
 		slices.SortFunc(nv.Limits, func(a, b model.AttachLimit) int { return strings.Compare(a.Driver, b.Driver) })

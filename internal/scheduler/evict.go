@@ -346,7 +346,7 @@ func (c *cycle) reprieve(p *pending, taken []*runningGroup, binds []model.Bind) 
 // rolls back what it did assign.
 func (c *cycle) restore(rg *runningGroup) bool {
 	for _, ps := range rg.members {
-		if c.s.st.Assign(ps.node, &ps.a.Request, ps.a.GPUs) != nil {
+		if c.s.st.Hold(ps.node, &ps.a.Request, ps.a.GPUs) != nil {
 			return false
 		}
 	}

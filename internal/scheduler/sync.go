@@ -125,7 +125,7 @@ func (s *Scheduler) assignNew(n int, chunk []model.Allocation) error {
 			}
 			return fmt.Errorf("syncing snapshot: pod %q is running twice", a.Pod)
 		}
-		if err := s.st.Assign(n, &a.Request, a.GPUs); err != nil {
+		if err := s.st.Hold(n, &a.Request, a.GPUs); err != nil {
 			return fmt.Errorf("syncing snapshot: pod %q: %w (the snapshot over-allocates the node)", a.Pod, err)
 		}
 		s.run.add(a, n)
@@ -152,7 +152,7 @@ func sameAlloc(x, y *model.Allocation) bool {
 		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli && p.Replicas == q.Replicas &&
 		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && (sameSlice(x.GPUs, y.GPUs) || slices.Equal(x.GPUs, y.GPUs)) &&
 		p.Namespace == q.Namespace && (mapID(p.Labels) == mapID(q.Labels) || maps.Equal(p.Labels, q.Labels)) &&
-		p.Terminating == q.Terminating && (p.Affinity == q.Affinity || reflect.DeepEqual(p.Affinity, q.Affinity)) &&
+		p.Terminating == q.Terminating && p.NotPod == q.NotPod && (p.Affinity == q.Affinity || reflect.DeepEqual(p.Affinity, q.Affinity)) &&
 		(mapID(p.Scalars) == mapID(q.Scalars) || maps.Equal(p.Scalars, q.Scalars)) &&
 		(sameSlice(p.HostPorts, q.HostPorts) || slices.Equal(p.HostPorts, q.HostPorts)) &&
 		(p.Volumes == q.Volumes || reflect.DeepEqual(p.Volumes, q.Volumes))

@@ -475,7 +475,9 @@ func OrphanAllocations(node string, orphans map[string][]model.GPUShare) []model
 	out := make([]model.Allocation, 0, len(orphans))
 	for key, sh := range orphans {
 		name := ClaimAllocationPrefix + key
-		out = append(out, model.Allocation{Pod: name, Group: name, Node: node, Request: ClaimRequest(sh), GPUs: sh, NonPreemptible: true})
+		req := ClaimRequest(sh)
+		req.NotPod = true
+		out = append(out, model.Allocation{Pod: name, Group: name, Node: node, Request: req, GPUs: sh, NonPreemptible: true})
 	}
 	slices.SortFunc(out, func(a, b model.Allocation) int { return cmp.Compare(a.Pod, b.Pod) })
 	return out

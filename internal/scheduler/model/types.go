@@ -225,6 +225,11 @@ type Request struct {
 	// (kube-scheduler's PodTopologySpread skips such pods,
 	// InterPodAffinity does not). A pending pod never has it.
 	Terminating bool `json:"terminating,omitempty"`
+	// NotPod is set on a running holding that is no pod: devices of a
+	// ResourceClaim no pod on the node holds, the volumes a node's
+	// VolumeAttachments attach. It takes what it asks but no slot of the
+	// node's pod limit (Node.Allocatable's pods), which counts pods only.
+	NotPod bool `json:"notPod,omitempty"`
 	// Scalars is what the pod asks of every other resource of its node
 	// (ephemeral-storage, hugepages-<size>, extended resources the fields
 	// above do not model), in the node's unit, counted against

@@ -284,8 +284,18 @@ func (s *State) Commit() {
 // Fits reports whether shares can be taken on node i for req without
 // over-allocating anything.
 func (s *State) Fits(i int, req *model.Request, shares []model.GPUShare) bool {
+	return s.fitsHeld(i, req, shares) && (req.Volumes == nil || s.volumeWhy(i, req) == "")
+}
+
+// fitsHeld is Fits without the volume filters.
+func (s *State) fitsHeld(i int, req *model.Request, shares []model.GPUShare) bool {
 	ns := &s.Nodes[i]
-	if ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) {
+	pods := ns.Pods
+	if req.NotPod {
+		// Takes no slot of the pod limit: below any limit, even none.
+		pods = -1
+	}
+	if ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, pods) {
 		return false
 	}
 	for _, sh := range shares {
@@ -299,7 +309,7 @@ func (s *State) Fits(i int, req *model.Request, shares []model.GPUShare) bool {
 			return false
 		}
 	}
-	return req.Volumes == nil || s.volumeWhy(i, req) == ""
+	return true
 }
 
 // Assign takes req's resources and shares on node i. It returns an error,
@@ -320,6 +330,26 @@ func (s *State) Assign(i int, req *model.Request, shares []model.GPUShare) error
 	s.apply(i, req, shares, true)
 	s.vol.lastPVs = pvs
 	s.record(change{node: i, req: req, shares: shares, add: true, pvs: pvs})
+	return nil
+}
+
+// Hold is Assign for a pod that runs on node i already: its resources and
+// shares must fit, but its volumes are facts, not choices. Volumes it
+// attaches count against the node's attach limits however many the node
+// has attached (a node's limit may be lower than what its pods attach:
+// the limit changed, or another scheduler placed them), and its exclusive
+// uses count though another pod has one; neither refuses it. A running
+// pod takes no PV (its claims are bound).
+func (s *State) Hold(i int, req *model.Request, shares []model.GPUShare) error {
+	if i < 0 || i >= len(s.Nodes) {
+		return fmt.Errorf("holding on node %d: no such node", i)
+	}
+	if !s.fitsHeld(i, req, shares) {
+		return fmt.Errorf("holding on node %s: request does not fit", s.Nodes[i].Node.Name)
+	}
+	s.apply(i, req, shares, true)
+	s.vol.lastPVs = nil
+	s.record(change{node: i, req: req, shares: shares, add: true})
 	return nil
 }
 
@@ -350,7 +380,9 @@ func (s *State) apply(i int, req *model.Request, shares []model.GPUShare, add bo
 		}
 		ns.SliceFree[sh.Index] -= int(sign) * sh.MIGSlices
 	}
-	ns.Pods += int(sign)
+	if !req.NotPod {
+		ns.Pods += int(sign)
+	}
 	if ns.res.touches(req) {
 		ns.res.apply(req, sign)
 	}

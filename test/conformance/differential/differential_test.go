@@ -67,10 +67,12 @@ var (
 	theOracle  *oracle
 )
 
-// sharedOracle builds kube-scheduler's framework once per process: its
-// plugins keep no state between cycles but the snapshot each case sets.
+// sharedOracle builds kube-scheduler's framework once per process for the
+// cases of only nodes and pods: its plugins keep no state between cycles
+// but the snapshot each case sets. A case with objects besides (volumes,
+// DRA) gets a framework of its own (differ).
 func sharedOracle(t testing.TB) *oracle {
-	oracleOnce.Do(func() { theOracle, oracleErr = newOracle(context.Background()) })
+	oracleOnce.Do(func() { theOracle, _, oracleErr = newOracle(context.Background()) })
 	if oracleErr != nil {
 		t.Fatal(oracleErr)
 	}
@@ -106,12 +108,21 @@ type difference struct {
 // differ runs both schedulers on c and returns the first pending pod they
 // disagree on, or nil.
 func differ(ctx context.Context, o *oracle, c *cluster) (*difference, error) {
+	if len(c.objects) > 0 {
+		own, stop, err := newOracle(ctx, c.objects...)
+		if err != nil {
+			return nil, fmt.Errorf("kube-scheduler: %w", err)
+		}
+		defer stop()
+		o = own
+	}
 	kube, err := o.feasible(ctx, c.nodes, c.running, c.pending)
 	if err != nil {
 		return nil, fmt.Errorf("kube-scheduler: %w", err)
 	}
-	objs := make([]runtime.Object, 0, len(c.nodes)+len(c.running)+len(c.pending)+len(namespaces))
+	objs := make([]runtime.Object, 0, len(c.nodes)+len(c.running)+len(c.pending)+len(namespaces)+len(c.objects))
 	objs = append(objs, namespaceObjects()...)
+	objs = append(objs, c.objects...)
 	names := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		objs = append(objs, n)
@@ -151,8 +162,11 @@ func describe(c *cluster, d *difference) string {
 		}
 		fmt.Fprintf(&b, "%snode %s: kube-scheduler %s; gpuplane %s\n", mark, n.Name, verdict(k), verdict(g))
 	}
-	b.WriteString("the case (nodes, running pods, the pending pod):\n")
+	b.WriteString("the case (storage and DRA objects, nodes, running pods, the pending pod):\n")
 	var objs []any
+	for _, x := range c.objects {
+		objs = append(objs, x)
+	}
 	for _, n := range c.nodes {
 		objs = append(objs, n)
 	}

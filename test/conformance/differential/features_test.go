@@ -81,12 +81,22 @@ const (
 	// which PodTopologySpread does not count and every other filter
 	// does.
 	TerminatingPods Feature = "terminatingPods"
+	// Volumes: PersistentVolumeClaims in pods, bound (to local PVs with
+	// node affinity, CSI PVs with zone labels or zonal affinity),
+	// unbound of WaitForFirstConsumer classes (PVs to pick, pre-bound
+	// PVs, provisioning with allowed topologies, a selected node),
+	// unbound of Immediate, absent or no class, missing or being
+	// deleted; ReadWriteOncePod claims in use; generic ephemeral
+	// volumes (their claim the pod's, not yet made, or another's); CSI
+	// attach limits from CSINodes, and VolumeAttachments that take a slot
+	// whether or not a pod uses the volume.
+	Volumes Feature = "volumes"
 )
 
 // allFeatures lists every feature the generator knows.
 var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods,
 	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, SharedGPUs, MIG, HostPorts, InterPodAffinity, TopologySpread,
-	TerminatingPods}
+	TerminatingPods, Volumes}
 
 // enabled is the features the test draws: the filters gpuplane-scheduler
 // keeps. A feature that gpuplane-scheduler comes to keep is switched on
@@ -95,7 +105,8 @@ var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, C
 // does not keep them yet (issue 29): switched on, they show differences.
 // SubMiBMemory: the core counts memory in whole MiB (its doc above).
 var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted,
-	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, SharedGPUs, MIG, InterPodAffinity, TopologySpread, TerminatingPods}
+	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, SharedGPUs, MIG, InterPodAffinity, TopologySpread, TerminatingPods,
+	Volumes}
 
 // featureFlag overrides enabled for one run: a comma-separated list, each
 // entry a feature to draw, +feature to add one to enabled or -feature to

@@ -26,6 +26,10 @@ type cluster struct {
 	nodes   []*corev1.Node
 	running []*corev1.Pod
 	pending []*corev1.Pod
+	// objects are the case's other objects: storage classes, CSINodes,
+	// PVs and claims (Volumes); DeviceClasses, ResourceSlices and
+	// ResourceClaims (DRA).
+	objects []runtime.Object
 }
 
 // Names the generator draws labels, taints and requests from: small pools,
@@ -103,6 +107,9 @@ func (g *gen) cluster() *cluster {
 	}
 	for k := range 1 + g.pick(4) {
 		c.pending = append(c.pending, g.pending(c, left, fmt.Sprintf("pending-%d", k)))
+	}
+	if g.on[Volumes] {
+		g.volumes(c)
 	}
 	return c
 }

@@ -30,7 +30,7 @@ func gpuplaneFeasible(objs []runtime.Object, nodes, pending []string) (map[strin
 	for i := range snap.RunningByNode {
 		for k := range snap.RunningByNode[i] {
 			a := &snap.RunningByNode[i][k]
-			if err := st.Assign(i, &a.Request, a.GPUs); err != nil {
+			if err := st.Hold(i, &a.Request, a.GPUs); err != nil {
 				return nil, fmt.Errorf("the adapter's view over-allocates: running pod %s: %w", a.Pod, err)
 			}
 		}

@@ -4,12 +4,21 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/informers/core"
+	"k8s.io/client-go/informers/internalinterfaces"
+	"k8s.io/client-go/informers/resource"
+	"k8s.io/client-go/informers/storage"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	fwk "k8s.io/kube-scheduler/framework"
 	kubefeatures "k8s.io/kubernetes/pkg/features"
@@ -46,19 +55,32 @@ func (s *swappableSnapshot) PodGroupStates() fwk.PodGroupStateLister {
 	return s.cur.PodGroupStates()
 }
 
-func newOracle(ctx context.Context) (*oracle, error) {
+// newOracle builds kube-scheduler's framework over a fake API server that
+// holds objs besides the namespaces: the volumes, storage classes, CSI
+// nodes and DRA objects of a case, which its plugins read through
+// informers (listers, and caches their event handlers fill). It returns
+// once those informers have listed them and every event handler the
+// plugins registered has seen the list, so that no plugin reads a cache
+// still filling; stop ends the informers.
+func newOracle(ctx context.Context, objs ...runtime.Object) (o *oracle, stop func(), err error) {
 	cfg, err := latest.Default()
 	if err != nil {
-		return nil, fmt.Errorf("kube-scheduler's default configuration: %w", err)
+		return nil, nil, fmt.Errorf("kube-scheduler's default configuration: %w", err)
 	}
 	if len(cfg.Profiles) != 1 {
-		return nil, fmt.Errorf("kube-scheduler's default configuration has %d profiles, want 1", len(cfg.Profiles))
+		return nil, nil, fmt.Errorf("kube-scheduler's default configuration has %d profiles, want 1", len(cfg.Profiles))
 	}
 	// The framework records plugin metrics, which kube-scheduler
 	// registers before it builds its profiles.
-	metrics.Register()
-	client := fake.NewClientset(namespaceObjects()...)
-	factory := informers.NewSharedInformerFactory(client, 0)
+	metricsOnce.Do(metrics.Register)
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		if err != nil {
+			cancel()
+		}
+	}()
+	client := fake.NewClientset(append(namespaceObjects(), objs...)...)
+	factory := &recordingFactory{SharedInformerFactory: informers.NewSharedInformerFactory(client, 0)}
 	logger := logr.Discard()
 	var draManager fwk.SharedDRAManager
 	if utilfeature.DefaultFeatureGate.Enabled(kubefeatures.DynamicResourceAllocation) {
@@ -75,7 +97,7 @@ func newOracle(ctx context.Context) (*oracle, error) {
 		}
 		tracker, err := resourceslicetracker.StartTracker(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("starting the ResourceSlice tracker: %w", err)
+			return nil, nil, fmt.Errorf("starting the ResourceSlice tracker: %w", err)
 		}
 		draManager = dynamicresources.NewDRAManager(ctx, claims, tracker, factory)
 	}
@@ -89,15 +111,89 @@ func newOracle(ctx context.Context) (*oracle, error) {
 		frameworkruntime.WithLogger(logger),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("building kube-scheduler's framework with the default profile: %w", err)
+		return nil, nil, fmt.Errorf("building kube-scheduler's framework with the default profile: %w", err)
 	}
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return nil, fmt.Errorf("syncing the %v informer", typ)
+			return nil, nil, fmt.Errorf("syncing the %v informer", typ)
 		}
 	}
-	return &oracle{fw: fw, snapshot: snap}, nil
+	if err := factory.waitHandlers(ctx); err != nil {
+		return nil, nil, err
+	}
+	return &oracle{fw: fw, snapshot: snap}, cancel, nil
+}
+
+var metricsOnce sync.Once
+
+// recordingFactory is the informer factory the framework and its plugins
+// get: the factory of client-go, whose informers remember the event
+// handlers added to them, so that waitHandlers can wait for each to have
+// seen the informers' initial list (the plugins' assume caches fill from
+// such handlers, after the informer's own store).
+type recordingFactory struct {
+	informers.SharedInformerFactory
+	mu   sync.Mutex
+	regs []cache.ResourceEventHandlerRegistration
+}
+
+// InformerFor is what the typed informers of Core, Storage and Resource
+// call: it wraps the factory's informer.
+func (f *recordingFactory) InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer {
+	return &recordingInformer{SharedIndexInformer: f.SharedInformerFactory.InformerFor(obj, newFunc), f: f}
+}
+
+func (f *recordingFactory) Core() core.Interface { return core.New(f, metav1.NamespaceAll, nil) }
+func (f *recordingFactory) Storage() storage.Interface {
+	return storage.New(f, metav1.NamespaceAll, nil)
+}
+func (f *recordingFactory) Resource() resource.Interface {
+	return resource.New(f, metav1.NamespaceAll, nil)
+}
+
+func (f *recordingFactory) record(reg cache.ResourceEventHandlerRegistration, err error) (cache.ResourceEventHandlerRegistration, error) {
+	if err == nil {
+		f.mu.Lock()
+		f.regs = append(f.regs, reg)
+		f.mu.Unlock()
+	}
+	return reg, err
+}
+
+// waitHandlers waits, for at most ten seconds, until every recorded
+// handler has seen its informer's initial list.
+func (f *recordingFactory) waitHandlers(ctx context.Context) error {
+	f.mu.Lock()
+	regs := slices.Clone(f.regs)
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, r := range regs {
+		select {
+		case <-r.HasSyncedChecker().Done():
+		case <-ctx.Done():
+			return fmt.Errorf("an informer's event handler did not see its initial list: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+type recordingInformer struct {
+	cache.SharedIndexInformer
+	f *recordingFactory
+}
+
+func (i *recordingInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	return i.f.record(i.SharedIndexInformer.AddEventHandler(h))
+}
+
+func (i *recordingInformer) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandler, resync time.Duration) (cache.ResourceEventHandlerRegistration, error) {
+	return i.f.record(i.SharedIndexInformer.AddEventHandlerWithResyncPeriod(h, resync))
+}
+
+func (i *recordingInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, opts cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
+	return i.f.record(i.SharedIndexInformer.AddEventHandlerWithOptions(h, opts))
 }
 
 // filterPlugins names the Filter plugins the oracle runs, in order.
@@ -137,14 +233,15 @@ func (o *oracle) feasible(ctx context.Context, nodes []*corev1.Node, running, pe
 		state := framework.NewCycleState()
 		pre, status, _ := o.fw.RunPreFilterPlugins(ctx, state, pod)
 		if !status.IsSuccess() {
-			if !status.IsRejected() {
-				return nil, fmt.Errorf("pod %s: PreFilter: %w", pod.Name, status.AsError())
-			}
+			// Rejected, or an error (a claim's class missing, say):
+			// either way kube-scheduler places the pod nowhere this
+			// cycle.
 			for _, n := range nodes {
 				v[n.Name] = fmt.Sprintf("PreFilter %s: %s", status.Plugin(), status.Message())
 			}
 			continue
 		}
+	nodes:
 		for _, ni := range infos {
 			name := ni.Node().Name
 			if !pre.AllNodes() && !pre.NodeNames.Has(name) {
@@ -158,7 +255,12 @@ func (o *oracle) feasible(ctx context.Context, nodes []*corev1.Node, running, pe
 			case st.IsRejected():
 				v[name] = fmt.Sprintf("%s: %s", st.Plugin(), st.Message())
 			default:
-				return nil, fmt.Errorf("pod %s on node %s: Filter: %w", pod.Name, name, st.AsError())
+				// A Filter's error ends kube-scheduler's cycle for the
+				// pod: it is placed nowhere.
+				for _, n := range nodes {
+					v[n.Name] = fmt.Sprintf("Filter error on node %s: %s: %s", name, st.Plugin(), st.Message())
+				}
+				break nodes
 			}
 		}
 	}

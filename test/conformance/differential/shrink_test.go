@@ -20,7 +20,7 @@ func shrink(ctx context.Context, o *oracle, c *cluster, d *difference) *cluster 
 		dd, err := differ(ctx, o, x)
 		return err == nil && dd != nil && dd.kind() == want
 	}
-	cur := &cluster{nodes: c.nodes, running: c.running, pending: []*corev1.Pod{d.pod}}
+	cur := &cluster{nodes: c.nodes, running: c.running, pending: []*corev1.Pod{d.pod}, objects: c.objects}
 	if !differs(cur) {
 		cur = c
 	}
@@ -51,6 +51,11 @@ func smaller(c *cluster) []*cluster {
 	for i := range c.running {
 		x := c.clone()
 		x.running = slices.Delete(x.running, i, i+1)
+		out = append(out, x)
+	}
+	for i := range c.objects {
+		x := c.clone()
+		x.objects = slices.Delete(x.objects, i, i+1)
 		out = append(out, x)
 	}
 	for i := range c.nodes {
@@ -158,6 +163,9 @@ func podEdits(c *cluster, at func(*cluster) *corev1.Pod) []*cluster {
 			edit(func(p *corev1.Pod) { p.Spec.Affinity.PodAntiAffinity = nil })
 		}
 	}
+	for k := range p.Spec.Volumes {
+		edit(func(p *corev1.Pod) { p.Spec.Volumes = slices.Delete(p.Spec.Volumes, k, k+1) })
+	}
 	if len(p.Spec.TopologySpreadConstraints) > 0 {
 		edit(func(p *corev1.Pod) { p.Spec.TopologySpreadConstraints = nil })
 	}
@@ -186,6 +194,9 @@ func (c *cluster) clone() *cluster {
 	}
 	for _, p := range c.pending {
 		x.pending = append(x.pending, p.DeepCopy())
+	}
+	for _, o := range c.objects {
+		x.objects = append(x.objects, o.DeepCopyObject())
 	}
 	return x
 }
