@@ -1,11 +1,20 @@
 package adapter
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpuplane/gpuplane/api/dra"
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
 // modeClaim is a claim of one request.
@@ -80,5 +89,69 @@ func TestDRAAllocationModes(t *testing.T) {
 	}
 	if got := f.status.conditions["ns/late"]; !strings.Contains(got, "insufficient free devices for the claims") {
 		t.Errorf("the late pod says %q, want that the claims' devices are taken", got)
+	}
+}
+
+// A pod's firstAvailable alternatives are the whole pod but for its GPUs:
+// each keeps the node selector (and the rest) the pod's spec gives it, so
+// that no alternative places it where the pod may not go. And an
+// allocated claim no pod holds takes its devices but no slot of the
+// node's pod limit.
+func TestFirstAvailableKeepsThePodsConstraints(t *testing.T) {
+	class := gpuClass("gpu.gpuplane.io")
+	first := modeClaim("first", resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+		{Name: "two", DeviceClassName: class.Name, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2},
+		{Name: "one", DeviceClassName: class.Name, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+	}})
+	pod := newPod("ns", "p").Limit("cpu", "1").UID("uid-p").Claim("gpu", "first").NodeSelector(corev1.LabelTopologyZone, "z2").Obj()
+	held := func(node string) *resourceapi.ResourceClaim {
+		cl := gpuClaim("held-"+node, class.Name, 1)
+		cl.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+			{Request: "gpu", Driver: dra.DriverName, Pool: node, Device: "gpu-0"}}},
+			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+				{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}
+		return cl
+	}
+	node := func(name, zone, pods string) *corev1.Node {
+		return build.Node(name).Resources(rl("cpu", "64", "memory", "256Gi", "pods", pods)).Label(corev1.LabelTopologyZone, zone).Obj()
+	}
+	objs := []runtime.Object{class, first, pod,
+		// a: in the wrong zone.
+		node("a", "z1", "110"), gpuSlice("a", 2, "H100"),
+		// c: one GPU held by a claim no pod holds, one free.
+		node("c", "z2", "110"), gpuSlice("c", 2, "H100"), held("c"),
+		// d: the same, and its one pod slot taken by a running pod (the
+		// claim takes none, so the pod is counted).
+		node("d", "z2", "1"), gpuSlice("d", 2, "H100"), held("d"), newPod("ns", "runs").NodeName("d").Obj()}
+	v, err := ViewOf(v1alpha1.SchedulerName, objs, time.Unix(200, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Snapshot.Pending) != 1 {
+		t.Fatalf("pending %+v, held %v", v.Snapshot.Pending, v.Held)
+	}
+	req := &v.Snapshot.Pending[0].Pods[0].Request
+	if len(req.FirstOf) != 2 || len(req.NodeSelector) == 0 {
+		t.Fatalf("request %+v: want two alternatives and a node selector", req)
+	}
+	st := placement.NewState(v.Snapshot.Nodes)
+	for i := range v.Snapshot.RunningByNode {
+		for _, a := range v.Snapshot.RunningByNode[i] {
+			if err := st.Hold(i, &a.Request, a.GPUs); err != nil {
+				t.Fatalf("holding %s: %v", a.Pod, err)
+			}
+		}
+	}
+	for k := range req.FirstOf {
+		alt := &req.FirstOf[k]
+		if !maps.Equal(alt.NodeSelector, req.NodeSelector) {
+			t.Errorf("alternative %d selects %v, the pod %v", k, alt.NodeSelector, req.NodeSelector)
+		}
+		for i, n := range v.Snapshot.Nodes {
+			want := n.Name == "c" && k == 1
+			if got := st.Why(i, alt) == ""; got != want {
+				t.Errorf("alternative %d on %s: takes it %v (%q), want %v", k, n.Name, got, st.Why(i, alt), want)
+			}
+		}
 	}
 }

@@ -172,7 +172,7 @@ func (r *heldResources) init(n *model.Node) {
 // fits reports whether one more pod asking req fits what is left.
 func (r *heldResources) fits(req *model.Request) bool {
 	if r.counted {
-		if r.pods < 1 {
+		if r.pods < 1 && !req.NotPod {
 			return false
 		}
 		for k, v := range req.Scalars {
@@ -191,10 +191,13 @@ func (r *heldResources) fits(req *model.Request) bool {
 	return true
 }
 
-// take counts one pod asking req.
+// take counts one pod asking req (or a holding that is no pod, which
+// takes no slot of the pod limit).
 func (r *heldResources) take(req *model.Request) {
 	if r.counted {
-		r.pods--
+		if !req.NotPod {
+			r.pods--
+		}
 		for k, v := range req.Scalars {
 			r.free[k] -= v
 		}

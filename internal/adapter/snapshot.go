@@ -231,6 +231,7 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		for i, pi := range g.pending {
 			cl := b.class(pi, used)
 			req := pi.req
+			var alts []*deviceSet
 			if pc := in.claims[pi.key]; pc != nil {
 				if pc.Set != nil && pc.Set.AdminNodes != nil {
 					// Admin access takes no GPU: the core chooses among
@@ -238,13 +239,12 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 					cl = b.deviceNodesClass(pi, cl, pc.Set.AdminNodes, used)
 				} else if pc.Set != nil && len(pc.Set.FirstOf) > 0 {
 					// Subrequests: one whole request per alternative,
-					// in the allocator's order.
-					alts := make([]model.Request, len(pc.Set.FirstOf))
-					for k, alt := range pc.Set.FirstOf {
-						alts[k] = withDeviceSet(req, alt)
+					// in the allocator's order, made once the rest of
+					// the request is (below).
+					alts = pc.Set.FirstOf
+					for _, alt := range alts {
 						sets[alt.Name] = alt
 					}
-					req.FirstOf = alts
 				} else if pc.Set != nil {
 					req = withDeviceSet(req, pc.Set)
 					sets[pc.Set.Name] = pc.Set
@@ -276,6 +276,16 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 				req.Spread = slices.Clone(req.Spread)
 				for k := range req.Spread {
 					req.Spread[k].Nodes = b.inclusionClass(pi, pi.spread[k], used)
+				}
+			}
+			if len(alts) > 0 {
+				// Each alternative is the whole request (its node
+				// selector, volumes and spread included) but for its
+				// GPUs.
+				req.FirstOf = make([]model.Request, len(alts))
+				for k, alt := range alts {
+					req.FirstOf[k] = withDeviceSet(req, alt)
+					req.FirstOf[k].FirstOf = nil
 				}
 			}
 			mp := model.Pod{Name: pi.key, Request: req}

@@ -91,12 +91,19 @@ const (
 	// attach limits from CSINodes, and VolumeAttachments that take a slot
 	// whether or not a pod uses the volume.
 	Volumes Feature = "volumes"
+	// DRA: ResourceSlices of gpuplane's driver on nodes with no
+	// nvidia.com/gpu of their own, DeviceClasses, claims allocated to
+	// running pods (and one reserved for none), and pending pods' claims:
+	// exact counts, allocationMode All, firstAvailable alternatives, CEL
+	// selectors on product and memory, a class that is missing, a claim a
+	// running pod holds already, a claim that is missing.
+	DRA Feature = "dra"
 )
 
 // allFeatures lists every feature the generator knows.
 var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods,
 	PodCount, Overhead, EphemeralStorage, HugePages, ExtendedResources, SubMiBMemory, Overcommitted, TimeSlicing, SharedGPUs, MIG, HostPorts, InterPodAffinity, TopologySpread,
-	TerminatingPods, Volumes}
+	TerminatingPods, Volumes, DRA}
 
 // enabled is the features the test draws: the filters gpuplane-scheduler
 // keeps. A feature that gpuplane-scheduler comes to keep is switched on
@@ -106,7 +113,7 @@ var allFeatures = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, C
 // SubMiBMemory: the core counts memory in whole MiB (its doc above).
 var enabled = []Feature{Unschedulable, Taints, NodeSelector, NodeAffinity, CPUMemory, PodLevelResources, GPUs, FinishedPods, Overhead, Overcommitted,
 	PodCount, EphemeralStorage, HugePages, ExtendedResources, HostPorts, TimeSlicing, SharedGPUs, MIG, InterPodAffinity, TopologySpread, TerminatingPods,
-	Volumes}
+	Volumes, DRA}
 
 // featureFlag overrides enabled for one run: a comma-separated list, each
 // entry a feature to draw, +feature to add one to enabled or -feature to

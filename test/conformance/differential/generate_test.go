@@ -111,6 +111,9 @@ func (g *gen) cluster() *cluster {
 	if g.on[Volumes] {
 		g.volumes(c)
 	}
+	if g.on[DRA] {
+		g.dra(c)
+	}
 	return c
 }
 

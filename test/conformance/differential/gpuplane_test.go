@@ -57,9 +57,23 @@ func gpuplaneFeasible(objs []runtime.Object, nodes, pending []string) (map[strin
 				return nil, fmt.Errorf("the core is offered pod %s, which is not among the pending pods", p.Name)
 			}
 			for i := range st.Nodes {
-				why := st.Why(i, &p.Request)
-				if (why == "") != (st.Options(i, &p.Request) != nil) {
-					return nil, fmt.Errorf("pod %s on node %s: the core's Why says %q but its Options %v", p.Name, st.Nodes[i].Node.Name, why, st.Options(i, &p.Request))
+				// A node takes the pod when it takes one of its
+				// alternatives (a claim's firstAvailable), else says why
+				// it refuses the first.
+				why := ""
+				for k := range max(1, len(p.Request.FirstOf)) {
+					alt := p.Request.Alt(k)
+					w := st.Why(i, alt)
+					if (w == "") != (st.Options(i, alt) != nil) {
+						return nil, fmt.Errorf("pod %s on node %s: the core's Why says %q but its Options %v", p.Name, st.Nodes[i].Node.Name, w, st.Options(i, alt))
+					}
+					if w == "" {
+						why = ""
+						break
+					}
+					if k == 0 {
+						why = w
+					}
 				}
 				v[st.Nodes[i].Node.Name] = why
 			}
