@@ -269,26 +269,13 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		// The simulator's own accounting of what the decisions do; the
 		// snapshot changes as the core's model.Apply says, for every
 		// driver alike.
-		// A group evicted and placed again by the same decisions moved
-		// (defragmentation); any other eviction is a preemption.
-		var placedAgain map[string]bool
-		if len(d.Evictions) > 0 {
-			placedAgain = make(map[string]bool, len(d.Binds)+len(d.Holds))
-			for _, b := range d.Binds {
-				placedAgain[byName[b.Pod].group] = true
-			}
-			for _, h := range d.Holds {
-				placedAgain[h.Group] = true
-			}
-		}
+		moved := movedGroups(&d, func(pod string) string { return byName[pod].group })
 		evicted := make(map[string]bool, len(d.Evictions))
-		moved := map[string]bool{}
 		for _, e := range d.Evictions {
 			evicted[e.Pod] = true
 			p := byName[e.Pod]
 			p.end = -1
-			if placedAgain[p.group] {
-				moved[p.group] = true
+			if moved[p.group] {
 				continue
 			}
 			preempted[queueOf(p)]++
@@ -423,6 +410,32 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	}
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// movedGroups are the groups the decisions evict and place again, bound
+// or held for (a move, as defragmentation makes); every other eviction is
+// a preemption. groupOf names a pod's group.
+func movedGroups(d *model.Decisions, groupOf func(pod string) string) map[string]bool {
+	if len(d.Evictions) == 0 {
+		return nil
+	}
+	placed := make(map[string]bool, len(d.Binds)+len(d.Holds))
+	for _, b := range d.Binds {
+		placed[groupOf(b.Pod)] = true
+	}
+	for _, h := range d.Holds {
+		placed[h.Group] = true
+	}
+	var moved map[string]bool
+	for _, e := range d.Evictions {
+		if g := groupOf(e.Pod); placed[g] {
+			if moved == nil {
+				moved = map[string]bool{}
+			}
+			moved[g] = true
+		}
+	}
+	return moved
 }
 
 // complete takes the pods whose run ended by now off their nodes, each
