@@ -135,6 +135,10 @@ func TestRunEventLostGPUHours(t *testing.T) {
 			if e.Jobs != 2 || e.JobsCompleted != 2 || !near(e.JCTMean, (tc.bJCT+tc.aWait+500)/2) {
 				t.Fatalf("jobs %d done %d mean JCT %g", e.Jobs, e.JobsCompleted, e.JCTMean)
 			}
+			// Nearest rank over the two jobs: p50 the lesser, p95 the greater.
+			if e.JCTP50 != tc.aWait+500 || e.JCTP95 != tc.bJCT || e.WaitP50 != 0 || e.WaitP95 != tc.aWait {
+				t.Fatalf("JCT p50 %g p95 %g, wait p50 %g p95 %g", e.JCTP50, e.JCTP95, e.WaitP50, e.WaitP95)
+			}
 		})
 	}
 }
