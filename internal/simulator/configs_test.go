@@ -71,6 +71,9 @@ func TestRunAllConfigsOnGeneratedWorkload(t *testing.T) {
 			t.Fatalf("%s seed %d: %d jobs, another configuration had %d", r.Policy, r.Seed, r.Event.Jobs, j)
 		}
 		jobs[r.Seed] = r.Event.Jobs
+		if r.FailedPods != 0 || r.Event.JobsCompleted != r.Event.Jobs {
+			t.Fatalf("%s seed %d: %d pods never ran, %d of %d jobs done; every job drawn must fit the cluster", r.Policy, r.Seed, r.FailedPods, r.Event.JobsCompleted, r.Event.Jobs)
+		}
 		var names []string
 		for _, q := range r.Event.Queues {
 			names = append(names, q.Queue)

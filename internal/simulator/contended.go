@@ -54,7 +54,8 @@ type ContendedSpec struct {
 	// MinRunTime and MaxRunTime clamp the run times drawn from Philly's
 	// (seconds).
 	MinRunTime, MaxRunTime int64
-	// MaxGangShare bounds a job's GPUs as a share of the cluster's.
+	// MaxGangShare bounds a job's GPUs, CPU, memory and RDMA, each as a
+	// share of the cluster's.
 	MaxGangShare float64
 	// CheckpointShare of the jobs checkpoint, each every one of
 	// CheckpointIntervals (seconds) drawn at random; the others never do.
@@ -207,7 +208,14 @@ func GenerateContended(t *WorkloadTables, spec ContendedSpec) (*Trace, error) {
 	cpuPick := newPicker(cpuShapes, func(s PodShape) int64 { return s.Count })
 	rdmaPick := newPicker(t.GPURDMA, func(w Weighted) int64 { return w.Count })
 	gangPick := newPicker(t.Gangs, func(g GangShape) int64 { return g.Count })
-	maxGang := int64(spec.MaxGangShare * float64(capMilli))
+	var clusterRoom PodShape // the cluster's CPU, memory, milli-GPU (in GPUMilli) and RDMA
+	for i := range tr.Nodes {
+		n := &tr.Nodes[i]
+		clusterRoom.MilliCPU += n.MilliCPU
+		clusterRoom.MemoryMiB += n.MemoryMiB
+		clusterRoom.RDMA += n.Allocatable[RDMAResource]
+	}
+	clusterRoom.GPUMilli = capMilli
 	var peakHour int64
 	for _, c := range t.ArrivalsByHour {
 		peakHour = max(peakHour, c)
@@ -227,13 +235,13 @@ func GenerateContended(t *WorkloadTables, spec ContendedSpec) (*Trace, error) {
 			}
 			j.gpu = gpuPick.pick(rng)
 			j.rdma = rdmaPick.pick(rng).Value
-			if int64(j.gang.GPUPods)*j.gpu.GPUMilliTotal() <= maxGang && fits(&PodShape{MilliCPU: j.gpu.MilliCPU, MemoryMiB: j.gpu.MemoryMiB, GPUs: j.gpu.GPUs, GPUMilli: j.gpu.GPUMilli, RDMA: j.rdma}) {
+			if j.gang.CPUPods > 0 {
+				j.cpu = cpuPick.pick(rng)
+			}
+			if withinShare(j.gang, &j.gpu, &j.cpu, j.rdma, clusterRoom, spec.MaxGangShare) && fitsEmpty(tr.Nodes, j.gang, &j.gpu, &j.cpu, j.rdma) {
 				break
 			}
-			j.gang.GPUPods, j.rdma = 1, 0 // after 100 misses: one pod alone, no RDMA
-		}
-		if j.gang.CPUPods > 0 {
-			j.cpu = cpuPick.pick(rng)
+			j.gang.GPUPods, j.gang.CPUPods, j.rdma = 1, 0, 0 // after 100 misses: one pod alone, no RDMA
 		}
 		j.run = min(max(quantileAt(t.RunTimes, rng.Float64()), spec.MinRunTime), spec.MaxRunTime)
 		if rng.Float64() < spec.CheckpointShare {
@@ -313,6 +321,82 @@ func jobPods(team string, seq int, at int64, g GangShape, gpu, cpu PodShape, rdm
 		add(fmt.Sprintf("-cpu%d", i), cpu, cpu.RDMA)
 	}
 	return pods
+}
+
+// withinShare reports whether a job asks for at most share of the
+// cluster's CPU, memory, GPUs and RDMA.
+func withinShare(g GangShape, gpu, cpu *PodShape, rdma int64, cluster PodShape, share float64) bool {
+	gp, cp := int64(g.GPUPods), int64(g.CPUPods)
+	for _, r := range [][2]int64{
+		{gp*gpu.MilliCPU + cp*cpu.MilliCPU, cluster.MilliCPU},
+		{gp*gpu.MemoryMiB + cp*cpu.MemoryMiB, cluster.MemoryMiB},
+		{gp * gpu.GPUMilliTotal(), cluster.GPUMilli},
+		{gp*rdma + cp*cpu.RDMA, cluster.RDMA},
+	} {
+		if float64(r[0]) > share*float64(r[1]) {
+			return false
+		}
+	}
+	return true
+}
+
+// fitsEmpty reports whether a job's pods all fit the empty cluster at
+// once, placed largest first on the first node with room (a sufficient
+// test): a job that could never start is not drawn.
+func fitsEmpty(nodes []model.Node, g GangShape, gpu, cpu *PodShape, rdma int64) bool {
+	type room struct {
+		cpu, mem, rdma int64
+		gpus           []int64 // free milli per GPU
+	}
+	free := make([]room, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		free[i] = room{cpu: n.MilliCPU, mem: n.MemoryMiB, rdma: n.Allocatable[RDMAResource], gpus: make([]int64, len(n.GPUs))}
+		for k := range free[i].gpus {
+			free[i].gpus[k] = model.MilliPerGPU
+		}
+	}
+	take := func(s *PodShape, rd int64) bool {
+		for i := range free {
+			f := &free[i]
+			if f.cpu < s.MilliCPU || f.mem < s.MemoryMiB || f.rdma < rd {
+				continue
+			}
+			var ks []int
+			for k, m := range f.gpus {
+				switch {
+				case s.GPUs > 0 && m == model.MilliPerGPU && len(ks) < s.GPUs:
+					ks = append(ks, k)
+				case s.GPUs == 0 && s.GPUMilli > 0 && m >= s.GPUMilli && len(ks) == 0:
+					ks = append(ks, k)
+				}
+			}
+			if (s.GPUs > 0 && len(ks) < s.GPUs) || (s.GPUMilli > 0 && s.GPUs == 0 && len(ks) == 0) {
+				continue
+			}
+			f.cpu, f.mem, f.rdma = f.cpu-s.MilliCPU, f.mem-s.MemoryMiB, f.rdma-rd
+			use := s.GPUMilli
+			if s.GPUs > 0 {
+				use = model.MilliPerGPU
+			}
+			for _, k := range ks {
+				f.gpus[k] -= use
+			}
+			return true
+		}
+		return false
+	}
+	for range g.GPUPods {
+		if !take(gpu, rdma) {
+			return false
+		}
+	}
+	for range g.CPUPods {
+		if !take(cpu, cpu.RDMA) {
+			return false
+		}
+	}
+	return true
 }
 
 // contendedNodes lays out n machines in the types' proportions by

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuplane/gpuplane/internal/scheduler"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
 func builtin(t testing.TB) *WorkloadTables {
@@ -220,6 +222,33 @@ func TestContendedNodesLargestRemainder(t *testing.T) {
 	}
 }
 
+func TestFitsEmpty(t *testing.T) {
+	nodes := []model.Node{{MilliCPU: 8000, MemoryMiB: 800, Allocatable: map[string]int64{RDMAResource: 100},
+		GPUs: []model.GPU{{Index: 0, Milli: 1000}, {Index: 1, Milli: 1000}}}}
+	one := PodShape{MilliCPU: 1000, MemoryMiB: 100, GPUs: 1}
+	half := PodShape{MilliCPU: 1000, MemoryMiB: 100, GPUMilli: 500}
+	cpu := PodShape{MilliCPU: 3000, MemoryMiB: 100, RDMA: 10}
+	for _, tc := range []struct {
+		name string
+		g    GangShape
+		gpu  PodShape
+		rdma int64
+		want bool
+	}{
+		{"two GPUs on two", GangShape{GPUPods: 2}, one, 0, true},
+		{"three GPUs on two", GangShape{GPUPods: 3}, one, 0, false},
+		{"four halves on two", GangShape{GPUPods: 4}, half, 0, true},
+		{"five halves on two", GangShape{GPUPods: 5}, half, 0, false},
+		{"CPU members within the cores", GangShape{GPUPods: 2, CPUPods: 2}, one, 0, true},
+		{"CPU members beyond them", GangShape{GPUPods: 2, CPUPods: 3}, one, 0, false},
+		{"RDMA beyond the NIC", GangShape{GPUPods: 2, CPUPods: 1}, one, 50, false},
+	} {
+		if got := fitsEmpty(nodes, tc.g, &tc.gpu, &cpu, tc.rdma); got != tc.want {
+			t.Errorf("%s: fits %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestQuantileAt(t *testing.T) {
 	q := []int64{0, 10, 100}
 	for _, tc := range []struct {
@@ -391,5 +420,48 @@ func TestWorkloadTablesUpToDate(t *testing.T) {
 	}
 	if !bytes.Equal(b.Bytes(), builtinTables) {
 		t.Fatal("workload_tables.json is stale: run go generate ./internal/simulator")
+	}
+}
+
+// Every job of the default workload starts on the empty cluster under
+// every configuration's placement: the core itself binds each gang whole
+// in one cycle. (Seed 2 drew gangs of up to 36 GPU and 13 CPU members,
+// which no cluster of 48 nodes holds, before the generator bounded a
+// job's CPU, memory and RDMA as well as its GPUs.)
+func TestGeneratedJobsFitTheEmptyCluster(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		tr, err := GenerateContended(builtin(t), DefaultContendedSpec(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs := map[string][]model.Pod{}
+		queueOf := map[string]string{}
+		for i := range tr.Pods {
+			p := &tr.Pods[i]
+			if p.Group != "" {
+				jobs[p.Group] = append(jobs[p.Group], model.Pod{Name: p.Name, Request: p.Request})
+				queueOf[p.Group] = p.Queue
+			}
+		}
+		if len(jobs) < 20 {
+			t.Fatalf("seed %d: only %d gangs", seed, len(jobs))
+		}
+		for _, c := range SchedulerConfigs() {
+			for g, pods := range jobs {
+				s, err := scheduler.New(scheduler.Config{Policy: c.Placement, Targets: []placement.Target{{P: 1}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1},
+					Pending: []model.PodGroup{{Name: g, Queue: queueOf[g], Pods: pods}}}
+				d, err := s.Cycle(&snap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(d.Binds) != len(pods) {
+					t.Fatalf("seed %d, %s: gang %s of %d pods: %d bound on the empty cluster", seed, c.Placement, g, len(pods), len(d.Binds))
+				}
+			}
+		}
 	}
 }
