@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -167,5 +168,22 @@ func TestRunEventFairnessDeviation(t *testing.T) {
 	// 1 otherwise.
 	if want := (span - 60) / span; !near(e.JainOverTime, want) {
 		t.Fatalf("jain over time %g, want %g", e.JainOverTime, want)
+	}
+}
+
+// The allocation plot samples each run at whole hours (its last point by
+// then) and averages over seeds: hours 0, 1, 2 give (0.5+0)/2,
+// (1+0)/2 and (1+0.5)/2, a mean of 50%.
+func TestWriteEventPlotMeans(t *testing.T) {
+	runs := []*Result{
+		{Policy: "p", Event: &EventStats{Utilization: []UtilPoint{{Time: 0, MilliGPUAllocationRatio: 0.5}, {Time: 3600, MilliGPUAllocationRatio: 1}}}},
+		{Policy: "p", Event: &EventStats{Utilization: []UtilPoint{{Time: 0, MilliGPUAllocationRatio: 0}, {Time: 7200, MilliGPUAllocationRatio: 0.5}}}},
+	}
+	var b strings.Builder
+	if err := WriteEventPlot(&b, "t", runs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "p, mean 50.0%") {
+		t.Fatalf("legend without the mean of 50%%:\n%s", b.String())
 	}
 }

@@ -51,6 +51,10 @@ func TestContendedWorkload(t *testing.T) {
 		if err != nil || !strings.Contains(string(b), ",team-a\n") {
 			t.Fatalf("utilization.csv without per-queue rows: %v", err)
 		}
+		svg, err := os.ReadFile(filepath.Join(dir, "plot.svg"))
+		if err != nil || !strings.Contains(string(svg), "kai-like, mean") || !strings.Contains(string(svg), "virtual time (hours)") {
+			t.Fatalf("plot.svg without the configurations' allocation over time: %v", err)
+		}
 	})
 	for _, tc := range []struct {
 		name string

@@ -422,7 +422,12 @@ func writeOut(dir string, mode simulator.Mode, title string, results []*simulato
 		if err := write("topology.csv", func(w io.Writer) error { return simulator.WriteTopologyCSV(w, results) }); err != nil {
 			return err
 		}
-		return write("utilization.csv", func(w io.Writer) error { return simulator.WriteUtilizationCSV(w, results) })
+		if err := write("utilization.csv", func(w io.Writer) error { return simulator.WriteUtilizationCSV(w, results) }); err != nil {
+			return err
+		}
+		return write("plot.svg", func(w io.Writer) error {
+			return simulator.WriteEventPlot(w, "GPU allocation over time: "+title, results)
+		})
 	}
 	if err := write("curve.csv", func(w io.Writer) error { return simulator.WriteCurveCSV(w, results) }); err != nil {
 		return err
