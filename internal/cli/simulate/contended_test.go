@@ -56,6 +56,12 @@ func TestContendedWorkload(t *testing.T) {
 			t.Fatalf("plot.svg without the configurations' allocation over time: %v", err)
 		}
 	})
+	t.Run("placement policies on the teams' queues", func(t *testing.T) {
+		out, _, code := runCmd(t, "--workload", "contended", "--mode", "event", "--nodes", "16", "--hours", "1", "--policy", "bestfit", "-o", "json")
+		if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"policy":"bestfit"`) || !strings.Contains(out, `"queue":"team-d"`) {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		args []string
