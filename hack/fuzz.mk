@@ -33,6 +33,8 @@ FUZZ_ALL := \
 	./internal/simulator:FuzzParseOpenBNodes \
 	./internal/simulator:FuzzParseOpenBPods \
 	./internal/simulator:FuzzReadYAMLTrace \
+	./internal/simulator:FuzzParsePhillyRunTimes \
+	./internal/simulator:FuzzParseAlibabaGPU2025 \
 	./internal/gpu/sim:FuzzParse \
 	./internal/gpu/sim:FuzzParseFabric \
 	./internal/mig:FuzzParse \

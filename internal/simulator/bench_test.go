@@ -36,3 +36,39 @@ func BenchmarkPackingOpenB(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkContendedFullTraces distills the contended workload's tables
+// from the full traces in ../shared/traces (every one of Philly's run
+// times, not the quantiles kept in the repository), generates seed 1's
+// default workload and replays it under each scheduler configuration. It
+// skips when the traces are absent.
+func BenchmarkContendedFullTraces(b *testing.B) {
+	if _, err := os.Stat(filepath.Join(tracesDir, PhillyRunTimeFile)); err != nil {
+		b.Skipf("traces not found at %s", tracesDir)
+	}
+	tables, err := ReadWorkloadTables(tracesDir, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr, err := GenerateContended(tables, DefaultContendedSpec(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range SchedulerConfigs() {
+		b.Run(c.Name, func(b *testing.B) {
+			var r *Result
+			for b.Loop() {
+				if r, err = RunEvent(context.Background(), tr, EventConfig{Seed: 1, Config: &c}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			e := r.Event
+			b.ReportMetric(e.JCTP50, "jctP50-s")
+			b.ReportMetric(e.JCTP95, "jctP95-s")
+			b.ReportMetric(e.WaitP95, "waitP95-s")
+			b.ReportMetric(e.FairnessDeviation, "fairnessDev")
+			b.ReportMetric(e.LostGPUHours, "lostGPUh")
+			b.ReportMetric(float64(e.Jobs), "jobs")
+		})
+	}
+}

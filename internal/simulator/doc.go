@@ -2,8 +2,14 @@
 // virtual clock and measures the outcome: the FGD paper's packing
 // experiment (pods placed once in arrival order, never leaving) and an
 // event mode (arrivals, departures, queues, gangs, preemption). It reads the
-// Alibaba openb CSV trace and a small YAML format of our own, and writes
-// tables, CSV and a hand-made SVG plot.
+// Alibaba openb CSV trace and a small YAML format of our own, generates a
+// contended multi-tenant workload from tables distilled out of openb,
+// Philly and the Alibaba 2025 trace (contended.go, workloadtables.go), and
+// writes tables, CSV and hand-made SVG plots. Event mode measures job
+// completion time, queueing delay, fairness over time (fairness.go),
+// preemptions, GPU-hours lost since each victim's last checkpoint and
+// moves, and can run the core as other schedulers would configure it
+// (configs.go): queues and placement set differently, the same core.
 //
 // Cost. Reading a trace, tuning it (drawing pods up to a target, or
 // dropping random pods down to it through an order-statistics tree) and

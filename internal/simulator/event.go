@@ -36,14 +36,35 @@ type EventConfig struct {
 	// Topology says who places gangs by the network (TopologyAware when
 	// empty); the result's Topology measures where they landed.
 	Topology TopologyPolicy
+	// Config, when set, is the scheduler configuration the core runs
+	// (its placement policy replaces Policy); results keep the trace's
+	// queues.
+	Config *SchedulerConfig
 }
 
 type simPod struct {
 	tp      *TracePod
 	group   string
+	team    int   // index of its trace queue in the run's queues
 	started int64 // first start, -1 before
 	end     int64 // finish time of the current run, -1 when not running
 	done    int64 // completion time, -1 before
+	// runStart is when the current run began; saved is the work, in
+	// seconds, kept by checkpoints of earlier runs.
+	runStart, saved int64
+	held            int64 // milli-GPU it holds while running
+}
+
+// lastCheckpoint is when the running pod's job last saved its progress,
+// as a job reports it (the annotation scheduling.gpuplane.io/last-
+// checkpoint): the last multiple of its interval since its run began, or
+// the run's start when it saves nothing (it then loses the whole run).
+func (p *simPod) lastCheckpoint(now int64) int64 {
+	every := p.tp.CheckpointEvery
+	if every <= 0 {
+		return p.runStart
+	}
+	return p.runStart + (now-p.runStart)/every*every
 }
 
 // RunEvent replays the trace's arrivals and departures through full
@@ -77,7 +98,14 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
 		}
 	}
-	s, err := scheduler.New(scheduler.Config{Policy: cfg.Policy, Targets: targets, Seed: cfg.Seed})
+	policy := cfg.Policy
+	if cfg.Config != nil {
+		policy = cfg.Config.Placement
+		if _, err := queue.New(cfg.Config.queues(tr.Queues)); err != nil {
+			return nil, fmt.Errorf("event run %s: configuration %s: %w", tr.Source, cfg.Config.Name, err)
+		}
+	}
+	s, err := scheduler.New(scheduler.Config{Policy: policy, Targets: targets, Seed: cfg.Seed})
 	if err != nil {
 		return nil, err
 	}
@@ -87,6 +115,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	}
 	pods := make([]*simPod, len(tr.Pods))
 	byName := map[string]*simPod{}
+	teams, teamOf := runTeams(tr)
 	gangs := map[string]*gangRecord{}
 	for i := range tr.Pods {
 		tp := &tr.Pods[i]
@@ -94,7 +123,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		if g == "" {
 			g = tp.Name
 		}
-		pods[i] = &simPod{tp: tp, group: g, started: -1, end: -1, done: -1}
+		pods[i] = &simPod{tp: tp, group: g, team: teamOf[tp.Queue], started: -1, end: -1, done: -1}
 		if _, dup := byName[tp.Name]; dup {
 			return nil, fmt.Errorf("event run %s: pod %q appears twice", tr.Source, tp.Name)
 		}
@@ -126,7 +155,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	var winArea float64
 	slices.SortStableFunc(pods, func(a, b *simPod) int { return cmp.Compare(a.tp.CreatedAt, b.tp.CreatedAt) })
 	capMilli := tr.GPUCapacityMilli()
-	snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts}
+	snap := model.Snapshot{Nodes: tr.Nodes, Queues: cfg.Config.queues(tr.Queues), Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts}
 	var tas *kueueTAS
 	if topoPolicy == TopologyKueueTAS {
 		// The baseline pins pods to nodes with a node selector on
@@ -160,7 +189,10 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			n.Labels = l
 		}
 	}
-	res := &Result{Mode: string(ModeEvent), Policy: cfg.Policy, Seed: cfg.Seed, Pods: len(pods), Event: &EventStats{}}
+	res := &Result{Mode: string(ModeEvent), Policy: policy, Seed: cfg.Seed, Pods: len(pods), Event: &EventStats{}}
+	if cfg.Config != nil {
+		res.Policy = cfg.Config.Name
+	}
 	if len(gangs) > 0 || topoPolicy != TopologyAware {
 		// Runs without gangs placed by the network keep their plain name.
 		res.TopologyPolicy = string(topoPolicy)
@@ -174,6 +206,10 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		return p.tp.Queue
 	}
 	usage := map[string]float64{} // milli-GPU x seconds per queue
+	// Per team: milli-GPU held, and asked for by pods arrived and not done.
+	used, demand := make([]float64, len(teams.names)), make([]float64, len(teams.names))
+	fair := newFairness(float64(capMilli), teams.weight)
+	var lostMilliSeconds float64
 	var allocMilli int64
 	var utilArea float64
 	next := 0
@@ -187,7 +223,11 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
 		}
 		// Completions up to now.
-		allocMilli -= complete(&snap, byName, now)
+		allocMilli -= complete(&snap, byName, now, func(p *simPod) {
+			used[p.team] -= float64(p.held)
+			demand[p.team] -= float64(p.tp.Request.GPUMilliTotal())
+			p.held = 0
+		})
 		// Arrivals up to now join their group's pending entry.
 		if next < len(pods) && pods[next].tp.CreatedAt <= now {
 			at := make(map[string]int, len(snap.Pending))
@@ -200,7 +240,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 				if !ok {
 					k = len(snap.Pending)
 					at[p.group] = k
-					pg := model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority,
+					pg := model.PodGroup{Name: p.group, Queue: cfg.Config.queueOf(p.tp.Queue), Priority: cfg.Config.priority(p.tp.Priority),
 						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt}
 					if topoPolicy == TopologyAware {
 						pg.Topology = p.tp.Topology
@@ -208,6 +248,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 					snap.Pending = append(snap.Pending, pg)
 				}
 				snap.Pending[k].Pods = append(snap.Pending[k].Pods, model.Pod{Name: p.tp.Name, Request: p.tp.Request, Slice: p.tp.Slice})
+				demand[p.team] += float64(p.tp.Request.GPUMilliTotal())
 				next++
 			}
 		}
@@ -228,20 +269,36 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		// The simulator's own accounting of what the decisions do; the
 		// snapshot changes as the core's model.Apply says, for every
 		// driver alike.
+		moved := movedGroups(&d, func(pod string) string { return byName[pod].group })
 		evicted := make(map[string]bool, len(d.Evictions))
 		for _, e := range d.Evictions {
 			evicted[e.Pod] = true
 			p := byName[e.Pod]
 			p.end = -1
+			if moved[p.group] {
+				continue
+			}
 			preempted[queueOf(p)]++
 			ev.Preemptions++
 		}
+		ev.Moves += len(moved)
 		for a := range snap.AllRunning() {
-			if evicted[a.Pod] {
-				for _, sh := range a.GPUs {
-					allocMilli -= sh.Milli
-				}
+			if !evicted[a.Pod] {
+				continue
 			}
+			for _, sh := range a.GPUs {
+				allocMilli -= sh.Milli
+			}
+			// The work since the last checkpoint is lost; the next run
+			// resumes from it.
+			p := byName[a.Pod]
+			ck := p.lastCheckpoint(now)
+			lost := float64(p.held) * float64(now-ck)
+			lostMilliSeconds += lost
+			teams.lost[p.team] += lost
+			p.saved += ck - p.runStart
+			used[p.team] -= float64(p.held)
+			p.held = 0
 		}
 		var free []nodeFree // what nodes have left as the binds land, for gangs' fit at start
 		if len(gangs) > 0 && len(d.Binds) > 0 {
@@ -263,13 +320,15 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			if p.started < 0 {
 				p.started = now
 			}
-			p.end = -1
+			p.end, p.runStart = -1, now
 			if rt := p.tp.RunTime(); rt > 0 {
-				p.end = now + rt
+				p.end = now + max(rt-p.saved, 1)
 			}
 			for _, sh := range b.GPUs {
 				allocMilli += sh.Milli
+				p.held += sh.Milli
 			}
+			used[p.team] += float64(p.held)
 			if r := gangs[p.group]; r != nil {
 				r.nodeOf[b.Pod] = b.NodeIndex
 				if r.started < 0 {
@@ -311,8 +370,16 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 				usage[queueOf(byName[a.Pod])] += dt * float64(sh.Milli)
 			}
 		}
+		fair.observe(dt, used, demand)
 		if len(ev.Utilization) == 0 || nextT-ev.Utilization[len(ev.Utilization)-1].Time >= 3600 {
-			ev.Utilization = append(ev.Utilization, UtilPoint{Time: now, MilliGPUAllocationRatio: ratio(allocMilli, capMilli)})
+			pt := UtilPoint{Time: now, MilliGPUAllocationRatio: ratio(allocMilli, capMilli)}
+			if len(teams.names) > 1 {
+				pt.ByQueue = make(map[string]float64, len(teams.names))
+				for i, n := range teams.names {
+					pt.ByQueue[n] = used[i] / float64(max(capMilli, 1))
+				}
+			}
+			ev.Utilization = append(ev.Utilization, pt)
 		}
 		now = nextT
 		if cfg.Progress != nil && ev.Cycles%64 == 0 {
@@ -326,6 +393,15 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	ev.MeanUtilization = utilArea / span
 	res.MilliGPUAllocationRatio = ratio(allocMilli, capMilli)
 	fillQueueStats(tr, pods, preempted, usage, res)
+	ev.LostGPUHours = lostMilliSeconds / model.MilliPerGPU / 3600
+	ev.FairnessDeviation, ev.JainOverTime = fair.meanDeviation(), fair.jain()
+	for i := range ev.Queues {
+		q := &ev.Queues[i]
+		if k, ok := teamOf[q.Queue]; ok {
+			q.FairnessDeviation = fair.deviation(k)
+			q.LostGPUHours = teams.lost[k] / model.MilliPerGPU / 3600
+		}
+	}
 	if len(gangs) > 0 {
 		res.Topology = topologyStats(topoPolicy, tr.Nodes, gangs)
 		if winTo > winFrom {
@@ -336,10 +412,36 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	return res, nil
 }
 
+// movedGroups are the groups the decisions evict and place again, bound
+// or held for (a move, as defragmentation makes); every other eviction is
+// a preemption. groupOf names a pod's group.
+func movedGroups(d *model.Decisions, groupOf func(pod string) string) map[string]bool {
+	if len(d.Evictions) == 0 {
+		return nil
+	}
+	placed := make(map[string]bool, len(d.Binds)+len(d.Holds))
+	for _, b := range d.Binds {
+		placed[groupOf(b.Pod)] = true
+	}
+	for _, h := range d.Holds {
+		placed[h.Group] = true
+	}
+	var moved map[string]bool
+	for _, e := range d.Evictions {
+		if g := groupOf(e.Pod); placed[g] {
+			if moved == nil {
+				moved = map[string]bool{}
+			}
+			moved[g] = true
+		}
+	}
+	return moved
+}
+
 // complete takes the pods whose run ended by now off their nodes, each
 // node that loses one getting a new chunk (model.Snapshot's rule), marks
 // them done and returns the milli-GPU they held.
-func complete(snap *model.Snapshot, byName map[string]*simPod, now int64) int64 {
+func complete(snap *model.Snapshot, byName map[string]*simPod, now int64, done func(*simPod)) int64 {
 	ended := func(a model.Allocation) bool {
 		p := byName[a.Pod]
 		return p.end >= 0 && p.end <= now
@@ -366,6 +468,7 @@ func complete(snap *model.Snapshot, byName map[string]*simPod, now int64) int64 
 			for _, sh := range a.GPUs {
 				freed += sh.Milli
 			}
+			done(p)
 		}
 		snap.RunningByNode[n] = keep
 	}
@@ -400,6 +503,19 @@ func layoutWake(snap *model.Snapshot, cfg EventConfig, now int64) int64 {
 	return t
 }
 
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// percentile is the nearest-rank percentile (the least value with at
+// least p of the values at or below it); it sorts v.
 func percentile(v []float64, p float64) float64 {
 	if len(v) == 0 {
 		return 0
@@ -411,10 +527,17 @@ func percentile(v []float64, p float64) float64 {
 
 func fillQueueStats(tr *Trace, pods []*simPod, preempted map[string]int, usage map[string]float64, res *Result) {
 	type acc struct {
-		pods, started, completed int
-		wait, jct                []float64
+		pods, started, completed, jobs, jobsDone int
+		wait, jct                                []float64
+	}
+	type job struct {
+		queue                  string
+		created, started, done int64
+		running                bool // some pod never finished
 	}
 	by := map[string]*acc{}
+	jobs := map[string]*job{}
+	var order []string
 	var names []string
 	for _, p := range pods {
 		q := p.tp.Queue
@@ -430,15 +553,47 @@ func fillQueueStats(tr *Trace, pods []*simPod, preempted map[string]int, usage m
 		a.pods++
 		if p.started >= 0 {
 			a.started++
-			a.wait = append(a.wait, float64(p.started-p.tp.CreatedAt))
 		} else {
 			res.FailedPods++
 		}
 		if p.done >= 0 {
 			a.completed++
-			a.jct = append(a.jct, float64(p.done-p.tp.CreatedAt))
+		}
+		j := jobs[p.group]
+		if j == nil {
+			j = &job{queue: q, created: p.tp.CreatedAt, started: -1, done: -1}
+			jobs[p.group] = j
+			order = append(order, p.group)
+		}
+		j.created = min(j.created, p.tp.CreatedAt)
+		if p.started >= 0 && (j.started < 0 || p.started < j.started) {
+			j.started = p.started
+		}
+		j.running = j.running || p.done < 0
+		j.done = max(j.done, p.done)
+	}
+	var allWait, allJCT []float64
+	for _, g := range order {
+		j := jobs[g]
+		a := by[j.queue]
+		a.jobs++
+		if j.started >= 0 {
+			a.wait = append(a.wait, float64(j.started-j.created))
+		}
+		if !j.running {
+			a.jobsDone++
+			a.jct = append(a.jct, float64(j.done-j.created))
 		}
 	}
+	ev := res.Event
+	for _, n := range names {
+		a := by[n]
+		allWait, allJCT = append(allWait, a.wait...), append(allJCT, a.jct...)
+		ev.Jobs += a.jobs
+		ev.JobsCompleted += a.jobsDone
+	}
+	ev.JCTMean, ev.JCTP50, ev.JCTP95 = mean(allJCT), percentile(allJCT, 0.5), percentile(allJCT, 0.95)
+	ev.WaitP50, ev.WaitP95 = percentile(allWait, 0.5), percentile(allWait, 0.95)
 	slices.Sort(names)
 	// Entitlement: guaranteed GPU shares when any are set, else weights.
 	ent := map[string]float64{}
@@ -470,9 +625,9 @@ func fillQueueStats(tr *Trace, pods []*simPod, preempted map[string]int, usage m
 	var sum, sumSq float64
 	for _, n := range names {
 		a := by[n]
-		qs := QueueStats{Queue: n, Pods: a.pods, Started: a.started, Completed: a.completed,
-			WaitP50: percentile(a.wait, 0.5), WaitP90: percentile(a.wait, 0.9), WaitP99: percentile(a.wait, 0.99),
-			JCTP50: percentile(a.jct, 0.5), JCTP90: percentile(a.jct, 0.9), JCTP99: percentile(a.jct, 0.99),
+		qs := QueueStats{Queue: n, Pods: a.pods, Started: a.started, Completed: a.completed, Jobs: a.jobs, JobsCompleted: a.jobsDone,
+			WaitP50: percentile(a.wait, 0.5), WaitP90: percentile(a.wait, 0.9), WaitP95: percentile(a.wait, 0.95), WaitP99: percentile(a.wait, 0.99),
+			JCTMean: mean(a.jct), JCTP50: percentile(a.jct, 0.5), JCTP90: percentile(a.jct, 0.9), JCTP95: percentile(a.jct, 0.95), JCTP99: percentile(a.jct, 0.99),
 			Preemptions: preempted[n]}
 		if allUse > 0 {
 			qs.Share = usage[n] / allUse

@@ -106,3 +106,42 @@ pods:
 		}
 	})
 }
+
+func FuzzParsePhillyRunTimes(f *testing.F) {
+	f.Add("runtime\n0.0\n1.0\n1186.0\n4628239.0\n")
+	f.Add("runtime\n-1\n")
+	f.Add("runtime\nNaN\n+Inf\n1e300\n")
+	f.Add("\ufeffruntime\n\"1\n")
+	f.Fuzz(func(t *testing.T, csv string) {
+		runs, err := ParsePhillyRunTimes("philly.csv", strings.NewReader(csv))
+		if err != nil {
+			return
+		}
+		for _, v := range runs {
+			if v < 0 || v > maxRunTime {
+				t.Fatalf("accepted run time %d out of bounds", v)
+			}
+		}
+	})
+}
+
+func FuzzParseAlibabaGPU2025(f *testing.F) {
+	head := "instance_sn,role,app_name,cpu_request,cpu_limit,gpu_request,gpu_limit,rdma_request,rdma_limit,memory_request,memory_limit,disk_request,disk_limit,max_instance_per_node,creation_time,scheduled_time,deletion_time\n"
+	f.Add(head + "instance_0,HN,app_0,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,,,\n" +
+		"instance_13574,CN,app_130,64,64,0,0,1,1,320.0,320.0,255.0,300.0,-1,1435629.0,1435629.0,1435760.0\n")
+	f.Add(head + "i,HN,a,1e308,1,1,1,1,1,1,1,1,1,1,NaN,NaN,NaN\n")
+	f.Add(head + "i,CN,a,1,1,0,0,1,1,1,1,1,1,1,10,10,5\n")
+	f.Add("instance_sn,role\ni,HN\n")
+	f.Fuzz(func(t *testing.T, csv string) {
+		inst, err := ParseAlibabaGPU2025("trace.csv", strings.NewReader(csv))
+		if err != nil {
+			return
+		}
+		for _, in := range inst {
+			if (in.Role != RoleCN && in.Role != RoleHN) || in.App == "" || in.MilliCPU < 0 || in.MemoryMiB < 0 || in.GPUs < 0 || in.GPUs > MaxNodeGPUs ||
+				in.RDMA < 0 || in.RDMA > 100 || in.CreatedAt < -1 || in.DeletedAt < -1 || (in.CreatedAt >= 0 && in.DeletedAt >= 0 && in.DeletedAt < in.CreatedAt) {
+				t.Fatalf("accepted instance out of bounds: %+v", in)
+			}
+		}
+	})
+}

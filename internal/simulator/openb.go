@@ -291,7 +291,7 @@ func ParseOpenBPods(file string, r io.Reader) ([]TracePod, error) {
 		if spec := t.str("gpu_spec"); spec != "" {
 			req.GPUModels = strings.Split(spec, "|")
 		}
-		tp := TracePod{Name: t.str("name"), Request: req, CreatedAt: v[4], DeletedAt: v[5], Group: t.str("pod_group")}
+		tp := TracePod{Name: t.str("name"), Request: req, CreatedAt: v[4], DeletedAt: v[5], Group: t.str("pod_group"), QoS: t.str("qos")}
 		mm, err := t.int("min_member", true)
 		if err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"io"
 	"math"
+	"sort"
 	"strings"
 )
 
@@ -30,6 +31,8 @@ type plotPanel struct {
 
 	x0, x1, xStep float64
 	y0, y1, yStep float64
+	// xUnit multiplies x for its tick labels (0 means 100: percent).
+	xUnit float64
 }
 
 func (p *plotPanel) x(v float64) float64 { return p.L + (v-p.x0)/(p.x1-p.x0)*(p.R-p.L) }
@@ -117,7 +120,11 @@ func WritePlot(w io.Writer, title string, results []*Result) error {
 		p.T, p.B = 52, 414
 		p.MidX = (p.L + p.R) / 2
 		for v := p.x0; v <= p.x1+1e-9; v += p.xStep {
-			p.XTicks = append(p.XTicks, plotTick{Pos: round1(p.x(v)), Label: fmt.Sprintf("%.0f", v*100)})
+			unit := p.xUnit
+			if unit == 0 {
+				unit = 100
+			}
+			p.XTicks = append(p.XTicks, plotTick{Pos: round1(p.x(v)), Label: fmt.Sprintf("%.0f", v*unit)})
 		}
 		for v := p.y0; v <= p.y1+1e-9; v += p.yStep {
 			p.YTicks = append(p.YTicks, plotTick{Pos: round1(p.y(v)), Label: fmt.Sprintf("%.0f", v*100)})
@@ -183,3 +190,72 @@ func zoomPanel(curves [][]Point, maxX float64) *plotPanel {
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+// WriteEventPlot draws the GPU allocation ratio over virtual time in
+// hours, one curve per policy (or configuration): at each hour the mean
+// over seeds of each run's allocation at its last sample by then.
+func WriteEventPlot(w io.Writer, title string, results []*Result) error {
+	var policies []string
+	by := map[string][]*Result{}
+	var maxT int64
+	for _, r := range results {
+		if r.Event == nil {
+			continue
+		}
+		if _, ok := by[r.Policy]; !ok {
+			policies = append(policies, r.Policy)
+		}
+		by[r.Policy] = append(by[r.Policy], r)
+		if u := r.Event.Utilization; len(u) > 0 {
+			maxT = max(maxT, u[len(u)-1].Time)
+		}
+	}
+	hours := int(maxT/3600) + 1
+	curves := make([][]Point, len(policies))
+	var means []float64
+	for i, p := range policies {
+		var sum float64
+		for h := range hours {
+			var v float64
+			for _, r := range by[p] {
+				u := r.Event.Utilization
+				k := sort.Search(len(u), func(k int) bool { return u[k].Time > int64(h)*3600 }) - 1
+				if k >= 0 {
+					v += u[k].MilliGPUAllocationRatio
+				}
+			}
+			v /= float64(len(by[p]))
+			sum += v
+			curves[i] = append(curves[i], Point{ArrivedDemand: float64(h), MilliGPUAllocationRatio: v})
+		}
+		means = append(means, sum/float64(max(hours, 1)))
+	}
+	step := math.Max(1, math.Ceil(float64(hours)/12))
+	p := &plotPanel{Title: "GPU allocation over time, mean over seeds", L: 60, R: 760, T: 52, B: 414,
+		x0: 0, x1: math.Max(step, math.Ceil(float64(hours)/step)*step), xStep: step, y0: 0, y1: 1, yStep: 0.1, xUnit: 1}
+	p.MidX = (p.L + p.R) / 2
+	for v := p.x0; v <= p.x1+1e-9; v += p.xStep {
+		p.XTicks = append(p.XTicks, plotTick{Pos: round1(p.x(v)), Label: fmt.Sprintf("%.0f", v)})
+	}
+	for v := p.y0; v <= p.y1+1e-9; v += p.yStep {
+		p.YTicks = append(p.YTicks, plotTick{Pos: round1(p.y(v)), Label: fmt.Sprintf("%.0f", v*100)})
+	}
+	d := plotData{Title: title, W: 1060, H: 460, XLabel: "virtual time (hours)", YLabel: "GPU allocation ratio (%)", Panels: []*plotPanel{p}}
+	for i, c := range curves {
+		p.Paths = append(p.Paths, plotPath{Colour: palette[i%len(palette)], D: p.path(c)})
+		d.Legend = append(d.Legend, plotLegend{Name: fmt.Sprintf("%s, mean %.1f%%", policies[i], 100*means[i]), Colour: palette[i%len(palette)], Y: p.T + 10 + float64(i)*20})
+	}
+	d.LegendX1, d.LegendX2 = p.R+24, p.R+48
+	d.XLabelX, d.XLabelY = (p.L+p.R)/2, d.H-8
+	d.YLabelY = (p.T + p.B) / 2
+	t, err := template.New("plot").Funcs(template.FuncMap{
+		"add": func(a, b float64) float64 { return a + b },
+	}).Parse(svgTemplate)
+	if err != nil {
+		return fmt.Errorf("parsing plot template: %w", err)
+	}
+	if err := t.Execute(w, d); err != nil {
+		return fmt.Errorf("writing plot: %w", err)
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -143,14 +144,16 @@ func MeanCurve(results []*Result, policy string) []Point {
 // seed, queue).
 func WriteEventCSV(w io.Writer, results []*Result) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"policy", "seed", "queue", "pods", "started", "completed", "waitP50", "waitP90", "waitP99", "jctP50", "jctP90", "jctP99", "share", "entitlement", "preemptions", "topologyPolicy"})
+	_ = cw.Write([]string{"policy", "seed", "queue", "pods", "started", "completed", "waitP50", "waitP90", "waitP99", "jctP50", "jctP90", "jctP99", "share", "entitlement", "preemptions", "topologyPolicy",
+		"jobs", "jobsCompleted", "waitP95", "jctMean", "jctP95", "fairnessDeviation", "lostGpuHours"})
 	for _, r := range results {
 		if r.Event == nil {
 			continue
 		}
 		for _, q := range r.Event.Queues {
 			_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), q.Queue, strconv.Itoa(q.Pods), strconv.Itoa(q.Started), strconv.Itoa(q.Completed),
-				f6(q.WaitP50), f6(q.WaitP90), f6(q.WaitP99), f6(q.JCTP50), f6(q.JCTP90), f6(q.JCTP99), f6(q.Share), f6(q.Entitlement), strconv.Itoa(q.Preemptions), r.TopologyPolicy})
+				f6(q.WaitP50), f6(q.WaitP90), f6(q.WaitP99), f6(q.JCTP50), f6(q.JCTP90), f6(q.JCTP99), f6(q.Share), f6(q.Entitlement), strconv.Itoa(q.Preemptions), r.TopologyPolicy,
+				strconv.Itoa(q.Jobs), strconv.Itoa(q.JobsCompleted), f6(q.WaitP95), f6(q.JCTMean), f6(q.JCTP95), f6(q.FairnessDeviation), f6(q.LostGPUHours)})
 		}
 	}
 	cw.Flush()
@@ -160,16 +163,20 @@ func WriteEventCSV(w io.Writer, results []*Result) error {
 	return nil
 }
 
-// WriteUtilizationCSV writes event-mode utilization over virtual time.
+// WriteUtilizationCSV writes event-mode utilization over virtual time:
+// the cluster's (queue empty) and, with several queues, each queue's part.
 func WriteUtilizationCSV(w io.Writer, results []*Result) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"policy", "seed", "time", "milliGpuAllocationRatio", "topologyPolicy"})
+	_ = cw.Write([]string{"policy", "seed", "time", "milliGpuAllocationRatio", "topologyPolicy", "queue"})
 	for _, r := range results {
 		if r.Event == nil {
 			continue
 		}
 		for _, p := range r.Event.Utilization {
-			_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), strconv.FormatInt(p.Time, 10), f6(p.MilliGPUAllocationRatio), r.TopologyPolicy})
+			_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), strconv.FormatInt(p.Time, 10), f6(p.MilliGPUAllocationRatio), r.TopologyPolicy, ""})
+			for _, q := range slices.Sorted(maps.Keys(p.ByQueue)) {
+				_ = cw.Write([]string{r.Policy, strconv.FormatUint(r.Seed, 10), strconv.FormatInt(p.Time, 10), f6(p.ByQueue[q]), r.TopologyPolicy, q})
+			}
 		}
 	}
 	cw.Flush()

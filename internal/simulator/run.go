@@ -34,6 +34,12 @@ type Spec struct {
 	// repeated with (none: TopologyAware only, unreported when the trace
 	// has no gang with a topology).
 	TopologyPolicies []TopologyPolicy
+	// Configs, in event mode, are scheduler configurations run in place
+	// of Policies (each names its placement policy).
+	Configs []SchedulerConfig
+	// Generate, when set, makes each seed's trace, which every policy or
+	// configuration of that seed replays, in place of RunAll's trace.
+	Generate func(seed uint64) (*Trace, error)
 	// Parallel is how many runs execute at once (at least 1).
 	Parallel int
 	// Progress, if set, is called (from any goroutine, serialised) with
@@ -53,7 +59,27 @@ func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
 	if len(topos) == 0 {
 		topos = []TopologyPolicy{""}
 	}
-	n := len(spec.Policies) * len(topos) * len(spec.Seeds)
+	policies := spec.Policies
+	if len(spec.Configs) > 0 {
+		if spec.Mode != ModeEvent {
+			return nil, fmt.Errorf("scheduler configurations run in event mode only")
+		}
+		policies = nil
+		for _, c := range spec.Configs {
+			policies = append(policies, c.Name)
+		}
+	}
+	traces := make([]*Trace, len(spec.Seeds))
+	for i, seed := range spec.Seeds {
+		traces[i] = tr
+		if spec.Generate != nil {
+			var err error
+			if traces[i], err = spec.Generate(seed); err != nil {
+				return nil, fmt.Errorf("seed %d: %w", seed, err)
+			}
+		}
+	}
+	n := len(policies) * len(topos) * len(spec.Seeds)
 	results := make([]*Result, n)
 	errs := make([]error, n)
 	jobs := make(chan job)
@@ -82,13 +108,17 @@ func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				pol, seed := spec.Policies[j.p], spec.Seeds[j.s]
+				pol, seed, tr := policies[j.p], spec.Seeds[j.s], traces[j.s]
+				var conf *SchedulerConfig
+				if len(spec.Configs) > 0 {
+					conf = &spec.Configs[j.p]
+				}
 				var r *Result
 				var err error
 				switch spec.Mode {
 				case ModeEvent:
 					r, err = RunEvent(ctx, tr, EventConfig{Policy: pol, Seed: seed, Popularity: spec.Popularity, Layouts: spec.Layouts, LayoutDelay: spec.LayoutDelay, Topology: j.topo,
-						Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
+						Config: conf, Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
 				default:
 					r, err = RunPacking(ctx, tr, PackingConfig{Policy: pol, Seed: seed, Tune: spec.Tune, TunedLast: spec.TunedLast, KeepNodeOrder: spec.KeepNodeOrder,
 						Popularity: spec.Popularity, Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
@@ -105,7 +135,7 @@ func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
 		}()
 	}
 	i := 0
-	for p := range spec.Policies {
+	for p := range policies {
 		for _, t := range topos {
 			for s := range spec.Seeds {
 				jobs <- job{i, p, s, t}

@@ -62,6 +62,13 @@ type TracePod struct {
 	// MinMember is the gang size of Group (0: every pod of the group).
 	MinMember int
 	Priority  int32
+	// QoS is the trace's quality-of-service class, when it has one
+	// (openb: LS, BE, Burstable, Guaranteed).
+	QoS string
+	// CheckpointEvery is how often the pod's job saves its progress, in
+	// trace seconds (0: never): evicted, it loses the work since its last
+	// checkpoint and resumes from there.
+	CheckpointEvery int64
 	// Topology places the pod's gang by the network (the same value on
 	// every pod of a group; nil: anywhere); Slice names the pod's
 	// sub-group for a topology that places slices by sub-group.

@@ -37,6 +37,12 @@ type options struct {
 	// takes them, run in whole seconds of the trace's clock.
 	migMinWait, migDwell, migTimeout, migDelay time.Duration
 	migMaxPerNode                              int
+	// A generated contended workload (--workload contended) and the
+	// scheduler configurations compared on it.
+	workload, workloadTraces, teams, configs string
+	load                                     float64
+	nodes, hours                             int
+	maxRunTime                               time.Duration
 }
 
 // NewCommand returns the simulate command.
@@ -61,6 +67,16 @@ failed pods and fragmentation, at the end and as demand arrives.
 (queues, gangs, preemption) and reports queueing delay, completion time,
 utilization and fairness.
 
+--workload contended (in place of --trace, event mode) generates, for each
+seed, a contended multi-tenant workload: openb's machines and GPU pod
+shapes, Philly's run times, the Alibaba 2025 trace's gangs, roles, RDMA and
+daily arrival profile, several teams' queues with guarantees and bursts,
+and --load times the cluster's GPUs offered in the busiest hour
+(docs/simulator.md). --config runs scheduler configurations of the core on
+it (fifo-bestfit, gpuplane, kai-like, kueue-like) and reports per
+configuration and queue job completion time, queueing delay, fairness over
+time, preemptions, GPU-hours lost to preemption and moves.
+
 Topology. --layout nodes-per-rack=N,racks-per-block=M lays the trace's
 nodes out in racks and blocks (labels gpuplane.io/rack and gpuplane.io/block;
 alike machines share racks). --training JOBS adds a multi-node training
@@ -75,6 +91,7 @@ their required and preferred level, domains spanned, GPU allocation and
 gang wait.`,
 		Example: `  gpuplane simulate --trace ../shared/traces/openb --variant default --policy fgd,bestfit,gpuplane --seeds 1-10 --out results/
   gpuplane simulate --trace cluster.yaml --mode event -o json
+  gpuplane simulate --workload contended --mode event --config fifo-bestfit,gpuplane,kai-like,kueue-like --seeds 1-10
   gpuplane simulate --trace ../shared/traces/openb --mode event --layout nodes-per-rack=8,racks-per-block=8 \
     --training 1000 --training-start 9936000 --topology-policy aware,blind,kueue-tas`,
 		Args: cobra.NoArgs,
@@ -105,6 +122,14 @@ gang wait.`,
 	f.Int64Var(&o.trainingStart, "training-start", -1, "trace second the training jobs start arriving at (-1: the trace's first arrival)")
 	f.Uint64Var(&o.trainingSeed, "training-seed", 1, "seed of the generated training jobs (the same trace for every run)")
 	f.StringVar(&o.topologyPolicies, "topology-policy", string(simulator.TopologyAware), "event mode: who places gangs by the network, comma-separated: "+strings.Join(simulator.TopologyPolicyNames(), ", ")+" (kueue-tas is a baseline outside gpuplane's core following Kueue's Topology Aware Scheduling)")
+	f.StringVar(&o.workload, "workload", "", "generate the workload instead of reading --trace: contended (event mode; one workload per seed)")
+	f.StringVar(&o.workloadTraces, "workload-traces", "", "contended: distill the workload's tables from this traces directory (../shared/traces) instead of the tables built in")
+	f.Float64Var(&o.load, "load", 1.5, "contended: offered load of the busiest hour, a multiple of the cluster's GPUs (1.2-2 contends)")
+	f.IntVar(&o.nodes, "nodes", 48, "contended: machines in the cluster, in openb's mix")
+	f.IntVar(&o.hours, "hours", 24, "contended: hours over which jobs arrive")
+	f.StringVar(&o.teams, "teams", "", "contended: teams as NAME:GUARANTEE:DEMAND,... (shares of GPUs and of jobs; default team-a:0.4:0.25,team-b:0.3:0.3,team-c:0.2:0.25,team-d:0.1:0.2)")
+	cliutil.DurationVar(cmd, &o.maxRunTime, "max-run-time", 12*time.Hour, "contended: longest run time drawn from Philly's (whole seconds)")
+	f.StringVar(&o.configs, "config", "", "event mode: scheduler configurations of the core to compare, in place of --policy: "+strings.Join(simulator.SchedulerConfigNames(), ", "))
 	f.IntVar(&o.parallel, "parallel", min(2, runtime.NumCPU()), "runs to execute at once")
 	f.StringVar(&o.out, "out", "", "directory for results.csv, curve.csv and plot.svg")
 	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds a row per run, json one object per run (policy and seed), yaml one document per run")
@@ -144,13 +169,25 @@ func ParseSeeds(s string) ([]uint64, error) {
 }
 
 func run(cmd *cobra.Command, o *options) error {
-	format := *o.output
-	if o.trace == "" {
-		return cliutil.Usagef("--trace is required (an openb directory or a YAML trace file)")
-	}
 	mode := simulator.Mode(o.mode)
 	if mode != simulator.ModePacking && mode != simulator.ModeEvent {
 		return cliutil.Usagef("--mode %q: want packing or event", o.mode)
+	}
+	if o.workload != "" {
+		return runContended(cmd, o, mode)
+	}
+	if o.trace == "" {
+		return cliutil.Usagef("--trace is required (an openb directory or a YAML trace file), or --workload contended")
+	}
+	var configs []simulator.SchedulerConfig
+	if o.configs != "" {
+		if mode != simulator.ModeEvent {
+			return cliutil.Usagef("--config: scheduler configurations run in --mode event only")
+		}
+		var err error
+		if configs, err = simulator.ParseSchedulerConfigs(o.configs); err != nil {
+			return cliutil.Usagef("--config: %v", err)
+		}
 	}
 	seeds, err := ParseSeeds(o.seeds)
 	if err != nil {
@@ -256,7 +293,7 @@ func run(cmd *cobra.Command, o *options) error {
 	prog := newProgress(stderr, tr.Source)
 	results, err := simulator.RunAll(cmd.Context(), tr, simulator.Spec{
 		Mode: mode, Policies: policies, Seeds: seeds, Tune: o.tune, TunedLast: o.tunedLast, KeepNodeOrder: o.keepNodeOrder,
-		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update, TopologyPolicies: topoPolicies,
+		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update, TopologyPolicies: topoPolicies, Configs: configs,
 		Layouts:     model.LayoutPolicy{MinWait: layoutSeconds[0], Dwell: layoutSeconds[1], Timeout: layoutSeconds[2], MaxPerNode: o.migMaxPerNode},
 		LayoutDelay: layoutSeconds[3],
 	})
@@ -264,8 +301,15 @@ func run(cmd *cobra.Command, o *options) error {
 	if err != nil {
 		return err
 	}
+	return report(cmd, o, mode, tr.Source, results, len(configs) > 0)
+}
+
+// report writes --out and the results in the chosen format; summary
+// prints event results as means over seeds.
+func report(cmd *cobra.Command, o *options, mode simulator.Mode, source string, results []*simulator.Result, summary bool) error {
+	format := *o.output
 	if o.out != "" {
-		if err := writeOut(o.out, mode, tr.Source, results); err != nil {
+		if err := writeOut(o.out, mode, source, results); err != nil {
 			return err
 		}
 	}
@@ -273,7 +317,11 @@ func run(cmd *cobra.Command, o *options) error {
 	if format.Data() {
 		return encodeRuns(stdout, format, results)
 	}
-	if err := printTable(stdout, mode, results); err != nil {
+	if summary {
+		if err := printEventSummary(stdout, results); err != nil {
+			return err
+		}
+	} else if err := printTable(stdout, mode, results); err != nil {
 		return err
 	}
 	if format == cliutil.Wide {
@@ -374,7 +422,12 @@ func writeOut(dir string, mode simulator.Mode, title string, results []*simulato
 		if err := write("topology.csv", func(w io.Writer) error { return simulator.WriteTopologyCSV(w, results) }); err != nil {
 			return err
 		}
-		return write("utilization.csv", func(w io.Writer) error { return simulator.WriteUtilizationCSV(w, results) })
+		if err := write("utilization.csv", func(w io.Writer) error { return simulator.WriteUtilizationCSV(w, results) }); err != nil {
+			return err
+		}
+		return write("plot.svg", func(w io.Writer) error {
+			return simulator.WriteEventPlot(w, "GPU allocation over time: "+title, results)
+		})
 	}
 	if err := write("curve.csv", func(w io.Writer) error { return simulator.WriteCurveCSV(w, results) }); err != nil {
 		return err

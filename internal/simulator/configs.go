@@ -1,0 +1,129 @@
+package simulator
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+)
+
+// SchedulerConfig is a configuration of gpuplane's scheduling core that
+// behaves like another scheduler, so that event mode compares policies on
+// one workload with one core making every decision: a placement policy and
+// how the trace's teams become the core's queues. It adds no scheduler of
+// its own.
+type SchedulerConfig struct {
+	Name string
+	// Placement names the placement policy (placement.NewPolicy).
+	Placement string
+	// About says what the configuration stands for and what of it the
+	// core cannot express.
+	About string
+	// OneQueue puts every team's work in one queue, with neither a
+	// guarantee nor preemption: first come, first served, as
+	// kube-scheduler serves pods.
+	OneQueue bool
+	// IgnorePriority gives every group priority 0.
+	IgnorePriority bool
+	// EqualWeights gives every queue weight 1 instead of the trace's.
+	EqualWeights bool
+	// NoPreemption and NoReclaim turn the core's eviction actions off on
+	// every queue.
+	NoPreemption, NoReclaim bool
+}
+
+// The configurations event mode compares (docs/benchmarks-scheduler.md).
+var schedulerConfigs = []SchedulerConfig{
+	{
+		Name: "fifo-bestfit", Placement: "bestfit", OneQueue: true, IgnorePriority: true, NoPreemption: true, NoReclaim: true,
+		About: "kube-scheduler's behaviour: one queue in arrival order, later groups fill what the head leaves (the core keeps the head's nodes, kube-scheduler does not), best fit, no preemption; gangs stay whole (coscheduling)",
+	},
+	{
+		Name: "gpuplane", Placement: placement.DefaultPolicy,
+		About: "gpuplane as it is: a queue per team, weighted DRF over current usage, guarantees, preemption within a queue, reclaim of fair share and guarantee, fgd-packing placement",
+	},
+	{
+		Name: "kai-like", Placement: "bestfit", EqualWeights: true,
+		About: "KAI's defaults: deserved quota = the team's guarantee, over-quota weight 1, no limit, reclaim and preemption, binpack (best fit); time-based fairshare (KAI's documented halfLifePeriod 10m, windowSize 10m) needs usage with a half-life, which the core does not have yet",
+	},
+	{
+		Name: "kueue-like", Placement: "spread", EqualWeights: true,
+		About: "Kueue's BestEffortFIFO ClusterQueues in one cohort: nominal quota = the team's guarantee, borrowing without limit, reclaimWithinCohort Any, withinClusterQueue LowerPriority, kube-scheduler's LeastAllocated (spread); the core still orders queues by dominant share and reclaims fair share too, which Kueue without fair sharing does not",
+	},
+}
+
+// SchedulerConfigs are the configurations event mode can compare.
+func SchedulerConfigs() []SchedulerConfig { return schedulerConfigs }
+
+// SchedulerConfigNames are their names.
+func SchedulerConfigNames() []string {
+	var out []string
+	for _, c := range schedulerConfigs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// ParseSchedulerConfigs parses a comma-separated list of configuration
+// names.
+func ParseSchedulerConfigs(s string) ([]SchedulerConfig, error) {
+	var out []SchedulerConfig
+	for name := range strings.SplitSeq(s, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		found := false
+		for _, c := range schedulerConfigs {
+			if c.Name == name {
+				out, found = append(out, c), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("%q: want one of %s", name, strings.Join(SchedulerConfigNames(), ", "))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no configuration named (want some of %s)", strings.Join(SchedulerConfigNames(), ", "))
+	}
+	return out, nil
+}
+
+// oneQueue is the queue OneQueue puts everything in.
+const oneQueue = "all"
+
+// queues are the core's queues for the trace's.
+func (c *SchedulerConfig) queues(qs []model.Queue) []model.Queue {
+	if c == nil {
+		return qs
+	}
+	if c.OneQueue {
+		return []model.Queue{{Name: oneQueue, NoPreemption: c.NoPreemption, NoReclaim: c.NoReclaim}}
+	}
+	out := make([]model.Queue, len(qs))
+	for i, q := range qs {
+		if c.EqualWeights {
+			q.Weight, q.Weights = 1, model.ResourceWeights{}
+		}
+		q.NoPreemption = q.NoPreemption || c.NoPreemption
+		q.NoReclaim = q.NoReclaim || c.NoReclaim
+		out[i] = q
+	}
+	return out
+}
+
+// queueOf is the core's queue of a trace queue.
+func (c *SchedulerConfig) queueOf(q string) string {
+	if c != nil && c.OneQueue {
+		return oneQueue
+	}
+	return q
+}
+
+func (c *SchedulerConfig) priority(p int32) int32 {
+	if c != nil && c.IgnorePriority {
+		return 0
+	}
+	return p
+}
