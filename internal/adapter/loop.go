@@ -117,7 +117,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	//    core's holds) and are bound by a later cycle.
 	t := time.Now()
 	l.binder.holds.set(d.Holds)
-	l.binder.evict(ctx, &d)
+	l.binder.evict(ctx, in, &d)
 	l.metrics.phase("evict", time.Since(t))
 
 	// 4. Binds, whole groups at a time, concurrently.
