@@ -206,6 +206,7 @@ var All = concat(
 	// What the scheduler did.
 	events("Pod", Scheduler, v1alpha1.ConditionPreemptionNotice, "Preempted", "InvalidCheckpoint", "GangIncomplete", "FailedBinding", "FailedClaimAllocation"),
 	events("PodGroup", Scheduler, "FailedCommit"),
+	events("PriorityClass", Scheduler, "InvalidMinRuntime"),
 	events("Node", Scheduler, "InvalidGPUInfo", "GPUTopologyIgnored"),
 	// The agent's conditions.
 	agentReasons("Node", gpunode.ConditionGPUReady,
