@@ -21,7 +21,7 @@ func TestModelQueueReadsPoliciesOverTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.UsageHalfLife != (2 * time.Hour).Milliseconds() || m.MinRuntime != (10 * time.Minute).Milliseconds() {
+	if m.UsageHalfLife != (2*time.Hour).Milliseconds() || m.MinRuntime != (10*time.Minute).Milliseconds() {
 		t.Errorf("queue %+v, want the half-life and minimum runtime in milliseconds", m)
 	}
 	for _, tc := range []struct {
