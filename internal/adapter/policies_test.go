@@ -165,3 +165,20 @@ func TestLoopCarriesUsageOverTime(t *testing.T) {
 		t.Errorf("usage %+v, want 4000*2^-0.5 = 2828 GPU milli", f.loop.usage)
 	}
 }
+
+// A checkpoint written while the pod runs counts from the next cycle.
+func TestLoopReadsACheckpointWrittenLater(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	old := lowPod("old-saved", "0,1,2,3", time.Unix(100, 0))
+	f.cache.upsertPod(old)
+	f.cache.upsertPod(lowPod("new", "4,5,6,7", time.Unix(900, 0)))
+	f.cycle()
+	saved := old.DeepCopy()
+	saved.Annotations[v1alpha1.LastCheckpointAnnotation] = f.now.UTC().Format(time.RFC3339)
+	f.cache.upsertPod(saved)
+	f.cache.upsertPod(urgentPod(4))
+	f.cycle()
+	if !slices.Equal(f.api.evicted, []string{"ns/old-saved"}) {
+		t.Fatalf("evicted %v, want ns/old-saved, which has just checkpointed", f.api.evicted)
+	}
+}

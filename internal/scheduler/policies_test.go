@@ -315,3 +315,30 @@ func TestUsageOverTimeRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint reported while a pod runs reaches the core's books: the
+// driver gives the node a new chunk with the allocation changed, and the
+// next cycle chooses victims by it.
+func TestCheckpointReportedLaterCounts(t *testing.T) {
+	nodes := []model.Node{schedtest.Node("a", 64000, 1<<20).GPUs(4, "A100").Obj()}
+	running := withIndexes(runningGroup("old", "q", "a", 0, 2, 0, 0, 0), runningGroup("new", "q", "a", 0, 2, 900, 0, 0))
+	s, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := model.Snapshot{Nodes: nodes, Queues: []model.Queue{{Name: "q"}}, Now: 1000, Budget: model.DisruptionBudget{MaxEvictions: -1},
+		RunningByNode: schedtest.OnNodes(nodes, running...)}
+	if _, err := s.Cycle(&snap); err != nil {
+		t.Fatal(err)
+	}
+	running[0].LastCheckpoint = 995
+	snap.RunningByNode = schedtest.OnNodes(nodes, running...)
+	snap.Pending = []model.PodGroup{schedtest.Group("high").Queue("q").Priority(5).Pods(1, schedtest.GPU(2, 1000)).Obj()}
+	d, err := s.Cycle(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := evictedGroups(d); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("evicted %v, want old, which checkpointed 5 ago", got)
+	}
+}

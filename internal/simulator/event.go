@@ -36,6 +36,10 @@ type EventConfig struct {
 	// Topology says who places gangs by the network (TopologyAware when
 	// empty); the result's Topology measures where they landed.
 	Topology TopologyPolicy
+	// VictimsByAge chooses victims by age alone, blind to checkpoints
+	// (model.Snapshot.VictimsByAge), to compare with checkpoint-aware
+	// victims.
+	VictimsByAge bool
 }
 
 type simPod struct {
@@ -126,7 +130,8 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	var winArea float64
 	slices.SortStableFunc(pods, func(a, b *simPod) int { return cmp.Compare(a.tp.CreatedAt, b.tp.CreatedAt) })
 	capMilli := tr.GPUCapacityMilli()
-	snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts}
+	snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts,
+		VictimsByAge: cfg.VictimsByAge}
 	var tas *kueueTAS
 	if topoPolicy == TopologyKueueTAS {
 		// The baseline pins pods to nodes with a node selector on
@@ -182,6 +187,12 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		now = pods[0].tp.CreatedAt
 	}
 	first := now
+	queueMin, classMin := minRuntimes(tr.Queues), map[string]bool{}
+	for _, p := range pods {
+		if p.tp.MinRuntime > 0 {
+			classMin[p.group] = true
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
@@ -201,7 +212,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 					k = len(snap.Pending)
 					at[p.group] = k
 					pg := model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority,
-						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt}
+						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt, MinRuntime: p.tp.MinRuntime}
 					if topoPolicy == TopologyAware {
 						pg.Topology = p.tp.Topology
 					}
@@ -212,6 +223,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			}
 		}
 		snap.Now = now
+		checkpoint(&snap, byName, now)
 		ev.LayoutsApplied += model.CompleteLayouts(&snap, now-cfg.LayoutDelay)
 		var held []model.PodGroup
 		if tas != nil {
@@ -296,6 +308,11 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			// Preemptors wait for their victims, which have exited: the
 			// next cycle binds them.
 			nextT = min(nextT, now+interval)
+		}
+		if len(snap.Pending) > 0 && len(queueMin)+len(classMin) > 0 {
+			// A waiting group may evict a victim once its minimum
+			// runtime ends.
+			nextT = min(nextT, protectedUntil(&snap, queueMin, now))
 		}
 		if nextT == math.MaxInt64 {
 			break

@@ -67,6 +67,13 @@ type TracePod struct {
 	// sub-group for a topology that places slices by sub-group.
 	Topology *model.GangTopology
 	Slice    string
+	// MinRuntime is the least time, in seconds, the pod's group runs
+	// before it may be evicted (its priority class's,
+	// model.PodGroup.MinRuntime); the queue may set one too.
+	MinRuntime int64
+	// CheckpointEvery is how often, in seconds of its run, the pod saves
+	// a checkpoint (model.Allocation.LastCheckpoint); 0: never.
+	CheckpointEvery int64
 }
 
 // RunTime is how long the pod runs once started; 0 means forever.
