@@ -223,7 +223,13 @@ func TestCheckpointAwareVictimChoice(t *testing.T) {
 	c.prioritized("urgent", q, high, "high", 4, nil)
 	c.waitBound("app=high", 1, 60*time.Second)
 	framework.Eventually(t, 30*time.Second, "saved evicted", func(ctx context.Context) (bool, error) {
-		_, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, "saved", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Errorf("saved: %v", err)
+		p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, "saved", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("saved still there (being deleted: %v)", p.DeletionTimestamp != nil)
 	})
 }
