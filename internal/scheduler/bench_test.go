@@ -59,7 +59,15 @@ func BenchmarkCycle1kGangs(b *testing.B) {
 // BenchmarkCyclePreempt: 1,000 nodes x 8 GPUs full of low-priority 1-GPU
 // pods, 200 pending high-priority 1-GPU pods of the same queue, each of
 // which must preempt one victim.
-func BenchmarkCyclePreempt(b *testing.B) {
+func BenchmarkCyclePreempt(b *testing.B) { benchPreempt(b, false) }
+
+// BenchmarkCyclePreemptPolicies: BenchmarkCyclePreempt with the policies
+// over time on: the queue has a usage half-life and a minimum runtime
+// every victim has passed, half the victims report a checkpoint, so the
+// victims are ordered by the work they lose at Now.
+func BenchmarkCyclePreemptPolicies(b *testing.B) { benchPreempt(b, true) }
+
+func benchPreempt(b *testing.B, policies bool) {
 	nodes := schedtest.Cluster("n", 1000, 8, 128000, 1<<20)
 	var low []model.PodGroup
 	for i := range 8000 {
@@ -74,6 +82,17 @@ func BenchmarkCyclePreempt(b *testing.B) {
 		b.Fatal(err)
 	}
 	snap := h.Snap
+	if policies {
+		snap.Now = 100
+		snap.Queues = []model.Queue{{Name: "default", UsageHalfLife: 3600, MinRuntime: 10}}
+		run := schedtest.Running(&snap)
+		for i := range run {
+			if i%2 == 0 {
+				run[i].LastCheckpoint = int64(50 + i%40)
+			}
+		}
+		snap.RunningByNode = schedtest.OnNodes(nodes, run...)
+	}
 	for i := range 200 {
 		snap.Pending = append(snap.Pending, schedtest.Group(fmt.Sprintf("high%d", i)).Priority(10).Created(int64(10000+i)).Pods(1, schedtest.GPU(1, 4000)).Obj())
 	}
@@ -138,6 +157,9 @@ type steadyDriver struct {
 	// in every cycle.
 	gang    func(n int) (size int, t *model.GangTopology)
 	waiting []model.PodGroup
+	// policies turns on the queues' usage half-life and minimum runtime
+	// (runSteady) and moves Now with each step.
+	policies bool
 }
 
 func (d *steadyDriver) step(dec model.Decisions) {
@@ -183,6 +205,10 @@ func (d *steadyDriver) step(dec model.Decisions) {
 	}
 	d.snap.Pending = append(d.snap.Pending, d.waiting...)
 	d.snap.RunningByNode = slices.Clone(d.chunks)
+	if d.policies {
+		d.snap.Now = int64(d.next)
+		d.snap.Usage = dec.Usage
+	}
 }
 
 // BenchmarkCycleSteady: 5,000 nodes x 8 GPUs running 35,000 single-GPU
@@ -192,11 +218,14 @@ func BenchmarkCycleSteady(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		churn int
-	}{{"churn=0", 0}, {"churn=100", 100}} {
+		// policies: the queues count usage over time and protect young
+		// groups, and the clock moves every cycle.
+		policies bool
+	}{{"churn=0", 0, false}, {"churn=100", 100, false}, {"churn=100-policies", 100, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			nodes := schedtest.Cluster("n", 5000, 8, 128000, 1<<20)
 			d := &steadyDriver{chunks: fullChunks(nodes, 7, func(int) int32 { return 0 }), rng: rand.New(rand.NewPCG(1, 2)), churn: tc.churn,
-				next: 35000}
+				next: 35000, policies: tc.policies}
 			runSteady(b, d, nodes)
 		})
 	}
@@ -317,6 +346,12 @@ func BenchmarkCycleSteadyTopology(b *testing.B) {
 func runSteady(b *testing.B, d *steadyDriver, nodes []model.Node) {
 	b.Helper()
 	d.snap = model.Snapshot{Nodes: nodes, Queues: benchQueues, Budget: model.DisruptionBudget{MaxEvictions: -1}}
+	if d.policies {
+		d.snap.Queues = slices.Clone(benchQueues)
+		for i := range d.snap.Queues {
+			d.snap.Queues[i].UsageHalfLife, d.snap.Queues[i].MinRuntime = 3600, 600
+		}
+	}
 	d.step(model.Decisions{})
 	s, err := scheduler.New(scheduler.Config{})
 	if err != nil {

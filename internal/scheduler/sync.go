@@ -134,7 +134,8 @@ func (s *Scheduler) assignNew(n int, chunk []model.Allocation) error {
 }
 
 // sameAlloc reports whether y holds what x holds, in the same group, queue
-// and priority, with the same namespace, labels, pod affinity and
+// and priority, with the same start, minimum runtime and last checkpoint
+// (which evictions read), namespace, labels, pod affinity and
 // terminating flag (which other pods' constraints read while it runs).
 // Placement constraints (node selector, tolerations, GPU models, spread)
 // are not compared: they decided where the pod went and play no part once
@@ -148,7 +149,7 @@ func sameAlloc(x, y *model.Allocation) bool {
 	}
 	p, q := &x.Request, &y.Request
 	return x.Pod == y.Pod && x.Group == y.Group && x.Queue == y.Queue && x.Priority == y.Priority && x.Node == y.Node &&
-		x.StartedAt == y.StartedAt && x.NonPreemptible == y.NonPreemptible &&
+		x.StartedAt == y.StartedAt && x.NonPreemptible == y.NonPreemptible && x.MinRuntime == y.MinRuntime && x.LastCheckpoint == y.LastCheckpoint &&
 		p.MilliCPU == q.MilliCPU && p.MemoryMiB == q.MemoryMiB && p.GPUs == q.GPUs && p.GPUMilli == q.GPUMilli && p.Replicas == q.Replicas &&
 		p.GPUMemoryMiB == q.GPUMemoryMiB && p.MIGSlices == q.MIGSlices && (sameSlice(x.GPUs, y.GPUs) || slices.Equal(x.GPUs, y.GPUs)) &&
 		p.Namespace == q.Namespace && (mapID(p.Labels) == mapID(q.Labels) || maps.Equal(p.Labels, q.Labels)) &&

@@ -31,6 +31,10 @@ type SchedulerConfig struct {
 	// NoPreemption and NoReclaim turn the core's eviction actions off on
 	// every queue.
 	NoPreemption, NoReclaim bool
+	// UsageHalfLife, when positive, gives every queue fair shares that
+	// follow usage over time (model.Queue.UsageHalfLife), in trace
+	// seconds.
+	UsageHalfLife int64
 }
 
 // The configurations event mode compares (docs/benchmarks-scheduler.md).
@@ -44,8 +48,8 @@ var schedulerConfigs = []SchedulerConfig{
 		About: "gpuplane as it is: a queue per team, weighted DRF over current usage, guarantees, preemption within a queue, reclaim of fair share and guarantee, fgd-packing placement",
 	},
 	{
-		Name: "kai-like", Placement: "bestfit", EqualWeights: true,
-		About: "KAI's defaults: deserved quota = the team's guarantee, over-quota weight 1, no limit, reclaim and preemption, binpack (best fit); time-based fairshare (KAI's documented halfLifePeriod 10m, windowSize 10m) needs usage with a half-life, which the core does not have yet",
+		Name: "kai-like", Placement: "bestfit", EqualWeights: true, UsageHalfLife: 600,
+		About: "KAI's defaults: deserved quota = the team's guarantee, over-quota weight 1, no limit, reclaim and preemption, binpack (best fit); time-based fairshare with KAI's documented halfLifePeriod of 10m (the core's usage half-life; KAI's windowSize has no counterpart)",
 	},
 	{
 		Name: "kueue-like", Placement: "spread", EqualWeights: true,
@@ -108,6 +112,9 @@ func (c *SchedulerConfig) queues(qs []model.Queue) []model.Queue {
 		}
 		q.NoPreemption = q.NoPreemption || c.NoPreemption
 		q.NoReclaim = q.NoReclaim || c.NoReclaim
+		if c.UsageHalfLife > 0 {
+			q.UsageHalfLife = c.UsageHalfLife
+		}
 		out[i] = q
 	}
 	return out

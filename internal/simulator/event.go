@@ -40,6 +40,10 @@ type EventConfig struct {
 	// (its placement policy replaces Policy); results keep the trace's
 	// queues.
 	Config *SchedulerConfig
+	// VictimsByAge chooses victims by age alone, blind to checkpoints
+	// (model.Snapshot.VictimsByAge), to compare with checkpoint-aware
+	// victims.
+	VictimsByAge bool
 }
 
 type simPod struct {
@@ -155,7 +159,8 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	var winArea float64
 	slices.SortStableFunc(pods, func(a, b *simPod) int { return cmp.Compare(a.tp.CreatedAt, b.tp.CreatedAt) })
 	capMilli := tr.GPUCapacityMilli()
-	snap := model.Snapshot{Nodes: tr.Nodes, Queues: cfg.Config.queues(tr.Queues), Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts}
+	snap := model.Snapshot{Nodes: tr.Nodes, Queues: cfg.Config.queues(tr.Queues), Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts,
+		VictimsByAge: cfg.VictimsByAge}
 	var tas *kueueTAS
 	if topoPolicy == TopologyKueueTAS {
 		// The baseline pins pods to nodes with a node selector on
@@ -218,6 +223,12 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		now = pods[0].tp.CreatedAt
 	}
 	first := now
+	queueMin, classMin := minRuntimes(tr.Queues), map[string]bool{}
+	for _, p := range pods {
+		if p.tp.MinRuntime > 0 {
+			classMin[p.group] = true
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
@@ -241,7 +252,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 					k = len(snap.Pending)
 					at[p.group] = k
 					pg := model.PodGroup{Name: p.group, Queue: cfg.Config.queueOf(p.tp.Queue), Priority: cfg.Config.priority(p.tp.Priority),
-						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt}
+						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt, MinRuntime: p.tp.MinRuntime}
 					if topoPolicy == TopologyAware {
 						pg.Topology = p.tp.Topology
 					}
@@ -253,6 +264,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			}
 		}
 		snap.Now = now
+		checkpoint(&snap, byName, now)
 		ev.LayoutsApplied += model.CompleteLayouts(&snap, now-cfg.LayoutDelay)
 		var held []model.PodGroup
 		if tas != nil {
@@ -355,6 +367,11 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			// Preemptors wait for their victims, which have exited: the
 			// next cycle binds them.
 			nextT = min(nextT, now+interval)
+		}
+		if len(snap.Pending) > 0 && len(queueMin)+len(classMin) > 0 {
+			// A waiting group may evict a victim once its minimum
+			// runtime ends.
+			nextT = min(nextT, protectedUntil(&snap, queueMin, now))
 		}
 		if nextT == math.MaxInt64 {
 			break

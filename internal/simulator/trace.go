@@ -66,14 +66,19 @@ type TracePod struct {
 	// (openb: LS, BE, Burstable, Guaranteed).
 	QoS string
 	// CheckpointEvery is how often the pod's job saves its progress, in
-	// trace seconds (0: never): evicted, it loses the work since its last
-	// checkpoint and resumes from there.
+	// trace seconds of its run (0: never): evicted, it loses the work
+	// since its last checkpoint and resumes from there. The core reads
+	// the last one (model.Allocation.LastCheckpoint) to choose victims.
 	CheckpointEvery int64
 	// Topology places the pod's gang by the network (the same value on
 	// every pod of a group; nil: anywhere); Slice names the pod's
 	// sub-group for a topology that places slices by sub-group.
 	Topology *model.GangTopology
 	Slice    string
+	// MinRuntime is the least time, in seconds, the pod's group runs
+	// before it may be evicted (its priority class's,
+	// model.PodGroup.MinRuntime); the queue may set one too.
+	MinRuntime int64
 }
 
 // RunTime is how long the pod runs once started; 0 means forever.

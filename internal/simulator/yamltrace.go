@@ -138,6 +138,10 @@ type YAMLPod struct {
 	// slice s0, the next SlicePods s1, and so on (model.Pod.Slice).
 	Topology  *model.GangTopology `json:"topology,omitempty"`
 	SlicePods int                 `json:"slicePods,omitempty"`
+	// MinRuntime and CheckpointEvery are the pods' TracePod.MinRuntime
+	// and TracePod.CheckpointEvery, in seconds.
+	MinRuntime      int64 `json:"minRuntime,omitempty"`
+	CheckpointEvery int64 `json:"checkpointEvery,omitempty"`
 }
 
 // hostnameLabel is the topology key of a node's own domain.
@@ -220,6 +224,9 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		if p.Count < 0 || p.MinMember < 0 || p.MinMember > max(p.Count, 1) {
 			return nil, fmt.Errorf("trace %s: pods[%d] (%s): need 0 <= minMember <= count", name, i, p.Name)
 		}
+		if p.MinRuntime < 0 || p.CheckpointEvery < 0 {
+			return nil, fmt.Errorf("trace %s: pods[%d] (%s): minRuntime and checkpointEvery must be >= 0, got %d and %d", name, i, p.Name, p.MinRuntime, p.CheckpointEvery)
+		}
 		if err := model.ValidateResources(fmt.Sprintf("pods[%d].scalars", i), p.Scalars); err != nil {
 			return nil, fmt.Errorf("trace %s: %w", name, err)
 		}
@@ -267,7 +274,8 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 			return nil, fmt.Errorf("trace %s: %w", name, err)
 		}
 		for k := range count {
-			tp := TracePod{Name: p.Name, Request: req, CreatedAt: p.CreatedAt, Duration: p.Duration, Queue: p.Queue, Priority: p.Priority, Topology: p.Topology}
+			tp := TracePod{Name: p.Name, Request: req, CreatedAt: p.CreatedAt, Duration: p.Duration, Queue: p.Queue, Priority: p.Priority, Topology: p.Topology,
+				MinRuntime: p.MinRuntime, CheckpointEvery: p.CheckpointEvery}
 			if count > 1 {
 				tp.Name = fmt.Sprintf("%s-%d", p.Name, k)
 			}
