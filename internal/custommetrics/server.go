@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -207,6 +208,11 @@ func (s *Server) authorize(ctx context.Context, c *caller, namespace, name, metr
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		writeStatus(w, http.StatusMethodNotAllowed, "MethodNotAllowed", "only get is served")
+		return
+	}
+	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		// For the kubelet's probes, which carry no client certificate.
+		_, _ = io.WriteString(w, "ok\n")
 		return
 	}
 	c, code, err := s.authenticate(r)
