@@ -81,6 +81,14 @@ type requestHeader struct {
 	groupHeaders []string
 }
 
+// Check reads the aggregation layer's trust from kube-apiserver: an error
+// says the API server cannot be reached, or runs without the aggregation
+// layer.
+func (s *Server) Check(ctx context.Context) error {
+	_, err := s.requestHeader(ctx)
+	return err
+}
+
 // trustRefresh is how long the published trust is used before it is read
 // again.
 const trustRefresh = time.Minute

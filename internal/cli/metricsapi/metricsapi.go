@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpuplane/gpuplane/internal/cliutil"
 	"github.com/gpuplane/gpuplane/internal/cliutil/clusterflags"
 	"github.com/gpuplane/gpuplane/internal/custommetrics"
 )
@@ -79,16 +79,32 @@ func (o *options) run(ctx context.Context) error {
 	ns, name, ok := strings.Cut(o.agents, "/")
 	switch {
 	case !ok || ns == "" || name == "":
-		return fmt.Errorf("--agents: want namespace/name of the agents' metrics Service, got %q", o.agents)
+		return cliutil.Usagef("--agents: want namespace/name of the agents' metrics Service, got %q", o.agents)
 	case o.certFile == "" || o.keyFile == "":
-		return errors.New("--tls-cert-file and --tls-private-key-file are required: kube-apiserver reaches the API over TLS only")
+		return cliutil.Usagef("--tls-cert-file and --tls-private-key-file are required: kube-apiserver reaches the API over TLS only")
 	case o.interval <= 0:
-		return fmt.Errorf("--scrape-interval: must be positive, got %v", o.interval)
+		return cliutil.Usagef("--scrape-interval: must be positive, got %v", o.interval)
 	case o.maxAge < 0:
-		return fmt.Errorf("--max-age: must not be negative, got %v", o.maxAge)
+		return cliutil.Usagef("--max-age: must not be negative, got %v", o.maxAge)
 	}
 	if o.maxAge == 0 {
 		o.maxAge = 3 * o.interval
+	}
+	rc, err := o.cluster.RESTConfig()
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("creating the API client: %w", err)
+	}
+	store := custommetrics.NewStore()
+	srv, err := custommetrics.NewServer(custommetrics.ServerConfig{Client: client, Store: store, MaxAge: o.maxAge, Window: o.interval})
+	if err != nil {
+		return err
+	}
+	if err := srv.Check(ctx); err != nil {
+		return err
 	}
 	cert, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
 	if err != nil {
@@ -105,23 +121,10 @@ func (o *options) run(ctx context.Context) error {
 			return fmt.Errorf("--agents-ca-file: %s holds no PEM certificate", o.agentsCAFile)
 		}
 	}
-	rc, err := o.cluster.RESTConfig()
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("creating the API client: %w", err)
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	store := custommetrics.NewStore()
 	sc, err := custommetrics.NewScraper(custommetrics.ScraperConfig{Client: client, Store: store, Namespace: ns, Service: name,
 		Port: o.agentsPort, Scheme: o.agentsScheme, Interval: o.interval, Logger: log,
 		HTTP: &http.Client{Timeout: o.interval, Transport: &http.Transport{TLSClientConfig: agentTLS}}})
-	if err != nil {
-		return err
-	}
-	srv, err := custommetrics.NewServer(custommetrics.ServerConfig{Client: client, Store: store, MaxAge: o.maxAge, Window: o.interval})
 	if err != nil {
 		return err
 	}
