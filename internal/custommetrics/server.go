@@ -254,6 +254,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusNotFound, "NotFound", fmt.Sprintf("metric %q is not served for pods: %s and %s are", metric, MetricGPUUtil, MetricFBUsed))
 		return
 	}
+	if sel := r.URL.Query().Get("metricLabelSelector"); sel != "" {
+		// The values carry no labels to select by: refusing says so,
+		// where ignoring the selector would scale on other numbers.
+		writeStatus(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("metricLabelSelector %q: %s has no labels to select by; remove the HPA's metric.selector", sel, metric))
+		return
+	}
 	ok, why, err := s.authorize(r.Context(), c, ns, name, metric)
 	switch {
 	case err != nil:

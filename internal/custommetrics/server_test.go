@@ -143,6 +143,7 @@ func TestServer(t *testing.T) {
 		{"a user RBAC refuses", &proxy, "alice", all, http.StatusForbidden, "alice\\\" cannot get"},
 		{"a metric not served", &proxy, hpa, "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/cpu", http.StatusNotFound, "DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED are"},
 		{"a pod with only stale values", &proxy, hpa, "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/infer-stale/DCGM_FI_DEV_GPU_UTIL", http.StatusNotFound, "in the last 10s"},
+		{"a metric label selector", &proxy, hpa, all + "&metricLabelSelector=gpu%3D0", http.StatusBadRequest, "remove the HPA's metric.selector"},
 		{"a write", &proxy, hpa, "", http.StatusMethodNotAllowed, ""},
 	}
 	for _, tc := range refusals {
