@@ -56,6 +56,16 @@ command -v "${GO}" >/dev/null 2>&1 || die "go command '${GO}' not found: install
 ((${#targets[@]} > 0)) || die "TARGETS=${TARGETS:-} names none of: ${all_targets[*]%%:*}"
 builds() { [[ " ${targets[*]%%:*} " == *" $1 "* ]]; }
 
+mkdir -p "${bin_dir}"
+# One build at a time: make test builds the control plane in one lane while
+# the monitoring tier's prerequisites may ask for it in the other; the
+# second waits here, then finds it built.
+exec 9>"${bin_dir}/.controlplane-build.lock"
+if ! flock -n 9; then
+	echo "controlplane-bins: another build of the control plane is running; waiting for it"
+	flock 9
+fi
+
 module_version() {
 	# Prints the version tools/go.mod selects for module $1.
 	(cd "${tools_dir}" && GOWORK=off GOFLAGS=-mod=mod "${GO}" list -m -f '{{.Version}}' "$1")

@@ -4,7 +4,9 @@
 #                          deploy/monitoring, then the Prometheus tests in
 #                          test/prometheus (promtool lint of the golden
 #                          /metrics, a real Prometheus scraping a simulated
-#                          node, every dashboard query against it)
+#                          node and a real gpuplane-scheduler on a real
+#                          control plane, every dashboard query against
+#                          them)
 #   make monitoring-tools  install Debian's prometheus package (server and
 #                          promtool) when they are missing, for CI
 #
@@ -29,9 +31,11 @@ monitoring-tools: ## install Debian's prometheus package if promtool or promethe
 		update-rc.d prometheus disable >/dev/null 2>&1 || true; \
 	fi
 
-test-monitoring: ## alert rules (promtool check/test) and the Prometheus scrape tests
+test-monitoring: controlplane-bins ## alert rules (promtool check/test) and the Prometheus scrape tests
 	@command -v $(PROMTOOL) >/dev/null && command -v $(PROMETHEUS) >/dev/null || { \
 		echo "test-monitoring needs prometheus and promtool on PATH: run 'make monitoring-tools' (Debian's prometheus package)"; exit 1; }
 	$(PROMTOOL) check rules $(MONITORING_DIR)/gpu-alerts.rules.yaml
 	$(PROMTOOL) test rules $(MONITORING_DIR)/gpu-alerts.test.yaml
-	$(GO) test $(GOTESTFLAGS) ./test/prometheus/...
+	$(PROMTOOL) check rules $(MONITORING_DIR)/scheduler-alerts.rules.yaml
+	$(PROMTOOL) test rules $(MONITORING_DIR)/scheduler-alerts.test.yaml
+	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test $(GOTESTFLAGS) ./test/prometheus/...

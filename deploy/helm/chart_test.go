@@ -38,6 +38,8 @@ var copied = map[string]string{
 	"gpuplane/crds/scheduling.gpuplane.io_topologies.yaml":    "../crds/scheduling.gpuplane.io_topologies.yaml",
 	"gpuplane/files/gpu-alerts.rules.yaml":                    "../monitoring/gpu-alerts.rules.yaml",
 	"gpuplane/files/grafana-dashboard.json":                   "../monitoring/grafana-dashboard.json",
+	"gpuplane/files/scheduler-alerts.rules.yaml":              "../monitoring/scheduler-alerts.rules.yaml",
+	"gpuplane/files/scheduler-dashboard.json":                 "../monitoring/scheduler-dashboard.json",
 }
 
 // manifestValues are the values the manifests in deploy/ are rendered
@@ -161,8 +163,8 @@ func TestEveryObjectParses(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{
-		"DaemonSet": 1, "Deployment": 1, "ServiceMonitor": 2, "PrometheusRule": 1, "MutatingAdmissionPolicy": 4,
-		"ValidatingAdmissionPolicy": 4, "ConfigMap": 3, "ServiceAccount": 2,
+		"DaemonSet": 1, "Deployment": 1, "ServiceMonitor": 2, "PrometheusRule": 2, "MutatingAdmissionPolicy": 4,
+		"ValidatingAdmissionPolicy": 4, "ConfigMap": 4, "ServiceAccount": 2,
 	} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s objects, want %d (all: %v)", kinds[kind], kind, n, kinds)

@@ -145,7 +145,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	t = time.Now()
 	l.report(in, &d, placed)
 	l.metrics.phase("status", time.Since(t))
-	l.metrics.cycle(in, &d)
+	l.metrics.cycle(in, &d, placed, time.Since(now))
 	l.log.V(2).Info("cycle", "nodes", len(in.snap.Nodes), "pending", len(in.snap.Pending), "binds", len(d.Binds),
 		"evictions", len(d.Evictions), "unplaced", len(d.Unplaced), "took", time.Since(now))
 	return nil

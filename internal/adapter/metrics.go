@@ -27,6 +27,15 @@ type metrics struct {
 	layouts        prometheus.Counter
 	refusedChoices *prometheus.CounterVec
 	apiServed      *prometheus.GaugeVec
+	cycleDuration  prometheus.Histogram
+	guaranteed     *prometheus.GaugeVec
+	waiting        *prometheus.GaugeVec
+	oldestGang     *prometheus.GaugeVec
+	// waitingSeen and gangSeen are the label values set by the last
+	// cycle, so that a reason or queue with nothing waiting any more loses
+	// its series instead of keeping its last value.
+	waitingSeen map[[2]string]bool
+	gangSeen    map[string]bool
 }
 
 func newMetrics() *metrics {
@@ -63,6 +72,16 @@ func newMetrics() *metrics {
 			Help: "Binds not carried out because the pod's ResourceClaims refuse the GPUs the core chose, by what the next cycle gives the core (exact: only the node's GPUs that satisfy the claims; excluded: none of the node's)."}, []string{"constraint"}),
 		apiServed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuplane_scheduler_api_served",
 			Help: "1 when the cluster serves an optional Kubernetes API the scheduler uses (dra, workload-api, admission-policies), 0 when it does not and the scheduler runs without it; looked up at start."}, []string{"feature"}),
+		cycleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuplane_scheduler_cycle_duration_seconds",
+			Help: "Time of a whole scheduling cycle: snapshot, core, evictions, bind dispatch and status.", Buckets: buckets}),
+		guaranteed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuplane_scheduler_queue_guaranteed",
+			Help: "A queue's guarantee (spec.resources[].guaranteed), in the units of gpuplane_scheduler_queue_usage."}, []string{"queue", "resource"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuplane_scheduler_pending_groups",
+			Help: "Pod groups left waiting by the last cycle, by queue and reason: the core's (DoesNotFit, QueueLimit, WaitingForPreemption, ...), the reason a group was held back before the core (PodGroupNotFound, ...), or Waiting for one not yet tried."}, []string{"queue", "reason"}),
+		oldestGang: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuplane_scheduler_queue_oldest_pending_gang_timestamp_seconds",
+			Help: "Creation time (Unix seconds) of the oldest waiting pod of a gang (minMember above 1) that the last cycle left waiting in the queue; no series while none waits."}, []string{"queue"}),
+		waitingSeen: map[[2]string]bool{},
+		gangSeen:    map[string]bool{},
 	}
 	m.reg.MustRegister(append(m.own(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
 	return m
@@ -70,7 +89,7 @@ func newMetrics() *metrics {
 
 // own lists the scheduler's own series.
 func (m *metrics) own() []prometheus.Collector {
-	return []prometheus.Collector{m.apiServed, m.refusedChoices, m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes}
+	return []prometheus.Collector{m.apiServed, m.refusedChoices, m.layouts, m.attempts, m.phases, m.bindDuration, m.commitDuration, m.e2e, m.binds, m.evictions, m.usage, m.fairShare, m.pending, m.leader, m.badNodes, m.cycleDuration, m.guaranteed, m.waiting, m.oldestGang}
 }
 
 // MetricCollectors returns the scheduler's own series, new and
@@ -81,16 +100,75 @@ func (m *metrics) phase(name string, d time.Duration) {
 	m.phases.WithLabelValues(name).Observe(d.Seconds())
 }
 
-func (m *metrics) cycle(in *cycleInput, d *model.Decisions) {
+// cycle records a cycle's attempts and length, and what it left waiting:
+// groups by queue and reason, and the oldest waiting gang of each queue.
+// placed holds the groups bound this cycle.
+func (m *metrics) cycle(in *cycleInput, d *model.Decisions, placed map[string]bool, took time.Duration) {
+	m.cycleDuration.Observe(took.Seconds())
 	groups := map[string]bool{}
 	for _, b := range d.Binds {
 		groups[b.Group] = true
 	}
 	m.attempts.WithLabelValues("scheduled").Add(float64(len(groups)))
 	m.attempts.WithLabelValues("unschedulable").Add(float64(len(d.Unplaced)))
+
+	why := make(map[string]string, len(d.Unplaced))
+	for _, u := range d.Unplaced {
+		if _, ok := why[u.Group]; !ok {
+			why[u.Group] = u.Code
+		}
+	}
+	counts := map[[2]string]int{}
+	oldest := map[string]time.Time{}
+	for name, g := range in.groups {
+		if len(g.pending) == 0 || placed[name] {
+			continue
+		}
+		reason := why[name]
+		switch {
+		case g.held != nil:
+			reason = g.held.Reason
+		case reason == "":
+			reason = waitingNotTried
+		}
+		counts[[2]string{g.queue, reason}]++
+		if g.minMember <= 1 {
+			continue
+		}
+		for _, pi := range g.pending {
+			at := pi.pod.CreationTimestamp.Time
+			if o, ok := oldest[g.queue]; !ok || at.Before(o) {
+				oldest[g.queue] = at
+			}
+		}
+	}
+	for k := range m.waitingSeen {
+		if counts[k] == 0 {
+			m.waiting.DeleteLabelValues(k[0], k[1])
+			delete(m.waitingSeen, k)
+		}
+	}
+	for k, n := range counts {
+		m.waiting.WithLabelValues(k[0], k[1]).Set(float64(n))
+		m.waitingSeen[k] = true
+	}
+	for q := range m.gangSeen {
+		if _, ok := oldest[q]; !ok {
+			m.oldestGang.DeleteLabelValues(q)
+			delete(m.gangSeen, q)
+		}
+	}
+	for q, at := range oldest {
+		m.oldestGang.WithLabelValues(q).Set(float64(at.UnixMilli()) / 1000)
+		m.gangSeen[q] = true
+	}
 }
 
-func (m *metrics) queue(name string, usage, fair model.Resources, pending int32) {
+// waitingNotTried is gpuplane_scheduler_pending_groups' reason for a
+// group that waits with no word from the core yet.
+const waitingNotTried = "Waiting"
+
+func (m *metrics) queue(name string, usage, fair, guaranteed model.Resources, pending int32) {
 	set := func(g *prometheus.GaugeVec, r model.Resources) {
 		g.WithLabelValues(name, "cpu").Set(float64(r.MilliCPU) / 1000)
 		g.WithLabelValues(name, "memory").Set(float64(r.MemoryMiB) * (1 << 20))
@@ -98,5 +176,6 @@ func (m *metrics) queue(name string, usage, fair model.Resources, pending int32)
 	}
 	set(m.usage, usage)
 	set(m.fairShare, fair)
+	set(m.guaranteed, guaranteed)
 	m.pending.WithLabelValues(name).Set(float64(pending))
 }

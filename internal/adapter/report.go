@@ -404,7 +404,7 @@ func (l *loop) queueStatus(in *cycleInput, d *model.Decisions) {
 		}
 	}
 	for _, q := range d.Queues {
-		l.metrics.queue(q.Name, q.Usage, q.FairShare, pendingCount[q.Name])
+		l.metrics.queue(q.Name, q.Usage, q.FairShare, q.Guaranteed, pendingCount[q.Name])
 	}
 	for name, q := range in.queueObjs {
 		st := v1alpha1.QueueStatus{Conditions: slices.Clone(q.Status.Conditions), Pending: pendingCount[name], Admitted: admitted[name]}

@@ -6,6 +6,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/cli/cost"
 	"github.com/gpuplane/gpuplane/internal/cli/dev"
 	"github.com/gpuplane/gpuplane/internal/cli/doctor"
+	"github.com/gpuplane/gpuplane/internal/cli/metricsapi"
 	"github.com/gpuplane/gpuplane/internal/cli/mig"
 	"github.com/gpuplane/gpuplane/internal/cli/simulate"
 	"github.com/gpuplane/gpuplane/internal/cli/status"
@@ -23,6 +24,7 @@ func subcommands() []*cobra.Command {
 		topology.NewCommand(),
 		simulate.NewCommand(),
 		dev.NewCommand(),
+		metricsapi.NewCommand(),
 		version.NewCommand(),
 	}
 }

@@ -93,6 +93,9 @@ func specs(t *testing.T) map[string]commandSpec {
 		"gpuplane completion fish":       {badArgs: [][]string{{"x"}}, runs: true},
 		"gpuplane completion powershell": {badArgs: [][]string{{"x"}}, runs: true},
 		"gpuplane version":               {badArgs: [][]string{{"x"}}, output: true, server: cluster},
+		// metrics-api serves until stopped: only its refusals are run.
+		"gpuplane metrics-api": {badArgs: [][]string{{"x"}, {"--agents", "no-slash"}}, server: cluster,
+			run: []string{"--agents", "gpuplane-system/agents", "--tls-cert-file", "tls.crt", "--tls-private-key-file", "tls.key"}},
 		// version --client reads no cluster.
 		"gpuplane version --client": {run: []string{"--client"}, output: true, runs: true},
 		// topology convert reads a file with -f without a cluster.

@@ -15,14 +15,21 @@ const (
 	podCIDR          = "10.128.0.0/12"
 	saIssuer         = "https://kubernetes.default.svc.cluster.local"
 	kwokLeaseSeconds = 40
+	// frontProxyClient is the common name of kube-apiserver's
+	// aggregation-layer client certificate.
+	frontProxyClient = "front-proxy-client"
 )
 
 // files are the paths Start generates before it launches anything.
 type files struct {
-	caCert, caKey                 string
-	apiCert, apiKey               string
-	componentCert, componentKey   string // serving cert of controller-manager and scheduler
-	saKey, saPub                  string
+	caCert, caKey               string
+	apiCert, apiKey             string
+	componentCert, componentKey string // serving cert of controller-manager and scheduler
+	saKey, saPub                string
+	// The aggregation layer's: the CA that vouches for the front proxy,
+	// and the client certificate kube-apiserver proxies with.
+	frontProxyCA                  string
+	proxyClientCert, proxyKey     string
 	adminKubeconfig               string
 	kcmKubeconfig, schedKubeconfg string
 	kwokKubeconfig                string
@@ -71,6 +78,21 @@ func apiServerArgs(f files, certDir string, port, etcdPort int, extra []string) 
 		// simulated cluster dials it.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
+		// The aggregation layer: kube-apiserver proxies an APIService's
+		// requests with the front proxy's client certificate and the
+		// caller's identity in these headers, which the extension server
+		// trusts through the CA published in kube-system's
+		// extension-apiserver-authentication ConfigMap. Without
+		// kube-proxy, a Service's ClusterIP leads nowhere: route to its
+		// endpoints instead.
+		"--requestheader-client-ca-file=" + f.frontProxyCA,
+		"--requestheader-allowed-names=" + frontProxyClient,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + f.proxyClientCert,
+		"--proxy-client-key-file=" + f.proxyKey,
+		"--enable-aggregator-routing=true",
 	}
 	return append(args, extra...)
 }

@@ -488,6 +488,21 @@ func (cp *ControlPlane) prepareFiles() error {
 	if f.componentCert, f.componentKey, err = comp.write(pki, "component"); err != nil {
 		return err
 	}
+	fp, err := newCertificateAuthority("gpuplane-front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	f.frontProxyCA = filepath.Join(pki, "front-proxy-ca.crt")
+	if err := os.WriteFile(f.frontProxyCA, fp.certPEM, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", f.frontProxyCA, err)
+	}
+	proxy, err := fp.issueClient(frontProxyClient, nil)
+	if err != nil {
+		return err
+	}
+	if f.proxyClientCert, f.proxyKey, err = proxy.write(pki, "front-proxy-client"); err != nil {
+		return err
+	}
 	saPriv, saPub, err := newServiceAccountKey()
 	if err != nil {
 		return err

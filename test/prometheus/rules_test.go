@@ -17,20 +17,31 @@ var update = flag.Bool("update", false, "regenerate deploy/monitoring/prometheus
 
 func asExitError(err error, target **exec.ExitError) bool { return errors.As(err, target) }
 
-const ruleHeader = `# GPU alert rules as a Prometheus operator PrometheusRule. Generated from
-# gpu-alerts.rules.yaml by: go test ./test/prometheus -run TestPrometheusRule -update
-# Edit the rules file, not this one.
-`
+// ruleHeader heads a generated PrometheusRule manifest.
+func ruleHeader(what, rules string) string {
+	return "# " + what + " as a Prometheus operator PrometheusRule. Generated from\n" +
+		"# " + rules + " by: go test ./test/prometheus -run TestPrometheusRule -update\n" +
+		"# Edit the rules file, not this one.\n"
+}
 
-// prometheusRule renders the PrometheusRule manifest for the rules file's
+// ruleFiles are the rules files and the PrometheusRule manifests
+// generated from them.
+var ruleFiles = []struct {
+	what, rules, out, name string
+}{
+	{what: "GPU alert rules", rules: "gpu-alerts.rules.yaml", out: "prometheusrule.yaml", name: "gpuplane-gpu-alerts"},
+	{what: "gpuplane-scheduler alert rules", rules: "scheduler-alerts.rules.yaml", out: "scheduler-prometheusrule.yaml", name: "gpuplane-scheduler-alerts"},
+}
+
+// prometheusRule renders the PrometheusRule manifest for a rules file's
 // groups.
-func prometheusRule(t *testing.T, groups any) []byte {
+func prometheusRule(t *testing.T, header, name string, groups any) []byte {
 	t.Helper()
 	obj := map[string]any{
 		"apiVersion": "monitoring.coreos.com/v1",
 		"kind":       "PrometheusRule",
 		"metadata": map[string]any{
-			"name": "gpuplane-gpu-alerts",
+			"name": name,
 			"labels": map[string]any{
 				"app.kubernetes.io/name":      "gpuplane",
 				"app.kubernetes.io/component": "monitoring",
@@ -42,7 +53,7 @@ func prometheusRule(t *testing.T, groups any) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append([]byte(ruleHeader), b...)
+	return append([]byte(header), b...)
 }
 
 func readYAML(t *testing.T, path string) map[string]any {
@@ -60,41 +71,48 @@ func readYAML(t *testing.T, path string) map[string]any {
 
 func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 	dir := filepath.Join(repoRoot(t), "deploy", "monitoring")
-	rules := readYAML(t, filepath.Join(dir, "gpu-alerts.rules.yaml"))
-	path := filepath.Join(dir, "prometheusrule.yaml")
-	want := prometheusRule(t, rules["groups"])
-	if *update {
-		if err := os.WriteFile(path, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(want) {
-		t.Fatalf("%s is stale: run go test ./test/prometheus -run TestPrometheusRule -update", path)
-	}
-	rule := readYAML(t, path)
-	spec, _ := rule["spec"].(map[string]any)
-	if !reflect.DeepEqual(spec["groups"], rules["groups"]) {
-		t.Fatal("the PrometheusRule's groups differ from the rules file's")
+	for _, f := range ruleFiles {
+		t.Run(f.rules, func(t *testing.T) {
+			rules := readYAML(t, filepath.Join(dir, f.rules))
+			path := filepath.Join(dir, f.out)
+			want := prometheusRule(t, ruleHeader(f.what, f.rules), f.name, rules["groups"])
+			if *update {
+				if err := os.WriteFile(path, want, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("%s is stale: run go test ./test/prometheus -run TestPrometheusRule -update", path)
+			}
+			rule := readYAML(t, path)
+			spec, _ := rule["spec"].(map[string]any)
+			if !reflect.DeepEqual(spec["groups"], rules["groups"]) {
+				t.Fatal("the PrometheusRule's groups differ from the rules file's")
+			}
+		})
 	}
 }
 
 func TestAlertRules(t *testing.T) {
 	promtool := tool(t, "promtool")
 	dir := filepath.Join(repoRoot(t), "deploy", "monitoring")
-	// The PrometheusRule's groups, as a plain rules file.
-	rule := readYAML(t, filepath.Join(dir, "prometheusrule.yaml"))
-	spec, _ := rule["spec"].(map[string]any)
-	b, err := yaml.Marshal(map[string]any{"groups": spec["groups"]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fromCRD := filepath.Join(t.TempDir(), "from-prometheusrule.yaml")
-	if err := os.WriteFile(fromCRD, b, 0o644); err != nil {
-		t.Fatal(err)
+	// The PrometheusRules' groups, as plain rules files.
+	fromCRD := func(name string) string {
+		rule := readYAML(t, filepath.Join(dir, name))
+		spec, _ := rule["spec"].(map[string]any)
+		b, err := yaml.Marshal(map[string]any{"groups": spec["groups"]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "from-"+name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
 	tests := []struct {
 		name string
@@ -102,8 +120,11 @@ func TestAlertRules(t *testing.T) {
 		want string
 	}{
 		{name: "check rules file", args: []string{"check", "rules", filepath.Join(dir, "gpu-alerts.rules.yaml")}, want: "SUCCESS: 8 rules found"},
-		{name: "check PrometheusRule groups", args: []string{"check", "rules", fromCRD}, want: "SUCCESS: 8 rules found"},
+		{name: "check PrometheusRule groups", args: []string{"check", "rules", fromCRD("prometheusrule.yaml")}, want: "SUCCESS: 8 rules found"},
 		{name: "unit tests", args: []string{"test", "rules", filepath.Join(dir, "gpu-alerts.test.yaml")}, want: "SUCCESS"},
+		{name: "check scheduler rules file", args: []string{"check", "rules", filepath.Join(dir, "scheduler-alerts.rules.yaml")}, want: "SUCCESS: 5 rules found"},
+		{name: "check scheduler PrometheusRule groups", args: []string{"check", "rules", fromCRD("scheduler-prometheusrule.yaml")}, want: "SUCCESS: 5 rules found"},
+		{name: "scheduler unit tests", args: []string{"test", "rules", filepath.Join(dir, "scheduler-alerts.test.yaml")}, want: "SUCCESS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
