@@ -42,8 +42,8 @@ func TestViewOf(t *testing.T) {
 
 // ViewOf refuses a kind gpuplane-scheduler does not read, naming it.
 func TestViewOfRefusesUnreadKinds(t *testing.T) {
-	_, err := ViewOf(v1alpha1.SchedulerName, []runtime.Object{&corev1.PersistentVolume{}}, time.Unix(100, 0))
-	if err == nil || err.Error() != "objs[0]: gpuplane-scheduler does not read a *v1.PersistentVolume" {
+	_, err := ViewOf(v1alpha1.SchedulerName, []runtime.Object{&corev1.ConfigMap{}}, time.Unix(100, 0))
+	if err == nil || err.Error() != "objs[0]: gpuplane-scheduler does not read a *v1.ConfigMap" {
 		t.Fatalf("error = %v", err)
 	}
 }
