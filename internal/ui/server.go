@@ -160,6 +160,7 @@ func (s *Server) rebuild(now time.Time) {
 	v := s.cluster.live.View(now)
 	st := s.cluster.build(v, now, s.cfg.Price)
 	st.Cluster = s.host
+	st.CostFromPrometheus = s.cfg.Prometheus != ""
 	s.mu.Lock()
 	s.seq++
 	st.Seq = s.seq

@@ -39,7 +39,9 @@ type State struct {
 	Pools    []string    `json:"pools"`
 	Products []string    `json:"products"`
 	Price    float64     `json:"price,omitempty"`
-	Problems []string    `json:"problems,omitempty"`
+	// CostFromPrometheus says the Cost view asks /api/cost (--prometheus).
+	CostFromPrometheus bool     `json:"costFromPrometheus,omitempty"`
+	Problems           []string `json:"problems,omitempty"`
 }
 
 // Totals sums the GPU map.

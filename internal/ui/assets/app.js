@@ -384,18 +384,16 @@ async function askWhatIf() {
 
 // ---- cost ----
 async function loadCost() {
-  if (ui.costProm === false) return;
+  if (!ui.state || !ui.state.costFromPrometheus) return;
   try {
     const [ns, q] = await Promise.all(['namespace', 'queue'].map(async (by) => {
       const res = await fetch('api/cost?by=' + by);
-      if (res.status === 404) throw new Error('none');
       if (!res.ok) throw new Error(await res.text());
       return res.json();
     }));
     ui.costProm = { ns, q };
   } catch (err) {
-    if (err.message === 'none') ui.costProm = false;
-    else ui.costProm = { error: err.message };
+    ui.costProm = { error: err.message };
   }
   drawCost();
 }
