@@ -395,3 +395,10 @@ func Listen(addr string) (net.Listener, error) {
 	}
 	return l, nil
 }
+
+// StateJSON is the page's state as last built.
+func (s *Server) StateJSON() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}

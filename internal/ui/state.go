@@ -33,6 +33,11 @@ type State struct {
 	// Totals sum the map: GPUs, held (in thousandths), withdrawn.
 	Totals   Totals      `json:"totals"`
 	Queues   []QueueView `json:"queues"`
+	// Waiting and Running list at most maxWaiting and maxRunning entries
+	// (the first by namespace and name, and those holding the most GPUs);
+	// the totals say how many there are.
+	WaitingTotal int `json:"waitingTotal"`
+	RunningTotal int `json:"runningTotal"`
 	Waiting  []WaitView  `json:"waiting"`
 	Running  []RunView   `json:"running"`
 	Cost     CostView    `json:"cost"`
@@ -91,9 +96,9 @@ type GPUView struct {
 type Held struct {
 	Pod   string `json:"p"`
 	Queue string `json:"q,omitempty"`
-	// Part is whole, a fraction ("0.50 GPU, 20Gi"), a replica
-	// ("replica, 1/4") or a MIG instance ("MIG 3g.40gb").
-	Part string `json:"part"`
+	// Part is a fraction ("0.50 GPU, 20Gi"), a replica ("replica, 1/4")
+	// or a MIG instance ("MIG 3g.40gb"); empty for a whole GPU.
+	Part string `json:"part,omitempty"`
 }
 
 // QueueView is one Queue: status's row, its place in the tree, and how
@@ -148,6 +153,13 @@ type CostRow struct {
 	GPUHours float64 `json:"gpuHours"`
 	Cost     float64 `json:"cost,omitempty"`
 }
+
+// The most waiting and running entries the page is sent: a table longer
+// than this is read through its totals, the map and the filters.
+const (
+	maxWaiting = 1000
+	maxRunning = 500
+)
 
 // build turns the core's view and the stores into the page's state.
 func (c *cluster) build(v *adapter.View, now time.Time, price float64) *State {
@@ -252,11 +264,17 @@ func (c *cluster) build(v *adapter.View, now time.Time, price float64) *State {
 		r.Cost = round2(r.GPUHours * price)
 		st.Running = append(st.Running, *r)
 	}
-	slices.SortFunc(st.Running, func(a, b RunView) int { return cmp.Or(cmp.Compare(b.GPUs, a.GPUs), cmp.Compare(a.Group, b.Group)) })
+	slices.SortFunc(st.Running, func(a, b RunView) int {
+		return cmp.Or(cmp.Compare(b.GPUs, a.GPUs), cmp.Compare(b.AgeSec, a.AgeSec), cmp.Compare(a.Group, b.Group))
+	})
+	st.RunningTotal = len(st.Running)
+	st.Running = st.Running[:min(len(st.Running), maxRunning)]
 	st.Cost = CostView{ByNamespace: costRows(byNS, price), ByQueue: costRows(byQ, price)}
 
 	st.Queues = c.queueViews()
 	st.Waiting = c.waiting(v)
+	st.WaitingTotal = len(st.Waiting)
+	st.Waiting = st.Waiting[:min(len(st.Waiting), maxWaiting)]
 	return st
 }
 
@@ -414,7 +432,7 @@ func partOf(g *model.GPU, r *model.Request, s model.GPUShare) string {
 	case r.Replicas > 0 && g.MinShareMilli > 0 && g.MinShareMilli < g.Capacity():
 		return fmt.Sprintf("replica, 1/%d", g.Capacity()/g.MinShareMilli)
 	case s.Milli >= g.Capacity():
-		return "whole"
+		return ""
 	}
 	part := strconv.FormatFloat(float64(s.Milli)/float64(g.Capacity()), 'f', 2, 64) + " GPU"
 	if s.MemoryMiB > 0 {

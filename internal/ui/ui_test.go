@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -97,7 +98,7 @@ func TestMapShowsHoldersPartsAndQuarantine(t *testing.T) {
 	for _, g := range nv.GPUs {
 		var got []string
 		for _, h := range g.Holders {
-			got = append(got, h.Pod+" "+h.Part)
+			got = append(got, h.Pod+" "+cmp.Or(h.Part, "whole"))
 		}
 		if strings.Join(got, ";") != want[g.Index] {
 			t.Errorf("GPU %d held by %v, want %q", g.Index, got, want[g.Index])

@@ -96,8 +96,8 @@ function gpuSymbol(g) {
   if (g.w) return ['out', '✕', 'GPU ' + g.i + ' ' + g.w];
   const held = (g.h || []).length;
   if (!held) return ['free', '□', 'GPU ' + g.i + ' free'];
-  const whole = g.h.length === 1 && g.h[0].part === 'whole';
-  return [whole ? 'whole' : 'part', whole ? '■' : '◧', 'GPU ' + g.i + ' held by ' + g.h.map((h) => h.p + ' (' + h.part + ')').join(', ')];
+  const whole = g.h.length === 1 && !g.h[0].part;
+  return [whole ? 'whole' : 'part', whole ? '■' : '◧', 'GPU ' + g.i + ' held by ' + g.h.map((h) => h.p + ' (' + (h.part || 'whole') + ')').join(', ')];
 }
 
 function nodeMatches(n, text, pool, prod, queue, prob) {
@@ -238,7 +238,7 @@ function drawNode(n) {
     li.append(el('span', 'gpu ' + cls, sym), document.createTextNode(' GPU ' + g.i + (g.mig ? ' (MIG, ' + g.mig + ' slices)' : '') + ': '));
     if (g.w) li.append(el('span', 'bad', g.w.toUpperCase() + '. '));
     if (g.h && g.h.length) {
-      li.append(document.createTextNode('held by ' + g.h.map((h) => h.p + ' — ' + h.part + (h.q ? ', queue ' + h.q : '')).join('; ')));
+      li.append(document.createTextNode('held by ' + g.h.map((h) => h.p + ' — ' + (h.part || 'whole') + (h.q ? ', queue ' + h.q : '')).join('; ')));
       const freeTxt = g.mig ? (g.fs ? '; ' + g.fs + ' slices free' : '') : (g.fm > 0 ? '; ' + fmt(g.fm / 1000) + ' free' : '');
       li.append(document.createTextNode(freeTxt));
     } else if (!g.w) {
@@ -341,6 +341,8 @@ function drawWaiting() {
       td((w.scheduled || 0) + ' / ' + w.minMember, 'num'), td(w.why || '(no reason recorded yet)'));
     waitingBody.append(tr);
   });
+  $('waiting-count').textContent = st.waitingTotal > st.waiting.length ? 'The first ' + st.waiting.length + ' (by namespace and name) of ' + st.waitingTotal + ' waiting entries.' : '';
+  $('running-count').textContent = st.runningTotal > st.running.length ? 'The ' + st.running.length + ' holding the most GPUs of ' + st.runningTotal + ' running workloads.' : '';
   const runBody = $('running').tBodies[0];
   runBody.textContent = '';
   for (const r of st.running) {
