@@ -30,6 +30,8 @@ import (
 // does not keep (its transform drops node conditions): readiness, the
 // agent's quarantine, the pool and the labels that name its place.
 type nodeExtra struct {
+	// rv is the resourceVersion the extras were read from.
+	rv          string
 	ready       bool
 	quarantine  string
 	quarantined map[int]string
@@ -42,6 +44,7 @@ type nodeExtra struct {
 // podExtra is what the page shows of a running pod that the scheduler's
 // cache does not keep: when it started and how long it may run.
 type podExtra struct {
+	rv       string
 	started  time.Time
 	deadline time.Duration
 	phase    corev1.PodPhase
@@ -88,14 +91,31 @@ func (c *cluster) poke() {
 // pod's extras, then trims the object as gpuplane-scheduler's informers
 // do (adapter.ForCache).
 func (c *cluster) transform(obj any) (any, error) {
+	// An informer may transform one object twice (client-go's streaming
+	// list transforms it into the reflector's store, then again in its
+	// queue), the second time already trimmed: extras read from an
+	// object are kept until a newer resourceVersion comes.
 	switch o := obj.(type) {
 	case *corev1.Node:
+		c.mu.Lock()
+		old := c.nodeExtras[o.Name]
+		c.mu.Unlock()
+		if old != nil && old.rv == o.ResourceVersion && o.ResourceVersion != "" {
+			break
+		}
 		x := c.extraOf(o)
 		c.mu.Lock()
 		c.nodeExtras[o.Name] = x
 		c.mu.Unlock()
 	case *corev1.Pod:
-		x := &podExtra{phase: o.Status.Phase}
+		key := o.Namespace + "/" + o.Name
+		c.mu.Lock()
+		old := c.podExtras[key]
+		c.mu.Unlock()
+		if old != nil && old.rv == o.ResourceVersion && o.ResourceVersion != "" {
+			break
+		}
+		x := &podExtra{rv: o.ResourceVersion, phase: o.Status.Phase}
 		if o.Status.StartTime != nil {
 			x.started = o.Status.StartTime.Time
 		}
@@ -103,7 +123,7 @@ func (c *cluster) transform(obj any) (any, error) {
 			x.deadline = time.Duration(*d) * time.Second
 		}
 		c.mu.Lock()
-		c.podExtras[o.Namespace+"/"+o.Name] = x
+		c.podExtras[key] = x
 		c.mu.Unlock()
 	}
 	return adapter.ForCache(obj)
@@ -116,7 +136,7 @@ func topologyLabel(k string) bool {
 }
 
 func (c *cluster) extraOf(n *corev1.Node) *nodeExtra {
-	x := &nodeExtra{product: n.Labels[gpunode.LabelGPUProduct], labels: map[string]string{}}
+	x := &nodeExtra{rv: n.ResourceVersion, product: n.Labels[gpunode.LabelGPUProduct], labels: map[string]string{}}
 	for _, k := range c.poolLabels {
 		if v := n.Labels[k]; v != "" {
 			x.pool = v

@@ -173,8 +173,9 @@ func (c *cluster) build(v *adapter.View, now time.Time, price float64) *State {
 	pools, products := map[string]bool{}, map[string]bool{}
 	snap := &v.Snapshot
 	type runAcc struct {
-		r       *RunView
-		nodes   map[string]bool
+		r *RunView
+		// nodes are few per group: a slice, not a map per group.
+		nodes   []string
 		started int64
 		endsAt  time.Time
 	}
@@ -191,12 +192,14 @@ func (c *cluster) build(v *adapter.View, now time.Time, price float64) *State {
 			g := gpusOf(n, &a)
 			acc := runs[a.Group]
 			if acc == nil {
-				acc = &runAcc{r: &RunView{Group: a.Group, Namespace: ns, Queue: a.Queue, EndsInSec: -1}, nodes: map[string]bool{}, started: a.StartedAt}
+				acc = &runAcc{r: &RunView{Group: a.Group, Namespace: ns, Queue: a.Queue, EndsInSec: -1}, started: a.StartedAt}
 				runs[a.Group] = acc
 			}
 			acc.r.Pods++
 			acc.r.GPUs += g
-			acc.nodes[n.Name] = true
+			if len(acc.nodes) == 0 || acc.nodes[len(acc.nodes)-1] != n.Name {
+				acc.nodes = append(acc.nodes, n.Name)
+			}
 			started := time.UnixMilli(a.StartedAt)
 			if x := pods[a.Pod]; x != nil && !x.started.IsZero() {
 				started = x.started
@@ -246,11 +249,9 @@ func (c *cluster) build(v *adapter.View, now time.Time, price float64) *State {
 
 	for _, acc := range runs {
 		r := acc.r
-		names := make([]string, 0, len(acc.nodes))
-		for n := range acc.nodes {
-			names = append(names, n)
-		}
-		slices.Sort(names)
+		// Nodes come in snapshot order (by name), each group's allocations
+		// on one node together.
+		names := acc.nodes
 		if len(names) > 4 {
 			r.Nodes = strings.Join(names[:4], ", ") + fmt.Sprintf(" and %d more", len(names)-4)
 		} else {
@@ -533,18 +534,37 @@ func (c *cluster) waiting(v *adapter.View) []WaitView {
 		}
 		out = append(out, wv)
 	}
+	// Pods the scheduler holds back from the core: a gang's reason goes
+	// on its PodGroup's row (when the scheduler wrote none), a lone pod's
+	// on its own.
 	for key, why := range v.Held {
 		ns, name, _ := strings.Cut(key, "/")
+		why = "held back by the scheduler: " + why
+		group := ""
+		if o, ok, _ := c.pods.GetByKey(key); ok {
+			if p, ok := o.(*corev1.Pod); ok {
+				if g, err := v1alpha1.PodGroupName(p.Labels, p.Annotations); err == nil {
+					group = g.Value
+				}
+			}
+		}
 		found := false
 		for i := range out {
-			if out[i].Namespace == ns && out[i].Kind == status.KindPods && out[i].Group == gpupod.LonePodGroupPrefix+key {
-				out[i].Why = "held back by the scheduler: " + why
+			w := &out[i]
+			switch {
+			case group != "" && w.Kind == status.KindPodGroup && w.Namespace == ns && w.Name == group:
+				if w.Why == "" {
+					w.Why = why
+				}
+				found = true
+			case group == "" && w.Kind == status.KindPods && w.Group == gpupod.LonePodGroupPrefix+key:
+				w.Why = why
 				found = true
 			}
 		}
 		if !found {
-			out = append(out, WaitView{Gang: status.Gang{Kind: status.KindPods, Namespace: ns, Name: name, Phase: string(corev1.PodPending), MinMember: 1, Count: 1,
-				Why: "held back by the scheduler: " + why}})
+			out = append(out, WaitView{Gang: status.Gang{Kind: status.KindPods, Namespace: ns, Name: name, Phase: string(corev1.PodPending), MinMember: 1, Count: 1, Why: why},
+				Group: gpupod.LonePodGroupPrefix + key})
 		}
 	}
 	slices.SortFunc(out, func(a, b WaitView) int {

@@ -191,7 +191,10 @@ func TestWaitingCarriesTheGroup(t *testing.T) {
 	pg.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionSchedulable, Status: metav1.ConditionFalse, Reason: "Unschedulable", Message: "gang 0/2 placeable"}}
 	lone := build.Pod("ml", "solo").GPUs(16).SchedulerName(v1alpha1.SchedulerName).Phase(corev1.PodPending).Obj()
 	lone.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Message: "0/1 nodes: GPU"}}
-	feed(s, gpuNode("n1", 8), pg, gangPod("ml", "gang", 0, 2), gangPod("ml", "gang", 1, 2), lone)
+	// A pod whose GPU limit and request differ is held back by the
+	// scheduler, with its reason.
+	bad := build.Pod("ml", "bad").SchedulerName(v1alpha1.SchedulerName).Limit("nvidia.com/gpu", "2").Request("nvidia.com/gpu", "1").Phase(corev1.PodPending).Obj()
+	feed(s, gpuNode("n1", 8), pg, gangPod("ml", "gang", 0, 2), gangPod("ml", "gang", 1, 2), lone, bad)
 	got := map[string]WaitView{}
 	for _, w := range state(t, s).Waiting {
 		got[w.Name] = w
@@ -201,6 +204,9 @@ func TestWaitingCarriesTheGroup(t *testing.T) {
 	}
 	if w := got["solo"]; w.Group != "pod/ml/solo" || w.Why != "0/1 nodes: GPU" {
 		t.Errorf("solo %+v", w)
+	}
+	if w := got["bad"]; w.Group != "pod/ml/bad" || !strings.HasPrefix(w.Why, "held back by the scheduler: ") || len(got) != 3 {
+		t.Errorf("bad %+v (of %d entries), want it held back with the scheduler's reason", w, len(got))
 	}
 }
 
@@ -286,5 +292,35 @@ func TestOnlyLoopbackAndSameOrigin(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 || !strings.Contains(res.Header.Get("Content-Security-Policy"), "default-src 'self'") {
 		t.Errorf("index: %d, CSP %q", res.StatusCode, res.Header.Get("Content-Security-Policy"))
+	}
+}
+
+// An informer may transform an object twice, the second time already
+// trimmed of its conditions and start time: what the page shows of them
+// stays that of the first.
+func TestTransformTwiceKeepsExtras(t *testing.T) {
+	s := newTestServer(t)
+	n := gpuNode("n1", 8)
+	n.ResourceVersion = "7"
+	p := running("ml", "job", "n1", 1, "0", time.Hour, 2*time.Hour)
+	p.ResourceVersion = "9"
+	for _, o := range []any{n, p} {
+		once, err := s.cluster.transform(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		twice, err := s.cluster.transform(once)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.cluster.upsert(twice)
+	}
+	s.Rebuild()
+	st := state(t, s)
+	if len(st.Nodes) != 1 || !st.Nodes[0].Ready || st.Nodes[0].Problem != "" {
+		t.Errorf("node %+v, want ready with no problem", st.Nodes)
+	}
+	if len(st.Running) != 1 || st.Running[0].EndsInSec < 3500 || st.Running[0].EndsInSec > 3600 {
+		t.Errorf("running %+v, want the pod's deadline an hour away", st.Running)
 	}
 }

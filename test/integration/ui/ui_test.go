@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,10 +223,12 @@ func TestWebUI(t *testing.T) {
 				t.Errorf("node detail lacks %q:\n%s", want, detail)
 			}
 		}
+		if strings.Contains(detail, "not ready") || !regexp.MustCompile(`Ready\s+yes`).MatchString(detail) {
+			t.Errorf("node detail says the node is unhealthy:\n%s", detail)
+		}
 		if n := strings.Count(detail, "held by default/holder"); n != 4 {
 			t.Errorf("node detail names holder on %d GPUs, want 4:\n%s", n, detail)
 		}
-		b.screenshot(t, shots, "ui-gpu-map")
 		if errs := b.consoleErrors(); len(errs) > 0 {
 			t.Errorf("console errors on the map: %v", errs)
 		}
@@ -320,6 +323,10 @@ func TestWebUI(t *testing.T) {
 		if lat > updateBound {
 			t.Errorf("the page showed the quarantine %v after the node recorded it, want within %v", lat, updateBound)
 		}
+		b.run(t, chromedp.Click(chromedp.CSS(`#map .row[data-node="gpu-node-2"]`)))
+		b.waitJS(t, 10*time.Second, "gpu-node-2's detail with GPU 7 out of service",
+			`document.querySelector('#node-detail h3')?.textContent === 'gpu-node-2' && document.getElementById('node-detail').innerText.includes('GPU 7: QUARANTINED')`)
+		b.screenshot(t, shots, "ui-gpu-map")
 		if errs := b.consoleErrors(); len(errs) > 0 {
 			t.Errorf("console errors: %v", errs)
 		}
