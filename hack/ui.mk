@@ -28,4 +28,5 @@ docs-ui-screenshots: controlplane-bins browser-tools ## redraw the web view's sc
 
 bench-ui: browser-tools ## the web view's memory at 5,000 nodes and 40,000 pods and its first paint in Chromium (docs/benchmarks.md)
 	GPUPLANE_INTEGRATION=1 $(GO) test -count=1 -run '^$$' -bench BenchmarkUIMemory5000Nodes40000Pods -benchtime 1x -count 3 ./test/integration/ui/
-	GPUPLANE_INTEGRATION=1 $(GO) test -count=1 -run '^$$' -bench BenchmarkFirstPaint -benchtime 5x ./test/integration/ui/
+	GPUPLANE_INTEGRATION=1 $(GO) test -count=1 -run '^$$' -bench BenchmarkFirstPaint -benchtime 3x ./test/integration/ui/
+	GPUPLANE_INTEGRATION=1 $(GO) test -count=1 -run '^$$' -bench BenchmarkRebuildAfterOneChange5000Nodes -benchtime 10x -count 3 ./test/integration/ui/

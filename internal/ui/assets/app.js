@@ -348,7 +348,7 @@ function drawWaiting() {
   for (const r of st.running) {
     const tr = el('tr');
     tr.append(td(r.group), td(r.queue || '-'), td(r.pods, 'num'), td(fmt(r.gpus), 'num'), td(r.nodes), td(dur(r.ageSec), 'num'),
-      td(r.endsInSec >= 0 ? dur(r.endsInSec) : 'no deadline', 'num'), td(fmt(r.gpuHours), 'num'), td(st.price ? fmt(r.cost) : '-', 'num'));
+      td(r.endsInSec >= 0 ? dur(r.endsInSec) : 'no deadline', 'num'), td(fmt(r.gpuHours), 'num'), td(st.price ? fmt(r.cost || 0) : '-', 'num'));
     runBody.append(tr);
   }
 }
@@ -408,7 +408,7 @@ function drawCost() {
     for (const r of rows) {
       const tr = el('tr');
       tr.append(td(r.name || '(none)'), td(fmt(r.gpuHours), 'num'), td(total > 0 ? (100 * r.gpuHours / total).toFixed(1) + '%' : '-', 'num'),
-        td(st.price ? fmt(r.cost) : '-', 'num'));
+        td(st.price ? fmt(r.cost || 0) : '-', 'num'));
       body.append(tr);
     }
   };
