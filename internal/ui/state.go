@@ -31,19 +31,19 @@ type State struct {
 	Unreadable []string   `json:"unreadable,omitempty"`
 	Nodes      []NodeView `json:"nodes"`
 	// Totals sum the map: GPUs, held (in thousandths), withdrawn.
-	Totals   Totals      `json:"totals"`
-	Queues   []QueueView `json:"queues"`
+	Totals Totals      `json:"totals"`
+	Queues []QueueView `json:"queues"`
 	// Waiting and Running list at most maxWaiting and maxRunning entries
 	// (the first by namespace and name, and those holding the most GPUs);
 	// the totals say how many there are.
-	WaitingTotal int `json:"waitingTotal"`
-	RunningTotal int `json:"runningTotal"`
-	Waiting  []WaitView  `json:"waiting"`
-	Running  []RunView   `json:"running"`
-	Cost     CostView    `json:"cost"`
-	Pools    []string    `json:"pools"`
-	Products []string    `json:"products"`
-	Price    float64     `json:"price,omitempty"`
+	WaitingTotal int        `json:"waitingTotal"`
+	RunningTotal int        `json:"runningTotal"`
+	Waiting      []WaitView `json:"waiting"`
+	Running      []RunView  `json:"running"`
+	Cost         CostView   `json:"cost"`
+	Pools        []string   `json:"pools"`
+	Products     []string   `json:"products"`
+	Price        float64    `json:"price,omitempty"`
 	// CostFromPrometheus says the Cost view asks /api/cost (--prometheus).
 	CostFromPrometheus bool     `json:"costFromPrometheus,omitempty"`
 	Problems           []string `json:"problems,omitempty"`
