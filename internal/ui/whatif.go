@@ -201,7 +201,13 @@ func lend(w WhatIf, snap *model.Snapshot, group string, d model.Decisions, run f
 // places it (binary search), then each of them given back while the group
 // still fits without it.
 func whenEnds(w WhatIf, snap *model.Snapshot, group string, running []runningGroup, now time.Time, run func(*model.Snapshot) (model.Decisions, error)) (WhatIf, error) {
-	cands := slices.Clone(running)
+	// The group's own running members (a gang partly placed) stay.
+	cands := slices.DeleteFunc(slices.Clone(running), func(r runningGroup) bool { return r.name == group })
+	if len(cands) == 0 {
+		w.Verdict = NoAnswer
+		w.Summary = "nothing else runs, and it does not fit: " + w.Reason
+		return w, nil
+	}
 	slices.SortFunc(cands, func(a, b runningGroup) int {
 		switch {
 		case !a.endsAt.IsZero() && !b.endsAt.IsZero():
