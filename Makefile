@@ -21,7 +21,7 @@ VERSION_LDFLAGS := -X github.com/gpuplane/gpuplane/internal/version.version=$(VE
 .PHONY: help build test test-unit test-docs lint verify generate manifests docs docs-pictures demo bench clean
 
 # Each test tier beyond the unit tests keeps its targets in a fragment of its own.
-include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk hack/images.mk hack/release.mk
+include hack/controlplane.mk hack/conformance.mk hack/monitoring.mk hack/agent.mk hack/scheduler.mk hack/fuzz.mk hack/images.mk hack/release.mk hack/ui.mk
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'

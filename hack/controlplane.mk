@@ -25,7 +25,7 @@ demo-operator-bins: ## build only the operators the demo runs ($(DEMO_OPERATORS)
 third-party-crds: $(CONTROLLER_GEN) ## copy the CRDs tests install from other projects' Go modules (Volcano's PodGroup and Job, Kueue's Topology) into bin/crds (only when a pin changes)
 	@GO="$(GO)" CONTROLLER_GEN="$(CONTROLLER_GEN)" $(CURDIR)/hack/fetch-crds.sh "$(BIN)"
 
-test-integration: controlplane-bins operator-bins third-party-crds ## integration tests against a real etcd, kube-apiserver, controller-manager, kwok and workload operators
+test-integration: controlplane-bins operator-bins third-party-crds browser-tools ## integration tests against a real etcd, kube-apiserver, controller-manager, kwok and workload operators, and the web view in Chromium
 	GPUPLANE_INTEGRATION=1 GPUPLANE_CONTROLPLANE_BIN="$(BIN)" $(GO) test $(GOTESTFLAGS) $(INTEGRATION_PKGS)
 
 # The compatibility tier runs gpuplane against the oldest and the newest

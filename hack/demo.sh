@@ -6,7 +6,8 @@
 # MIG in mixed strategy, one with time-slicing, a batch pool for two teams'
 # queues, one more with whole GPUs and one with two empty GPUs in MIG mode
 # whose MIG devices the DRA driver creates for claims; gpuplane-scheduler; and two workload
-# operators as users run them (Kubeflow's training operator, KubeRay).
+# operators as users run them (Kubeflow's training operator, KubeRay); serves
+# the web view (gpuplane ui) and prints its address while each cluster is up.
 # Applies examples/, waits for the pods, prints which pod got which GPUs, the
 # agent's node labels and a few metrics, re-partitions one GPU of the MIG
 # node live through its nvidia.com/mig.config label, runs the teams' queues, then submits
@@ -48,6 +49,7 @@ cleanup() {
 	trap '' PIPE
 	# Its output goes to a file first: a closed stdout must not kill it
 	# before the cluster is down.
+	stop_ui
 	"$bin/gpuplane" dev down >"$state/down.log" 2>&1 || code=1
 	printf '\n== stopping the cluster\n' || true
 	cat "$state/down.log" || true
@@ -59,6 +61,28 @@ trap 'exit 130' INT TERM
 
 section() { printf '\n== %s\n' "$*"; }
 
+# start_ui serves the web view of the running cluster on a free loopback
+# port in the background and prints its address; stop_ui stops it.
+start_ui() {
+	"$bin/gpuplane" ui --address 127.0.0.1:0 --pool-label gpuplane.io/pool >"$state/ui.log" 2>&1 &
+	ui_pid=$!
+	for _ in $(seq 120); do
+		grep -q '^gpuplane ui: serving ' "$state/ui.log" && break
+		kill -0 "$ui_pid" 2>/dev/null || { cat "$state/ui.log" >&2; exit 1; }
+		sleep 0.5
+	done
+	ui_url=$(sed -n 's/^gpuplane ui: serving \([^ ]*\).*/\1/p' "$state/ui.log")
+	[[ -n "$ui_url" ]] || { echo "demo: gpuplane ui did not start:" >&2; cat "$state/ui.log" >&2; exit 1; }
+	echo "web view: open $ui_url while the cluster is up (GPU map, queues, waiting gangs with the core's what-if, cost)"
+}
+stop_ui() {
+	if [[ -n "${ui_pid:-}" ]]; then
+		kill "$ui_pid" 2>/dev/null || true
+		wait "$ui_pid" 2>/dev/null || true
+		ui_pid=
+	fi
+}
+
 section "starting a local cluster: 6 simulated DGX H100 nodes running gpuplane-agent (device plugin and DRA driver), gpuplane-scheduler, the training operator and KubeRay"
 "$bin/gpuplane" dev up --scheduler gpuplane --operators training-operator,kuberay \
 	--node-profiles dgxh100,dgxh100:mig-mixed,dgxh100:time-slicing=4,dgxh100,dgxh100,dgxh100:mig-dynamic
@@ -67,6 +91,9 @@ export KUBECONFIG="$GPUPLANE_DEV_DIR/kubeconfig"
 # there, so the queues below compete for exactly its 8 GPUs.
 "$kubectl" label node gpu-node-4 gpuplane.io/pool=batch >/dev/null
 "$kubectl" taint node gpu-node-4 gpuplane.io/pool=batch:NoSchedule >/dev/null
+
+section "the web view: gpuplane ui, reading the cluster with its kubeconfig"
+start_ui
 
 section "nodes and the GPU labels gpuplane-agent wrote"
 "$kubectl" get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.memory,nvidia.com/gpu.count,nvidia.com/mig.strategy
@@ -307,6 +334,7 @@ section "gpuplane status"
 "$bin/gpuplane" status -o wide
 
 section "a gang inside one NVLink domain: a second cluster of two GB200 NVL72 racks, two compute trays each (examples/topology/04-nvlink-gang.yaml)"
+stop_ui
 "$bin/gpuplane" dev down >"$state/down-first.log" 2>&1 || { cat "$state/down-first.log" >&2; exit 1; }
 "$bin/gpuplane" dev up --scheduler gpuplane --nodes 4 --profile gb200-nvl72 --topology rack-nodes=2,nvl72 --dra=false
 # Each agent labels nvidia.com/gpu.clique from its simulated GPUs' fabric
@@ -316,6 +344,7 @@ for _ in $(seq 60); do
 	sleep 1
 done
 "$kubectl" get nodes -L gpuplane.io/topology-block,gpuplane.io/topology-rack,nvidia.com/gpu.clique
+start_ui
 echo "gpu-node-1 (rack-1) is busy: only rack-2 has two free trays for the two 4-GPU workers"
 "$kubectl" apply -f - >/dev/null <<'YAML'
 apiVersion: v1

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/cli/simulate"
 	"github.com/gpuplane/gpuplane/internal/cli/status"
 	"github.com/gpuplane/gpuplane/internal/cli/topology"
+	"github.com/gpuplane/gpuplane/internal/cli/ui"
 	"github.com/gpuplane/gpuplane/internal/cli/version"
 )
 
@@ -20,6 +21,7 @@ func subcommands() []*cobra.Command {
 		status.NewCommand(),
 		doctor.NewCommand(),
 		cost.NewCommand(),
+		ui.NewCommand(),
 		mig.NewCommand(),
 		topology.NewCommand(),
 		simulate.NewCommand(),

@@ -75,6 +75,7 @@ func specs(t *testing.T) map[string]commandSpec {
 		"gpuplane status":                {badArgs: [][]string{{"x"}}, output: true, server: cluster, namespaced: true},
 		"gpuplane doctor":                {badArgs: [][]string{{}, {"pod", "a", "b"}}, run: []string{"trainer-0"}, output: true, server: cluster, namespaced: true},
 		"gpuplane cost":                  {badArgs: [][]string{{"x"}}, output: true, server: prometheus},
+		"gpuplane ui":                    {badArgs: [][]string{{"x"}}, server: cluster},
 		"gpuplane mig":                   {badArgs: [][]string{{"nope"}}, runs: true},
 		"gpuplane mig plan":              {badArgs: [][]string{{}, {"node"}, {"node", "config", "x"}}, run: []string{"node", "config"}, output: true, server: cluster},
 		"gpuplane topology":              {badArgs: [][]string{{"nope"}}, runs: true},

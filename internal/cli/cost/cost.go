@@ -311,3 +311,31 @@ func (r *Report) render(out io.Writer, wide bool) error {
 	_, err := fmt.Fprintf(out, "\n%s to %s, sampled every %s\n", r.Start.Format(time.RFC3339), r.End.Format(time.RFC3339), r.Resolution)
 	return err
 }
+
+// Query is one cost report to compute, as the cost command's flags give
+// it: Prometheus's base URL, the window before now in Prometheus's units,
+// the rows (namespace, queue, pod or node) and the price of a GPU-hour.
+type Query struct {
+	Prometheus string
+	Window     string
+	By         string
+	Price      float64
+	Timeout    time.Duration
+}
+
+// Compute runs q against Prometheus as `gpuplane cost` does, for a
+// program that shows the report its own way (gpuplane ui); a bad field
+// is an error naming the flag that sets it.
+func Compute(ctx context.Context, q Query) (*Report, error) {
+	table := cliutil.Table
+	o := &options{output: &table, prometheus: q.Prometheus, window: q.Window, end: "now", by: q.By, price: q.Price, timeout: q.Timeout, now: time.Now}
+	_, pq, err := o.parse()
+	if err != nil {
+		return nil, err
+	}
+	c, err := newClient(o.prometheus, o.timeout)
+	if err != nil {
+		return nil, err
+	}
+	return report(ctx, c, o.by, pq, o.price)
+}

@@ -229,7 +229,7 @@ func Collect(ctx context.Context, rc *rest.Config, schedulerName string) (*Statu
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ql.Items[i].Object, &q); err != nil {
 				return nil, fmt.Errorf("decoding queue %s: %w", ql.Items[i].GetName(), err)
 			}
-			st.Queues = append(st.Queues, queueStatus(&q))
+			st.Queues = append(st.Queues, QueueOf(&q))
 		}
 	} else if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("listing queues: %w", err)
@@ -241,38 +241,51 @@ func Collect(ctx context.Context, rc *rest.Config, schedulerName string) (*Statu
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(gl.Items[i].Object, &g); err != nil {
 				return nil, fmt.Errorf("decoding pod group %s: %w", gl.Items[i].GetName(), err)
 			}
-			switch g.Status.Phase {
-			case v1alpha1.PodGroupRunning, v1alpha1.PodGroupScheduled, v1alpha1.PodGroupSucceeded, v1alpha1.PodGroupFailed:
-				continue
+			if gang, waits := PodGroupWaiting(&g); waits {
+				st.Waiting = append(st.Waiting, gang)
 			}
-			gang := Gang{Kind: KindPodGroup, Namespace: g.Namespace, Name: g.Name, Queue: g.Spec.Queue, Phase: string(g.Status.Phase),
-				MinMember: g.Spec.MinMember, Scheduled: g.Status.Scheduled, DerivedFrom: g.Annotations[v1alpha1.DerivedFromAnnotation]}
-			if gang.Phase == "" {
-				gang.Phase = "Unknown"
-			}
-			if c := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.ConditionSchedulable); c != nil {
-				gang.Why = c.Message
-			}
-			st.Waiting = append(st.Waiting, gang)
 		}
 	} else if !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("listing pod groups: %w", err)
 	}
-	st.Waiting = append(st.Waiting, waitingPods(pods.Items, schedulerName)...)
+	ptrs := make([]*corev1.Pod, len(pods.Items))
+	for i := range pods.Items {
+		ptrs[i] = &pods.Items[i]
+	}
+	st.Waiting = append(st.Waiting, WaitingPods(ptrs, schedulerName)...)
 	slices.SortFunc(st.Waiting, func(a, b Gang) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Why, b.Why))
 	})
 	return st, nil
 }
 
-// waitingPods counts the scheduler's pending pods that belong to no pod
+// PodGroupWaiting is g's WAITING entry, and whether g waits at all (a
+// pod group running, scheduled or finished does not): its phase, its
+// members and why, as the scheduler wrote it in the Schedulable
+// condition.
+func PodGroupWaiting(g *v1alpha1.PodGroup) (Gang, bool) {
+	switch g.Status.Phase {
+	case v1alpha1.PodGroupRunning, v1alpha1.PodGroupScheduled, v1alpha1.PodGroupSucceeded, v1alpha1.PodGroupFailed:
+		return Gang{}, false
+	}
+	gang := Gang{Kind: KindPodGroup, Namespace: g.Namespace, Name: g.Name, Queue: g.Spec.Queue, Phase: string(g.Status.Phase),
+		MinMember: g.Spec.MinMember, Scheduled: g.Status.Scheduled, DerivedFrom: g.Annotations[v1alpha1.DerivedFromAnnotation]}
+	if gang.Phase == "" {
+		gang.Phase = "Unknown"
+	}
+	if c := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.ConditionSchedulable); c != nil {
+		gang.Why = c.Message
+	}
+	return gang, true
+}
+
+// WaitingPods counts the scheduler's pending pods that belong to no pod
 // group (gangs are listed through their PodGroup) per namespace, owner,
 // queue and reason: a Deployment's fifty waiting replicas are one row.
-func waitingPods(pods []corev1.Pod, schedulerName string) []Gang {
+func WaitingPods(pods []*corev1.Pod, schedulerName string) []Gang {
 	type key struct{ ns, owner, queue, why string }
 	counts := map[key]int32{}
-	for i := range pods {
-		p := &pods[i]
+	for _, p := range pods {
 		if p.Spec.SchedulerName != schedulerName || p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending || p.DeletionTimestamp != nil ||
 			podGroupOf(p) != "" {
 			continue
@@ -398,7 +411,10 @@ func gpuRequest(p *corev1.Pod) int64 {
 	return n
 }
 
-func queueStatus(q *v1alpha1.Queue) Queue {
+// QueueOf is q's QUEUES row: its GPU usage and fair share from its
+// status, its guarantee and limit from its spec, and its Valid
+// condition's message when it is invalid.
+func QueueOf(q *v1alpha1.Queue) Queue {
 	out := Queue{Name: q.Name, Parent: q.Spec.Parent, Pending: q.Status.Pending, Admitted: q.Status.Admitted,
 		Usage: gpus(q.Status.Usage), FairShare: gpus(q.Status.FairShare)}
 	for _, r := range q.Spec.Resources {
