@@ -105,7 +105,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.CycleInterval, "cycle-interval", def.CycleInterval, "longest time between scheduling cycles")
 	fs.DurationVar(&cfg.MinCycleInterval, "min-cycle-interval", def.MinCycleInterval, "shortest time between cycles; changes arriving meanwhile are batched")
 	fs.IntVar(&cfg.BindWorkers, "bind-workers", def.BindWorkers, "bindings in flight at once")
-	fs.IntVar(&cfg.RequestsInFlight, "api-requests-in-flight", def.RequestsInFlight, "API requests in flight at once, watches aside: keep it under the API server's streams per HTTP/2 connection (kube-apiserver's --http2-max-streams-per-connection, 100 by default) less the watches, or the client dials more connections")
+	fs.IntVar(&cfg.RequestsInFlight, "api-requests-in-flight", def.RequestsInFlight, "API requests in flight at once on each connection (see --bind-connections), watches aside: keep it under the API server's streams per HTTP/2 connection (kube-apiserver's --http2-max-streams-per-connection, 100 by default) less the watches, or the client dials more connections")
 	fs.IntVar(&cfg.BindConnections, "bind-connections", def.BindConnections, "HTTP/2 connections the bindings are spread over, the shared one included, each with at most api-requests-in-flight requests in flight")
 	fs.Float32Var(&cfg.EvictionQPS, "eviction-qps", def.EvictionQPS, "evictions per second at most")
 	fs.IntVar(&cfg.MaxEvictionsPerCycle, "max-evictions-per-cycle", def.MaxEvictionsPerCycle, "evictions one cycle may decide")

@@ -41,12 +41,13 @@ type Config struct {
 	// server is slow to answer (32 workers at 150 ms each cap it near 200
 	// pods/s); QPS still caps the total.
 	BindWorkers int
-	// RequestsInFlight bounds the API requests in flight at once, watches
-	// aside (default 80): they then fit one HTTP/2 connection, which
-	// kube-apiserver lets carry 100 streams unless its
-	// --http2-max-streams-per-connection says otherwise, beside the
-	// informers' watches. Past it the client would dial more connections,
-	// a TLS handshake each. Bind workers past it wait for a slot.
+	// RequestsInFlight bounds the API requests in flight at once on each
+	// connection (BindConnections), watches aside (default 80): they then
+	// fit one HTTP/2 connection, which kube-apiserver lets carry 100
+	// streams unless its --http2-max-streams-per-connection says
+	// otherwise, beside the informers' watches. Past it the client would
+	// dial more connections, a TLS handshake each. Bind workers past it
+	// wait for a slot.
 	RequestsInFlight int
 	// BindConnections is how many HTTP/2 connections the bindings are
 	// spread over (default 4): the connection every other request uses
