@@ -164,7 +164,15 @@ func matchNodes(a, b []model.Node, adopt bool) bool {
 		return false
 	}
 	for i := range a {
-		if !matchNode(&a[i], &b[i], adopt) {
+		x, y := &a[i], &b[i]
+		// The identity check is written out here, not left to matchNode,
+		// so that the walk over unchanged nodes stays one loop.
+		if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
+			sameSlice(x.GPUs, y.GPUs) && sameSlice(x.Taints, y.Taints) && x.Volumes == y.Volumes &&
+			mapID(x.Labels) == mapID(y.Labels) && mapID(x.Domains) == mapID(y.Domains) && mapID(x.Allocatable) == mapID(y.Allocatable) {
+			continue
+		}
+		if !matchNode(x, y, adopt) {
 			return false
 		}
 	}

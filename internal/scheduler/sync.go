@@ -169,6 +169,9 @@ func (s *Scheduler) syncNodes(nodes []model.Node) bool {
 	if len(a) != len(nodes) {
 		return false
 	}
+	if matchNodes(a, nodes, true) {
+		return true
+	}
 	relabel := s.relabel[:0]
 	for i := range a {
 		x, y := &a[i], &nodes[i]
