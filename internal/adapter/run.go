@@ -391,17 +391,24 @@ func serve(addr string, profiling bool, m *metrics, ready *atomic.Bool, log logr
 	}, nil
 }
 
+// laneIdle is how long a bind connection may go unanswered before its
+// next burst is let through one request first (coldGate): well within
+// client-go's idle timeout of 90s, after which the connection is closed.
+const laneIdle = 30 * time.Second
+
 // bindLanes returns the clients of the bindings' own connections
 // (cfg.BindConnections less the shared one). Each is built from base,
 // which has no limit on requests in flight, with a limit of its own and a
 // dialer of its own, so that client-go does not hand it the shared
-// connection's transport; they take proto's content types and rate
-// limiter.
+// connection's transport, and a coldGate, so that a burst of binds on a
+// connection closed while idle dials once; they take proto's content
+// types and rate limiter.
 func bindLanes(base, proto *rest.Config, cfg Config) ([]kubernetes.Interface, error) {
 	var lanes []kubernetes.Interface
 	for range cfg.BindConnections - 1 {
 		lc := rest.CopyConfig(base)
 		lc.ContentType, lc.AcceptContentTypes, lc.RateLimiter = proto.ContentType, proto.AcceptContentTypes, proto.RateLimiter
+		lc.Wrap(gateCold(laneIdle, time.Now))
 		lc.Wrap(limitInFlight(cfg.RequestsInFlight))
 		lc.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 		c, err := kubernetes.NewForConfig(lc)
