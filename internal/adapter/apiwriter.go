@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,14 +25,19 @@ import (
 // pool of workers, evictions at a bounded rate, and the deletes that tear
 // down partly bound gangs.
 type apiWriter struct {
-	client  kubernetes.Interface
-	dyn     dynamic.Interface
-	log     klog.Logger
-	metrics *metrics
-	events  *statusWriter
-	tasks   chan func(context.Context)
-	evictRL flowcontrol.RateLimiter
-	wg      sync.WaitGroup
+	client kubernetes.Interface
+	dyn    dynamic.Interface
+	// lanes are clients on connections of their own that carry only
+	// bindings (Config.BindConnections, run.go); binds go round robin
+	// over client and lanes.
+	lanes    []kubernetes.Interface
+	nextBind atomic.Uint32
+	log      klog.Logger
+	metrics  *metrics
+	events   *statusWriter
+	tasks    chan func(context.Context)
+	evictRL  flowcontrol.RateLimiter
+	wg       sync.WaitGroup
 }
 
 func newAPIWriter(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, cfg Config, log klog.Logger, m *metrics, events *statusWriter) *apiWriter {
@@ -216,7 +222,7 @@ func (w *apiWriter) bindPod(ctx context.Context, t bindTask) error {
 		b.Annotations[gpupod.QueueAnnotation] = t.queue
 	}
 	start := time.Now()
-	err := w.client.CoreV1().Pods(t.pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
+	err := w.bindClient().CoreV1().Pods(t.pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
 	w.metrics.bindDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		w.metrics.binds.WithLabelValues("error").Inc()
@@ -227,6 +233,19 @@ func (w *apiWriter) bindPod(ctx context.Context, t bindTask) error {
 	w.metrics.e2e.Observe(time.Since(t.pod.CreationTimestamp.Time).Seconds())
 	w.log.V(4).Info("bound", "pod", klog.KObj(t.pod), "node", t.node, "gpus", formatShares(t.shares))
 	return nil
+}
+
+// bindClient is the client of the next binding: client and the lanes in
+// turn, so that the binds in flight are spread over the connections.
+func (w *apiWriter) bindClient() kubernetes.Interface {
+	if len(w.lanes) == 0 {
+		return w.client
+	}
+	i := int(w.nextBind.Add(1)) % (len(w.lanes) + 1)
+	if i == len(w.lanes) {
+		return w.client
+	}
+	return w.lanes[i]
 }
 
 // evict gives a victim notice n (its PreemptionNotice condition and

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,8 +135,7 @@ func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
 				return strings.Compare(a.reason, b.reason)
 			})
 			if !cl.all {
-				cl.id = b.nextClass
-				b.nextClass++
+				cl.id = b.classID(key)
 			}
 			b.classes[key] = cl
 		}
@@ -147,14 +147,26 @@ func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
 	return cl
 }
 
+// classID is the number of the class with key (its node label is
+// classLabelPrefix and the number): the one it had, if it had one when the
+// nodes last changed.
+func (b *builder) classID(key string) int {
+	if id, ok := b.classIDs[key]; ok {
+		return id
+	}
+	id := b.nextClass
+	b.nextClass++
+	b.classIDs[key] = id
+	return id
+}
+
 // pinnedClass is a pod's class narrowed to the one node its allocated
 // claims are on.
 func (b *builder) pinnedClass(pi *podInfo, base *podClass, node string, used map[string]bool) *podClass {
 	key := cmp.Or(pi.class, classKey(pi.pod)) + "\x00node=" + node
 	cl := b.classes[key]
 	if cl == nil {
-		cl = &podClass{pod: pi.pod, id: b.nextClass, match: make([]bool, len(b.nodes))}
-		b.nextClass++
+		cl = &podClass{pod: pi.pod, id: b.classID(key), match: make([]bool, len(b.nodes))}
 		other := 0
 		for i, n := range b.nodes {
 			if n.node.Name == node {
@@ -184,8 +196,7 @@ func (b *builder) deviceNodesClass(pi *podInfo, base *podClass, nodes []bool, us
 	key := cmp.Or(pi.class, classKey(pi.pod)) + "\x00devices=" + string(mask)
 	cl := b.classes[key]
 	if cl == nil {
-		cl = &podClass{pod: pi.pod, id: b.nextClass, match: make([]bool, len(b.nodes))}
-		b.nextClass++
+		cl = &podClass{pod: pi.pod, id: b.classID(key), match: make([]bool, len(b.nodes))}
 		other := 0
 		for i, n := range b.nodes {
 			cl.match[i] = base.match[i] && i < len(nodes) && nodes[i]
@@ -214,20 +225,22 @@ func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.dra.SetNames) && b.modelNodes != nil {
+	domainKeys := len(b.domainKeys)
+	if !nodesChanged && slices.Equal(keys, b.classKeys) && slices.Equal(names, b.dra.SetNames) && domainKeys == b.domainKeysN && b.modelNodes != nil {
 		return b.modelNodes
 	}
-	b.classKeys, b.dra.SetNames = keys, names
+	b.classKeys, b.dra.SetNames, b.domainKeysN = keys, names, domainKeys
 	inUse := make([]*deviceSet, len(names))
 	for i, k := range names {
 		inUse[i] = sets[k]
 	}
+	last := b.modelNodes
 	b.modelNodes = make([]model.Node, len(b.nodes))
 	for i, n := range b.nodes {
 		m := n.m
 		m.GPUs = withDeviceSets(m.GPUs, i, inUse)
 		m.Labels = nil
-		m.Domains = n.node.Labels // topology keys of pod constraints
+		m.Domains = b.domainsOf(n)
 		for _, k := range keys {
 			cl := b.classes[k]
 			if cl.match[i] {
@@ -237,7 +250,14 @@ func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet
 				m.Labels[classLabelPrefix+strconv.Itoa(cl.id)] = "true"
 			}
 		}
+		if len(last) == len(b.nodes) && last[i].Name == m.Name && maps.Equal(last[i].Labels, m.Labels) {
+			// The core tells an unchanged node by its maps' identity.
+			m.Labels = last[i].Labels
+		}
 		b.modelNodes[i] = m
+	}
+	if len(b.domains) > len(b.nodes) {
+		maps.DeleteFunc(b.domains, func(name string, _ nodeDomains) bool { _, ok := b.nodeIndex[name]; return !ok })
 	}
 	return b.modelNodes
 }

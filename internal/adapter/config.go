@@ -41,13 +41,22 @@ type Config struct {
 	// server is slow to answer (32 workers at 150 ms each cap it near 200
 	// pods/s); QPS still caps the total.
 	BindWorkers int
-	// RequestsInFlight bounds the API requests in flight at once, watches
-	// aside (default 80): they then fit one HTTP/2 connection, which
-	// kube-apiserver lets carry 100 streams unless its
-	// --http2-max-streams-per-connection says otherwise, beside the
-	// informers' watches. Past it the client would dial more connections,
-	// a TLS handshake each. Bind workers past it wait for a slot.
+	// RequestsInFlight bounds the API requests in flight at once on each
+	// connection (BindConnections), watches aside (default 80): they then
+	// fit one HTTP/2 connection, which kube-apiserver lets carry 100
+	// streams unless its --http2-max-streams-per-connection says
+	// otherwise, beside the informers' watches. Past it the client would
+	// dial more connections, a TLS handshake each. Bind workers past it
+	// wait for a slot.
 	RequestsInFlight int
+	// BindConnections is how many HTTP/2 connections the bindings are
+	// spread over (default 4): the connection every other request uses
+	// and BindConnections-1 of their own, each bounded to
+	// RequestsInFlight, so that up to BindConnections x RequestsInFlight
+	// bindings are in flight while no connection carries more streams
+	// than the API server allows. Each connection is one TLS handshake
+	// when it opens, not one per request.
+	BindConnections int
 	// EvictionQPS bounds evictions per second (default 10);
 	// MaxEvictionsPerCycle bounds those one cycle may decide (default 64).
 	EvictionQPS          float32
@@ -143,6 +152,9 @@ func (c Config) Defaults() Config {
 	if c.RequestsInFlight == 0 {
 		c.RequestsInFlight = 80
 	}
+	if c.BindConnections == 0 {
+		c.BindConnections = 4
+	}
 	if c.EvictionQPS == 0 {
 		c.EvictionQPS = 10
 	}
@@ -187,6 +199,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: bind-workers must be >= 1, got %d", c.BindWorkers)
 	case c.RequestsInFlight < 0:
 		return fmt.Errorf("config: api-requests-in-flight must be >= 1, got %d", c.RequestsInFlight)
+	case c.BindConnections < 0:
+		return fmt.Errorf("config: bind-connections must be >= 1, got %d", c.BindConnections)
 	case c.MinCycleInterval > c.CycleInterval:
 		return fmt.Errorf("config: min-cycle-interval %v must not exceed cycle-interval %v", c.MinCycleInterval, c.CycleInterval)
 	case c.LeaseName != "" && c.Identity == "":

@@ -4,6 +4,8 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // inFlightLimit bounds the scheduler's API requests in flight, watches
@@ -81,4 +83,50 @@ func (b *releasingBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.release()
 	return err
+}
+
+// coldGate lets one request at a time through a connection that may have
+// been closed: one on which no request was answered for idle (less than
+// the transport's idle timeout, after which an unused connection is
+// closed). Go's HTTP/2 client meets a burst on a closed connection with a
+// dial, a TLS handshake on both sides, per request; through the gate the
+// first request opens one connection and the rest of the burst then
+// shares it. The bind connections need it (Config.BindConnections): they
+// carry nothing between bursts of binds, unlike the shared one, which its
+// watches keep open.
+type coldGate struct {
+	next http.RoundTripper
+	idle time.Duration
+	now  func() time.Time
+	// last is when a request was last answered (UnixNano); mu is held by
+	// the request that opens the connection.
+	last    atomic.Int64
+	mu      sync.Mutex
+	waiting atomic.Int32 // requests waiting for mu, for tests
+}
+
+// gateCold returns a wrapper of a round tripper under a coldGate.
+func gateCold(idle time.Duration, now func() time.Time) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper { return &coldGate{next: rt, idle: idle, now: now} }
+}
+
+func (g *coldGate) warm() bool { return g.now().UnixNano()-g.last.Load() < int64(g.idle) }
+
+func (g *coldGate) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !g.warm() {
+		g.waiting.Add(1)
+		g.mu.Lock()
+		g.waiting.Add(-1)
+		if g.warm() {
+			// Opened while this one waited.
+			g.mu.Unlock()
+		} else {
+			defer g.mu.Unlock()
+		}
+	}
+	resp, err := g.next.RoundTrip(req)
+	if err == nil {
+		g.last.Store(g.now().UnixNano())
+	}
+	return resp, err
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // countingTripper answers every request after release is closed (watches
@@ -131,4 +133,68 @@ func cancelled(rt http.RoundTripper, req *http.Request) error {
 		return fmt.Errorf("got %w, want it to wait until its context ends", err)
 	}
 	return nil
+}
+
+// A burst on a connection no request was answered on for the gate's idle
+// time goes through one request first, the rest once it is answered;
+// while answers keep coming, requests go through together; after idle
+// time without one, the next burst is gated again.
+func TestColdGateOpensWithOneRequest(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var clock sync.Mutex
+	tick := func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+	ct := &countingTripper{release: make(chan struct{})}
+	g := gateCold(30*time.Second, tick)(ct).(*coldGate)
+	burst := func(n int) *sync.WaitGroup {
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				req, _ := http.NewRequest(http.MethodPost, "https://api/api/v1/namespaces/a/pods/p/binding", nil)
+				resp, err := g.RoundTrip(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = resp.Body.Close()
+			})
+		}
+		return &wg
+	}
+	inFlight := func() int { ct.mu.Lock(); defer ct.mu.Unlock(); return ct.now }
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s: in flight %d, at the gate %d", what, inFlight(), g.waiting.Load())
+			}
+			runtime.Gosched()
+		}
+	}
+
+	wg := burst(20)
+	poll("one request in flight and 19 at the gate", func() bool { return inFlight() == 1 && g.waiting.Load() == 19 })
+	close(ct.release)
+	wg.Wait()
+	if ct.most != 1 {
+		t.Errorf("%d requests in flight at once on a cold connection, want 1", ct.most)
+	}
+
+	ct.release = make(chan struct{})
+	clock.Lock()
+	now = now.Add(29 * time.Second)
+	clock.Unlock()
+	wg = burst(20)
+	poll("20 requests in flight on a warm connection", func() bool { return inFlight() == 20 })
+	close(ct.release)
+	wg.Wait()
+
+	ct.release = make(chan struct{})
+	clock.Lock()
+	now = now.Add(31 * time.Second)
+	clock.Unlock()
+	wg = burst(5)
+	poll("one request in flight and 4 at the gate after idle time", func() bool { return inFlight() == 1 && g.waiting.Load() == 4 })
+	close(ct.release)
+	wg.Wait()
 }

@@ -323,8 +323,7 @@ func (b *builder) inclusionClass(pi *podInfo, in spreadInclusion, used map[strin
 			cl.all = cl.all && ok
 		}
 		if !cl.all {
-			cl.id = b.nextClass
-			b.nextClass++
+			cl.id = b.classID(key)
 		}
 		b.classes[key] = cl
 	}

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter/grouper"
@@ -54,13 +55,21 @@ func Run(ctx context.Context, cfg Config) error {
 	rc := rest.CopyConfig(cfg.RESTConfig)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
 	rc.UserAgent = "gpuplane-scheduler"
+	unbounded := rest.CopyConfig(rc)
 	rc.Wrap(limitInFlight(cfg.RequestsInFlight))
 	proto := rest.CopyConfig(rc)
 	proto.ContentType = "application/vnd.kubernetes.protobuf"
 	proto.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	// The typed client and the bind lanes share one budget of QPS and
+	// Burst, as the typed client alone had it.
+	proto.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	client, err := kubernetes.NewForConfig(proto)
 	if err != nil {
 		return fmt.Errorf("creating the API client: %w", err)
+	}
+	lanes, err := bindLanes(unbounded, proto, cfg)
+	if err != nil {
+		return err
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
@@ -218,6 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		st := newStatusWriter(client, dyn, recorder, cfg.StatusQPS, log)
 		api := newAPIWriter(ctx, client, dyn, cfg, log, m, st)
+		api.lanes = lanes
 		l, err := newLoop(cfg, log, c, api, st, m)
 		if err != nil {
 			log.Error(err, "starting the scheduling loop")
@@ -380,4 +390,33 @@ func serve(addr string, profiling bool, m *metrics, ready *atomic.Bool, log logr
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// laneIdle is how long a bind connection may go unanswered before its
+// next burst is let through one request first (coldGate): well within
+// client-go's idle timeout of 90s, after which the connection is closed.
+const laneIdle = 30 * time.Second
+
+// bindLanes returns the clients of the bindings' own connections
+// (cfg.BindConnections less the shared one). Each is built from base,
+// which has no limit on requests in flight, with a limit of its own and a
+// dialer of its own, so that client-go does not hand it the shared
+// connection's transport, and a coldGate, so that a burst of binds on a
+// connection closed while idle dials once; they take proto's content
+// types and rate limiter.
+func bindLanes(base, proto *rest.Config, cfg Config) ([]kubernetes.Interface, error) {
+	var lanes []kubernetes.Interface
+	for range cfg.BindConnections - 1 {
+		lc := rest.CopyConfig(base)
+		lc.ContentType, lc.AcceptContentTypes, lc.RateLimiter = proto.ContentType, proto.AcceptContentTypes, proto.RateLimiter
+		lc.Wrap(gateCold(laneIdle, time.Now))
+		lc.Wrap(limitInFlight(cfg.RequestsInFlight))
+		lc.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		c, err := kubernetes.NewForConfig(lc)
+		if err != nil {
+			return nil, fmt.Errorf("creating a bind connection's API client: %w", err)
+		}
+		lanes = append(lanes, c)
+	}
+	return lanes, nil
 }

@@ -96,6 +96,7 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		nonPreemptible := p.Spec.SchedulerName != b.schedulerName || p.DeletionTimestamp != nil ||
 			r.active(e.pi.key, p, now) || c.protectedByPDB(p)
 		req := e.req
+		b.readRequestDomains(&req)
 		req.Volumes = c.placedVolumes(e.pi, &ni.m)
 		req.Terminating = p.DeletionTimestamp != nil
 		a := model.Allocation{

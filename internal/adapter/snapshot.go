@@ -61,6 +61,20 @@ type builder struct {
 	classGen     int      // bumped when classes are recomputed
 	classKeys    []string // active class keys with a label, sorted
 	nextClass    int
+	// classIDs numbers the classes (their node label, classLabelPrefix);
+	// a class in use when the nodes change keeps its number, so that a
+	// node's class labels change only where its membership did.
+	classIDs map[string]int
+	// domainKeys are the node label keys that some pod's affinity or
+	// spread terms, or some gang's topology, have read as topology keys
+	// since the builder started; only those reach the core, in
+	// model.Node.Domains (domains.go).
+	domainKeys map[string]bool
+	// domains is each node's Domains as last passed, by node name.
+	domains map[string]nodeDomains
+	// domainKeysN is how many domainKeys the last node list was built
+	// with.
+	domainKeysN int
 
 	// groupQueues and groupSliceSizes memoize, within one
 	// runningAllocations, each PodGroup's queue (allocationQueue) and the
@@ -89,6 +103,7 @@ type builder struct {
 
 func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
 	return &builder{schedulerName: schedulerName, budget: budget, log: log, nodesVersion: -1, classes: map[string]*podClass{},
+		classIDs: map[string]int{}, domainKeys: map[string]bool{}, domains: map[string]nodeDomains{},
 		nodeAllocs: map[string][]model.Allocation{}}
 }
 
@@ -108,6 +123,8 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		slices.SortFunc(b.nodes, func(x, y *nodeInfo) int { return cmp.Compare(x.node.Name, y.node.Name) })
 		b.classes = map[string]*podClass{}
 		b.classGen++
+		// Numbers of the classes the last snapshot used are kept.
+		maps.DeleteFunc(b.classIDs, func(k string, _ int) bool { _, used := slices.BinarySearch(b.classKeys, k); return !used })
 	}
 	in.nodes = b.nodes
 	in.snap.Queues = b.queues(c, in)
@@ -226,6 +243,9 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		// What the gang still needs is the core's one rule (PodGroup.Min):
 		// its size less the members bound or finished.
 		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0, Topology: topo}
+		if topo != nil {
+			b.readDomains(topo.Levels...)
+		}
 		if len(g.pending) > 1 {
 			if topo != nil && topo.SliceSize > 0 {
 				// Slices of a size are taken in this order: by sub-group
@@ -242,6 +262,7 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			cl := b.class(pi, used)
 			req := pi.req
 			var alts []*deviceSet
+			b.readRequestDomains(&req)
 			if pc := in.claims[pi.key]; pc != nil {
 				if pc.Set != nil && pc.Set.AdminNodes != nil {
 					// Admin access takes no GPU: the core chooses among

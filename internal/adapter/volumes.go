@@ -559,8 +559,7 @@ func (b *builder) volumeClass(pi *podInfo, base *podClass, pv *podVolumes, used 
 			// class serves as it is, with no label of its own.
 			cl = base
 		} else {
-			cl.id = b.nextClass
-			b.nextClass++
+			cl.id = b.classID(key)
 		}
 		b.classes[key] = cl
 	}

@@ -56,6 +56,11 @@ type Scheduler struct {
 	// topo holds the domains of each list of topology levels gangs named
 	// (topology.go), until the nodes change.
 	topo map[string]*topoIndex
+	// tieLevels are the levels the placer's tie order was taken from
+	// (topology), nil before any.
+	tieLevels []string
+	// relabel is syncNodes' scratch: the nodes whose labels changed.
+	relabel []int
 	// looks counts looks over running groups (runningGroup.seen).
 	looks uint64
 	// rooms is scratch space for topology gangs' rooms per node.
@@ -160,19 +165,34 @@ func matchNodes(a, b []model.Node, adopt bool) bool {
 	}
 	for i := range a {
 		x, y := &a[i], &b[i]
+		// The identity check is written out here, not left to matchNode,
+		// so that the walk over unchanged nodes stays one loop.
 		if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
 			sameSlice(x.GPUs, y.GPUs) && sameSlice(x.Taints, y.Taints) && x.Volumes == y.Volumes &&
 			mapID(x.Labels) == mapID(y.Labels) && mapID(x.Domains) == mapID(y.Domains) && mapID(x.Allocatable) == mapID(y.Allocatable) {
 			continue
 		}
-		if !sameNode(x, y) {
+		if !matchNode(x, y, adopt) {
 			return false
 		}
-		if adopt {
-			topo, mig := x.Topology, x.MIG
-			*x = *y
-			x.Topology, x.MIG = topo, mig
-		}
+	}
+	return true
+}
+
+// matchNode is matchNodes for one node.
+func matchNode(x, y *model.Node, adopt bool) bool {
+	if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
+		sameSlice(x.GPUs, y.GPUs) && sameSlice(x.Taints, y.Taints) && x.Volumes == y.Volumes &&
+		mapID(x.Labels) == mapID(y.Labels) && mapID(x.Domains) == mapID(y.Domains) && mapID(x.Allocatable) == mapID(y.Allocatable) {
+		return true
+	}
+	if !sameNode(x, y) {
+		return false
+	}
+	if adopt {
+		topo, mig := x.Topology, x.MIG
+		*x = *y
+		x.Topology, x.MIG = topo, mig
 	}
 	return true
 }

@@ -41,7 +41,7 @@ func (s *Scheduler) sync(snap *model.Snapshot) (err error) {
 	if chunks != nil && len(chunks) != len(snap.Nodes) {
 		return fmt.Errorf("syncing snapshot: runningByNode has %d chunks for %d nodes", len(chunks), len(snap.Nodes))
 	}
-	if s.st == nil || !matchNodes(s.nodes, snap.Nodes, true) {
+	if s.st == nil || !s.syncNodes(snap.Nodes) {
 		if err := s.reset(snap); err != nil {
 			return err
 		}
@@ -159,6 +159,71 @@ func sameAlloc(x, y *model.Allocation) bool {
 		(p.Volumes == q.Volumes || reflect.DeepEqual(p.Volumes, q.Volumes))
 }
 
+// syncNodes takes the snapshot's nodes when they are the state's nodes
+// but for the labels or domains of some (a labeller at work): each of
+// those is patched in place (its pods released, the node relabelled, its
+// pods assigned again), the rest adopted as matchNodes does. It reports
+// false, having changed nothing the state reads, when any other field of
+// a node differs or the node list is another; the caller then resets.
+func (s *Scheduler) syncNodes(nodes []model.Node) bool {
+	a := s.nodes
+	if len(a) != len(nodes) {
+		return false
+	}
+	if matchNodes(a, nodes, true) {
+		return true
+	}
+	relabel := s.relabel[:0]
+	for i := range a {
+		x, y := &a[i], &nodes[i]
+		if matchNode(x, y, true) {
+			continue
+		}
+		if !sameButLabels(x, y) {
+			return false
+		}
+		relabel = append(relabel, i)
+	}
+	s.relabel = relabel
+	domains := false
+	for _, i := range relabel {
+		x, y := &a[i], &nodes[i]
+		domains = domains || !maps.Equal(x.Domains, y.Domains)
+		topo, mig := x.Topology, x.MIG
+		*x = *y
+		x.Topology, x.MIG = topo, mig
+		for _, ps := range s.run.onNode[i] {
+			s.st.Release(i, &ps.a.Request, ps.a.GPUs)
+		}
+		if err := s.st.Relabel(i); err != nil {
+			return false
+		}
+		for _, ps := range s.run.onNode[i] {
+			if err := s.st.Assign(i, &ps.a.Request, ps.a.GPUs); err != nil {
+				return false
+			}
+		}
+	}
+	if domains && s.topo != nil {
+		// The gangs' topology domains are worked out again when next
+		// asked; the placer's tie order, taken from the first levels
+		// asked, follows the new domains now.
+		s.topo = nil
+		if s.tieLevels != nil {
+			s.topology(s.tieLevels)
+		}
+	}
+	return true
+}
+
+// sameButLabels reports whether x and y are equal in every field the
+// state reads but their labels and domains.
+func sameButLabels(x, y *model.Node) bool {
+	xc, yc := *x, *y
+	xc.Labels, xc.Domains, yc.Labels, yc.Domains = nil, nil, nil, nil
+	return sameNode(&xc, &yc)
+}
+
 // reset starts over on the snapshot's nodes with nothing running.
 func (s *Scheduler) reset(snap *model.Snapshot) error {
 	s.nodes = slices.Clone(snap.Nodes)
@@ -171,7 +236,7 @@ func (s *Scheduler) reset(snap *model.Snapshot) error {
 	}
 	s.capacity = model.CapacityOf(s.nodes)
 	s.st = placement.NewState(s.nodes)
-	s.topo, s.rooms = nil, nil
+	s.topo, s.rooms, s.tieLevels = nil, nil, nil
 	s.run = newRunning(len(s.nodes))
 	s.chunks = make([]chunkID, len(s.nodes))
 	s.mark = make([]uint64, len(s.nodes))

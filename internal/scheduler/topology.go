@@ -130,6 +130,7 @@ func (s *Scheduler) topology(levels []string) *topoIndex {
 	x := newTopoIndex(s.nodes, levels)
 	if len(s.topo) == 0 && len(levels) > 0 {
 		s.placer.SetTieOrder(x.rank())
+		s.tieLevels = slices.Clone(levels)
 	}
 	s.topo[key] = x
 	return x

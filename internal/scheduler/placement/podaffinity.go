@@ -50,6 +50,19 @@ type podIndex struct {
 type topoKey struct {
 	dom    []int32
 	values int
+	// ids numbers the key's values (dom's entries).
+	ids map[string]int32
+}
+
+// id returns value v's index, numbering a value not seen before.
+func (k *topoKey) id(v string) int32 {
+	id, seen := k.ids[v]
+	if !seen {
+		id = int32(k.values)
+		k.ids[v] = id
+		k.values++
+	}
+	return id
 }
 
 // labelSet is the pods of one namespace and label set, terminating
@@ -116,24 +129,57 @@ func (x *podIndex) key(s *State, name string) *topoKey {
 	if k := x.keys[name]; k != nil {
 		return k
 	}
-	k := &topoKey{dom: make([]int32, len(s.Nodes))}
-	ids := map[string]int32{}
+	k := &topoKey{dom: make([]int32, len(s.Nodes)), ids: map[string]int32{}}
 	for i := range s.Nodes {
 		v, ok := DomainValue(s.Nodes[i].Node, name)
 		if !ok {
 			k.dom[i] = -1
 			continue
 		}
-		id, seen := ids[v]
-		if !seen {
-			id = int32(len(ids))
-			ids[v] = id
-		}
-		k.dom[i] = id
+		k.dom[i] = k.id(v)
 	}
-	k.values = len(ids)
 	x.keys[name] = k
 	return k
+}
+
+// relabel follows node i's labels and domains after they changed; the
+// node must hold no pod the index counts. Each key's domain of the node is
+// read again (a value not seen before is a new domain, counted from 0);
+// counters and holders keep their counts, which the node added nothing
+// to. Spread counters also depend on which nodes and domains are eligible
+// (the node's labels and every key of the request), so they go and are
+// made again, from the label sets, when next asked.
+func (x *podIndex) relabel(s *State, i int) {
+	for name, k := range x.keys {
+		d := int32(-1)
+		if v, ok := DomainValue(s.Nodes[i].Node, name); ok {
+			d = k.id(v)
+		}
+		k.dom[i] = d
+	}
+	dropped := false
+	for id, c := range x.counters {
+		if c.spread {
+			delete(x.counters, id)
+			dropped = true
+			continue
+		}
+		for len(c.count) < c.key.values {
+			c.count = append(c.count, 0)
+		}
+	}
+	for _, h := range x.holders {
+		for len(h.count) < h.key.values {
+			h.count = append(h.count, 0)
+		}
+	}
+	if dropped {
+		for _, ls := range x.setList {
+			ls.counters = slices.DeleteFunc(ls.counters, func(c *counter) bool { return x.counters[c.id] != c })
+		}
+	}
+	clear(x.views)
+	x.holderGen++
 }
 
 // set returns the label set of req's pod.

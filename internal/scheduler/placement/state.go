@@ -137,6 +137,23 @@ func NewState(nodes []model.Node) *State {
 	return s
 }
 
+// Relabel takes node i's labels and domains as they now are: the caller
+// changed those fields, and no other, of the node the State reads, with
+// none of the node's pods applied (it releases them first and assigns
+// them again after). The node's class and signature are worked out again,
+// placers re-score it, and the pod constraints' counts follow its domains.
+func (s *State) Relabel(i int) error {
+	ns := &s.Nodes[i]
+	if ns.Pods != 0 {
+		return fmt.Errorf("relabelling node %q: %d pods are applied to it", ns.Node.Name, ns.Pods)
+	}
+	ns.class = s.classOf(ns.Node)
+	ns.sig, ns.sigMix = -1, -1
+	s.changed = append(s.changed, i)
+	s.aff.relabel(s, i)
+	return nil
+}
+
 // classOf interns everything static about a node that placement reads.
 func (s *State) classOf(n *model.Node) int32 {
 	var b strings.Builder
