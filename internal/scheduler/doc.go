@@ -60,7 +60,12 @@
 // what it needs admitted exceeds a queue limit on its own or its minMember
 // smallest pods need more than all nodes together, as
 // UnplacedAboveQueueLimit or UnplacedAboveCapacity with the need and the
-// limit); for those the driver marked
+// limit; a gang with fewer pods than its MinMember, placed, finished and
+// waiting together, as UnplacedMissingMembers: it is never placed in part);
+// what each waits for (Unplaced.Wait, one rule, waitFor): capacity, which
+// more nodes would cure, or its queue's quota, its gang's missing members,
+// its victims' exit or its own spec, which they would not, so that a
+// driver can hold the latter back from autoscalers; for those the driver marked
 // PodGroup.Explain, which filter refused how many nodes (unschedulable,
 // selector or taints, a host port, the pods allowance, a scalar resource by
 // name, cpu, memory, volumes, GPU, pod constraints) for its first pod and how many of

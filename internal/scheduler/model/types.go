@@ -654,6 +654,35 @@ const (
 	// Unplaced.Movable moved (they are preemptible, of lower priority or
 	// borrowed); nothing moves them yet.
 	UnplacedFragmentedDomain = "TopologyDomainFragmented"
+	// UnplacedMissingMembers: fewer of the gang's pods exist (waiting,
+	// placed or finished) than its MinMember; it waits for the rest to be
+	// created and is never placed in part (Unplaced.Missing counts them).
+	UnplacedMissingMembers = "NotEnoughPods"
+)
+
+// What a waiting group waits for (Unplaced.Wait): whether more nodes
+// would start it. A driver holds back the groups that wait for anything
+// but capacity, so that an autoscaler, which buys nodes for the pods a
+// scheduler calls unschedulable, buys none for them.
+const (
+	// WaitCapacity: more nodes, or more room on them, would start the
+	// group: nothing fits it as the nodes are (UnplacedNoFit, the
+	// topology codes), it needs more than all nodes have
+	// (UnplacedAboveCapacity), or it would fit only by evictions its
+	// queue or its pods forbid.
+	WaitCapacity = "Capacity"
+	// WaitQuota: its queue, or an ancestor, does not admit it
+	// (UnplacedQueueLimit, UnplacedAboveQueueLimit): nodes would sit idle.
+	WaitQuota = "Quota"
+	// WaitGang: members of the gang are still missing
+	// (UnplacedMissingMembers).
+	WaitGang = "GangMembers"
+	// WaitVictims: the group is placed and waits for the pods evicted for
+	// it to exit (UnplacedWaitingForVictims).
+	WaitVictims = "Preemption"
+	// WaitSpec: the group can never start as it is written
+	// (UnplacedBadTopology); its spec must change.
+	WaitSpec = "Spec"
 )
 
 // Unplaced records a pending group the cycle could not place: Code says
@@ -662,6 +691,13 @@ type Unplaced struct {
 	Group  string `json:"group"`
 	Code   string `json:"code"`
 	Reason string `json:"reason"`
+	// Wait says what the group waits for, one of the Wait* constants:
+	// WaitCapacity alone is what more nodes would cure. The core sets it
+	// from Code; a driver acts on it and never works it out itself.
+	Wait string `json:"wait,omitempty"`
+	// Missing is, for UnplacedMissingMembers, how many more pods the gang
+	// needs before it can be placed.
+	Missing int `json:"missing,omitempty"`
 	// Explained is set when the core also says where the group's first
 	// pod was refused: Filtered counts the nodes each filter refused
 	// (placement.Filter* reasons) out of Nodes, and Placeable is how many
