@@ -221,7 +221,7 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 // allocations in flight (the pod is offered again next cycle) and says
 // why on the pod.
 func (b *binder) bindTask(pod *corev1.Pod, node string, gpus []model.GPUShare) bindTask {
-	return bindTask{pod: pod, assumption: assumption{node: node, shares: gpus}, done: b.bindDone(pod, node, nil)}
+	return bindTask{pod: pod, assumption: assumption{node: node, shares: gpus}, gated: hasOurGate(pod), done: b.bindDone(pod, node, nil)}
 }
 
 func (b *binder) bindDone(pod *corev1.Pod, node string, claims []claimWrite) func(error) {

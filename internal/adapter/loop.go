@@ -37,6 +37,8 @@ type loop struct {
 	// proposed holds the MIG proposals written to each node until the
 	// cache shows them (miglayouts.go).
 	proposed map[string][]gpunode.MIGProposalGPU
+	// ungating holds the requests to lift pods' gates in flight (gates.go).
+	ungating map[string]ungateAsk
 }
 
 func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink, m *metrics) (*loop, error) {
@@ -128,6 +130,10 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	// 4b. MIG layouts proposed for idle GPUs, onto their nodes, where
 	//     their agents apply them.
 	l.writeLayouts(ctx, in, d.Layouts)
+
+	// 4c. Gates: pods the core says wait for capacity are released, so
+	//     that autoscalers see them; the others stay gated (gates.go).
+	l.release(ctx, in, &d, placed)
 
 	// 5. Gangs left partly bound are completed by the binds above or torn
 	//    down once their grace is over.
