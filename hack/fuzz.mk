@@ -23,6 +23,8 @@ FUZZ_ALL := \
 	./api/gpupod:FuzzReadAllocation \
 	./api/gpupod:FuzzParseGPUs \
 	./api/gpupod:FuzzReadFraction \
+	./api/scheduling/v1alpha1:FuzzParseLastCheckpoint \
+	./api/scheduling/v1alpha1:FuzzParseMinRuntime \
 	./internal/adapter:FuzzConvertNode \
 	./internal/adapter:FuzzPodRequest \
 	./internal/adapter:FuzzNodeAndPodResources \

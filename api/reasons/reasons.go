@@ -169,6 +169,12 @@ var All = concat(
 		{Name: gpunode.ConditionMIGConfig, Kind: ConditionType, Object: "Node", By: Agent},
 		{Name: v1alpha1.ConditionSchedulable, Kind: ConditionType, Object: "PodGroup", By: Scheduler},
 		{Name: v1alpha1.ConditionValid, Kind: ConditionType, Object: "Queue, GroupingRule", By: Scheduler},
+		{Name: v1alpha1.ConditionPreemptionNotice, Kind: ConditionType, Object: "Pod", By: Scheduler},
+	},
+	// A victim's notice: why it is evicted.
+	[]Reason{
+		{Name: "Preempt", Kind: ConditionReason, Object: "Pod", Condition: v1alpha1.ConditionPreemptionNotice, By: Scheduler, Anchor: "preemptionnotice"},
+		{Name: "Reclaim", Kind: ConditionReason, Object: "Pod", Condition: v1alpha1.ConditionPreemptionNotice, By: Scheduler, Anchor: "preemptionnotice"},
 	},
 	// Why a pod waits: its PodScheduled condition and an event of the
 	// same reason (FailedScheduling for Unschedulable).
@@ -200,8 +206,9 @@ var All = concat(
 		{Name: "DuplicateTarget", Kind: ConditionReason, Object: "GroupingRule", Condition: v1alpha1.ConditionValid, By: Scheduler},
 	},
 	// What the scheduler did.
-	events("Pod", Scheduler, "Preempted", "GangIncomplete", "FailedBinding", "FailedClaimAllocation"),
+	events("Pod", Scheduler, v1alpha1.ConditionPreemptionNotice, "Preempted", "InvalidCheckpoint", "GangIncomplete", "FailedBinding", "FailedClaimAllocation"),
 	events("PodGroup", Scheduler, "FailedCommit"),
+	events("PriorityClass", Scheduler, "InvalidMinRuntime"),
 	events("Node", Scheduler, "InvalidGPUInfo", "GPUTopologyIgnored"),
 	// The agent's conditions.
 	agentReasons("Node", gpunode.ConditionGPUReady,

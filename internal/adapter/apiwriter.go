@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -267,23 +266,33 @@ func (w *apiWriter) bindPod(ctx context.Context, t bindTask) error {
 	return nil
 }
 
-// evict asks the Eviction API to remove a victim, at most EvictionQPS per
-// second. done(true) means the API refused (a PodDisruptionBudget said no,
-// 429) and the victim stays.
-func (w *apiWriter) evict(ctx context.Context, pod *corev1.Pod, forGroup, reason string, done func(refused bool)) {
+// evict gives a victim notice n (its PreemptionNotice condition and
+// event), then asks the Eviction API to remove it with n's grace period,
+// at most EvictionQPS per second. done(true) means the API refused the
+// notice or the eviction (a PodDisruptionBudget said no, 429) and the
+// victim stays; a victim is never evicted without its notice.
+func (w *apiWriter) evict(ctx context.Context, pod *corev1.Pod, n notice, forGroup, reason string, done func(refused bool)) {
 	w.wg.Go(func() {
 		if err := w.evictRL.Wait(ctx); err != nil {
 			done(true)
 			return
 		}
-		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
-			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}}
+		if err := giveNotice(ctx, w.client, w.events, pod, n); err != nil {
+			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				done(false) // gone, or replaced by a pod of the same name
+				return
+			}
+			w.metrics.evictions.WithLabelValues(reason, "refused").Inc()
+			w.log.V(2).Info("preemption notice refused; the victim stays", "pod", klog.KObj(pod), "for", forGroup, "err", err)
+			done(true)
+			return
+		}
 		// The request of Pods().EvictV1 with no retries: client-go would
 		// otherwise wait out a PodDisruptionBudget's 429 (Retry-After) up
 		// to ten times, holding the preemptor's room for minutes; a
 		// refusal is the core's to weigh next cycle.
 		err := w.client.CoreV1().RESTClient().Post().MaxRetries(0).Namespace(pod.Namespace).Resource("pods").Name(pod.Name).
-			SubResource("eviction").Body(ev).Do(ctx).Error()
+			SubResource("eviction").Body(noticeEviction(pod, n)).Do(ctx).Error()
 		switch {
 		case err == nil:
 			w.metrics.evictions.WithLabelValues(reason, "evicted").Inc()

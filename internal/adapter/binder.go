@@ -134,10 +134,12 @@ func (r *refusals) expire(now time.Time) []string {
 	return out
 }
 
-// evict sends the cycle's evictions. A refused one (a PodDisruptionBudget
-// said no) leaves its victim alone for EvictionBackoff and ends the hold
-// of the group it was for, which competes afresh.
-func (b *binder) evict(ctx context.Context, d *model.Decisions) {
+// evict sends the cycle's evictions, each after its victim's notice
+// (preemptionNotice) with the grace period of the victim's Queue. A
+// refused one (a PodDisruptionBudget said no) leaves its victim alone for
+// EvictionBackoff and ends the hold of the group it was for, which
+// competes afresh.
+func (b *binder) evict(ctx context.Context, in *cycleInput, d *model.Decisions) {
 	if len(d.Evictions) == 0 {
 		return
 	}
@@ -146,12 +148,17 @@ func (b *binder) evict(ctx context.Context, d *model.Decisions) {
 		keys[k] = e.Pod
 	}
 	victims := b.cache.podsByKey(keys)
+	queues := victimQueues(&in.snap, d.Evictions)
 	for k, e := range d.Evictions {
 		victim := victims[k]
 		if victim == nil {
 			continue
 		}
-		b.api.evict(ctx, victim, e.For, e.Reason, func(refused bool) {
+		var grace *int64
+		if q := in.queueObjs[queues[e.Pod]]; q != nil {
+			grace = q.Spec.PreemptionGracePeriodSeconds
+		}
+		b.api.evict(ctx, victim, preemptionNotice(e.Reason, e.For, grace), e.For, e.Reason, func(refused bool) {
 			if refused {
 				b.refusals.add(e.Pod, victim.UID, time.Now().Add(b.cfg.EvictionBackoff))
 				b.cache.touch(e.Pod)
@@ -159,6 +166,27 @@ func (b *binder) evict(ctx context.Context, d *model.Decisions) {
 			}
 		})
 	}
+}
+
+// victimQueues returns the queue each evicted pod counts in, read from
+// the snapshot's allocations on the victims' nodes only.
+func victimQueues(snap *model.Snapshot, evictions []model.Eviction) map[string]string {
+	nodes := map[string]bool{}
+	out := make(map[string]string, len(evictions))
+	for _, e := range evictions {
+		nodes[e.Node], out[e.Pod] = true, ""
+	}
+	for i := range snap.Nodes {
+		if !nodes[snap.Nodes[i].Name] || i >= len(snap.RunningByNode) {
+			continue
+		}
+		for _, a := range snap.RunningByNode[i] {
+			if _, ok := out[a.Pod]; ok {
+				out[a.Pod] = a.Queue
+			}
+		}
+	}
+	return out
 }
 
 // bind sends the cycle's binds and returns the groups it placed. The members of a PodGroup are bound only after the

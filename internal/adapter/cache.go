@@ -117,6 +117,12 @@ type clusterCache struct {
 	nsLabels  map[string]map[string]string
 	classes   map[string]int32
 	pdbs      map[string]*policyv1.PodDisruptionBudget
+	// classMinRuntime is each PriorityClass's minimum runtime in
+	// milliseconds (v1alpha1.MinRuntimeAnnotation), for the classes that
+	// set a valid one; badClasses are the classes whose annotation was
+	// refused since the last snapshot, to be reported.
+	classMinRuntime map[string]int64
+	badClasses      []badClass
 
 	// nsSelectors lists the pods whose affinity selects namespaces by
 	// label: they are converted again when a namespace's labels change.
@@ -154,7 +160,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		changed:       make(chan struct{}, 1),
 		nodes:         map[string]*nodeInfo{}, replicas: 1, badNodes: map[string]nodeProblem{}, nodeWarnings: map[string]nodeProblem{},
 		pods: map[string]*podInfo{}, queues: map[string]*v1alpha1.Queue{}, podGroups: map[string]*v1alpha1.PodGroup{},
-		nsQueue: map[string]string{}, nsLabels: map[string]map[string]string{}, nsSelectors: map[string]bool{}, classes: map[string]int32{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
+		nsQueue: map[string]string{}, nsLabels: map[string]map[string]string{}, nsSelectors: map[string]bool{}, classes: map[string]int32{}, classMinRuntime: map[string]int64{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 		vol: newVolumeCache(), topologies: newTopologyBook(),
@@ -453,6 +459,7 @@ func allocationChanged(old, p *podInfo) bool {
 	return o.UID != n.UID || o.Spec.SchedulerName != n.Spec.SchedulerName || o.Spec.NodeName != n.Spec.NodeName || old.terminal() != p.terminal() ||
 		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || !maps.Equal(o.Labels, n.Labels) ||
 		o.Annotations[GPUsAnnotation] != n.Annotations[GPUsAnnotation] || o.Annotations[HeldAnnotation] != n.Annotations[HeldAnnotation] || (old.bad == nil) != (p.bad == nil) ||
+		o.Annotations[v1alpha1.LastCheckpointAnnotation] != n.Annotations[v1alpha1.LastCheckpointAnnotation] ||
 		old.queue != p.queue || old.pg != p.pg || old.awaiting != p.awaiting ||
 		a.MilliCPU != b.MilliCPU || a.MemoryMiB != b.MemoryMiB || a.GPUs != b.GPUs || a.GPUMilli != b.GPUMilli || a.Replicas != b.Replicas ||
 		a.GPUMemoryMiB != b.GPUMemoryMiB || a.MIGSlices != b.MIGSlices || a.MIGProfile != b.MIGProfile || a.ShareResource != b.ShareResource ||
@@ -851,12 +858,43 @@ func (c *clusterCache) upsertPriorityClass(pc *schedulingv1.PriorityClass) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.classes[pc.Name] = pc.Value
+	var ms int64
+	if v, ok := pc.Annotations[v1alpha1.MinRuntimeAnnotation]; ok {
+		d, err := v1alpha1.ParseMinRuntime(v)
+		if err != nil {
+			c.badClasses = append(c.badClasses, badClass{pc: pc, msg: err.Error() + "; the class has no minimum runtime until it is fixed"})
+		}
+		ms = d.Milliseconds()
+	}
+	c.setClassMinRuntime(pc.Name, ms)
 }
 
 func (c *clusterCache) deletePriorityClass(pc *schedulingv1.PriorityClass) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.classes, pc.Name)
+	c.setClassMinRuntime(pc.Name, 0)
+}
+
+// badClass is a PriorityClass whose minimum runtime was refused, and why.
+type badClass struct {
+	pc  *schedulingv1.PriorityClass
+	msg string
+}
+
+// setClassMinRuntime records class's minimum runtime (0: none); a change
+// reaches every running pod's allocation and the pending groups.
+func (c *clusterCache) setClassMinRuntime(class string, ms int64) {
+	if c.classMinRuntime[class] == ms {
+		return
+	}
+	if ms == 0 {
+		delete(c.classMinRuntime, class)
+	} else {
+		c.classMinRuntime[class] = ms
+	}
+	c.allDirty = true
+	c.poke()
 }
 
 func (c *clusterCache) upsertPDB(p *policyv1.PodDisruptionBudget) {

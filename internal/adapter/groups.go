@@ -216,6 +216,15 @@ func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
 func modelQueue(q *v1alpha1.Queue) (model.Queue, error) {
 	out := model.Queue{Name: q.Name, Parent: q.Spec.Parent, Priority: q.Spec.Priority,
 		NoPreemption: q.Spec.Preemption == v1alpha1.PreemptNever, NoReclaim: q.Spec.Reclaim == v1alpha1.ReclaimNever}
+	if err := q.Spec.CheckPreemptionSettings(); err != nil {
+		return model.Queue{}, err
+	}
+	if d := q.Spec.UsageHalfLife; d != nil {
+		out.UsageHalfLife = d.Milliseconds()
+	}
+	if d := q.Spec.MinRuntime; d != nil {
+		out.MinRuntime = d.Milliseconds()
+	}
 	for i, r := range q.Spec.Resources {
 		name := corev1.ResourceName(r.Name)
 		limit, kept := resourceBounds[name]

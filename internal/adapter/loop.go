@@ -11,6 +11,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/gpunode"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
 // loop runs scheduling cycles while it leads. It returns when ctx ends.
@@ -39,6 +40,11 @@ type loop struct {
 	proposed map[string][]gpunode.MIGProposalGPU
 	// ungating holds the requests to lift pods' gates in flight (gates.go).
 	ungating map[string]ungateAsk
+	// usage is the queues' usage over time the last cycle returned
+	// (model.Decisions.Usage), for the next snapshot. It lives as long as
+	// the process: a new leader starts each queue's over again from the
+	// usage it then holds.
+	usage []model.QueueUsage
 }
 
 func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink, m *metrics) (*loop, error) {
@@ -94,6 +100,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	}
 	in := l.cache.snapshot(l.build, &l.binder.refusals, now)
 	in.snap.Holds, in.snap.HoldTimeout = l.binder.holds.get(), maxPreemptionWait.Milliseconds()
+	in.snap.Usage = l.usage
 	in.snap.Layouts = layoutPolicy(l.cfg)
 	l.assumeLayouts(&in.snap)
 	markRepartitioning(&in.snap)
@@ -119,7 +126,8 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	//    core's holds) and are bound by a later cycle.
 	t := time.Now()
 	l.binder.holds.set(d.Holds)
-	l.binder.evict(ctx, &d)
+	l.usage = d.Usage
+	l.binder.evict(ctx, in, &d)
 	l.metrics.phase("evict", time.Since(t))
 
 	// 4. Binds, whole groups at a time, concurrently.

@@ -29,6 +29,7 @@ type fakeWriter struct {
 	queues     map[string]string // pod -> the queue its binding records
 	gangs      map[string][]v1alpha1.MemberPlacement
 	evicted    []string
+	notices    []notice // the notice each eviction gave, in evicted's order
 	deleted    []string
 	refuse     bool
 	commitFail error
@@ -106,9 +107,10 @@ func (f *fakeWriter) bindGang(ctx context.Context, pg *v1alpha1.PodGroup, placem
 	}
 }
 
-func (f *fakeWriter) evict(_ context.Context, pod *corev1.Pod, _, _ string, done func(refused bool)) {
+func (f *fakeWriter) evict(_ context.Context, pod *corev1.Pod, n notice, _, _ string, done func(refused bool)) {
 	f.mu.Lock()
 	f.evicted = append(f.evicted, podKey(pod))
+	f.notices = append(f.notices, n)
 	f.mu.Unlock()
 	done(f.refuse)
 }

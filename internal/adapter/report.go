@@ -33,8 +33,15 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 	if l.diag == nil {
 		l.diag = map[string]diagnosis{}
 	}
-	// 0. Nodes left out, or used without topology, for what they say.
+	// 0. Nodes left out, or used without topology, for what they say;
+	//    checkpoints and minimum runtimes refused.
 	l.reportNodes()
+	for _, x := range in.badCheckpoints {
+		l.status.event(x.pod, corev1.EventTypeWarning, "InvalidCheckpoint", x.msg)
+	}
+	for _, x := range in.badClasses {
+		l.status.event(x.pc, corev1.EventTypeWarning, "InvalidMinRuntime", x.msg)
+	}
 	// 1. Pods whose own spec cannot be scheduled.
 	for _, pi := range in.badPods {
 		l.status.podCondition(pi.pod, pi.bad.Reason, pi.bad.Msg)

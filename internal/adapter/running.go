@@ -4,6 +4,10 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+
 	"github.com/gpuplane/gpuplane/internal/adapter/dra"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/queue"
@@ -96,6 +100,7 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		a := model.Allocation{
 			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
 			Request: req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
+			MinRuntime: c.classMinRuntime[p.Spec.PriorityClassName], LastCheckpoint: b.lastCheckpoint(p, now),
 		}
 		if e.pi.pg != "" {
 			// A gang's member: its slice, which the rest of the slice
@@ -143,4 +148,28 @@ func (b *builder) allocationQueue(c *clusterCache, pi *podInfo) string {
 		return podQueue(c, pi, "")
 	}
 	return queue.DefaultQueue
+}
+
+// lastCheckpoint reads a running pod's v1alpha1.LastCheckpointAnnotation
+// in milliseconds, 0 when it has none. The value is the workload's word,
+// untrusted: one that does not parse, or lies in the future, counts as no
+// checkpoint and is reported on the pod (InvalidCheckpoint) once per node
+// change that reads it.
+func (b *builder) lastCheckpoint(p *corev1.Pod, now time.Time) int64 {
+	v, ok := p.Annotations[v1alpha1.LastCheckpointAnnotation]
+	if !ok {
+		return 0
+	}
+	t, err := v1alpha1.ParseLastCheckpoint(v, now)
+	if err != nil {
+		b.badCheckpoints = append(b.badCheckpoints, badCheckpoint{pod: p, msg: err.Error() + "; the pod counts as never having checkpointed"})
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// badCheckpoint is a pod whose checkpoint annotation was refused, and why.
+type badCheckpoint struct {
+	pod *corev1.Pod
+	msg string
 }

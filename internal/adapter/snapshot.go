@@ -38,6 +38,11 @@ type cycleInput struct {
 	claims map[string]*podClaims
 	// volumes are the pending pods' volumes, by pod key (volumes.go).
 	volumes map[string]*podVolumes
+	// badCheckpoints and badClasses are the refused checkpoint
+	// annotations of running pods and minimum runtimes of PriorityClasses
+	// this snapshot read, to be reported.
+	badCheckpoints []badCheckpoint
+	badClasses     []badClass
 }
 
 // builder turns the cache into snapshots; it lives on the cycle goroutine
@@ -77,6 +82,9 @@ type builder struct {
 	dra draMemo
 	// volClasses counts the volume classes among classes.
 	volClasses int
+	// badCheckpoints collects, while allocations are built, the pods
+	// whose checkpoint annotation was refused (lastCheckpoint).
+	badCheckpoints []badCheckpoint
 }
 
 func newBuilder(schedulerName string, budget int, log klog.Logger) *builder {
@@ -155,6 +163,8 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 
 	// 2. Running allocations, recomputed for the nodes whose pods changed.
 	in.snap.RunningByNode = b.runningAllocations(c, r, now)
+	in.badCheckpoints, b.badCheckpoints = b.badCheckpoints, nil
+	in.badClasses, c.badClasses = c.badClasses, nil
 
 	// 3. Pending groups; groups held back for what they say stay out. The core orders them
 	//    itself (priority, age, name), so map order is fine here.
@@ -290,6 +300,7 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 				pg.CreatedAt = created
 			}
 			pg.Priority = max(pg.Priority, podPriority(pi.pod))
+			pg.MinRuntime = max(pg.MinRuntime, c.classMinRuntime[pi.pod.Spec.PriorityClassName])
 			if pp := pi.pod.Spec.PreemptionPolicy; pp != nil && *pp == corev1.PreemptNever {
 				pg.NeverEvicts = true
 			}
@@ -298,6 +309,7 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			if v, ok := c.classes[g.pg.Spec.PriorityClassName]; ok {
 				pg.Priority = max(pg.Priority, v)
 			}
+			pg.MinRuntime = max(pg.MinRuntime, c.classMinRuntime[g.pg.Spec.PriorityClassName])
 			pg.CreatedAt = min(pg.CreatedAt, g.pg.CreationTimestamp.UnixMilli())
 			pg.MinResources = g.minResources
 		}

@@ -20,8 +20,9 @@ type clusterWriter interface {
 	// bindGang records a gang's placement on its PodGroup, then binds
 	// its members; committed runs with the record's result first.
 	bindGang(ctx context.Context, pg *v1alpha1.PodGroup, placement []v1alpha1.MemberPlacement, members []bindTask, committed func(error))
-	// evict asks for a victim's eviction; done(true) when it was refused.
-	evict(ctx context.Context, pod *corev1.Pod, forGroup, reason string, done func(refused bool))
+	// evict gives a victim notice n (notice.go), then asks for its
+	// eviction with n's grace period; done(true) when either was refused.
+	evict(ctx context.Context, pod *corev1.Pod, n notice, forGroup, reason string, done func(refused bool))
 	// deletePod removes a pod of a gang left partly bound.
 	deletePod(ctx context.Context, pod *corev1.Pod, why string)
 	// ungate lifts gpuplane's scheduling gate from a pending pod

@@ -70,8 +70,13 @@ type cycle struct {
 	// preemptible one (math.MaxInt64 when none).
 	leaves  [][]*queueEntry
 	minPrio []int64
-	bound   []bound // per bind in d.Binds
-	budget  int     // evictions left; negative: unbounded
+	// minRuntime is, per queue of the tree, the largest MinRuntime on its
+	// path to the root; nil when no queue sets one.
+	minRuntime []int64
+	// order is how victims are chosen this cycle.
+	order  victimOrder
+	bound  []bound // per bind in d.Binds
+	budget int     // evictions left; negative: unbounded
 	// held is the room taken for waiting preemptors (holds.go).
 	held []taken
 	// feasible and victimBuf are scratch space for evictions.
@@ -93,6 +98,7 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 		return nil, err
 	}
 	c := &cycle{s: s, snap: snap, d: d, tree: tree, capacity: s.capacity, budget: snap.Budget.MaxEvictions, epoch: s.epoch, within: -1,
+		order:  victimOrder{now: snap.Now, byAge: snap.VictimsByAge},
 		queues: make([][]*pending, tree.Len()), leaves: make([][]*queueEntry, tree.Len()), minPrio: make([]int64, tree.Len())}
 	for q := range c.minPrio {
 		c.minPrio[q] = math.MaxInt64
@@ -136,6 +142,7 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 		}
 		c.queues[p.q] = append(c.queues[p.q], p)
 	}
+	c.queuePolicies()
 	tree.ComputeFairShares(c.capacity)
 	for _, qs := range c.queues {
 		slices.SortFunc(qs, func(a, b *pending) int {
@@ -272,7 +279,7 @@ func (c *cycle) reservation(head *pending) map[int]bool {
 	st := c.s.st
 	mark := st.Checkpoint()
 	defer st.Rollback(mark)
-	free := func(rg *runningGroup) bool { return rg.evicted != c.epoch && !rg.nonPreemptible }
+	free := func(rg *runningGroup) bool { return rg.evicted != c.epoch && !rg.nonPreemptible && !c.young(rg) }
 	if c.minPrio[head.q] < int64(head.g.Priority) {
 		c.groups(head.q, func(rg *runningGroup) {
 			if free(rg) && rg.priority < head.g.Priority {
@@ -417,7 +424,8 @@ func (c *cycle) finish() {
 			s.run.drop(old)
 		}
 		a := &model.Allocation{Pod: b.Pod, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
-			Request: pod.Request.ClaimsBound(&c.d.Binds[i]), GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible, Slice: pod.Slice}
+			Request: pod.Request.ClaimsBound(&c.d.Binds[i]), GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible, Slice: pod.Slice,
+			MinRuntime: g.MinRuntime}
 		s.run.add(a, b.NodeIndex)
 		s.touched = append(s.touched, b.NodeIndex)
 	}
@@ -548,5 +556,38 @@ func (c *cycle) queueStatus() {
 	c.d.Queues = make([]model.QueueStatus, c.tree.Len())
 	for i := range c.d.Queues {
 		c.d.Queues[i] = model.QueueStatus{Name: c.tree.Name(i), Usage: c.tree.Usage(i), FairShare: c.tree.FairShare(i), Guaranteed: c.tree.Guaranteed(i)}
+	}
+}
+
+// queuePolicies reads the queues' policies over time: each minimum
+// runtime, the largest on its path (a queue's applies to the queues
+// below it), and, for each queue with a UsageHalfLife, its usage over
+// time advanced to the snapshot's Now (queue.Decay) from the snapshot's
+// Usage, which weighs its fair share and its turns (Tree.SetPast) and
+// goes back out in Decisions.Usage.
+func (c *cycle) queuePolicies() {
+	var prev map[string]*model.QueueUsage
+	for i := range c.tree.Len() {
+		spec := c.tree.Spec(i)
+		if spec.MinRuntime > 0 && c.minRuntime == nil {
+			c.minRuntime = make([]int64, c.tree.Len())
+			for q := range c.minRuntime {
+				for _, j := range c.tree.Path(q) {
+					c.minRuntime[q] = max(c.minRuntime[q], c.tree.Spec(j).MinRuntime)
+				}
+			}
+		}
+		if spec.UsageHalfLife <= 0 {
+			continue
+		}
+		if prev == nil {
+			prev = make(map[string]*model.QueueUsage, len(c.snap.Usage))
+			for k := range c.snap.Usage {
+				prev[c.snap.Usage[k].Queue] = &c.snap.Usage[k]
+			}
+		}
+		u := queue.Decay(spec.Name, prev[spec.Name], c.tree.Usage(i), c.snap.Now, spec.UsageHalfLife)
+		c.tree.SetPast(i, u)
+		c.d.Usage = append(c.d.Usage, u)
 	}
 }

@@ -35,7 +35,8 @@
 //     borrowed work made room (its reservation). A head that its queue's
 //     quota holds back reserves nothing: capacity would not start it.
 //  3. preempt: within one leaf queue, a group may evict preemptible groups
-//     of strictly lower priority, fewest first (lowest priority, newest).
+//     of strictly lower priority, cheapest first (lowest priority, then
+//     the fewest GPU-hours lost, then newest).
 //  4. reclaim: a queue that stays at or below its fair share after placing
 //     a group may evict groups of queues outside its own branch that stay at
 //     or above their fair share after the eviction. A group this does not
@@ -46,6 +47,35 @@
 //     this a guarantee only a pool of nodes can serve (a node selector,
 //     taints) is never taken back while GPUs the queue cannot use idle
 //     elsewhere.
+//
+// Minimum runtime. No eviction action takes a group that has run for less
+// than its minimum runtime at Snapshot.Now (since its latest member
+// started): the largest of its allocations' MinRuntime (their priority
+// class's) and the MinRuntime of its queue and of every queue above it.
+// Such a group is neither a victim nor counted as movable, and a blocked
+// head's reservation does not count on its room.
+//
+// Checkpoint-aware victims. Among the groups an action may evict, the
+// cheapest come first: the lowest priority, then the least work lost,
+// GPUs (milli-GPU) times the time since the group's restart point, the
+// earliest over its members of the later of its start and its
+// LastCheckpoint (a member that never checkpointed loses everything since
+// it started), then the newest. The reprieve gives victims back from the
+// most valuable in the same order, so what stays evicted is, greedily, what
+// loses the least. Work lost grows with Now, so the order a queue keeps of
+// its groups is sorted again when Now has moved since it was (victimOrder);
+// Snapshot.VictimsByAge orders by age alone, to compare.
+//
+// Fairness over time. A queue with a UsageHalfLife has a usage over time
+// (model.QueueUsage): its usage averaged with weight 2^(-age/halfLife),
+// carried from cycle to cycle in Decisions.Usage and Snapshot.Usage like
+// holds, and advanced to Now by queue.Decay with the usage the queue holds
+// now. Among siblings that have one, a queue's share p of their usage over
+// time against its share w of their weights tilts its weights by
+// 2^(1-p/w), within [1/16, 2] (Tree.tilts), for its fair share (what is
+// left over guarantees) and for its turn in allocate; reclaim reads those
+// fair shares. A queue that used nothing lately counts twice its weight,
+// one that used twice its share half of it.
 //
 // A queue's policy is the core's too: a queue with NoPreemption never
 // preempts, one with NoReclaim never reclaims, and a group marked
@@ -261,5 +291,21 @@
 // priorities of one queue; both orders are well founded, so an unchanged
 // workload reaches a fixed point with no evictions. The argument in full is
 // in docs/concepts/preemption.md; TestPropertyInvariantsAndFixedPoint checks
-// it on random workloads.
+// it on random workloads, with minimum runtimes, checkpoints and usage over
+// time.
+//
+// The policies over time keep it. Fair shares now also depend on the
+// queues' usage over time, but that is a function of the carried
+// Snapshot.Usage and of Now alone: queue.Decay returns its input unchanged
+// when Now has not moved, so for one Now every cycle sees the same tilts
+// and the same fair shares, and the argument above applies as it is. A
+// minimum runtime only removes victims, and the victim order only chooses
+// among allowed victims; neither enters the measures. Over time the
+// workload is not unchanged (tilts move, groups come of age), but the
+// evictions time can cause are bounded: a tilt is a continuous function of
+// the usage over time, which moves at a rate of at most
+// capacity*ln2/halfLife, so between two reclaims of the same queues in
+// opposite directions the fair shares must move by at least the smaller
+// victim's size, which takes a time bounded below; and a group evicted and
+// placed again is protected for its minimum runtime.
 package scheduler

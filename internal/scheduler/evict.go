@@ -65,7 +65,7 @@ func (c *cycle) evictFor(across bool) {
 // allowed reports whether p may evict rg under m with the queues' usage
 // as it is now.
 func (c *cycle) allowed(p *pending, rg *runningGroup, m evictMode) bool {
-	if rg.evicted == c.epoch || rg.nonPreemptible {
+	if rg.evicted == c.epoch || rg.nonPreemptible || c.young(rg) {
 		return false
 	}
 	q := rg.queue.q
@@ -143,7 +143,7 @@ type cursor struct {
 // add queues the groups of queue q under key.
 func (h *victimQueue) add(q int, key float64) {
 	for _, e := range h.c.leaves[q] {
-		cur := cursor{order: e.cheapestFirst(), key: key}
+		cur := cursor{order: e.cheapestFirst(h.c.order), key: key}
 		if h.advance(&cur) {
 			h.cursors = append(h.cursors, cur)
 		}
@@ -167,7 +167,7 @@ func (h *victimQueue) Less(i, j int) bool {
 	if a.key != b.key {
 		return a.key > b.key
 	}
-	return cheaper(a.order[a.pos], b.order[b.pos]) < 0
+	return h.c.order.compare(a.order[a.pos], b.order[b.pos]) < 0
 }
 func (h *victimQueue) Swap(i, j int) { h.cursors[i], h.cursors[j] = h.cursors[j], h.cursors[i] }
 func (h *victimQueue) Push(x any)    { h.cursors = append(h.cursors, x.(cursor)) }
@@ -193,11 +193,41 @@ func (h *victimQueue) next() *runningGroup {
 	return rg
 }
 
-// cheaper orders running groups from the cheapest to evict to the most
-// valuable: lowest priority first, then the most recently started.
-func cheaper(a, b *runningGroup) int {
+// victimOrder orders running groups from the cheapest to evict to the
+// most valuable, as of a time: lowest priority first; then, unless byAge,
+// the fewest GPU-hours lost (lost); then the most recently started.
+type victimOrder struct {
+	now   int64
+	byAge bool
+}
+
+// lost is the work evicting g at now loses, in milli-GPU times Now's
+// unit: its GPUs times the time since its restart point (its last
+// checkpoint, or its start when it never checkpointed or checkpointed
+// before it started).
+func (g *runningGroup) lost(now int64) int64 {
+	return g.use.GPUMilli * max(0, now-g.restart)
+}
+
+// young reports whether rg has run for less than its minimum runtime: its
+// own (its priority class's) or its queue's, the larger; preemption and
+// reclaim leave it alone until then.
+func (c *cycle) young(rg *runningGroup) bool {
+	m := rg.minRuntime
+	if c.minRuntime != nil {
+		m = max(m, c.minRuntime[rg.queue.q])
+	}
+	return m > 0 && c.snap.Now-rg.started < m
+}
+
+func (o victimOrder) compare(a, b *runningGroup) int {
 	if x := cmp.Compare(a.priority, b.priority); x != 0 {
 		return x
+	}
+	if !o.byAge {
+		if x := cmp.Compare(a.lost(o.now), b.lost(o.now)); x != 0 {
+			return x
+		}
 	}
 	if x := cmp.Compare(b.started, a.started); x != 0 {
 		return x
@@ -322,7 +352,7 @@ func (c *cycle) reprieve(p *pending, taken []*runningGroup, binds []model.Bind) 
 	for k := range order {
 		order[k] = k
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cheaper(taken[b], taken[a]) })
+	slices.SortStableFunc(order, func(a, b int) int { return c.order.compare(taken[b], taken[a]) })
 	st := c.s.st
 	for _, k := range order {
 		v := taken[k]

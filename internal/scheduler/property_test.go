@@ -44,8 +44,16 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 			Guaranteed: model.Resources{GPUMilli: rapid.Int64Range(0, 4).Draw(t, "guar") * 1000},
 			Limit:      model.Resources{GPUMilli: rapid.SampledFrom([]int64{0, 4000, 8000}).Draw(t, "limit")},
 			Weight:     float64(rapid.IntRange(1, 3).Draw(t, "weight")),
-			Weights:    model.ResourceWeights{GPUMilli: float64(rapid.IntRange(0, 3).Draw(t, "gpuWeight"))}})
+			Weights:    model.ResourceWeights{GPUMilli: float64(rapid.IntRange(0, 3).Draw(t, "gpuWeight"))},
+			// Policies over time: the harness's clock starts pods at 1, 2,
+			// ... and the snapshot's Now stays 5, so some groups are
+			// younger than these minimum runtimes and some are not.
+			UsageHalfLife: rapid.SampledFrom([]int64{0, 100}).Draw(t, "halfLife"),
+			MinRuntime:    rapid.SampledFrom([]int64{0, 0, 3, 6}).Draw(t, "minRuntime")})
+		snap.Usage = append(snap.Usage, model.QueueUsage{Queue: q, GPUMilli: float64(rapid.Int64Range(0, 8).Draw(t, "past") * 1000), At: 5})
 	}
+	snap.Now = 5
+	snap.VictimsByAge = rapid.Bool().Draw(t, "victimsByAge")
 	snap.Budget.MaxEvictions = rapid.SampledFrom([]int{-1, 0, 2, 8}).Draw(t, "budget")
 	group := func(i int, prefix string, created int64) model.PodGroup {
 		b := schedtest.Group(fmt.Sprintf("%s%d", prefix, i)).Queue(rapid.SampledFrom(append(queues, "")).Draw(t, "queue")).
@@ -75,7 +83,9 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 		if rapid.Bool().Draw(t, "partial") {
 			b.MinMember(rapid.IntRange(1, size).Draw(t, "min"))
 		}
-		return b.Obj()
+		g := b.Obj()
+		g.MinRuntime = rapid.SampledFrom([]int64{0, 0, 5}).Draw(t, "classMinRuntime")
+		return g
 	}
 	for i := range rapid.IntRange(1, 10).Draw(t, "groups") {
 		snap.Pending = append(snap.Pending, group(i, "g", int64(i)))
@@ -202,11 +212,37 @@ func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 		if !slices.ContainsFunc(allocs[e.Group], func(a *model.Allocation) bool { return usable(g, a) }) {
 			t.Fatalf("evicted group %s for %s, though no pod of %s can use its nodes", e.Group, g.Name, g.Name)
 		}
+		if young(before, allocs[e.Group]) {
+			t.Fatalf("evicted group %s for %s before its minimum runtime", e.Group, g.Name)
+		}
 		evicted[e.Pod] = true
 	}
 	if b := before.Budget.MaxEvictions; b >= 0 && len(evicted) > b {
 		t.Fatalf("%d evictions with a budget of %d", len(evicted), b)
 	}
+}
+
+// young reports whether the running group of allocs has run less than
+// its minimum runtime at snap.Now: its pods' (their priority class's) or
+// that of its queue or any queue above, the largest.
+func young(snap *model.Snapshot, allocs []*model.Allocation) bool {
+	spec := map[string]model.Queue{}
+	for _, q := range snap.Queues {
+		spec[q.Name] = q
+	}
+	var started, least int64
+	for _, a := range allocs {
+		started, least = max(started, a.StartedAt), max(least, a.MinRuntime)
+		name := a.Queue
+		if _, ok := spec[name]; !ok {
+			name = queue.DefaultQueue
+		}
+		for seen := 0; name != "" && seen < len(spec); seen++ {
+			least = max(least, spec[name].MinRuntime)
+			name = spec[name].Parent
+		}
+	}
+	return least > 0 && snap.Now-started < least
 }
 
 func TestPropertyInvariantsAndFixedPoint(t *testing.T) {
@@ -245,6 +281,13 @@ func TestPropertyInvariantsAndFixedPoint(t *testing.T) {
 			return d
 		}
 		step()
+		// Some running pods report a checkpoint (a new chunk per node, as
+		// a driver gives a node that changed).
+		run := schedtest.Running(&h.Snap)
+		for i := range run {
+			run[i].LastCheckpoint = rapid.SampledFrom([]int64{0, 0, 1, 4}).Draw(t, "checkpoint")
+		}
+		h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, run...)
 		h.Snap.Pending = append(h.Snap.Pending, later...)
 		// Nothing departs, so repeated cycles must settle: no evictions
 		// and no binds, within a bound on the number of cycles.

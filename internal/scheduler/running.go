@@ -43,14 +43,18 @@ type podState struct {
 // its own), the unit evictions take. Its fields other than members and
 // use are derived by settle: priority and queue are those of the member
 // with the smallest pod name (all members agree unless the snapshot is
-// inconsistent), started is the latest start and nonPreemptible holds
-// when any member is.
+// inconsistent), started is the latest start, nonPreemptible holds
+// when any member is, minRuntime is the largest of the members' and
+// restart is the point evicting the group sends it back to: the earliest
+// of its members' (each the later of its start and its last checkpoint).
 type runningGroup struct {
 	name           string
 	queue          *queueEntry // where the group is indexed; nil while unindexed
 	slot           int         // index in queue.groups
 	priority       int32
 	started        int64
+	minRuntime     int64
+	restart        int64
 	nonPreemptible bool
 	members        []*podState
 	use            model.Resources
@@ -75,10 +79,12 @@ type queueEntry struct {
 	// counts the preemptible ones by priority.
 	groups []*runningGroup
 	prios  map[int32]int
-	// order is groups from the cheapest to evict (cheaper), brought up
-	// to date only when an eviction reads it after groups changed.
+	// order is groups from the cheapest to evict (victimOrder.compare),
+	// brought up to date only when an eviction reads it after groups
+	// changed or with another order (by is the one it was sorted by).
 	order      []*runningGroup
 	orderStale bool
+	by         victimOrder
 	// q is the queue's index in the current cycle's tree.
 	q int
 }
@@ -183,11 +189,14 @@ func (r *running) settle() {
 		}
 		rep := g.members[0]
 		g.started, g.nonPreemptible = rep.a.StartedAt, false
+		g.minRuntime, g.restart = 0, max(rep.a.StartedAt, rep.a.LastCheckpoint)
 		for _, m := range g.members {
 			if m.a.Pod < rep.a.Pod {
 				rep = m
 			}
 			g.started = max(g.started, m.a.StartedAt)
+			g.minRuntime = max(g.minRuntime, m.a.MinRuntime)
+			g.restart = min(g.restart, max(m.a.StartedAt, m.a.LastCheckpoint))
 			g.nonPreemptible = g.nonPreemptible || m.a.NonPreemptible
 		}
 		g.priority = rep.a.Priority
@@ -256,10 +265,11 @@ func (g *runningGroup) byNodeAndName() []*podState {
 }
 
 // cheapestFirst returns e's groups from the cheapest to evict to the most
-// valuable. It sorts again only after groups changed, starting from the
-// last order (which sorts fast when little changed).
-func (e *queueEntry) cheapestFirst() []*runningGroup {
-	if !e.orderStale {
+// valuable by o. It sorts again only after groups changed or when o is
+// not the order it sorted by last (the work victims lose grows with time),
+// starting from the last order (which sorts fast when little changed).
+func (e *queueEntry) cheapestFirst(o victimOrder) []*runningGroup {
+	if !e.orderStale && e.by == o {
 		return e.order
 	}
 	// A group keeps its place only while it is indexed here and e is
@@ -285,7 +295,7 @@ func (e *queueEntry) cheapestFirst() []*runningGroup {
 	if len(order) < len(e.order) {
 		clear(e.order[len(order):])
 	}
-	slices.SortFunc(order, cheaper)
-	e.order, e.orderStale = order, false
+	slices.SortFunc(order, o.compare)
+	e.order, e.orderStale, e.by = order, false, o
 	return order
 }

@@ -72,6 +72,32 @@ type QueueSpec struct {
 	// sets on each, kubernetes.io/metadata.name.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// UsageHalfLife turns on fairness over time: the queue's usage counts
+	// toward fair shares as an average that forgets the past with this
+	// half-life, so that a queue that used less than its share lately
+	// gets more of what is left once guarantees are met (and reclaims
+	// it), and one that used more gets less. Unset or 0 counts only what
+	// the queue holds now. At most 2160h (90 days).
+	// +optional
+	UsageHalfLife *metav1.Duration `json:"usageHalfLife,omitempty"`
+
+	// MinRuntime is the least time a workload of this queue runs before
+	// preemption or reclaim may evict it. A PriorityClass may set its own
+	// with the annotation scheduling.gpuplane.io/min-runtime; the larger
+	// applies. Unset or 0: none. At most 168h (7 days).
+	// +optional
+	MinRuntime *metav1.Duration `json:"minRuntime,omitempty"`
+
+	// PreemptionGracePeriodSeconds is how long a workload of this queue
+	// that preemption or reclaim evicts has between SIGTERM and SIGKILL.
+	// The pod is first told with its PreemptionNotice condition and an
+	// event, so that it can checkpoint. Unset: the pod's own
+	// terminationGracePeriodSeconds.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	PreemptionGracePeriodSeconds *int64 `json:"preemptionGracePeriodSeconds,omitempty"`
 }
 
 // QueueResource is a queue's share of one resource. A guarantee above the

@@ -306,6 +306,10 @@ type PodGroup struct {
 	// nor reclaiming (their pods say preemptionPolicy: Never); they wait
 	// for room instead.
 	NeverEvicts bool `json:"neverEvicts,omitempty"`
+	// MinRuntime is the least time, in Snapshot.Now's unit, the group runs
+	// once placed before preemption or reclaim may evict it, from its
+	// priority class; its allocations carry it (Allocation.MinRuntime).
+	MinRuntime int64 `json:"minRuntime,omitempty"`
 	// MinResources is the least the gang needs its queue to admit, for
 	// example what its workload will grow to once started. A queue admits
 	// the group only when its usage plus the larger of this and the pods'
@@ -362,6 +366,16 @@ type Allocation struct {
 	// Slice is the pod's slice (Pod.Slice) while it runs: the pods of its
 	// slice still pending join it in its domain of the slice level.
 	Slice string `json:"slice,omitempty"`
+	// MinRuntime is the least time, in Snapshot.Now's unit, the pod's
+	// group runs before preemption or reclaim may evict it, from its
+	// priority class (PodGroup.MinRuntime); its queue's Queue.MinRuntime
+	// applies as well, the larger of the two.
+	MinRuntime int64 `json:"minRuntime,omitempty"`
+	// LastCheckpoint is when the pod's workload last saved a checkpoint it
+	// can resume from, in Snapshot.Now's unit; 0 when it never said. Work
+	// since then (since StartedAt when later or unknown) is what evicting
+	// it loses.
+	LastCheckpoint int64 `json:"lastCheckpoint,omitempty"`
 }
 
 // Usage is the quota vector of a running allocation: its request's on the
@@ -450,6 +464,29 @@ type Queue struct {
 	// NoReclaim keeps the queue's groups from taking back its guarantee or
 	// fair share from queues that borrowed it (spec.reclaim: Never).
 	NoReclaim bool `json:"noReclaim,omitempty"`
+	// UsageHalfLife, when positive, makes the queue's fair share follow
+	// its usage over time (Snapshot.Usage): an average of its usage whose
+	// weight halves every UsageHalfLife, in Snapshot.Now's unit, sets how
+	// much of what is left over guarantees it gets against siblings that
+	// also set one (spec.usageHalfLife).
+	UsageHalfLife int64 `json:"usageHalfLife,omitempty"`
+	// MinRuntime is the least time, in Snapshot.Now's unit, a group of the
+	// queue (or of a queue below it) runs before preemption or reclaim may
+	// evict it (spec.minRuntime).
+	MinRuntime int64 `json:"minRuntime,omitempty"`
+}
+
+// QueueUsage is a queue's usage averaged over time: each resource's usage
+// weighted by 2^(-age/UsageHalfLife) and normalised, so that a queue that
+// has held r for long has r, as of At (Snapshot.Now's unit). The core
+// returns it for every queue with a UsageHalfLife (Decisions.Usage) and
+// reads it back from the next snapshot (Snapshot.Usage).
+type QueueUsage struct {
+	Queue     string  `json:"queue"`
+	MilliCPU  float64 `json:"milliCPU,omitempty"`
+	MemoryMiB float64 `json:"memoryMiB,omitempty"`
+	GPUMilli  float64 `json:"gpuMilli,omitempty"`
+	At        int64   `json:"at"`
 }
 
 // ResourceWeights is a queue's weight per resource; a zero field means the
@@ -500,6 +537,15 @@ type Snapshot struct {
 	// Layouts is the hysteresis of MIG layout proposals for the nodes
 	// that opt in (Node.MIG).
 	Layouts LayoutPolicy `json:"layouts,omitzero"`
+	// Usage is the time-averaged usage of the queues with a
+	// UsageHalfLife, as the last cycle returned it (Decisions.Usage); a
+	// driver passes it back unchanged. A queue missing from it starts
+	// from its usage now.
+	Usage []QueueUsage `json:"usage,omitempty"`
+	// VictimsByAge orders the victims of equal priority newest first
+	// alone, blind to the work they lose (LastCheckpoint): how victims were
+	// chosen before checkpoints counted, kept to compare the two.
+	VictimsByAge bool `json:"victimsByAge,omitempty"`
 }
 
 // Hold is a group whose placement needed evictions, waiting for the
@@ -762,7 +808,10 @@ type Decisions struct {
 	// opt in, for pending pods no GPU could serve as it is.
 	Layouts []LayoutProposal `json:"layouts,omitempty"`
 	// Queues is every queue's status after the cycle.
-	Queues  []QueueStatus `json:"queues,omitempty"`
+	Queues []QueueStatus `json:"queues,omitempty"`
+	// Usage is the time-averaged usage of every queue with a
+	// UsageHalfLife, as of the snapshot's Now: the next snapshot's Usage.
+	Usage   []QueueUsage  `json:"usage,omitempty"`
 	Timings []PhaseTiming `json:"timings,omitempty"`
 }
 

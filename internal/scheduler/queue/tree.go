@@ -23,6 +23,11 @@ type node struct {
 	usage    model.Resources
 	demand   model.Resources
 	fair     model.Resources
+	// past is the queue's usage over time (Decay), per resource in
+	// comps order, set by SetPast for a queue with a UsageHalfLife;
+	// tilt is what it multiplies the queue's weights by (tilts).
+	past [3]float64
+	tilt [3]float64
 }
 
 // Tree is a validated queue hierarchy with usage and fair shares.
@@ -55,15 +60,18 @@ func New(queues []model.Queue) (*Tree, error) {
 		if neg(q.Guaranteed) || neg(q.Limit) {
 			return nil, fmt.Errorf("%w: queue %q: quotas must be >= 0", ErrInvalid, q.Name)
 		}
+		if q.UsageHalfLife < 0 || q.MinRuntime < 0 {
+			return nil, fmt.Errorf("%w: queue %q: usageHalfLife and minRuntime must be >= 0", ErrInvalid, q.Name)
+		}
 		if !withinLimit(q.Guaranteed, q.Limit) {
 			return nil, fmt.Errorf("%w: queue %q: guaranteed %+v is above its own limit %+v", ErrInvalid, q.Name, q.Guaranteed, q.Limit)
 		}
 		t.byName[q.Name] = len(t.nodes)
-		t.nodes = append(t.nodes, node{q: q, parent: -1})
+		t.nodes = append(t.nodes, node{q: q, parent: -1, tilt: [3]float64{1, 1, 1}})
 	}
 	if _, ok := t.byName[DefaultQueue]; !ok {
 		t.byName[DefaultQueue] = len(t.nodes)
-		t.nodes = append(t.nodes, node{q: model.Queue{Name: DefaultQueue}, parent: -1})
+		t.nodes = append(t.nodes, node{q: model.Queue{Name: DefaultQueue}, parent: -1, tilt: [3]float64{1, 1, 1}})
 	}
 	for i := range t.nodes {
 		p := t.nodes[i].q.Parent
@@ -207,6 +215,7 @@ func (t *Tree) divide(kids []int, pool model.Resources) {
 		func(r model.Resources) int64 { return r.GPUMilli },
 	}
 	shares := make([][3]float64, len(kids))
+	t.tilts(kids)
 	for d, g := range get {
 		want := make([]float64, len(kids))
 		give := make([]float64, len(kids))
@@ -232,7 +241,7 @@ func (t *Tree) divide(kids []int, pool model.Resources) {
 			var wsum float64
 			for k, c := range kids {
 				if give[k] < want[k]-1e-9 {
-					wsum += weight(&t.nodes[c].q, d)
+					wsum += t.weight(c, d)
 				}
 			}
 			if wsum == 0 {
@@ -241,7 +250,7 @@ func (t *Tree) divide(kids []int, pool model.Resources) {
 			used := 0.0
 			for k, c := range kids {
 				if give[k] < want[k]-1e-9 {
-					add := math.Min(left*weight(&t.nodes[c].q, d)/wsum, want[k]-give[k])
+					add := math.Min(left*t.weight(c, d)/wsum, want[k]-give[k])
 					give[k] += add
 					used += add
 				}
@@ -260,6 +269,11 @@ func (t *Tree) divide(kids []int, pool model.Resources) {
 		t.divide(t.nodes[c].children, t.nodes[c].fair)
 	}
 }
+
+// weight returns queue i's weight for resource k as fair shares and
+// turns use it: its Queue's (weight) times its tilt from its usage over
+// time (tilts; 1 without a UsageHalfLife).
+func (t *Tree) weight(i, k int) float64 { return weight(&t.nodes[i].q, k) * t.nodes[i].tilt[k] }
 
 // weight returns q's weight for resource k (comps order: milli-CPU,
 // memory, milli-GPU): its per-resource weight, else its Weight, else 1.
@@ -294,12 +308,11 @@ func (t *Tree) Over(i int, extra model.Resources) float64 {
 // DominantShare is queue i's weighted dominant resource share of capacity:
 // max over resources r of usage(r) / (capacity(r) * weight(r)).
 func (t *Tree) DominantShare(i int, capacity model.Resources) float64 {
-	q := &t.nodes[i].q
 	u, c := comps(t.nodes[i].usage), comps(capacity)
 	s := 0.0
 	for k := range u {
 		if c[k] > 0 {
-			s = math.Max(s, float64(u[k])/(float64(c[k])*weight(q, k)))
+			s = math.Max(s, float64(u[k])/(float64(c[k])*t.weight(i, k)))
 		}
 	}
 	return s
@@ -435,4 +448,79 @@ func (t *Tree) FitsGuarantee(i int, extra model.Resources) bool {
 func (t *Tree) KeepsGuarantee(i int, gone model.Resources) bool {
 	n := &t.nodes[i]
 	return t.IsLeaf(i) && gone.GPUMilli > 0 && n.usage.GPUMilli-gone.GPUMilli >= n.q.Guaranteed.GPUMilli
+}
+
+// Bounds of a queue's tilt (tilts): a queue that used nothing lately
+// counts twice its weight, one that used everything a sixteenth of it.
+const (
+	maxTilt = 2.0
+	minTilt = 1.0 / 16
+)
+
+// SetPast records queue i's usage over time (Decay's result) for the next
+// ComputeFairShares. Only a queue with a UsageHalfLife is tilted by it.
+func (t *Tree) SetPast(i int, past model.QueueUsage) {
+	t.nodes[i].past = [3]float64{past.MilliCPU, past.MemoryMiB, past.GPUMilli}
+}
+
+// tilts sets, resource by resource, the tilt of each of the siblings kids
+// that has a UsageHalfLife, from how their usage over time (past) compares
+// with their weights: a sibling's share of the past usage p (of the
+// siblings with a half-life) against its share of their weights w gives
+// the tilt 2^(1 - p/w), clamped to [minTilt, maxTilt]. A queue that used
+// exactly its weight's share lately keeps its weight, as do all when none
+// used anything; one that used none counts twice; one that used twice its
+// share counts half. Siblings without a half-life keep tilt 1.
+// The tilt is a continuous function of the past usage, which changes only
+// as time passes (Decay), never within a cycle.
+func (t *Tree) tilts(kids []int) {
+	for k := range 3 {
+		var pastSum, wSum float64
+		for _, c := range kids {
+			n := &t.nodes[c]
+			n.tilt[k] = 1
+			if n.q.UsageHalfLife > 0 {
+				pastSum += n.past[k]
+				wSum += weight(&n.q, k)
+			}
+		}
+		if pastSum <= 0 || wSum <= 0 {
+			continue
+		}
+		for _, c := range kids {
+			n := &t.nodes[c]
+			if n.q.UsageHalfLife <= 0 {
+				continue
+			}
+			p, w := n.past[k]/pastSum, weight(&n.q, k)/wSum
+			n.tilt[k] = math.Min(maxTilt, math.Max(minTilt, math.Exp2(1-p/w)))
+		}
+	}
+}
+
+// Decay advances a queue's usage over time, prev as of prev.At, to now,
+// with the usage the queue holds now taken as its usage since prev.At:
+// each resource becomes prev*a + usage*(1-a), a = 2^(-(now-prev.At)/halfLife),
+// the average of the usage over time weighted by 2^(-age/halfLife). A prev
+// of another queue, from the future, or not finite (it is read back from
+// the cluster) starts over from usage, as does a halfLife <= 0. The same
+// now gives back prev unchanged, so cycles at one instant see one past.
+func Decay(name string, prev *model.QueueUsage, usage model.Resources, now, halfLife int64) model.QueueUsage {
+	u := [3]float64{float64(usage.MilliCPU), float64(usage.MemoryMiB), float64(usage.GPUMilli)}
+	out := model.QueueUsage{Queue: name, MilliCPU: u[0], MemoryMiB: u[1], GPUMilli: u[2], At: now}
+	if prev == nil || prev.Queue != name || halfLife <= 0 || prev.At > now {
+		return out
+	}
+	p := [3]float64{prev.MilliCPU, prev.MemoryMiB, prev.GPUMilli}
+	for k := range p {
+		if p[k] < 0 || math.IsNaN(p[k]) || math.IsInf(p[k], 0) {
+			return out
+		}
+	}
+	a := math.Exp2(-float64(now-prev.At) / float64(halfLife))
+	for k := range p {
+		p[k] = p[k]*a + u[k]*(1-a)
+	}
+	out.MilliCPU, out.MemoryMiB, out.GPUMilli = p[0], p[1], p[2]
+	return out
 }

@@ -1,6 +1,8 @@
 package build
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,6 +23,26 @@ func Queue(name string) *QueueBuilder {
 // Parent sets the parent queue.
 func (b *QueueBuilder) Parent(parent string) *QueueBuilder {
 	b.q.Spec.Parent = parent
+	return b
+}
+
+// UsageHalfLife turns on the queue's fairness over time
+// (spec.usageHalfLife).
+func (b *QueueBuilder) UsageHalfLife(d time.Duration) *QueueBuilder {
+	b.q.Spec.UsageHalfLife = &metav1.Duration{Duration: d}
+	return b
+}
+
+// MinRuntime sets the queue's minimum runtime (spec.minRuntime).
+func (b *QueueBuilder) MinRuntime(d time.Duration) *QueueBuilder {
+	b.q.Spec.MinRuntime = &metav1.Duration{Duration: d}
+	return b
+}
+
+// PreemptionGrace sets the grace period, in seconds, the queue's evicted
+// workloads get (spec.preemptionGracePeriodSeconds).
+func (b *QueueBuilder) PreemptionGrace(seconds int64) *QueueBuilder {
+	b.q.Spec.PreemptionGracePeriodSeconds = &seconds
 	return b
 }
 
