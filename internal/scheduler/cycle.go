@@ -409,6 +409,9 @@ func (c *cycle) finish() {
 		s.touched = append(s.touched, t.node)
 	}
 	for _, e := range c.d.Evictions {
+		if e.Reason == model.EvictDisruption {
+			continue // running until it exits (disrupt)
+		}
 		if ps := s.run.pods[e.Pod]; ps != nil {
 			s.touched = append(s.touched, ps.node)
 			s.run.drop(ps)

@@ -20,6 +20,13 @@
 //     their queue's usage, out of reach of every later action. A hold past
 //     Snapshot.HoldTimeout, or whose plan no longer fits, ends and its
 //     group competes afresh in the same cycle.
+//  0. disruption: a node about to go away (model.Node.Disrupted: a spot
+//     instance reclaimed, an autoscaler's consolidation) takes no new pods,
+//     and every group with a pod on it is evicted whole
+//     (model.EvictDisruption), counted against no budget, so that a gang
+//     is placed again as one rather than run on without a member
+//     (disruption.go). Its pods keep their room until the snapshot shows
+//     them gone.
 //  1. allocate: queues take turns, the branch of higher Queue.Priority
 //     first (priorities compare siblings, where two queues' paths part),
 //     then by weighted dominant share, the largest

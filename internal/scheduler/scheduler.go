@@ -98,8 +98,12 @@ func (s *Scheduler) Cycle(snap *model.Snapshot) (model.Decisions, error) {
 		return d, err
 	}
 	t.phase("queues")
-	// 3. Holds: bind the preemptors whose victims are gone, keep the room
-	//    of those still waiting.
+	// 3. Disruption: groups with a pod on a node about to go away are
+	//    evicted whole, to be placed again elsewhere.
+	c.disrupt()
+	t.phase("disruption")
+	// 3b. Holds: bind the preemptors whose victims are gone, keep the
+	//    room of those still waiting.
 	c.resumeHolds()
 	t.phase("holds")
 	// 4. Allocate: place whole groups queue by queue, fairest first.
@@ -160,7 +164,7 @@ func matchNodes(a, b []model.Node, adopt bool) bool {
 	}
 	for i := range a {
 		x, y := &a[i], &b[i]
-		if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
+		if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted &&
 			sameSlice(x.GPUs, y.GPUs) && sameSlice(x.Taints, y.Taints) && x.Volumes == y.Volumes &&
 			mapID(x.Labels) == mapID(y.Labels) && mapID(x.Domains) == mapID(y.Domains) && mapID(x.Allocatable) == mapID(y.Allocatable) {
 			continue
@@ -182,7 +186,7 @@ func matchNodes(a, b []model.Node, adopt bool) bool {
 // and empty alike); Allocatable nil (check nothing) differs from empty
 // (check the pod count and every resource against zero).
 func sameNode(x, y *model.Node) bool {
-	return x.Name == y.Name && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
+	return x.Name == y.Name && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted &&
 		slices.Equal(x.GPUs, y.GPUs) && slices.Equal(x.Taints, y.Taints) &&
 		(x.Volumes == y.Volumes || reflect.DeepEqual(x.Volumes, y.Volumes)) &&
 		maps.Equal(x.Labels, y.Labels) && maps.Equal(x.Domains, y.Domains) &&

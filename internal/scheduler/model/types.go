@@ -135,6 +135,11 @@ type Node struct {
 	// Unschedulable nodes keep their running pods but take no new ones,
 	// save those whose request tolerates TaintUnschedulable.
 	Unschedulable bool `json:"unschedulable,omitempty"`
+	// Disrupted nodes are about to go away (a spot instance reclaimed, an
+	// autoscaler's consolidation): they take no new pods, and every group
+	// with a pod on one is evicted whole (EvictDisruption), with notice,
+	// to be placed again elsewhere rather than run on with members lost.
+	Disrupted bool `json:"disrupted,omitempty"`
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).
 	MIG *NodeMIG `json:"mig,omitempty"`
@@ -654,13 +659,19 @@ type Bind struct {
 	Volumes []string `json:"volumes,omitempty"`
 }
 
+// EvictDisruption is the Eviction.Reason of the pods of a group with a
+// pod on a Disrupted node: the group is evicted whole, and not for
+// another group (Eviction.For is empty).
+const EvictDisruption = "disruption"
+
 // Eviction removes a running pod to make room.
 type Eviction struct {
 	Pod   string `json:"pod"`
 	Group string `json:"group"`
 	Node  string `json:"node"`
 	// For is the group the room was made for; Reason says why
-	// ("preempt" within a queue or "reclaim" across queues).
+	// ("preempt" within a queue, "reclaim" across queues, or
+	// EvictDisruption, for no group).
 	For    string `json:"for"`
 	Reason string `json:"reason"`
 }
