@@ -175,6 +175,7 @@ var All = concat(
 	[]Reason{
 		{Name: "Preempt", Kind: ConditionReason, Object: "Pod", Condition: v1alpha1.ConditionPreemptionNotice, By: Scheduler, Anchor: "preemptionnotice"},
 		{Name: "Reclaim", Kind: ConditionReason, Object: "Pod", Condition: v1alpha1.ConditionPreemptionNotice, By: Scheduler, Anchor: "preemptionnotice"},
+		{Name: "NodeDisruption", Kind: ConditionReason, Object: "Pod", Condition: v1alpha1.ConditionPreemptionNotice, By: Scheduler, Anchor: "preemptionnotice"},
 	},
 	// Why a pod waits: its PodScheduled condition and an event of the
 	// same reason (FailedScheduling for Unschedulable).

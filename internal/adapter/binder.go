@@ -158,7 +158,11 @@ func (b *binder) evict(ctx context.Context, in *cycleInput, d *model.Decisions) 
 		if q := in.queueObjs[queues[e.Pod]]; q != nil {
 			grace = q.Spec.PreemptionGracePeriodSeconds
 		}
-		b.api.evict(ctx, victim, preemptionNotice(e.Reason, e.For, grace), e.For, e.Reason, func(refused bool) {
+		n := preemptionNotice(e.Reason, e.For, grace)
+		if e.Reason == model.EvictDisruption {
+			n = disruptionNotice(in, e, grace)
+		}
+		b.api.evict(ctx, victim, n, e.For, e.Reason, func(refused bool) {
 			if refused {
 				b.refusals.add(e.Pod, victim.UID, time.Now().Add(b.cfg.EvictionBackoff))
 				b.cache.touch(e.Pod)
