@@ -81,8 +81,12 @@ func TestDisruptedNodeRequeuesItsGangWhole(t *testing.T) {
 	}
 	framework.Eventually(t, 30*time.Second, "the evicted members gone", func(ctx context.Context) (bool, error) {
 		for _, name := range []string{"train-0", "train-1"} {
-			if _, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return false, fmt.Errorf("%s still there (%v)", name, err)
+			_, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				return false, fmt.Errorf("%s still there", name)
+			}
+			if !apierrors.IsNotFound(err) {
+				return false, err
 			}
 		}
 		return true, nil
@@ -112,4 +116,3 @@ func notice(p *corev1.Pod) *corev1.PodCondition {
 	}
 	return nil
 }
-
