@@ -14,10 +14,7 @@ import "github.com/gpuplane/gpuplane/internal/scheduler/model"
 // releases nothing and finish keeps them running.
 func (c *cycle) disrupt() {
 	s := c.s
-	for i := range s.nodes {
-		if !s.nodes[i].Disrupted {
-			continue
-		}
+	for _, i := range s.disrupted {
 		for _, ps := range s.run.onNode[i] {
 			rg := ps.g
 			if rg == nil || rg.evicted == c.epoch || rg.nonPreemptible {

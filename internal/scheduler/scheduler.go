@@ -56,6 +56,10 @@ type Scheduler struct {
 	// topo holds the domains of each list of topology levels gangs named
 	// (topology.go), until the nodes change.
 	topo map[string]*topoIndex
+	// disrupted lists the nodes about to go away (model.Node.Disrupted),
+	// found when the nodes are read (reset), so that a cycle does not look
+	// at every node for them.
+	disrupted []int
 	// looks counts looks over running groups (runningGroup.seen).
 	looks uint64
 	// rooms is scratch space for topology gangs' rooms per node.

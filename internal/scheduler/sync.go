@@ -162,11 +162,15 @@ func sameAlloc(x, y *model.Allocation) bool {
 func (s *Scheduler) reset(snap *model.Snapshot) error {
 	s.nodes = slices.Clone(snap.Nodes)
 	s.index = make(map[string]int, len(s.nodes))
+	s.disrupted = s.disrupted[:0]
 	for i := range s.nodes {
 		if _, dup := s.index[s.nodes[i].Name]; dup {
 			return fmt.Errorf("syncing snapshot: node %q listed twice", s.nodes[i].Name)
 		}
 		s.index[s.nodes[i].Name] = i
+		if s.nodes[i].Disrupted {
+			s.disrupted = append(s.disrupted, i)
+		}
 	}
 	s.capacity = model.CapacityOf(s.nodes)
 	s.st = placement.NewState(s.nodes)
