@@ -3,6 +3,8 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,22 +52,31 @@ func TestDisruptedNodeRequeuesItsGangWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every member gets notice first, then goes: the one on the node and
-	// the one elsewhere.
+	// the one elsewhere. A watch sees each notice, however soon the pod
+	// is gone after it.
+	var mu sync.Mutex
 	seen := map[string]string{}
-	framework.Eventually(t, 30*time.Second, "both members given notice and evicted", func(ctx context.Context) (bool, error) {
+	c.alwaysPods("(records the notices)", "gang=train", func(ps map[string]*corev1.Pod) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range ps {
+			if n := notice(p); n != nil && p.DeletionTimestamp == nil {
+				seen[p.Name] = n.Reason + ": " + n.Message
+			}
+		}
+		return nil
+	})
+	framework.Eventually(t, 30*time.Second, "both members given notice, then evicted", func(ctx context.Context) (bool, error) {
 		c.failIfBroken()
 		ps, err := c.pods(ctx, "gang=train")
 		if err != nil {
 			return false, err
 		}
-		for _, p := range ps {
-			if n := notice(p); n != nil {
-				seen[p.Name] = n.Reason + ": " + n.Message
-			}
-		}
+		mu.Lock()
+		defer mu.Unlock()
 		for _, name := range []string{"train-0", "train-1"} {
 			if _, ok := seen[name]; !ok {
-				return false, fmt.Errorf("no notice on %s yet (seen %v)", name, seen)
+				return false, fmt.Errorf("no notice on %s seen yet (seen %v)", name, seen)
 			}
 			if p := ps[name]; p != nil && p.DeletionTimestamp == nil {
 				return false, fmt.Errorf("%s not evicted yet", name)
@@ -73,11 +84,14 @@ func TestDisruptedNodeRequeuesItsGangWhole(t *testing.T) {
 		}
 		return true, nil
 	})
-	for name, n := range seen {
+	mu.Lock()
+	got := maps.Clone(seen)
+	mu.Unlock()
+	for name, n := range got {
 		t.Logf("%s: %s", name, n)
 	}
-	if want := fmt.Sprintf("NodeDisruption: gpuplane-scheduler evicts this pod: node %s is going away (taint karpenter.sh/disrupted)", gone); len(seen["train-0"]) < len(want) || seen["train-0"][:len(want)] != want {
-		t.Errorf("train-0's notice %q, want it to begin %q", seen["train-0"], want)
+	if want := fmt.Sprintf("NodeDisruption: gpuplane-scheduler evicts this pod: node %s is going away (taint karpenter.sh/disrupted)", gone); len(got["train-0"]) < len(want) || got["train-0"][:len(want)] != want {
+		t.Errorf("train-0's notice %q, want it to begin %q", got["train-0"], want)
 	}
 	framework.Eventually(t, 30*time.Second, "the evicted members gone", func(ctx context.Context) (bool, error) {
 		for _, name := range []string{"train-0", "train-1"} {
