@@ -175,12 +175,13 @@ var All = concat(
 	[]Reason{
 		{Name: "Preempt", Kind: ConditionReason, Object: "Pod", Condition: v1alpha1.ConditionPreemptionNotice, By: Scheduler, Anchor: "preemptionnotice"},
 		{Name: "Reclaim", Kind: ConditionReason, Object: "Pod", Condition: v1alpha1.ConditionPreemptionNotice, By: Scheduler, Anchor: "preemptionnotice"},
+		{Name: "NodeDisruption", Kind: ConditionReason, Object: "Pod", Condition: v1alpha1.ConditionPreemptionNotice, By: Scheduler, Anchor: "preemptionnotice"},
 	},
 	// Why a pod waits: its PodScheduled condition and an event of the
 	// same reason (FailedScheduling for Unschedulable).
 	waits(
-		"Unschedulable", "WaitingForPreemption", "InvalidTopology", "PreemptionDisabled", "ReclaimDisabled",
-		"ExceedsQueueLimit", "ExceedsClusterCapacity",
+		"Unschedulable", "WaitingForPreemption", "InvalidTopology", "QueueLimit",
+		"ExceedsQueueLimit",
 		"UnknownQueue", "QueueNotLeaf", "QueueNotAllowed", "ConflictingQueues", "ConflictingPodGroups",
 		"QueueMismatch", "PodGroupNotFound", "NotEnoughPods", "GroupingFailed", "InvalidPodGroup",
 		"InvalidQueue", "InvalidName", "TopologyMismatch",
@@ -194,8 +195,10 @@ var All = concat(
 	),
 	[]Reason{{Name: "FailedScheduling", Kind: Event, Object: "Pod", By: Scheduler, Anchor: "unschedulable"}},
 	// The core's codes only the PodGroup's Schedulable condition carries:
-	// its pods say Unschedulable, with the core's words.
-	groupWaits("Placed", "Waiting", "DoesNotFit", "QueueLimit", "NoTopologyDomain", "TopologyDomainFragmented"),
+	// more nodes would start the group, so its pods say Unschedulable,
+	// with the core's words.
+	groupWaits("Placed", "Waiting", "DoesNotFit", "NoTopologyDomain", "TopologyDomainFragmented",
+		"PreemptionDisabled", "ReclaimDisabled", "ExceedsClusterCapacity"),
 	// Queue and GroupingRule validity.
 	[]Reason{
 		{Name: "Valid", Kind: ConditionReason, Object: "Queue", Condition: v1alpha1.ConditionValid, By: Scheduler},

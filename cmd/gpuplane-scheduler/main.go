@@ -113,6 +113,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float32Var(&cfg.StatusQPS, "status-qps", def.StatusQPS, "pod condition, PodGroup and Queue status writes per second")
 	fs.IntVar(&cfg.DiagnoseLimit, "diagnose-limit", def.DiagnoseLimit, "waiting groups explained in detail per cycle")
 	fs.DurationVar(&cfg.PartialGangGrace, "partial-gang-grace", def.PartialGangGrace, "how long a gang may stay partly bound before its bound pods are deleted")
+	fs.StringSliceVar(&cfg.DisruptionTaints, "disruption-taints", def.DisruptionTaints, "taint keys (any effect) that mark a node about to go away: its gangs get notice and are evicted whole; empty for none")
+	fs.StringSliceVar(&cfg.DisruptionConditions, "disruption-conditions", def.DisruptionConditions, "node condition types that, when True, mark a node about to go away (VMEventScheduled on AKS, say)")
 	fs.DurationVar(&cfg.MIGDemandMinWait, "mig-demand-min-wait", def.MIGDemandMinWait, "how long pending MIG or whole-GPU demand waits before an idle GPU of a follow-demand node is re-partitioned for it")
 	fs.DurationVar(&cfg.MIGLayoutDwell, "mig-layout-dwell", def.MIGLayoutDwell, "how long a GPU whose MIG layout was proposed is left alone before another proposal")
 	fs.DurationVar(&cfg.MIGProposalTimeout, "mig-proposal-timeout", def.MIGProposalTimeout, "how long a MIG proposal the node has not applied holds its node and GPU")

@@ -67,7 +67,7 @@ func TestRendersByServedAPIs(t *testing.T) {
 		{"1.37", "v1.37.2", apis(append(mapV1, draV1...)...), "admissionregistration.k8s.io/v1", true,
 			nil, []string{"Off on this cluster"}},
 		{"1.34 defaults", "v1.34.4", apis(draV1...), "", true,
-			[]string{"Off on this cluster: admission.hideGPUs, admission.gpuFractionDevice", "FractionWithoutGPU", "gpuplane doctor cluster"},
+			[]string{"Off on this cluster: admission.hideGPUs, admission.gpuFractionDevice, admission.schedulingGate", "FractionWithoutGPU", "gpuplane doctor cluster"},
 			[]string{"DRA (agent.dra)"}},
 		{"1.35 with MutatingAdmissionPolicy beta", "v1.35.4", apis(append(mapV1beta1, draV1...)...), "admissionregistration.k8s.io/v1beta1", true,
 			nil, []string{"Off on this cluster"}},
@@ -94,7 +94,7 @@ func TestRendersByServedAPIs(t *testing.T) {
 			for _, v := range []string{"admissionregistration.k8s.io/v1", "admissionregistration.k8s.io/v1beta1"} {
 				want := 0
 				if v == tc.mapAt {
-					want = 2 // hideGPUs and gpuFractionDevice are on by default
+					want = 3 // hideGPUs, gpuFractionDevice and schedulingGate are on by default
 				}
 				if got[v+mapPolicy] != want || got[v+binding] != want {
 					t.Errorf("%d MutatingAdmissionPolicies and %d bindings at %s, want %d", got[v+mapPolicy], got[v+binding], v, want)

@@ -27,6 +27,7 @@ var rendered = map[string]string{
 	"admission/gpu-fraction-device.yaml": "../admission/gpu-fraction-device.yaml",
 	"admission/kai-pods.yaml":            "../admission/kai-pods.yaml",
 	"admission/hami-pods.yaml":           "../admission/hami-pods.yaml",
+	"admission/scheduling-gate.yaml":     "../admission/scheduling-gate.yaml",
 }
 
 // copied are files the chart carries as copies of their source elsewhere
@@ -163,7 +164,7 @@ func TestEveryObjectParses(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{
-		"DaemonSet": 1, "Deployment": 1, "ServiceMonitor": 2, "PrometheusRule": 2, "MutatingAdmissionPolicy": 4,
+		"DaemonSet": 1, "Deployment": 1, "ServiceMonitor": 2, "PrometheusRule": 2, "MutatingAdmissionPolicy": 5,
 		"ValidatingAdmissionPolicy": 4, "ConfigMap": 4, "ServiceAccount": 2,
 	} {
 		if kinds[kind] != n {

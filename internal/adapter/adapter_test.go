@@ -423,6 +423,12 @@ func TestBuildSnapshot(t *testing.T) {
 	gated := newPod("ml", "gated").GPUs(1).Obj()
 	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/wait"}}
 	c.upsertPod(gated)
+	both := newPod("ml", "both-gates").GPUs(1).Obj()
+	both.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGate}, {Name: "example.com/wait"}}
+	c.upsertPod(both)
+	ours := newPod("ml", "ours-gated").GPUs(1).Obj()
+	ours.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: v1alpha1.SchedulingGate}}
+	c.upsertPod(ours)
 	other := newPod("ml", "other").GPUs(1).SchedulerName("default-scheduler").Obj()
 	c.upsertPod(other)
 
@@ -448,7 +454,7 @@ func TestBuildSnapshot(t *testing.T) {
 		{name: "an unknown queue holds the pod", group: "pod/ml/lost", wantHeld: "UnknownQueue"},
 		{name: "an invalid queue holds its pods", group: "pod/ml/greedy", wantHeld: "UnknownQueue"},
 		{name: "a parent queue takes no work", group: "pod/ml/to-parent", wantHeld: "QueueNotLeaf"},
-		{name: "minMember above the pods holds the gang", group: "pg/ml/big", wantHeld: "NotEnoughPods"},
+		{name: "minMember above the pods: the core says the gang waits for the rest", group: "pg/ml/big", wantQueue: "team", wantPods: 1, wantMin: 1},
 		{name: "a missing PodGroup holds its pods", group: "pg/ml/missing", wantHeld: "PodGroupNotFound"},
 	}
 	for _, tc := range tests {
@@ -490,9 +496,16 @@ func TestBuildSnapshot(t *testing.T) {
 			t.Errorf("queues = %v, want [root batch team] (parents first, then by age)", names)
 		}
 	})
-	t.Run("a pod with scheduling gates is not offered", func(t *testing.T) {
-		if g := in.groups["pod/ml/gated"]; g != nil && len(g.pending) > 0 {
-			t.Error("a gated pod was offered to the core")
+	t.Run("a pod another controller gates is not offered", func(t *testing.T) {
+		for _, name := range []string{"pod/ml/gated", "pod/ml/both-gates"} {
+			if g := in.groups[name]; g != nil && len(g.pending) > 0 {
+				t.Errorf("%s, gated by example.com/wait, was offered to the core", name)
+			}
+		}
+	})
+	t.Run("a pod gpuplane's gate alone holds is offered", func(t *testing.T) {
+		if _, ok := pending["pod/ml/ours-gated"]; !ok {
+			t.Errorf("the pod gated by %s alone was not offered to the core: the core must say what it waits for", v1alpha1.SchedulingGate)
 		}
 	})
 	t.Run("another scheduler's pending pods are not ours", func(t *testing.T) {

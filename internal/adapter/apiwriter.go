@@ -94,7 +94,10 @@ type bindTask struct {
 	// are bound (volumes.go).
 	volumes      []volumeWrite
 	awaitVolumes func(context.Context) error
-	done         func(error)
+	// gated: the pod carries gpuplane's scheduling gate, lifted before
+	// it is bound (the API server binds no gated pod).
+	gated bool
+	done  func(error)
 }
 
 // bind queues a binding.
@@ -195,9 +198,43 @@ func (w *apiWriter) doBind(ctx context.Context, t bindTask) error {
 			return err
 		}
 	}
-	err := w.bindPod(ctx, t)
+	err := w.ungateForBind(ctx, t)
+	if err == nil {
+		err = w.bindPod(ctx, t)
+	}
 	if err != nil && len(t.claims) > 0 {
 		w.releaseClaims(ctx, t.claims)
+	}
+	return err
+}
+
+// ungateForBind lifts the pod's gate before its bind, when it has one.
+func (w *apiWriter) ungateForBind(ctx context.Context, t bindTask) error {
+	if !t.gated {
+		return nil
+	}
+	if err := w.doUngate(ctx, t.pod); err != nil {
+		return fmt.Errorf("lifting scheduling gate %s before binding: %w", v1alpha1.SchedulingGate, err)
+	}
+	return nil
+}
+
+// ungate lifts the pod's gate on a worker.
+func (w *apiWriter) ungate(ctx context.Context, pod *corev1.Pod) {
+	w.submit(ctx, func(ctx context.Context) {
+		if err := w.doUngate(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+			w.log.V(2).Info("lifting a scheduling gate failed; the next cycle retries", "pod", klog.KObj(pod), "err", err)
+		}
+	})
+}
+
+// doUngate removes gpuplane's scheduling gate from the pod, leaving any
+// other; the UID makes it fail for a pod recreated under the same name.
+func (w *apiWriter) doUngate(ctx context.Context, pod *corev1.Pod) error {
+	patch := []byte(fmt.Sprintf(`{"metadata":{"uid":%q},%s`, pod.UID, ungatePatch[1:]))
+	_, err := w.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, ungatePatchType, patch, metav1.PatchOptions{})
+	if err == nil {
+		w.log.V(4).Info("scheduling gate lifted", "pod", klog.KObj(pod))
 	}
 	return err
 }

@@ -158,7 +158,11 @@ func (b *binder) evict(ctx context.Context, in *cycleInput, d *model.Decisions) 
 		if q := in.queueObjs[queues[e.Pod]]; q != nil {
 			grace = q.Spec.PreemptionGracePeriodSeconds
 		}
-		b.api.evict(ctx, victim, preemptionNotice(e.Reason, e.For, grace), e.For, e.Reason, func(refused bool) {
+		n := preemptionNotice(e.Reason, e.For, grace)
+		if e.Reason == model.EvictDisruption {
+			n = disruptionNotice(in, e, grace)
+		}
+		b.api.evict(ctx, victim, n, e.For, e.Reason, func(refused bool) {
 			if refused {
 				b.refusals.add(e.Pod, victim.UID, time.Now().Add(b.cfg.EvictionBackoff))
 				b.cache.touch(e.Pod)
@@ -249,7 +253,7 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 // allocations in flight (the pod is offered again next cycle) and says
 // why on the pod.
 func (b *binder) bindTask(pod *corev1.Pod, node string, gpus []model.GPUShare) bindTask {
-	return bindTask{pod: pod, assumption: assumption{node: node, shares: gpus}, done: b.bindDone(pod, node, nil)}
+	return bindTask{pod: pod, assumption: assumption{node: node, shares: gpus}, gated: hasOurGate(pod), done: b.bindDone(pod, node, nil)}
 }
 
 func (b *binder) bindDone(pod *corev1.Pod, node string, claims []claimWrite) func(error) {

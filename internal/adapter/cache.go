@@ -35,6 +35,9 @@ type nodeInfo struct {
 	// replicas is the node's shared-GPU sharing factor, 0 without shared
 	// replicas.
 	replicas int
+	// disruptedBy names the taint or condition that marks the node about
+	// to go away (disruption.go), "" for none.
+	disruptedBy string
 }
 
 type podInfo struct {
@@ -152,6 +155,9 @@ type clusterCache struct {
 	vol *volumeCache
 	// topologies are the cluster's Topology objects (topology.go).
 	topologies *topologyBook
+	// disruption marks the nodes about to go away (disruption.go); set
+	// before the informers start.
+	disruption disruptionMarks
 }
 
 func newClusterCache(schedulerName string) *clusterCache {
@@ -164,6 +170,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 		vol: newVolumeCache(), topologies: newTopologyBook(),
+		disruption: disruptionMarks{taints: DefaultDisruptionTaints},
 	}
 	c.dra = c.newDRAState()
 	return c
@@ -215,6 +222,8 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 		return
 	}
 	delete(c.badNodes, n.Name)
+	disruptedBy := c.disruption.disruptedBy(n)
+	m.Disrupted = disruptedBy != ""
 	base := m
 	m, devs := c.withDRA(n, base)
 	if m.Topology != nil && base.Topology == nil {
@@ -236,7 +245,7 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 		c.dirty[n.Name] = true
 	}
 	base.Volumes, m.Volumes = c.vol.limits[n.Name], c.vol.limits[n.Name]
-	ni := &nodeInfo{node: n, base: base, m: m, devs: devs, replicas: sharedReplicas(n)}
+	ni := &nodeInfo{node: n, base: base, m: m, devs: devs, replicas: sharedReplicas(n), disruptedBy: disruptedBy}
 	c.nodes[n.Name] = ni
 	if old == nil || old.replicas != ni.replicas {
 		c.updateReplicas()
@@ -301,7 +310,7 @@ func usesShared(p *corev1.Pod) bool {
 }
 
 func sameModelNode(a, b *model.Node) bool {
-	return a.MilliCPU == b.MilliCPU && a.MemoryMiB == b.MemoryMiB && a.Unschedulable == b.Unschedulable &&
+	return a.MilliCPU == b.MilliCPU && a.MemoryMiB == b.MemoryMiB && a.Unschedulable == b.Unschedulable && a.Disrupted == b.Disrupted &&
 		slices.Equal(a.GPUs, b.GPUs) && (a.Topology == nil) == (b.Topology == nil) && reflect.DeepEqual(a.MIG, b.MIG) &&
 		(a.Allocatable == nil) == (b.Allocatable == nil) && maps.Equal(a.Allocatable, b.Allocatable)
 }

@@ -118,6 +118,15 @@ type Config struct {
 	MIGLayoutDwell         time.Duration
 	MIGProposalTimeout     time.Duration
 	MIGMaxProposalsPerNode int
+	// DisruptionTaints and DisruptionConditions mark a node about to go
+	// away (a spot reclaim, an autoscaler's scale-down): a taint of one
+	// of these keys, of any effect, or a node condition of one of these
+	// types that is True. Its gangs get notice and are evicted whole, to
+	// be placed again elsewhere (disruption.go). Nil DisruptionTaints
+	// means DefaultDisruptionTaints; DisruptionConditions has no default
+	// (AKS's node-problem-detector reports VMEventScheduled, for one).
+	DisruptionTaints     []string
+	DisruptionConditions []string
 	// Logger receives the scheduler's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -181,6 +190,9 @@ func (c Config) Defaults() Config {
 	set(&c.MIGProposalTimeout, 2*time.Minute)
 	if c.MIGMaxProposalsPerNode == 0 {
 		c.MIGMaxProposalsPerNode = 1
+	}
+	if c.DisruptionTaints == nil {
+		c.DisruptionTaints = DefaultDisruptionTaints
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

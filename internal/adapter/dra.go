@@ -109,7 +109,7 @@ func (c *clusterCache) refreshDRANode(node string) {
 		c.nodesVersion++
 		c.dirty[node] = true
 	}
-	c.nodes[node] = &nodeInfo{node: ni.node, base: ni.base, m: m, devs: devs, replicas: ni.replicas}
+	c.nodes[node] = &nodeInfo{node: ni.node, base: ni.base, m: m, devs: devs, replicas: ni.replicas, disruptedBy: ni.disruptedBy}
 }
 
 // withDRA returns a node's model with the GPUs its ResourceSlices publish

@@ -38,6 +38,8 @@ type loop struct {
 	// proposed holds the MIG proposals written to each node until the
 	// cache shows them (miglayouts.go).
 	proposed map[string][]gpunode.MIGProposalGPU
+	// ungating holds the requests to lift pods' gates in flight (gates.go).
+	ungating map[string]ungateAsk
 	// usage is the queues' usage over time the last cycle returned
 	// (model.Decisions.Usage), for the next snapshot. It lives as long as
 	// the process: a new leader starts each queue's over again from the
@@ -136,6 +138,10 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	// 4b. MIG layouts proposed for idle GPUs, onto their nodes, where
 	//     their agents apply them.
 	l.writeLayouts(ctx, in, d.Layouts)
+
+	// 4c. Gates: pods the core says wait for capacity are released, so
+	//     that autoscalers see them; the others stay gated (gates.go).
+	l.release(ctx, in, &d, placed)
 
 	// 5. Gangs left partly bound are completed by the binds above or torn
 	//    down once their grace is over.

@@ -41,6 +41,9 @@ type fakeWriter struct {
 	// volumes records the volume writes binds carry ("pod claim pv node",
 	// "-" for provisioning).
 	volumes []string
+	// ungated records the pods whose gate was lifted: "pod" when the core
+	// said they wait for capacity, "pod bind" before a bind.
+	ungated []string
 }
 
 var _ clusterWriter = (*fakeWriter)(nil)
@@ -67,6 +70,9 @@ func (f *fakeWriter) bind(_ context.Context, t bindTask) {
 			pv = w.pv.Name
 		}
 		f.volumes = append(f.volumes, fmt.Sprintf("%s %s %s %s", podKey(t.pod), w.claim.Name, pv, w.node))
+	}
+	if t.gated {
+		f.ungated = append(f.ungated, podKey(t.pod)+" bind")
 	}
 	if f.bindFail != nil {
 		f.mu.Unlock()
@@ -112,6 +118,12 @@ func (f *fakeWriter) evict(_ context.Context, pod *corev1.Pod, n notice, _, _ st
 func (f *fakeWriter) deletePod(_ context.Context, pod *corev1.Pod, _ string) {
 	f.mu.Lock()
 	f.deleted = append(f.deleted, podKey(pod))
+	f.mu.Unlock()
+}
+
+func (f *fakeWriter) ungate(_ context.Context, pod *corev1.Pod) {
+	f.mu.Lock()
+	f.ungated = append(f.ungated, podKey(pod))
 	f.mu.Unlock()
 }
 

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,9 +14,11 @@ import (
 
 // A gang that can never start as it is (its minMember pods above its
 // queue's limit, or above every node together) gives its PodGroup a
-// Schedulable=False condition and its pods a condition and event whose
-// reason says so and whose message names spec.minMember, where a derived
-// minMember came from, and the limit.
+// Schedulable=False condition whose reason says so, and its pods a
+// condition and event whose message names spec.minMember, where a derived
+// minMember came from, and the limit. Its pods' reason is the PodGroup's,
+// but for a gang above every node together: more nodes would start it, so
+// its pods are Unschedulable, as autoscalers read it.
 func TestLoopSaysWhenAGangCanNeverStart(t *testing.T) {
 	derived := "Job.batch ns/train: minMember 4 from builtin/batch-job spec.minMember"
 	tests := []struct {
@@ -23,11 +26,13 @@ func TestLoopSaysWhenAGangCanNeverStart(t *testing.T) {
 		queueLimit string
 		gpus       int // per pod
 		wantReason string
-		want       []string
+		// wantPod is the pods' reason, when not wantReason.
+		wantPod string
+		want    []string
 	}{
 		{name: "above the queue's limit", queueLimit: "3", gpus: 1, wantReason: "ExceedsQueueLimit",
 			want: []string{"PodGroup ns/train (derived from " + derived + "): spec.minMember 4", `above queue "capped"'s limit {nvidia.com/gpu=3}`, "nvidia.com/gpu=4"}},
-		{name: "above every node together", gpus: 8, wantReason: "ExceedsClusterCapacity",
+		{name: "above every node together", gpus: 8, wantReason: "ExceedsClusterCapacity", wantPod: "Unschedulable",
 			want: []string{"spec.minMember 4 needs at least", "nvidia.com/gpu=32", "more than all the cluster's nodes have together", "nvidia.com/gpu=16"}},
 	}
 	for _, tc := range tests {
@@ -50,8 +55,8 @@ func TestLoopSaysWhenAGangCanNeverStart(t *testing.T) {
 				t.Fatalf("bound %v, want nothing", f.api.binds)
 			}
 			got := f.status.conditions["ns/train-0"]
-			if !strings.HasPrefix(got, tc.wantReason+": ") {
-				t.Errorf("pod condition %q, want reason %s", got, tc.wantReason)
+			if want := cmp.Or(tc.wantPod, tc.wantReason); !strings.HasPrefix(got, want+": ") {
+				t.Errorf("pod condition %q, want reason %s", got, want)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(got, w) {

@@ -67,51 +67,53 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 		if g == nil || placed[u.Group] {
 			continue
 		}
-		if u.Code == model.UnplacedAboveQueueLimit || u.Code == model.UnplacedAboveCapacity {
+		msg := ""
+		switch u.Code {
+		case model.UnplacedAboveQueueLimit, model.UnplacedAboveCapacity:
 			// Waiting cannot help: the group, the queue or the cluster
 			// must change, and the message says which field.
-			msg := aboveLimitMessage(in, g, u)
-			msgs[u.Group], reasons[u.Group] = msg, u.Code
-			for _, pi := range g.pending {
-				l.status.podCondition(pi.pod, u.Code, msg)
-			}
-			continue
-		}
-		if u.Code == model.UnplacedPreemptionDisabled || u.Code == model.UnplacedReclaimDisabled || u.Code == model.UnplacedWaitingForVictims {
+			msg, reasons[u.Group] = aboveLimitMessage(in, g, u), u.Code
+		case model.UnplacedPreemptionDisabled, model.UnplacedReclaimDisabled, model.UnplacedWaitingForVictims:
 			// The core's own words: the queue's policy, or the pods
 			// evicted for it, keep it waiting.
-			msgs[u.Group] = u.Reason
-			for _, pi := range g.pending {
-				l.status.podCondition(pi.pod, u.Code, u.Reason)
-			}
-			continue
-		}
-		if u.Code == model.UnplacedNoDomain || u.Code == model.UnplacedFragmentedDomain || u.Code == model.UnplacedBadTopology {
+			msg = u.Reason
+		case model.UnplacedNoDomain, model.UnplacedFragmentedDomain, model.UnplacedBadTopology:
 			// The core's words name the level, the best domain and the
 			// pods that would have to move, which node-by-node filter
 			// counts cannot: a gang bound to one domain waits for the
-			// domain, not for any node. A gang that more room could
-			// serve stays Unschedulable, as autoscalers read it.
-			reason := corev1.PodReasonUnschedulable
-			if u.Code == model.UnplacedBadTopology {
-				reason = u.Code
+			// domain, not for any node.
+			msg, reasons[u.Group] = u.Reason, u.Code
+		case model.UnplacedMissingMembers:
+			msg, reasons[u.Group] = fmt.Sprintf("PodGroup %s needs minMember %d pods but has %d: lower spec.minMember or create the missing pods",
+				g.pgKey, g.minMember, g.minMember-u.Missing), u.Code
+		default:
+			dg, ok := l.diag[u.Group]
+			if u.Explained || u.Code == model.UnplacedQueueLimit || !ok {
+				dg = diagnosis{msg: l.render(in, pendingByName[u.Group], u, g), at: in.startedAt}
+				if u.Explained || u.Code == model.UnplacedQueueLimit {
+					l.diag[u.Group] = dg
+				}
 			}
-			msgs[u.Group], reasons[u.Group] = u.Reason, u.Code
-			for _, pi := range g.pending {
-				l.status.podCondition(pi.pod, reason, u.Reason)
+			msg = dg.msg
+			if u.Code == model.UnplacedQueueLimit {
+				reasons[u.Group] = u.Code
 			}
-			continue
 		}
-		dg, ok := l.diag[u.Group]
-		if u.Explained || u.Code == model.UnplacedQueueLimit || !ok {
-			dg = diagnosis{msg: l.render(in, pendingByName[u.Group], u, g), at: in.startedAt}
-			if u.Explained || u.Code == model.UnplacedQueueLimit {
-				l.diag[u.Group] = dg
-			}
+		msgs[u.Group] = msg
+		// Only a group that more nodes would start is Unschedulable, as
+		// autoscalers read it; any other says what it waits for. A pod
+		// still gated for capacity is released first (release) and says
+		// so once the gate is gone, so that no autoscaler reads a gated
+		// pod as unschedulable.
+		reason := u.Code
+		if u.Wait == model.WaitCapacity {
+			reason = corev1.PodReasonUnschedulable
 		}
-		msgs[u.Group] = dg.msg
 		for _, pi := range g.pending {
-			l.status.podCondition(pi.pod, corev1.PodReasonUnschedulable, dg.msg)
+			if reason == corev1.PodReasonUnschedulable && hasOurGate(pi.pod) {
+				continue
+			}
+			l.status.podCondition(pi.pod, reason, msg)
 		}
 	}
 	for name := range l.diag {

@@ -87,6 +87,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	c := newClusterCache(cfg.SchedulerName)
+	c.disruption = disruptionMarks{taints: cfg.DisruptionTaints, conditions: cfg.DisruptionConditions}
 
 	// Informers feed the cache with only what the scheduler reads
 	// (forCache).

@@ -161,9 +161,15 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			case pi.awaiting:
 				// Its workload's group is being made; the pod is labelled
 				// with it in a moment.
-			case len(p.Spec.SchedulingGates) > 0:
-				// Gated pods are not ready to be scheduled; the API server
-				// already says so on the pod (SchedulingGated).
+			case foreignGated(p):
+				// Gated by another controller: not ready to be scheduled;
+				// the API server already says so on the pod
+				// (SchedulingGated). Only gpuplane's own gate
+				// (v1alpha1.SchedulingGate) is ours to lift, and a pod
+				// that carries it alone is pending like any other: it
+				// counts in its gang, and the core says whether it waits
+				// for capacity (release lifts the gate) or for anything
+				// else (the gate stays).
 			case pi.bad != nil:
 				in.badPods = append(in.badPods, pi)
 			default:
@@ -225,11 +231,6 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		if g.held != nil {
 			continue
 		}
-		total := len(g.pending) + len(g.bound) + len(g.finished)
-		if g.minMember > total {
-			g.held = badInput("NotEnoughPods", "PodGroup %s needs minMember %d pods but has %d: lower spec.minMember or create the missing pods", g.pgKey, g.minMember, total)
-			continue
-		}
 		// Only a gang whose PodGroup or some member asks for a topology
 		// has one to resolve.
 		var topo *model.GangTopology
@@ -241,7 +242,8 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			}
 		}
 		// What the gang still needs is the core's one rule (PodGroup.Min):
-		// its size less the members bound or finished.
+		// its size less the members bound or finished; a gang with fewer
+		// pods than that waits in the core (model.UnplacedMissingMembers).
 		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0, Topology: topo}
 		if topo != nil {
 			b.readDomains(topo.Levels...)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuplane/gpuplane/api/reasons"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
 
 // statusWriter writes pod conditions, PodGroup and Queue status at a
@@ -106,8 +107,11 @@ func (w *statusWriter) podCondition(pod *corev1.Pod, reason, msg string) {
 			pod.ResourceVersion, corev1.PodScheduled, reason, msg, metav1.Now().UTC().Format("2006-01-02T15:04:05Z"))
 		_, err := w.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
 		if err == nil {
+			// Waiting one's turn is normal: for the pods evicted for
+			// it, for its queue's quota, for its gang's other pods.
 			evType := corev1.EventTypeWarning
-			if reason == "WaitingForPreemption" {
+			switch reason {
+			case model.UnplacedWaitingForVictims, model.UnplacedQueueLimit, model.UnplacedMissingMembers:
 				evType = corev1.EventTypeNormal
 			}
 			w.event(pod, evType, reasonOrUnschedulable(reason), msg)

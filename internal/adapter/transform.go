@@ -374,6 +374,6 @@ func slimNode(n *corev1.Node) *corev1.Node {
 	out := &corev1.Node{TypeMeta: n.TypeMeta, ObjectMeta: n.ObjectMeta, Spec: n.Spec}
 	slimMeta(out)
 	out.ManagedFields = slimMark
-	out.Status = corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable}
+	out.Status = corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable, Conditions: keptConditions(n.Status.Conditions)}
 	return out
 }

@@ -25,6 +25,9 @@ type clusterWriter interface {
 	evict(ctx context.Context, pod *corev1.Pod, n notice, forGroup, reason string, done func(refused bool))
 	// deletePod removes a pod of a gang left partly bound.
 	deletePod(ctx context.Context, pod *corev1.Pod, why string)
+	// ungate lifts gpuplane's scheduling gate from a pending pod
+	// (gates.go); the next cycle sees whether it did.
+	ungate(ctx context.Context, pod *corev1.Pod)
 }
 
 // statusSink is where the loop says what it decided and why: events, pod

@@ -33,7 +33,14 @@ type pending struct {
 	// from being placed; topo is its topology placement (topology.go).
 	bad  string
 	topo *gangTopo
+	// missing counts the pods a gang lacks to reach its MinMember (with
+	// those placed or finished): it waits for them, never placed in part.
+	missing int
 }
+
+// out reports whether p takes no part in the cycle's placements: its
+// topology means nothing, or members of its gang are missing.
+func (p *pending) out() bool { return p.bad != "" || p.missing > 0 }
 
 // taken is room the cycle holds for a waiting preemptor, given back to the
 // state when the cycle finishes.
@@ -126,7 +133,13 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 			p.demand = p.demand.Add(pod.Request.Resources())
 		}
 		p.admit = p.demand.Max(g.MinResources)
-		tree.AddDemand(p.q, p.demand)
+		if g.MinMember > 0 && len(g.Pods)+g.Placed < g.MinMember {
+			// Placing what is there would start the gang in part, and
+			// its demand is not yet what it will be.
+			p.missing = g.MinMember - g.Placed - len(g.Pods)
+		} else {
+			tree.AddDemand(p.q, p.demand)
+		}
 		c.queues[p.q] = append(c.queues[p.q], p)
 	}
 	c.queuePolicies()
@@ -245,8 +258,8 @@ func (c *cycle) allocate() {
 		}
 		p := c.queues[best][next[best]]
 		next[best]++
-		if p.placed || p.bad != "" {
-			continue // bound or waiting from a hold (resumeHolds); or never placed as it is
+		if p.placed || p.out() {
+			continue // bound or waiting from a hold (resumeHolds); or not placed as it is
 		}
 		if !c.tree.Admits(p.q, p.admit) {
 			p.blocked = true
@@ -308,7 +321,7 @@ func (c *cycle) backfill() {
 		var head *pending
 		var reserved map[int]bool
 		for _, p := range qs {
-			if p.placed || p.bad != "" {
+			if p.placed || p.out() {
 				continue
 			}
 			if head == nil {
@@ -340,7 +353,7 @@ func (c *cycle) finish() {
 		for _, p := range qs {
 			if p.waiting > 0 {
 				c.d.Unplaced = append(c.d.Unplaced, model.Unplaced{Group: p.g.Name, Code: model.UnplacedWaitingForVictims,
-					Reason: fmt.Sprintf("waiting for %d evicted pod(s) to exit", p.waiting)})
+					Reason: fmt.Sprintf("waiting for %d evicted pod(s) to exit", p.waiting), Wait: waitFor(model.UnplacedWaitingForVictims)})
 			}
 			if !p.placed {
 				u := model.Unplaced{Group: p.g.Name, Code: model.UnplacedNoFit, Reason: "does not fit"}
@@ -348,6 +361,9 @@ func (c *cycle) finish() {
 				switch {
 				case p.bad != "":
 					u.Code, u.Reason = model.UnplacedBadTopology, p.bad
+				case p.missing > 0:
+					u.Code, u.Missing = model.UnplacedMissingMembers, p.missing
+					u.Reason = fmt.Sprintf("gang of minMember %d has %d pod(s): waiting for %d more", p.g.MinMember, len(p.g.Pods)+p.g.Placed, p.missing)
 				case !c.tree.Admits(p.q, p.admit):
 					u.Code, u.Reason = model.UnplacedQueueLimit, "queue limit"
 					if q, over := c.tree.LimitBelow(p.q, p.admit); over {
@@ -377,6 +393,7 @@ func (c *cycle) finish() {
 				case p.g.Explain:
 					c.explain(p, &u)
 				}
+				u.Wait = waitFor(u.Code)
 				c.d.Unplaced = append(c.d.Unplaced, u)
 			}
 		}
@@ -392,6 +409,9 @@ func (c *cycle) finish() {
 		s.touched = append(s.touched, t.node)
 	}
 	for _, e := range c.d.Evictions {
+		if e.Reason == model.EvictDisruption {
+			continue // running until it exits (disrupt)
+		}
 		if ps := s.run.pods[e.Pod]; ps != nil {
 			s.touched = append(s.touched, ps.node)
 			s.run.drop(ps)
@@ -413,6 +433,25 @@ func (c *cycle) finish() {
 		s.touched = append(s.touched, b.NodeIndex)
 	}
 	s.st.Commit()
+}
+
+// waitFor is what a group unplaced with code waits for: the one rule
+// that says which of the core's reasons more nodes would cure
+// (model.WaitCapacity) and which they would not.
+func waitFor(code string) string {
+	switch code {
+	case model.UnplacedQueueLimit, model.UnplacedAboveQueueLimit:
+		return model.WaitQuota
+	case model.UnplacedMissingMembers:
+		return model.WaitGang
+	case model.UnplacedWaitingForVictims:
+		return model.WaitVictims
+	case model.UnplacedBadTopology:
+		return model.WaitSpec
+	}
+	// UnplacedNoFit, UnplacedAboveCapacity, the topology codes, and the
+	// evictions a policy forbids: room would start them.
+	return model.WaitCapacity
 }
 
 // describe prints a quota vector for a reason: its non-zero components.

@@ -20,6 +20,13 @@
 //     their queue's usage, out of reach of every later action. A hold past
 //     Snapshot.HoldTimeout, or whose plan no longer fits, ends and its
 //     group competes afresh in the same cycle.
+//  0. disruption: a node about to go away (model.Node.Disrupted: a spot
+//     instance reclaimed, an autoscaler's consolidation) takes no new pods,
+//     and every group with a pod on it is evicted whole
+//     (model.EvictDisruption), counted against no budget, so that a gang
+//     is placed again as one rather than run on without a member
+//     (disruption.go). Its pods keep their room until the snapshot shows
+//     them gone.
 //  1. allocate: queues take turns, the branch of higher Queue.Priority
 //     first (priorities compare siblings, where two queues' paths part),
 //     then by weighted dominant share, the largest
@@ -90,7 +97,12 @@
 // what it needs admitted exceeds a queue limit on its own or its minMember
 // smallest pods need more than all nodes together, as
 // UnplacedAboveQueueLimit or UnplacedAboveCapacity with the need and the
-// limit); for those the driver marked
+// limit; a gang with fewer pods than its MinMember, placed, finished and
+// waiting together, as UnplacedMissingMembers: it is never placed in part);
+// what each waits for (Unplaced.Wait, one rule, waitFor): capacity, which
+// more nodes would cure, or its queue's quota, its gang's missing members,
+// its victims' exit or its own spec, which they would not, so that a
+// driver can hold the latter back from autoscalers; for those the driver marked
 // PodGroup.Explain, which filter refused how many nodes (unschedulable,
 // selector or taints, a host port, the pods allowance, a scalar resource by
 // name, cpu, memory, volumes, GPU, pod constraints) for its first pod and how many of

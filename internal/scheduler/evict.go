@@ -43,7 +43,7 @@ func (m evictMode) reason() string {
 func (c *cycle) evictFor(across bool) {
 	for q, qs := range c.queues {
 		for _, p := range qs {
-			if p.placed || p.bad != "" || c.budget == 0 {
+			if p.placed || p.out() || c.budget == 0 {
 				continue
 			}
 			spec := c.tree.Spec(q)

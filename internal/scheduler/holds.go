@@ -66,7 +66,7 @@ func (c *cycle) resumeHolds() {
 // fails when a node is gone or the plan names a pod the group no longer
 // has pending, or an alternative its request no longer has.
 func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
-	if len(plan) < p.g.Min() {
+	if len(plan) < p.g.Min() || p.missing > 0 {
 		return nil, false
 	}
 	out := make([]model.Bind, len(plan))

@@ -61,6 +61,10 @@ type Scheduler struct {
 	tieLevels []string
 	// relabel is syncNodes' scratch: the nodes whose labels changed.
 	relabel []int
+	// disrupted lists the nodes about to go away (model.Node.Disrupted),
+	// found when the nodes are read (reset), so that a cycle does not look
+	// at every node for them.
+	disrupted []int
 	// looks counts looks over running groups (runningGroup.seen).
 	looks uint64
 	// rooms is scratch space for topology gangs' rooms per node.
@@ -103,8 +107,12 @@ func (s *Scheduler) Cycle(snap *model.Snapshot) (model.Decisions, error) {
 		return d, err
 	}
 	t.phase("queues")
-	// 3. Holds: bind the preemptors whose victims are gone, keep the room
-	//    of those still waiting.
+	// 3. Disruption: groups with a pod on a node about to go away are
+	//    evicted whole, to be placed again elsewhere.
+	c.disrupt()
+	t.phase("disruption")
+	// 3b. Holds: bind the preemptors whose victims are gone, keep the
+	//    room of those still waiting.
 	c.resumeHolds()
 	t.phase("holds")
 	// 4. Allocate: place whole groups queue by queue, fairest first.
@@ -167,7 +175,7 @@ func matchNodes(a, b []model.Node, adopt bool) bool {
 		x, y := &a[i], &b[i]
 		// The identity check is written out here, not left to matchNode,
 		// so that the walk over unchanged nodes stays one loop.
-		if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
+		if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted &&
 			sameSlice(x.GPUs, y.GPUs) && sameSlice(x.Taints, y.Taints) && x.Volumes == y.Volumes &&
 			mapID(x.Labels) == mapID(y.Labels) && mapID(x.Domains) == mapID(y.Domains) && mapID(x.Allocatable) == mapID(y.Allocatable) {
 			continue
@@ -181,7 +189,7 @@ func matchNodes(a, b []model.Node, adopt bool) bool {
 
 // matchNode is matchNodes for one node.
 func matchNode(x, y *model.Node, adopt bool) bool {
-	if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
+	if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted &&
 		sameSlice(x.GPUs, y.GPUs) && sameSlice(x.Taints, y.Taints) && x.Volumes == y.Volumes &&
 		mapID(x.Labels) == mapID(y.Labels) && mapID(x.Domains) == mapID(y.Domains) && mapID(x.Allocatable) == mapID(y.Allocatable) {
 		return true
@@ -202,7 +210,7 @@ func matchNode(x, y *model.Node, adopt bool) bool {
 // and empty alike); Allocatable nil (check nothing) differs from empty
 // (check the pod count and every resource against zero).
 func sameNode(x, y *model.Node) bool {
-	return x.Name == y.Name && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable &&
+	return x.Name == y.Name && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted &&
 		slices.Equal(x.GPUs, y.GPUs) && slices.Equal(x.Taints, y.Taints) &&
 		(x.Volumes == y.Volumes || reflect.DeepEqual(x.Volumes, y.Volumes)) &&
 		maps.Equal(x.Labels, y.Labels) && maps.Equal(x.Domains, y.Domains) &&

@@ -199,7 +199,7 @@ func (s *Scheduler) syncNodes(nodes []model.Node) bool {
 			return false
 		}
 		for _, ps := range s.run.onNode[i] {
-			if err := s.st.Assign(i, &ps.a.Request, ps.a.GPUs); err != nil {
+			if err := s.st.Hold(i, &ps.a.Request, ps.a.GPUs); err != nil {
 				return false
 			}
 		}
@@ -228,11 +228,15 @@ func sameButLabels(x, y *model.Node) bool {
 func (s *Scheduler) reset(snap *model.Snapshot) error {
 	s.nodes = slices.Clone(snap.Nodes)
 	s.index = make(map[string]int, len(s.nodes))
+	s.disrupted = s.disrupted[:0]
 	for i := range s.nodes {
 		if _, dup := s.index[s.nodes[i].Name]; dup {
 			return fmt.Errorf("syncing snapshot: node %q listed twice", s.nodes[i].Name)
 		}
 		s.index[s.nodes[i].Name] = i
+		if s.nodes[i].Disrupted {
+			s.disrupted = append(s.disrupted, i)
+		}
 	}
 	s.capacity = model.CapacityOf(s.nodes)
 	s.st = placement.NewState(s.nodes)

@@ -38,6 +38,15 @@ const (
 	// SchedulerName is what pods set in spec.schedulerName to be scheduled
 	// by gpuplane-scheduler.
 	SchedulerName = "gpuplane-scheduler"
+	// SchedulingGate is the scheduling gate (spec.schedulingGates) gpuplane's
+	// admission policy gives every pod created for gpuplane-scheduler.
+	// gpuplane-scheduler removes it when it binds the pod, or when the pod
+	// waits for room that more nodes would give (PodScheduled reason
+	// Unschedulable); while the pod waits for its queue's quota, for its
+	// gang's missing members or for the pods evicted for it, the gate
+	// stays, so that autoscalers, which skip gated pods, buy no node for
+	// it. The scheduler still counts a gated pod in its gang.
+	SchedulingGate = "scheduling.gpuplane.io/queued"
 )
 
 // GroupVersionResources of the scheduling CRDs, for dynamic clients.

@@ -346,10 +346,35 @@ func (d *doctor) placement(ctx context.Context, r *Report, p *corev1.Pod) {
 		return
 	}
 	result, fix := Fail, fixFor(cond.Reason, p)
-	if cond.Reason == "WaitingForPreemption" {
+	switch cond.Reason {
+	case "WaitingForPreemption", "QueueLimit", "NotEnoughPods":
+		// Waiting its turn: nothing is wrong.
 		result = Info
 	}
 	r.addReason(cond.Reason, "placement", result, fmt.Sprintf("not placed: %s: %s", cond.Reason, cond.Message), fix)
+	if note := gateNote(p, cond.Reason); note != "" {
+		r.add("autoscaling", Info, note, "")
+	}
+}
+
+// gateNote says whether autoscalers would add nodes for a waiting pod:
+// they skip pods held by a scheduling gate and buy only for pods whose
+// PodScheduled reason is Unschedulable.
+func gateNote(p *corev1.Pod, reason string) string {
+	ours := slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.SchedulingGate })
+	switch {
+	case ours && len(p.Spec.SchedulingGates) == 1:
+		return "held by gpuplane's scheduling gate " + v1alpha1.SchedulingGate + ": autoscalers add no node for it, since more nodes would not start it; gpuplane-scheduler lifts the gate when it binds the pod or when only more nodes would"
+	case len(p.Spec.SchedulingGates) > 0:
+		for _, g := range p.Spec.SchedulingGates {
+			if g.Name != v1alpha1.SchedulingGate {
+				return fmt.Sprintf("held by scheduling gate %s, which another controller must lift first", g.Name)
+			}
+		}
+	case reason == corev1.PodReasonUnschedulable:
+		return "more nodes would start it: an autoscaler (Karpenter, Cluster Autoscaler) may add them"
+	}
+	return ""
 }
 
 // fixFor is the command that helps with a reason gpuplane-scheduler gave.
@@ -362,6 +387,10 @@ func fixFor(reason string, p *corev1.Pod) string {
 		return "kubectl get queues -o yaml: the queue's status has its usage against spec.resources[].limit; raise the limit or wait for its work to finish"
 	case "ExceedsQueueLimit":
 		return "waiting cannot help: lower the PodGroup's spec.minMember (or the workload's size it is derived from) or the pods' requests, or raise the queue's spec.resources[].limit (kubectl get queues -o yaml)"
+	case "NotEnoughPods":
+		return "kubectl get pods -l " + v1alpha1.PodGroupLabel + ": create the gang's missing pods, or lower the PodGroup's spec.minMember"
+	case corev1.PodReasonSchedulingGated:
+		return "check that gpuplane-scheduler runs (kubectl -n gpuplane-system get pods -l app.kubernetes.io/name=gpuplane-scheduler); it says why the pod waits within a cycle"
 	case "ExceedsClusterCapacity":
 		return "waiting cannot help until nodes are added: gpuplane status shows the cluster's GPUs; lower the gang's spec.minMember or the pods' requests"
 	case "PreemptionDisabled", "ReclaimDisabled":

@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gpuplane/gpuplane/api/reasons"
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
 
 // TestPrint checks the table: one line a check, then the fixes of the
@@ -102,5 +105,35 @@ func TestFixForTopology(t *testing.T) {
 		if fix := fixFor(reason, nil); !strings.Contains(fix, "kubectl get topologies") || !strings.Contains(fix, "spec.topology") {
 			t.Errorf("%s: fix %q", reason, fix)
 		}
+	}
+}
+
+// A waiting pod says whether autoscalers would add nodes for it.
+func TestGateNote(t *testing.T) {
+	gated := func(names ...string) *corev1.Pod {
+		p := &corev1.Pod{}
+		for _, n := range names {
+			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: n})
+		}
+		return p
+	}
+	tests := []struct {
+		name   string
+		pod    *corev1.Pod
+		reason string
+		want   string
+	}{
+		{"gpuplane's gate alone", gated(v1alpha1.SchedulingGate), "QueueLimit", "autoscalers add no node for it"},
+		{"another controller's gate too", gated(v1alpha1.SchedulingGate, "example.com/wait"), "QueueLimit", "scheduling gate example.com/wait, which another controller"},
+		{"released for capacity", gated(), corev1.PodReasonUnschedulable, "an autoscaler (Karpenter, Cluster Autoscaler) may add them"},
+		{"released, then held by its quota", gated(), "QueueLimit", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := gateNote(tc.pod, tc.reason)
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("gateNote = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -295,12 +295,18 @@ func WaitingPods(pods []*corev1.Pod, schedulerName string) []Gang {
 		if ref := metav1.GetControllerOf(p); ref != nil {
 			k.owner = strings.ToLower(ref.Kind) + "/" + ref.Name
 		}
-		switch {
-		case len(p.Spec.SchedulingGates) > 0:
-			k.why = "scheduling gates: " + p.Spec.SchedulingGates[0].Name
-		default:
+		// gpuplane's own gate holds a pod while the scheduler says why it
+		// waits (its quota, its gang, its victims); another gate is
+		// another controller's, and nothing is scheduled before it goes.
+		for _, g := range p.Spec.SchedulingGates {
+			if g.Name != v1alpha1.SchedulingGate {
+				k.why = "scheduling gates: " + g.Name
+				break
+			}
+		}
+		if k.why == "" {
 			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason != corev1.PodReasonSchedulingGated {
 					k.why = c.Message
 				}
 			}

@@ -135,6 +135,11 @@ type Node struct {
 	// Unschedulable nodes keep their running pods but take no new ones,
 	// save those whose request tolerates TaintUnschedulable.
 	Unschedulable bool `json:"unschedulable,omitempty"`
+	// Disrupted nodes are about to go away (a spot instance reclaimed, an
+	// autoscaler's consolidation): they take no new pods, and every group
+	// with a pod on one is evicted whole (EvictDisruption), with notice,
+	// to be placed again elsewhere rather than run on with members lost.
+	Disrupted bool `json:"disrupted,omitempty"`
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).
 	MIG *NodeMIG `json:"mig,omitempty"`
@@ -659,13 +664,19 @@ type Bind struct {
 	Volumes []string `json:"volumes,omitempty"`
 }
 
+// EvictDisruption is the Eviction.Reason of the pods of a group with a
+// pod on a Disrupted node: the group is evicted whole, and not for
+// another group (Eviction.For is empty).
+const EvictDisruption = "disruption"
+
 // Eviction removes a running pod to make room.
 type Eviction struct {
 	Pod   string `json:"pod"`
 	Group string `json:"group"`
 	Node  string `json:"node"`
 	// For is the group the room was made for; Reason says why
-	// ("preempt" within a queue or "reclaim" across queues).
+	// ("preempt" within a queue, "reclaim" across queues, or
+	// EvictDisruption, for no group).
 	For    string `json:"for"`
 	Reason string `json:"reason"`
 }
@@ -705,6 +716,35 @@ const (
 	// Unplaced.Movable moved (they are preemptible, of lower priority or
 	// borrowed); nothing moves them yet.
 	UnplacedFragmentedDomain = "TopologyDomainFragmented"
+	// UnplacedMissingMembers: fewer of the gang's pods exist (waiting,
+	// placed or finished) than its MinMember; it waits for the rest to be
+	// created and is never placed in part (Unplaced.Missing counts them).
+	UnplacedMissingMembers = "NotEnoughPods"
+)
+
+// What a waiting group waits for (Unplaced.Wait): whether more nodes
+// would start it. A driver holds back the groups that wait for anything
+// but capacity, so that an autoscaler, which buys nodes for the pods a
+// scheduler calls unschedulable, buys none for them.
+const (
+	// WaitCapacity: more nodes, or more room on them, would start the
+	// group: nothing fits it as the nodes are (UnplacedNoFit, the
+	// topology codes), it needs more than all nodes have
+	// (UnplacedAboveCapacity), or it would fit only by evictions its
+	// queue or its pods forbid.
+	WaitCapacity = "Capacity"
+	// WaitQuota: its queue, or an ancestor, does not admit it
+	// (UnplacedQueueLimit, UnplacedAboveQueueLimit): nodes would sit idle.
+	WaitQuota = "Quota"
+	// WaitGang: members of the gang are still missing
+	// (UnplacedMissingMembers).
+	WaitGang = "GangMembers"
+	// WaitVictims: the group is placed and waits for the pods evicted for
+	// it to exit (UnplacedWaitingForVictims).
+	WaitVictims = "Preemption"
+	// WaitSpec: the group can never start as it is written
+	// (UnplacedBadTopology); its spec must change.
+	WaitSpec = "Spec"
 )
 
 // Unplaced records a pending group the cycle could not place: Code says
@@ -713,6 +753,13 @@ type Unplaced struct {
 	Group  string `json:"group"`
 	Code   string `json:"code"`
 	Reason string `json:"reason"`
+	// Wait says what the group waits for, one of the Wait* constants:
+	// WaitCapacity alone is what more nodes would cure. The core sets it
+	// from Code; a driver acts on it and never works it out itself.
+	Wait string `json:"wait,omitempty"`
+	// Missing is, for UnplacedMissingMembers, how many more pods the gang
+	// needs before it can be placed.
+	Missing int `json:"missing,omitempty"`
 	// Explained is set when the core also says where the group's first
 	// pod was refused: Filtered counts the nodes each filter refused
 	// (placement.Filter* reasons) out of Nodes, and Placeable is how many

@@ -131,10 +131,11 @@ func nodeAccepts(n *model.Node, req *model.Request) bool {
 	return true
 }
 
-// cordoned reports whether n is unschedulable for req: n is
-// Unschedulable and req does not tolerate model.TaintUnschedulable.
+// cordoned reports whether n is unschedulable for req: n is about to go
+// away (Disrupted), or Unschedulable and req does not tolerate
+// model.TaintUnschedulable.
 func cordoned(n *model.Node, req *model.Request) bool {
-	return n.Unschedulable && !tolerates(req.Tolerations, model.Taint{Key: model.TaintUnschedulable, Effect: "NoSchedule"})
+	return n.Disrupted || n.Unschedulable && !tolerates(req.Tolerations, model.Taint{Key: model.TaintUnschedulable, Effect: "NoSchedule"})
 }
 
 func tolerates(tols []model.Toleration, t model.Taint) bool {

@@ -157,7 +157,7 @@ func (s *State) Relabel(i int) error {
 // classOf interns everything static about a node that placement reads.
 func (s *State) classOf(n *model.Node) int32 {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d/%d/%v|", n.MilliCPU, n.MemoryMiB, n.Unschedulable)
+	fmt.Fprintf(&b, "%d/%d/%v/%v|", n.MilliCPU, n.MemoryMiB, n.Unschedulable, n.Disrupted)
 	for _, g := range n.GPUs {
 		fmt.Fprintf(&b, "%s:%d:%d:%d:%d:%d:%t:%t:%s:%d:%t:%s:%t,", g.Model, g.MemoryMiB, g.Capacity(), g.MIGSlices, g.MIGInstanceSlices, g.NUMANode, g.SharesOnly, g.WholeOnly, g.ShareResource, g.MinShareMilli, g.ClaimOnly, g.DeviceSets, g.Repartitioning)
 	}

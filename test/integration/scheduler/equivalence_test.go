@@ -148,7 +148,7 @@ func schedule(t *testing.T, never, slow bool) outcome {
 	c.createPod(p)
 	switch {
 	case never:
-		c.waitCondition("urgent", model.UnplacedPreemptionDisabled, "spec.preemption: Never", 30*time.Second)
+		c.waitCondition("urgent", corev1.PodReasonUnschedulable, "spec.preemption: Never", 30*time.Second)
 	case slow:
 		c.waitCondition("urgent", model.UnplacedWaitingForVictims, "evicted", 30*time.Second)
 		// The condition and the eviction are written by different workers:

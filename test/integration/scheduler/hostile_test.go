@@ -90,7 +90,8 @@ func TestGangCleanupSparesOtherSchedulersPods(t *testing.T) {
 	)
 	c.run(adapter.Config{PartialGangGrace: 500 * time.Millisecond})
 	// Two more pods of 8 GPUs on the one 8-GPU node: never.
-	c.waitCondition("ours-0", "ExceedsClusterCapacity", "spec.minMember 3", 30*time.Second)
+	// More nodes would start it: Unschedulable, with the reason in words.
+	c.waitCondition("ours-0", corev1.PodReasonUnschedulable, "more than all the cluster's nodes have together", 30*time.Second)
 	// Well past the grace: several cycles have seen the group partly bound.
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -86,7 +87,7 @@ func TestQueueLimitBorrowingAndReclaim(t *testing.T) {
 		}
 		for name, p := range ps {
 			if p.Spec.NodeName == "" {
-				c.waitCondition(name, corev1.PodReasonUnschedulable, "is at its limit", 30*time.Second)
+				c.waitCondition(name, model.UnplacedQueueLimit, "is at its limit", 30*time.Second)
 			}
 		}
 		if err := env.Client.CoreV1().Pods(c.ns).DeleteCollection(t.Context(), deleteNow(), listBy("queue="+capped)); err != nil {
@@ -245,7 +246,7 @@ func TestQueueWithPreemptionNeverDoesNotEvict(t *testing.T) {
 	hp := c.pod("urgent").GPUs(1).Label("app", "high").Label(v1alpha1.QueueLabel, q).Obj()
 	hp.Spec.PriorityClassName = high
 	c.createPod(hp)
-	c.waitCondition("urgent", "PreemptionDisabled", "spec.preemption: Never", 30*time.Second)
+	c.waitCondition("urgent", corev1.PodReasonUnschedulable, "spec.preemption: Never", 30*time.Second)
 	if n, _, err := c.bound(t.Context(), "app=low"); err != nil || n != 8 {
 		t.Fatalf("%d low-priority pods bound (err %v), want all 8: the queue forbids preemption", n, err)
 	}
@@ -358,7 +359,7 @@ func TestPodGroupMinResources(t *testing.T) {
 		}
 		c.waitBound("filler=yes", 2, 30*time.Second)
 		gang("four", "4")
-		c.waitCondition("four-0", corev1.PodReasonUnschedulable, "is at its limit", 30*time.Second)
+		c.waitCondition("four-0", model.UnplacedQueueLimit, "is at its limit", 30*time.Second)
 		if err := env.Client.CoreV1().Pods(c.ns).DeleteCollection(t.Context(), deleteNow(), listBy("filler=yes")); err != nil {
 			t.Fatal(err)
 		}

@@ -43,7 +43,7 @@ cannot serve, as a comma-separated list; empty when none is off. */}}
 {{- define "gpuplane.mapValuesOff" -}}
 {{- if not (include "gpuplane.mapAPIVersion" .) -}}
 {{- $off := list -}}
-{{- range $k := list "hideGPUs" "gpuFractionDevice" "kaiPods" "hamiPods" -}}
+{{- range $k := list "hideGPUs" "gpuFractionDevice" "kaiPods" "hamiPods" "schedulingGate" -}}
 {{- if index $.Values.admission $k }}{{ $off = append $off (printf "admission.%s" $k) }}{{ end -}}
 {{- end -}}
 {{- join ", " $off -}}

@@ -1,0 +1,30 @@
+package scheduler
+
+import "github.com/gpuplane/gpuplane/internal/scheduler/model"
+
+// disrupt evicts, whole, every group with a pod on a node about to go away
+// (model.Node.Disrupted): a gang that lost a member would otherwise run on
+// without it, or wait half-placed, so all its members go and it is placed
+// again as one, keeping its place in its queue (its age and priority are
+// its own). The evictions count against no disruption budget (the node
+// goes anyway) and spare only what nothing may evict (NonPreemptible:
+// another scheduler's pods, those a PodDisruptionBudget protects, those
+// already terminating), which whoever drains the node stops. The pods
+// keep their room until they exit: the snapshot says when, so the cycle
+// releases nothing and finish keeps them running.
+func (c *cycle) disrupt() {
+	s := c.s
+	for _, i := range s.disrupted {
+		for _, ps := range s.run.onNode[i] {
+			rg := ps.g
+			if rg == nil || rg.evicted == c.epoch || rg.nonPreemptible {
+				continue
+			}
+			rg.evicted = c.epoch
+			for _, m := range rg.byNodeAndName() {
+				a := m.a
+				c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, Reason: model.EvictDisruption})
+			}
+		}
+	}
+}
