@@ -12,8 +12,8 @@ import (
 // A pod that gpuplane's gate holds shows why the scheduler says it waits;
 // one another controller gates shows that gate.
 func TestWaitingPodsSayWhy(t *testing.T) {
-	pod := func(name string, gates []string, reason, msg string) corev1.Pod {
-		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+	pod := func(name string, gates []string, reason, msg string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
 			Spec: corev1.PodSpec{SchedulerName: v1alpha1.SchedulerName}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
 		for _, g := range gates {
 			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g})
@@ -23,7 +23,7 @@ func TestWaitingPodsSayWhy(t *testing.T) {
 		}
 		return p
 	}
-	pods := []corev1.Pod{
+	pods := []*corev1.Pod{
 		pod("quota", []string{v1alpha1.SchedulingGate}, "QueueLimit", `queue "a" is at its limit`),
 		pod("new", []string{v1alpha1.SchedulingGate}, corev1.PodReasonSchedulingGated, "Scheduling is blocked due to non-empty scheduling gates"),
 		pod("theirs", []string{v1alpha1.SchedulingGate, "example.com/wait"}, "QueueLimit", `queue "a" is at its limit`),
@@ -35,7 +35,7 @@ func TestWaitingPodsSayWhy(t *testing.T) {
 		"theirs": "scheduling gates: example.com/wait",
 		"room":   "0/1 nodes available",
 	}
-	got := waitingPods(pods, v1alpha1.SchedulerName)
+	got := WaitingPods(pods, v1alpha1.SchedulerName)
 	if len(got) != len(want) {
 		t.Fatalf("%d rows %+v, want %d", len(got), got, len(want))
 	}
