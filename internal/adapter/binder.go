@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -217,15 +218,16 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 	return placed
 }
 
-// DoNotDisruptAnnotation, "true" on a pod, keeps a node autoscaler
-// (Karpenter; Cluster Autoscaler reads its own safe-to-evict annotation,
-// which the docs show) from draining the pod's node on its own initiative:
-// to consolidate, or to replace a drifted node. Forced disruption (a spot
-// reclaim, a node's expiry) still happens.
-const DoNotDisruptAnnotation = "karpenter.sh/do-not-disrupt"
+// Annotations that keep a node autoscaler from draining a pod's node on
+// its own initiative (api/gpupod).
+const (
+	DoNotDisruptAnnotation = gpupod.DoNotDisruptAnnotation
+	SafeToEvictAnnotation  = gpupod.SafeToEvictAnnotation
+)
 
 // keepNode reports whether a pod bound with shares, a member of g, must
-// keep its node against an autoscaler's voluntary disruption: a member of
+// keep its node against an autoscaler's voluntary disruption (it is bound
+// with DoNotDisruptAnnotation and SafeToEvictAnnotation): a member of
 // a gang (evicting one member stops the whole gang's work), or a pod that
 // holds part of a GPU (its neighbours on that GPU would be moved with it
 // or stranded). A pod alone on whole GPUs or on a MIG instance may move:

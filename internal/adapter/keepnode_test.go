@@ -37,7 +37,7 @@ func TestKeepNode(t *testing.T) {
 	}
 }
 
-// TestBindingCarriesDoNotDisrupt: the annotation reaches the pod with its
+// TestBindingCarriesDoNotDisrupt: the annotations reach the pod with its
 // binding, in the same request, only when keepNode says so.
 func TestBindingCarriesDoNotDisrupt(t *testing.T) {
 	for _, keep := range []bool{true, false} {
@@ -57,6 +57,9 @@ func TestBindingCarriesDoNotDisrupt(t *testing.T) {
 			t.Fatal("no binding sent")
 		}
 		if v, ok := got.Annotations[DoNotDisruptAnnotation]; ok != keep || (keep && v != "true") {
+			t.Errorf("keepNode %v: binding annotations %v", keep, got.Annotations)
+		}
+		if v, ok := got.Annotations[SafeToEvictAnnotation]; ok != keep || (keep && v != "false") {
 			t.Errorf("keepNode %v: binding annotations %v", keep, got.Annotations)
 		}
 	}

@@ -22,9 +22,6 @@ const (
 	KindKWOKClass     = "KWOKNodeClass"
 	LabelNodePool     = "karpenter.sh/nodepool"
 	LabelInstanceType = "node.kubernetes.io/instance-type"
-	// DoNotDisrupt, set to "true" on a pod, keeps Karpenter from
-	// disrupting its node on its own initiative (consolidation, drift).
-	DoNotDisrupt = "karpenter.sh/do-not-disrupt"
 	// PoolPrefix starts the name of every NodePool gpuplane publishes.
 	PoolPrefix = "gpu-"
 )
@@ -87,8 +84,8 @@ type PoolOptions struct {
 // Karpenter's simulation and gpuplane-scheduler see the GPU features pods
 // select on before the agent runs; they are consolidated when empty or
 // underused after o.ConsolidateAfter. Pods that must not lose their node
-// carry DoNotDisrupt (gpuplane-scheduler sets it on gangs and on GPUs
-// shared by fractions).
+// carry gpupod.DoNotDisruptAnnotation (gpuplane-scheduler binds gangs and
+// pods on part of a GPU with it).
 func NodePool(it InstanceType, o PoolOptions) (*unstructured.Unstructured, error) {
 	if err := it.Validate(); err != nil {
 		return nil, err

@@ -500,6 +500,12 @@ type Snapshot struct {
 	// Layouts is the hysteresis of MIG layout proposals for the nodes
 	// that opt in (Node.MIG).
 	Layouts LayoutPolicy `json:"layouts,omitzero"`
+	// NodesMayBeAdded says a node autoscaler adds nodes for groups that
+	// wait for room: a gang whose least need is above all the nodes'
+	// capacity together then waits for room (UnplacedNoFit), which more
+	// nodes cure, rather than being told it can never start
+	// (UnplacedAboveCapacity).
+	NodesMayBeAdded bool `json:"nodesMayBeAdded,omitempty"`
 }
 
 // Hold is a group whose placement needed evictions, waiting for the
