@@ -237,7 +237,9 @@ func keepNode(g *groupInfo, shares []model.GPUShare) bool {
 		return true
 	}
 	for _, s := range shares {
-		if s.MIGSlices == 0 && (s.Milli < model.MilliPerGPU || s.MemoryMiB > 0) {
+		// A whole GPU's share is its capacity (with all its memory); a
+		// part of one, of its compute or only of its memory, is less.
+		if s.MIGSlices == 0 && s.Milli < model.MilliPerGPU {
 			return true
 		}
 	}

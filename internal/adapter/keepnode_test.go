@@ -12,7 +12,9 @@ import (
 )
 
 func TestKeepNode(t *testing.T) {
-	whole := []model.GPUShare{{Index: 0, Milli: model.MilliPerGPU}, {Index: 1, Milli: model.MilliPerGPU}}
+	// Whole GPUs as the core gives them: their capacity and all their
+	// memory.
+	whole := []model.GPUShare{{Index: 0, Milli: model.MilliPerGPU, MemoryMiB: 81408}, {Index: 1, Milli: model.MilliPerGPU, MemoryMiB: 81408}}
 	tests := []struct {
 		name   string
 		g      *groupInfo
@@ -26,7 +28,7 @@ func TestKeepNode(t *testing.T) {
 		{"a gang member", &groupInfo{pgKey: "ns/g", minMember: 4, pending: make([]*podInfo, 4)}, whole, true},
 		{"a gang's last member", &groupInfo{pgKey: "ns/g", minMember: 0, pending: make([]*podInfo, 1), bound: make([]*podInfo, 3)}, whole, true},
 		{"a quarter of a GPU", &groupInfo{pending: make([]*podInfo, 1)}, []model.GPUShare{{Index: 2, Milli: 250}}, true},
-		{"a share of GPU memory", &groupInfo{pending: make([]*podInfo, 1)}, []model.GPUShare{{Index: 2, Milli: model.MilliPerGPU, MemoryMiB: 20000}}, true},
+		{"a share of GPU memory only", &groupInfo{pending: make([]*podInfo, 1)}, []model.GPUShare{{Index: 2, MemoryMiB: 20000}}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

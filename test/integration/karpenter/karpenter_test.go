@@ -173,7 +173,7 @@ func TestConsolidationKeepsGangs(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return len(nodes) == 1, fmt.Errorf("%d nodes", len(nodes))
+		return len(nodes) == 1, fmt.Errorf("%d nodes; Karpenter says: %s", len(nodes), c.karpenterSays(ctx))
 	})
 	c.deletePods("role=lone")
 	framework.Eventually(t, 2*time.Minute, "the pool back to zero nodes", c.noNodes)
@@ -215,4 +215,20 @@ func TestConsolidationKeepsGangs(t *testing.T) {
 		t.Errorf("%d nodes, want the gang's 2", len(nodes))
 	}
 	c.deletePods("gang=pair")
+}
+
+// karpenterSays is the last thing Karpenter said of why it does not
+// disrupt a node, for a timeout to show.
+func (c *cluster) karpenterSays(ctx context.Context) string {
+	evs, err := env.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, e := range evs.Items {
+		if e.Reason == "Unconsolidatable" || e.Reason == "DisruptionBlocked" {
+			out = append(out, e.InvolvedObject.Name+": "+e.Message)
+		}
+	}
+	return strings.Join(out, "; ")
 }

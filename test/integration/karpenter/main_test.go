@@ -94,6 +94,11 @@ func newCluster(t testing.TB, o options) *cluster {
 	}
 	ns := env.CreateNamespace(t)
 	c := &cluster{t: t, ns: ns, scheduler: "gpuplane-" + ns, dyn: crdClient}
+	// Each test starts from an empty pool: counts of what Karpenter buys
+	// must not see an earlier test's nodes.
+	if err := framework.Poll(t.Context(), time.Minute, "no node of an earlier test", c.noNodes); err != nil {
+		t.Fatal(err)
+	}
 	it := h100(t)
 	c.gpusPerNode = int(it.Offer.Resources["nvidia.com/gpu"])
 	types, err := nodeoffer.KWOKInstanceTypes([]nodeoffer.InstanceType{it}, "zone-a")
@@ -115,11 +120,29 @@ func newCluster(t testing.TB, o options) *cluster {
 	}
 	c.apply(pool, nodePools)
 	t.Cleanup(func() {
+		// The pods go first: Karpenter drains a node before it deletes
+		// it, and a pod bound with karpenter.sh/do-not-disrupt would keep
+		// it. Then the pool's NodeClaims, and the pool.
 		ctx := context.Background()
-		_ = c.dyn.Resource(nodePools).Delete(ctx, pool.GetName(), metav1.DeleteOptions{})
+		if err := env.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
+			t.Error(err)
+		}
+		if err := framework.Poll(ctx, time.Minute, "the test's pods gone", func(ctx context.Context) (bool, error) {
+			pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			return len(pods.Items) == 0, fmt.Errorf("%d pods left", len(pods.Items))
+		}); err != nil {
+			t.Error(err)
+		}
+		if err := c.dyn.Resource(nodeClaims).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: c.poolSelector()}); err != nil {
+			t.Error(err)
+		}
 		if err := framework.Poll(ctx, 2*time.Minute, "the pool's nodes gone", c.noNodes); err != nil {
 			t.Error(err)
 		}
+		_ = c.dyn.Resource(nodePools).Delete(ctx, pool.GetName(), metav1.DeleteOptions{})
 		_ = c.dyn.Resource(nodeClasses).Delete(ctx, ns, metav1.DeleteOptions{})
 	})
 	// Karpenter adds nodes: gangs larger than the cluster wait for room.
@@ -135,9 +158,14 @@ func (c *cluster) apply(u *unstructured.Unstructured, gvr schema.GroupVersionRes
 	}
 }
 
+// poolSelector selects the objects of the test's pool.
+func (c *cluster) poolSelector() string {
+	return nodeoffer.LabelNodePool + "=" + nodeoffer.PoolPrefix + "h100x8"
+}
+
 // claims lists the NodeClaims of the test's pool.
 func (c *cluster) claims(ctx context.Context) ([]unstructured.Unstructured, error) {
-	list, err := c.dyn.Resource(nodeClaims).List(ctx, metav1.ListOptions{LabelSelector: nodeoffer.LabelNodePool + "=" + nodeoffer.PoolPrefix + "h100x8"})
+	list, err := c.dyn.Resource(nodeClaims).List(ctx, metav1.ListOptions{LabelSelector: c.poolSelector()})
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +175,7 @@ func (c *cluster) claims(ctx context.Context) ([]unstructured.Unstructured, erro
 // nodes lists the nodes Karpenter bought in the test's pool, deleted ones
 // included until they are gone.
 func (c *cluster) nodes(ctx context.Context) ([]corev1.Node, error) {
-	list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodeoffer.LabelNodePool + "=" + nodeoffer.PoolPrefix + "h100x8"})
+	list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: c.poolSelector()})
 	if err != nil {
 		return nil, err
 	}
