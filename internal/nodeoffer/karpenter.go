@@ -83,7 +83,7 @@ type PoolOptions struct {
 // are made with the offer's labels and annotations from the start, so that
 // Karpenter's simulation and gpuplane-scheduler see the GPU features pods
 // select on before the agent runs; they are consolidated when empty or
-// underused after o.ConsolidateAfter. Pods that must not lose their node
+// underused after o.ConsolidateAfter, every empty node at once. Pods that must not lose their node
 // carry gpupod.DoNotDisruptAnnotation (gpuplane-scheduler binds gangs and
 // pods on part of a GPU with it).
 func NodePool(it InstanceType, o PoolOptions) (*unstructured.Unstructured, error) {
@@ -115,6 +115,15 @@ func NodePool(it InstanceType, o PoolOptions) (*unstructured.Unstructured, error
 		"disruption": map[string]any{
 			"consolidationPolicy": "WhenEmptyOrUnderutilized",
 			"consolidateAfter":    formatDuration(o.ConsolidateAfter),
+			// Empty GPU nodes hold no work: all of them may go at once,
+			// so the pool reaches zero one idle time after its work
+			// ends (Karpenter's default, 10% of the nodes at a time,
+			// takes a round per node on a small pool). Nodes that still
+			// run pods are moved 10% at a time.
+			"budgets": []any{
+				map[string]any{"nodes": "100%", "reasons": []any{"Empty"}},
+				map[string]any{"nodes": "10%", "reasons": []any{"Underutilized", "Drifted"}},
+			},
 		},
 	}
 	if o.GPULimit > 0 {

@@ -106,7 +106,7 @@ func TestNodePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"consolidateAfter":"1m30s"`, `"nvidia.com/gpu":"64"`, `"nvidia.com/gpu.product":"NVIDIA-H100-80GB-HBM3"`,
-		`"values":["h100x8"]`, `"kind":"KWOKNodeClass","name":"gpu"`} {
+		`"values":["h100x8"]`, `{"nodes":"100%","reasons":["Empty"]}`, `"kind":"KWOKNodeClass","name":"gpu"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("NodePool lacks %s:\n%s", want, b)
 		}
