@@ -166,7 +166,7 @@ func TestConsolidationKeepsGangs(t *testing.T) {
 
 	// Lone pods: Karpenter consolidates their two nodes into one.
 	c.splitPair(func(name string) *corev1.Pod {
-		return c.pod("lone-" + name).GPUs(half).Label("role", "lone").Obj()
+		return c.pod("lone-"+name).GPUs(half).Label("role", "lone").Obj()
 	}, "role=lone")
 	framework.Eventually(t, 2*time.Minute, "the lone pods' nodes consolidated into one", func(ctx context.Context) (bool, error) {
 		nodes, err := c.nodes(ctx)
@@ -181,7 +181,7 @@ func TestConsolidationKeepsGangs(t *testing.T) {
 	// A gang in the same shape.
 	c.createObj(v1alpha1.PodGroupsResource, c.ns, podGroup(c.ns, "pair", 2))
 	na, nb := c.splitPair(func(name string) *corev1.Pod {
-		return c.pod("pair-" + name).GPUs(half).Label(v1alpha1.PodGroupLabel, "pair").Label("gang", "pair").Obj()
+		return c.pod("pair-"+name).GPUs(half).Label(v1alpha1.PodGroupLabel, "pair").Label("gang", "pair").Obj()
 	}, "gang=pair")
 	framework.Eventually(t, 2*time.Minute, "Karpenter saying the gang blocks consolidation", func(ctx context.Context) (bool, error) {
 		evs, err := env.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=DisruptionBlocked"})
