@@ -158,7 +158,7 @@ func (s *supervisor) start(ctx context.Context) error {
 	started := time.Now()
 	sched := s.spec.Scheduler != SchedulerNone
 	s.step("starting the control plane (etcd, kube-apiserver, kube-controller-manager%s%s)",
-		map[bool]string{true: ", kube-scheduler"}[sched], map[bool]string{true: ", kwok"}[s.spec.KwokNodes > 0])
+		map[bool]string{true: ", kube-scheduler"}[sched], map[bool]string{true: ", kwok"}[s.spec.KwokNodes > 0 || s.spec.Karpenter != nil])
 	cp, err := localcluster.Start(ctx, localcluster.Config{
 		BinDir: s.spec.BinDir, Dir: s.dir.path("controlplane"), KeepDir: true,
 		ControllerManager: true, Scheduler: sched, Kwok: s.spec.KwokNodes > 0 || s.spec.Karpenter != nil,
