@@ -75,16 +75,58 @@ func TestGangProvisionedWholeAndScaledToZero(t *testing.T) {
 	framework.Eventually(t, 2*time.Minute, "the pool back to zero nodes", c.noNodes)
 }
 
-// TestQuotaAndIncompleteGangsBuyNothing: a pod that its queue's limit holds
-// back, and a gang still missing members, wait for something no node would
-// cure, so Karpenter must not buy for them; a pod that only lacks room, in
-// the same batch, gets its node. This relies on gpuplane-scheduler holding
-// such pods behind its scheduling gate rather than calling them
-// Unschedulable.
-func TestQuotaAndIncompleteGangsBuyNothing(t *testing.T) {
+// buysOnlyFor creates, beside what the test made wait, a pod that only
+// needs room, waits for it to run on a node Karpenter bought, and checks
+// that Karpenter nominated (found room or bought a node for) only the pods
+// named in want, with one NodeClaim each, and that the pods in waiting are
+// still unbound.
+func (c *cluster) buysOnlyFor(want []string, waiting ...string) {
+	c.t.Helper()
+	c.createPod(c.pod("needs-room").GPUs(c.gpusPerNode).Label("role", "needs-room").Obj())
+	framework.Eventually(c.t, 2*time.Minute, "the pod that needed room running", c.allRunning("role=needs-room", 1))
+	nominated, err := c.nominated(c.t.Context())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if strings.Join(nominated, ",") != strings.Join(want, ",") {
+		c.t.Errorf("Karpenter found room for %v, want %v: it bought nodes for work that more nodes would not start", nominated, want)
+	}
+	claims, err := c.claims(c.t.Context())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if len(claims) != len(want) {
+		c.t.Errorf("Karpenter has %d NodeClaims, want %d (one for each pod that only needed room)", len(claims), len(want))
+	}
+	for _, name := range waiting {
+		p, err := env.Client.CoreV1().Pods(c.ns).Get(c.t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if p.Spec.NodeName != "" {
+			c.t.Errorf("%s is bound to %s; it should wait", name, p.Spec.NodeName)
+		}
+	}
+}
+
+// TestIncompleteGangBuysNothing: a gang still missing a member waits for
+// it, which no node would cure, so Karpenter must not buy for it; a pod
+// that only lacks room, in the same batch, gets its node.
+func TestIncompleteGangBuysNothing(t *testing.T) {
 	c := newCluster(t, options{idle: time.Minute})
-	gpus := fmt.Sprint(c.gpusPerNode)
-	c.queue(c.ns, gpus)
+	c.gang("partial", 2, 1, c.gpusPerNode, "")
+	c.buysOnlyFor([]string{"needs-room"}, "partial-0")
+}
+
+// TestQuotaBlockedWorkBuysNothing: a pod that its queue's limit holds back
+// waits for quota, which no node would cure, so Karpenter must not buy for
+// it; a pod that only lacks room, in the same batch, gets its node. This
+// relies on gpuplane-scheduler never calling a quota wait Unschedulable
+// (its scheduling gate holds such pods, and a pod released from it says
+// what it waits for by another reason).
+func TestQuotaBlockedWorkBuysNothing(t *testing.T) {
+	c := newCluster(t, options{idle: time.Minute})
+	c.queue(c.ns, fmt.Sprint(c.gpusPerNode))
 	inQueue := func(name string) *corev1.Pod {
 		return c.pod(name).GPUs(c.gpusPerNode).Label(v1alpha1.QueueLabel, c.ns).Label("role", name).Obj()
 	}
@@ -92,34 +134,7 @@ func TestQuotaAndIncompleteGangsBuyNothing(t *testing.T) {
 	framework.Eventually(t, 2*time.Minute, "the first pod of the queue running", c.allRunning("role=first", 1))
 	// The queue is full: the second waits for quota.
 	c.createPod(inQueue("over-quota"))
-	// A gang of two with one member so far waits for the other.
-	c.gang("partial", 2, 1, c.gpusPerNode, "")
-	// A pod that only needs a node.
-	c.createPod(c.pod("needs-room").GPUs(c.gpusPerNode).Label("role", "needs-room").Obj())
-	framework.Eventually(t, 2*time.Minute, "the pod that needed room running", c.allRunning("role=needs-room", 1))
-	nominated, err := c.nominated(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(nominated, ",") != "first,needs-room" {
-		t.Errorf("Karpenter found room for %v, want [first needs-room]: it bought nodes for work that quota or a gang holds back", nominated)
-	}
-	claims, err := c.claims(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(claims) != 2 {
-		t.Errorf("Karpenter has %d NodeClaims, want 2 (one for each pod that only needed room)", len(claims))
-	}
-	for _, name := range []string{"over-quota", "partial-0"} {
-		p, err := env.Client.CoreV1().Pods(c.ns).Get(t.Context(), name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Spec.NodeName != "" {
-			t.Errorf("%s is bound to %s; it should wait", name, p.Spec.NodeName)
-		}
-	}
+	c.buysOnlyFor([]string{"first", "needs-room"}, "over-quota")
 }
 
 // splitPair runs two filler pods of half a node each on two nodes
