@@ -11,7 +11,10 @@
 # runs); without, all of them.
 # Environment: GO (default go), BUILD_PARALLEL (go build -p, default 2),
 # FORCE=1 to rebuild. The binaries carry no DWARF or symbol table (-s -w),
-# which makes their link, repeated in every fresh clone, shorter.
+# which makes their link, repeated in every fresh clone, shorter. An
+# operator that needs a newer Go than the product's names the toolchain it
+# is built with (GOTOOLCHAIN; the module proxy serves it, and Go fetches it
+# the first time); the others are built with the Go that runs this script.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,13 +22,16 @@ bin_dir="${1:-${repo_root}/bin}/operators"
 GO="${GO:-go}"
 BUILD_PARALLEL="${BUILD_PARALLEL:-2}"
 
-# name|main package|module|CRD directory inside the module
+# name|main package|module|CRD directories inside the module (comma-separated)|Go toolchain
 operators=(
 	"jobset|sigs.k8s.io/jobset|sigs.k8s.io/jobset|config/components/crd/bases"
 	"training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|github.com/kubeflow/training-operator|manifests/base/crds"
 	"kuberay|github.com/ray-project/kuberay/ray-operator|github.com/ray-project/kuberay/ray-operator|config/crd/bases"
 	"lws|sigs.k8s.io/lws/cmd|sigs.k8s.io/lws|config/crd/bases"
 	"trainer|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager|github.com/kubeflow/trainer/v2|manifests/base/crds"
+	# Karpenter with its kwok cloud provider: NodePool, NodeClaim, NodeOverlay
+	# and KWOKNodeClass. Karpenter v1.15 wants Go >= 1.26.9.
+	"karpenter|sigs.k8s.io/karpenter/kwok|sigs.k8s.io/karpenter|kwok/charts/crds,kwok/apis/crds|go1.27.3"
 )
 
 wanted=("${@:2}")
@@ -45,7 +51,7 @@ if ! flock -n 9; then
 	flock 9
 fi
 for entry in "${operators[@]}"; do
-	IFS='|' read -r name pkg module crds <<<"${entry}"
+	IFS='|' read -r name pkg module crds toolchain <<<"${entry}"
 	if ((${#wanted[@]} > 0)) && [[ " ${wanted[*]} " != *" ${name} "* ]]; then
 		continue
 	fi
@@ -58,11 +64,16 @@ for entry in "${operators[@]}"; do
 	fi
 	start=$(date +%s)
 	echo "operator-bins: building ${name} from ${pkg} (first time only; a minute or more)"
-	(cd "${dir}" && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 "${GO}" build -p "${BUILD_PARALLEL}" -ldflags "-s -w" -o "${bin_dir}/${name}.tmp" "${pkg}")
-	src="$(cd "${dir}" && GOWORK=off GOFLAGS=-mod=mod "${GO}" list -m -f '{{.Dir}}' "${module}")"
+	goenv=(GOWORK=off GOFLAGS=-mod=mod)
+	[[ -z "${toolchain}" ]] || goenv+=(GOTOOLCHAIN="${toolchain}")
+	(cd "${dir}" && env "${goenv[@]}" CGO_ENABLED=0 "${GO}" build -p "${BUILD_PARALLEL}" -ldflags "-s -w" -o "${bin_dir}/${name}.tmp" "${pkg}")
+	src="$(cd "${dir}" && env "${goenv[@]}" "${GO}" list -m -f '{{.Dir}}' "${module}")"
 	rm -rf "${bin_dir}/${name}-crds"
 	mkdir -p "${bin_dir}/${name}-crds"
-	find "${src}/${crds}" -maxdepth 1 -name '*.yaml' ! -name kustomization.yaml -exec cp {} "${bin_dir}/${name}-crds/" \;
+	IFS=',' read -r -a crd_dirs <<<"${crds}"
+	for d in "${crd_dirs[@]}"; do
+		find "${src}/${d}" -maxdepth 1 -name '*.yaml' ! -name kustomization.yaml -exec cp {} "${bin_dir}/${name}-crds/" \;
+	done
 	chmod u+w "${bin_dir}/${name}-crds/"*.yaml
 	mv "${bin_dir}/${name}.tmp" "${bin_dir}/${name}"
 	# The pins as they are after the build (go may have completed go.sum).

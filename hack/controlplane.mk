@@ -11,7 +11,7 @@ INTEGRATION_PKGS ?= ./test/integration/...
 .PHONY: compat-bins test-compat controlplane-bins operator-bins demo-operator-bins third-party-crds test-integration
 
 # The workload operators `make demo` runs: a first demo builds only these.
-DEMO_OPERATORS ?= training-operator kuberay
+DEMO_OPERATORS ?= training-operator kuberay karpenter
 
 controlplane-bins: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kubectl into bin/ (only when tools/go.mod changes)
 	@GO="$(GO)" BUILD_PARALLEL="$(CONTROLPLANE_BUILD_PARALLEL)" $(CURDIR)/hack/build-controlplane.sh "$(BIN)"

@@ -16,18 +16,22 @@
 # the bus) and shows the agent quarantine it and bring it back; then starts
 # a second cluster of two GB200 NVL72 racks (--topology) and shows a gang
 # that requires one NVLink domain placed inside the one rack that can hold
-# it; and stops the cluster (also on failure or Ctrl-C).
+# it; then a third cluster with no GPU node and a Karpenter NodePool of DGX
+# H100s: a gang buys exactly its nodes, work over its queue's quota buys
+# none, and the nodes go once the gang ends; and stops the cluster (also on
+# failure or Ctrl-C).
 #
 # Needs bin/gpuplane, bin/gpuplane-agent, the control-plane binaries and the
-# two operators: `make build controlplane-bins demo-operator-bins` (what
-# `make demo` runs first).
+# three operators (the training operator, KubeRay, Karpenter):
+# `make build controlplane-bins demo-operator-bins` (what `make demo` runs
+# first).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/bin"
 cd "$root"
 
-for b in gpuplane gpuplane-agent kubectl kube-apiserver etcd operators/training-operator operators/kuberay; do
+for b in gpuplane gpuplane-agent kubectl kube-apiserver etcd operators/training-operator operators/kuberay operators/karpenter; do
 	if [[ ! -x "$bin/$b" ]]; then
 		echo "demo: $bin/$b is missing; run \`make build controlplane-bins demo-operator-bins\` first" >&2
 		exit 1
@@ -375,5 +379,75 @@ for p in $("$kubectl" get pods -l job-name=nvlink-train -o jsonpath='{.items[*].
 		"$("$kubectl" get node "$node" -o jsonpath='{.metadata.labels.gpuplane\.io/topology-rack}')" \
 		"$("$kubectl" get node "$node" -o jsonpath='{.metadata.labels.nvidia\.com/gpu\.clique}')"
 done
+
+section "GPU nodes that follow demand: a third cluster with no GPU node, and Karpenter (kwok provider) with a NodePool of DGX H100s that idle 10 s"
+"$bin/gpuplane" dev down >"$state/down-second.log" 2>&1 || { cat "$state/down-second.log" >&2; exit 1; }
+"$bin/gpuplane" dev up --scheduler gpuplane --nodes 0 --karpenter-pools h100x8=dgxh100 --karpenter-idle 10s --dra=false
+"$kubectl" get nodepool gpu-h100x8 -o jsonpath='{"the pool'"'"'s nodes are made with: "}{.spec.template.metadata.labels}{"\n"}'
+"$kubectl" apply -f - >/dev/null <<'YAML'
+apiVersion: scheduling.gpuplane.io/v1alpha1
+kind: Queue
+metadata:
+  name: capped
+spec:
+  resources:
+  - name: nvidia.com/gpu
+    limit: "0"
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: over-quota
+  labels:
+    scheduling.gpuplane.io/queue: capped
+spec:
+  schedulerName: gpuplane-scheduler
+  containers:
+  - name: work
+    image: registry.k8s.io/pause:3.10
+    resources:
+      limits:
+        nvidia.com/gpu: 8
+---
+apiVersion: scheduling.gpuplane.io/v1alpha1
+kind: PodGroup
+metadata:
+  name: train
+spec:
+  minMember: 4
+YAML
+for i in 0 1 2 3; do
+	"$kubectl" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: train-$i
+  labels:
+    scheduling.gpuplane.io/pod-group: train
+spec:
+  schedulerName: gpuplane-scheduler
+  containers:
+  - name: worker
+    image: registry.k8s.io/pause:3.10
+    resources:
+      limits:
+        nvidia.com/gpu: 8
+YAML
+done
+echo "a gang of 4 pods x 8 GPUs and a pod over its queue's quota; no node yet"
+if ! "$kubectl" wait --for=jsonpath='{.status.phase}'=Running pods -l scheduling.gpuplane.io/pod-group=train --timeout=180s >/dev/null; then
+	echo "demo: Karpenter's nodes did not run the gang within 180 s" >&2
+	"$kubectl" get nodeclaims >&2 || true
+	exit 1
+fi
+"$kubectl" get nodeclaims -o custom-columns=NODECLAIM:.metadata.name,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,NODE:.status.nodeName
+"$kubectl" get pods -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,DO-NOT-DISRUPT:.metadata.annotations.karpenter\.sh/do-not-disrupt
+echo "the gang ends; the pool goes back to zero nodes after its idle time"
+"$kubectl" delete pods -l scheduling.gpuplane.io/pod-group=train --grace-period=0 >/dev/null
+for _ in $(seq 120); do
+	[[ $("$kubectl" get nodes -l karpenter.sh/nodepool --no-headers 2>/dev/null | wc -l) -eq 0 ]] && break
+	sleep 1
+done
+echo "nodes left in the pool: $("$kubectl" get nodes -l karpenter.sh/nodepool --no-headers 2>/dev/null | wc -l)"
 
 printf '\n== demo finished in %.1f s (before stopping the cluster)\n' "$(echo "$(date +%s.%N) - $start" | bc)"

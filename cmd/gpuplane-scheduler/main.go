@@ -112,6 +112,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.EvictionBackoff, "eviction-backoff", def.EvictionBackoff, "how long a pod whose eviction was refused (PodDisruptionBudget) is left alone")
 	fs.Float32Var(&cfg.StatusQPS, "status-qps", def.StatusQPS, "pod condition, PodGroup and Queue status writes per second")
 	fs.IntVar(&cfg.DiagnoseLimit, "diagnose-limit", def.DiagnoseLimit, "waiting groups explained in detail per cycle")
+	fs.BoolVar(&cfg.NodeAutoscaler, "node-autoscaler", def.NodeAutoscaler, "a node autoscaler (Karpenter, Cluster Autoscaler) adds nodes for pods that wait for room: a gang larger than all nodes together is reported Unschedulable, so that it buys nodes for it, instead of ExceedsClusterCapacity")
 	fs.DurationVar(&cfg.PartialGangGrace, "partial-gang-grace", def.PartialGangGrace, "how long a gang may stay partly bound before its bound pods are deleted")
 	fs.StringSliceVar(&cfg.DisruptionTaints, "disruption-taints", def.DisruptionTaints, "taint keys (any effect) that mark a node about to go away: its gangs get notice and are evicted whole; empty for none")
 	fs.StringSliceVar(&cfg.DisruptionConditions, "disruption-conditions", def.DisruptionConditions, "node condition types that, when True, mark a node about to go away (VMEventScheduled on AKS, say)")

@@ -84,6 +84,9 @@ type bindTask struct {
 	// queue is the Queue the pod's usage counts against, recorded on the
 	// pod with the binding (gpupod.QueueAnnotation).
 	queue string
+	// keepNode marks the pod so that node autoscalers leave its node
+	// alone (keepNode).
+	keepNode bool
 	// claims are the pod's ResourceClaim allocations and reservations,
 	// written before the pod is bound and undone if the bind fails;
 	// reserved says a gang's commit already wrote them.
@@ -249,8 +252,12 @@ func (w *apiWriter) bindPod(ctx context.Context, t bindTask) error {
 	// when it has claims, else in the annotation the device plugin
 	// steers by.
 	annotate := len(t.shares) > 0 && len(t.claims) == 0
-	if annotate || t.queue != "" {
-		b.Annotations = make(map[string]string, 2)
+	if annotate || t.queue != "" || t.keepNode {
+		b.Annotations = make(map[string]string, 4)
+	}
+	if t.keepNode {
+		b.Annotations[DoNotDisruptAnnotation] = "true"
+		b.Annotations[SafeToEvictAnnotation] = "false"
 	}
 	if annotate {
 		b.Annotations[GPUsAnnotation] = formatShares(t.shares)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuplane/gpuplane/api/gpupod"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 )
@@ -213,7 +214,7 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 			order = append(order, x.Group)
 		}
 		t := b.bindTask(pi.pod, x.Node, x.GPUs)
-		t.queue, t.alt = g.queue, x.Alternative
+		t.queue, t.alt, t.keepNode = g.queue, x.Alternative, keepNode(g, x.GPUs)
 		byGroup[x.Group] = append(byGroup[x.Group], t)
 	}
 	if len(order) == 0 {
@@ -247,6 +248,34 @@ func (b *binder) bind(ctx context.Context, in *cycleInput, binds []model.Bind) m
 		})
 	}
 	return placed
+}
+
+// Annotations that keep a node autoscaler from draining a pod's node on
+// its own initiative (api/gpupod).
+const (
+	DoNotDisruptAnnotation = gpupod.DoNotDisruptAnnotation
+	SafeToEvictAnnotation  = gpupod.SafeToEvictAnnotation
+)
+
+// keepNode reports whether a pod bound with shares, a member of g, must
+// keep its node against an autoscaler's voluntary disruption (it is bound
+// with DoNotDisruptAnnotation and SafeToEvictAnnotation): a member of
+// a gang (evicting one member stops the whole gang's work), or a pod that
+// holds part of a GPU (its neighbours on that GPU would be moved with it
+// or stranded). A pod alone on whole GPUs or on a MIG instance may move:
+// it starts again elsewhere on its own.
+func keepNode(g *groupInfo, shares []model.GPUShare) bool {
+	if g.pgKey != "" && (g.minMember > 1 || len(g.pending)+len(g.bound)+len(g.finished) > 1) {
+		return true
+	}
+	for _, s := range shares {
+		// A whole GPU's share is its capacity (with all its memory); a
+		// part of one, of its compute or only of its memory, is less.
+		if s.MIGSlices == 0 && s.Milli < model.MilliPerGPU {
+			return true
+		}
+	}
+	return false
 }
 
 // bindTask is a bind whose failure drops the assumption and the claim
@@ -353,6 +382,8 @@ func (b *binder) resume() {
 		tasks := make([]bindTask, len(g.members))
 		for i, m := range g.members {
 			tasks[i] = b.bindTask(m.pod, m.node, m.shares)
+			// A committed placement is a gang's.
+			tasks[i].keepNode = true
 		}
 		b.resuming[g.group] = tasks
 		b.log.Info("resuming the binds of a committed gang", "podGroup", klog.KRef(g.pg.Namespace, g.pg.Name), "unbound", len(tasks))

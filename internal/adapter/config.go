@@ -70,6 +70,12 @@ type Config struct {
 	// DiagnoseLimit bounds how many waiting groups a cycle explains in
 	// detail (default 64): the per-node scan costs O(nodes).
 	DiagnoseLimit int
+	// NodeAutoscaler says a node autoscaler (Karpenter, Cluster
+	// Autoscaler) adds nodes for pods that wait for room: a gang above
+	// the nodes' capacity together is then reported Unschedulable, which
+	// the autoscaler buys nodes for, not ExceedsClusterCapacity
+	// (model.Snapshot.NodesMayBeAdded).
+	NodeAutoscaler bool
 	// PartialGangGrace is how long a gang may stay partly bound before
 	// its bound pods are deleted (default 30s), also when found so at
 	// start-up.

@@ -102,6 +102,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	in.snap.Holds, in.snap.HoldTimeout = l.binder.holds.get(), maxPreemptionWait.Milliseconds()
 	in.snap.Usage = l.usage
 	in.snap.Layouts = layoutPolicy(l.cfg)
+	in.snap.NodesMayBeAdded = l.cfg.NodeAutoscaler
 	l.assumeLayouts(&in.snap)
 	markRepartitioning(&in.snap)
 	l.metrics.phase("snapshot", time.Since(now))

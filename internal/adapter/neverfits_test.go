@@ -87,3 +87,21 @@ func TestLoopSaysWhenAPodCanNeverStartInItsQueue(t *testing.T) {
 		t.Errorf("pod condition %q, want ExceedsQueueLimit naming the queue's limit", got)
 	}
 }
+
+// With a node autoscaler, a gang above every node together waits for room
+// (Unschedulable, which the autoscaler buys nodes for) instead of being
+// told it can never start.
+func TestLoopWithNodeAutoscalerCallsABigGangUnschedulable(t *testing.T) {
+	f := newLoopFixture(t, Config{NodeAutoscaler: true}, gpuNode("a", 8), gpuNode("b", 8))
+	f.cache.upsertPodGroup(podGroup("train", 4))
+	for i := range 4 {
+		f.cache.upsertPod(newPod("ns", fmt.Sprint("train-", i)).GPUs(8).Label(v1alpha1.PodGroupLabel, "train").Obj())
+	}
+	f.cycle()
+	if len(f.api.binds) != 0 {
+		t.Fatalf("bound %v, want nothing", f.api.binds)
+	}
+	if got := f.status.conditions["ns/train-0"]; !strings.HasPrefix(got, "Unschedulable: ") {
+		t.Errorf("pod condition %q, want reason Unschedulable", got)
+	}
+}

@@ -80,36 +80,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// labelsConfig maps the device plugin's config onto what the labels need:
-// the MIG strategy, which resources are shared and how, the machine type
-// file and whether to stamp gfd.timestamp (only when the config's
-// flags.gfd.noTimestamp is explicitly false, since a timestamp rewrites the
-// Node on every pass).
-func labelsConfig(cfg *configv1.Config) labels.Config {
-	lc := labels.Config{MIGStrategy: cfg.MIGStrategy(), Sharing: map[string]labels.Sharing{}}
-	if f := cfg.Flags.GFD.MachineTypeFile; f != nil {
-		lc.MachineTypeFile = *f
-	}
-	if t := cfg.Flags.GFD.NoTimestamp; t != nil && !*t {
-		lc.Timestamp = true
-	}
-	for _, s := range []struct {
-		strategy string
-		rr       configv1.ReplicatedResources
-	}{
-		{labels.SharingTimeSlicing, cfg.Sharing.TimeSlicing},
-		{labels.SharingMPS, cfg.Sharing.MPS},
-	} {
-		for _, r := range s.rr.Resources {
-			lc.Sharing[r.Name] = labels.Sharing{
-				Strategy: s.strategy,
-				Replicas: max(r.Replicas, 1),
-				Renamed:  r.Rename != "" || s.rr.RenameByDefault,
-			}
-		}
-	}
-	return lc
-}
+// labelsConfig is what the labels need of the device plugin's config
+// (labels.FromDevicePluginConfig).
+func labelsConfig(cfg *configv1.Config) labels.Config { return labels.FromDevicePluginConfig(cfg) }
 
 // labelsInterval is the time between labelling passes: the flag when
 // given, else GPU Feature Discovery's settings in the config file

@@ -36,6 +36,9 @@ const (
 	OperatorKubeRay = "kuberay"
 	// OperatorLWS is the LeaderWorkerSet controller (sigs.k8s.io/lws).
 	OperatorLWS = "lws"
+	// OperatorKarpenter is Karpenter (sigs.k8s.io/karpenter) with its kwok
+	// cloud provider: it buys kwok nodes for pods that wait for capacity.
+	OperatorKarpenter = "karpenter"
 )
 
 // operatorsSubdir is the directory beside the control-plane binaries that
@@ -351,10 +354,11 @@ func createIfMissing[T any](ctx context.Context, what string, obj T, create func
 type operatorRecipe func(ctx context.Context, run *operatorRun) (args, env []string, err error)
 
 var operatorRecipes = map[string]operatorRecipe{
-	OperatorJobSet:   jobSetRecipe,
-	OperatorTraining: trainingRecipe,
-	OperatorKubeRay:  kubeRayRecipe,
-	OperatorLWS:      controllerConfigRecipe("config.lws.x-k8s.io/v1alpha1", "lws.yaml"),
+	OperatorJobSet:    jobSetRecipe,
+	OperatorTraining:  trainingRecipe,
+	OperatorKubeRay:   kubeRayRecipe,
+	OperatorLWS:       controllerConfigRecipe("config.lws.x-k8s.io/v1alpha1", "lws.yaml"),
+	OperatorKarpenter: karpenterRecipe,
 }
 
 // jobSetRecipe runs the JobSet controller.
@@ -464,4 +468,23 @@ func trainingRecipe(ctx context.Context, run *operatorRun) ([]string, []string, 
 func kubeRayRecipe(_ context.Context, run *operatorRun) ([]string, []string, error) {
 	return []string{"--kubeconfig", run.cfg.Kubeconfig, "--metrics-addr=0",
 		"--health-probe-bind-address=" + run.probeAddr, "--enable-leader-election=false"}, nil, nil
+}
+
+// karpenterRecipe runs Karpenter with its kwok cloud provider, without
+// leader election, its probes on the recipe's port and its metrics on a
+// free one (it binds them on every interface). The caller passes the kwok
+// provider's instance types (--instance-types-file-path) in Args; the
+// nodes it makes carry the kwok.x-k8s.io/node annotation, so the control
+// plane's kwok runs them.
+func karpenterRecipe(_ context.Context, run *operatorRun) ([]string, []string, error) {
+	_, probePort, err := net.SplitHostPort(run.probeAddr)
+	if err != nil {
+		return nil, nil, err
+	}
+	metricsPort, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	return []string{"--disable-leader-election", "--health-probe-port=" + probePort,
+		"--metrics-port=" + strconv.Itoa(metricsPort)}, nil, nil
 }

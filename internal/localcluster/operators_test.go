@@ -15,7 +15,7 @@ import (
 func TestOperatorsAreTheBuiltOnes(t *testing.T) {
 	// hack/build-operators.sh builds these names; dev up's --operators
 	// and the integration tests name them.
-	if got, want := Operators(), []string{OperatorJobSet, OperatorKubeRay, OperatorLWS, OperatorTraining}; !slices.Equal(got, want) {
+	if got, want := Operators(), []string{OperatorJobSet, OperatorKarpenter, OperatorKubeRay, OperatorLWS, OperatorTraining}; !slices.Equal(got, want) {
 		t.Errorf("Operators() = %v, want %v", got, want)
 	}
 }

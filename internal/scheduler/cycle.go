@@ -371,9 +371,10 @@ func (c *cycle) finish() {
 						u.Code, u.Need, u.Queue, u.Limit = model.UnplacedAboveQueueLimit, p.admit, c.tree.Name(q), c.tree.Spec(q).Limit
 						u.Reason = fmt.Sprintf("needs %s admitted, above queue %q's limit %s", describe(p.admit), u.Queue, describe(u.Limit))
 					}
-				case p.g.Min() > 1 && !least.Fits(c.capacity):
+				case p.g.Min() > 1 && !c.snap.NodesMayBeAdded && !least.Fits(c.capacity):
 					// A gang only: a pod alone that no node can hold hears
-					// why of each node, which says more.
+					// why of each node, which says more. With a node
+					// autoscaler, the nodes it adds may hold it.
 					u.Code, u.Need, u.Capacity = model.UnplacedAboveCapacity, least, c.capacity
 					u.Reason = fmt.Sprintf("needs at least %s, more than all nodes have together (%s)", describe(least), describe(c.capacity))
 				case p.forbidden != "" && p.g.NeverEvicts:

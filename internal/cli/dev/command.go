@@ -75,6 +75,9 @@ type upFlags struct {
 	timeout      time.Duration
 	dra          bool
 	topology     string
+	// karpenterPools and karpenterIdle: --karpenter-pools, --karpenter-idle.
+	karpenterPools []string
+	karpenterIdle  time.Duration
 }
 
 func newUpCommand(resolve func() (stateDir, error)) *cobra.Command {
@@ -113,6 +116,15 @@ what their own installation would make (a namespace, the Secret and webhook
 configuration the training operator updates, serving certificates) and
 waits until each is ready.
 
+--karpenter-pools runs Karpenter with its kwok cloud provider and one
+NodePool per INSTANCE-TYPE=PROFILE[:MODE]: gpuplane works out what a node of
+that profile and mode will offer once its agent runs (its GPU feature labels,
+its nvidia.com/gpu, MIG or time-sliced resources), writes it into the pool's
+node template and the instance type, and Karpenter buys such nodes for pods
+that wait for room and takes them away --karpenter-idle after they empty.
+Pods that wait for their queue's quota or for the rest of their gang buy
+nothing.
+
 --topology lays the nodes out in spine blocks and racks (leaf switches), and
 with nvl72 makes each rack a GB200 or GB300 NVL72 rack, one NVLink domain:
 the simulated nodes must be its compute trays (gb200-nvl72, gb300-nvl72), each
@@ -127,6 +139,7 @@ kubernetes.io/hostname then places gangs by them.`,
   gpuplane dev up --node-profiles dgxh100,dgxh100:mig-dynamic
   gpuplane dev up --scheduler none
   gpuplane dev up --operators training-operator,kuberay
+  gpuplane dev up --nodes 0 --karpenter-pools h100x8=dgxh100,h100x8-ts4=dgxh100:time-slicing=4
   gpuplane dev up --install chart --node-profiles dgxh100,dgxh100:mig-mixed
   gpuplane dev up --nodes 8 --topology blocks=2,racks=2,rack-nodes=2
   gpuplane dev up --nodes 4 --profile gb200-nvl72 --kwok-nodes 32 --topology rack-nodes=18,nvl72`,
@@ -167,6 +180,8 @@ kubernetes.io/hostname then places gangs by them.`,
 	fs.StringVar(&f.operatorsDir, "operators-dir", "", "directory of the workload operators and their CRDs (default: operators/ in the control-plane binaries' directory)")
 	fs.DurationVar(&f.timeout, "timeout", 3*time.Minute, "how long to wait for the cluster to come up")
 	fs.StringVar(&f.topology, "topology", "", topologyHelp)
+	fs.StringSliceVar(&f.karpenterPools, "karpenter-pools", nil, "run Karpenter (kwok provider, built by make operator-bins) with one NodePool per entry INSTANCE-TYPE=PROFILE[:MODE], comma-separated: its nodes offer what a simulated node of that profile offers (GPU feature labels, GPU resources), and it buys them for pods that wait for room")
+	fs.DurationVar(&f.karpenterIdle, "karpenter-idle", 30*time.Second, "with --karpenter-pools: how long a node stays empty or underused before Karpenter takes it away (the pools' consolidateAfter)")
 	fs.BoolVar(&f.dra, "dra", true, "run every agent's DRA driver (gpu.gpuplane.io: ResourceSlices, claims prepared as CDI devices) beside its device plugin and install gpuplane's DeviceClasses; not with --install chart")
 	return cmd
 }
@@ -215,6 +230,12 @@ func up(ctx context.Context, dir stateDir, f *upFlags, out io.Writer) error {
 		}
 		spec.Nodes = append(spec.Nodes, n)
 	}
+	if len(f.karpenterPools) > 0 {
+		if spec.Karpenter, err = prepareKarpenter(ctx, f, dir.path("karpenter")); err != nil {
+			_ = os.RemoveAll(string(dir))
+			return err
+		}
+	}
 	if err := dir.writeSpec(spec); err != nil {
 		return err
 	}
@@ -249,8 +270,16 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 	if f.nodes < 0 || f.kwokNodes < 0 || f.kwokGPUs < 0 {
 		return nil, cliutil.Usagef("--nodes, --kwok-nodes and --kwok-gpus must not be negative")
 	}
-	if f.nodes+len(f.nodeProfiles)+f.kwokNodes == 0 {
-		return nil, cliutil.Usagef("no nodes: give --nodes N, --node-profiles or --kwok-nodes")
+	if f.nodes+len(f.nodeProfiles)+f.kwokNodes == 0 && len(f.karpenterPools) == 0 {
+		return nil, cliutil.Usagef("no nodes: give --nodes N, --node-profiles, --kwok-nodes or --karpenter-pools")
+	}
+	for _, arg := range f.karpenterPools {
+		if _, _, err := parsePool(arg); err != nil {
+			return nil, err
+		}
+	}
+	if f.karpenterIdle < 0 {
+		return nil, cliutil.Usagef("--karpenter-idle must not be negative, got %v", f.karpenterIdle)
 	}
 	for _, arg := range nodeArgs(f) {
 		if _, _, _, err := parseNodeProfile(arg); err != nil {
@@ -274,7 +303,7 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 	default:
 		return nil, cliutil.Usagef("--install %q: want %s or %s", f.install, InstallProcesses, InstallChart)
 	}
-	cpCfg := localcluster.Config{BinDir: defaultBinDir(f.binDir), ControllerManager: true, Kwok: f.kwokNodes > 0}
+	cpCfg := localcluster.Config{BinDir: defaultBinDir(f.binDir), ControllerManager: true, Kwok: f.kwokNodes > 0 || len(f.karpenterPools) > 0}
 	switch f.scheduler {
 	case SchedulerKube:
 		cpCfg.Scheduler = true
@@ -329,7 +358,7 @@ func resolveSpec(f *upFlags) (*Spec, error) {
 // resolveOperators checks --operators: known names, each once, built into
 // the operators directory.
 func resolveOperators(spec *Spec, f *upFlags) error {
-	if len(f.operators) == 0 {
+	if len(f.operators) == 0 && len(f.karpenterPools) == 0 {
 		return nil
 	}
 	dir := f.operatorsDir
@@ -347,6 +376,9 @@ func resolveOperators(spec *Spec, f *upFlags) error {
 			return cliutil.Usagef("--operators: %s given twice", name)
 		}
 		seen[name] = true
+		if name == localcluster.OperatorKarpenter {
+			return cliutil.Usagef("--operators: Karpenter runs with --karpenter-pools, which give it its GPU node pools")
+		}
 		if err := localcluster.VerifyOperator(dir, name); err != nil {
 			if errors.Is(err, localcluster.ErrUnknownOperator) {
 				return cliutil.Usagef("--operators: %w", err)
@@ -354,6 +386,11 @@ func resolveOperators(spec *Spec, f *upFlags) error {
 			return fmt.Errorf("--operators: %w", err)
 		}
 		spec.Operators = append(spec.Operators, name)
+	}
+	if len(f.karpenterPools) > 0 {
+		if err := localcluster.VerifyOperator(dir, localcluster.OperatorKarpenter); err != nil {
+			return fmt.Errorf("--karpenter-pools: %w", err)
+		}
 	}
 	spec.OperatorsDir = dir
 	return nil

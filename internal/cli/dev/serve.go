@@ -158,10 +158,10 @@ func (s *supervisor) start(ctx context.Context) error {
 	started := time.Now()
 	sched := s.spec.Scheduler != SchedulerNone
 	s.step("starting the control plane (etcd, kube-apiserver, kube-controller-manager%s%s)",
-		map[bool]string{true: ", kube-scheduler"}[sched], map[bool]string{true: ", kwok"}[s.spec.KwokNodes > 0])
+		map[bool]string{true: ", kube-scheduler"}[sched], map[bool]string{true: ", kwok"}[s.spec.KwokNodes > 0 || s.spec.Karpenter != nil])
 	cp, err := localcluster.Start(ctx, localcluster.Config{
 		BinDir: s.spec.BinDir, Dir: s.dir.path("controlplane"), KeepDir: true,
-		ControllerManager: true, Scheduler: sched, Kwok: s.spec.KwokNodes > 0,
+		ControllerManager: true, Scheduler: sched, Kwok: s.spec.KwokNodes > 0 || s.spec.Karpenter != nil,
 		Logger: s.log.With("part", "controlplane"),
 	})
 	if err != nil {
@@ -235,6 +235,11 @@ func (s *supervisor) start(ctx context.Context) error {
 	}
 	if err := <-operatorsDone; err != nil {
 		return err
+	}
+	if s.spec.Karpenter != nil {
+		if err := s.startKarpenter(ctx, cp); err != nil {
+			return err
+		}
 	}
 	s.step("cluster up in %.1fs", time.Since(started).Seconds())
 	return nil
@@ -384,8 +389,12 @@ func (s *supervisor) startGPUPlaneScheduler(ctx context.Context, cp *localcluste
 	}
 	s.step("starting gpuplane-scheduler")
 	logPath := s.dir.path("gpuplane-scheduler.log")
-	child, err := localcluster.StartChild("gpuplane-scheduler", s.spec.SchedulerBinary,
-		[]string{"--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "--serve-address", ""}, logPath)
+	args := []string{"--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "--serve-address", ""}
+	if s.spec.Karpenter != nil {
+		// Karpenter adds nodes: a gang larger than the cluster waits for room.
+		args = append(args, "--node-autoscaler")
+	}
+	child, err := localcluster.StartChild("gpuplane-scheduler", s.spec.SchedulerBinary, args, logPath)
 	if err != nil {
 		return err
 	}

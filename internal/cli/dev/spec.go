@@ -66,6 +66,8 @@ type Spec struct {
 	// Layout places the nodes in blocks, racks and NVL72 NVLink domains
 	// (--topology); nil leaves them unplaced.
 	Layout *Layout `json:"layout,omitempty"`
+	// Karpenter runs Karpenter with GPU node pools (--karpenter-pools).
+	Karpenter *KarpenterSpec `json:"karpenter,omitempty"`
 }
 
 // NodeSpec is one simulated node.

@@ -556,6 +556,12 @@ type Snapshot struct {
 	// alone, blind to the work they lose (LastCheckpoint): how victims were
 	// chosen before checkpoints counted, kept to compare the two.
 	VictimsByAge bool `json:"victimsByAge,omitempty"`
+	// NodesMayBeAdded says a node autoscaler adds nodes for groups that
+	// wait for room: a gang whose least need is above all the nodes'
+	// capacity together then waits for room (UnplacedNoFit), which more
+	// nodes cure, rather than being told it can never start
+	// (UnplacedAboveCapacity).
+	NodesMayBeAdded bool `json:"nodesMayBeAdded,omitempty"`
 }
 
 // Hold is a group whose placement needed evictions, waiting for the

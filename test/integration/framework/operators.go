@@ -32,7 +32,7 @@ var (
 // its own, once its CRDs are installed and it says it is ready. Its log goes
 // to the test's temporary directory and its last lines into the test's
 // output when the test fails; it is stopped when the test ends.
-func (e *Env) StartOperator(t *testing.T, name string, args ...string) *localcluster.Operator {
+func (e *Env) StartOperator(t testing.TB, name string, args ...string) *localcluster.Operator {
 	t.Helper()
 	op, err := localcluster.StartOperator(t.Context(), localcluster.OperatorConfig{
 		Name: name, Dir: localcluster.OperatorsDir(e.ControlPlane.BinDir()),
