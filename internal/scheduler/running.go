@@ -52,8 +52,16 @@ type runningGroup struct {
 	priority       int32
 	started        int64
 	nonPreemptible bool
-	members        []*podState
-	use            model.Resources
+	// minMember is the group's declared gang size (Allocation.MinMember,
+	// the largest its members state; 0: all of them), which an elastic
+	// group shrinks toward (elastic.go); movable holds when every member
+	// is Movable (defrag.go).
+	minMember int
+	movable   bool
+	// shrinks is set while the group counts in its queue's elastic.
+	shrinks bool
+	members []*podState
+	use     model.Resources
 	// evicted is the cycle (Scheduler.epoch) that evicted the group.
 	evicted uint64
 	// seen is scratch for a look over the groups of a domain
@@ -75,6 +83,9 @@ type queueEntry struct {
 	// counts the preemptible ones by priority.
 	groups []*runningGroup
 	prios  map[int32]int
+	// elastic counts the preemptible groups that could shrink
+	// (runningGroup.surplus).
+	elastic int
 	// order is groups from the cheapest to evict (cheaper), brought up
 	// to date only when an eviction reads it after groups changed.
 	order      []*runningGroup
@@ -183,12 +194,15 @@ func (r *running) settle() {
 		}
 		rep := g.members[0]
 		g.started, g.nonPreemptible = rep.a.StartedAt, false
+		g.minMember, g.movable = 0, true
 		for _, m := range g.members {
 			if m.a.Pod < rep.a.Pod {
 				rep = m
 			}
 			g.started = max(g.started, m.a.StartedAt)
 			g.nonPreemptible = g.nonPreemptible || m.a.NonPreemptible
+			g.minMember = max(g.minMember, m.a.MinMember)
+			g.movable = g.movable && m.a.Movable
 		}
 		g.priority = rep.a.Priority
 		e := r.entry(rep.a.Queue)
@@ -197,6 +211,9 @@ func (r *running) settle() {
 		e.orderStale = true
 		if !g.nonPreemptible {
 			e.prios[g.priority]++
+		}
+		if g.shrinks = !g.nonPreemptible && g.surplus() > 0; g.shrinks {
+			e.elastic++
 		}
 	}
 	clear(r.dirty)
@@ -213,6 +230,10 @@ func (r *running) unindex(g *runningGroup) {
 		if e.prios[g.priority]--; e.prios[g.priority] == 0 {
 			delete(e.prios, g.priority)
 		}
+	}
+	if g.shrinks {
+		e.elastic--
+		g.shrinks = false
 	}
 	g.queue = nil
 	e.orderStale = true

@@ -18,6 +18,7 @@ import (
 // the next cycle compares only the nodes d changed. RunningByNode itself
 // is replaced, not written, so a copy of snap taken before keeps its view.
 //
+// The cycle's moves join the snapshot's Defrag.Recent (DefragPolicy.Record).
 // The cycle's holds become the snapshot's: a preemptor waits for its
 // victims, which leave their nodes here at once, and is bound by the next
 // cycle. Pending groups keep their order; a group that only evicted pods
@@ -72,7 +73,7 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 		evicted[e.Pod] = nil
 		g := back[a.Group]
 		if g == nil {
-			g = &PodGroup{Name: a.Group, Queue: a.Queue, Priority: a.Priority, MinMember: a.MinMember, CreatedAt: a.StartedAt, NonPreemptible: a.NonPreemptible}
+			g = &PodGroup{Name: a.Group, Queue: a.Queue, Priority: a.Priority, MinMember: a.MinMember, CreatedAt: a.StartedAt, NonPreemptible: a.NonPreemptible, Movable: a.Movable}
 			back[a.Group] = g
 			again = append(again, a.Group)
 		}
@@ -122,7 +123,7 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 				fresh[n] = true
 			}
 			chunks[n] = append(chunks[n], Allocation{Pod: p.Name, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
-				Request: p.Request.ClaimsBound(b), GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember, Slice: p.Slice})
+				Request: p.Request.ClaimsBound(b), GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember, Slice: p.Slice, Movable: g.Movable})
 		}
 		if e := back[g.Name]; e != nil {
 			rest.Pods = append(rest.Pods, e.Pods...)
@@ -154,6 +155,7 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 	}
 	snap.RunningByNode, snap.Pending = chunks, pending
 	snap.Holds = d.Holds
+	snap.Defrag.Record(d.Moves, now)
 	recordLayouts(snap, d.Layouts)
 	return nil
 }
