@@ -37,6 +37,8 @@ type loop struct {
 	// proposed holds the MIG proposals written to each node until the
 	// cache shows them (miglayouts.go).
 	proposed map[string][]gpunode.MIGProposalGPU
+	// moves are the core's moves of the last hour (defrag.go).
+	moves moveLog
 }
 
 func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink, m *metrics) (*loop, error) {
@@ -45,7 +47,8 @@ func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st
 		return nil, fmt.Errorf("starting the scheduling core: %w", err)
 	}
 	return &loop{cfg: cfg, log: log, cache: c, core: core, build: newBuilder(cfg.SchedulerName, cfg.MaxEvictionsPerCycle, log),
-		binder: newBinder(cfg, log, c, api, st, m), api: api, status: st, metrics: m, partialSince: map[string]time.Time{}}, nil
+		binder: newBinder(cfg, log, c, api, st, m), api: api, status: st, metrics: m, partialSince: map[string]time.Time{},
+		moves: moveLog{perWindow: cfg.DefragMovesPerHour}}, nil
 }
 
 // run cycles until ctx ends: at once when the cache changes (batched by
@@ -93,6 +96,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	in := l.cache.snapshot(l.build, &l.binder.refusals, now)
 	in.snap.Holds, in.snap.HoldTimeout = l.binder.holds.get(), maxPreemptionWait.Milliseconds()
 	in.snap.Layouts = layoutPolicy(l.cfg)
+	in.snap.Defrag = l.moves.policy()
 	l.assumeLayouts(&in.snap)
 	markRepartitioning(&in.snap)
 	l.metrics.phase("snapshot", time.Since(now))
@@ -116,6 +120,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	// 3. Evictions; the groups they are for wait for their victims (the
 	//    core's holds) and are bound by a later cycle.
 	t := time.Now()
+	l.moves.record(d.Moves, in.snap.Now)
 	l.binder.holds.set(d.Holds)
 	l.binder.evict(ctx, &d)
 	l.metrics.phase("evict", time.Since(t))

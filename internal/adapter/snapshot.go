@@ -62,6 +62,11 @@ type builder struct {
 	// slice size its topology states (allocationSlice).
 	groupQueues     map[string]string
 	groupSliceSizes map[string]int
+	// movableQueues are the Queues that opted their workloads in to moves,
+	// and groupMovables each placed group's opt-in, memoized like
+	// groupQueues (defrag.go).
+	movableQueues map[string]bool
+	groupMovables map[string]bool
 
 	// nodeAllocs holds each node's allocations; a node's slice is
 	// replaced, never changed, when its pods change (the core relies on
@@ -215,7 +220,12 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		}
 		// What the gang still needs is the core's one rule (PodGroup.Min):
 		// its size less the members bound or finished.
-		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0, Topology: topo}
+		movable, bad := b.groupMovable(g.pg, c.members[name], g.queue)
+		if bad != nil {
+			g.held = bad
+			continue
+		}
+		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0, Topology: topo, Movable: movable}
 		if len(g.pending) > 1 {
 			if topo != nil && topo.SliceSize > 0 {
 				// Slices of a size are taken in this order: by sub-group
