@@ -27,13 +27,22 @@ func (rg *runningGroup) surplus() int {
 }
 
 // shrinkOrder is the members rg gives up first: those on nodes the
-// pending group could use at all, then the highest pod name (the last
-// rank, which elastic launchers drop first).
-func (c *cycle) shrinkOrder(rg *runningGroup) []*podState {
+// pending group could use at all; for a pending group that needs GPUs,
+// those holding GPUs (a Ray head or a launcher without GPUs stays, as
+// long as workers can go); then the highest pod name (the last rank,
+// which elastic launchers drop first).
+func (c *cycle) shrinkOrder(p *pending, rg *runningGroup) []*podState {
+	gpus := p.demand.GPUMilli > 0
 	out := slices.Clone(rg.members)
 	slices.SortFunc(out, func(x, y *podState) int {
 		if fx, fy := c.feasible.fits(x.node), c.feasible.fits(y.node); fx != fy {
 			if fx {
+				return -1
+			}
+			return 1
+		}
+		if gx, gy := len(x.a.GPUs) > 0, len(y.a.GPUs) > 0; gpus && gx != gy {
+			if gx {
 				return -1
 			}
 			return 1
@@ -143,7 +152,7 @@ search:
 		}
 		n := v.surplus()
 		groups++
-		for _, ps := range c.shrinkOrder(v) {
+		for _, ps := range c.shrinkOrder(p, v) {
 			if n == 0 || !c.feasible.fits(ps.node) {
 				break // the rest are on nodes p cannot use: freeing them gives p nothing
 			}

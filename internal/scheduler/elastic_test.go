@@ -176,3 +176,25 @@ func TestElasticGroupGrowsBack(t *testing.T) {
 		t.Fatalf("el runs %d members after room appeared, want 4", el)
 	}
 }
+
+// A member without GPUs (a Ray head, a launcher) stays while members
+// holding GPUs can go for a group that needs GPUs; with a budget of one
+// eviction, taking the head first would leave none for a worker.
+func TestElasticShrinkKeepsMembersWithoutGPUs(t *testing.T) {
+	el := model.PodGroup{Name: "rc", Queue: "a", MinMember: 2, Pods: []model.Pod{{Name: "rc-head", Request: model.Request{MilliCPU: 1000}},
+		{Name: "rc-gpu-a", Request: schedtest.GPU(2, 1000)}, {Name: "rc-gpu-b", Request: schedtest.GPU(2, 1000)}, {Name: "rc-gpu-c", Request: schedtest.GPU(2, 1000)}}}
+	h, err := schedtest.NewHarness(model.Snapshot{Nodes: []model.Node{schedtest.Node("n0", 128000, 1<<20).GPUs(6, "A100").Obj()},
+		Queues: []model.Queue{{Name: "a"}}, Budget: model.DisruptionBudget{MaxEvictions: 1}, Pending: []model.PodGroup{el}}, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(h, t)
+	h.Snap.Pending = append(h.Snap.Pending, schedtest.Group("hi").Queue("a").Priority(5).Pods(1, schedtest.GPU(2, 1000)).Obj())
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Evictions) != 1 || d.Evictions[0].Pod != "rc-gpu-c" || !d.Evictions[0].Shrink {
+		t.Fatalf("evictions %+v, want rc-gpu-c alone, shrinking rc", d.Evictions)
+	}
+}
