@@ -36,6 +36,10 @@ type EventConfig struct {
 	// Topology says who places gangs by the network (TopologyAware when
 	// empty); the result's Topology measures where they landed.
 	Topology TopologyPolicy
+	// Defrag bounds the core's moves of Movable groups (trace pods'
+	// Movable), its Window in trace seconds; the zero value moves none.
+	// Decisions.Moves says what each cycle moved.
+	Defrag model.DefragPolicy
 }
 
 type simPod struct {
@@ -126,7 +130,10 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	var winArea float64
 	slices.SortStableFunc(pods, func(a, b *simPod) int { return cmp.Compare(a.tp.CreatedAt, b.tp.CreatedAt) })
 	capMilli := tr.GPUCapacityMilli()
-	snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts}
+	if err := cfg.Defrag.Check("defrag"); err != nil {
+		return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
+	}
+	snap := model.Snapshot{Nodes: tr.Nodes, Queues: tr.Queues, Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts, Defrag: cfg.Defrag}
 	var tas *kueueTAS
 	if topoPolicy == TopologyKueueTAS {
 		// The baseline pins pods to nodes with a node selector on
@@ -201,7 +208,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 					k = len(snap.Pending)
 					at[p.group] = k
 					pg := model.PodGroup{Name: p.group, Queue: p.tp.Queue, Priority: p.tp.Priority,
-						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt}
+						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt, Movable: p.tp.Movable}
 					if topoPolicy == TopologyAware {
 						pg.Topology = p.tp.Topology
 					}
@@ -233,6 +240,9 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			evicted[e.Pod] = true
 			p := byName[e.Pod]
 			p.end = -1
+			if e.Reason == model.EvictDefragment {
+				continue // a move, not a preemption: d.Moves counts it
+			}
 			preempted[queueOf(p)]++
 			ev.Preemptions++
 		}

@@ -67,6 +67,9 @@ type TracePod struct {
 	// sub-group for a topology that places slices by sub-group.
 	Topology *model.GangTopology
 	Slice    string
+	// Movable says the pod's group opted in to moves for defragmentation
+	// (model.PodGroup.Movable), the same value on every pod of a group.
+	Movable bool
 }
 
 // RunTime is how long the pod runs once started; 0 means forever.

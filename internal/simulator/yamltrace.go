@@ -138,6 +138,9 @@ type YAMLPod struct {
 	// slice s0, the next SlicePods s1, and so on (model.Pod.Slice).
 	Topology  *model.GangTopology `json:"topology,omitempty"`
 	SlicePods int                 `json:"slicePods,omitempty"`
+	// Movable opts the pods' group in to moves for defragmentation
+	// (EventConfig.Defrag).
+	Movable bool `json:"movable,omitempty"`
 }
 
 // hostnameLabel is the topology key of a node's own domain.
@@ -267,7 +270,7 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 			return nil, fmt.Errorf("trace %s: %w", name, err)
 		}
 		for k := range count {
-			tp := TracePod{Name: p.Name, Request: req, CreatedAt: p.CreatedAt, Duration: p.Duration, Queue: p.Queue, Priority: p.Priority, Topology: p.Topology}
+			tp := TracePod{Name: p.Name, Request: req, CreatedAt: p.CreatedAt, Duration: p.Duration, Queue: p.Queue, Priority: p.Priority, Topology: p.Topology, Movable: p.Movable}
 			if count > 1 {
 				tp.Name = fmt.Sprintf("%s-%d", p.Name, k)
 			}
