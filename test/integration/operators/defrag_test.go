@@ -2,6 +2,7 @@ package operators_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,12 +68,12 @@ func TestDefragmentationMovesAWorkload(t *testing.T) {
 	}
 	framework.Eventually(t, 60*time.Second, "the filler bound beside a", func(ctx context.Context) (bool, error) {
 		n, _, err := c.podOn(ctx, "filler")
-		return err == nil && n == nodeA, fmt.Errorf("on %q (%v)", n, err)
+		return err == nil && n == nodeA, fmt.Errorf("on %q (%w)", n, err)
 	})
 	c.statefulSet("b", 4)
 	framework.Eventually(t, 60*time.Second, "b bound on the other node", func(ctx context.Context) (bool, error) {
 		n, _, err := c.podOn(ctx, "b-0")
-		return err == nil && n != "" && n != nodeA, fmt.Errorf("on %q (%v)", n, err)
+		return err == nil && n != "" && n != nodeA, fmt.Errorf("on %q (%w)", n, err)
 	})
 	if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), "filler", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
@@ -88,11 +89,11 @@ func TestDefragmentationMovesAWorkload(t *testing.T) {
 	framework.Eventually(t, 120*time.Second, "big bound, a and b together on the other node", func(ctx context.Context) (bool, error) {
 		nBig, _, err := c.podOn(ctx, "big")
 		if err != nil || nBig == "" {
-			return false, fmt.Errorf("big on %q: %v; %s", nBig, err, c.waiting(ctx, "app!=none"))
+			return false, fmt.Errorf("big on %q: %s (%w)", nBig, c.waiting(ctx, "app!=none"), err)
 		}
 		na, _, errA := c.podOn(ctx, "a-0")
 		nb, _, errB := c.podOn(ctx, "b-0")
-		return errA == nil && errB == nil && na != "" && na == nb && na != nBig, fmt.Errorf("big on %s, a on %q (%v), b on %q (%v)", nBig, na, errA, nb, errB)
+		return errA == nil && errB == nil && na != "" && na == nb && na != nBig, fmt.Errorf("big on %s, a on %q, b on %q (%w)", nBig, na, nb, errors.Join(errA, errB))
 	})
 	// Exactly one of them moved: a pod made again, where the other ran.
 	na, ua, _ := c.podOn(t.Context(), "a-0")

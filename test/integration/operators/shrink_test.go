@@ -87,7 +87,7 @@ func (c *cluster) kept(before map[string]types.UID, selector string, want int, m
 				same++
 			}
 		}
-		return err == nil && same == want, fmt.Errorf("%d of %d kept: %v (%v)", same, len(before), after, err)
+		return err == nil && same == want, fmt.Errorf("%d of %d kept: %v (%w)", same, len(before), after, err)
 	})
 	for _, name := range mustKeep {
 		if after[name] != before[name] {
@@ -138,7 +138,7 @@ func TestElasticPyTorchJobShrinks(t *testing.T) {
 	framework.Eventually(t, 90*time.Second, "the elastic job grown to four workers", func(ctx context.Context) (bool, error) {
 		var err error
 		before, err = c.boundUIDs(ctx, "ptj=shrinks")
-		return err == nil && len(before) == 4, fmt.Errorf("%v bound (%v)", before, err)
+		return err == nil && len(before) == 4, fmt.Errorf("%v bound (%w)", before, err)
 	})
 	c.urgent(high, 4)
 	// Two workers (the last ranks) went; the first two train on.
@@ -181,7 +181,7 @@ func TestRayClusterWorkerGroupShrinks(t *testing.T) {
 	framework.Eventually(t, 90*time.Second, "the RayCluster's head and three workers bound", func(ctx context.Context) (bool, error) {
 		var err error
 		before, err = c.boundUIDs(ctx, "rc=elastic")
-		return err == nil && len(before) == 4, fmt.Errorf("%v bound (%v)", before, err)
+		return err == nil && len(before) == 4, fmt.Errorf("%v bound (%w)", before, err)
 	})
 	var head string
 	for name := range before {
