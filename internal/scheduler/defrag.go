@@ -40,7 +40,7 @@ type moved struct {
 // budget.
 func (c *cycle) defragment() {
 	left := c.snap.Defrag.Left(c.snap.Now)
-	if left == 0 || c.budget == 0 {
+	if left == 0 || c.budget == 0 || c.s.run.movable == 0 {
 		return
 	}
 	var recent map[string]bool
@@ -83,16 +83,7 @@ func (c *cycle) defragment() {
 // its name) and none of its pods holds devices through claims or volumes,
 // which stay where they were allocated.
 func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
-	if !rg.movable || rg.nonPreemptible || rg.evicted == c.epoch || recent[rg.name] || rg.queue == nil {
-		return false
-	}
-	for _, ps := range rg.members {
-		r := &ps.a.Request
-		if ps.a.Group != rg.name || r.DeviceSet != "" || r.Volumes != nil || len(r.FirstOf) > 0 {
-			return false
-		}
-	}
-	return true
+	return rg.movable && !rg.nonPreemptible && rg.evicted != c.epoch && !recent[rg.name] && rg.queue != nil
 }
 
 // tryMove moves up to most Movable groups so that p fits, and returns how

@@ -85,10 +85,7 @@ func (c *cycle) shrinkCandidates(p *pending, m evictMode) []*runningGroup {
 	c.feasible.reset(c.s.nodes, p.g)
 	add := func(q int, key float64) {
 		for _, e := range c.leaves[q] {
-			if e.elastic == 0 {
-				continue
-			}
-			for _, rg := range e.groups {
+			for _, rg := range e.elastic {
 				if rg.surplus() > 0 && !rg.nonPreemptible && rg.evicted != c.epoch && (m != preempt || rg.priority < p.g.Priority) && c.useful(rg) {
 					out = append(out, keyed{rg, key})
 				}

@@ -22,6 +22,9 @@ type running struct {
 	byName map[string]*queueEntry
 	// dirty lists the groups whose members changed since the last settle.
 	dirty []*runningGroup
+	// movable counts the indexed groups whose members are all Movable:
+	// with none, defragmentation has nothing to look for.
+	movable int
 }
 
 // podState is one running pod as applied to the state.
@@ -55,13 +58,15 @@ type runningGroup struct {
 	// minMember is the group's declared gang size (Allocation.MinMember,
 	// the largest its members state; 0: all of them), which an elastic
 	// group shrinks toward (elastic.go); movable holds when every member
-	// is Movable (defrag.go).
+	// is Movable and the group may be moved at all (defrag.go).
 	minMember int
 	movable   bool
-	// shrinks is set while the group counts in its queue's elastic.
-	shrinks bool
-	members []*podState
-	use     model.Resources
+	// shrinks is set while the group is listed in its queue's elastic,
+	// at elasticSlot.
+	shrinks     bool
+	elasticSlot int
+	members     []*podState
+	use         model.Resources
 	// evicted is the cycle (Scheduler.epoch) that evicted the group.
 	evicted uint64
 	// seen is scratch for a look over the groups of a domain
@@ -83,9 +88,9 @@ type queueEntry struct {
 	// counts the preemptible ones by priority.
 	groups []*runningGroup
 	prios  map[int32]int
-	// elastic counts the preemptible groups that could shrink
-	// (runningGroup.surplus).
-	elastic int
+	// elastic lists the preemptible groups that could shrink
+	// (runningGroup.surplus), so that a shrink reads only them.
+	elastic []*runningGroup
 	// order is groups from the cheapest to evict (cheaper), brought up
 	// to date only when an eviction reads it after groups changed.
 	order      []*runningGroup
@@ -202,7 +207,11 @@ func (r *running) settle() {
 			g.started = max(g.started, m.a.StartedAt)
 			g.nonPreemptible = g.nonPreemptible || m.a.NonPreemptible
 			g.minMember = max(g.minMember, m.a.MinMember)
-			g.movable = g.movable && m.a.Movable
+			// A group moves only as a named group (its pods wait again
+			// under its name) and without devices through claims or
+			// volumes, which stay where they were allocated (defrag.go).
+			req := &m.a.Request
+			g.movable = g.movable && m.a.Movable && m.a.Group == g.name && req.DeviceSet == "" && req.Volumes == nil && len(req.FirstOf) == 0
 		}
 		g.priority = rep.a.Priority
 		e := r.entry(rep.a.Queue)
@@ -212,8 +221,12 @@ func (r *running) settle() {
 		if !g.nonPreemptible {
 			e.prios[g.priority]++
 		}
+		if g.movable {
+			r.movable++
+		}
 		if g.shrinks = !g.nonPreemptible && g.surplus() > 0; g.shrinks {
-			e.elastic++
+			g.elasticSlot = len(e.elastic)
+			e.elastic = append(e.elastic, g)
 		}
 	}
 	clear(r.dirty)
@@ -231,8 +244,14 @@ func (r *running) unindex(g *runningGroup) {
 			delete(e.prios, g.priority)
 		}
 	}
+	if g.movable {
+		r.movable--
+	}
 	if g.shrinks {
-		e.elastic--
+		last := e.elastic[len(e.elastic)-1]
+		e.elastic[g.elasticSlot], last.elasticSlot = last, g.elasticSlot
+		e.elastic[len(e.elastic)-1] = nil
+		e.elastic = e.elastic[:len(e.elastic)-1]
 		g.shrinks = false
 	}
 	g.queue = nil
