@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"cmp"
+	"reflect"
 	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -44,6 +45,7 @@ func (c *cycle) defragment() {
 		return
 	}
 	var recent map[string]bool
+	var last *model.PodGroup // the group the node filter was last reset for
 	tries := 0
 	for _, qs := range c.queues {
 		for _, p := range qs {
@@ -71,6 +73,10 @@ func (c *cycle) defragment() {
 				}
 			}
 			tries++
+			if last == nil || !sameRequests(last, p.g) {
+				c.feasible.reset(c.s.nodes, p.g)
+				last = p.g
+			}
 			left -= c.tryMove(p, least.GPUMilli, min(left, maxMovesPerGroup), recent)
 		}
 	}
@@ -87,7 +93,8 @@ func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
 }
 
 // tryMove moves up to most Movable groups so that p fits, and returns how
-// many it moved. It looks at the nodes p could use: when their free GPUs
+// many it moved; c.feasible is set for p. It looks at the nodes p could
+// use: when their free GPUs
 // together fall short of need there is nothing to gather. Otherwise it
 // clears the nodes with the most free GPUs first, each of its movable
 // groups (the smallest first) placed elsewhere, off every node being
@@ -96,13 +103,10 @@ func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
 // state as it was.
 func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool) int {
 	st := c.s.st
-	c.feasible.reset(c.s.nodes, p.g)
-	type node struct {
-		i    int
-		free int64
-	}
+	// Nodes by whole GPUs free, most first (bucketed: a sort of every
+	// node would cost more than the look), then by index.
 	var total int64
-	var nodes []node
+	var buckets [][]int
 	for i := range st.Nodes {
 		if !c.feasible.fits(i) {
 			continue
@@ -111,20 +115,22 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 		total += free
 		for _, ps := range c.s.run.onNode[i] {
 			if c.canMove(ps.g, recent) {
-				nodes = append(nodes, node{i, free})
+				k := int(free / model.MilliPerGPU)
+				for len(buckets) <= k {
+					buckets = append(buckets, nil)
+				}
+				buckets[k] = append(buckets[k], i)
 				break
 			}
 		}
 	}
-	if total < need || len(nodes) == 0 {
+	if total < need || len(buckets) == 0 {
 		return 0
 	}
-	slices.SortFunc(nodes, func(a, b node) int {
-		if x := cmp.Compare(b.free, a.free); x != 0 {
-			return x
-		}
-		return cmp.Compare(a.i, b.i)
-	})
+	var nodes []int
+	for k := len(buckets) - 1; k >= 0; k-- {
+		nodes = append(nodes, buckets[k]...)
+	}
 	mark := st.Checkpoint()
 	avoid := map[int]bool{}
 	seen := map[*runningGroup]bool{}
@@ -133,9 +139,9 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 	pods := 0
 search:
 	for _, n := range nodes {
-		avoid[n.i] = true
+		avoid[n] = true
 		var here []*runningGroup
-		for _, ps := range c.s.run.onNode[n.i] {
+		for _, ps := range c.s.run.onNode[n] {
 			if g := ps.g; !seen[g] && c.canMove(g, recent) {
 				seen[g] = true
 				here = append(here, g)
@@ -229,6 +235,20 @@ func (c *cycle) placeOff(mp *pending, avoid map[int]bool) ([]model.Bind, bool) {
 		binds = append(binds, model.Bind{Pod: pod.Name, Group: mp.g.Name, Node: c.s.nodes[o.Node].Name, NodeIndex: o.Node, GPUs: o.Shares, Volumes: st.LastVolumes()})
 	}
 	return binds, true
+}
+
+// sameRequests reports whether a and b ask for the same pods' requests,
+// in order: the node filter's answers for one hold for the other.
+func sameRequests(a, b *model.PodGroup) bool {
+	if len(a.Pods) != len(b.Pods) {
+		return false
+	}
+	for k := range a.Pods {
+		if !reflect.DeepEqual(&a.Pods[k].Request, &b.Pods[k].Request) {
+			return false
+		}
+	}
+	return true
 }
 
 // movedForm is rg as a pending group to place elsewhere: all its running
