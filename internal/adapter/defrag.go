@@ -12,7 +12,8 @@ import (
 // workloads opted in to moves (v1alpha1.MovableAnnotation, on the
 // workload or its Queue), each running pod's gang size (its PodGroup's
 // spec.minMember, which an elastic group shrinks toward), and the moves
-// of the last hour against --defrag-moves-per-hour. A move's pods are
+// of the last hour against --defrag-moves-per-hour. A gang placed by its
+// topology is never offered as movable. A move's pods are
 // evicted like any victim; the group is held where the core placed it
 // again and bound there once its pods are made again under their names (a
 // StatefulSet's, a PyTorchJob's), else it competes afresh.
@@ -80,6 +81,13 @@ func (b *builder) runningMovable(c *clusterCache, pi *podInfo, queue string) boo
 	}
 	m, bad := b.groupMovable(pg, members, queue)
 	m = m && bad == nil
+	if m && pi.pg != "" {
+		// A gang placed by its topology stays: the core places a moved
+		// group again without one.
+		if tc, _, _ := groupConstraint(&groupInfo{name: pi.group, pgKey: pi.pg, pg: pg}, members); tc != nil {
+			m = false
+		}
+	}
 	b.groupMovables[pi.group] = m
 	return m
 }

@@ -225,7 +225,9 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			g.held = bad
 			continue
 		}
-		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0, Topology: topo, Movable: movable}
+		// A gang placed by its topology is not moved: the core places a
+		// moved group again without one (defrag.go).
+		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0, Topology: topo, Movable: movable && topo == nil}
 		if len(g.pending) > 1 {
 			if topo != nil && topo.SliceSize > 0 {
 				// Slices of a size are taken in this order: by sub-group
