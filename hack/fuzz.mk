@@ -42,6 +42,7 @@ FUZZ_ALL := \
 	./internal/mig:FuzzParse \
 	./internal/gpu/sim:FuzzParseState \
 	./internal/cli/cost:FuzzDecode \
+	./api/scheduling/v1alpha1:FuzzParseMovable \
 	./api/scheduling/v1alpha1:FuzzPodMembership \
 	./api/scheduling/v1alpha1:FuzzTopologyAnnotations \
 	./internal/adapter/grouper:FuzzRuleEval \

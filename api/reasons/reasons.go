@@ -183,7 +183,7 @@ var All = concat(
 		"Unschedulable", "WaitingForPreemption", "InvalidTopology", "QueueLimit",
 		"ExceedsQueueLimit",
 		"UnknownQueue", "QueueNotLeaf", "QueueNotAllowed", "ConflictingQueues", "ConflictingPodGroups",
-		"QueueMismatch", "PodGroupNotFound", "NotEnoughPods", "GroupingFailed", "InvalidPodGroup",
+		"QueueMismatch", "PodGroupNotFound", "NotEnoughPods", "GroupingFailed", "InvalidPodGroup", "InvalidAnnotation",
 		"InvalidQueue", "InvalidName", "TopologyMismatch",
 		"RequestOutOfRange", "RequestsNotLimits", "UnknownMIGProfile", "FractionalGPU",
 		"FractionOutOfRange", "FractionWithoutGPU", "FractionOfSeveralGPUs", "InvalidHostPort",

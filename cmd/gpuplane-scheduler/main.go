@@ -109,6 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.BindConnections, "bind-connections", def.BindConnections, "HTTP/2 connections the bindings are spread over, the shared one included, each with at most api-requests-in-flight requests in flight")
 	fs.Float32Var(&cfg.EvictionQPS, "eviction-qps", def.EvictionQPS, "evictions per second at most")
 	fs.IntVar(&cfg.MaxEvictionsPerCycle, "max-evictions-per-cycle", def.MaxEvictionsPerCycle, "evictions one cycle may decide")
+	fs.IntVar(&cfg.DefragMovesPerHour, "defrag-moves-per-hour", def.DefragMovesPerHour, "running groups that opted in (annotation scheduling.gpuplane.io/movable) the scheduler may move in any hour to gather scattered free GPUs for a waiting gang; 0 turns defragmentation off")
 	fs.DurationVar(&cfg.EvictionBackoff, "eviction-backoff", def.EvictionBackoff, "how long a pod whose eviction was refused (PodDisruptionBudget) is left alone")
 	fs.Float32Var(&cfg.StatusQPS, "status-qps", def.StatusQPS, "pod condition, PodGroup and Queue status writes per second")
 	fs.IntVar(&cfg.DiagnoseLimit, "diagnose-limit", def.DiagnoseLimit, "waiting groups explained in detail per cycle")

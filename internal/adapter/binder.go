@@ -168,6 +168,9 @@ func (b *binder) evict(ctx context.Context, in *cycleInput, d *model.Decisions) 
 				b.refusals.add(e.Pod, victim.UID, time.Now().Add(b.cfg.EvictionBackoff))
 				b.cache.touch(e.Pod)
 				b.holds.drop(e.For)
+				if e.Reason == model.EvictDefragment {
+					b.holds.drop(e.Group) // the group stays where it runs
+				}
 			}
 		})
 	}

@@ -61,6 +61,11 @@ type Config struct {
 	// MaxEvictionsPerCycle bounds those one cycle may decide (default 64).
 	EvictionQPS          float32
 	MaxEvictionsPerCycle int
+	// DefragMovesPerHour bounds the running groups the core may move in
+	// any hour to gather scattered free GPUs for a waiting gang (only
+	// workloads that opted in, v1alpha1.MovableAnnotation); 0, the
+	// default, turns defragmentation off.
+	DefragMovesPerHour int
 	// EvictionBackoff is how long a pod whose eviction was refused (a
 	// PodDisruptionBudget, 429) is left alone (default 30s).
 	EvictionBackoff time.Duration
@@ -223,6 +228,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: min-cycle-interval %v must not exceed cycle-interval %v", c.MinCycleInterval, c.CycleInterval)
 	case c.LeaseName != "" && c.Identity == "":
 		return errors.New("config: leader election needs an identity: set --leader-elect-identity (defaults to the host name)")
+	case c.DefragMovesPerHour < 0:
+		return fmt.Errorf("config: defrag-moves-per-hour must be >= 0, got %d", c.DefragMovesPerHour)
 	case c.TopologyRecheck < 0:
 		return fmt.Errorf("config: the topology re-check interval must be > 0, got %v", c.TopologyRecheck)
 	case c.MIGDemandMinWait < 0:

@@ -185,8 +185,12 @@ func (b *builder) queues(c *clusterCache, in *cycleInput) []model.Queue {
 		return c.queues[x].CreationTimestamp.Compare(c.queues[y].CreationTimestamp.Time)
 	})
 	var out []model.Queue
+	b.movableQueues = map[string]bool{}
 	for _, n := range names {
 		q, err := modelQueue(c.queues[n])
+		if err == nil {
+			err = b.queueMovable(c.queues[n])
+		}
 		if err != nil {
 			in.queueErrs[n] = badInput("InvalidQueue", "%v", err)
 			continue

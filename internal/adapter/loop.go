@@ -45,6 +45,8 @@ type loop struct {
 	// the process: a new leader starts each queue's over again from the
 	// usage it then holds.
 	usage []model.QueueUsage
+	// moves are the core's moves of the last hour (defrag.go).
+	moves moveLog
 }
 
 func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st statusSink, m *metrics) (*loop, error) {
@@ -53,7 +55,8 @@ func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st
 		return nil, fmt.Errorf("starting the scheduling core: %w", err)
 	}
 	return &loop{cfg: cfg, log: log, cache: c, core: core, build: newBuilder(cfg.SchedulerName, cfg.MaxEvictionsPerCycle, log),
-		binder: newBinder(cfg, log, c, api, st, m), api: api, status: st, metrics: m, partialSince: map[string]time.Time{}}, nil
+		binder: newBinder(cfg, log, c, api, st, m), api: api, status: st, metrics: m, partialSince: map[string]time.Time{},
+		moves: moveLog{perWindow: cfg.DefragMovesPerHour}}, nil
 }
 
 // run cycles until ctx ends: at once when the cache changes (batched by
@@ -103,6 +106,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	in.snap.Usage = l.usage
 	in.snap.Layouts = layoutPolicy(l.cfg)
 	in.snap.NodesMayBeAdded = l.cfg.NodeAutoscaler
+	in.snap.Defrag = l.moves.policy()
 	l.assumeLayouts(&in.snap)
 	markRepartitioning(&in.snap)
 	l.metrics.phase("snapshot", time.Since(now))
@@ -126,6 +130,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	// 3. Evictions; the groups they are for wait for their victims (the
 	//    core's holds) and are bound by a later cycle.
 	t := time.Now()
+	l.moves.record(d.Moves, in.snap.Now)
 	l.binder.holds.set(d.Holds)
 	l.usage = d.Usage
 	l.binder.evict(ctx, in, &d)

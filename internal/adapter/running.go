@@ -19,10 +19,11 @@ import (
 // the last snapshot, which tells the core to skip it. Caller holds c.mu.
 func (b *builder) runningAllocations(c *clusterCache, r *refusals, now time.Time) [][]model.Allocation {
 	if b.groupQueues == nil {
-		b.groupQueues, b.groupSliceSizes = map[string]string{}, map[string]int{}
+		b.groupQueues, b.groupSliceSizes, b.groupMovables = map[string]string{}, map[string]int{}, map[string]bool{}
 	}
 	clear(b.groupQueues)
 	clear(b.groupSliceSizes)
+	clear(b.groupMovables)
 	for _, pod := range r.expire(now) {
 		if pi := c.pods[pod]; pi != nil {
 			if n := c.nodeOf(pi); n != "" {
@@ -99,10 +100,12 @@ func (b *builder) nodeAllocations(c *clusterCache, r *refusals, ni *nodeInfo, no
 		b.readRequestDomains(&req)
 		req.Volumes = c.placedVolumes(e.pi, &ni.m)
 		req.Terminating = p.DeletionTimestamp != nil
+		q := b.allocationQueue(c, e.pi)
 		a := model.Allocation{
-			Pod: e.pi.key, Group: e.pi.group, Queue: b.allocationQueue(c, e.pi), Priority: podPriority(p), Node: ni.node.Name,
+			Pod: e.pi.key, Group: e.pi.group, Queue: q, Priority: podPriority(p), Node: ni.node.Name,
 			Request: req, GPUs: e.shares, StartedAt: p.CreationTimestamp.UnixMilli(), NonPreemptible: nonPreemptible,
 			MinRuntime: c.classMinRuntime[p.Spec.PriorityClassName], LastCheckpoint: b.lastCheckpoint(p, now),
+			MinMember: runningMinMember(c, e.pi), Movable: b.runningMovable(c, e.pi, q),
 		}
 		if e.pi.pg != "" {
 			// A gang's member: its slice, which the rest of the slice

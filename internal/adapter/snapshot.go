@@ -81,6 +81,11 @@ type builder struct {
 	// slice size its topology states (allocationSlice).
 	groupQueues     map[string]string
 	groupSliceSizes map[string]int
+	// movableQueues are the Queues that opted their workloads in to moves,
+	// and groupMovables each placed group's opt-in, memoized like
+	// groupQueues (defrag.go).
+	movableQueues map[string]bool
+	groupMovables map[string]bool
 
 	// nodeAllocs holds each node's allocations; a node's slice is
 	// replaced, never changed, when its pods change (the core relies on
@@ -244,7 +249,14 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 		// What the gang still needs is the core's one rule (PodGroup.Min):
 		// its size less the members bound or finished; a gang with fewer
 		// pods than that waits in the core (model.UnplacedMissingMembers).
-		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0, Topology: topo}
+		movable, bad := b.groupMovable(g.pg, c.members[name], g.queue)
+		if bad != nil {
+			g.held = bad
+			continue
+		}
+		// A gang placed by its topology is not moved: the core places a
+		// moved group again without one (defrag.go).
+		pg := model.PodGroup{Name: name, Queue: g.queue, MinMember: max(1, g.minMember), Placed: len(g.bound) + len(g.finished), CreatedAt: 0, Topology: topo, Movable: movable && topo == nil}
 		if topo != nil {
 			b.readDomains(topo.Levels...)
 		}

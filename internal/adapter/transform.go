@@ -97,10 +97,11 @@ func slimMeta(o metav1.Object) {
 // for part of a GPU (gpupod.ReadFraction), and the other schedulers'
 // group and queue annotations (v1alpha1.GroupKeys, QueueKeys), and the
 // topology annotations of gpuplane, Kueue and KAI
-// (v1alpha1.TopologyAnnotations), and when the workload last checkpointed
-// (v1alpha1.LastCheckpointAnnotation). A new one read must be added.
+// (v1alpha1.TopologyAnnotations), when the workload last checkpointed
+// (v1alpha1.LastCheckpointAnnotation) and the opt-in to moves
+// (v1alpha1.MovableAnnotation). A new one read must be added.
 var podAnnotations = append([]string{gpupod.GPUsAnnotation, gpupod.HeldAnnotation, gpupod.FractionAnnotation, gpupod.MemoryAnnotation, gpupod.KAIFraction, gpupod.KAIMemory,
-	v1alpha1.VolcanoGroupAnnotation, v1alpha1.VolcanoQueueAnnotation, v1alpha1.LastCheckpointAnnotation}, v1alpha1.TopologyAnnotations...)
+	v1alpha1.VolcanoGroupAnnotation, v1alpha1.VolcanoQueueAnnotation, v1alpha1.LastCheckpointAnnotation, v1alpha1.MovableAnnotation}, v1alpha1.TopologyAnnotations...)
 
 func slimPod(p *corev1.Pod) *corev1.Pod {
 	if slim(p) {

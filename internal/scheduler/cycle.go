@@ -90,6 +90,9 @@ type cycle struct {
 	movableLooks int
 	movBuf       []*runningGroup
 	shareBuf     []model.GPUShare
+	// everyNode lists every node's index, for a moved group's pods placed
+	// off the nodes being cleared (defrag.go); nil until needed.
+	everyNode []int32
 }
 
 func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, error) {
@@ -429,7 +432,7 @@ func (c *cycle) finish() {
 		}
 		a := &model.Allocation{Pod: b.Pod, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
 			Request: pod.Request.ClaimsBound(&c.d.Binds[i]), GPUs: b.GPUs, StartedAt: c.snap.Now, NonPreemptible: g.NonPreemptible, Slice: pod.Slice,
-			MinRuntime: g.MinRuntime}
+			MinRuntime: g.MinRuntime, MinMember: g.MinMember, Movable: g.Movable}
 		s.run.add(a, b.NodeIndex)
 		s.touched = append(s.touched, b.NodeIndex)
 	}

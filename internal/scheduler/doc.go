@@ -291,6 +291,23 @@
 // under a node it does not name, or over-allocates a node is an error, and
 // the next cycle starts over from nothing.
 //
+// Elastic groups (elastic.go). A running group whose members declare a gang
+// size below its members (Allocation.MinMember) may lose members down to
+// that size: preemption and reclaim first try to place a group by evicting
+// only such members (Eviction.Shrink), under the same rules a whole victim
+// meets for the part it gives up, and evict whole groups only when that
+// cannot make room. The members given up wait again in their group and
+// rejoin it as room appears (PodGroup.Min asks for one at a time).
+//
+// Defragmentation (defrag.go). With Snapshot.Defrag set, a group still
+// pending after reclaim, admitted by its queue, whose GPUs are free in
+// total on the nodes it could use, may have running groups that opted in
+// (Allocation.Movable) moved out of its way: each is evicted
+// (EvictDefragment) and placed again elsewhere in the same plan, held
+// there (Hold.Moved), and the group is held in the room they leave.
+// Decisions.Moves lists them; DefragPolicy bounds them per window and
+// keeps a group moved within the window in place.
+//
 // Why preemption cannot cycle. Fair shares and guarantees stay fixed while
 // work moves between running and pending, every reclaim strictly lowers the
 // pair (excess over fair share in scarce resources, GPUs borrowed beyond
@@ -315,4 +332,39 @@
 // opposite directions the fair shares must move by at least the smaller
 // victim's size, which takes a time bounded below; and a group evicted and
 // placed again is protected for its minimum runtime.
+//
+// A shrink is an eviction of part of a group under the same rule as a
+// whole one: a preemption takes members of strictly lower priority in the
+// preemptor's queue, so that queue's multiset of running priorities still
+// grows (a member of priority p goes, the preemptor's higher priority
+// comes in); a reclaim takes members whose queue stays at or above its
+// fair share (or guarantee) without them, so Φ (or Ψ) falls by what they
+// held, exactly as for a whole victim. The members given up return as
+// demand of the same queue and priority, which the argument already
+// covers: they wait behind their preemptor, and can take nothing back
+// from a queue at or below its share.
+//
+// Why moves cannot loop. A move changes no queue's usage but the waiting
+// group's: the moved group is evicted and placed again in the same plan
+// with the same requests, so its queue's usage, every fair share and
+// guarantee, and every queue's multiset of running priorities are what
+// they were; only the waiting group is added, as the allocate phase would
+// add it had its room been whole. A move thus acts on Φ, Ψ and the
+// priority multisets exactly as allocation does, and the preemption
+// argument above holds with moves as it does with allocation. What is
+// left is the arrangement of groups on nodes, which could in principle
+// cycle were moves made for nothing. They are not: a move is made only
+// when the waiting group then fits, and every move of it is undone that
+// it can do without (spareMoves), so each cycle that moves places at
+// least one more group than it leaves pending, and moves no group that
+// was not running. Nothing a move does makes a group pending: on an
+// unchanged workload the groups that run or are held only grow between
+// evictions for preemption and reclaim, while the GPUs they hold are
+// bounded by the cluster. So, between two such evictions, of which the
+// argument above allows only finitely many, there are finitely many
+// moves, and the whole sequence reaches a fixed point with no moves,
+// however large the budget and whatever the window: the window only
+// slows moves further (no group is moved twice within it).
+// TestPropertyDefragmentFixedPoint checks it with a window of one cycle,
+// where only this argument bounds the moves.
 package scheduler

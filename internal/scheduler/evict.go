@@ -253,6 +253,11 @@ func (c *cycle) useful(rg *runningGroup) bool {
 // queue does not allow m) it only finds out whether p would fit, notes
 // that on p for its Unplaced reason, and rolls back.
 func (c *cycle) tryEvict(p *pending, m evictMode, forbidden bool) bool {
+	// Elastic groups give up their members above their minimum before any
+	// group is evicted whole (elastic.go).
+	if !forbidden && c.tryShrink(p, m) {
+		return true
+	}
 	victims := c.victims(p, m)
 	if victims.Len() == 0 {
 		return false

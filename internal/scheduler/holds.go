@@ -29,6 +29,10 @@ func (c *cycle) resumeHolds() {
 	for i := range c.snap.Holds {
 		h := &c.snap.Holds[i]
 		p := byName[h.Group]
+		if p == nil && h.Moved {
+			c.keepMoved(h) // a moved group whose pods are not pending yet (defrag.go)
+			continue
+		}
 		if p == nil || p.placed {
 			continue // the group is gone, or listed twice
 		}
@@ -58,7 +62,7 @@ func (c *cycle) resumeHolds() {
 		p.placed, p.waiting = true, len(left)
 		c.reserve(p, plan)
 		c.count(p, plan)
-		c.d.Holds = append(c.d.Holds, model.Hold{Group: h.Group, Plan: plan, Victims: left, Since: h.Since})
+		c.d.Holds = append(c.d.Holds, model.Hold{Group: h.Group, Plan: plan, Victims: left, Since: h.Since, Moved: h.Moved})
 	}
 }
 

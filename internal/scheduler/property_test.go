@@ -55,6 +55,10 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 	snap.Now = 5
 	snap.VictimsByAge = rapid.Bool().Draw(t, "victimsByAge")
 	snap.Budget.MaxEvictions = rapid.SampledFrom([]int{-1, 0, 2, 8}).Draw(t, "budget")
+	// Defragmentation: off, or a few moves per window; a window of 1 lets
+	// every cycle (10 apart, stepNow) move again, so only the rule that a
+	// move places a waiting group can bound the moves.
+	snap.Defrag = model.DefragPolicy{MaxMoves: rapid.SampledFrom([]int{0, 1, 4}).Draw(t, "moves"), Window: rapid.SampledFrom([]int64{1, 1000}).Draw(t, "window")}
 	group := func(i int, prefix string, created int64) model.PodGroup {
 		b := schedtest.Group(fmt.Sprintf("%s%d", prefix, i)).Queue(rapid.SampledFrom(append(queues, "")).Draw(t, "queue")).
 			Priority(int32(rapid.IntRange(0, 3).Draw(t, "prio"))).Created(created)
@@ -85,6 +89,7 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 		}
 		g := b.Obj()
 		g.MinRuntime = rapid.SampledFrom([]int64{0, 0, 5}).Draw(t, "classMinRuntime")
+		g.Movable = rapid.Bool().Draw(t, "movable")
 		return g
 	}
 	for i := range rapid.IntRange(1, 10).Draw(t, "groups") {
@@ -195,6 +200,11 @@ func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 	}
 	holds := map[string]model.Hold{}
 	for _, h := range d.Holds {
+		if h.Moved {
+			checkMoved(t, before, allocs[h.Group], h, d)
+			holds[h.Group] = h
+			continue
+		}
 		if g := groups[h.Group]; g == nil || len(h.Plan) < g.Min() || count[h.Group] > 0 {
 			t.Fatalf("hold %+v: a plan of at least the gang's size for a pending group not bound", h)
 		}
@@ -215,7 +225,25 @@ func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 		if young(before, allocs[e.Group]) {
 			t.Fatalf("evicted group %s for %s before its minimum runtime", e.Group, g.Name)
 		}
+		if h, ok := holds[e.Group]; e.Reason == model.EvictDefragment && (!ok || !h.Moved) {
+			t.Fatalf("%s evicted to defragment, but its group %s is not held where it moves", e.Pod, e.Group)
+		}
 		evicted[e.Pod] = true
+	}
+	// An elastic group shrinks no lower than its minimum; a group either
+	// shrinks or goes whole.
+	gone := map[string]int{}
+	for _, e := range d.Evictions {
+		gone[e.Group]++
+	}
+	for _, e := range d.Evictions {
+		as := allocs[e.Group]
+		if e.Shrink && (as[0].MinMember <= 0 || len(as)-gone[e.Group] < as[0].MinMember) {
+			t.Fatalf("group %s of %d pods (minMember %d) shrunk by %d", e.Group, len(as), as[0].MinMember, gone[e.Group])
+		}
+		if !e.Shrink && gone[e.Group] != len(as) {
+			t.Fatalf("group %s of %d pods evicted by %d, not whole", e.Group, len(as), gone[e.Group])
+		}
 	}
 	if b := before.Budget.MaxEvictions; b >= 0 && len(evicted) > b {
 		t.Fatalf("%d evictions with a budget of %d", len(evicted), b)
@@ -245,6 +273,66 @@ func young(snap *model.Snapshot, allocs []*model.Allocation) bool {
 	return least > 0 && snap.Now-started < least
 }
 
+// checkMoved fails t unless the moved hold h is the whole group whose
+// running pods are ran, each evicted to defragment, placed again for them
+// and not moved beyond the snapshot's DefragPolicy.
+func checkMoved(t *rapid.T, before *model.Snapshot, ran []*model.Allocation, h model.Hold, d model.Decisions) {
+	if len(ran) == 0 || len(h.Plan) != len(ran) || len(h.Victims) != len(ran) {
+		t.Fatalf("moved hold %+v for a group running %d pods", h, len(ran))
+	}
+	for _, a := range ran {
+		if !slices.Contains(h.Victims, a.Pod) || !slices.ContainsFunc(h.Plan, func(b model.Bind) bool { return b.Pod == a.Pod }) ||
+			!slices.ContainsFunc(d.Evictions, func(e model.Eviction) bool { return e.Pod == a.Pod && e.Reason == model.EvictDefragment }) {
+			t.Fatalf("moved hold %+v: pod %s not evicted and placed again", h, a.Pod)
+		}
+		if !a.Movable {
+			t.Fatalf("moved %s, which did not opt in", a.Pod)
+		}
+	}
+	if left := before.Defrag.Left(before.Now); len(d.Moves) > left {
+		t.Fatalf("%d moves with %d left in the window", len(d.Moves), left)
+	}
+	for _, m := range before.Defrag.Recent {
+		if before.Now-m.At < before.Defrag.Window && m.Group == h.Group {
+			t.Fatalf("%s moved again within the window (last at %d, now %d)", h.Group, m.At, before.Now)
+		}
+	}
+}
+
+// propertyStep runs one cycle of h a time step after the last, checks
+// its decisions and the snapshot they leave, and that every hold of the
+// cycle before is bound where its plan said (the harness carries
+// evictions out at once).
+func propertyStep(t *rapid.T, h *schedtest.Harness) model.Decisions {
+	h.Snap.Now += 10 // stepNow: moves of a window of 1 leave it by the next cycle
+	before := h.Snap // model.Apply writes nothing it was given: before keeps its view
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDecisions(t, &before, d)
+	checkInvariants(t, &h.Snap)
+	// The victims left at once: every hold of the cycle before
+	// is bound now, where its plan said.
+	for _, hd := range before.Holds {
+		got := 0
+		for _, b := range d.Binds {
+			if b.Group == hd.Group {
+				if !slices.ContainsFunc(hd.Plan, func(p model.Bind) bool {
+					return p.Pod == b.Pod && p.Node == b.Node && reflect.DeepEqual(p.GPUs, b.GPUs)
+				}) {
+					t.Fatalf("held group %s bound %s on %s %+v, off its plan %+v", hd.Group, b.Pod, b.Node, b.GPUs, hd.Plan)
+				}
+				got++
+			}
+		}
+		if got != len(hd.Plan) {
+			t.Fatalf("held group %s bound %d of its plan's %d pods", hd.Group, got, len(hd.Plan))
+		}
+	}
+	return d
+}
+
 func TestPropertyInvariantsAndFixedPoint(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		snap, later := genWorkload(t)
@@ -252,34 +340,7 @@ func TestPropertyInvariantsAndFixedPoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		step := func() model.Decisions {
-			before := h.Snap // model.Apply writes nothing it was given: before keeps its view
-			d, err := h.Cycle()
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkDecisions(t, &before, d)
-			checkInvariants(t, &h.Snap)
-			// The victims left at once: every hold of the cycle before
-			// is bound now, where its plan said.
-			for _, hd := range before.Holds {
-				got := 0
-				for _, b := range d.Binds {
-					if b.Group == hd.Group {
-						if !slices.ContainsFunc(hd.Plan, func(p model.Bind) bool {
-							return p.Pod == b.Pod && p.Node == b.Node && reflect.DeepEqual(p.GPUs, b.GPUs)
-						}) {
-							t.Fatalf("held group %s bound %s on %s %+v, off its plan %+v", hd.Group, b.Pod, b.Node, b.GPUs, hd.Plan)
-						}
-						got++
-					}
-				}
-				if got != len(hd.Plan) {
-					t.Fatalf("held group %s bound %d of its plan's %d pods", hd.Group, got, len(hd.Plan))
-				}
-			}
-			return d
-		}
+		step := func() model.Decisions { return propertyStep(t, h) }
 		step()
 		// Some running pods report a checkpoint (a new chunk per node, as
 		// a driver gives a node that changed).

@@ -22,6 +22,9 @@ type running struct {
 	byName map[string]*queueEntry
 	// dirty lists the groups whose members changed since the last settle.
 	dirty []*runningGroup
+	// movable counts the indexed groups whose members are all Movable:
+	// with none, defragmentation has nothing to look for.
+	movable int
 }
 
 // podState is one running pod as applied to the state.
@@ -56,8 +59,18 @@ type runningGroup struct {
 	minRuntime     int64
 	restart        int64
 	nonPreemptible bool
-	members        []*podState
-	use            model.Resources
+	// minMember is the group's declared gang size (Allocation.MinMember,
+	// the largest its members state; 0: all of them), which an elastic
+	// group shrinks toward (elastic.go); movable holds when every member
+	// is Movable and the group may be moved at all (defrag.go).
+	minMember int
+	movable   bool
+	// shrinks is set while the group is listed in its queue's elastic,
+	// at elasticSlot.
+	shrinks     bool
+	elasticSlot int
+	members     []*podState
+	use         model.Resources
 	// evicted is the cycle (Scheduler.epoch) that evicted the group.
 	evicted uint64
 	// seen is scratch for a look over the groups of a domain
@@ -79,6 +92,9 @@ type queueEntry struct {
 	// counts the preemptible ones by priority.
 	groups []*runningGroup
 	prios  map[int32]int
+	// elastic lists the preemptible groups that could shrink
+	// (runningGroup.surplus), so that a shrink reads only them.
+	elastic []*runningGroup
 	// order is groups from the cheapest to evict (victimOrder.compare),
 	// brought up to date only when an eviction reads it after groups
 	// changed or with another order (by is the one it was sorted by).
@@ -190,6 +206,7 @@ func (r *running) settle() {
 		rep := g.members[0]
 		g.started, g.nonPreemptible = rep.a.StartedAt, false
 		g.minRuntime, g.restart = 0, max(rep.a.StartedAt, rep.a.LastCheckpoint)
+		g.minMember, g.movable = 0, true
 		for _, m := range g.members {
 			if m.a.Pod < rep.a.Pod {
 				rep = m
@@ -198,6 +215,12 @@ func (r *running) settle() {
 			g.minRuntime = max(g.minRuntime, m.a.MinRuntime)
 			g.restart = min(g.restart, max(m.a.StartedAt, m.a.LastCheckpoint))
 			g.nonPreemptible = g.nonPreemptible || m.a.NonPreemptible
+			g.minMember = max(g.minMember, m.a.MinMember)
+			// A group moves only as a named group (its pods wait again
+			// under its name) and without devices through claims or
+			// volumes, which stay where they were allocated (defrag.go).
+			req := &m.a.Request
+			g.movable = g.movable && m.a.Movable && m.a.Group == g.name && req.DeviceSet == "" && req.Volumes == nil && len(req.FirstOf) == 0
 		}
 		g.priority = rep.a.Priority
 		e := r.entry(rep.a.Queue)
@@ -206,6 +229,13 @@ func (r *running) settle() {
 		e.orderStale = true
 		if !g.nonPreemptible {
 			e.prios[g.priority]++
+		}
+		if g.movable {
+			r.movable++
+		}
+		if g.shrinks = !g.nonPreemptible && g.surplus() > 0; g.shrinks {
+			g.elasticSlot = len(e.elastic)
+			e.elastic = append(e.elastic, g)
 		}
 	}
 	clear(r.dirty)
@@ -222,6 +252,16 @@ func (r *running) unindex(g *runningGroup) {
 		if e.prios[g.priority]--; e.prios[g.priority] == 0 {
 			delete(e.prios, g.priority)
 		}
+	}
+	if g.movable {
+		r.movable--
+	}
+	if g.shrinks {
+		last := e.elastic[len(e.elastic)-1]
+		e.elastic[g.elasticSlot], last.elasticSlot = last, g.elasticSlot
+		e.elastic[len(e.elastic)-1] = nil
+		e.elastic = e.elastic[:len(e.elastic)-1]
+		g.shrinks = false
 	}
 	g.queue = nil
 	e.orderStale = true

@@ -128,14 +128,18 @@ func (s *Scheduler) Cycle(snap *model.Snapshot) (model.Decisions, error) {
 	//    within its GPU guarantee.
 	c.evictFor(true)
 	t.phase("reclaim")
-	// 8. Record what stays pending and keep the plan in our state.
+	// 8. Defragment: move Movable groups out of the way of a group that
+	//    waits only because free GPUs are scattered (defrag.go).
+	c.defragment()
+	t.phase("defragment")
+	// 9. Record what stays pending and keep the plan in our state.
 	c.finish()
 	t.phase("finish")
-	// 9. Layouts: propose MIG layouts for idle GPUs of the nodes that
+	// 10. Layouts: propose MIG layouts for idle GPUs of the nodes that
 	//    follow demand, for what stays pending for want of room.
 	c.proposeLayouts()
 	t.phase("layouts")
-	s.log.Debug("scheduling cycle", "binds", len(d.Binds), "evictions", len(d.Evictions), "holds", len(d.Holds), "unplaced", len(d.Unplaced), "layouts", len(d.Layouts))
+	s.log.Debug("scheduling cycle", "binds", len(d.Binds), "evictions", len(d.Evictions), "holds", len(d.Holds), "moves", len(d.Moves), "unplaced", len(d.Unplaced), "layouts", len(d.Layouts))
 	return d, nil
 }
 

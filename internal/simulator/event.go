@@ -44,6 +44,10 @@ type EventConfig struct {
 	// (model.Snapshot.VictimsByAge), to compare with checkpoint-aware
 	// victims.
 	VictimsByAge bool
+	// Defrag bounds the core's moves of Movable groups (trace pods'
+	// Movable), its Window in trace seconds; the zero value moves none.
+	// Decisions.Moves says what each cycle moved.
+	Defrag model.DefragPolicy
 }
 
 type simPod struct {
@@ -159,8 +163,11 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	var winArea float64
 	slices.SortStableFunc(pods, func(a, b *simPod) int { return cmp.Compare(a.tp.CreatedAt, b.tp.CreatedAt) })
 	capMilli := tr.GPUCapacityMilli()
+	if err := cfg.Defrag.Check("defrag"); err != nil {
+		return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
+	}
 	snap := model.Snapshot{Nodes: tr.Nodes, Queues: cfg.Config.queues(tr.Queues), Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts,
-		VictimsByAge: cfg.VictimsByAge}
+		VictimsByAge: cfg.VictimsByAge, Defrag: cfg.Defrag}
 	var tas *kueueTAS
 	if topoPolicy == TopologyKueueTAS {
 		// The baseline pins pods to nodes with a node selector on
@@ -252,7 +259,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 					k = len(snap.Pending)
 					at[p.group] = k
 					pg := model.PodGroup{Name: p.group, Queue: cfg.Config.queueOf(p.tp.Queue), Priority: cfg.Config.priority(p.tp.Priority),
-						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt, MinRuntime: p.tp.MinRuntime}
+						MinMember: p.tp.MinMember, CreatedAt: p.tp.CreatedAt, MinRuntime: p.tp.MinRuntime, Movable: p.tp.Movable}
 					if topoPolicy == TopologyAware {
 						pg.Topology = p.tp.Topology
 					}
@@ -281,19 +288,18 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		// The simulator's own accounting of what the decisions do; the
 		// snapshot changes as the core's model.Apply says, for every
 		// driver alike.
-		moved := movedGroups(&d, func(pod string) string { return byName[pod].group })
 		evicted := make(map[string]bool, len(d.Evictions))
 		for _, e := range d.Evictions {
 			evicted[e.Pod] = true
 			p := byName[e.Pod]
 			p.end = -1
-			if moved[p.group] {
-				continue
+			if e.Reason == model.EvictDefragment {
+				continue // a move, not a preemption: d.Moves counts it
 			}
 			preempted[queueOf(p)]++
 			ev.Preemptions++
 		}
-		ev.Moves += len(moved)
+		ev.Moves += len(d.Moves)
 		for a := range snap.AllRunning() {
 			if !evicted[a.Pod] {
 				continue
@@ -427,32 +433,6 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	}
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
-}
-
-// movedGroups are the groups the decisions evict and place again, bound
-// or held for (a move, as defragmentation makes); every other eviction is
-// a preemption. groupOf names a pod's group.
-func movedGroups(d *model.Decisions, groupOf func(pod string) string) map[string]bool {
-	if len(d.Evictions) == 0 {
-		return nil
-	}
-	placed := make(map[string]bool, len(d.Binds)+len(d.Holds))
-	for _, b := range d.Binds {
-		placed[groupOf(b.Pod)] = true
-	}
-	for _, h := range d.Holds {
-		placed[h.Group] = true
-	}
-	var moved map[string]bool
-	for _, e := range d.Evictions {
-		if g := groupOf(e.Pod); placed[g] {
-			if moved == nil {
-				moved = map[string]bool{}
-			}
-			moved[g] = true
-		}
-	}
-	return moved
 }
 
 // complete takes the pods whose run ended by now off their nodes, each

@@ -3,7 +3,6 @@ package simulator
 import (
 	"context"
 	"math"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -60,21 +59,6 @@ func TestFairnessOverTime(t *testing.T) {
 	}
 	if want := (4/5.44 + 1) / 2; !near(f.jain(), want) {
 		t.Fatalf("jain %g, want %g", f.jain(), want)
-	}
-}
-
-func TestMovedGroups(t *testing.T) {
-	groupOf := func(pod string) string { return pod[:1] }
-	d := model.Decisions{
-		Evictions: []model.Eviction{{Pod: "a1"}, {Pod: "a2"}, {Pod: "b1"}, {Pod: "c1"}},
-		Binds:     []model.Bind{{Pod: "a1"}, {Pod: "x1"}},
-		Holds:     []model.Hold{{Group: "c"}},
-	}
-	if got := movedGroups(&d, groupOf); !reflect.DeepEqual(got, map[string]bool{"a": true, "c": true}) {
-		t.Fatalf("moved %v, want a (evicted and bound) and c (evicted and held for), not b", got)
-	}
-	if got := movedGroups(&model.Decisions{Binds: d.Binds}, groupOf); got != nil {
-		t.Fatalf("moved %v without evictions", got)
 	}
 }
 

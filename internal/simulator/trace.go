@@ -79,6 +79,9 @@ type TracePod struct {
 	// before it may be evicted (its priority class's,
 	// model.PodGroup.MinRuntime); the queue may set one too.
 	MinRuntime int64
+	// Movable says the pod's group opted in to moves for defragmentation
+	// (model.PodGroup.Movable), the same value on every pod of a group.
+	Movable bool
 }
 
 // RunTime is how long the pod runs once started; 0 means forever.

@@ -142,6 +142,9 @@ type YAMLPod struct {
 	// and TracePod.CheckpointEvery, in seconds.
 	MinRuntime      int64 `json:"minRuntime,omitempty"`
 	CheckpointEvery int64 `json:"checkpointEvery,omitempty"`
+	// Movable opts the pods' group in to moves for defragmentation
+	// (EventConfig.Defrag).
+	Movable bool `json:"movable,omitempty"`
 }
 
 // hostnameLabel is the topology key of a node's own domain.
@@ -275,7 +278,7 @@ func ReadYAMLTrace(name string, r io.Reader) (*Trace, error) {
 		}
 		for k := range count {
 			tp := TracePod{Name: p.Name, Request: req, CreatedAt: p.CreatedAt, Duration: p.Duration, Queue: p.Queue, Priority: p.Priority, Topology: p.Topology,
-				MinRuntime: p.MinRuntime, CheckpointEvery: p.CheckpointEvery}
+				MinRuntime: p.MinRuntime, CheckpointEvery: p.CheckpointEvery, Movable: p.Movable}
 			if count > 1 {
 				tp.Name = fmt.Sprintf("%s-%d", p.Name, k)
 			}

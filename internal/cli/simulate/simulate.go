@@ -43,6 +43,9 @@ type options struct {
 	load                                     float64
 	nodes, hours                             int
 	maxRunTime                               time.Duration
+	// defragMoves is gpuplane-scheduler's --defrag-moves-per-hour, in
+	// hours of the trace's clock.
+	defragMoves int
 }
 
 // NewCommand returns the simulate command.
@@ -113,6 +116,7 @@ gang wait.`,
 	cliutil.DurationVar(cmd, &o.migDwell, "mig-layout-dwell", 300*time.Second, "event mode: how long a GPU proposed for is left alone, as gpuplane-scheduler's flag (whole seconds; a bare number of seconds is deprecated)")
 	cliutil.DurationVar(cmd, &o.migTimeout, "mig-proposal-timeout", 120*time.Second, "event mode: how long an unapplied proposal holds its node, as gpuplane-scheduler's flag (whole seconds; a bare number of seconds is deprecated)")
 	f.IntVar(&o.migMaxPerNode, "mig-max-proposals-per-node", 1, "event mode: GPUs of one node proposed for per cycle")
+	f.IntVar(&o.defragMoves, "defrag-moves-per-hour", 0, "event mode: running groups that opted in (trace pods' movable) the core may move in any hour of the trace to gather scattered GPUs for a waiting gang, as gpuplane-scheduler's flag; 0 moves none")
 	cliutil.DurationVar(cmd, &o.migDelay, "mig-layout-delay", 5*time.Second, "event mode: how long a node takes to re-partition a GPU once proposed (whole seconds; a bare number of seconds is deprecated)")
 	f.StringVar(&o.layout, "layout", "", "lay the nodes out in racks and blocks: nodes-per-rack=N[,racks-per-block=M] (labels gpuplane.io/rack, gpuplane.io/block; alike machines share racks)")
 	f.IntVar(&o.training, "training", 0, "add this many multi-node training jobs: one pod per node of the trace's most common largest machine, gangs placed by rack (needs racks: --layout or the trace's own)")
@@ -205,6 +209,9 @@ func run(cmd *cobra.Command, o *options) error {
 			return err
 		}
 	}
+	if o.defragMoves < 0 {
+		return cliutil.Usagef("--defrag-moves-per-hour must be >= 0, got %d", o.defragMoves)
+	}
 	if o.migMaxPerNode < 1 || o.migMaxPerNode > 64 {
 		return cliutil.Usagef("--mig-max-proposals-per-node must be 1 to 64, got %d", o.migMaxPerNode)
 	}
@@ -296,6 +303,7 @@ func run(cmd *cobra.Command, o *options) error {
 		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update, TopologyPolicies: topoPolicies, Configs: configs,
 		Layouts:     model.LayoutPolicy{MinWait: layoutSeconds[0], Dwell: layoutSeconds[1], Timeout: layoutSeconds[2], MaxPerNode: o.migMaxPerNode},
 		LayoutDelay: layoutSeconds[3],
+		Defrag:      model.DefragPolicy{MaxMoves: o.defragMoves, Window: 3600},
 	})
 	prog.finish()
 	if err != nil {

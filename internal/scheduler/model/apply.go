@@ -18,6 +18,7 @@ import (
 // the next cycle compares only the nodes d changed. RunningByNode itself
 // is replaced, not written, so a copy of snap taken before keeps its view.
 //
+// The cycle's moves join the snapshot's Defrag.Recent (DefragPolicy.Record).
 // The cycle's holds and its queues' usage over time (Decisions.Usage)
 // become the snapshot's. A preemptor waits for its
 // victims, which leave their nodes here at once, and is bound by the next
@@ -74,7 +75,7 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 		g := back[a.Group]
 		if g == nil {
 			g = &PodGroup{Name: a.Group, Queue: a.Queue, Priority: a.Priority, MinMember: a.MinMember, CreatedAt: a.StartedAt, NonPreemptible: a.NonPreemptible,
-				MinRuntime: a.MinRuntime}
+				MinRuntime: a.MinRuntime, Movable: a.Movable}
 			back[a.Group] = g
 			again = append(again, a.Group)
 		}
@@ -125,7 +126,7 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 			}
 			chunks[n] = append(chunks[n], Allocation{Pod: p.Name, Group: g.Name, Queue: g.Queue, Priority: g.Priority, Node: b.Node,
 				Request: p.Request.ClaimsBound(b), GPUs: b.GPUs, StartedAt: now, NonPreemptible: g.NonPreemptible, MinMember: g.MinMember, Slice: p.Slice,
-				MinRuntime: g.MinRuntime})
+				MinRuntime: g.MinRuntime, Movable: g.Movable})
 		}
 		if e := back[g.Name]; e != nil {
 			rest.Pods = append(rest.Pods, e.Pods...)
@@ -135,9 +136,11 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 			pending = append(pending, rest)
 		}
 	}
+	returned := map[string]bool{}
 	for _, name := range again {
 		if g := back[name]; g != nil {
 			pending = append(pending, *g)
+			returned[name] = true
 		}
 	}
 	dropBoundPVs(pending, d.Binds)
@@ -153,11 +156,20 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 		}
 	}
 	for i := range pending {
-		pending[i].Placed = members[pending[i].Name]
+		g := &pending[i]
+		g.Placed = members[g.Name]
+		if returned[g.Name] && g.MinMember > len(g.Pods)+g.Placed {
+			// A group that ran with fewer members than its minimum (the
+			// others finished, which a cluster counts as placed) comes
+			// back as the members it had, or it could never start
+			// again.
+			g.MinMember = len(g.Pods) + g.Placed
+		}
 	}
 	snap.RunningByNode, snap.Pending = chunks, pending
 	snap.Holds = d.Holds
 	snap.Usage = d.Usage
+	snap.Defrag.Record(d.Moves, now)
 	recordLayouts(snap, d.Layouts)
 	return nil
 }

@@ -335,6 +335,10 @@ type PodGroup struct {
 	// Explain asks the core, should the group stay unplaced, to say node
 	// by node why (Unplaced.Explained); it costs a look at every node.
 	Explain bool `json:"explain,omitempty"`
+	// Movable groups may be moved, once running, to make room for a gang
+	// that waits only because free GPUs are scattered (defrag.go): their
+	// workload restarts where it is moved (restartable, checkpointed).
+	Movable bool `json:"movable,omitempty"`
 }
 
 // Min is how many of the group's waiting pods must be placed together:
@@ -386,6 +390,8 @@ type Allocation struct {
 	// since then (since StartedAt when later or unknown) is what evicting
 	// it loses.
 	LastCheckpoint int64 `json:"lastCheckpoint,omitempty"`
+	// Movable is the pod's group's PodGroup.Movable.
+	Movable bool `json:"movable,omitempty"`
 }
 
 // Usage is the quota vector of a running allocation: its request's on the
@@ -562,6 +568,9 @@ type Snapshot struct {
 	// nodes cure, rather than being told it can never start
 	// (UnplacedAboveCapacity).
 	NodesMayBeAdded bool `json:"nodesMayBeAdded,omitempty"`
+	// Defrag bounds the moves the core may make to defragment (defrag.go);
+	// its zero value makes none.
+	Defrag DefragPolicy `json:"defrag,omitzero"`
 }
 
 // Hold is a group whose placement needed evictions, waiting for the
@@ -576,6 +585,10 @@ type Hold struct {
 	Plan    []Bind   `json:"plan"`
 	Victims []string `json:"victims"`
 	Since   int64    `json:"since"`
+	// Moved is set on the hold of a group moved to defragment (Move): its
+	// victims are its own pods where they ran, and its plan is where
+	// they run again.
+	Moved bool `json:"moved,omitempty"`
 }
 
 // CapacityOf sums the nodes' CPU, memory and GPU.
@@ -682,10 +695,17 @@ type Eviction struct {
 	Node  string `json:"node"`
 	// For is the group the room was made for; Reason says why
 	// ("preempt" within a queue, "reclaim" across queues, or
-	// EvictDisruption, for no group).
+	// EvictDefragment for a move, EvictDisruption for no group).
 	For    string `json:"for"`
 	Reason string `json:"reason"`
+	// Shrink is set when the pod's group keeps running without it: an
+	// elastic group gives up members above its MinMember before it is
+	// evicted whole (elastic.go).
+	Shrink bool `json:"shrink,omitempty"`
 }
+
+// EvictDefragment is the Eviction.Reason of the pods of a moved group.
+const EvictDefragment = "defragment"
 
 // Why a group was not placed (Unplaced.Code).
 const (
@@ -829,6 +849,10 @@ type Decisions struct {
 	// Layouts are the MIG layouts proposed for idle GPUs of nodes that
 	// opt in, for pending pods no GPU could serve as it is.
 	Layouts []LayoutProposal `json:"layouts,omitempty"`
+	// Moves are the groups this cycle moved to defragment: their pods are
+	// among Evictions (EvictDefragment) and their new places among Holds
+	// (Hold.Moved). The next snapshot's Defrag.Recent gains them.
+	Moves []Move `json:"moves,omitempty"`
 	// Queues is every queue's status after the cycle.
 	Queues []QueueStatus `json:"queues,omitempty"`
 	// Usage is the time-averaged usage of every queue with a

@@ -1,0 +1,85 @@
+package adapter
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+func TestGroupMovable(t *testing.T) {
+	ann := func(v string) map[string]string {
+		if v == "" {
+			return nil
+		}
+		return map[string]string{v1alpha1.MovableAnnotation: v}
+	}
+	pod := func(name, v string) *podInfo {
+		return &podInfo{key: "ns/" + name, pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: ann(v)}}}
+	}
+	pg := func(v string) *v1alpha1.PodGroup {
+		return &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g", Annotations: ann(v)}}
+	}
+	tests := []struct {
+		name    string
+		pg      *v1alpha1.PodGroup
+		pods    []*podInfo
+		queue   string
+		want    bool
+		wantErr string
+	}{
+		{"nothing says so", pg(""), []*podInfo{pod("a", "")}, "q", false, ""},
+		{"the PodGroup opts in", pg("true"), []*podInfo{pod("a", "")}, "q", true, ""},
+		{"the PodGroup overrides its pods", pg("false"), []*podInfo{pod("a", "true")}, "movable", false, ""},
+		{"a member opts in", nil, []*podInfo{pod("a", ""), pod("b", "true")}, "q", true, ""},
+		{"a member keeps the group in place", nil, []*podInfo{pod("a", "false"), pod("b", "true")}, "movable", false, ""},
+		{"the queue opts in", pg(""), []*podInfo{pod("a", "")}, "movable", true, ""},
+		{"a workload opts out of its queue", pg(""), []*podInfo{pod("a", "false")}, "movable", false, ""},
+		{"a bad PodGroup value", pg("maybe"), []*podInfo{pod("a", "")}, "q", false, "PodGroup ns/g: metadata.annotations[scheduling.gpuplane.io/movable]"},
+		{"a bad pod value", nil, []*podInfo{pod("a", "1")}, "q", false, "pod ns/a: metadata.annotations[scheduling.gpuplane.io/movable]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &builder{movableQueues: map[string]bool{}}
+			if err := b.queueMovable(&v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: "movable", Annotations: ann("true")}}); err != nil {
+				t.Fatal(err)
+			}
+			members := map[string]*podInfo{}
+			for _, pi := range tc.pods {
+				members[pi.key] = pi
+			}
+			got, bad := b.groupMovable(tc.pg, members, tc.queue)
+			if tc.wantErr != "" {
+				if bad == nil || !strings.Contains(bad.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", bad, tc.wantErr)
+				}
+				return
+			}
+			if bad != nil || got != tc.want {
+				t.Fatalf("= %v, %v; want %v", got, bad, tc.want)
+			}
+		})
+	}
+	b := &builder{movableQueues: map[string]bool{}}
+	if err := b.queueMovable(&v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: "q", Annotations: ann("sometimes")}}); err == nil || !strings.Contains(err.Error(), v1alpha1.MovableAnnotation) {
+		t.Fatalf("a Queue's bad value: %v, want an error naming the annotation", err)
+	}
+}
+
+// The moves of the last hour count against the budget; older ones leave.
+func TestMoveLog(t *testing.T) {
+	l := moveLog{perWindow: 2}
+	hour := moveWindow.Milliseconds()
+	l.record([]model.Move{{Group: "a", At: 0}}, 0)
+	if p := l.policy(); p.Left(hour-1) != 1 || p.Left(hour) != 2 {
+		t.Fatalf("left %d within the hour and %d after, want 1 and 2", p.Left(hour-1), p.Left(hour))
+	}
+	l.record([]model.Move{{Group: "b", At: hour}}, hour)
+	if len(l.recent) != 1 || l.recent[0].Group != "b" {
+		t.Fatalf("recent %+v, want only b's move", l.recent)
+	}
+}

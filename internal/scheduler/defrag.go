@@ -1,0 +1,337 @@
+package scheduler
+
+import (
+	"cmp"
+	"reflect"
+	"slices"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+)
+
+// Defragmentation. After preemption and reclaim, a group still pending
+// whose queue admits it, and whose GPUs are free in total on the nodes it
+// could use but not where one placement can take them (on no node, or in
+// no domain of its required topology level), may have running Movable
+// groups moved out of its way: each moved group is evicted and placed
+// elsewhere in the same plan, held there (Hold.Moved) until its pods
+// start again, and the waiting group is held in the room they leave. A
+// move is made only when the waiting group then fits, moves nothing it
+// can do without, and never leaves a moved group unplaced; Snapshot.Defrag
+// bounds the moves per window, and a group moved within the window is not
+// moved again. doc.go says why moves cannot loop.
+
+const (
+	// maxDefragTries caps the waiting groups one cycle tries to make room
+	// for by moves: each try looks at every node the group could use.
+	maxDefragTries = 4
+	// maxMovesPerGroup caps the groups moved for one waiting group.
+	maxMovesPerGroup = 8
+)
+
+// moved is one group moved in a try: where it goes, and the pending form
+// it was placed as.
+type moved struct {
+	rg    *runningGroup
+	mp    *pending
+	binds []model.Bind
+}
+
+// defragment tries moves for the groups still pending, queue by queue in
+// their order, within the snapshot's DefragPolicy and the disruption
+// budget.
+func (c *cycle) defragment() {
+	left := c.snap.Defrag.Left(c.snap.Now)
+	if left == 0 || c.budget == 0 || c.s.run.movable == 0 {
+		return
+	}
+	var recent map[string]bool
+	var last *model.PodGroup // the group the node filter was last reset for
+	tries := 0
+	for _, qs := range c.queues {
+		for _, p := range qs {
+			if left == 0 || c.budget == 0 || tries == maxDefragTries {
+				return
+			}
+			if p.placed || p.bad != "" || !c.tree.Admits(p.q, p.admit) {
+				continue
+			}
+			least := leastNeed(p.g)
+			if least.GPUMilli == 0 {
+				continue // a group without GPUs waits for CPU or memory, not for scattered GPUs
+			}
+			if recent == nil {
+				// Groups moved within the window stay; so do groups with
+				// pods pending, which are growing where they run.
+				recent = map[string]bool{}
+				for _, m := range c.snap.Defrag.Recent {
+					if c.snap.Now-m.At < c.snap.Defrag.Window {
+						recent[m.Group] = true
+					}
+				}
+				for i := range c.snap.Pending {
+					recent[c.snap.Pending[i].Name] = true
+				}
+			}
+			tries++
+			if last == nil || !sameRequests(last, p.g) {
+				c.feasible.reset(c.s.nodes, p.g)
+				last = p.g
+			}
+			left -= c.tryMove(p, least.GPUMilli, min(left, maxMovesPerGroup), recent)
+		}
+	}
+}
+
+// canMove reports whether rg may be moved in this cycle: all its members
+// opted in, it may be evicted at all, it was not touched in this cycle nor
+// moved within the window, it is past its minimum runtime, none of its
+// pods waits (recent holds both), it
+// is a named group (its pods wait again under
+// its name) and none of its pods holds devices through claims or volumes,
+// which stay where they were allocated.
+func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
+	return rg.movable && !rg.nonPreemptible && rg.evicted != c.epoch && !recent[rg.name] && rg.queue != nil && !c.young(rg)
+}
+
+// tryMove moves up to most Movable groups so that p fits, and returns how
+// many it moved; c.feasible is set for p. It looks at the nodes p could
+// use: when their free GPUs
+// together fall short of need there is nothing to gather. Otherwise it
+// clears the nodes with the most free GPUs first, each of its movable
+// groups (the smallest first) placed elsewhere, off every node being
+// cleared, until p fits; then it puts back every move p can do without,
+// the first made first. It commits the moves and p's hold, or leaves the
+// state as it was.
+func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool) int {
+	st := c.s.st
+	// Nodes by whole GPUs free, most first (bucketed: a sort of every
+	// node would cost more than the look), then by index.
+	var total int64
+	var buckets [][]int
+	for i := range st.Nodes {
+		if !c.feasible.fits(i) {
+			continue
+		}
+		free := st.Nodes[i].FreeMilli()
+		total += free
+		for _, ps := range c.s.run.onNode[i] {
+			if c.canMove(ps.g, recent) {
+				k := int(free / model.MilliPerGPU)
+				for len(buckets) <= k {
+					buckets = append(buckets, nil)
+				}
+				buckets[k] = append(buckets[k], i)
+				break
+			}
+		}
+	}
+	if total < need || len(buckets) == 0 {
+		return 0
+	}
+	var nodes []int
+	for k := len(buckets) - 1; k >= 0; k-- {
+		nodes = append(nodes, buckets[k]...)
+	}
+	mark := st.Checkpoint()
+	avoid := map[int]bool{}
+	seen := map[*runningGroup]bool{}
+	var moves []moved
+	var binds []model.Bind
+	pods := 0
+search:
+	for _, n := range nodes {
+		avoid[n] = true
+		var here []*runningGroup
+		for _, ps := range c.s.run.onNode[n] {
+			if g := ps.g; !seen[g] && c.canMove(g, recent) {
+				seen[g] = true
+				here = append(here, g)
+			}
+		}
+		slices.SortFunc(here, func(a, b *runningGroup) int {
+			if x := cmp.Compare(a.use.GPUMilli, b.use.GPUMilli); x != 0 {
+				return x
+			}
+			return cmp.Compare(a.name, b.name)
+		})
+		for _, rg := range here {
+			if len(moves) == most || (c.budget >= 0 && pods+len(rg.members) > c.budget) {
+				break search
+			}
+			for _, ps := range rg.members {
+				avoid[ps.node] = true
+			}
+			at := st.Checkpoint()
+			mp := c.movedForm(rg)
+			c.release(rg)
+			mb, ok := c.placeOff(mp, avoid)
+			if !ok {
+				st.Rollback(at)
+				continue
+			}
+			moves = append(moves, moved{rg: rg, mp: mp, binds: mb})
+			pods += len(rg.members)
+			if b, ok := c.fits(p); ok {
+				binds = b
+				break search
+			}
+		}
+	}
+	if binds == nil {
+		st.Rollback(mark)
+		return 0
+	}
+	binds, moves = c.spareMoves(p, binds, moves)
+	if !c.assign(p, binds) {
+		st.Rollback(mark)
+		return 0
+	}
+	var victims []string
+	for _, m := range moves {
+		m.rg.evicted = c.epoch
+		var own []string
+		for _, ps := range m.rg.byNodeAndName() {
+			a := ps.a
+			c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, For: p.g.Name, Reason: model.EvictDefragment})
+			own = append(own, a.Pod)
+		}
+		victims = append(victims, own...)
+		for _, b := range m.binds {
+			c.held = append(c.held, taken{node: b.NodeIndex, req: *podOf(m.mp, b.Pod).Request.Alt(b.Alternative), shares: b.GPUs})
+		}
+		c.d.Holds = append(c.d.Holds, model.Hold{Group: m.rg.name, Plan: m.binds, Victims: own, Since: c.snap.Now, Moved: true})
+		c.d.Moves = append(c.d.Moves, model.Move{Group: m.rg.name, For: p.g.Name, At: c.snap.Now, Pods: len(own), GPUMilli: m.rg.use.GPUMilli})
+		recent[m.rg.name] = true
+	}
+	if c.budget > 0 {
+		c.budget -= len(victims)
+	}
+	c.startHold(p, binds, victims)
+	return len(moves)
+}
+
+// placeOff places every pod of a moved group as place does, but off the
+// nodes in avoid: a pod whose best node is among them takes the best of
+// the others (Placer.PlaceIn). It reports the binds, the pods assigned to
+// the state, or false with whatever it assigned left for the caller to
+// roll back.
+func (c *cycle) placeOff(mp *pending, avoid map[int]bool) ([]model.Bind, bool) {
+	st := c.s.st
+	binds := make([]model.Bind, 0, len(mp.g.Pods))
+	for k := range mp.g.Pods {
+		pod := &mp.g.Pods[k]
+		o, ok := c.s.placer.Place(&pod.Request)
+		if ok && avoid[o.Node] {
+			if c.everyNode == nil {
+				c.everyNode = make([]int32, len(c.s.nodes))
+				for i := range c.everyNode {
+					c.everyNode[i] = int32(i)
+				}
+			}
+			o, ok = c.s.placer.PlaceIn(&pod.Request, c.everyNode, avoid)
+		}
+		if !ok || st.Assign(o.Node, &pod.Request, o.Shares) != nil {
+			return nil, false
+		}
+		binds = append(binds, model.Bind{Pod: pod.Name, Group: mp.g.Name, Node: c.s.nodes[o.Node].Name, NodeIndex: o.Node, GPUs: o.Shares, Volumes: st.LastVolumes()})
+	}
+	return binds, true
+}
+
+// sameRequests reports whether a and b ask for the same pods' requests,
+// in order: the node filter's answers for one hold for the other.
+func sameRequests(a, b *model.PodGroup) bool {
+	if len(a.Pods) != len(b.Pods) {
+		return false
+	}
+	for k := range a.Pods {
+		if !reflect.DeepEqual(&a.Pods[k].Request, &b.Pods[k].Request) {
+			return false
+		}
+	}
+	return true
+}
+
+// movedForm is rg as a pending group to place elsewhere: all its running
+// pods, with their requests, in node and name order.
+func (c *cycle) movedForm(rg *runningGroup) *pending {
+	members := rg.byNodeAndName()
+	g := &model.PodGroup{Name: rg.name, Queue: rg.queue.name, Priority: rg.priority, MinMember: len(members), Movable: true,
+		NonPreemptible: rg.nonPreemptible, Pods: make([]model.Pod, len(members))}
+	for k, ps := range members {
+		g.Pods[k] = model.Pod{Name: ps.a.Pod, Request: ps.a.Request, Slice: ps.a.Slice}
+	}
+	return &pending{g: g, q: rg.queue.q}
+}
+
+// spareMoves puts back, the first made first, each move without which p
+// still fits: its group released from where it was to go and assigned
+// again where it ran. It returns p's binds with the moves left, which the
+// state then holds.
+func (c *cycle) spareMoves(p *pending, binds []model.Bind, moves []moved) ([]model.Bind, []moved) {
+	st := c.s.st
+	kept := moves[:0:0]
+	for k, m := range moves {
+		if k == len(moves)-1 {
+			kept = append(kept, m) // the last move made p fit
+			break
+		}
+		at := st.Checkpoint()
+		for _, b := range m.binds {
+			st.Release(b.NodeIndex, podOf(m.mp, b.Pod).Request.Alt(b.Alternative), b.GPUs)
+		}
+		if c.restore(m.rg) {
+			if b, ok := c.fits(p); ok {
+				binds = b
+				continue
+			}
+		}
+		st.Rollback(at)
+		kept = append(kept, m)
+	}
+	return binds, kept
+}
+
+// keepMoved carries a moved group's hold while the group has no pod
+// pending (its old pods are still exiting, or not yet made again): it
+// keeps, for this cycle, the room of its plan that is free, read from its
+// old pods' requests while they run, and returns the hold again with the
+// pods left. A hold past HoldTimeout ends.
+func (c *cycle) keepMoved(h *model.Hold) {
+	if c.snap.HoldTimeout > 0 && c.snap.Now-h.Since >= c.snap.HoldTimeout {
+		return
+	}
+	var left []string
+	g := &model.PodGroup{Name: h.Group}
+	for _, v := range h.Victims {
+		ps := c.s.run.pods[v]
+		if ps == nil {
+			continue
+		}
+		left = append(left, v)
+		g.Pods = append(g.Pods, model.Pod{Name: v, Request: ps.a.Request})
+	}
+	plan := make([]model.Bind, 0, len(h.Plan))
+	for _, b := range h.Plan {
+		i, ok := c.s.index[b.Node]
+		if !ok {
+			return
+		}
+		b.NodeIndex = i
+		plan = append(plan, b)
+	}
+	if len(g.Pods) == len(plan) {
+		// Every pod of the plan still runs where it was: the free part of
+		// its new place is kept for it.
+		ok := true
+		for _, b := range plan {
+			if !slices.ContainsFunc(g.Pods, func(pod model.Pod) bool { return pod.Name == b.Pod }) {
+				ok = false
+			}
+		}
+		if ok {
+			c.reserve(&pending{g: g}, plan)
+		}
+	}
+	c.d.Holds = append(c.d.Holds, model.Hold{Group: h.Group, Plan: plan, Victims: left, Since: h.Since, Moved: true})
+}
