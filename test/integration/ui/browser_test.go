@@ -151,6 +151,35 @@ func (b *browser) waitJS(t testing.TB, timeout time.Duration, what, js string) t
 	}
 }
 
+// clickUntil clicks the first element sel (CSS) matches until js is true,
+// for at most timeout: a live update that redraws the page between
+// finding the element and clicking it makes the click land on one that is
+// gone, so a click that changed nothing is made again.
+func (b *browser) clickUntil(t testing.TB, timeout time.Duration, sel, what, js string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		_, err := chromedp.Run(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			for until := time.Now().Add(time.Second); time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
+				ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+				ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
+				cancel()
+				if err == nil && ok {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			// One more wait, which fails the test with the page.
+			b.waitJS(t, time.Second, what, js)
+			return
+		}
+	}
+}
+
 // text is the innerText of the first element sel (CSS) matches.
 func (b *browser) text(t testing.TB, sel string) string {
 	t.Helper()

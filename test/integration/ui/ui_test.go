@@ -323,8 +323,7 @@ func TestWebUI(t *testing.T) {
 		if lat > updateBound {
 			t.Errorf("the page showed the quarantine %v after the node recorded it, want within %v", lat, updateBound)
 		}
-		b.run(t, chromedp.Click(chromedp.CSS(`#map .row[data-node="gpu-node-2"]`)))
-		b.waitJS(t, 10*time.Second, "gpu-node-2's detail with GPU 7 out of service",
+		b.clickUntil(t, 10*time.Second, `#map .row[data-node="gpu-node-2"]`, "gpu-node-2's detail with GPU 7 out of service",
 			`document.querySelector('#node-detail h3')?.textContent === 'gpu-node-2' && document.getElementById('node-detail').innerText.includes('GPU 7: QUARANTINED')`)
 		b.screenshot(t, shots, "ui-gpu-map")
 		if errs := b.consoleErrors(); len(errs) > 0 {
