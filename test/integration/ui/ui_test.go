@@ -257,8 +257,8 @@ func TestWebUI(t *testing.T) {
 		if !strings.Contains(row, "team-a") || !strings.Contains(row, "0 / 2") {
 			t.Errorf("waiting row %q: want queue team-a, 0 of 2 placed", row)
 		}
-		b.run(t, chromedp.Click(chromedp.CSS(`#waiting tbody tr[data-group="pg/default/wide"]`)))
-		b.waitJS(t, 60*time.Second, "the what-if", `document.getElementById('whatif').dataset.verdict !== undefined`)
+		b.clickUntil(t, 60*time.Second, `#waiting tbody tr[data-group="pg/default/wide"]`, "the what-if",
+			`document.getElementById('whatif').dataset.verdict !== undefined`)
 		whatIf := b.text(t, "#whatif")
 		for _, want := range []string{"fits when job pod/default/holder ends (in about 60 min", "run(s) of the scheduling core"} {
 			if !strings.Contains(whatIf, want) {
