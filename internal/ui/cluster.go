@@ -366,6 +366,10 @@ func (c *cluster) watch(ctx context.Context, client kubernetes.Interface, dyn dy
 			return err
 		},
 			func() cache.SharedIndexInformer { return factory.Storage().V1().CSINodes().Informer() }},
+		{"volumeattachments", func() error {
+			_, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		}, func() cache.SharedIndexInformer { return factory.Storage().V1().VolumeAttachments().Informer() }},
 		{"resourceslices", func() error {
 			_, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{Limit: 1})
 			return err
