@@ -6,15 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 )
 
 // ForCache is the transform gpuplane-scheduler's informers apply to every
@@ -56,60 +48,11 @@ func (l *Live) apply(o runtime.Object, upsert bool) error {
 	if err != nil {
 		return err
 	}
-	c := l.c
-	pick := func(up, del func()) {
-		if upsert {
-			up()
-		} else {
-			del()
-		}
+	obj, ok := slim.(runtime.Object)
+	if !ok {
+		return fmt.Errorf("gpuplane-scheduler does not read a %T", slim)
 	}
-	switch o := slim.(type) {
-	case *corev1.Node:
-		pick(func() { c.upsertNode(o) }, func() { c.deleteNode(o) })
-	case *corev1.Pod:
-		pick(func() { c.upsertPod(o) }, func() { c.deletePod(o) })
-	case *corev1.Namespace:
-		pick(func() { c.upsertNamespace(o) }, func() { c.deleteNamespace(o) })
-	case *schedulingv1.PriorityClass:
-		pick(func() { c.upsertPriorityClass(o) }, func() { c.deletePriorityClass(o) })
-	case *policyv1.PodDisruptionBudget:
-		pick(func() { c.upsertPDB(o) }, func() { c.deletePDB(o) })
-	case *corev1.PersistentVolume:
-		pick(func() { c.upsertPV(o) }, func() { c.deletePV(o) })
-	case *corev1.PersistentVolumeClaim:
-		pick(func() { c.upsertPVC(o) }, func() { c.deletePVC(o) })
-	case *storagev1.StorageClass:
-		pick(func() { c.upsertStorageClass(o) }, func() { c.deleteStorageClass(o) })
-	case *storagev1.CSINode:
-		pick(func() { c.upsertCSINode(o) }, func() { c.deleteCSINode(o) })
-	case *storagev1.VolumeAttachment:
-		pick(func() { c.upsertVolumeAttachment(o) }, func() { c.deleteVolumeAttachment(o) })
-	case *resourceapi.ResourceSlice:
-		pick(func() { c.upsertSlice(o) }, func() { c.deleteSlice(o) })
-	case *resourceapi.DeviceClass:
-		pick(func() { c.upsertClass(o) }, func() { c.deleteClass(o) })
-	case *resourceapi.ResourceClaim:
-		pick(func() { c.upsertClaim(o) }, func() { c.deleteClaim(o) })
-	case *v1alpha1.Queue:
-		pick(func() { c.upsertQueue(o) }, func() { c.deleteQueue(o) })
-	case *v1alpha1.PodGroup:
-		pick(func() { c.upsertPodGroup(o) }, func() { c.deletePodGroup(o) })
-	case *v1alpha1.Topology:
-		pick(func() { c.upsertTopology(o) }, func() { c.deleteTopology(o) })
-	case *unstructured.Unstructured:
-		// Kueue's and KAI's Topologies, which the scheduler reads
-		// through dynamic informers.
-		src, ok := foreignTopologySource(o.GroupVersionKind().Group, o.GetKind())
-		if !ok {
-			return fmt.Errorf("gpuplane-scheduler does not read a %s", o.GroupVersionKind())
-		}
-		up, del := c.foreignTopology(src)
-		pick(func() { up(o) }, func() { del(o) })
-	default:
-		return fmt.Errorf("gpuplane-scheduler does not read a %T", o)
-	}
-	return nil
+	return l.c.apply(obj, upsert)
 }
 
 // View builds the core's view at time now, as the next cycle of the

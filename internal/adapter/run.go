@@ -13,8 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -93,31 +91,12 @@ func Run(ctx context.Context, cfg Config) error {
 	// (forCache).
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(forCache))
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	regs := []informerReg{
-		{factory.Core().V1().Nodes().Informer(), handler(c.upsertNode, c.deleteNode)},
-		{factory.Core().V1().Pods().Informer(), handler(c.upsertPod, c.deletePod)},
-		{factory.Core().V1().Namespaces().Informer(), handler(c.upsertNamespace, c.deleteNamespace)},
-		{factory.Scheduling().V1().PriorityClasses().Informer(), handler[*schedulingv1.PriorityClass](c.upsertPriorityClass, c.deletePriorityClass)},
-		{factory.Policy().V1().PodDisruptionBudgets().Informer(), handler[*policyv1.PodDisruptionBudget](c.upsertPDB, c.deletePDB)},
-		// Volumes: what VolumeBinding, VolumeZone, VolumeRestrictions and
-		// NodeVolumeLimits read (volumes.go).
-		{factory.Core().V1().PersistentVolumes().Informer(), handler(c.upsertPV, c.deletePV)},
-		{factory.Core().V1().PersistentVolumeClaims().Informer(), handler(c.upsertPVC, c.deletePVC)},
-		{factory.Storage().V1().StorageClasses().Informer(), handler(c.upsertStorageClass, c.deleteStorageClass)},
-		{factory.Storage().V1().CSINodes().Informer(), handler(c.upsertCSINode, c.deleteCSINode)},
-		{factory.Storage().V1().VolumeAttachments().Informer(), handler(c.upsertVolumeAttachment, c.deleteVolumeAttachment)},
-		{dfactory.ForResource(v1alpha1.QueuesResource).Informer(), handler(typed(log, c.upsertQueue), typed(log, c.deleteQueue))},
-		{dfactory.ForResource(v1alpha1.PodGroupsResource).Informer(), handler(typed(log, c.upsertPodGroup), typed(log, c.deletePodGroup))},
-		{dfactory.ForResource(v1alpha1.TopologiesResource).Informer(), handler(typed(log, c.upsertTopology), typed(log, c.deleteTopology))},
-	}
-	if served.Has(apifeatures.DRA) {
-		// DRA: the devices gpuplane's driver publishes, the classes claims
-		// select through, and the claims of the pods it schedules.
-		regs = append(regs, []informerReg{
-			{factory.Resource().V1().ResourceSlices().Informer(), handler(c.upsertSlice, c.deleteSlice)},
-			{factory.Resource().V1().DeviceClasses().Informer(), handler(c.upsertClass, c.deleteClass)},
-			{factory.Resource().V1().ResourceClaims().Informer(), handler(c.upsertClaim, c.deleteClaim)},
-		}...)
+	var regs []informerReg
+	for _, k := range kinds {
+		if k.DRA && !served.Has(apifeatures.DRA) {
+			continue
+		}
+		regs = append(regs, informerReg{k.Informer(factory, dfactory), c.kindHandler(log)})
 	}
 	// Kueue's and KAI's Topologies, where the cluster serves them: those
 	// served now are synced with the rest; a CRD installed later is found

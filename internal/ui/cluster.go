@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -216,7 +215,7 @@ func (c *cluster) upsert(obj any) {
 		return
 	}
 	if u, ok := o.(*unstructured.Unstructured); ok {
-		typed, err := fromUnstructured(u)
+		typed, err := adapter.DecodeScheduling(u)
 		if err != nil {
 			return
 		}
@@ -240,7 +239,7 @@ func (c *cluster) remove(obj any) {
 		return
 	}
 	if u, ok := o.(*unstructured.Unstructured); ok {
-		typed, err := fromUnstructured(u)
+		typed, err := adapter.DecodeScheduling(u)
 		if err != nil {
 			return
 		}
@@ -275,133 +274,32 @@ func (c *cluster) storeOf(o runtime.Object) cache.Store {
 	return nil
 }
 
-// fromUnstructured decodes gpuplane's own kinds; Kueue's and KAI's
-// Topologies stay unstructured, as the scheduler reads them.
-func fromUnstructured(u *unstructured.Unstructured) (runtime.Object, error) {
-	var obj runtime.Object
-	switch u.GetKind() {
-	case "Queue":
-		obj = &v1alpha1.Queue{}
-	case "PodGroup":
-		obj = &v1alpha1.PodGroup{}
-	case "Topology":
-		if u.GroupVersionKind().Group != v1alpha1.GroupName {
-			return u, nil
-		}
-		obj = &v1alpha1.Topology{}
-	default:
-		return u, nil
-	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
-		return nil, fmt.Errorf("decoding %s %s: %w", u.GetKind(), u.GetName(), err)
-	}
-	return obj, nil
-}
-
 // watch starts informers over what the page and the core's view read,
 // with the user's own credentials, and returns once they have listed
 // everything. Nodes and pods are required; a kind the user may not list
 // (RBAC) or the cluster does not serve is left out and named in
 // c.unreadable, so that the page can say what it does not see.
 func (c *cluster) watch(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface) error {
-	for _, probe := range []struct {
-		what string
-		list func() error
-	}{
-		{"nodes", func() error {
-			_, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}},
-		{"pods", func() error {
-			_, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}},
-	} {
-		if err := probe.list(); err != nil {
-			return fmt.Errorf("listing %s (gpuplane ui reads them with your kubeconfig's credentials): %w", probe.what, err)
-		}
-	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(c.transform))
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	h := cache.ResourceEventHandlerFuncs{AddFunc: c.upsert, UpdateFunc: func(_, o any) { c.upsert(o) }, DeleteFunc: c.remove}
 	var infs []cache.SharedIndexInformer
-	add := func(inf cache.SharedIndexInformer) {
+	for _, k := range adapter.Kinds() {
+		what := k.Resource.GroupResource().String()
+		if _, err := dyn.Resource(k.Resource).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			switch {
+			case k.Resource.Resource == "nodes" || k.Resource.Resource == "pods":
+				return fmt.Errorf("listing %s (gpuplane ui reads them with your kubeconfig's credentials): %w", what, err)
+			case apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err):
+				c.unreadable = append(c.unreadable, what)
+				continue
+			default:
+				return fmt.Errorf("listing %s: %w", what, err)
+			}
+		}
+		inf := k.Informer(factory, dfactory)
 		_ = inf.SetTransform(c.transform)
 		infs = append(infs, inf)
-	}
-	add(factory.Core().V1().Nodes().Informer())
-	add(factory.Core().V1().Pods().Informer())
-	optional := []struct {
-		what string
-		list func() error
-		inf  func() cache.SharedIndexInformer
-	}{
-		{"namespaces", func() error {
-			_, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		},
-			func() cache.SharedIndexInformer { return factory.Core().V1().Namespaces().Informer() }},
-		{"priorityclasses", func() error {
-			_, err := client.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return factory.Scheduling().V1().PriorityClasses().Informer() }},
-		{"poddisruptionbudgets", func() error {
-			_, err := client.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return factory.Policy().V1().PodDisruptionBudgets().Informer() }},
-		{"persistentvolumes", func() error {
-			_, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return factory.Core().V1().PersistentVolumes().Informer() }},
-		{"persistentvolumeclaims", func() error {
-			_, err := client.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return factory.Core().V1().PersistentVolumeClaims().Informer() }},
-		{"storageclasses", func() error {
-			_, err := client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return factory.Storage().V1().StorageClasses().Informer() }},
-		{"csinodes", func() error {
-			_, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		},
-			func() cache.SharedIndexInformer { return factory.Storage().V1().CSINodes().Informer() }},
-		{"volumeattachments", func() error {
-			_, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return factory.Storage().V1().VolumeAttachments().Informer() }},
-		{"resourceslices", func() error {
-			_, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return factory.Resource().V1().ResourceSlices().Informer() }},
-		{"deviceclasses", func() error {
-			_, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return factory.Resource().V1().DeviceClasses().Informer() }},
-		{"resourceclaims", func() error {
-			_, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return factory.Resource().V1().ResourceClaims().Informer() }},
-	}
-	for _, gvr := range []schema.GroupVersionResource{v1alpha1.QueuesResource, v1alpha1.PodGroupsResource, v1alpha1.TopologiesResource} {
-		optional = append(optional, struct {
-			what string
-			list func() error
-			inf  func() cache.SharedIndexInformer
-		}{gvr.Resource + "." + gvr.Group, func() error {
-			_, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		}, func() cache.SharedIndexInformer { return dfactory.ForResource(gvr).Informer() }})
-	}
-	for _, o := range optional {
-		if err := o.list(); err != nil {
-			if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
-				c.unreadable = append(c.unreadable, o.what)
-				continue
-			}
-			return fmt.Errorf("listing %s: %w", o.what, err)
-		}
-		add(o.inf())
 	}
 	for _, inf := range infs {
 		if _, err := inf.AddEventHandler(h); err != nil {
