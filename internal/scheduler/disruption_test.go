@@ -192,3 +192,39 @@ func TestDisruptedNodeShrinksElasticGroups(t *testing.T) {
 		})
 	}
 }
+
+// A preemptor held for its victims on a node that then goes away is not
+// bound there: its plan no longer fits and it competes afresh.
+func TestHoldOnANodeGoingAwayEnds(t *testing.T) {
+	nodes := schedtest.Cluster("n", 2, 4, 64000, 1<<20)
+	h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, Budget: model.DisruptionBudget{MaxEvictions: -1}, Pending: []model.PodGroup{
+		schedtest.Group("low-a").Pods(1, schedtest.GPU(4, 0)).Obj(),
+		schedtest.Group("low-b").Pods(1, schedtest.GPU(4, 0)).Obj(),
+	}}, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := h.Cycle(); err != nil || len(d.Binds) != 2 {
+		t.Fatalf("binds %+v (%v), want both low groups placed", d.Binds, err)
+	}
+	h.Snap.Pending = append(h.Snap.Pending, schedtest.Group("high").Priority(10).Pods(1, schedtest.GPU(4, 0)).Obj())
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Holds) != 1 || len(d.Holds[0].Plan) != 1 {
+		t.Fatalf("holds %+v, want high held for its victim", d.Holds)
+	}
+	gone := d.Holds[0].Plan[0].Node
+	for i := range h.Snap.Nodes {
+		h.Snap.Nodes[i].Disrupted = h.Snap.Nodes[i].Name == gone
+	}
+	if d, err = h.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range schedtest.Planned(&d) {
+		if b.Node == gone {
+			t.Fatalf("%s placed on %s, which is going away: binds %+v holds %+v", b.Pod, gone, d.Binds, d.Holds)
+		}
+	}
+}

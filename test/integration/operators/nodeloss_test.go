@@ -26,12 +26,15 @@ func TestElasticPyTorchJobShrinksOnNodeLoss(t *testing.T) {
 	c.runScheduler()
 	spec := c.podSpec(4)
 	spec["containers"].([]any)[0].(map[string]any)["name"] = "pytorch"
+	// An evicted worker ends Failed; with OnFailure, as elastic jobs
+	// run, the operator makes it again instead of failing the job.
+	delete(spec, "restartPolicy")
 	job := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
 		"metadata": map[string]any{"name": "spot", "namespace": c.ns},
 		"spec": map[string]any{
 			"elasticPolicy": map[string]any{"minReplicas": int64(2), "maxReplicas": int64(4), "rdzvBackend": "c10d"},
-			"pytorchReplicaSpecs": map[string]any{"Worker": map[string]any{"replicas": int64(4), "restartPolicy": "Never",
+			"pytorchReplicaSpecs": map[string]any{"Worker": map[string]any{"replicas": int64(4), "restartPolicy": "OnFailure",
 				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"ptj": "spot"}}, "spec": spec}}},
 		},
 	}}
@@ -92,7 +95,7 @@ func TestElasticPyTorchJobShrinksOnNodeLoss(t *testing.T) {
 				waiting++
 			}
 		}
-		return waiting == 2, fmt.Errorf("%d replacements waiting: %v", waiting, state)
+		return waiting == 2, fmt.Errorf("%d replacements waiting: %v; the job's status: %s", waiting, state, c.jobStatus(ctx, "spot"))
 	})
 	now, err := c.boundUIDs(t.Context(), "ptj=spot")
 	if err != nil {
@@ -147,4 +150,15 @@ func scheduledFalse(conds []corev1.PodCondition) bool {
 		}
 	}
 	return false
+}
+
+// jobStatus is the PyTorchJob's status conditions and replica statuses,
+// for failure messages.
+func (c *cluster) jobStatus(ctx context.Context, name string) string {
+	job, err := c.dyn.Resource(pyTorchJobs).Namespace(c.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	st, _, _ := unstructured.NestedMap(job.Object, "status")
+	return fmt.Sprint(st)
 }
