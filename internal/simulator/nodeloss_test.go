@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,5 +173,68 @@ func TestNodeLossCheck(t *testing.T) {
 	}
 	if err := (NodeLoss{SpotFraction: 0.3, ReclaimPerHour: 0.1, Notice: 120, ReturnAfter: 600}).Check("nodeLoss"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// advance, step by step on one spot node: notice (Disrupted, still
+// listed), then, once a cycle saw the notice and the notice ran out, the
+// node leaves the snapshot with what still ran on it handed to lose, and
+// it comes back empty after ReturnAfter; the other nodes and their pods
+// stay aligned throughout.
+func TestNodeLossAdvance(t *testing.T) {
+	nodes := []model.Node{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	nl := newNodeLoss(NodeLoss{SpotFraction: 1, ReclaimPerHour: 1, Notice: 60, ReturnAfter: 600}, nodes, 1, 0)
+	// Only b is spot, reclaimed at 100.
+	nl.spots = []*spotNode{{node: nodes[1], orig: 1, reclaimAt: 100}}
+	onA := model.Allocation{Pod: "x", Group: "gx", Node: "a"}
+	onB := model.Allocation{Pod: "y", Group: "gy", Node: "b"}
+	snap := model.Snapshot{Nodes: slices.Clone(nodes), RunningByNode: [][]model.Allocation{{onA}, {onB}, nil}}
+	var lost []model.Allocation
+	lose := func(r []model.Allocation) error { lost = append(lost, r...); return nil }
+	step := func(now int64) {
+		t.Helper()
+		if err := nl.advance(&snap, now, lose); err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.RunningByNode) != len(snap.Nodes) {
+			t.Fatalf("at %d: %d chunks for %d nodes", now, len(snap.RunningByNode), len(snap.Nodes))
+		}
+	}
+	step(99)
+	if snap.Nodes[1].Disrupted {
+		t.Fatal("b disrupted before its reclaim")
+	}
+	step(100)
+	if !snap.Nodes[1].Disrupted || snap.Nodes[0].Disrupted || nodes[1].Disrupted {
+		t.Fatalf("nodes %+v (the run's own %+v): want b alone disrupted, in a new slice", snap.Nodes, nodes)
+	}
+	// The notice ran out, but no cycle has seen it: b stays.
+	step(200)
+	if len(snap.Nodes) != 3 {
+		t.Fatalf("b left before a cycle saw its notice: %+v", snap.Nodes)
+	}
+	nl.cycled(&model.Decisions{})
+	step(200)
+	if len(snap.Nodes) != 2 || snap.Nodes[0].Name != "a" || snap.Nodes[1].Name != "c" || snap.RunningByNode[0][0].Pod != "x" {
+		t.Fatalf("after b went: nodes %+v running %+v", snap.Nodes, snap.RunningByNode)
+	}
+	if len(lost) != 1 || lost[0].Pod != "y" || nl.nodesLost != 1 {
+		t.Fatalf("lost %+v, %d nodes lost: want y with b", lost, nl.nodesLost)
+	}
+	if w := nl.wake(math.MaxInt64, true); w != 800 {
+		t.Fatalf("wake %d with groups waiting, want b's return at 800", w)
+	}
+	if w := nl.wake(math.MaxInt64, false); w != math.MaxInt64 {
+		t.Fatalf("wake %d with nothing waiting, want none", w)
+	}
+	step(800)
+	if len(snap.Nodes) != 3 || snap.Nodes[2].Name != "b" || snap.Nodes[2].Disrupted || len(snap.RunningByNode[2]) != 0 {
+		t.Fatalf("after b came back: nodes %+v running %+v", snap.Nodes, snap.RunningByNode)
+	}
+	if s := nl.spots[0]; s.state != spotInService || s.reclaimAt <= 800 {
+		t.Fatalf("b back as %+v, want in service with its next reclaim drawn after 800", s)
+	}
+	if i := nl.original("b", 2); i != 1 {
+		t.Fatalf("b's index among the run's nodes %d, want 1", i)
 	}
 }
