@@ -13,7 +13,10 @@ import (
 // Nodes about to go away. A node that carries one of the configured
 // taints (any effect) or node conditions (status True) is given to the
 // core as model.Node.Disrupted: the core takes no new pods there and
-// evicts, whole, every group with a pod on it (model.EvictDisruption).
+// evicts, whole, every group with a pod on it (model.EvictDisruption), or,
+// for an elastic group that keeps its minimum on other nodes, only its
+// pods on the node (model.Eviction.Shrink): the group runs on, and its
+// workload's replacements for those pods wait to rejoin it.
 // The binder carries each of those evictions out as it does preemption's:
 // the pod's PreemptionNotice condition and event first (reason
 // NodeDisruption), then the eviction, with the grace period of the pod's
@@ -79,7 +82,11 @@ func disruptionNotice(in *cycleInput, e model.Eviction, grace *int64) notice {
 			break
 		}
 	}
-	msg = "gpuplane-scheduler evicts this pod: " + msg + "; its group is placed again whole"
+	then := "; its group is placed again whole"
+	if e.Shrink {
+		then = "; its group is elastic and runs on without it, and the pod waits to rejoin it"
+	}
+	msg = "gpuplane-scheduler evicts this pod: " + msg + then
 	if grace != nil {
 		msg += fmt.Sprintf("; it has %ds after SIGTERM to checkpoint", *grace)
 	}

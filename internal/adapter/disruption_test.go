@@ -65,3 +65,32 @@ func TestDisruptedNodeGivesItsGangsNotice(t *testing.T) {
 		})
 	}
 }
+
+// An elastic gang (minMember 2 of 3 pods) with one pod on a node going
+// away loses only that pod, told that its group runs on; its members on
+// the nodes that stay get no notice.
+func TestDisruptedNodeShrinksAnElasticGang(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 4), gpuNode("b", 4), gpuNode("c", 4))
+	f.cache.upsertPodGroup(podGroup("train", 2))
+	for i, node := range []string{"a", "b", "c"} {
+		p := newPod("ns", "train-"+string(rune('0'+i))).GPUs(4).Label(v1alpha1.PodGroupLabel, "train").Obj()
+		p.Spec.NodeName = node
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	if len(f.api.evicted) != 0 {
+		t.Fatalf("evicted %v before any node goes away", f.api.evicted)
+	}
+	gone := gpuNode("a", 4)
+	gone.Spec.Taints = append(gone.Spec.Taints, corev1.Taint{Key: "karpenter.sh/disrupted", Effect: corev1.TaintEffectNoSchedule})
+	f.cache.upsertNode(slimNode(gone))
+	f.cycle()
+	if !slices.Equal(f.api.evicted, []string{"ns/train-0"}) {
+		t.Fatalf("evicted %v, want only train-0, on the node going away", f.api.evicted)
+	}
+	n := f.api.notices[0]
+	if n.Reason != "NodeDisruption" || !strings.Contains(n.Message, "node a is going away (taint karpenter.sh/disrupted)") ||
+		!strings.Contains(n.Message, "runs on without it") {
+		t.Errorf("notice %+v, want NodeDisruption naming node a and that its group runs on", n)
+	}
+}

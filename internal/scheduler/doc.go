@@ -24,7 +24,9 @@
 //     instance reclaimed, an autoscaler's consolidation) takes no new pods,
 //     and every group with a pod on it is evicted whole
 //     (model.EvictDisruption), counted against no budget, so that a gang
-//     is placed again as one rather than run on without a member
+//     is placed again as one rather than run on without a member; an
+//     elastic group that keeps its declared gang size on the other nodes
+//     loses only its pods on the node (Eviction.Shrink) and runs on
 //     (disruption.go). Its pods keep their room until the snapshot shows
 //     them gone.
 //  1. allocate: queues take turns, the branch of higher Queue.Priority

@@ -67,8 +67,9 @@ func (c *cycle) resumeHolds() {
 }
 
 // rebase points a plan's binds at the nodes' indexes in this snapshot; it
-// fails when a node is gone or the plan names a pod the group no longer
-// has pending, or an alternative its request no longer has.
+// fails when a node is gone or going away (Disrupted), or the plan names
+// a pod the group no longer has pending, or an alternative its request no
+// longer has.
 func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
 	if len(plan) < p.g.Min() || p.missing > 0 {
 		return nil, false
@@ -78,7 +79,7 @@ func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
 		i, ok := c.s.index[b.Node]
 		// The pod still pending, with the alternative its bind chose.
 		at := slices.IndexFunc(p.g.Pods, func(pod model.Pod) bool { return pod.Name == b.Pod })
-		if !ok || at < 0 || b.Alternative < 0 || b.Alternative >= max(len(p.g.Pods[at].Request.FirstOf), 1) {
+		if !ok || c.s.nodes[i].Disrupted || at < 0 || b.Alternative < 0 || b.Alternative >= max(len(p.g.Pods[at].Request.FirstOf), 1) {
 			return nil, false
 		}
 		b.NodeIndex, b.Group = i, p.g.Name

@@ -48,6 +48,9 @@ type EventConfig struct {
 	// Movable), its Window in trace seconds; the zero value moves none.
 	// Decisions.Moves says what each cycle moved.
 	Defrag model.DefragPolicy
+	// NodeLoss makes some nodes spot instances that are reclaimed, with
+	// notice, and may come back (nodeloss.go); the zero value loses none.
+	NodeLoss NodeLoss
 }
 
 type simPod struct {
@@ -166,6 +169,9 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	if err := cfg.Defrag.Check("defrag"); err != nil {
 		return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
 	}
+	if err := cfg.NodeLoss.Check("nodeLoss"); err != nil {
+		return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
+	}
 	snap := model.Snapshot{Nodes: tr.Nodes, Queues: cfg.Config.queues(tr.Queues), Budget: model.DisruptionBudget{MaxEvictions: -1}, Layouts: cfg.Layouts,
 		VictimsByAge: cfg.VictimsByAge, Defrag: cfg.Defrag}
 	var tas *kueueTAS
@@ -221,7 +227,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	// Per team: milli-GPU held, and asked for by pods arrived and not done.
 	used, demand := make([]float64, len(teams.names)), make([]float64, len(teams.names))
 	fair := newFairness(float64(capMilli), teams.weight)
-	var lostMilliSeconds float64
+	var lostMilliSeconds, nodeLossMilliSeconds float64
 	var allocMilli int64
 	var utilArea float64
 	next := 0
@@ -230,6 +236,27 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		now = pods[0].tp.CreatedAt
 	}
 	first := now
+	loss := newNodeLoss(cfg.NodeLoss, snap.Nodes, cfg.Seed, now)
+	// stop takes a's pod off its node as an eviction does: the work since
+	// its last checkpoint is lost (to node loss, or to preemption), and
+	// its next run resumes from that checkpoint.
+	stop := func(a *model.Allocation, toNodeLoss bool) {
+		for _, sh := range a.GPUs {
+			allocMilli -= sh.Milli
+		}
+		p := byName[a.Pod]
+		ck := p.lastCheckpoint(now)
+		lost := float64(p.held) * float64(now-ck)
+		if toNodeLoss {
+			nodeLossMilliSeconds += lost
+		} else {
+			lostMilliSeconds += lost
+			teams.lost[p.team] += lost
+		}
+		p.saved += ck - p.runStart
+		used[p.team] -= float64(p.held)
+		p.held = 0
+	}
 	queueMin, classMin := minRuntimes(tr.Queues), map[string]bool{}
 	for _, p := range pods {
 		if p.tp.MinRuntime > 0 {
@@ -270,6 +297,22 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 				next++
 			}
 		}
+		// Spot nodes reclaimed, gone or back by now; what runs on a node
+		// that goes is lost with it and waits again in its group.
+		err := loss.advance(&snap, now, func(running []model.Allocation) error {
+			gone := model.Decisions{}
+			for i := range running {
+				a := &running[i]
+				stop(a, true)
+				byName[a.Pod].end = -1
+				gone.Evictions = append(gone.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, Reason: model.EvictDisruption})
+			}
+			loss.lost(running)
+			return model.Apply(&snap, &gone, now)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("event run %s at t=%d: losing a node: %w", tr.Source, now, err)
+		}
 		snap.Now = now
 		checkpoint(&snap, byName, now)
 		ev.LayoutsApplied += model.CompleteLayouts(&snap, now-cfg.LayoutDelay)
@@ -282,41 +325,29 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			return nil, fmt.Errorf("event run %s at t=%d: %w", tr.Source, now, err)
 		}
 		ev.Cycles++
+		loss.cycled(&d)
 		if cfg.OnCycle != nil {
 			cfg.OnCycle(now, &snap, &d)
 		}
 		// The simulator's own accounting of what the decisions do; the
 		// snapshot changes as the core's model.Apply says, for every
 		// driver alike.
-		evicted := make(map[string]bool, len(d.Evictions))
+		evicted := make(map[string]string, len(d.Evictions)) // pod -> reason
 		for _, e := range d.Evictions {
-			evicted[e.Pod] = true
+			evicted[e.Pod] = e.Reason
 			p := byName[e.Pod]
 			p.end = -1
-			if e.Reason == model.EvictDefragment {
-				continue // a move, not a preemption: d.Moves counts it
+			if e.Reason == model.EvictDefragment || e.Reason == model.EvictDisruption {
+				continue // a move (d.Moves counts it) or node loss (loss counts it), not a preemption
 			}
 			preempted[queueOf(p)]++
 			ev.Preemptions++
 		}
 		ev.Moves += len(d.Moves)
 		for a := range snap.AllRunning() {
-			if !evicted[a.Pod] {
-				continue
+			if reason, ok := evicted[a.Pod]; ok {
+				stop(a, reason == model.EvictDisruption)
 			}
-			for _, sh := range a.GPUs {
-				allocMilli -= sh.Milli
-			}
-			// The work since the last checkpoint is lost; the next run
-			// resumes from it.
-			p := byName[a.Pod]
-			ck := p.lastCheckpoint(now)
-			lost := float64(p.held) * float64(now-ck)
-			lostMilliSeconds += lost
-			teams.lost[p.team] += lost
-			p.saved += ck - p.runStart
-			used[p.team] -= float64(p.held)
-			p.held = 0
 		}
 		var free []nodeFree // what nodes have left as the binds land, for gangs' fit at start
 		if len(gangs) > 0 && len(d.Binds) > 0 {
@@ -348,7 +379,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			}
 			used[p.team] += float64(p.held)
 			if r := gangs[p.group]; r != nil {
-				r.nodeOf[b.Pod] = b.NodeIndex
+				r.nodeOf[b.Pod] = loss.original(b.Node, b.NodeIndex)
 				if r.started < 0 {
 					r.started = now
 				}
@@ -379,6 +410,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			// runtime ends.
 			nextT = min(nextT, protectedUntil(&snap, queueMin, now))
 		}
+		nextT = loss.wake(nextT, len(snap.Pending) > 0)
 		if nextT == math.MaxInt64 {
 			break
 		}
@@ -417,6 +449,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	res.MilliGPUAllocationRatio = ratio(allocMilli, capMilli)
 	fillQueueStats(tr, pods, preempted, usage, res)
 	ev.LostGPUHours = lostMilliSeconds / model.MilliPerGPU / 3600
+	loss.stats(ev, nodeLossMilliSeconds)
 	ev.FairnessDeviation, ev.JainOverTime = fair.meanDeviation(), fair.jain()
 	for i := range ev.Queues {
 		q := &ev.Queues[i]

@@ -66,7 +66,7 @@ type EventStats struct {
 	Preemptions int `json:"preemptions"`
 	Moves       int `json:"moves"`
 	// LostGPUHours is GPUs x time since the last checkpoint, summed over
-	// every evicted pod.
+	// every pod evicted by preemption, reclaim or a move (node loss apart).
 	LostGPUHours float64 `json:"lostGpuHours"`
 	Cycles       int     `json:"cycles"`
 	// JainFairness is Jain's index over queues of share/entitlement.
@@ -81,4 +81,17 @@ type EventStats struct {
 	// that follow demand; LayoutsApplied those the nodes then applied.
 	LayoutsProposed int `json:"layoutsProposed,omitempty"`
 	LayoutsApplied  int `json:"layoutsApplied,omitempty"`
+	// Node loss (EventConfig.NodeLoss): SpotNodes are the spot nodes,
+	// NodesLost the times one was reclaimed and went; NodeLossPods counts
+	// the pods its notice evicted or that went with it, NodeLossGangs
+	// their groups (once per cycle that hit them) and NodeLossShrunk the
+	// elastic groups among them that ran on without those pods.
+	// LostGPUHoursNodeLoss is GPUs x time since the last checkpoint over
+	// those pods, apart from LostGPUHours (preemption and moves).
+	SpotNodes            int     `json:"spotNodes,omitempty"`
+	NodesLost            int     `json:"nodesLost,omitempty"`
+	NodeLossPods         int     `json:"nodeLossPods,omitempty"`
+	NodeLossGangs        int     `json:"nodeLossGangs,omitempty"`
+	NodeLossShrunk       int     `json:"nodeLossShrunk,omitempty"`
+	LostGPUHoursNodeLoss float64 `json:"lostGpuHoursNodeLoss,omitempty"`
 }

@@ -18,6 +18,13 @@ type EventSummary struct {
 	Preemptions       float64 `json:"preemptions"`
 	Moves             float64 `json:"moves"`
 	MeanUtilization   float64 `json:"meanUtilization"`
+	// Node loss (EventStats): nodes reclaimed, pods and groups hit,
+	// elastic groups that shrank, GPU-hours lost to it.
+	NodesLost            float64 `json:"nodesLost,omitempty"`
+	NodeLossPods         float64 `json:"nodeLossPods,omitempty"`
+	NodeLossGangs        float64 `json:"nodeLossGangs,omitempty"`
+	NodeLossShrunk       float64 `json:"nodeLossShrunk,omitempty"`
+	LostGPUHoursNodeLoss float64 `json:"lostGpuHoursNodeLoss,omitempty"`
 	// Queues are the per-queue means, in the runs' queue order.
 	Queues []QueueStats `json:"queues"`
 }
@@ -61,6 +68,11 @@ func SummarizeEvent(results []*Result) []EventSummary {
 			s.Preemptions += float64(e.Preemptions) / n
 			s.Moves += float64(e.Moves) / n
 			s.MeanUtilization += e.MeanUtilization / n
+			s.NodesLost += float64(e.NodesLost) / n
+			s.NodeLossPods += float64(e.NodeLossPods) / n
+			s.NodeLossGangs += float64(e.NodeLossGangs) / n
+			s.NodeLossShrunk += float64(e.NodeLossShrunk) / n
+			s.LostGPUHoursNodeLoss += e.LostGPUHoursNodeLoss / n
 		}
 		for _, q0 := range rs[0].Event.Queues {
 			m := QueueStats{Queue: q0.Queue}

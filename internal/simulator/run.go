@@ -32,6 +32,8 @@ type Spec struct {
 	LayoutDelay int64
 	// Defrag: see EventConfig (event mode).
 	Defrag model.DefragPolicy
+	// NodeLoss: see EventConfig (event mode).
+	NodeLoss NodeLoss
 	// TopologyPolicies are the topology policies every event-mode run is
 	// repeated with (none: TopologyAware only, unreported when the trace
 	// has no gang with a topology).
@@ -119,7 +121,7 @@ func RunAll(ctx context.Context, tr *Trace, spec Spec) ([]*Result, error) {
 				var err error
 				switch spec.Mode {
 				case ModeEvent:
-					r, err = RunEvent(ctx, tr, EventConfig{Policy: pol, Seed: seed, Popularity: spec.Popularity, Layouts: spec.Layouts, LayoutDelay: spec.LayoutDelay, Defrag: spec.Defrag, Topology: j.topo,
+					r, err = RunEvent(ctx, tr, EventConfig{Policy: pol, Seed: seed, Popularity: spec.Popularity, Layouts: spec.Layouts, LayoutDelay: spec.LayoutDelay, Defrag: spec.Defrag, NodeLoss: spec.NodeLoss, Topology: j.topo,
 						Config: conf, Progress: func(d, t int) { report(j.i, float64(d)/float64(max(t, 1))) }})
 				default:
 					r, err = RunPacking(ctx, tr, PackingConfig{Policy: pol, Seed: seed, Tune: spec.Tune, TunedLast: spec.TunedLast, KeepNodeOrder: spec.KeepNodeOrder,

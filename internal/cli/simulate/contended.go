@@ -35,6 +35,10 @@ func runContended(cmd *cobra.Command, o *options, mode simulator.Mode) error {
 	if err != nil {
 		return err
 	}
+	loss, err := o.spot.loss(mode)
+	if err != nil {
+		return err
+	}
 	var configs []simulator.SchedulerConfig
 	var policies []string
 	if o.configs != "" {
@@ -78,7 +82,7 @@ func runContended(cmd *cobra.Command, o *options, mode simulator.Mode) error {
 	prog := newProgress(cmd.ErrOrStderr(), source)
 	results, err := simulator.RunAll(cmd.Context(), nil, simulator.Spec{
 		Mode: mode, Policies: policies, Configs: configs, Seeds: seeds, Generate: gen,
-		Parallel: o.parallel, Progress: prog.update, Popularity: 1,
+		Parallel: o.parallel, Progress: prog.update, Popularity: 1, NodeLoss: loss,
 	})
 	prog.finish()
 	if err != nil {

@@ -46,6 +46,8 @@ type options struct {
 	// defragMoves is gpuplane-scheduler's --defrag-moves-per-hour, in
 	// hours of the trace's clock.
 	defragMoves int
+	// spot: nodes reclaimed in event mode (nodeloss.go).
+	spot nodeLossFlags
 }
 
 // NewCommand returns the simulate command.
@@ -80,6 +82,14 @@ it (fifo-bestfit, gpuplane, kai-like, kueue-like) and reports per
 configuration and queue job completion time, queueing delay, fairness over
 time, preemptions, GPU-hours lost to preemption and moves.
 
+Spot nodes (event mode). --spot-fraction F --spot-reclaim-per-hour R makes
+F of the nodes spot instances (picked by seed) that the provider reclaims
+at R per node-hour in service (seeded): a reclaimed node gives
+--spot-notice of notice, in which the core requeues its gangs whole or
+shrinks its elastic groups, then goes, and comes back after
+--spot-return-after. Nodes lost, pods and gangs hit and GPU-hours lost to
+node loss are reported apart from preemption's.
+
 Topology. --layout nodes-per-rack=N,racks-per-block=M lays the trace's
 nodes out in racks and blocks (labels gpuplane.io/rack and gpuplane.io/block;
 alike machines share racks). --training JOBS adds a multi-node training
@@ -95,6 +105,7 @@ gang wait.`,
 		Example: `  gpuplane simulate --trace ../shared/traces/openb --variant default --policy fgd,bestfit,gpuplane --seeds 1-10 --out results/
   gpuplane simulate --trace cluster.yaml --mode event -o json
   gpuplane simulate --workload contended --mode event --config fifo-bestfit,gpuplane,kai-like,kueue-like --seeds 1-10
+  gpuplane simulate --workload contended --mode event --config gpuplane --spot-fraction 0.5 --spot-reclaim-per-hour 0.05
   gpuplane simulate --trace ../shared/traces/openb --mode event --layout nodes-per-rack=8,racks-per-block=8 \
     --training 1000 --training-start 9936000 --topology-policy aware,blind,kueue-tas`,
 		Args: cobra.NoArgs,
@@ -136,6 +147,7 @@ gang wait.`,
 	f.StringVar(&o.configs, "config", "", "event mode: scheduler configurations of the core to compare, in place of --policy: "+strings.Join(simulator.SchedulerConfigNames(), ", "))
 	f.IntVar(&o.parallel, "parallel", min(2, runtime.NumCPU()), "runs to execute at once")
 	f.StringVar(&o.out, "out", "", "directory for results.csv, curve.csv and plot.svg")
+	o.spot.add(cmd)
 	o.output = cliutil.AddOutputFlag(cmd, cliutil.Table, "wide adds a row per run, json one object per run (policy and seed), yaml one document per run")
 	return cmd
 }
@@ -211,6 +223,10 @@ func run(cmd *cobra.Command, o *options) error {
 	}
 	if o.defragMoves < 0 {
 		return cliutil.Usagef("--defrag-moves-per-hour must be >= 0, got %d", o.defragMoves)
+	}
+	loss, err := o.spot.loss(mode)
+	if err != nil {
+		return err
 	}
 	if o.migMaxPerNode < 1 || o.migMaxPerNode > 64 {
 		return cliutil.Usagef("--mig-max-proposals-per-node must be 1 to 64, got %d", o.migMaxPerNode)
@@ -304,6 +320,7 @@ func run(cmd *cobra.Command, o *options) error {
 		Layouts:     model.LayoutPolicy{MinWait: layoutSeconds[0], Dwell: layoutSeconds[1], Timeout: layoutSeconds[2], MaxPerNode: o.migMaxPerNode},
 		LayoutDelay: layoutSeconds[3],
 		Defrag:      model.DefragPolicy{MaxMoves: o.defragMoves, Window: 3600},
+		NodeLoss:    loss,
 	})
 	prog.finish()
 	if err != nil {
@@ -330,6 +347,9 @@ func report(cmd *cobra.Command, o *options, mode simulator.Mode, source string, 
 			return err
 		}
 	} else if err := printTable(stdout, mode, results); err != nil {
+		return err
+	}
+	if err := printNodeLoss(stdout, results, summary); err != nil {
 		return err
 	}
 	if format == cliutil.Wide {

@@ -138,7 +138,9 @@ type Node struct {
 	// Disrupted nodes are about to go away (a spot instance reclaimed, an
 	// autoscaler's consolidation): they take no new pods, and every group
 	// with a pod on one is evicted whole (EvictDisruption), with notice,
-	// to be placed again elsewhere rather than run on with members lost.
+	// to be placed again elsewhere rather than run on with members lost;
+	// an elastic group that keeps its MinMember on the other nodes loses
+	// only its pods on this one (Eviction.Shrink).
 	Disrupted bool `json:"disrupted,omitempty"`
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).
@@ -684,8 +686,9 @@ type Bind struct {
 }
 
 // EvictDisruption is the Eviction.Reason of the pods of a group with a
-// pod on a Disrupted node: the group is evicted whole, and not for
-// another group (Eviction.For is empty).
+// pod on a Disrupted node: the group is evicted whole, or only its pods
+// on such nodes when it is elastic and keeps its MinMember without them
+// (Eviction.Shrink), and not for another group (Eviction.For is empty).
 const EvictDisruption = "disruption"
 
 // Eviction removes a running pod to make room.
@@ -700,7 +703,8 @@ type Eviction struct {
 	Reason string `json:"reason"`
 	// Shrink is set when the pod's group keeps running without it: an
 	// elastic group gives up members above its MinMember before it is
-	// evicted whole (elastic.go).
+	// evicted whole (elastic.go), and loses only its members on a node
+	// going away while the rest keep its MinMember (EvictDisruption).
 	Shrink bool `json:"shrink,omitempty"`
 }
 
