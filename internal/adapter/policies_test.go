@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -107,12 +108,15 @@ func TestLoopMinimumRuntime(t *testing.T) {
 		created    time.Time // fixture's clock: 1001 s at the first cycle
 		wantEvict  bool
 		wantBadCls bool
+		// ofAge is when the victim reaches its minimum, which the
+		// waiting pod's condition gives, when it is not evicted.
+		ofAge string
 	}{
-		{"queue minimum not reached", 10 * time.Minute, "", time.Unix(900, 0), false, false},
-		{"queue minimum reached", time.Minute, "", time.Unix(900, 0), true, false},
-		{"class minimum not reached", 0, "5m", time.Unix(900, 0), false, false},
-		{"class minimum reached", 0, "1m", time.Unix(900, 0), true, false},
-		{"class minimum invalid: none", 0, "forever", time.Unix(900, 0), true, true},
+		{"queue minimum not reached", 10 * time.Minute, "", time.Unix(900, 0), false, false, "1970-01-01T00:25:00Z"},
+		{"queue minimum reached", time.Minute, "", time.Unix(900, 0), true, false, ""},
+		{"class minimum not reached", 0, "5m", time.Unix(900, 0), false, false, "1970-01-01T00:20:00Z"},
+		{"class minimum reached", 0, "1m", time.Unix(900, 0), true, false, ""},
+		{"class minimum invalid: none", 0, "forever", time.Unix(900, 0), true, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newLoopFixture(t, Config{}, gpuNode("a", 8))
@@ -136,6 +140,15 @@ func TestLoopMinimumRuntime(t *testing.T) {
 			f.cycle()
 			if got := len(f.api.evicted) == 1; got != tc.wantEvict {
 				t.Fatalf("evicted %v, want an eviction: %v", f.api.evicted, tc.wantEvict)
+			}
+			if tc.ofAge != "" {
+				// Unschedulable, as more nodes would start it, in the
+				// core's words with the victim's time.
+				got := f.status.conditions["ns/urgent"]
+				want := "Unschedulable: fits only by evicting pods younger than their minimum runtime: it waits for them to reach it (the first reaches it at " + tc.ofAge + ")"
+				if got != want {
+					t.Errorf("urgent's condition %q, want %q", got, want)
+				}
 			}
 			bad := slices.ContainsFunc(f.status.events, func(e string) bool { return strings.HasPrefix(e, "InvalidMinRuntime batch:") })
 			if bad != tc.wantBadCls {
@@ -180,5 +193,39 @@ func TestLoopReadsACheckpointWrittenLater(t *testing.T) {
 	f.cycle()
 	if !slices.Equal(f.api.evicted, []string{"ns/old-saved"}) {
 		t.Fatalf("evicted %v, want ns/old-saved, which has just checkpointed", f.api.evicted)
+	}
+}
+
+// A gang that would fit only by evicting pods younger than their minimum
+// runtime says so on its PodGroup, the reason its own.
+func TestLoopGangWaitsForVictimsMinimumRuntime(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+	f.cache.upsertQueue(build.Queue("team").MinRuntime(10 * time.Minute).Obj())
+	victim := lowPod("victim", "0,1,2,3,4,5,6,7", time.Unix(900, 0))
+	victim.Labels[v1alpha1.QueueLabel] = "team"
+	f.cache.upsertPod(victim)
+	pg := podGroup("train", 2)
+	pg.Spec.Queue = "team"
+	f.cache.upsertPodGroup(pg)
+	high := int32(100)
+	for i := range 2 {
+		p := newPod("ns", fmt.Sprint("train-", i)).GPUs(4).Label(v1alpha1.PodGroupLabel, "train").Label(v1alpha1.QueueLabel, "team").Obj()
+		p.Spec.Priority = &high
+		f.cache.upsertPod(p)
+	}
+	f.cycle()
+	if len(f.api.evicted) != 0 || len(f.api.binds) != 0 {
+		t.Fatalf("evicted %v and bound %v, want nothing while the victim is young", f.api.evicted, f.api.binds)
+	}
+	st, ok := f.status.statuses["pg/ns/train"].(*v1alpha1.PodGroup)
+	if !ok {
+		t.Fatal("no PodGroup status written")
+	}
+	cd := meta.FindStatusCondition(st.Status.Conditions, v1alpha1.ConditionSchedulable)
+	if cd == nil || cd.Status != "False" || cd.Reason != "VictimsBelowMinRuntime" || !strings.Contains(cd.Message, "1970-01-01T00:25:00Z") {
+		t.Errorf("PodGroup condition %+v, want Schedulable=False VictimsBelowMinRuntime with the victim's time", cd)
+	}
+	if got := f.status.conditions["ns/train-0"]; !strings.HasPrefix(got, "Unschedulable: fits only by evicting pods younger") {
+		t.Errorf("pod condition %q, want Unschedulable in the core's words", got)
 	}
 }

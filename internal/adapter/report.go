@@ -83,6 +83,11 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 			// counts cannot: a gang bound to one domain waits for the
 			// domain, not for any node.
 			msg, reasons[u.Group] = u.Reason, u.Code
+		case model.UnplacedVictimsTooYoung:
+			// It would preempt or reclaim but for the victims' minimum
+			// runtime: it says until when, in the cluster's time.
+			msg = fmt.Sprintf("%s (the first reaches it at %s)", u.Reason, time.UnixMilli(u.OfAge).UTC().Format(time.RFC3339))
+			reasons[u.Group] = u.Code
 		case model.UnplacedMissingMembers:
 			msg, reasons[u.Group] = fmt.Sprintf("PodGroup %s needs minMember %d pods but has %d: lower spec.minMember or create the missing pods",
 				g.pgKey, g.minMember, g.minMember-u.Missing), u.Code

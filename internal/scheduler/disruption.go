@@ -21,6 +21,7 @@ func (c *cycle) disrupt() {
 				continue
 			}
 			rg.evicted = c.epoch
+			c.lose(rg, len(rg.members))
 			for _, m := range rg.byNodeAndName() {
 				a := m.a
 				c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, Reason: model.EvictDisruption})
