@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/testutil/build"
 )
 
@@ -227,5 +228,124 @@ func TestLoopGangWaitsForVictimsMinimumRuntime(t *testing.T) {
 	}
 	if got := f.status.conditions["ns/train-0"]; !strings.HasPrefix(got, "Unschedulable: fits only by evicting pods younger") {
 		t.Errorf("pod condition %q, want Unschedulable in the core's words", got)
+	}
+}
+
+// A scheduler that starts again keeps the queues' usage over time: the
+// loop writes it in each Queue's status and a new loop reads it back, so
+// of two queues holding as much now, the one that used less lately comes
+// first after the restart as before it. A loop that forgot it would see
+// them alike and take the first.
+func TestLoopUsageOverTimeSurvivesARestart(t *testing.T) {
+	f := newLoopFixture(t, Config{}, gpuNode("n", 8))
+	for _, q := range []string{"a", "b"} {
+		f.cache.upsertQueue(build.Queue(q).UsageHalfLife(time.Hour).Obj())
+	}
+	ran := lowPod("ran", "0,1,2,3,4,5,6,7", time.Unix(100, 0))
+	ran.Spec.NodeName = "n"
+	ran.Labels[v1alpha1.QueueLabel] = "a"
+	f.cache.upsertPod(ran)
+	f.cycle()
+	written := map[string]*v1alpha1.Queue{}
+	for _, q := range []string{"a", "b"} {
+		obj, ok := f.status.statuses["queue/"+q].(*v1alpha1.Queue)
+		if !ok || obj.Status.UsageOverTime == nil {
+			t.Fatalf("queue %s: status %+v, want its usage over time", q, f.status.statuses["queue/"+q])
+		}
+		written[q] = obj
+	}
+	if got := written["a"].Status.UsageOverTime.Usage[ResourceGPU]; got.MilliValue() != 8000 {
+		t.Fatalf("a's usage over time %s GPUs, want 8", got.String())
+	}
+
+	// Ten minutes on, a's pod has finished; each queue runs 4 GPUs on n
+	// now and has a pod of 4 GPUs waiting for m, which holds one.
+	start := func(withStatus bool) *loopFixture {
+		g := newLoopFixture(t, Config{}, gpuNode("n", 8), gpuNode("m", 4))
+		g.now = f.now.Add(10 * time.Minute)
+		for i, q := range []string{"a", "b"} {
+			obj := written[q].DeepCopy()
+			if !withStatus {
+				obj.Status = v1alpha1.QueueStatus{}
+			}
+			g.cache.upsertQueue(obj)
+			run := lowPod("runs-"+q, []string{"0,1,2,3", "4,5,6,7"}[i], time.Unix(1500, 0))
+			run.Spec.NodeName = "n"
+			run.Labels[v1alpha1.QueueLabel] = q
+			g.cache.upsertPod(run)
+			g.cache.upsertPod(newPod("ns", "wants-"+q).GPUs(4).Label(v1alpha1.QueueLabel, q).Obj())
+		}
+		g.cycle()
+		return g
+	}
+	if got := start(true).api.binds; len(got) != 1 || !strings.Contains(got[0], "wants-b") {
+		t.Errorf("after a restart: bound %v, want ns/wants-b (queue b used less lately)", got)
+	}
+	if got := start(false).api.binds; len(got) != 1 || !strings.Contains(got[0], "wants-a") {
+		t.Errorf("with the history forgotten: bound %v, want ns/wants-a (the queues alike, the first)", got)
+	}
+}
+
+// A Queue's status.usageOverTime is read from the cluster: what is not a
+// usage over time is left out with an error naming the field, and an
+// amount above the nodes' together counts as that.
+func TestUsageFromStatusChecksIt(t *testing.T) {
+	now := time.Unix(5000, 0)
+	nodes := []model.Node{{Name: "n", MilliCPU: 64000, MemoryMiB: 1 << 18, GPUs: make([]model.GPU, 8)}}
+	for i := range nodes[0].GPUs {
+		nodes[0].GPUs[i] = model.GPU{Index: i}
+	}
+	queue := func(name string, at time.Time, usage ...string) *v1alpha1.Queue {
+		q := build.Queue(name).Obj()
+		q.Status.UsageOverTime = &v1alpha1.QueueUsageOverTime{Usage: rl(usage...), At: metav1.NewTime(at)}
+		return q
+	}
+	got, errs := usageFromStatus(map[string]*v1alpha1.Queue{
+		"ok":       queue("ok", time.Unix(4000, 0), "nvidia.com/gpu", "2500m", "cpu", "3"),
+		"huge":     queue("huge", time.Unix(4000, 0), "nvidia.com/gpu", "1M"),
+		"future":   queue("future", time.Unix(6000, 0), "nvidia.com/gpu", "1"),
+		"unset":    queue("unset", time.Time{}, "nvidia.com/gpu", "1"),
+		"negative": queue("negative", time.Unix(4000, 0), "nvidia.com/gpu", "-1"),
+		"other":    queue("other", time.Unix(4000, 0), "example.com/fpga", "1"),
+	}, nodes, now)
+	want := []model.QueueUsage{{Queue: "huge", GPUMilli: 8000, At: 4000000}, {Queue: "ok", MilliCPU: 3000, GPUMilli: 2500, At: 4000000}}
+	if !slices.Equal(got, want) {
+		t.Errorf("usage %+v, want %+v", got, want)
+	}
+	var msgs []string
+	for _, err := range errs {
+		msgs = append(msgs, err.Error())
+	}
+	for _, w := range []string{`queue "future": status.usageOverTime.at`, `queue "unset": status.usageOverTime.at is not set`,
+		`queue "negative": status.usageOverTime.usage[nvidia.com/gpu] is negative`, `queue "other": status.usageOverTime.usage names example.com/fpga`} {
+		if !slices.ContainsFunc(msgs, func(m string) bool { return strings.HasPrefix(m, w) }) {
+			t.Errorf("errors %q, want one starting %q", msgs, w)
+		}
+	}
+}
+
+// A queue's status.usageOverTime is written again only once it is a
+// minute old, so a queue's status is not rewritten every cycle as time
+// moves; and never from a time before the one it has.
+func TestKeptUsageIsWrittenAboutOnceAMinute(t *testing.T) {
+	q := build.Queue("a").Obj()
+	at := time.Unix(1000, 0)
+	q.Status.UsageOverTime = usageStatus(&model.QueueUsage{Queue: "a", GPUMilli: 4000, At: at.UnixMilli()})
+	for _, tc := range []struct {
+		name  string
+		at    time.Time
+		write bool
+	}{
+		{"seconds later", at.Add(59 * time.Second), false},
+		{"a minute later", at.Add(time.Minute), true},
+		{"from before it", at.Add(-time.Hour), true},
+	} {
+		got := keptUsage(q, &model.QueueUsage{Queue: "a", GPUMilli: 1000, At: tc.at.UnixMilli()})
+		if written := got != q.Status.UsageOverTime; written != tc.write {
+			t.Errorf("%s: kept %+v, want written again: %v", tc.name, got, tc.write)
+		}
+	}
+	if keptUsage(q, nil) != nil {
+		t.Error("a queue without usage over time keeps one in its status")
 	}
 }
