@@ -198,7 +198,7 @@ var All = concat(
 	// more nodes would start the group, so its pods say Unschedulable,
 	// with the core's words.
 	groupWaits("Placed", "Waiting", "DoesNotFit", "NoTopologyDomain", "TopologyDomainFragmented",
-		"PreemptionDisabled", "ReclaimDisabled", "ExceedsClusterCapacity"),
+		"PreemptionDisabled", "ReclaimDisabled", "ExceedsClusterCapacity", "VictimsBelowMinRuntime"),
 	// Queue and GroupingRule validity.
 	[]Reason{
 		{Name: "Valid", Kind: ConditionReason, Object: "Queue", Condition: v1alpha1.ConditionValid, By: Scheduler},

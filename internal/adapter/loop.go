@@ -41,10 +41,11 @@ type loop struct {
 	// ungating holds the requests to lift pods' gates in flight (gates.go).
 	ungating map[string]ungateAsk
 	// usage is the queues' usage over time the last cycle returned
-	// (model.Decisions.Usage), for the next snapshot. It lives as long as
-	// the process: a new leader starts each queue's over again from the
-	// usage it then holds.
-	usage []model.QueueUsage
+	// (model.Decisions.Usage), for the next snapshot; the first cycle
+	// reads it back from the queues' status (usageovertime.go), where
+	// queueStatus keeps it.
+	usage     []model.QueueUsage
+	usageRead bool
 	// moves are the core's moves of the last hour (defrag.go).
 	moves moveLog
 }
@@ -103,6 +104,14 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	}
 	in := l.cache.snapshot(l.build, &l.binder.refusals, now)
 	in.snap.Holds, in.snap.HoldTimeout = l.binder.holds.get(), maxPreemptionWait.Milliseconds()
+	if !l.usageRead {
+		l.usageRead = true
+		var errs []error
+		l.usage, errs = usageFromStatus(in.queueObjs, in.snap.Nodes, now)
+		for _, err := range errs {
+			l.log.Error(err, "ignoring a queue's usage over time")
+		}
+	}
 	in.snap.Usage = l.usage
 	in.snap.Layouts = layoutPolicy(l.cfg)
 	in.snap.NodesMayBeAdded = l.cfg.NodeAutoscaler

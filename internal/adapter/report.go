@@ -83,6 +83,11 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 			// counts cannot: a gang bound to one domain waits for the
 			// domain, not for any node.
 			msg, reasons[u.Group] = u.Reason, u.Code
+		case model.UnplacedVictimsTooYoung:
+			// It would preempt or reclaim but for the victims' minimum
+			// runtime: it says until when, in the cluster's time.
+			msg = fmt.Sprintf("%s (the first reaches it at %s)", u.Reason, time.UnixMilli(u.OfAge).UTC().Format(time.RFC3339))
+			reasons[u.Group] = u.Code
 		case model.UnplacedMissingMembers:
 			msg, reasons[u.Group] = fmt.Sprintf("PodGroup %s needs minMember %d pods but has %d: lower spec.minMember or create the missing pods",
 				g.pgKey, g.minMember, g.minMember-u.Missing), u.Code
@@ -408,18 +413,25 @@ func (l *loop) queueStatus(in *cycleInput, d *model.Decisions) {
 	for _, q := range d.Queues {
 		l.metrics.queue(q.Name, q.Usage, q.FairShare, q.Guaranteed, pendingCount[q.Name])
 	}
+	overTime := make(map[string]*model.QueueUsage, len(d.Usage))
+	for i := range d.Usage {
+		overTime[d.Usage[i].Queue] = &d.Usage[i]
+	}
 	for name, q := range in.queueObjs {
-		st := v1alpha1.QueueStatus{Conditions: slices.Clone(q.Status.Conditions), Pending: pendingCount[name], Admitted: admitted[name]}
+		st := v1alpha1.QueueStatus{Conditions: slices.Clone(q.Status.Conditions), Pending: pendingCount[name], Admitted: admitted[name],
+			UsageOverTime: q.Status.UsageOverTime}
 		cond := metav1.Condition{Type: v1alpha1.ConditionValid, Status: metav1.ConditionTrue, Reason: "Valid", Message: "the queue is part of the hierarchy", ObservedGeneration: q.Generation}
 		if e := in.queueErrs[name]; e != nil {
 			cond = metav1.Condition{Type: v1alpha1.ConditionValid, Status: metav1.ConditionFalse, Reason: e.Reason, Message: e.Msg + "; fix the queue's spec (its workloads wait until then)", ObservedGeneration: q.Generation}
 		} else if cq := core[name]; cq != nil {
 			st.Usage = resourceList(cq.Usage)
 			st.FairShare = resourceList(cq.FairShare)
+			st.UsageOverTime = keptUsage(q, overTime[name])
 		}
 		meta.SetStatusCondition(&st.Conditions, cond)
 		if equality.Semantic.DeepEqual(stripTimes(st.Conditions), stripTimes(q.Status.Conditions)) && st.Pending == q.Status.Pending &&
-			st.Admitted == q.Status.Admitted && equality.Semantic.DeepEqual(st.Usage, q.Status.Usage) && equality.Semantic.DeepEqual(st.FairShare, q.Status.FairShare) {
+			st.Admitted == q.Status.Admitted && equality.Semantic.DeepEqual(st.Usage, q.Status.Usage) && equality.Semantic.DeepEqual(st.FairShare, q.Status.FairShare) &&
+			equality.Semantic.DeepEqual(st.UsageOverTime, q.Status.UsageOverTime) {
 			continue
 		}
 		if e := in.queueErrs[name]; e != nil && !meta.IsStatusConditionFalse(q.Status.Conditions, v1alpha1.ConditionValid) {

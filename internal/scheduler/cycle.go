@@ -36,6 +36,24 @@ type pending struct {
 	// missing counts the pods a gang lacks to reach its MinMember (with
 	// those placed or finished): it waits for them, never placed in part.
 	missing int
+	// youngAt, when not 0, is when the first of the victims it would fit
+	// by, all younger than their minimum runtime, reaches it.
+	youngAt int64
+	// rg is the group's running members when they count toward its gang
+	// (Placed), nil otherwise; lost counts those this cycle evicted
+	// (lose), which no longer do.
+	rg   *runningGroup
+	lost int
+}
+
+// min is how many of p's pods must be placed together in this cycle:
+// PodGroup.Min, with the members this cycle evicted no longer placed.
+func (p *pending) min() int {
+	if p.lost == 0 {
+		return p.g.Min()
+	}
+	g := p.g
+	return min(len(g.Pods), max(1, g.MinMember-(g.Placed-p.lost)))
 }
 
 // out reports whether p takes no part in the cycle's placements: its
@@ -93,6 +111,13 @@ type cycle struct {
 	// everyNode lists every node's index, for a moved group's pods placed
 	// off the nodes being cleared (defrag.go); nil until needed.
 	everyNode []int32
+	// short is the last shortfall of free GPUs moves found (defrag.go).
+	short shortfall
+	// youngAt is, for the group evictions run for, when the first victim
+	// refused for its minimum runtime reaches it (math.MaxInt64: none
+	// was); pastYoung counts such groups as victims (minruntime.go).
+	youngAt   int64
+	pastYoung bool
 }
 
 func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, error) {
@@ -142,6 +167,14 @@ func (s *Scheduler) newCycle(snap *model.Snapshot, d *model.Decisions) (*cycle, 
 			p.missing = g.MinMember - g.Placed - len(g.Pods)
 		} else {
 			tree.AddDemand(p.q, p.demand)
+		}
+		if g.MinMember > 0 && g.Placed > 0 {
+			// Its running members count toward its gang: evicting them
+			// changes what it needs (lose), and placing it keeps them
+			// (grow).
+			if rg := s.run.groups[g.Name]; rg != nil {
+				p.rg, rg.part, rg.partAt = rg, p, c.epoch
+			}
 		}
 		c.queues[p.q] = append(c.queues[p.q], p)
 	}
@@ -193,7 +226,7 @@ func (c *cycle) place(p *pending, avoid map[int]bool) ([]model.Bind, bool) {
 		binds = append(binds, model.Bind{Pod: pod.Name, Group: p.g.Name, Node: c.s.nodes[o.Node].Name, NodeIndex: o.Node, GPUs: o.Shares, Alternative: alt,
 			Volumes: st.LastVolumes()})
 	}
-	if len(binds) < p.g.Min() {
+	if len(binds) < p.min() {
 		st.Rollback(mark)
 		return nil, false
 	}
@@ -220,6 +253,7 @@ func (c *cycle) placeOne(req *model.Request) (placement.Option, int, bool) {
 // p's pods, and moves their usage from its queue's demand to its usage.
 func (c *cycle) commit(p *pending, binds []model.Bind) {
 	p.placed = true
+	c.grow(p)
 	var used model.Resources
 	k := 0
 	for _, b := range binds {
@@ -282,7 +316,9 @@ func (c *cycle) reservation(head *pending) map[int]bool {
 	st := c.s.st
 	mark := st.Checkpoint()
 	defer st.Rollback(mark)
-	free := func(rg *runningGroup) bool { return rg.evicted != c.epoch && !rg.nonPreemptible && !c.young(rg) }
+	free := func(rg *runningGroup) bool {
+		return rg.evicted != c.epoch && rg.grown != c.epoch && !rg.nonPreemptible && !c.young(rg)
+	}
 	if c.minPrio[head.q] < int64(head.g.Priority) {
 		c.groups(head.q, func(rg *runningGroup) {
 			if free(rg) && rg.priority < head.g.Priority {
@@ -366,7 +402,7 @@ func (c *cycle) finish() {
 					u.Code, u.Reason = model.UnplacedBadTopology, p.bad
 				case p.missing > 0:
 					u.Code, u.Missing = model.UnplacedMissingMembers, p.missing
-					u.Reason = fmt.Sprintf("gang of minMember %d has %d pod(s): waiting for %d more", p.g.MinMember, len(p.g.Pods)+p.g.Placed, p.missing)
+					u.Reason = fmt.Sprintf("gang of minMember %d has %d pod(s): waiting for %d more", p.g.MinMember, len(p.g.Pods)+p.g.Placed-p.lost, p.missing)
 				case !c.tree.Admits(p.q, p.admit):
 					u.Code, u.Reason = model.UnplacedQueueLimit, "queue limit"
 					if q, over := c.tree.LimitBelow(p.q, p.admit); over {
@@ -389,6 +425,9 @@ func (c *cycle) finish() {
 				case p.forbidden == model.UnplacedReclaimDisabled:
 					u.Code = p.forbidden
 					u.Reason = fmt.Sprintf("fits only by reclaiming GPUs lent to other queues, and queue %q has spec.reclaim: Never", c.tree.Name(p.q))
+				case p.youngAt != 0:
+					u.Code, u.OfAge = model.UnplacedVictimsTooYoung, p.youngAt
+					u.Reason = "fits only by evicting pods younger than their minimum runtime: it waits for them to reach it"
 				case p.g.Topology != nil:
 					c.topologyReason(p, &u)
 					if p.g.Explain {

@@ -2,10 +2,12 @@ package scheduler
 
 import (
 	"cmp"
+	"math/bits"
 	"reflect"
 	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
 // Defragmentation. After preemption and reclaim, a group still pending
@@ -44,6 +46,9 @@ func (c *cycle) defragment() {
 	if left == 0 || c.budget == 0 || c.s.run.movable == 0 {
 		return
 	}
+	// The index follows the state every cycle moves may run, so that a
+	// cycle with a group to make room for reads only what changed.
+	c.s.free.sync(c.s.st)
 	var recent map[string]bool
 	var last *model.PodGroup // the group the node filter was last reset for
 	tries := 0
@@ -52,7 +57,7 @@ func (c *cycle) defragment() {
 			if left == 0 || c.budget == 0 || tries == maxDefragTries {
 				return
 			}
-			if p.placed || p.bad != "" || !c.tree.Admits(p.q, p.admit) {
+			if p.placed || p.out() || !c.tree.Admits(p.q, p.admit) {
 				continue
 			}
 			least := leastNeed(p.g)
@@ -102,35 +107,19 @@ func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
 // cleared, until p fits; then it puts back every move p can do without,
 // the first made first. It commits the moves and p's hold, or leaves the
 // state as it was.
+//
+// The nodes are read in the order of the scheduler's free index (most
+// whole GPUs free, then by index) as the state stood when tryMove began,
+// and only as far as the search goes: the free GPUs are summed until they
+// reach need, and the nodes p cannot use or that hold nothing movable are
+// passed over as they are met. A try costs the nodes it looks at, not
+// every node of the cluster.
 func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool) int {
 	st := c.s.st
-	// Nodes by whole GPUs free, most first (bucketed: a sort of every
-	// node would cost more than the look), then by index.
-	var total int64
-	var buckets [][]int
-	for i := range st.Nodes {
-		if !c.feasible.fits(i) {
-			continue
-		}
-		free := st.Nodes[i].FreeMilli()
-		total += free
-		for _, ps := range c.s.run.onNode[i] {
-			if c.canMove(ps.g, recent) {
-				k := int(free / model.MilliPerGPU)
-				for len(buckets) <= k {
-					buckets = append(buckets, nil)
-				}
-				buckets[k] = append(buckets[k], i)
-				break
-			}
-		}
-	}
-	if total < need || len(buckets) == 0 {
+	x := &c.s.free
+	x.sync(st)
+	if !c.enough(x, need) {
 		return 0
-	}
-	var nodes []int
-	for k := len(buckets) - 1; k >= 0; k-- {
-		nodes = append(nodes, buckets[k]...)
 	}
 	mark := st.Checkpoint()
 	avoid := map[int]bool{}
@@ -138,16 +127,26 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 	var moves []moved
 	var binds []model.Bind
 	pods := 0
-search:
-	for _, n := range nodes {
-		avoid[n] = true
-		var here []*runningGroup
+	var here []*runningGroup
+	x.each(func(n int) bool {
+		if !c.feasible.fits(n) {
+			return true
+		}
+		here = here[:0]
+		movable := false
 		for _, ps := range c.s.run.onNode[n] {
-			if g := ps.g; !seen[g] && c.canMove(g, recent) {
-				seen[g] = true
-				here = append(here, g)
+			if g := ps.g; c.canMove(g, recent) {
+				movable = true
+				if !seen[g] {
+					seen[g] = true
+					here = append(here, g)
+				}
 			}
 		}
+		if !movable {
+			return true // nothing here can make room
+		}
+		avoid[n] = true
 		slices.SortFunc(here, func(a, b *runningGroup) int {
 			if x := cmp.Compare(a.use.GPUMilli, b.use.GPUMilli); x != 0 {
 				return x
@@ -156,7 +155,7 @@ search:
 		})
 		for _, rg := range here {
 			if len(moves) == most || (c.budget >= 0 && pods+len(rg.members) > c.budget) {
-				break search
+				return false
 			}
 			for _, ps := range rg.members {
 				avoid[ps.node] = true
@@ -173,10 +172,11 @@ search:
 			pods += len(rg.members)
 			if b, ok := c.fits(p); ok {
 				binds = b
-				break search
+				return false
 			}
 		}
-	}
+		return true
+	})
 	if binds == nil {
 		st.Rollback(mark)
 		return 0
@@ -189,6 +189,7 @@ search:
 	var victims []string
 	for _, m := range moves {
 		m.rg.evicted = c.epoch
+		c.lose(m.rg, len(m.rg.members))
 		var own []string
 		for _, ps := range m.rg.byNodeAndName() {
 			a := ps.a
@@ -208,6 +209,114 @@ search:
 	}
 	c.startHold(p, binds, victims)
 	return len(moves)
+}
+
+// enough reports whether the nodes c.feasible's group could use have need
+// milli-GPU free in all. It sums them from the most free down and stops
+// as soon as they reach need; a shortfall, which took every node to find,
+// is kept (c.short) for the next group with the same filter until the
+// state changes.
+func (c *cycle) enough(x *freeIndex, need int64) bool {
+	if c.short.g == c.feasible.g && c.short.pos == x.pos {
+		return c.short.total >= need
+	}
+	var total int64
+	x.each(func(i int) bool {
+		if c.feasible.fits(i) {
+			total += x.milli[i]
+		}
+		return total < need
+	})
+	if total < need {
+		c.short = shortfall{g: c.feasible.g, pos: x.pos, total: total}
+		return false
+	}
+	return true
+}
+
+// shortfall is what a whole look found free for a filter's group, as of a
+// position of the state's change log.
+type shortfall struct {
+	g     *model.PodGroup
+	pos   int
+	total int64
+}
+
+// freeIndex keeps the nodes by whole GPUs free (non-MIG), for moves to
+// clear the emptiest first without sorting, or even reading, every node
+// in each cycle. It is brought up to date from the state's change log
+// (placement.State.Changes), so a cycle pays for the nodes that changed;
+// it is built again for a new state.
+type freeIndex struct {
+	st    *placement.State
+	pos   int
+	milli []int64 // per node: milli-GPU free
+	whole []int32 // per node: whole GPUs free, milli / MilliPerGPU
+	// sets[k] has bit i set when node i has k whole GPUs free.
+	sets [][]uint64
+}
+
+// sync brings x up to date with st.
+func (x *freeIndex) sync(st *placement.State) {
+	if x.st != st || len(x.milli) != len(st.Nodes) {
+		n := len(st.Nodes)
+		x.st, x.milli, x.whole = st, make([]int64, n), make([]int32, n)
+		x.sets = x.sets[:0]
+		for i := range n {
+			x.whole[i] = -1
+			x.set(i)
+		}
+		_, x.pos = st.Changes(0)
+		return
+	}
+	changed, pos := st.Changes(x.pos)
+	if len(changed) > len(x.milli) {
+		// The log repeats nodes (a search assigns and rolls back): each
+		// is read once.
+		for i := range x.milli {
+			x.set(i)
+		}
+	} else {
+		for _, i := range changed {
+			x.set(i)
+		}
+	}
+	x.pos = pos
+}
+
+// set reads node i's free GPUs again and files it under them.
+func (x *freeIndex) set(i int) {
+	free := x.st.Nodes[i].FreeMilli()
+	k := int32(free / model.MilliPerGPU)
+	x.milli[i] = free
+	if k == x.whole[i] {
+		return
+	}
+	words := (len(x.milli) + 63) / 64
+	if old := x.whole[i]; old >= 0 {
+		x.sets[old][i/64] &^= 1 << (i % 64)
+	}
+	for int(k) >= len(x.sets) {
+		x.sets = append(x.sets, make([]uint64, words))
+	}
+	x.sets[k][i/64] |= 1 << (i % 64)
+	x.whole[i] = k
+}
+
+// each calls f for every node, the most whole GPUs free first, then by
+// index, while f returns true.
+func (x *freeIndex) each(f func(i int) bool) {
+	for k := len(x.sets) - 1; k >= 0; k-- {
+		for w, word := range x.sets[k] {
+			for word != 0 {
+				b := bits.TrailingZeros64(word)
+				word &= word - 1
+				if !f(w*64 + b) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // placeOff places every pod of a moved group as place does, but off the

@@ -33,6 +33,11 @@ func (c *cycle) disrupt() {
 				}
 			}
 			shrink := rg.minMember > 0 && len(members)-lost >= rg.minMember
+			if shrink {
+				c.lose(rg, lost)
+			} else {
+				c.lose(rg, len(members))
+			}
 			for _, m := range members {
 				if shrink && !s.nodes[m.node].Disrupted {
 					continue

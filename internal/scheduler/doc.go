@@ -62,7 +62,11 @@
 // started): the largest of its allocations' MinRuntime (their priority
 // class's) and the MinRuntime of its queue and of every queue above it.
 // Such a group is neither a victim nor counted as movable, and a blocked
-// head's reservation does not count on its room.
+// head's reservation does not count on its room. A group that would fit
+// only by evicting such groups waits with UnplacedVictimsTooYoung and
+// when the first of them comes of age (Unplaced.OfAge); the core finds
+// that out by the same search with them counted, changing nothing, and
+// only for a group whose search refused one (minruntime.go).
 //
 // Checkpoint-aware victims. Among the groups an action may evict, the
 // cheapest come first: the lowest priority, then the least work lost,
@@ -300,6 +304,11 @@
 // meets for the part it gives up, and evict whole groups only when that
 // cannot make room. The members given up wait again in their group and
 // rejoin it as room appears (PodGroup.Min asks for one at a time).
+// Running members count toward a gang's minimum only while they run: a
+// group's pods still waiting are placed (or held room for) as many as
+// PodGroup.Min asks less the members the same cycle evicts, and wait whole
+// when those are too few; and a group whose waiting pods the cycle placed
+// counting its running members is not evicted whole in it.
 //
 // Defragmentation (defrag.go). With Snapshot.Defrag set, a group still
 // pending after reclaim, admitted by its queue, whose GPUs are free in

@@ -120,6 +120,38 @@ func (c *cycle) shrinkCandidates(p *pending, m evictMode) []*runningGroup {
 	return groups
 }
 
+// lose notes that n members of rg are evicted in this cycle. When rg's
+// pending part counts them toward its gang and is not placed yet, it now
+// needs that many more of its own pods placed with it, or, when it has
+// too few waiting, it waits for them (missing) and starts whole in a later
+// cycle: a plan sized on members that are leaving would start the gang,
+// or hold room for it, below its minimum.
+func (c *cycle) lose(rg *runningGroup, n int) {
+	if rg.partAt != c.epoch {
+		return
+	}
+	p := rg.part
+	p.lost += n
+	if p.placed || p.out() {
+		return
+	}
+	if need := p.g.MinMember - (p.g.Placed - p.lost); need > len(p.g.Pods) {
+		p.missing = need - len(p.g.Pods)
+		c.tree.AddDemand(p.q, model.Resources{}.Sub(p.demand))
+	} else if p.topo != nil {
+		p.topo.need = p.min()
+	}
+}
+
+// grow notes that p is placed, or holds room, in this cycle: its running
+// members, which its plan counts toward its gang, are not evicted whole
+// in it (allowed).
+func (c *cycle) grow(p *pending) {
+	if p.rg != nil {
+		p.rg.grown = c.epoch
+	}
+}
+
 // shrunk is one member an elastic group gives up.
 type shrunk struct {
 	rg *runningGroup
@@ -215,6 +247,7 @@ search:
 		// A group shrunk in this cycle is neither shrunk nor evicted again
 		// in it: its members here are still the ones it had.
 		t.rg.evicted = c.epoch
+		c.lose(t.rg, 1)
 		a := t.ps.a
 		c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, For: p.g.Name, Reason: m.reason(), Shrink: true})
 		victimPods = append(victimPods, a.Pod)

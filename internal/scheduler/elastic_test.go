@@ -198,3 +198,133 @@ func TestElasticShrinkKeepsMembersWithoutGPUs(t *testing.T) {
 		t.Fatalf("evictions %+v, want rc-gpu-c alone, shrinking rc", d.Evictions)
 	}
 }
+
+// A gang's running members count toward its minimum only while they run:
+// when a cycle evicts them, the pods of the group still waiting are not
+// started, nor given held room, as though they were still there. The
+// group waits for its members and starts again whole.
+func TestGangOwnEvictionsCountTowardItsMinimum(t *testing.T) {
+	nodes := schedtest.Cluster("n", 2, 8, 64000, 1<<20)
+	gpus := func(from int) []model.GPUShare {
+		out := make([]model.GPUShare, 4)
+		for k := range out {
+			out[k] = model.GPUShare{Index: from + k, Milli: model.MilliPerGPU}
+		}
+		return out
+	}
+	run := func(pod, group, node string, prio int32, minMember, from int) model.Allocation {
+		return model.Allocation{Pod: pod, Group: group, Queue: "a", Priority: prio, Node: node, Request: schedtest.GPU(4, 1000),
+			GPUs: gpus(from), StartedAt: 1, MinMember: minMember}
+	}
+	// el runs two of its three pods (its minimum); its third waits.
+	el := schedtest.Group("el").Queue("a").MinMember(2).Pods(1, schedtest.GPU(4, 1000)).Obj()
+	el.Pods[0].Name, el.Placed = "el-2", 2
+	tests := []struct {
+		name        string
+		running     []model.Allocation
+		disrupted   string
+		pending     []model.PodGroup
+		wantEvicted []string
+	}{
+		{
+			// Preemption evicts el whole for hi; el-2 could preempt low,
+			// but a plan of one pod would hold room for a gang of two
+			// that no longer runs.
+			name: "evicted whole by preemption, the rest holds no room",
+			running: []model.Allocation{run("el-0", "el", "n-0", 0, 2, 0), run("el-1", "el", "n-0", 0, 2, 4),
+				run("low", "low", "n-1", -1, 0, 0), run("keep", "keep", "n-1", 9, 0, 4)},
+			pending:     []model.PodGroup{schedtest.Group("hi").Queue("a").Priority(5).Pods(1, schedtest.GPU(8, 1000)).Obj(), el},
+			wantEvicted: []string{"el-0", "el-1"},
+		},
+		{
+			// A node going away evicts el whole; el-2 would fit on n-0,
+			// where it would run alone below the gang's minimum.
+			name:        "evicted whole by a node going away, the rest is not bound",
+			running:     []model.Allocation{run("el-0", "el", "n-0", 0, 2, 0), run("el-1", "el", "n-1", 0, 2, 0)},
+			disrupted:   "n-1",
+			pending:     []model.PodGroup{el},
+			wantEvicted: []string{"el-0", "el-1"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := slices.Clone(nodes)
+			for i := range nodes {
+				nodes[i].Disrupted = nodes[i].Name == tc.disrupted
+			}
+			snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Pending: tc.pending,
+				Queues: []model.Queue{{Name: "a"}}, Budget: model.DisruptionBudget{MaxEvictions: -1}, Now: 10}
+			s, err := scheduler.New(scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := s.Cycle(&snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var evicted []string
+			for _, e := range d.Evictions {
+				evicted = append(evicted, e.Pod)
+			}
+			slices.Sort(evicted)
+			if !slices.Equal(evicted, tc.wantEvicted) {
+				t.Errorf("evicted %v, want %v", evicted, tc.wantEvicted)
+			}
+			for _, b := range d.Binds {
+				if b.Group == "el" {
+					t.Errorf("bound %s of el while its running members are evicted", b.Pod)
+				}
+			}
+			for _, h := range d.Holds {
+				if h.Group == "el" {
+					t.Errorf("held room %+v for el's one waiting pod, below its minimum of 2", h.Plan)
+				}
+			}
+			i := slices.IndexFunc(d.Unplaced, func(u model.Unplaced) bool { return u.Group == "el" })
+			if i < 0 {
+				t.Fatalf("el not reported unplaced: %+v", d.Unplaced)
+			}
+			if u := d.Unplaced[i]; u.Code != model.UnplacedMissingMembers || u.Missing != 1 {
+				t.Errorf("el unplaced %+v, want %s missing 1", u, model.UnplacedMissingMembers)
+			}
+		})
+	}
+}
+
+// The other way round: a gang's waiting pod started in a cycle, counting
+// its running members toward the minimum, keeps them; the cycle does not
+// evict them whole, which would leave the new pod running alone.
+func TestGangGrowingKeepsItsMembers(t *testing.T) {
+	nodes := schedtest.Cluster("n", 2, 8, 64000, 1<<20)
+	run := func(pod, group, node string, prio int32, minMember, from int) model.Allocation {
+		a := model.Allocation{Pod: pod, Group: group, Queue: "a", Priority: prio, Node: node, Request: schedtest.GPU(4, 1000), StartedAt: 1, MinMember: minMember}
+		for k := range 4 {
+			a.GPUs = append(a.GPUs, model.GPUShare{Index: from + k, Milli: model.MilliPerGPU})
+		}
+		return a
+	}
+	el := schedtest.Group("el").Queue("a").MinMember(2).Pods(1, schedtest.GPU(4, 1000)).Obj()
+	el.Pods[0].Name, el.Placed = "el-2", 2
+	// hi fits only where el runs (keep, above it, holds half of n-1); el-2
+	// fits beside keep.
+	snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run("el-0", "el", "n-0", 0, 2, 0), run("el-1", "el", "n-0", 0, 2, 4),
+		run("keep", "keep", "n-1", 9, 0, 0)),
+		Pending: []model.PodGroup{schedtest.Group("hi").Queue("a").Priority(5).Pods(1, schedtest.GPU(8, 1000)).Obj(), el},
+		Queues:  []model.Queue{{Name: "a"}}, Budget: model.DisruptionBudget{MaxEvictions: -1}, Now: 10}
+	s, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Cycle(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(d.Binds, func(b model.Bind) bool { return b.Pod == "el-2" }) {
+		t.Fatalf("binds %+v, want el-2 started beside keep", d.Binds)
+	}
+	for _, e := range d.Evictions {
+		if e.Group == "el" {
+			t.Errorf("evicted %s of el, which started el-2 in the same cycle counting on it", e.Pod)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"container/heap"
+	"math"
 	"reflect"
 	"slices"
 
@@ -46,37 +47,46 @@ func (c *cycle) evictFor(across bool) {
 			if p.placed || p.out() || c.budget == 0 {
 				continue
 			}
-			spec := c.tree.Spec(q)
-			never := p.g.NeverEvicts
-			if !across {
-				c.evictWithin(p, preempt, spec.NoPreemption || never)
-				continue
-			}
-			if c.tree.FitsFairShare(q, p.demand) && c.evictWithin(p, reclaimFair, spec.NoReclaim || never) {
-				continue
-			}
-			if c.tree.FitsGuarantee(q, p.demand) {
-				c.evictWithin(p, reclaimGuarantee, spec.NoReclaim || never)
+			c.youngAt = math.MaxInt64
+			if !c.evictOne(p, q, across, false) && c.youngAt != math.MaxInt64 {
+				c.pastMinRuntime(p, q, across) // minruntime.go
 			}
 		}
 	}
 }
 
+// evictOne runs p's evictions of one kind; with forbidden it only finds
+// out whether they would place p (tryEvict). It reports whether p was
+// placed.
+func (c *cycle) evictOne(p *pending, q int, across, forbidden bool) bool {
+	spec := c.tree.Spec(q)
+	never := p.g.NeverEvicts || forbidden
+	if !across {
+		return c.evictWithin(p, preempt, spec.NoPreemption || never)
+	}
+	if c.tree.FitsFairShare(q, p.demand) && c.evictWithin(p, reclaimFair, spec.NoReclaim || never) {
+		return true
+	}
+	return c.tree.FitsGuarantee(q, p.demand) && c.evictWithin(p, reclaimGuarantee, spec.NoReclaim || never)
+}
+
 // allowed reports whether p may evict rg under m with the queues' usage
 // as it is now.
 func (c *cycle) allowed(p *pending, rg *runningGroup, m evictMode) bool {
-	if rg.evicted == c.epoch || rg.nonPreemptible || c.young(rg) {
+	if rg.evicted == c.epoch || rg.grown == c.epoch || rg.nonPreemptible {
 		return false
 	}
 	q := rg.queue.q
+	var ok bool
 	switch m {
 	case preempt:
-		return q == p.q && rg.priority < p.g.Priority
+		ok = q == p.q && rg.priority < p.g.Priority
 	case reclaimFair:
-		return !c.tree.Related(q, p.q) && c.tree.KeepsFairShare(q, rg.use)
+		ok = !c.tree.Related(q, p.q) && c.tree.KeepsFairShare(q, rg.use)
 	default:
-		return !c.tree.Related(q, p.q) && c.tree.KeepsGuarantee(q, rg.use)
+		ok = !c.tree.Related(q, p.q) && c.tree.KeepsGuarantee(q, rg.use)
 	}
+	return ok && !c.protects(rg)
 }
 
 // victims returns the running groups p may evict under m, to be taken in
@@ -213,11 +223,8 @@ func (g *runningGroup) lost(now int64) int64 {
 // own (its priority class's) or its queue's, the larger; preemption and
 // reclaim leave it alone until then.
 func (c *cycle) young(rg *runningGroup) bool {
-	m := rg.minRuntime
-	if c.minRuntime != nil {
-		m = max(m, c.minRuntime[rg.queue.q])
-	}
-	return m > 0 && c.snap.Now-rg.started < m
+	_, young := c.ofAge(rg)
+	return young
 }
 
 func (o victimOrder) compare(a, b *runningGroup) int {
@@ -308,6 +315,7 @@ func (c *cycle) tryEvict(p *pending, m evictMode, forbidden bool) bool {
 	var victimPods []string
 	for _, v := range evicted {
 		v.evicted = c.epoch
+		c.lose(v, len(v.members))
 		pods += len(v.members)
 		for _, ps := range v.byNodeAndName() {
 			a := ps.a

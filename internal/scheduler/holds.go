@@ -60,6 +60,7 @@ func (c *cycle) resumeHolds() {
 			continue
 		}
 		p.placed, p.waiting = true, len(left)
+		c.grow(p)
 		c.reserve(p, plan)
 		c.count(p, plan)
 		c.d.Holds = append(c.d.Holds, model.Hold{Group: h.Group, Plan: plan, Victims: left, Since: h.Since, Moved: h.Moved})
@@ -71,7 +72,7 @@ func (c *cycle) resumeHolds() {
 // a pod the group no longer has pending, or an alternative its request no
 // longer has.
 func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
-	if len(plan) < p.g.Min() || p.missing > 0 {
+	if len(plan) < p.min() || p.missing > 0 {
 		return nil, false
 	}
 	out := make([]model.Bind, len(plan))
@@ -133,6 +134,7 @@ func clamp(want, free int64) int64 { return max(0, min(want, free)) }
 // as a placed group would; finish gives the room back.
 func (c *cycle) startHold(p *pending, binds []model.Bind, victims []string) {
 	p.placed, p.waiting = true, len(victims)
+	c.grow(p)
 	for _, b := range binds {
 		c.held = append(c.held, taken{node: b.NodeIndex, req: *podOf(p, b.Pod).Request.Alt(b.Alternative), shares: b.GPUs})
 	}

@@ -49,35 +49,49 @@ func TestMinimumRuntime(t *testing.T) {
 		pending model.PodGroup
 		now     int64
 		want    []string
+		// code is the pending group's Unplaced code when nothing is
+		// evicted, ofAge its OfAge.
+		code  string
+		ofAge int64
 	}{
 		{"queue minimum not reached: no preemption",
 			[]model.Queue{{Name: "q", MinRuntime: 50}},
 			runningGroup("low", "q", "n", 0, 8, 100, 0, 0), schedtest.Group("high").Queue("q").Priority(5).Pods(1, schedtest.GPU(8, 1000)).Obj(),
-			149, nil},
+			149, nil, model.UnplacedVictimsTooYoung, 150},
 		{"queue minimum reached: preempted",
 			[]model.Queue{{Name: "q", MinRuntime: 50}},
 			runningGroup("low", "q", "n", 0, 8, 100, 0, 0), schedtest.Group("high").Queue("q").Priority(5).Pods(1, schedtest.GPU(8, 1000)).Obj(),
-			150, []string{"low"}},
+			150, []string{"low"}, "", 0},
 		{"priority class minimum not reached",
 			[]model.Queue{{Name: "q"}},
 			runningGroup("low", "q", "n", 0, 8, 100, 0, 200), schedtest.Group("high").Queue("q").Priority(5).Pods(1, schedtest.GPU(8, 1000)).Obj(),
-			250, nil},
+			250, nil, model.UnplacedVictimsTooYoung, 300},
 		{"the larger of the class's and the queue's applies",
 			[]model.Queue{{Name: "q", MinRuntime: 500}},
 			runningGroup("low", "q", "n", 0, 8, 100, 0, 200), schedtest.Group("high").Queue("q").Priority(5).Pods(1, schedtest.GPU(8, 1000)).Obj(),
-			350, nil},
+			350, nil, model.UnplacedVictimsTooYoung, 600},
 		{"a parent's minimum applies below it",
 			[]model.Queue{{Name: "org", MinRuntime: 500}, {Name: "q", Parent: "org"}},
 			runningGroup("low", "q", "n", 0, 8, 100, 0, 0), schedtest.Group("high").Queue("q").Priority(5).Pods(1, schedtest.GPU(8, 1000)).Obj(),
-			350, nil},
+			350, nil, model.UnplacedVictimsTooYoung, 600},
 		{"no reclaim of a young borrower",
 			[]model.Queue{{Name: "org"}, {Name: "a", Parent: "org", MinRuntime: 100}, {Name: "b", Parent: "org", Guaranteed: model.Resources{GPUMilli: 8000}}},
 			runningGroup("borrower", "a", "n", 0, 8, 100, 0, 0), schedtest.Group("owner").Queue("b").Pods(1, schedtest.GPU(4, 1000)).Obj(),
-			150, nil},
+			150, nil, model.UnplacedVictimsTooYoung, 200},
 		{"reclaim of a borrower past its minimum",
 			[]model.Queue{{Name: "org"}, {Name: "a", Parent: "org", MinRuntime: 100}, {Name: "b", Parent: "org", Guaranteed: model.Resources{GPUMilli: 8000}}},
 			runningGroup("borrower", "a", "n", 0, 8, 100, 0, 0), schedtest.Group("owner").Queue("b").Pods(1, schedtest.GPU(4, 1000)).Obj(),
-			200, []string{"borrower"}},
+			200, []string{"borrower"}, "", 0},
+		// The minimum is what keeps these waiting only where the eviction
+		// was allowed at all.
+		{"a queue that forbids preemption does not wait for the minimum",
+			[]model.Queue{{Name: "q", MinRuntime: 50, NoPreemption: true}},
+			runningGroup("low", "q", "n", 0, 8, 100, 0, 0), schedtest.Group("high").Queue("q").Priority(5).Pods(1, schedtest.GPU(8, 1000)).Obj(),
+			149, nil, model.UnplacedNoFit, 0},
+		{"a group that could not evict it anyway does not fit",
+			[]model.Queue{{Name: "q", MinRuntime: 50}},
+			runningGroup("low", "q", "n", 0, 8, 100, 0, 0), schedtest.Group("same").Queue("q").Pods(1, schedtest.GPU(8, 1000)).Obj(),
+			149, nil, model.UnplacedNoFit, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +107,15 @@ func TestMinimumRuntime(t *testing.T) {
 			}
 			if got := evictedGroups(d); !slices.Equal(got, tc.want) {
 				t.Fatalf("evicted %v, want %v", got, tc.want)
+			}
+			if tc.code == "" {
+				return
+			}
+			if len(d.Unplaced) != 1 || d.Unplaced[0].Group != tc.pending.Name {
+				t.Fatalf("unplaced %+v, want %s", d.Unplaced, tc.pending.Name)
+			}
+			if u := d.Unplaced[0]; u.Code != tc.code || u.OfAge != tc.ofAge || u.Wait != model.WaitCapacity {
+				t.Errorf("unplaced %+v, want code %s of age at %d, waiting for capacity", u, tc.code, tc.ofAge)
 			}
 		})
 	}

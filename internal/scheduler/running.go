@@ -73,6 +73,12 @@ type runningGroup struct {
 	use         model.Resources
 	// evicted is the cycle (Scheduler.epoch) that evicted the group.
 	evicted uint64
+	// part is the group's pending part in the cycle partAt, when its
+	// members count toward its gang; grown is the cycle that placed it
+	// or held room for it, counting on them (lose, grow).
+	part   *pending
+	partAt uint64
+	grown  uint64
 	// seen is scratch for a look over the groups of a domain
 	// (movableReason): the last look that met the group.
 	seen  uint64

@@ -69,6 +69,8 @@ type Scheduler struct {
 	looks uint64
 	// rooms is scratch space for topology gangs' rooms per node.
 	rooms [][]int32
+	// free keeps the nodes by whole GPUs free for moves (defrag.go).
+	free freeIndex
 }
 
 // New returns a scheduler.

@@ -223,7 +223,7 @@ func (c *cycle) topologyOf(p *pending) *gangTopo {
 		return p.topo
 	}
 	t := p.g.Topology
-	g := &gangTopo{c: c, p: p, x: c.s.topology(t.Levels), need: p.g.Min(), pin: -1,
+	g := &gangTopo{c: c, p: p, x: c.s.topology(t.Levels), need: p.min(), pin: -1,
 		req: levelOf(t, t.Required), pref: levelOf(t, t.Preferred), slice: levelOf(t, t.SliceRequired)}
 	pods := p.g.Pods
 	g.shapeOf = make([]int, len(pods))

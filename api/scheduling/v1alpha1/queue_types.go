@@ -163,12 +163,29 @@ type QueueStatus struct {
 	// Admitted counts pod groups placed from the queue.
 	// +optional
 	Admitted int32 `json:"admitted,omitempty"`
+	// UsageOverTime is the queue's usage over time (spec.usageHalfLife)
+	// as the scheduler last kept it, written about once a minute, so that
+	// a scheduler that starts again (or a new leader) goes on from it
+	// rather than from nothing. The scheduler checks it when it reads it
+	// back and ignores a value it cannot use.
+	// +optional
+	UsageOverTime *QueueUsageOverTime `json:"usageOverTime,omitempty"`
 	// Conditions: Valid says whether the queue's settings are consistent
 	// with its parent and children.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// QueueUsageOverTime is a queue's usage averaged over time with its
+// half-life, as of a time.
+type QueueUsageOverTime struct {
+	// Usage is the average, per resource (cpu, memory and GPUs).
+	// +optional
+	Usage corev1.ResourceList `json:"usage,omitempty"`
+	// At is when the average was taken.
+	At metav1.Time `json:"at"`
 }
 
 // QueueList is a list of Queues.

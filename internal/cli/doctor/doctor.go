@@ -393,6 +393,8 @@ func fixFor(reason string, p *corev1.Pod) string {
 		return "check that gpuplane-scheduler runs (kubectl -n gpuplane-system get pods -l app.kubernetes.io/name=gpuplane-scheduler); it says why the pod waits within a cycle"
 	case "ExceedsClusterCapacity":
 		return "waiting cannot help until nodes are added: gpuplane status shows the cluster's GPUs; lower the gang's spec.minMember or the pods' requests"
+	case "VictimsBelowMinRuntime":
+		return "the pods it would preempt or reclaim have run less than their minimum runtime (their queue's spec.minRuntime or their priority class's annotation); it starts when the first reaches it, at the time the message gives"
 	case "PreemptionDisabled", "ReclaimDisabled":
 		return "the pod's queue forbids it (spec.preemption / spec.reclaim: Never); it waits for room to free up"
 	case "UnknownQueue", "QueueNotLeaf":

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -11,7 +12,10 @@ import (
 // their nodes and wait again in their group; bound pods move from Pending
 // to their node's chunk of RunningByNode. What a group still needs
 // follows one rule, PodGroup.Min: each pending group's Placed is set to
-// its members running after d.
+// its members running after d, or, for a group that waited before, to
+// what it had placed, less its members d evicted and plus those d bound,
+// when that is more (its members that finished count, as they do on a
+// cluster).
 //
 // The chunk rule of Snapshot holds: a chunk is never modified, a node that
 // gains or loses a pod gets a new slice, and the others keep theirs, so
@@ -64,6 +68,7 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 			chunks[n], fresh[n] = keep, true
 		}
 	}
+	gone := maps.Clone(evicted) // the allocations evicted, by pod
 	var again []string
 	back := map[string]*PodGroup{}
 	for _, e := range d.Evictions {
@@ -155,9 +160,30 @@ func Apply(snap *Snapshot, d *Decisions, now int64) error {
 			}
 		}
 	}
+	// What a group had placed before d, less its members d evicted, plus
+	// those it bound: members that finished stay counted, as a cluster
+	// counts them (a group that waited already).
+	was := make(map[string]int, len(snap.Pending))
+	for i := range snap.Pending {
+		g := &snap.Pending[i]
+		was[g.Name] = g.Placed
+		for _, p := range g.Pods {
+			if bound[p.Name] != nil {
+				was[g.Name]++
+			}
+		}
+	}
+	for _, e := range d.Evictions {
+		if a := gone[e.Pod]; a != nil {
+			if _, ok := was[a.Group]; ok {
+				was[a.Group]--
+			}
+			gone[e.Pod] = nil // listed twice
+		}
+	}
 	for i := range pending {
 		g := &pending[i]
-		g.Placed = members[g.Name]
+		g.Placed = max(members[g.Name], was[g.Name])
 		if returned[g.Name] && g.MinMember > len(g.Pods)+g.Placed {
 			// A group that ran with fewer members than its minimum (the
 			// others finished, which a cluster counts as placed) comes

@@ -171,3 +171,29 @@ func TestApplyBindByName(t *testing.T) {
 		t.Fatalf("running %+v, want q on a and p on b", snap.RunningByNode)
 	}
 }
+
+// A waiting group's members that finished stay counted in Placed, as a
+// cluster counts them; its members evicted no longer count, and those
+// bound join the count.
+func TestApplyKeepsFinishedMembersPlaced(t *testing.T) {
+	nodes := []Node{{Name: "n"}}
+	chunks, err := ByNode(nodes, []Allocation{{Pod: "e-1", Group: "e", MinMember: 3, Node: "n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// e-0 finished and e-1 runs: 2 placed; e-2 and e-3 wait.
+	snap := Snapshot{Nodes: nodes, RunningByNode: chunks, Pending: []PodGroup{{Name: "e", MinMember: 3, Placed: 2, Pods: pods("e-2", "e-3")}}}
+	if err := Apply(&snap, &Decisions{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if g := snap.Pending[0]; g.Placed != 2 || g.Min() != 1 {
+		t.Fatalf("after an empty cycle: placed %d needing %d, want 2 needing 1", g.Placed, g.Min())
+	}
+	d := Decisions{Binds: []Bind{{Pod: "e-2", Group: "e", Node: "n"}}, Evictions: []Eviction{{Pod: "e-1", Group: "e"}}}
+	if err := Apply(&snap, &d, 2); err != nil {
+		t.Fatal(err)
+	}
+	if g := snap.Pending[0]; g.Placed != 2 || len(g.Pods) != 2 {
+		t.Fatalf("after e-2 bound and e-1 evicted: %+v, want 2 placed (e-0 finished, e-2 running) and e-3, e-1 waiting", g)
+	}
+}

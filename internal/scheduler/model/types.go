@@ -750,6 +750,11 @@ const (
 	// placed or finished) than its MinMember; it waits for the rest to be
 	// created and is never placed in part (Unplaced.Missing counts them).
 	UnplacedMissingMembers = "NotEnoughPods"
+	// UnplacedVictimsTooYoung: the group would fit by preemption or
+	// reclaim, but only by evicting groups younger than their minimum
+	// runtime (PodGroup.MinRuntime, Queue.MinRuntime); it waits for them
+	// to reach it, the first at Unplaced.OfAge.
+	UnplacedVictimsTooYoung = "VictimsBelowMinRuntime"
 )
 
 // What a waiting group waits for (Unplaced.Wait): whether more nodes
@@ -790,6 +795,10 @@ type Unplaced struct {
 	// Missing is, for UnplacedMissingMembers, how many more pods the gang
 	// needs before it can be placed.
 	Missing int `json:"missing,omitempty"`
+	// OfAge is, for UnplacedVictimsTooYoung, when (Snapshot.Now's unit)
+	// the first of the victims the group would fit by reaches its
+	// minimum runtime.
+	OfAge int64 `json:"ofAge,omitempty"`
 	// Explained is set when the core also says where the group's first
 	// pod was refused: Filtered counts the nodes each filter refused
 	// (placement.Filter* reasons) out of Nodes, and Placeable is how many
