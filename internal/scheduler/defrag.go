@@ -22,8 +22,13 @@ import (
 
 const (
 	// maxDefragTries caps the waiting groups one cycle tries to make room
-	// for by moves: each try looks at every node the group could use.
+	// for by moves, and maxDefragLooks the groups it looks at: each look
+	// reads every node the group could use, and a try is a look that
+	// found the group's GPUs free in total but scattered. A group with
+	// too few GPUs free for it anywhere uses no try, so that the groups
+	// that wait only for scattered GPUs are reached behind it.
 	maxDefragTries = 4
+	maxDefragLooks = 32
 	// maxMovesPerGroup caps the groups moved for one waiting group.
 	maxMovesPerGroup = 8
 )
@@ -46,10 +51,10 @@ func (c *cycle) defragment() {
 	}
 	var recent map[string]bool
 	var last *model.PodGroup // the group the node filter was last reset for
-	tries := 0
+	tries, looks := 0, 0
 	for _, qs := range c.queues {
 		for _, p := range qs {
-			if left == 0 || c.budget == 0 || tries == maxDefragTries {
+			if left == 0 || c.budget == 0 || tries == maxDefragTries || looks == maxDefragLooks {
 				return
 			}
 			if p.placed || p.bad != "" || !c.tree.Admits(p.q, p.admit) {
@@ -72,12 +77,16 @@ func (c *cycle) defragment() {
 					recent[c.snap.Pending[i].Name] = true
 				}
 			}
-			tries++
+			looks++
 			if last == nil || !sameRequests(last, p.g) {
 				c.feasible.reset(c.s.nodes, p.g)
 				last = p.g
 			}
-			left -= c.tryMove(p, least.GPUMilli, min(left, maxMovesPerGroup), recent)
+			n, tried := c.tryMove(p, least.GPUMilli, min(left, maxMovesPerGroup), recent)
+			left -= n
+			if tried {
+				tries++
+			}
 		}
 	}
 }
@@ -94,7 +103,8 @@ func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
 }
 
 // tryMove moves up to most Movable groups so that p fits, and returns how
-// many it moved; c.feasible is set for p. It looks at the nodes p could
+// many it moved and whether it searched for moves at all; c.feasible is
+// set for p. It looks at the nodes p could
 // use: when their free GPUs
 // together fall short of need there is nothing to gather. Otherwise it
 // clears the nodes with the most free GPUs first, each of its movable
@@ -102,7 +112,7 @@ func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
 // cleared, until p fits; then it puts back every move p can do without,
 // the first made first. It commits the moves and p's hold, or leaves the
 // state as it was.
-func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool) int {
+func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool) (int, bool) {
 	st := c.s.st
 	// Nodes by whole GPUs free, most first (bucketed: a sort of every
 	// node would cost more than the look), then by index.
@@ -126,7 +136,7 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 		}
 	}
 	if total < need || len(buckets) == 0 {
-		return 0
+		return 0, false
 	}
 	var nodes []int
 	for k := len(buckets) - 1; k >= 0; k-- {
@@ -179,12 +189,12 @@ search:
 	}
 	if binds == nil {
 		st.Rollback(mark)
-		return 0
+		return 0, true
 	}
 	binds, moves = c.spareMoves(p, binds, moves)
 	if !c.assign(p, binds) {
 		st.Rollback(mark)
-		return 0
+		return 0, true
 	}
 	var victims []string
 	for _, m := range moves {
@@ -207,7 +217,7 @@ search:
 		c.budget -= len(victims)
 	}
 	c.startHold(p, binds, victims)
-	return len(moves)
+	return len(moves), true
 }
 
 // placeOff places every pod of a moved group as place does, but off the

@@ -43,6 +43,7 @@ type options struct {
 	load                                     float64
 	nodes, hours                             int
 	maxRunTime                               time.Duration
+	checkpointShare, movableShare            float64
 	// defragMoves is gpuplane-scheduler's --defrag-moves-per-hour, in
 	// hours of the trace's clock.
 	defragMoves int
@@ -133,6 +134,8 @@ gang wait.`,
 	f.IntVar(&o.hours, "hours", 24, "contended: hours over which jobs arrive")
 	f.StringVar(&o.teams, "teams", "", "contended: teams as NAME:GUARANTEE:DEMAND,... (shares of GPUs and of jobs; default team-a:0.4:0.25,team-b:0.3:0.3,team-c:0.2:0.25,team-d:0.1:0.2)")
 	cliutil.DurationVar(cmd, &o.maxRunTime, "max-run-time", 12*time.Hour, "contended: longest run time drawn from Philly's (whole seconds)")
+	f.Float64Var(&o.checkpointShare, "checkpoint-share", 0.6, "contended: share of the jobs that checkpoint (every 10, 30 or 60 minutes); the others lose their whole run when evicted")
+	f.Float64Var(&o.movableShare, "movable-share", 0.5, "contended: share of the checkpointing jobs that opt in to moves for defragmentation")
 	f.StringVar(&o.configs, "config", "", "event mode: scheduler configurations of the core to compare, in place of --policy: "+strings.Join(simulator.SchedulerConfigNames(), ", "))
 	f.IntVar(&o.parallel, "parallel", min(2, runtime.NumCPU()), "runs to execute at once")
 	f.StringVar(&o.out, "out", "", "directory for results.csv, curve.csv and plot.svg")
