@@ -77,9 +77,11 @@ shapes, Philly's run times, the Alibaba 2025 trace's gangs, roles, RDMA and
 daily arrival profile, several teams' queues with guarantees and bursts,
 and --load times the cluster's GPUs offered in the busiest hour
 (docs/simulator.md). --config runs scheduler configurations of the core on
-it (fifo-bestfit, gpuplane, kai-like, kueue-like) and reports per
+it (fifo-bestfit, gpuplane and its variants gpuplane-by-age,
+gpuplane-no-defrag and gpuplane-plain, kai-like, kueue-like) and reports per
 configuration and queue job completion time, queueing delay, fairness over
-time, preemptions, GPU-hours lost to preemption and moves.
+time, preemptions, GPU-hours lost to preemption, moves, and the wait of jobs
+that need a whole node.
 
 Topology. --layout nodes-per-rack=N,racks-per-block=M lays the trace's
 nodes out in racks and blocks (labels gpuplane.io/rack and gpuplane.io/block;
@@ -95,7 +97,7 @@ their required and preferred level, domains spanned, GPU allocation and
 gang wait.`,
 		Example: `  gpuplane simulate --trace ../shared/traces/openb --variant default --policy fgd,bestfit,gpuplane --seeds 1-10 --out results/
   gpuplane simulate --trace cluster.yaml --mode event -o json
-  gpuplane simulate --workload contended --mode event --config fifo-bestfit,gpuplane,kai-like,kueue-like --seeds 1-10
+  gpuplane simulate --workload contended --mode event --config fifo-bestfit,gpuplane,gpuplane-by-age,gpuplane-no-defrag,kai-like,kueue-like --seeds 1-10
   gpuplane simulate --trace ../shared/traces/openb --mode event --layout nodes-per-rack=8,racks-per-block=8 \
     --training 1000 --training-start 9936000 --topology-policy aware,blind,kueue-tas`,
 		Args: cobra.NoArgs,
