@@ -24,8 +24,13 @@ import (
 
 const (
 	// maxDefragTries caps the waiting groups one cycle tries to make room
-	// for by moves: each try looks at every node the group could use.
+	// for by moves, and maxDefragLooks the groups it looks at: each look
+	// reads every node the group could use, and a try is a look that
+	// found the group's GPUs free in total but scattered. A group with
+	// too few GPUs free for it anywhere uses no try, so that the groups
+	// that wait only for scattered GPUs are reached behind it.
 	maxDefragTries = 4
+	maxDefragLooks = 32
 	// maxMovesPerGroup caps the groups moved for one waiting group.
 	maxMovesPerGroup = 8
 )
@@ -51,10 +56,10 @@ func (c *cycle) defragment() {
 	c.s.free.sync(c.s.st)
 	var recent map[string]bool
 	var last *model.PodGroup // the group the node filter was last reset for
-	tries := 0
+	tries, looks := 0, 0
 	for _, qs := range c.queues {
 		for _, p := range qs {
-			if left == 0 || c.budget == 0 || tries == maxDefragTries {
+			if left == 0 || c.budget == 0 || tries == maxDefragTries || looks == maxDefragLooks {
 				return
 			}
 			if p.placed || p.out() || !c.tree.Admits(p.q, p.admit) {
@@ -77,12 +82,16 @@ func (c *cycle) defragment() {
 					recent[c.snap.Pending[i].Name] = true
 				}
 			}
-			tries++
+			looks++
 			if last == nil || !sameRequests(last, p.g) {
 				c.feasible.reset(c.s.nodes, p.g)
 				last = p.g
 			}
-			left -= c.tryMove(p, least.GPUMilli, min(left, maxMovesPerGroup), recent)
+			n, tried := c.tryMove(p, least.GPUMilli, min(left, maxMovesPerGroup), recent)
+			left -= n
+			if tried {
+				tries++
+			}
 		}
 	}
 }
@@ -99,8 +108,9 @@ func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
 }
 
 // tryMove moves up to most Movable groups so that p fits, and returns how
-// many it moved; c.feasible is set for p. It looks at the nodes p could
-// use: when their free GPUs
+// many it moved and whether it searched for moves at all (false when the
+// nodes p could use hold too few free GPUs in all, or nothing movable);
+// c.feasible is set for p. When the free GPUs of the nodes p could use
 // together fall short of need there is nothing to gather. Otherwise it
 // clears the nodes with the most free GPUs first, each of its movable
 // groups (the smallest first) placed elsewhere, off every node being
@@ -114,12 +124,12 @@ func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
 // reach need, and the nodes p cannot use or that hold nothing movable are
 // passed over as they are met. A try costs the nodes it looks at, not
 // every node of the cluster.
-func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool) int {
+func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool) (int, bool) {
 	st := c.s.st
 	x := &c.s.free
 	x.sync(st)
 	if !c.enough(x, need) {
-		return 0
+		return 0, false
 	}
 	mark := st.Checkpoint()
 	avoid := map[int]bool{}
@@ -128,6 +138,7 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 	var binds []model.Bind
 	pods := 0
 	var here []*runningGroup
+	searched := false // a node p could use holds something movable
 	x.each(func(n int) bool {
 		if !c.feasible.fits(n) {
 			return true
@@ -146,6 +157,7 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 		if !movable {
 			return true // nothing here can make room
 		}
+		searched = true
 		avoid[n] = true
 		slices.SortFunc(here, func(a, b *runningGroup) int {
 			if x := cmp.Compare(a.use.GPUMilli, b.use.GPUMilli); x != 0 {
@@ -179,12 +191,12 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 	})
 	if binds == nil {
 		st.Rollback(mark)
-		return 0
+		return 0, searched
 	}
 	binds, moves = c.spareMoves(p, binds, moves)
 	if !c.assign(p, binds) {
 		st.Rollback(mark)
-		return 0
+		return 0, true
 	}
 	var victims []string
 	for _, m := range moves {
@@ -208,7 +220,7 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 		c.budget -= len(victims)
 	}
 	c.startHold(p, binds, victims)
-	return len(moves)
+	return len(moves), true
 }
 
 // enough reports whether the nodes c.feasible's group could use have need

@@ -152,3 +152,31 @@ func TestDefragmentWindowPasses(t *testing.T) {
 		t.Fatalf("moves %+v, want one at 10000", d.Moves)
 	}
 }
+
+// Groups whose GPUs are not free in total on their nodes, however
+// scattered, have nothing to gather: looking at them uses none of the
+// cycle's tries, so the group behind them that waits only for scattered
+// GPUs still gets its move.
+func TestDefragmentTriesOnlyGroupsWithScatteredRoom(t *testing.T) {
+	snap := fragmented(true)
+	var ahead []model.PodGroup
+	for k := range 5 {
+		// 16 GPUs, 8 free: nothing to gather. Never evicting, they leave
+		// m0 and m1 alone.
+		g := schedtest.Group(fmt.Sprintf("wide%d", k)).Queue("a").Priority(5).Pods(2, schedtest.GPU(8, 1000)).Obj()
+		g.NeverEvicts = true
+		ahead = append(ahead, g)
+	}
+	snap.Pending = append(ahead, snap.Pending...)
+	s, err := scheduler.New(scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Cycle(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Moves) != 1 || d.Moves[0].For != "big" {
+		t.Fatalf("moves %+v, want one for big behind five groups with nothing to gather", d.Moves)
+	}
+}

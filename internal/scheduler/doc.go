@@ -73,9 +73,11 @@
 // GPUs (milli-GPU) times the time since the group's restart point, the
 // earliest over its members of the later of its start and its
 // LastCheckpoint (a member that never checkpointed loses everything since
-// it started), then the newest. The reprieve gives victims back from the
-// most valuable in the same order, so what stays evicted is, greedily, what
-// loses the least. Work lost grows with Now, so the order a queue keeps of
+// it started), then the newest. Reclaim merges the queues that may give
+// in this order too, so the cheapest victim of any of them comes first
+// (the queue furthest above its share breaks ties). The reprieve gives
+// victims back from the most valuable in the same order, so what stays
+// evicted is, greedily, what loses the least. Work lost grows with Now, so the order a queue keeps of
 // its groups is sorted again when Now has moved since it was (victimOrder);
 // Snapshot.VictimsByAge orders by age alone, to compare.
 //

@@ -125,11 +125,15 @@ func (c *cycle) victims(p *pending, m evictMode) *victimQueue {
 	return h
 }
 
-// victimQueue yields victims from the largest key, then the cheapest
-// (lowest priority, then newest); names are unique, so the order is
-// total. The key is how far the victim's queue is above its fair share
-// (fair-share reclaim) or its GPU guarantee (guarantee reclaim); 0 for
-// preemption. It merges the queues' groups, each queue's already in
+// victimQueue yields victims from the cheapest (victimOrder: lowest
+// priority, then the fewest GPU-hours lost, then newest), then the
+// largest key; names are unique, so the order is total. The key is how
+// far the victim's queue is above its fair share (fair-share reclaim) or
+// its GPU guarantee (guarantee reclaim); 0 for preemption. Every victim it
+// yields is one the rule allows, so reclaim takes the cheapest among all
+// the queues that may give, not the cheapest of the queue furthest above
+// its share. Blind to checkpoints (victimOrder.byAge) the key comes
+// first: the furthest queue gives its lowest priority, newest groups. It merges the queues' groups, each queue's already in
 // cheapest-first order, and tests them only as it reaches them: a group
 // usually needs the first few. Testing late takes the same victims as
 // testing all first: a queue's usage only falls while victims are taken,
@@ -174,6 +178,11 @@ func (h *victimQueue) advance(cur *cursor) bool {
 func (h *victimQueue) Len() int { return len(h.cursors) }
 func (h *victimQueue) Less(i, j int) bool {
 	a, b := &h.cursors[i], &h.cursors[j]
+	if !h.c.order.byAge {
+		if x := h.c.order.compare(a.order[a.pos], b.order[b.pos]); x != 0 {
+			return x < 0
+		}
+	}
 	if a.key != b.key {
 		return a.key > b.key
 	}

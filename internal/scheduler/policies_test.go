@@ -365,3 +365,46 @@ func TestCheckpointReportedLaterCounts(t *testing.T) {
 		t.Fatalf("evicted %v, want old, which checkpointed 5 ago", got)
 	}
 }
+
+// Reclaim chooses among every queue's eligible victims by the work they
+// lose: a victim of a queue just above its fair share that checkpointed a
+// moment ago goes before one of the queue furthest above it that would
+// lose its whole run. Blind to checkpoints, the furthest queue gives
+// first, its newest group (the same start: the first name).
+func TestReclaimVictimsAcrossQueuesByWorkLost(t *testing.T) {
+	nodes := []model.Node{schedtest.Node("n1", 64000, 1<<20).GPUs(8, "A100").Obj(), schedtest.Node("n2", 64000, 1<<20).GPUs(8, "A100").Obj(),
+		schedtest.Node("n3", 64000, 1<<20).GPUs(8, "A100").Obj()}
+	// Fair shares are 8 GPUs each (a asks for 8); b holds 14, c 10.
+	var running []model.Allocation
+	node := func(k int) string { return fmt.Sprintf("n%d", 1+k/4) }
+	for k := range 7 {
+		running = append(running, runningGroup(fmt.Sprintf("b%d", k), "b", node(k), 0, 2, 500, 0, 0))
+	}
+	running = append(running, runningGroup("c-saved", "c", node(7), 0, 2, 0, 990, 0))
+	for k := 8; k < 12; k++ {
+		running = append(running, runningGroup(fmt.Sprintf("c%d", k), "c", node(k), 0, 2, 0, 0, 0))
+	}
+	big := schedtest.Group("a-big").Queue("a").Pods(1, schedtest.GPU(6, 1000)).Obj()
+	big.NeverEvicts = true
+	for _, tc := range []struct {
+		byAge bool
+		want  []string
+	}{{false, []string{"c-saved"}}, {true, []string{"b0"}}} {
+		t.Run(fmt.Sprintf("byAge=%v", tc.byAge), func(t *testing.T) {
+			snap := model.Snapshot{Nodes: nodes, Queues: []model.Queue{{Name: "a"}, {Name: "b"}, {Name: "c"}}, Now: 1000, VictimsByAge: tc.byAge,
+				Budget: model.DisruptionBudget{MaxEvictions: -1}, RunningByNode: schedtest.OnNodes(nodes, withIndexes(running...)...),
+				Pending: []model.PodGroup{schedtest.Group("a-small").Queue("a").Pods(1, schedtest.GPU(2, 1000)).Obj(), big}}
+			s, err := scheduler.New(scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := s.Cycle(&snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := evictedGroups(d); !slices.Equal(got, tc.want) {
+				t.Fatalf("evicted %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

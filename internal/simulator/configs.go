@@ -35,6 +35,17 @@ type SchedulerConfig struct {
 	// follow usage over time (model.Queue.UsageHalfLife), in trace
 	// seconds.
 	UsageHalfLife int64
+	// VictimsByAge chooses victims by priority, then age, blind to
+	// checkpoints (model.Snapshot.VictimsByAge).
+	VictimsByAge bool
+	// MinRuntime, when positive, is every queue's minimum runtime
+	// (model.Queue.MinRuntime), in trace seconds.
+	MinRuntime int64
+	// DefragMovesPerHour, when positive, lets the core move this many
+	// Movable groups in any hour of the trace (model.DefragPolicy), as
+	// gpuplane-scheduler's --defrag-moves-per-hour; it replaces the run's
+	// own.
+	DefragMovesPerHour int
 }
 
 // The configurations event mode compares (docs/benchmarks-scheduler.md).
@@ -44,8 +55,20 @@ var schedulerConfigs = []SchedulerConfig{
 		About: "kube-scheduler's behaviour: one queue in arrival order, later groups fill what the head leaves (the core keeps the head's nodes, kube-scheduler does not), best fit, no preemption; gangs stay whole (coscheduling)",
 	},
 	{
-		Name: "gpuplane", Placement: placement.DefaultPolicy,
-		About: "gpuplane as it is: a queue per team, weighted DRF over current usage, guarantees, preemption within a queue, reclaim of fair share and guarantee, fgd-packing placement",
+		Name: "gpuplane", Placement: "bestfit", UsageHalfLife: 3600, DefragMovesPerHour: 10,
+		About: "gpuplane's recommended policies: a queue per team weighted by its guarantee, weighted DRF over usage with a 1-hour half-life, reclaim of fair share and guarantee, preemption within a queue, victims that lose the fewest GPU-hours, up to 10 moves an hour of movable jobs for gangs that wait for scattered GPUs, best-fit placement; no minimum runtime",
+	},
+	{
+		Name: "gpuplane-by-age", Placement: "bestfit", UsageHalfLife: 3600, DefragMovesPerHour: 10, VictimsByAge: true,
+		About: "gpuplane with victims chosen by priority, then age, blind to checkpoints (the core's choice before checkpoint-aware victims), everything else as gpuplane",
+	},
+	{
+		Name: "gpuplane-no-defrag", Placement: "bestfit", UsageHalfLife: 3600,
+		About: "gpuplane without defragmentation (no moves), everything else as gpuplane",
+	},
+	{
+		Name: "gpuplane-plain", Placement: placement.DefaultPolicy,
+		About: "gpuplane's defaults: weighted DRF over current usage, no moves, fgd-packing placement, victims that lose the fewest GPU-hours",
 	},
 	{
 		Name: "kai-like", Placement: "bestfit", EqualWeights: true, UsageHalfLife: 600,
@@ -114,6 +137,9 @@ func (c *SchedulerConfig) queues(qs []model.Queue) []model.Queue {
 		q.NoReclaim = q.NoReclaim || c.NoReclaim
 		if c.UsageHalfLife > 0 {
 			q.UsageHalfLife = c.UsageHalfLife
+		}
+		if c.MinRuntime > 0 {
+			q.MinRuntime = c.MinRuntime
 		}
 		out[i] = q
 	}

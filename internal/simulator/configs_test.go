@@ -28,7 +28,14 @@ func TestParseSchedulerConfigs(t *testing.T) {
 
 func TestSchedulerConfigQueues(t *testing.T) {
 	teams := []model.Queue{{Name: "a", Weight: 0.7, Guaranteed: model.Resources{GPUMilli: 7000}}, {Name: "b", Weight: 0.3}}
-	fifo, gp, kai := schedulerConfigs[0], schedulerConfigs[1], schedulerConfigs[2]
+	byName := func(n string) SchedulerConfig {
+		cs, err := ParseSchedulerConfigs(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs[0]
+	}
+	fifo, gp, kai := byName("fifo-bestfit"), byName("gpuplane-plain"), byName("kai-like")
 	q := fifo.queues(teams)
 	if len(q) != 1 || q[0].Name != oneQueue || !q[0].NoPreemption || !q[0].NoReclaim || q[0].Guaranteed != (model.Resources{}) {
 		t.Fatalf("fifo queues %+v, want one queue without guarantee, preemption or reclaim", q)
@@ -44,6 +51,57 @@ func TestSchedulerConfigQueues(t *testing.T) {
 	}
 	if teams[0].Weight != 0.7 {
 		t.Fatal("queues changed the trace's queues")
+	}
+	withMin := SchedulerConfig{MinRuntime: 900}
+	if q := withMin.queues(teams); q[0].MinRuntime != 900 || q[1].MinRuntime != 900 || teams[0].MinRuntime != 0 {
+		t.Fatalf("queues %+v, want every queue's minimum runtime 900 and the trace's kept", q)
+	}
+}
+
+// A configuration's victim order and moves reach the core's snapshot, and
+// its minimum runtime the queues; gpuplane and gpuplane-by-age differ in
+// the victim order alone, gpuplane and gpuplane-no-defrag in moves alone.
+func TestSchedulerConfigPoliciesReachTheCore(t *testing.T) {
+	tr, err := GenerateContended(builtin(t), ContendedSpec{Seed: 3, Nodes: 12, Hours: 1, Load: 1.5, Teams: DefaultTeams(), BurstFactor: 1,
+		MinRunTime: 60, MaxRunTime: 600, MaxGangShare: 0.25, CheckpointShare: 1, CheckpointIntervals: []int64{300}, MovableShare: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		byAge    bool
+		maxMoves int
+		minRun   int64
+	}
+	look := func(c SchedulerConfig) seen {
+		var s seen
+		if _, err := RunEvent(context.Background(), tr, EventConfig{Seed: 1, Config: &c, OnCycle: func(_ int64, snap *model.Snapshot, _ *model.Decisions) {
+			s = seen{snap.VictimsByAge, snap.Defrag.MaxMoves, snap.Queues[0].MinRuntime}
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	configs := map[string]SchedulerConfig{}
+	for _, c := range SchedulerConfigs() {
+		configs[c.Name] = c
+	}
+	gp, age, still := configs["gpuplane"], configs["gpuplane-by-age"], configs["gpuplane-no-defrag"]
+	if got := look(gp); got.byAge || got.maxMoves != gp.DefragMovesPerHour || got.maxMoves == 0 {
+		t.Errorf("gpuplane: core saw %+v, want checkpoint-aware victims and %d moves an hour", got, gp.DefragMovesPerHour)
+	}
+	if got := look(age); !got.byAge || got.maxMoves != gp.DefragMovesPerHour {
+		t.Errorf("gpuplane-by-age: core saw %+v, want victims by age and gpuplane's moves", got)
+	}
+	if got := look(still); got.byAge || got.maxMoves != 0 {
+		t.Errorf("gpuplane-no-defrag: core saw %+v, want no moves", got)
+	}
+	age.VictimsByAge, still.DefragMovesPerHour = false, gp.DefragMovesPerHour
+	age.Name, still.Name, age.About, still.About = gp.Name, gp.Name, gp.About, gp.About
+	if age != gp || still != gp {
+		t.Errorf("gpuplane-by-age or gpuplane-no-defrag differ from gpuplane in more than their one policy")
+	}
+	if got := look(SchedulerConfig{Name: "min", Placement: "bestfit", MinRuntime: 1200}); got.minRun != 1200 {
+		t.Errorf("minimum runtime: core's queue saw %d, want 1200", got.minRun)
 	}
 }
 

@@ -61,6 +61,10 @@ type ContendedSpec struct {
 	// CheckpointIntervals (seconds) drawn at random; the others never do.
 	CheckpointShare     float64
 	CheckpointIntervals []int64
+	// MovableShare of the jobs that checkpoint opt in to moves for
+	// defragmentation (TracePod.Movable): restartable from their last
+	// checkpoint elsewhere. A job that never checkpoints never opts in.
+	MovableShare float64
 }
 
 // DefaultContendedSpec is the workload docs/benchmarks-scheduler.md
@@ -71,6 +75,7 @@ func DefaultContendedSpec(seed uint64) ContendedSpec {
 		BurstFactor: 3, BurstHours: 4,
 		MinRunTime: 60, MaxRunTime: 12 * 3600, MaxGangShare: 0.25,
 		CheckpointShare: 0.6, CheckpointIntervals: []int64{600, 1800, 3600},
+		MovableShare: 0.5,
 	}
 }
 
@@ -95,6 +100,8 @@ func (s *ContendedSpec) Validate() error {
 		return fmt.Errorf("maxGangShare: want more than 0 and at most 1, got %g", s.MaxGangShare)
 	case !(s.CheckpointShare >= 0) || s.CheckpointShare > 1:
 		return fmt.Errorf("checkpointShare: want 0 to 1, got %g", s.CheckpointShare)
+	case !(s.MovableShare >= 0) || s.MovableShare > 1:
+		return fmt.Errorf("movableShare: want 0 to 1, got %g", s.MovableShare)
 	case s.CheckpointShare > 0 && len(s.CheckpointIntervals) == 0:
 		return errors.New("checkpointIntervals: none, but checkpointShare > 0")
 	}
@@ -161,7 +168,7 @@ func ParseTeams(s string) ([]Team, error) {
 //     trace's daily profile (the busiest hour weighs 1), at uniform random
 //     times within the hour;
 //   - checkpoints: CheckpointShare of the jobs save their progress every
-//     one of CheckpointIntervals.
+//     one of CheckpointIntervals; MovableShare of those opt in to moves.
 //
 // Shapes that fit no machine of the cluster are left out of the draw.
 func GenerateContended(t *WorkloadTables, spec ContendedSpec) (*Trace, error) {
@@ -225,6 +232,7 @@ func GenerateContended(t *WorkloadTables, spec ContendedSpec) (*Trace, error) {
 		gpu, cpu        PodShape
 		rdma            int64
 		run, checkpoint int64
+		movable         bool
 	}
 	draw := func() job {
 		var j job
@@ -246,6 +254,9 @@ func GenerateContended(t *WorkloadTables, spec ContendedSpec) (*Trace, error) {
 		j.run = min(max(quantileAt(t.RunTimes, rng.Float64()), spec.MinRunTime), spec.MaxRunTime)
 		if rng.Float64() < spec.CheckpointShare {
 			j.checkpoint = spec.CheckpointIntervals[rng.IntN(len(spec.CheckpointIntervals))]
+			// Drawn only when MovableShare is set, so that a workload
+			// without movable jobs draws as it did before they existed.
+			j.movable = spec.MovableShare > 0 && rng.Float64() < spec.MovableShare
 		}
 		return j
 	}
@@ -281,7 +292,7 @@ func GenerateContended(t *WorkloadTables, spec ContendedSpec) (*Trace, error) {
 			team := spec.Teams[pickWeight(rng, weights)].Name
 			at := int64(h)*3600 + rng.Int64N(3600)
 			seq++
-			hourPods = append(hourPods, jobPods(team, seq, at, j.gang, j.gpu, j.cpu, j.rdma, j.run, j.checkpoint)...)
+			hourPods = append(hourPods, jobPods(team, seq, at, j.gang, j.gpu, j.cpu, j.rdma, j.run, j.checkpoint, j.movable)...)
 		}
 		tr.Pods = append(tr.Pods, hourPods...)
 	}
@@ -289,9 +300,9 @@ func GenerateContended(t *WorkloadTables, spec ContendedSpec) (*Trace, error) {
 	return tr, nil
 }
 
-// jobPods are one job's pods: gang members share the group, its run time
-// and checkpoint interval.
-func jobPods(team string, seq int, at int64, g GangShape, gpu, cpu PodShape, rdma, run, ckpt int64) []TracePod {
+// jobPods are one job's pods: gang members share the group, its run time,
+// checkpoint interval and whether it may be moved.
+func jobPods(team string, seq int, at int64, g GangShape, gpu, cpu PodShape, rdma, run, ckpt int64, movable bool) []TracePod {
 	name := fmt.Sprintf("%s-j%05d", team, seq)
 	n := g.GPUPods + g.CPUPods
 	group := ""
@@ -312,7 +323,7 @@ func jobPods(team string, seq int, at int64, g GangShape, gpu, cpu PodShape, rdm
 			pn = name + suffix
 		}
 		pods = append(pods, TracePod{Name: pn, Request: req, CreatedAt: at, Duration: run, Queue: team, Group: group,
-			Priority: gpu.Priority, CheckpointEvery: ckpt})
+			Priority: gpu.Priority, CheckpointEvery: ckpt, Movable: movable})
 	}
 	for i := range g.GPUPods {
 		add(fmt.Sprintf("-gpu%d", i), gpu, rdma)

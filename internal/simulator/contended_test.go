@@ -277,6 +277,8 @@ func TestContendedSpecValidate(t *testing.T) {
 		{"maxRunTime", func(s *ContendedSpec) { s.MaxRunTime = 1 }},
 		{"maxGangShare", func(s *ContendedSpec) { s.MaxGangShare = 2 }},
 		{"checkpointIntervals[0]", func(s *ContendedSpec) { s.CheckpointIntervals = []int64{0} }},
+		{"movableShare", func(s *ContendedSpec) { s.MovableShare = 1.5 }},
+		{"movableShare", func(s *ContendedSpec) { s.MovableShare = math.NaN() }},
 	} {
 		s := DefaultContendedSpec(1)
 		tc.edit(&s)
@@ -462,6 +464,62 @@ func TestGeneratedJobsFitTheEmptyCluster(t *testing.T) {
 					t.Fatalf("seed %d, %s: gang %s of %d pods: %d bound on the empty cluster", seed, c.Placement, g, len(pods), len(d.Binds))
 				}
 			}
+		}
+	}
+}
+
+// Jobs checkpoint and opt in to moves in the spec's shares, a job's pods
+// alike, and only a job that checkpoints opts in.
+func TestGenerateContendedCheckpointsAndMoves(t *testing.T) {
+	tb := builtin(t)
+	spec := smallSpec(5)
+	tr, err := GenerateContended(tb, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type job struct {
+		every   int64
+		movable bool
+	}
+	jobs := map[string]job{}
+	for i := range tr.Pods {
+		p := &tr.Pods[i]
+		g := p.Group
+		if g == "" {
+			g = p.Name
+		}
+		j := job{p.CheckpointEvery, p.Movable}
+		if prev, ok := jobs[g]; ok && prev != j {
+			t.Fatalf("job %s: pods differ, %+v and %+v", g, prev, j)
+		}
+		jobs[g] = j
+		if p.Movable && p.CheckpointEvery == 0 {
+			t.Fatalf("pod %s opts in to moves but never checkpoints", p.Name)
+		}
+	}
+	var ckpt, movable float64
+	for _, j := range jobs {
+		if j.every > 0 {
+			ckpt++
+		}
+		if j.movable {
+			movable++
+		}
+	}
+	n := float64(len(jobs))
+	// Binomial draws of several hundred jobs: within 4 standard deviations.
+	within := func(got, p, n float64) bool { return math.Abs(got/n-p) <= 4*math.Sqrt(p*(1-p)/n) }
+	if !within(ckpt, spec.CheckpointShare, n) || !within(movable, spec.MovableShare, ckpt) {
+		t.Fatalf("%g of %g jobs checkpoint (want %g), %g of those opt in to moves (want %g)", ckpt, n, spec.CheckpointShare, movable, spec.MovableShare)
+	}
+	spec.MovableShare = 0
+	still, err := GenerateContended(tb, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range still.Pods {
+		if still.Pods[i].Movable {
+			t.Fatalf("pod %s opts in with a movable share of 0", still.Pods[i].Name)
 		}
 	}
 }

@@ -166,6 +166,12 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	var winArea float64
 	slices.SortStableFunc(pods, func(a, b *simPod) int { return cmp.Compare(a.tp.CreatedAt, b.tp.CreatedAt) })
 	capMilli := tr.GPUCapacityMilli()
+	if c := cfg.Config; c != nil {
+		cfg.VictimsByAge = cfg.VictimsByAge || c.VictimsByAge
+		if c.DefragMovesPerHour > 0 {
+			cfg.Defrag = model.DefragPolicy{MaxMoves: c.DefragMovesPerHour, Window: 3600}
+		}
+	}
 	if err := cfg.Defrag.Check("defrag"); err != nil {
 		return nil, fmt.Errorf("event run %s: %w", tr.Source, err)
 	}
@@ -257,7 +263,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		used[p.team] -= float64(p.held)
 		p.held = 0
 	}
-	queueMin, classMin := minRuntimes(tr.Queues), map[string]bool{}
+		queueMin, classMin := minRuntimes(snap.Queues), map[string]bool{}
 	for _, p := range pods {
 		if p.tp.MinRuntime > 0 {
 			classMin[p.group] = true
@@ -448,6 +454,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	ev.MeanUtilization = utilArea / span
 	res.MilliGPUAllocationRatio = ratio(allocMilli, capMilli)
 	fillQueueStats(tr, pods, preempted, usage, res)
+	wholeNodeWaits(tr.Nodes, pods, ev)
 	ev.LostGPUHours = lostMilliSeconds / model.MilliPerGPU / 3600
 	loss.stats(ev, nodeLossMilliSeconds)
 	ev.FairnessDeviation, ev.JainOverTime = fair.meanDeviation(), fair.jain()

@@ -61,6 +61,12 @@ type EventStats struct {
 	JCTP95        float64 `json:"jctP95"`
 	WaitP50       float64 `json:"waitP50"`
 	WaitP95       float64 `json:"waitP95"`
+	// WholeNodeJobs need a whole node for a pod (one that asks for every
+	// GPU of any node it fits), the jobs defragmentation serves; their
+	// queueing delay as WaitP50 and WaitP95 count it.
+	WholeNodeJobs    int     `json:"wholeNodeJobs"`
+	WholeNodeWaitP50 float64 `json:"wholeNodeWaitP50"`
+	WholeNodeWaitP95 float64 `json:"wholeNodeWaitP95"`
 	// Preemptions counts evicted pods, moves aside; Moves counts groups
 	// evicted and placed again by the same cycle (defragmentation).
 	Preemptions int `json:"preemptions"`

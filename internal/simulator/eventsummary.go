@@ -12,6 +12,9 @@ type EventSummary struct {
 	JCTP95            float64 `json:"jctP95"`
 	WaitP50           float64 `json:"waitP50"`
 	WaitP95           float64 `json:"waitP95"`
+	WholeNodeJobs     float64 `json:"wholeNodeJobs"`
+	WholeNodeWaitP50  float64 `json:"wholeNodeWaitP50"`
+	WholeNodeWaitP95  float64 `json:"wholeNodeWaitP95"`
 	FairnessDeviation float64 `json:"fairnessDeviation"`
 	JainOverTime      float64 `json:"jainOverTime"`
 	LostGPUHours      float64 `json:"lostGpuHours"`
@@ -62,6 +65,9 @@ func SummarizeEvent(results []*Result) []EventSummary {
 			s.JCTP95 += e.JCTP95 / n
 			s.WaitP50 += e.WaitP50 / n
 			s.WaitP95 += e.WaitP95 / n
+			s.WholeNodeJobs += float64(e.WholeNodeJobs) / n
+			s.WholeNodeWaitP50 += e.WholeNodeWaitP50 / n
+			s.WholeNodeWaitP95 += e.WholeNodeWaitP95 / n
 			s.FairnessDeviation += e.FairnessDeviation / n
 			s.JainOverTime += e.JainOverTime / n
 			s.LostGPUHours += e.LostGPUHours / n

@@ -43,6 +43,7 @@ type options struct {
 	load                                     float64
 	nodes, hours                             int
 	maxRunTime                               time.Duration
+	checkpointShare, movableShare            float64
 	// defragMoves is gpuplane-scheduler's --defrag-moves-per-hour, in
 	// hours of the trace's clock.
 	defragMoves int
@@ -78,9 +79,11 @@ shapes, Philly's run times, the Alibaba 2025 trace's gangs, roles, RDMA and
 daily arrival profile, several teams' queues with guarantees and bursts,
 and --load times the cluster's GPUs offered in the busiest hour
 (docs/simulator.md). --config runs scheduler configurations of the core on
-it (fifo-bestfit, gpuplane, kai-like, kueue-like) and reports per
+it (fifo-bestfit, gpuplane and its variants gpuplane-by-age,
+gpuplane-no-defrag and gpuplane-plain, kai-like, kueue-like) and reports per
 configuration and queue job completion time, queueing delay, fairness over
-time, preemptions, GPU-hours lost to preemption and moves.
+time, preemptions, GPU-hours lost to preemption, moves, and the wait of jobs
+that need a whole node.
 
 Spot nodes (event mode). --spot-fraction F --spot-reclaim-per-hour R makes
 F of the nodes spot instances (picked by seed) that the provider reclaims
@@ -104,7 +107,7 @@ their required and preferred level, domains spanned, GPU allocation and
 gang wait.`,
 		Example: `  gpuplane simulate --trace ../shared/traces/openb --variant default --policy fgd,bestfit,gpuplane --seeds 1-10 --out results/
   gpuplane simulate --trace cluster.yaml --mode event -o json
-  gpuplane simulate --workload contended --mode event --config fifo-bestfit,gpuplane,kai-like,kueue-like --seeds 1-10
+  gpuplane simulate --workload contended --mode event --config fifo-bestfit,gpuplane,gpuplane-by-age,gpuplane-no-defrag,kai-like,kueue-like --seeds 1-10
   gpuplane simulate --workload contended --mode event --config gpuplane --spot-fraction 0.5 --spot-reclaim-per-hour 0.05
   gpuplane simulate --trace ../shared/traces/openb --mode event --layout nodes-per-rack=8,racks-per-block=8 \
     --training 1000 --training-start 9936000 --topology-policy aware,blind,kueue-tas`,
@@ -144,6 +147,8 @@ gang wait.`,
 	f.IntVar(&o.hours, "hours", 24, "contended: hours over which jobs arrive")
 	f.StringVar(&o.teams, "teams", "", "contended: teams as NAME:GUARANTEE:DEMAND,... (shares of GPUs and of jobs; default team-a:0.4:0.25,team-b:0.3:0.3,team-c:0.2:0.25,team-d:0.1:0.2)")
 	cliutil.DurationVar(cmd, &o.maxRunTime, "max-run-time", 12*time.Hour, "contended: longest run time drawn from Philly's (whole seconds)")
+	f.Float64Var(&o.checkpointShare, "checkpoint-share", 0.6, "contended: share of the jobs that checkpoint (every 10, 30 or 60 minutes); the others lose their whole run when evicted")
+	f.Float64Var(&o.movableShare, "movable-share", 0.5, "contended: share of the checkpointing jobs that opt in to moves for defragmentation")
 	f.StringVar(&o.configs, "config", "", "event mode: scheduler configurations of the core to compare, in place of --policy: "+strings.Join(simulator.SchedulerConfigNames(), ", "))
 	f.IntVar(&o.parallel, "parallel", min(2, runtime.NumCPU()), "runs to execute at once")
 	f.StringVar(&o.out, "out", "", "directory for results.csv, curve.csv and plot.svg")
