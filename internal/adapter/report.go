@@ -73,6 +73,10 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 			// Waiting cannot help: the group, the queue or the cluster
 			// must change, and the message says which field.
 			msg, reasons[u.Group] = aboveLimitMessage(in, g, u), u.Code
+		case model.UnplacedNodesComing:
+			// Nodes already bought will start it once their GPUs
+			// register: the core names them.
+			msg, reasons[u.Group] = u.Reason, u.Code
 		case model.UnplacedPreemptionDisabled, model.UnplacedReclaimDisabled, model.UnplacedWaitingForVictims:
 			// The core's own words: the queue's policy, or the pods
 			// evicted for it, keep it waiting.

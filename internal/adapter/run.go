@@ -88,6 +88,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	c := newClusterCache(cfg.SchedulerName)
 	c.disruption = disruptionMarks{taints: cfg.DisruptionTaints, conditions: cfg.DisruptionConditions}
+	c.comingTimeout = cfg.ComingNodeTimeout
 
 	// Informers feed the cache with only what the scheduler reads
 	// (forCache).

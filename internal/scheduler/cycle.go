@@ -352,6 +352,7 @@ func (c *cycle) backfill() {
 // noting their nodes for the next sync to compare with what the driver
 // did.
 func (c *cycle) finish() {
+	var waiting []comingWait
 	for _, qs := range c.queues {
 		for _, p := range qs {
 			if p.waiting > 0 {
@@ -398,10 +399,15 @@ func (c *cycle) finish() {
 					c.explain(p, &u)
 				}
 				u.Wait = waitFor(u.Code)
+				if u.Wait == model.WaitCapacity {
+					waiting = append(waiting, comingWait{k: len(c.d.Unplaced), p: p})
+				}
 				c.d.Unplaced = append(c.d.Unplaced, u)
 			}
 		}
 	}
+	// Groups that the nodes already bought will start wait for them.
+	c.awaitComing(waiting)
 	c.queueStatus()
 	s := c.s
 	// The room held for waiting preemptors is theirs for this cycle only:
@@ -452,6 +458,8 @@ func waitFor(code string) string {
 		return model.WaitVictims
 	case model.UnplacedBadTopology:
 		return model.WaitSpec
+	case model.UnplacedNodesComing:
+		return model.WaitComing
 	}
 	// UnplacedNoFit, UnplacedAboveCapacity, the topology codes, and the
 	// evictions a policy forbids: room would start them.
@@ -525,7 +533,7 @@ func (c *cycle) explain(p *pending, u *model.Unplaced) {
 		}
 	}
 	u.Explained, u.Nodes = true, len(st.Nodes)
-	known := []string{placement.FilterUnschedulable, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterVolumeInUse, placement.FilterVolumeLimits, placement.FilterVolumeBinding,
+	known := []string{placement.FilterUnschedulable, placement.FilterComing, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterVolumeInUse, placement.FilterVolumeLimits, placement.FilterVolumeBinding,
 		placement.FilterClaimDevices, placement.FilterGPUKind, placement.FilterGPU,
 		placement.FilterSpread, placement.FilterPodAffinity, placement.FilterPodAntiAffinity, placement.FilterExistingAntiAffinity}
 	for _, f := range known {

@@ -140,6 +140,13 @@ type Node struct {
 	// with a pod on one is evicted whole (EvictDisruption), with notice,
 	// to be placed again elsewhere rather than run on with members lost.
 	Disrupted bool `json:"disrupted,omitempty"`
+	// Coming nodes have yet to register their GPUs (a node an autoscaler
+	// just bought, whose device plugin is still starting): GPUs lists
+	// what the node will offer once it has. A coming node takes no pod
+	// until then; a group that would fit were it up waits for it
+	// (UnplacedNodesComing) rather than for capacity, so that no
+	// autoscaler buys another node for it meanwhile.
+	Coming bool `json:"coming,omitempty"`
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).
 	MIG *NodeMIG `json:"mig,omitempty"`
@@ -746,6 +753,12 @@ const (
 	// placed or finished) than its MinMember; it waits for the rest to be
 	// created and is never placed in part (Unplaced.Missing counts them).
 	UnplacedMissingMembers = "NotEnoughPods"
+	// UnplacedNodesComing: the group fits nowhere as the nodes are, but
+	// would fit once the coming nodes (Node.Coming) named in
+	// Unplaced.Coming register their GPUs, taken in the order the core
+	// gives groups their turns: it waits for them, and is bound to none
+	// of them before then.
+	UnplacedNodesComing = "NodesComing"
 )
 
 // What a waiting group waits for (Unplaced.Wait): whether more nodes
@@ -771,6 +784,9 @@ const (
 	// WaitSpec: the group can never start as it is written
 	// (UnplacedBadTopology); its spec must change.
 	WaitSpec = "Spec"
+	// WaitComing: nodes already bought, yet to register their GPUs, would
+	// start it (UnplacedNodesComing): more nodes would not.
+	WaitComing = "NodesComing"
 )
 
 // Unplaced records a pending group the cycle could not place: Code says
@@ -811,6 +827,9 @@ type Unplaced struct {
 	Domain      string   `json:"domain,omitempty"`
 	Movable     []string `json:"movable,omitempty"`
 	MovableMore int      `json:"movableMore,omitempty"`
+	// Coming names, for UnplacedNodesComing, the coming nodes the group
+	// waits for, in node order.
+	Coming []string `json:"coming,omitempty"`
 }
 
 // FilterCount is how many nodes one filter refused.

@@ -62,7 +62,7 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 	if len(req.FirstOf) > 0 {
 		return slices.ContainsFunc(req.FirstOf, func(alt model.Request) bool { return StaticFits(n, &alt) })
 	}
-	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB || !staticResourcesFit(n, req) || !staticVolumeFit(n, req) {
+	if !nodeAccepts(n, req, false) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB || !staticResourcesFit(n, req) || !staticVolumeFit(n, req) {
 		return false
 	}
 	if !req.UsesGPU() {
@@ -103,16 +103,17 @@ func setGPUs(n *model.Node, req *model.Request) int {
 // core asks it before proposing a new MIG layout for req on the node.
 func (s *State) Hosts(i int, req *model.Request) bool {
 	ns := &s.Nodes[i]
-	return nodeAccepts(ns.Node, req) && ns.FreeCPU >= req.MilliCPU && ns.FreeMem >= req.MemoryMiB && ns.res.fits(req, ns.Pods)
+	return nodeAccepts(ns.Node, req, false) && ns.FreeCPU >= req.MilliCPU && ns.FreeMem >= req.MemoryMiB && ns.res.fits(req, ns.Pods)
 }
 
 // ModelAllowed reports whether GPU g is of a model req allows.
 func ModelAllowed(req *model.Request, g *model.GPU) bool { return modelAllowed(req, g) }
 
 // nodeAccepts checks the node-level part of StaticFits: schedulability,
-// selector, taints.
-func nodeAccepts(n *model.Node, req *model.Request) bool {
-	if cordoned(n, req) {
+// selector, taints. comingUp reads a coming node as it will be once up
+// (State.SetComingUp).
+func nodeAccepts(n *model.Node, req *model.Request, comingUp bool) bool {
+	if cordoned(n, req, comingUp) {
 		return false
 	}
 	for k, v := range req.NodeSelector {
@@ -132,10 +133,11 @@ func nodeAccepts(n *model.Node, req *model.Request) bool {
 }
 
 // cordoned reports whether n is unschedulable for req: n is about to go
-// away (Disrupted), or Unschedulable and req does not tolerate
+// away (Disrupted), has yet to register its GPUs (Coming) and comingUp is
+// not set, or is Unschedulable and req does not tolerate
 // model.TaintUnschedulable.
-func cordoned(n *model.Node, req *model.Request) bool {
-	return n.Disrupted || n.Unschedulable && !tolerates(req.Tolerations, model.Taint{Key: model.TaintUnschedulable, Effect: "NoSchedule"})
+func cordoned(n *model.Node, req *model.Request, comingUp bool) bool {
+	return n.Disrupted || n.Coming && !comingUp || n.Unschedulable && !tolerates(req.Tolerations, model.Taint{Key: model.TaintUnschedulable, Effect: "NoSchedule"})
 }
 
 func tolerates(tols []model.Toleration, t model.Taint) bool {
@@ -166,7 +168,7 @@ func (s *State) Options(i int, req *model.Request) []Option {
 // topology, and topology only ranks whole-GPU sets.
 func (s *State) fitOptions(i int, req *model.Request) []Option {
 	ns := &s.Nodes[i]
-	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) ||
+	if !nodeAccepts(ns.Node, req, s.comingUp) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) ||
 		req.Volumes != nil && s.volumeWhy(i, req) != "" {
 		return nil
 	}
@@ -305,10 +307,13 @@ func linkStats(n *model.Node, set []int) (mn, sum int) {
 // resources (resources.go).
 const (
 	FilterUnschedulable = "node unschedulable"
-	FilterSelector      = "node selector or taints"
-	FilterCPU           = "insufficient cpu"
-	FilterMemory        = "insufficient memory"
-	FilterGPU           = "insufficient gpu"
+	// FilterComing: the node has yet to register its GPUs
+	// (model.Node.Coming).
+	FilterComing   = "node registering its GPUs"
+	FilterSelector = "node selector or taints"
+	FilterCPU      = "insufficient cpu"
+	FilterMemory   = "insufficient memory"
+	FilterGPU      = "insufficient gpu"
 	// FilterGPUKind: no GPU of the node is offered the way a share or a
 	// MIG instance is asked for (no sharing, another share resource, no
 	// MIG instance of that size), however free it is.
@@ -323,9 +328,11 @@ const (
 func (s *State) Why(i int, req *model.Request) string {
 	ns := &s.Nodes[i]
 	switch {
-	case cordoned(ns.Node, req):
+	case ns.Node.Coming && !s.comingUp && !ns.Node.Disrupted:
+		return FilterComing
+	case cordoned(ns.Node, req, s.comingUp):
 		return FilterUnschedulable
-	case !nodeAccepts(ns.Node, req):
+	case !nodeAccepts(ns.Node, req, s.comingUp):
 		return FilterSelector
 	}
 	if why := ns.res.why(req, ns.Pods); why != "" {
