@@ -191,7 +191,7 @@ var All = concat(
 		"WaitingForResourceClaim", "ResourceClaimNotFound", "ResourceClaimNotOwned", "ResourceClaimDeleted",
 		"ResourceClaimFull", "ClaimsOnDifferentNodes", "DeviceClassNotFound", "MixedGPURequest",
 		"SelectorFailed", "InvalidSelector", "InvalidResourceClaim", "UnsupportedClaim", "TooManyDevices",
-		"AdminAccessNotAllowed", "ClaimAllocationFailed", "NodesComing",
+		"AdminAccessNotAllowed", "ClaimAllocationFailed", "NodesComing", "ExceedsNodePoolLimits",
 	),
 	[]Reason{{Name: "FailedScheduling", Kind: Event, Object: "Pod", By: Scheduler, Anchor: "unschedulable"}},
 	// The core's codes only the PodGroup's Schedulable condition carries:

@@ -53,6 +53,13 @@ func (l *loop) reportNodes() {
 	for _, p := range warned {
 		say(p, cmp.Or(p.reason, ReasonGPUTopologyIgnored))
 	}
+	for name, msg := range l.cache.nodePoolProblems() {
+		seen["nodepool/"+name] = true
+		if l.nodeReported["nodepool/"+name] != msg {
+			l.nodeReported["nodepool/"+name] = msg
+			l.log.Info("a node pool's limits are unreadable: counting it as unlimited", "nodepool", name, "problem", msg)
+		}
+	}
 	for name := range l.nodeReported {
 		if !seen[name] {
 			delete(l.nodeReported, name)

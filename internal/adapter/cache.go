@@ -169,6 +169,11 @@ type clusterCache struct {
 	// start.
 	comingTimeout time.Duration
 	clock         func() time.Time
+	// pools are the GPU node pools of Karpenter, by name, with what each
+	// may still add (nodepools.go); poolProblems what is unreadable in
+	// a pool, by name.
+	pools        map[string]poolRoom
+	poolProblems map[string]string
 }
 
 func newClusterCache(schedulerName string) *clusterCache {
@@ -182,7 +187,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 		vol: newVolumeCache(), topologies: newTopologyBook(),
 		disruption:    disruptionMarks{taints: DefaultDisruptionTaints},
-		comingTimeout: DefaultComingNodeTimeout, clock: time.Now,
+		comingTimeout: DefaultComingNodeTimeout, clock: time.Now, poolProblems: map[string]string{},
 	}
 	c.dra = c.newDRAState()
 	return c

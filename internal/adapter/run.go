@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -119,6 +121,15 @@ func Run(ctx context.Context, cfg Config) error {
 			{factory.Resource().V1().DeviceClasses().Informer(), handler(c.upsertClass, c.deleteClass)},
 			{factory.Resource().V1().ResourceClaims().Informer(), handler(c.upsertClaim, c.deleteClaim)},
 		}...)
+	}
+	// Karpenter's NodePools, with a node autoscaler, where the cluster
+	// serves them: their limits bound what it may add (nodepools.go).
+	if cfg.NodeAutoscaler {
+		if rs, err := client.Discovery().ServerResourcesForGroupVersion(NodePoolsResource.GroupVersion().String()); err == nil && slices.ContainsFunc(rs.APIResources, func(r metav1.APIResource) bool { return r.Name == NodePoolsResource.Resource }) {
+			regs = append(regs, informerReg{dfactory.ForResource(NodePoolsResource).Informer(), handler(c.upsertNodePool, c.deleteNodePool)})
+		} else {
+			log.Info("no Karpenter NodePools served: node pool limits are not read", "resource", NodePoolsResource.String())
+		}
 	}
 	// Kueue's and KAI's Topologies, where the cluster serves them: those
 	// served now are synced with the rest; a CRD installed later is found

@@ -154,3 +154,42 @@ func TestComingNodeRegisters(t *testing.T) {
 		t.Fatalf("binds %+v unplaced %+v; want a bound to new once it is up", d.Binds, d.Unplaced)
 	}
 }
+
+// A gang above what the nodes and the node pools' limits give together
+// waits for the limits, not for capacity: an autoscaler would buy nodes
+// for part of it. Within the limits, it waits for capacity.
+func TestGangAboveNodeLimits(t *testing.T) {
+	gpus := func(n int64) *model.Resources { return &model.Resources{GPUMilli: n * model.MilliPerGPU} }
+	tests := []struct {
+		name     string
+		limit    *model.Resources
+		wantCode string
+		wantWait string
+	}{
+		{name: "no limit: capacity", wantCode: model.UnplacedNoFit, wantWait: model.WaitCapacity},
+		{name: "room for the gang within the limits: capacity", limit: gpus(32), wantCode: model.UnplacedNoFit, wantWait: model.WaitCapacity},
+		{name: "the limits give too little: the limits", limit: gpus(24), wantCode: model.UnplacedAboveNodeLimits, wantWait: model.WaitNodeLimits},
+		{name: "a limit below the nodes there are counts them", limit: gpus(0), wantCode: model.UnplacedAboveNodeLimits, wantWait: model.WaitNodeLimits},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// One node of 8 GPUs; a gang of 4 x 8 needs three more.
+			nodes := schedtest.Cluster("n", 1, 8, 64000, 1<<20)
+			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, NodesMayBeAdded: true, NodeLimit: tc.limit,
+				Pending: []model.PodGroup{schedtest.Group("g").MinMember(4).Pods(4, schedtest.GPU(8, 0)).Obj()}}, scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Binds) != 0 || len(d.Unplaced) != 1 {
+				t.Fatalf("binds %+v unplaced %+v; want g waiting whole", d.Binds, d.Unplaced)
+			}
+			if u := d.Unplaced[0]; u.Code != tc.wantCode || u.Wait != tc.wantWait {
+				t.Errorf("code %s wait %s (%s), want %s %s", u.Code, u.Wait, u.Reason, tc.wantCode, tc.wantWait)
+			}
+		})
+	}
+}

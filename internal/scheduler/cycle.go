@@ -375,6 +375,13 @@ func (c *cycle) finish() {
 						u.Code, u.Need, u.Queue, u.Limit = model.UnplacedAboveQueueLimit, p.admit, c.tree.Name(q), c.tree.Spec(q).Limit
 						u.Reason = fmt.Sprintf("needs %s admitted, above queue %q's limit %s", describe(p.admit), u.Queue, describe(u.Limit))
 					}
+				case p.g.Min() > 1 && c.snap.NodesMayBeAdded && c.snap.NodeLimit != nil && least.GPUMilli > max(c.capacity.GPUMilli, c.snap.NodeLimit.GPUMilli):
+					// All or none: an autoscaler would buy nodes for some
+					// of its pods and stop at the limit.
+					u.Code, u.Need = model.UnplacedAboveNodeLimits, model.Resources{GPUMilli: least.GPUMilli}
+					u.Capacity = model.Resources{GPUMilli: max(c.capacity.GPUMilli, c.snap.NodeLimit.GPUMilli)}
+					u.Reason = fmt.Sprintf("needs at least %s, more than the nodes may have together once the autoscaler has added what its node pools' limits allow (%s; %s now)",
+						describe(u.Need), describe(u.Capacity), describe(model.Resources{GPUMilli: c.capacity.GPUMilli}))
 				case p.g.Min() > 1 && !c.snap.NodesMayBeAdded && !least.Fits(c.capacity):
 					// A gang only: a pod alone that no node can hold hears
 					// why of each node, which says more. With a node
@@ -460,6 +467,8 @@ func waitFor(code string) string {
 		return model.WaitSpec
 	case model.UnplacedNodesComing:
 		return model.WaitComing
+	case model.UnplacedAboveNodeLimits:
+		return model.WaitNodeLimits
 	}
 	// UnplacedNoFit, UnplacedAboveCapacity, the topology codes, and the
 	// evictions a policy forbids: room would start them.

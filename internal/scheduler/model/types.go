@@ -575,6 +575,14 @@ type Snapshot struct {
 	// nodes cure, rather than being told it can never start
 	// (UnplacedAboveCapacity).
 	NodesMayBeAdded bool `json:"nodesMayBeAdded,omitempty"`
+	// NodeLimit, with NodesMayBeAdded, is the most GPUs (GPUMilli) all
+	// nodes may have together, those the node autoscaler may still add
+	// by the limits of its node pools included; nil sets none. A gang
+	// whose least need is above it waits for the limits to change
+	// (UnplacedAboveNodeLimits), not for capacity: the autoscaler would
+	// buy nodes for part of it and stop at the limit, and the gang would
+	// never start.
+	NodeLimit *Resources `json:"nodeLimit,omitempty"`
 	// Defrag bounds the moves the core may make to defragment (defrag.go);
 	// its zero value makes none.
 	Defrag DefragPolicy `json:"defrag,omitzero"`
@@ -759,6 +767,12 @@ const (
 	// gives groups their turns: it waits for them, and is bound to none
 	// of them before then.
 	UnplacedNodesComing = "NodesComing"
+	// UnplacedAboveNodeLimits: the least the group can start with is
+	// above the most GPUs the nodes may have together, those the node
+	// autoscaler may still add by its node pools' limits included
+	// (Snapshot.NodeLimit; Unplaced.Need, Unplaced.Capacity): no node is
+	// bought for part of it.
+	UnplacedAboveNodeLimits = "ExceedsNodePoolLimits"
 )
 
 // What a waiting group waits for (Unplaced.Wait): whether more nodes
@@ -787,6 +801,10 @@ const (
 	// WaitComing: nodes already bought, yet to register their GPUs, would
 	// start it (UnplacedNodesComing): more nodes would not.
 	WaitComing = "NodesComing"
+	// WaitNodeLimits: more nodes would start it, but the node pools'
+	// limits let the autoscaler add too few (UnplacedAboveNodeLimits):
+	// the limits must change.
+	WaitNodeLimits = "NodePoolLimits"
 )
 
 // Unplaced records a pending group the cycle could not place: Code says

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -246,4 +247,32 @@ func (c *cluster) karpenterSays(ctx context.Context) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// TestGangAboveNodePoolLimitsBuysNothing: a gang of three nodes' worth in a
+// pool whose limits allow two would get two nodes from Karpenter, which
+// buys for each pod it finds unschedulable until the limit, and never
+// start. gpuplane-scheduler reads the pool's limits: the gang's pods say
+// why they wait (ExceedsNodePoolLimits), none is Unschedulable, and
+// Karpenter buys a node only for a pod that needs room in the same batch.
+func TestGangAboveNodePoolLimitsBuysNothing(t *testing.T) {
+	c := newCluster(t, options{idle: time.Minute, gpuLimit: int64(2 * 8)})
+	const members = 3
+	c.gang("big", members, members, c.gpusPerNode, "")
+	framework.Eventually(t, time.Minute, "the gang's pods saying the pool's limits hold it", func(ctx context.Context) (bool, error) {
+		pods, err := c.pods(ctx, "gang=big")
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods {
+			if why := scheduledReason(&p); why != model.UnplacedAboveNodeLimits {
+				return false, fmt.Errorf("%s says %q (%s), want %s", p.Name, why, framework.SchedulerSays(&p), model.UnplacedAboveNodeLimits)
+			}
+			if msg := framework.SchedulerSays(&p); !strings.Contains(msg, "spec.limits") {
+				return false, fmt.Errorf("%s: %q does not name the limits", p.Name, msg)
+			}
+		}
+		return len(pods) == members, fmt.Errorf("%d pods", len(pods))
+	})
+	c.buysOnlyFor([]string{"needs-room"}, "big-0", "big-1", "big-2")
 }

@@ -60,6 +60,8 @@ type options struct {
 	idle time.Duration
 	// registration is how long a bought node takes to register.
 	registration time.Duration
+	// gpuLimit is the pool's spec.limits of nvidia.com/gpu; 0 sets none.
+	gpuLimit int64
 }
 
 // cluster is one test's namespace, scheduler, Karpenter and GPU pool.
@@ -114,7 +116,7 @@ func newCluster(t testing.TB, o options) *cluster {
 	// (NodePool, NodeClaim, KWOKNodeClass) from its own module.
 	env.StartOperator(t, localcluster.OperatorKarpenter, "--instance-types-file-path="+typesFile, "--batch-idle-duration=500ms")
 	c.apply(nodeoffer.KWOKNodeClass(ns, o.registration), nodeClasses)
-	pool, err := nodeoffer.NodePool(it, nodeoffer.PoolOptions{NodeClass: ns, ConsolidateAfter: o.idle})
+	pool, err := nodeoffer.NodePool(it, nodeoffer.PoolOptions{NodeClass: ns, ConsolidateAfter: o.idle, GPULimit: o.gpuLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
