@@ -46,7 +46,7 @@ func serves(req *model.Request, g *model.GPU) bool {
 	case req.MIGSlices > 0:
 		return g.MIGSlices >= req.MIGSlices && (g.MIGInstanceSlices == 0 || g.MIGInstanceSlices == req.MIGSlices)
 	default:
-		return g.MIGSlices == 0 && !g.WholeOnly && g.Capacity() >= g.ShareMilli(req) && (g.MemoryMiB == 0 || g.MemoryMiB >= req.GPUMemoryMiB) &&
+		return g.MIGSlices == 0 && !g.WholeOnly && (g.Capacity() >= g.ShareMilli(req) || g.Spans(req)) && (g.MemoryMiB == 0 || g.MemoryMiB >= req.GPUMemoryMiB) &&
 			(g.ShareResource == "" || req.ShareResource == "" || g.ShareResource == req.ShareResource)
 	}
 }
@@ -74,6 +74,14 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 	}
 	if req.Replicas > 0 && n.InReplicasOn(req) {
 		need = 1 // replicas of one GPU
+		for g := range n.GPUs {
+			if n.GPUs[g].Spans(req) {
+				// Replicas of as many GPUs as it takes.
+				perGPU := n.GPUs[g].Capacity() / n.GPUs[g].MinShareMilli
+				need = int((int64(req.Replicas) + perGPU - 1) / perGPU)
+				break
+			}
+		}
 	}
 	for g := range n.GPUs {
 		if serves(req, &n.GPUs[g]) {
@@ -214,6 +222,8 @@ func (s *State) fitOptions(i int, req *model.Request) []Option {
 			slices.SortStableFunc(out, func(a, b Option) int { return ns.SliceFree[a.Shares[0].Index] - ns.SliceFree[b.Shares[0].Index] })
 		}
 		return out
+	case replicas && spans(ns.Node, req):
+		return s.spanOptions(i, req)
 	case req.Shared() || replicas:
 		var out []Option
 		type key struct{ milli, mem int64 }
@@ -246,6 +256,49 @@ func (s *State) fitOptions(i int, req *model.Request) []Option {
 		return out
 	}
 	return []Option{{Node: i}}
+}
+
+// spans reports whether req takes its replicas from several of n's GPUs
+// (model.GPU.Spans).
+func spans(n *model.Node, req *model.Request) bool {
+	for g := range n.GPUs {
+		if n.GPUs[g].Spans(req) {
+			return true
+		}
+	}
+	return false
+}
+
+// spanOptions is where req, counted in replicas and asking for more than
+// one GPU of node i has (model.GPU.Spans), fits: its replicas taken from
+// the node's free GPUs that serve it, the emptiest first (then by index),
+// all of each GPU's free replicas until the last, which gives what is
+// left; none when they have too few free replicas together.
+func (s *State) spanOptions(i int, req *model.Request) []Option {
+	ns := &s.Nodes[i]
+	gpus := ns.Node.GPUs
+	var order []int
+	for g := range gpus {
+		if serves(req, &gpus[g]) && gpus[g].MinShareMilli > 0 && ns.GPUFree[g] >= gpus[g].MinShareMilli {
+			order = append(order, g)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(ns.GPUFree[b], ns.GPUFree[a]) })
+	left := int64(req.Replicas)
+	var sh []model.GPUShare
+	for _, g := range order {
+		if left == 0 {
+			break
+		}
+		take := min(ns.GPUFree[g]/gpus[g].MinShareMilli, left)
+		left -= take
+		sh = append(sh, model.GPUShare{Index: g, Milli: take * gpus[g].MinShareMilli})
+	}
+	if left > 0 {
+		return nil
+	}
+	slices.SortFunc(sh, func(a, b model.GPUShare) int { return cmp.Compare(a.Index, b.Index) })
+	return []Option{{Node: i, Shares: sh}}
 }
 
 // pickSet chooses k of the free GPUs: the lowest indexes when the node has

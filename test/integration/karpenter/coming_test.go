@@ -110,47 +110,7 @@ func TestComingNodesBuyNothingMore(t *testing.T) {
 	const members = 2
 	c.gang("late", members, members, c.gpusPerNode, "")
 	most := 0
-	framework.Eventually(t, 3*time.Minute, "the gang waiting for its nodes to register their GPUs", func(ctx context.Context) (bool, error) {
-		claims, err := c.claims(ctx)
-		if err != nil {
-			return false, err
-		}
-		most = max(most, len(claims))
-		nodes, err := c.nodes(ctx)
-		if err != nil {
-			return false, err
-		}
-		ready := 0
-		for _, n := range nodes {
-			if _, has := n.Status.Allocatable["nvidia.com/gpu"]; has {
-				return false, fmt.Errorf("node %s registered with its GPUs: the policy withholding them is not in force", n.Name)
-			}
-			if n.Annotations[gpunode.OfferAnnotation] != "nvidia.com/gpu=8" {
-				return false, fmt.Errorf("node %s lacks the offer annotation its pool gives it: %v", n.Name, n.Annotations)
-			}
-			for _, cd := range n.Status.Conditions {
-				if cd.Type == corev1.NodeReady && cd.Status == corev1.ConditionTrue {
-					ready++
-				}
-			}
-		}
-		if ready < members {
-			return false, fmt.Errorf("%d of %d nodes ready", ready, len(nodes))
-		}
-		pods, err := c.pods(ctx, "gang=late")
-		if err != nil {
-			return false, err
-		}
-		for _, p := range pods {
-			if p.Spec.NodeName != "" {
-				return false, fmt.Errorf("%s bound to %s before its GPUs registered", p.Name, p.Spec.NodeName)
-			}
-			if why := scheduledReason(&p); why != model.UnplacedNodesComing {
-				return false, fmt.Errorf("%s says %q (%s), want %s", p.Name, why, framework.SchedulerSays(&p), model.UnplacedNodesComing)
-			}
-		}
-		return len(pods) == members, fmt.Errorf("%d pods", len(pods))
-	})
+	framework.Eventually(t, 3*time.Minute, "the gang waiting for its nodes to register their GPUs", c.waitingForComing("late", members, &most))
 	nodes, err := c.nodes(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -175,4 +135,50 @@ func scheduledReason(p *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// waitingForComing is a Condition: want nodes of the pool are up without
+// their GPUs (each with the offer its pool gives it), and the want pods
+// of gang wait for them, unbound, saying NodesComing; *most records the
+// most NodeClaims seen.
+func (c *cluster) waitingForComing(gang string, want int, most *int) framework.Condition {
+	return func(ctx context.Context) (bool, error) {
+		claims, err := c.claims(ctx)
+		if err != nil {
+			return false, err
+		}
+		*most = max(*most, len(claims))
+		nodes, err := c.nodes(ctx)
+		if err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, n := range nodes {
+			if _, has := n.Status.Allocatable["nvidia.com/gpu"]; has {
+				return false, fmt.Errorf("node %s registered with its GPUs: the policy withholding them is not in force", n.Name)
+			}
+			if n.Annotations[gpunode.OfferAnnotation] != "nvidia.com/gpu=8" {
+				return false, fmt.Errorf("node %s lacks the offer annotation its pool gives it: %v", n.Name, n.Annotations)
+			}
+			if framework.NodeReady(&n) {
+				ready++
+			}
+		}
+		if ready < want {
+			return false, fmt.Errorf("%d of %d nodes ready", ready, len(nodes))
+		}
+		pods, err := c.pods(ctx, "gang="+gang)
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods {
+			if p.Spec.NodeName != "" {
+				return false, fmt.Errorf("%s bound to %s before its GPUs registered", p.Name, p.Spec.NodeName)
+			}
+			if why := scheduledReason(&p); why != model.UnplacedNodesComing {
+				return false, fmt.Errorf("%s says %q (%s), want %s", p.Name, why, framework.SchedulerSays(&p), model.UnplacedNodesComing)
+			}
+		}
+		return len(pods) == want, fmt.Errorf("%d pods", len(pods))
+	}
 }

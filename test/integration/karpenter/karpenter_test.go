@@ -276,3 +276,37 @@ func TestGangAboveNodePoolLimitsBuysNothing(t *testing.T) {
 	})
 	c.buysOnlyFor([]string{"needs-room"}, "big-0", "big-1", "big-2")
 }
+
+// TestTimeSlicedPoolCountsReplicasAsItsNodes: a pool of DGX H100s
+// time-sliced four ways under nvidia.com/gpu itself advertises 32 of it a
+// node, and Karpenter buys one node for four pods of nvidia.com/gpu: 8.
+// The node admits them (the kubelet hands a pod 8 of its replicas, from
+// two GPUs); gpuplane-scheduler counts them as the node does and binds
+// all four there, so the node bought is the node needed.
+func TestTimeSlicedPoolCountsReplicasAsItsNodes(t *testing.T) {
+	c := newCluster(t, options{idle: time.Minute, timeSliced: 4})
+	if c.gpusPerNode != 32 {
+		t.Fatalf("a node of the pool offers %d nvidia.com/gpu, want 32", c.gpusPerNode)
+	}
+	const pods = 4
+	for i := range pods {
+		c.createPod(c.pod(fmt.Sprint("ts-", i)).GPUs(8).Label("role", "ts").Obj())
+	}
+	framework.Eventually(t, 3*time.Minute, "the four pods running", c.allRunning("role=ts", pods))
+	bought, err := c.nodes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bought) != 1 {
+		t.Errorf("Karpenter bought %d nodes for four pods of 8 replicas, want the 1 of 32 replicas they fit", len(bought))
+	}
+	pl, err := c.pods(t.Context(), "role=ts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pl {
+		if got := p.Annotations[adapter.GPUsAnnotation]; strings.Count(got, ",") != 1 {
+			t.Errorf("%s holds GPUs %q, want its 8 replicas as two GPUs of 4", p.Name, got)
+		}
+	}
+}
