@@ -32,17 +32,15 @@ const comingLimit = 8
 // binds nothing.
 func (c *cycle) awaitComing(waiting []comingWait) {
 	st := c.s.st
-	var coming, up []int
-	for i := range c.s.nodes {
-		switch {
-		case c.s.nodes[i].Coming && !c.s.nodes[i].Disrupted:
-			coming = append(coming, i)
-		default:
-			up = append(up, i)
-		}
-	}
+	coming := c.s.coming
 	if len(coming) == 0 || len(waiting) == 0 {
 		return
+	}
+	up := make([]int, 0, len(c.s.nodes)-len(coming))
+	for i := range c.s.nodes {
+		if !c.s.nodes[i].Coming || c.s.nodes[i].Disrupted {
+			up = append(up, i)
+		}
 	}
 	mark := st.Checkpoint()
 	st.SetComingUp(true)

@@ -65,6 +65,10 @@ type Scheduler struct {
 	// found when the nodes are read (reset), so that a cycle does not look
 	// at every node for them.
 	disrupted []int
+	// coming lists the nodes yet to register their GPUs
+	// (model.Node.Coming) that are not Disrupted, found likewise
+	// (coming.go).
+	coming []int
 	// looks counts looks over running groups (runningGroup.seen).
 	looks uint64
 	// rooms is scratch space for topology gangs' rooms per node.
