@@ -312,7 +312,8 @@ func TestTimeSlicedGPUsInTheNodesUnit(t *testing.T) {
 	}{
 		{5, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 250}}},
 		{8, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 1000}}},
-		{32, []model.GPUShare{{0, 1000, 0, 0}, {1, 1000, 0, 0}, {2, 1000, 0, 0}, {3, 1000, 0, 0}, {4, 1000, 0, 0}, {5, 1000, 0, 0}, {6, 1000, 0, 0}, {7, 1000, 0, 0}}},
+		{32, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 1000}, {Index: 2, Milli: 1000}, {Index: 3, Milli: 1000},
+			{Index: 4, Milli: 1000}, {Index: 5, Milli: 1000}, {Index: 6, Milli: 1000}, {Index: 7, Milli: 1000}}},
 	} {
 		req := gpuRequest(tc.k)
 		if !StaticFits(st.Nodes[0].Node, &req) {
