@@ -169,6 +169,9 @@ type clusterCache struct {
 	// start.
 	comingTimeout time.Duration
 	clock         func() time.Time
+	// coming holds, by name, when each coming node stops counting as
+	// coming, so that a cycle looks at those nodes only.
+	coming map[string]time.Time
 	// pools are the GPU node pools of Karpenter, by name, with what each
 	// may still add (nodepools.go); poolProblems what is unreadable in
 	// a pool, by name.
@@ -187,7 +190,7 @@ func newClusterCache(schedulerName string) *clusterCache {
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 		vol: newVolumeCache(), topologies: newTopologyBook(),
 		disruption:    disruptionMarks{taints: DefaultDisruptionTaints},
-		comingTimeout: DefaultComingNodeTimeout, clock: time.Now, poolProblems: map[string]string{},
+		comingTimeout: DefaultComingNodeTimeout, clock: time.Now, poolProblems: map[string]string{}, coming: map[string]time.Time{},
 	}
 	c.dra = c.newDRAState()
 	return c
@@ -291,6 +294,11 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 	base.Volumes, m.Volumes = c.vol.limits[n.Name], c.vol.limits[n.Name]
 	ni := &nodeInfo{node: n, seen: seen, base: base, m: m, devs: devs, replicas: sharedReplicas(n), disruptedBy: disruptedBy, comingUntil: comingUntil}
 	c.nodes[n.Name] = ni
+	if comingUntil.IsZero() {
+		delete(c.coming, n.Name)
+	} else {
+		c.coming[n.Name] = comingUntil
+	}
 	if old == nil || old.replicas != ni.replicas {
 		c.updateReplicas()
 	}
@@ -372,6 +380,7 @@ func (c *clusterCache) deleteNode(n *corev1.Node) {
 func (c *clusterCache) removeNode(name string) {
 	old := c.nodes[name]
 	delete(c.nodes, name)
+	delete(c.coming, name)
 	c.dirty[name] = true
 	c.nodesVersion++
 	if old != nil && old.replicas > 0 {
@@ -744,8 +753,8 @@ func (c *clusterCache) snapshot(b *builder, r *refusals, now time.Time) *cycleIn
 func (c *clusterCache) expireComing(now time.Time) {
 	var late []*corev1.Node
 	c.mu.Lock()
-	for _, ni := range c.nodes {
-		if !ni.comingUntil.IsZero() && !now.Before(ni.comingUntil) {
+	for name, until := range c.coming {
+		if ni := c.nodes[name]; ni != nil && !now.Before(until) {
 			late = append(late, ni.seen)
 		}
 	}
