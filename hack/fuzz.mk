@@ -15,6 +15,7 @@ FUZZ_ALL := \
 	./api/buildinfo:FuzzParse \
 	./api/config/v1:FuzzLoad \
 	./api/gpunode:FuzzParseTopology \
+	./api/gpunode:FuzzParseOffer \
 	./api/gpunode:FuzzParseLabels \
 	./api/gpunode:FuzzParseQuarantine \
 	./api/gpunode:FuzzParseMIGLayout \

@@ -191,7 +191,7 @@ var All = concat(
 		"WaitingForResourceClaim", "ResourceClaimNotFound", "ResourceClaimNotOwned", "ResourceClaimDeleted",
 		"ResourceClaimFull", "ClaimsOnDifferentNodes", "DeviceClassNotFound", "MixedGPURequest",
 		"SelectorFailed", "InvalidSelector", "InvalidResourceClaim", "UnsupportedClaim", "TooManyDevices",
-		"AdminAccessNotAllowed", "ClaimAllocationFailed",
+		"AdminAccessNotAllowed", "ClaimAllocationFailed", "NodesComing", "ExceedsNodePoolLimits",
 	),
 	[]Reason{{Name: "FailedScheduling", Kind: Event, Object: "Pod", By: Scheduler, Anchor: "unschedulable"}},
 	// The core's codes only the PodGroup's Schedulable condition carries:
@@ -210,7 +210,7 @@ var All = concat(
 	events("Pod", Scheduler, v1alpha1.ConditionPreemptionNotice, "Preempted", "InvalidCheckpoint", "GangIncomplete", "FailedBinding", "FailedClaimAllocation"),
 	events("PodGroup", Scheduler, "FailedCommit"),
 	events("PriorityClass", Scheduler, "InvalidMinRuntime"),
-	events("Node", Scheduler, "InvalidGPUInfo", "GPUTopologyIgnored"),
+	events("Node", Scheduler, "InvalidGPUInfo", "GPUTopologyIgnored", "GPUsNotRegistered"),
 	// The agent's conditions.
 	agentReasons("Node", gpunode.ConditionGPUReady,
 		gpunode.ReasonAgentReady, gpunode.ReasonDriverNotLoaded, gpunode.ReasonNoGPUs,

@@ -113,6 +113,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.EvictionBackoff, "eviction-backoff", def.EvictionBackoff, "how long a pod whose eviction was refused (PodDisruptionBudget) is left alone")
 	fs.Float32Var(&cfg.StatusQPS, "status-qps", def.StatusQPS, "pod condition, PodGroup and Queue status writes per second")
 	fs.IntVar(&cfg.DiagnoseLimit, "diagnose-limit", def.DiagnoseLimit, "waiting groups explained in detail per cycle")
+	fs.DurationVar(&cfg.ComingNodeTimeout, "coming-node-timeout", def.ComingNodeTimeout, "how long after its creation a node that offers GPUs (its gpuplane.io/gpu-offer annotation or nvidia.com/gpu.count label) but has not registered them counts as coming: pods that fit it wait for it (reason NodesComing) rather than being called Unschedulable; after that it counts as it is, with a GPUsNotRegistered event (default 10m)")
 	fs.BoolVar(&cfg.NodeAutoscaler, "node-autoscaler", def.NodeAutoscaler, "a node autoscaler (Karpenter, Cluster Autoscaler) adds nodes for pods that wait for room: a gang larger than all nodes together is reported Unschedulable, so that it buys nodes for it, instead of ExceedsClusterCapacity")
 	fs.DurationVar(&cfg.PartialGangGrace, "partial-gang-grace", def.PartialGangGrace, "how long a gang may stay partly bound before its bound pods are deleted")
 	fs.StringSliceVar(&cfg.DisruptionTaints, "disruption-taints", def.DisruptionTaints, "taint keys (any effect) that mark a node about to go away: its gangs get notice and are evicted whole; empty for none")

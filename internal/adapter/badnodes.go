@@ -1,6 +1,8 @@
 package adapter
 
 import (
+	"cmp"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 )
@@ -38,14 +40,25 @@ func (l *loop) reportNodes() {
 			l.status.event(p.node, corev1.EventTypeWarning, reason, "gpuplane-scheduler leaves this node out: "+p.msg)
 			return
 		}
-		l.log.Info("scheduling a node without its GPU topology", "node", klog.KObj(p.node), "problem", p.msg)
+		if reason == ReasonGPUsNotRegistered {
+			l.log.Info("scheduling a node without the GPUs it offered", "node", klog.KObj(p.node), "problem", p.msg)
+		} else {
+			l.log.Info("scheduling a node without its GPU topology", "node", klog.KObj(p.node), "problem", p.msg)
+		}
 		l.status.event(p.node, corev1.EventTypeWarning, reason, p.msg)
 	}
 	for _, p := range bad {
 		say(p, ReasonInvalidGPUInfo)
 	}
 	for _, p := range warned {
-		say(p, ReasonGPUTopologyIgnored)
+		say(p, cmp.Or(p.reason, ReasonGPUTopologyIgnored))
+	}
+	for name, msg := range l.cache.nodePoolProblems() {
+		seen["nodepool/"+name] = true
+		if l.nodeReported["nodepool/"+name] != msg {
+			l.nodeReported["nodepool/"+name] = msg
+			l.log.Info("a node pool's limits are unreadable: counting it as unlimited", "nodepool", name, "problem", msg)
+		}
 	}
 	for name := range l.nodeReported {
 		if !seen[name] {

@@ -25,7 +25,10 @@ import (
 )
 
 type nodeInfo struct {
-	node *corev1.Node
+	// node is the Node as the scheduler reads it: for a coming node, as
+	// it will be once its GPUs register (coming.go); seen is the Node as
+	// the informer gave it.
+	node, seen *corev1.Node
 	// base is the node as its own object describes it (convertNode); m
 	// adds the GPUs its ResourceSlices publish (withDRA), and devs holds
 	// their devices, aligned with m.GPUs.
@@ -38,6 +41,9 @@ type nodeInfo struct {
 	// disruptedBy names the taint or condition that marks the node about
 	// to go away (disruption.go), "" for none.
 	disruptedBy string
+	// comingUntil is, for a coming node (coming.go), when it stops
+	// counting as coming; zero for any other.
+	comingUntil time.Time
 }
 
 type podInfo struct {
@@ -158,6 +164,19 @@ type clusterCache struct {
 	// disruption marks the nodes about to go away (disruption.go); set
 	// before the informers start.
 	disruption disruptionMarks
+	// comingTimeout bounds how long a node counts as coming (coming.go);
+	// clock tells the time it is measured by. Set before the informers
+	// start.
+	comingTimeout time.Duration
+	clock         func() time.Time
+	// coming holds, by name, when each coming node stops counting as
+	// coming, so that a cycle looks at those nodes only.
+	coming map[string]time.Time
+	// pools are the GPU node pools of Karpenter, by name, with what each
+	// may still add (nodepools.go); poolProblems what is unreadable in
+	// a pool, by name.
+	pools        map[string]poolRoom
+	poolProblems map[string]string
 }
 
 func newClusterCache(schedulerName string) *clusterCache {
@@ -170,7 +189,8 @@ func newClusterCache(schedulerName string) *clusterCache {
 		assumed: map[string]assumption{},
 		members: map[string]map[string]*podInfo{}, onNode: map[string]map[string]*podInfo{}, dirty: map[string]bool{},
 		vol: newVolumeCache(), topologies: newTopologyBook(),
-		disruption: disruptionMarks{taints: DefaultDisruptionTaints},
+		disruption:    disruptionMarks{taints: DefaultDisruptionTaints},
+		comingTimeout: DefaultComingNodeTimeout, clock: time.Now, poolProblems: map[string]string{}, coming: map[string]time.Time{},
 	}
 	c.dra = c.newDRAState()
 	return c
@@ -209,7 +229,20 @@ func handler[T any](upsert func(T), remove func(T)) cache.ResourceEventHandler {
 }
 
 func (c *clusterCache) upsertNode(n *corev1.Node) {
-	m, warn, err := convertNode(n)
+	seen := n
+	up, comingUntil, expired, err := comingNode(n, c.comingTimeout, c.clock())
+	if up != nil {
+		n = up // read as it will be once its GPUs register
+	}
+	m, warn, cerr := convertNode(n)
+	if err == nil {
+		err = cerr
+	}
+	m.Coming = up != nil
+	warnReason := ""
+	if expired != "" && warn == "" {
+		warn, warnReason = expired, ReasonGPUsNotRegistered
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -226,12 +259,26 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 	m.Disrupted = disruptedBy != ""
 	base := m
 	m, devs := c.withDRA(n, base)
+	if len(devs) > 0 && base.Coming {
+		// Its GPUs come through the ResourceSlices it has published: it
+		// is up, and read as it is.
+		n, comingUntil = seen, time.Time{}
+		if base, warn, err = convertNode(n); err != nil {
+			c.badNodes[n.Name] = nodeProblem{node: n, msg: err.Error()}
+			if c.nodes[n.Name] != nil {
+				c.removeNode(n.Name)
+			}
+			return
+		}
+		base.Disrupted = disruptedBy != ""
+		m, devs = c.withDRA(n, base)
+	}
 	if m.Topology != nil && base.Topology == nil {
 		// The topology describes the GPUs the node's slices publish.
 		warn = ""
 	}
 	if warn != "" {
-		c.nodeWarnings[n.Name] = nodeProblem{node: n, msg: warn}
+		c.nodeWarnings[n.Name] = nodeProblem{node: n, msg: warn, reason: warnReason}
 	} else {
 		delete(c.nodeWarnings, n.Name)
 	}
@@ -245,8 +292,13 @@ func (c *clusterCache) upsertNode(n *corev1.Node) {
 		c.dirty[n.Name] = true
 	}
 	base.Volumes, m.Volumes = c.vol.limits[n.Name], c.vol.limits[n.Name]
-	ni := &nodeInfo{node: n, base: base, m: m, devs: devs, replicas: sharedReplicas(n), disruptedBy: disruptedBy}
+	ni := &nodeInfo{node: n, seen: seen, base: base, m: m, devs: devs, replicas: sharedReplicas(n), disruptedBy: disruptedBy, comingUntil: comingUntil}
 	c.nodes[n.Name] = ni
+	if comingUntil.IsZero() {
+		delete(c.coming, n.Name)
+	} else {
+		c.coming[n.Name] = comingUntil
+	}
 	if old == nil || old.replicas != ni.replicas {
 		c.updateReplicas()
 	}
@@ -328,6 +380,7 @@ func (c *clusterCache) deleteNode(n *corev1.Node) {
 func (c *clusterCache) removeNode(name string) {
 	old := c.nodes[name]
 	delete(c.nodes, name)
+	delete(c.coming, name)
 	c.dirty[name] = true
 	c.nodesVersion++
 	if old != nil && old.replicas > 0 {
@@ -341,6 +394,9 @@ func (c *clusterCache) removeNode(name string) {
 type nodeProblem struct {
 	node *corev1.Node
 	msg  string
+	// reason is the warning's event reason; "" for
+	// ReasonGPUTopologyIgnored.
+	reason string
 }
 
 // problems returns the nodes left out for bad input and the ones whose
@@ -686,9 +742,26 @@ func (c *clusterCache) changes() <-chan struct{} { return c.changed }
 
 // snapshot builds the next cycle's input with b, under the cache's lock.
 func (c *clusterCache) snapshot(b *builder, r *refusals, now time.Time) *cycleInput {
+	c.expireComing(now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return b.build(c, r, now)
+}
+
+// expireComing reads again, as they are, the coming nodes (coming.go)
+// whose time to register their GPUs is up at now.
+func (c *clusterCache) expireComing(now time.Time) {
+	var late []*corev1.Node
+	c.mu.Lock()
+	for name, until := range c.coming {
+		if ni := c.nodes[name]; ni != nil && !now.Before(until) {
+			late = append(late, ni.seen)
+		}
+	}
+	c.mu.Unlock()
+	for _, n := range late {
+		c.upsertNode(n)
+	}
 }
 
 // resumedGang is a gang whose committed placement a predecessor did not

@@ -81,6 +81,11 @@ type Config struct {
 	// the autoscaler buys nodes for, not ExceedsClusterCapacity
 	// (model.Snapshot.NodesMayBeAdded).
 	NodeAutoscaler bool
+	// ComingNodeTimeout is how long after its creation a node that offers
+	// GPUs (gpunode.OfferAnnotation, or its GPU count label) and has not
+	// registered them counts as coming: its pods wait for it instead of
+	// being called Unschedulable (default 10m; coming.go).
+	ComingNodeTimeout time.Duration
 	// PartialGangGrace is how long a gang may stay partly bound before
 	// its bound pods are deleted (default 30s), also when found so at
 	// start-up.
@@ -189,6 +194,7 @@ func (c Config) Defaults() Config {
 		c.DiagnoseLimit = 64
 	}
 	set(&c.PartialGangGrace, 30*time.Second)
+	set(&c.ComingNodeTimeout, DefaultComingNodeTimeout)
 	set(&c.TopologyRecheck, 30*time.Second)
 	if c.LeaseNamespace == "" {
 		c.LeaseNamespace = "kube-system"
@@ -228,6 +234,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: min-cycle-interval %v must not exceed cycle-interval %v", c.MinCycleInterval, c.CycleInterval)
 	case c.LeaseName != "" && c.Identity == "":
 		return errors.New("config: leader election needs an identity: set --leader-elect-identity (defaults to the host name)")
+	case c.ComingNodeTimeout < 0:
+		return fmt.Errorf("config: coming-node-timeout must be >= 0, got %v", c.ComingNodeTimeout)
 	case c.DefragMovesPerHour < 0:
 		return fmt.Errorf("config: defrag-moves-per-hour must be >= 0, got %d", c.DefragMovesPerHour)
 	case c.TopologyRecheck < 0:

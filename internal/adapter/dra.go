@@ -101,6 +101,14 @@ func (c *clusterCache) refreshDRANode(node string) {
 		return
 	}
 	m, devs := c.withDRA(ni.node, ni.base)
+	if ni.base.Coming && len(devs) > 0 {
+		// A coming node that publishes its GPUs as ResourceSlices is
+		// up: read it again as it is.
+		c.mu.Unlock()
+		defer c.mu.Lock()
+		c.upsertNode(ni.seen)
+		return
+	}
 	if m.Topology != nil && ni.base.Topology == nil {
 		// The topology describes the GPUs the node's slices publish.
 		delete(c.nodeWarnings, node)
@@ -109,7 +117,7 @@ func (c *clusterCache) refreshDRANode(node string) {
 		c.nodesVersion++
 		c.dirty[node] = true
 	}
-	c.nodes[node] = &nodeInfo{node: ni.node, base: ni.base, m: m, devs: devs, replicas: ni.replicas, disruptedBy: ni.disruptedBy}
+	c.nodes[node] = &nodeInfo{node: ni.node, seen: ni.seen, base: ni.base, m: m, devs: devs, replicas: ni.replicas, disruptedBy: ni.disruptedBy, comingUntil: ni.comingUntil}
 }
 
 // withDRA returns a node's model with the GPUs its ResourceSlices publish

@@ -115,6 +115,9 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	in.snap.Usage = l.usage
 	in.snap.Layouts = layoutPolicy(l.cfg)
 	in.snap.NodesMayBeAdded = l.cfg.NodeAutoscaler
+	if l.cfg.NodeAutoscaler {
+		in.snap.NodeLimit = l.cache.nodeLimit()
+	}
 	in.snap.Defrag = l.moves.policy()
 	l.assumeLayouts(&in.snap)
 	markRepartitioning(&in.snap)

@@ -73,6 +73,14 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 			// Waiting cannot help: the group, the queue or the cluster
 			// must change, and the message says which field.
 			msg, reasons[u.Group] = aboveLimitMessage(in, g, u), u.Code
+		case model.UnplacedAboveNodeLimits:
+			// Waiting cannot help until a node pool's limits change; no
+			// node is bought for part of the gang meanwhile.
+			msg, reasons[u.Group] = u.Reason+": raise the GPU node pools' spec.limits (nvidia.com/gpu) or lower the gang's minMember", u.Code
+		case model.UnplacedNodesComing:
+			// Nodes already bought will start it once their GPUs
+			// register: the core names them.
+			msg, reasons[u.Group] = u.Reason, u.Code
 		case model.UnplacedPreemptionDisabled, model.UnplacedReclaimDisabled, model.UnplacedWaitingForVictims:
 			// The core's own words: the queue's policy, or the pods
 			// evicted for it, keep it waiting.

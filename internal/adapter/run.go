@@ -7,12 +7,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -86,6 +88,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	c := newClusterCache(cfg.SchedulerName)
 	c.disruption = disruptionMarks{taints: cfg.DisruptionTaints, conditions: cfg.DisruptionConditions}
+	c.comingTimeout = cfg.ComingNodeTimeout
 
 	// Informers feed the cache with only what the scheduler reads
 	// (forCache).
@@ -97,6 +100,15 @@ func Run(ctx context.Context, cfg Config) error {
 			continue
 		}
 		regs = append(regs, informerReg{k.Informer(factory, dfactory), c.kindHandler(log)})
+	}
+	// Karpenter's NodePools, with a node autoscaler, where the cluster
+	// serves them: their limits bound what it may add (nodepools.go).
+	if cfg.NodeAutoscaler {
+		if rs, err := client.Discovery().ServerResourcesForGroupVersion(NodePoolsResource.GroupVersion().String()); err == nil && slices.ContainsFunc(rs.APIResources, func(r metav1.APIResource) bool { return r.Name == NodePoolsResource.Resource }) {
+			regs = append(regs, informerReg{dfactory.ForResource(NodePoolsResource).Informer(), handler(c.upsertNodePool, c.deleteNodePool)})
+		} else {
+			log.Info("no Karpenter NodePools served: node pool limits are not read", "resource", NodePoolsResource.String())
+		}
 	}
 	// Kueue's and KAI's Topologies, where the cluster serves them: those
 	// served now are synced with the rest; a CRD installed later is found

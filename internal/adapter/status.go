@@ -111,7 +111,7 @@ func (w *statusWriter) podCondition(pod *corev1.Pod, reason, msg string) {
 			// it, for its queue's quota, for its gang's other pods.
 			evType := corev1.EventTypeWarning
 			switch reason {
-			case model.UnplacedWaitingForVictims, model.UnplacedQueueLimit, model.UnplacedMissingMembers:
+			case model.UnplacedWaitingForVictims, model.UnplacedQueueLimit, model.UnplacedMissingMembers, model.UnplacedNodesComing:
 				evType = corev1.EventTypeNormal
 			}
 			w.event(pod, evType, reasonOrUnschedulable(reason), msg)

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpuplane/gpuplane/api/gpunode"
 )
 
 // Karpenter's names that the published objects use.
@@ -96,10 +98,15 @@ func NodePool(it InstanceType, o PoolOptions) (*unstructured.Unstructured, error
 	if o.ConsolidateAfter < 0 {
 		return nil, fmt.Errorf("node pool %s%s: consolidateAfter: must be >= 0, got %v", PoolPrefix, it.Name, o.ConsolidateAfter)
 	}
-	meta := map[string]any{"labels": toAny(it.Offer.Labels)}
-	if len(it.Offer.Annotations) > 0 {
-		meta["annotations"] = toAny(it.Offer.Annotations)
+	// The offer's resources go on every node too (gpunode.OfferAnnotation):
+	// until the node registers them, gpuplane-scheduler counts it as
+	// coming with them, and its pods wait for it.
+	annotations := maps.Clone(it.Offer.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
 	}
+	annotations[gpunode.OfferAnnotation] = gpunode.FormatOffer(it.Offer.Resources)
+	meta := map[string]any{"labels": toAny(it.Offer.Labels), "annotations": toAny(annotations)}
 	spec := map[string]any{
 		"template": map[string]any{
 			"metadata": meta,

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
+	"github.com/gpuplane/gpuplane/api/gpunode"
 )
 
 func config(t *testing.T, yaml string) *configv1.Config {
@@ -72,6 +75,16 @@ func TestCompute(t *testing.T) {
 				if _, ok := o.Labels[k]; ok {
 					t.Errorf("label %s is the host's, not the offer's", k)
 				}
+			}
+			// Every node of the pool says what it will offer until its
+			// GPUs register (a time-sliced node: its 32 replicas).
+			np, err := NodePool(InstanceType{Name: "t", Offer: o, CPU: "224", Memory: "2Ti", Price: 1}, PoolOptions{NodeClass: "gpu"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, _ := unstructured.NestedString(np.Object, "spec", "template", "metadata", "annotations", gpunode.OfferAnnotation)
+			if want := gpunode.FormatOffer(tc.resources); got != want {
+				t.Errorf("the pool's nodes offer %q, want %q", got, want)
 			}
 		})
 	}

@@ -388,6 +388,7 @@ func (c *cycle) backfill() {
 // noting their nodes for the next sync to compare with what the driver
 // did.
 func (c *cycle) finish() {
+	var waiting []comingWait
 	for _, qs := range c.queues {
 		for _, p := range qs {
 			if p.waiting > 0 {
@@ -410,6 +411,13 @@ func (c *cycle) finish() {
 						u.Code, u.Need, u.Queue, u.Limit = model.UnplacedAboveQueueLimit, p.admit, c.tree.Name(q), c.tree.Spec(q).Limit
 						u.Reason = fmt.Sprintf("needs %s admitted, above queue %q's limit %s", describe(p.admit), u.Queue, describe(u.Limit))
 					}
+				case p.g.Min() > 1 && c.snap.NodesMayBeAdded && c.snap.NodeLimit != nil && least.GPUMilli > max(c.capacity.GPUMilli, c.snap.NodeLimit.GPUMilli):
+					// All or none: an autoscaler would buy nodes for some
+					// of its pods and stop at the limit.
+					u.Code, u.Need = model.UnplacedAboveNodeLimits, model.Resources{GPUMilli: least.GPUMilli}
+					u.Capacity = model.Resources{GPUMilli: max(c.capacity.GPUMilli, c.snap.NodeLimit.GPUMilli)}
+					u.Reason = fmt.Sprintf("needs at least %s, more than the nodes may have together once the autoscaler has added what its node pools' limits allow (%s; %s now)",
+						describe(u.Need), describe(u.Capacity), describe(model.Resources{GPUMilli: c.capacity.GPUMilli}))
 				case p.g.Min() > 1 && !c.snap.NodesMayBeAdded && !least.Fits(c.capacity):
 					// A gang only: a pod alone that no node can hold hears
 					// why of each node, which says more. With a node
@@ -437,10 +445,15 @@ func (c *cycle) finish() {
 					c.explain(p, &u)
 				}
 				u.Wait = waitFor(u.Code)
+				if u.Wait == model.WaitCapacity {
+					waiting = append(waiting, comingWait{k: len(c.d.Unplaced), p: p})
+				}
 				c.d.Unplaced = append(c.d.Unplaced, u)
 			}
 		}
 	}
+	// Groups that the nodes already bought will start wait for them.
+	c.awaitComing(waiting)
 	c.queueStatus()
 	s := c.s
 	// The room held for waiting preemptors is theirs for this cycle only:
@@ -491,6 +504,10 @@ func waitFor(code string) string {
 		return model.WaitVictims
 	case model.UnplacedBadTopology:
 		return model.WaitSpec
+	case model.UnplacedNodesComing:
+		return model.WaitComing
+	case model.UnplacedAboveNodeLimits:
+		return model.WaitNodeLimits
 	}
 	// UnplacedNoFit, UnplacedAboveCapacity, the topology codes, and the
 	// evictions a policy forbids: room would start them.
@@ -564,7 +581,7 @@ func (c *cycle) explain(p *pending, u *model.Unplaced) {
 		}
 	}
 	u.Explained, u.Nodes = true, len(st.Nodes)
-	known := []string{placement.FilterUnschedulable, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterVolumeInUse, placement.FilterVolumeLimits, placement.FilterVolumeBinding,
+	known := []string{placement.FilterUnschedulable, placement.FilterComing, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterVolumeInUse, placement.FilterVolumeLimits, placement.FilterVolumeBinding,
 		placement.FilterClaimDevices, placement.FilterGPUKind, placement.FilterGPU,
 		placement.FilterSpread, placement.FilterPodAffinity, placement.FilterPodAntiAffinity, placement.FilterExistingAntiAffinity}
 	for _, f := range known {

@@ -28,6 +28,8 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 			b.Label("pool", "batch").Taint("pool", "batch", "NoSchedule")
 		}
 		n := b.Obj()
+		// A node in four has yet to register its GPUs.
+		n.Coming = rapid.IntRange(0, 3).Draw(t, "coming") == 0
 		if rapid.Bool().Draw(t, "mig") {
 			for g := range n.GPUs {
 				if g%2 == 0 {
@@ -312,6 +314,27 @@ func propertyStep(t *rapid.T, h *schedtest.Harness) model.Decisions {
 	}
 	checkDecisions(t, &before, d)
 	checkInvariants(t, &h.Snap)
+	// Nothing goes to a node that has yet to register its GPUs, and a
+	// group that waits for such nodes names only such nodes.
+	coming := map[string]bool{}
+	for _, n := range before.Nodes {
+		coming[n.Name] = n.Coming
+	}
+	for _, b := range schedtest.Planned(&d) {
+		if coming[b.Node] {
+			t.Fatalf("%s placed on %s, which has yet to register its GPUs", b.Pod, b.Node)
+		}
+	}
+	for _, u := range d.Unplaced {
+		if (u.Code == model.UnplacedNodesComing) != (len(u.Coming) > 0) {
+			t.Fatalf("group %s waits (%s) for coming nodes %v", u.Group, u.Code, u.Coming)
+		}
+		for _, n := range u.Coming {
+			if !coming[n] {
+				t.Fatalf("group %s waits for %s, which is up", u.Group, n)
+			}
+		}
+	}
 	// The victims left at once: every hold of the cycle before
 	// is bound now, where its plan said.
 	for _, hd := range before.Holds {

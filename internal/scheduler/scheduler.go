@@ -65,6 +65,10 @@ type Scheduler struct {
 	// found when the nodes are read (reset), so that a cycle does not look
 	// at every node for them.
 	disrupted []int
+	// coming lists the nodes yet to register their GPUs
+	// (model.Node.Coming) that are not Disrupted, found likewise
+	// (coming.go).
+	coming []int
 	// looks counts looks over running groups (runningGroup.seen).
 	looks uint64
 	// rooms is scratch space for topology gangs' rooms per node.
@@ -181,7 +185,7 @@ func matchNodes(a, b []model.Node, adopt bool) bool {
 		x, y := &a[i], &b[i]
 		// The identity check is written out here, not left to matchNode,
 		// so that the walk over unchanged nodes stays one loop.
-		if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted &&
+		if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted && x.Coming == y.Coming &&
 			sameSlice(x.GPUs, y.GPUs) && sameSlice(x.Taints, y.Taints) && x.Volumes == y.Volumes &&
 			mapID(x.Labels) == mapID(y.Labels) && mapID(x.Domains) == mapID(y.Domains) && mapID(x.Allocatable) == mapID(y.Allocatable) {
 			continue
@@ -195,7 +199,7 @@ func matchNodes(a, b []model.Node, adopt bool) bool {
 
 // matchNode is matchNodes for one node.
 func matchNode(x, y *model.Node, adopt bool) bool {
-	if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted &&
+	if sameString(x.Name, y.Name) && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted && x.Coming == y.Coming &&
 		sameSlice(x.GPUs, y.GPUs) && sameSlice(x.Taints, y.Taints) && x.Volumes == y.Volumes &&
 		mapID(x.Labels) == mapID(y.Labels) && mapID(x.Domains) == mapID(y.Domains) && mapID(x.Allocatable) == mapID(y.Allocatable) {
 		return true
@@ -216,7 +220,7 @@ func matchNode(x, y *model.Node, adopt bool) bool {
 // and empty alike); Allocatable nil (check nothing) differs from empty
 // (check the pod count and every resource against zero).
 func sameNode(x, y *model.Node) bool {
-	return x.Name == y.Name && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted &&
+	return x.Name == y.Name && x.MilliCPU == y.MilliCPU && x.MemoryMiB == y.MemoryMiB && x.Unschedulable == y.Unschedulable && x.Disrupted == y.Disrupted && x.Coming == y.Coming &&
 		slices.Equal(x.GPUs, y.GPUs) && slices.Equal(x.Taints, y.Taints) &&
 		(x.Volumes == y.Volumes || reflect.DeepEqual(x.Volumes, y.Volumes)) &&
 		maps.Equal(x.Labels, y.Labels) && maps.Equal(x.Domains, y.Domains) &&

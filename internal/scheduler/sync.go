@@ -228,7 +228,7 @@ func sameButLabels(x, y *model.Node) bool {
 func (s *Scheduler) reset(snap *model.Snapshot) error {
 	s.nodes = slices.Clone(snap.Nodes)
 	s.index = make(map[string]int, len(s.nodes))
-	s.disrupted = s.disrupted[:0]
+	s.disrupted, s.coming = s.disrupted[:0], s.coming[:0]
 	for i := range s.nodes {
 		if _, dup := s.index[s.nodes[i].Name]; dup {
 			return fmt.Errorf("syncing snapshot: node %q listed twice", s.nodes[i].Name)
@@ -236,6 +236,8 @@ func (s *Scheduler) reset(snap *model.Snapshot) error {
 		s.index[s.nodes[i].Name] = i
 		if s.nodes[i].Disrupted {
 			s.disrupted = append(s.disrupted, i)
+		} else if s.nodes[i].Coming {
+			s.coming = append(s.coming, i)
 		}
 	}
 	s.capacity = model.CapacityOf(s.nodes)

@@ -263,7 +263,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		used[p.team] -= float64(p.held)
 		p.held = 0
 	}
-		queueMin, classMin := minRuntimes(snap.Queues), map[string]bool{}
+	queueMin, classMin := minRuntimes(snap.Queues), map[string]bool{}
 	for _, p := range pods {
 		if p.tp.MinRuntime > 0 {
 			classMin[p.group] = true

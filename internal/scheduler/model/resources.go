@@ -135,6 +135,17 @@ func (g *GPU) InReplicas(req *Request) bool {
 		g.ShareResource != "" && g.ShareResource == req.ShareResource
 }
 
+// Spans reports whether req, counted in replicas on g (InReplicas), asks
+// for whole GPUs of the plain resource (GPUs) and for more replicas than
+// g has: the node hands them out from several of its GPUs, as many as it
+// takes, and the request takes them so (a DGX H100 time-sliced four ways
+// under nvidia.com/gpu advertises 32 of it, and admits a pod of 8 on two
+// of its GPUs). A share of a renamed resource never spans: it asks for
+// part of one GPU.
+func (g *GPU) Spans(req *Request) bool {
+	return req.GPUs > 0 && g.InReplicas(req) && g.ShareMilli(req) > g.Capacity()
+}
+
 // InReplicasOn reports whether req counts in replicas on n: on any of its
 // GPUs (InReplicas). A node's GPUs outside MIG mode are offered alike.
 func (n *Node) InReplicasOn(req *Request) bool {

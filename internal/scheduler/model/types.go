@@ -142,6 +142,13 @@ type Node struct {
 	// an elastic group that keeps its MinMember on the other nodes loses
 	// only its pods on this one (Eviction.Shrink).
 	Disrupted bool `json:"disrupted,omitempty"`
+	// Coming nodes have yet to register their GPUs (a node an autoscaler
+	// just bought, whose device plugin is still starting): GPUs lists
+	// what the node will offer once it has. A coming node takes no pod
+	// until then; a group that would fit were it up waits for it
+	// (UnplacedNodesComing) rather than for capacity, so that no
+	// autoscaler buys another node for it meanwhile.
+	Coming bool `json:"coming,omitempty"`
 	// MIG is set on a node whose MIG layouts follow demand: the core may
 	// propose new layouts for its idle GPUs (layout.go).
 	MIG *NodeMIG `json:"mig,omitempty"`
@@ -570,6 +577,14 @@ type Snapshot struct {
 	// nodes cure, rather than being told it can never start
 	// (UnplacedAboveCapacity).
 	NodesMayBeAdded bool `json:"nodesMayBeAdded,omitempty"`
+	// NodeLimit, with NodesMayBeAdded, is the most GPUs (GPUMilli) all
+	// nodes may have together, those the node autoscaler may still add
+	// by the limits of its node pools included; nil sets none. A gang
+	// whose least need is above it waits for the limits to change
+	// (UnplacedAboveNodeLimits), not for capacity: the autoscaler would
+	// buy nodes for part of it and stop at the limit, and the gang would
+	// never start.
+	NodeLimit *Resources `json:"nodeLimit,omitempty"`
 	// Defrag bounds the moves the core may make to defragment (defrag.go);
 	// its zero value makes none.
 	Defrag DefragPolicy `json:"defrag,omitzero"`
@@ -755,6 +770,18 @@ const (
 	// runtime (PodGroup.MinRuntime, Queue.MinRuntime); it waits for them
 	// to reach it, the first at Unplaced.OfAge.
 	UnplacedVictimsTooYoung = "VictimsBelowMinRuntime"
+	// UnplacedNodesComing: the group fits nowhere as the nodes are, but
+	// would fit once the coming nodes (Node.Coming) named in
+	// Unplaced.Coming register their GPUs, taken in the order the core
+	// gives groups their turns: it waits for them, and is bound to none
+	// of them before then.
+	UnplacedNodesComing = "NodesComing"
+	// UnplacedAboveNodeLimits: the least the group can start with is
+	// above the most GPUs the nodes may have together, those the node
+	// autoscaler may still add by its node pools' limits included
+	// (Snapshot.NodeLimit; Unplaced.Need, Unplaced.Capacity): no node is
+	// bought for part of it.
+	UnplacedAboveNodeLimits = "ExceedsNodePoolLimits"
 )
 
 // What a waiting group waits for (Unplaced.Wait): whether more nodes
@@ -780,6 +807,13 @@ const (
 	// WaitSpec: the group can never start as it is written
 	// (UnplacedBadTopology); its spec must change.
 	WaitSpec = "Spec"
+	// WaitComing: nodes already bought, yet to register their GPUs, would
+	// start it (UnplacedNodesComing): more nodes would not.
+	WaitComing = "NodesComing"
+	// WaitNodeLimits: more nodes would start it, but the node pools'
+	// limits let the autoscaler add too few (UnplacedAboveNodeLimits):
+	// the limits must change.
+	WaitNodeLimits = "NodePoolLimits"
 )
 
 // Unplaced records a pending group the cycle could not place: Code says
@@ -824,6 +858,9 @@ type Unplaced struct {
 	Domain      string   `json:"domain,omitempty"`
 	Movable     []string `json:"movable,omitempty"`
 	MovableMore int      `json:"movableMore,omitempty"`
+	// Coming names, for UnplacedNodesComing, the coming nodes the group
+	// waits for, in node order.
+	Coming []string `json:"coming,omitempty"`
 }
 
 // FilterCount is how many nodes one filter refused.

@@ -46,7 +46,7 @@ func serves(req *model.Request, g *model.GPU) bool {
 	case req.MIGSlices > 0:
 		return g.MIGSlices >= req.MIGSlices && (g.MIGInstanceSlices == 0 || g.MIGInstanceSlices == req.MIGSlices)
 	default:
-		return g.MIGSlices == 0 && !g.WholeOnly && g.Capacity() >= g.ShareMilli(req) && (g.MemoryMiB == 0 || g.MemoryMiB >= req.GPUMemoryMiB) &&
+		return g.MIGSlices == 0 && !g.WholeOnly && (g.Capacity() >= g.ShareMilli(req) || g.Spans(req)) && (g.MemoryMiB == 0 || g.MemoryMiB >= req.GPUMemoryMiB) &&
 			(g.ShareResource == "" || req.ShareResource == "" || g.ShareResource == req.ShareResource)
 	}
 }
@@ -62,7 +62,7 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 	if len(req.FirstOf) > 0 {
 		return slices.ContainsFunc(req.FirstOf, func(alt model.Request) bool { return StaticFits(n, &alt) })
 	}
-	if !nodeAccepts(n, req) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB || !staticResourcesFit(n, req) || !staticVolumeFit(n, req) {
+	if !nodeAccepts(n, req, false) || n.MilliCPU < req.MilliCPU || n.MemoryMiB < req.MemoryMiB || !staticResourcesFit(n, req) || !staticVolumeFit(n, req) {
 		return false
 	}
 	if !req.UsesGPU() {
@@ -74,6 +74,14 @@ func StaticFits(n *model.Node, req *model.Request) bool {
 	}
 	if req.Replicas > 0 && n.InReplicasOn(req) {
 		need = 1 // replicas of one GPU
+		for g := range n.GPUs {
+			if n.GPUs[g].Spans(req) {
+				// Replicas of as many GPUs as it takes.
+				perGPU := n.GPUs[g].Capacity() / n.GPUs[g].MinShareMilli
+				need = int((int64(req.Replicas) + perGPU - 1) / perGPU)
+				break
+			}
+		}
 	}
 	for g := range n.GPUs {
 		if serves(req, &n.GPUs[g]) {
@@ -103,16 +111,17 @@ func setGPUs(n *model.Node, req *model.Request) int {
 // core asks it before proposing a new MIG layout for req on the node.
 func (s *State) Hosts(i int, req *model.Request) bool {
 	ns := &s.Nodes[i]
-	return nodeAccepts(ns.Node, req) && ns.FreeCPU >= req.MilliCPU && ns.FreeMem >= req.MemoryMiB && ns.res.fits(req, ns.Pods)
+	return nodeAccepts(ns.Node, req, false) && ns.FreeCPU >= req.MilliCPU && ns.FreeMem >= req.MemoryMiB && ns.res.fits(req, ns.Pods)
 }
 
 // ModelAllowed reports whether GPU g is of a model req allows.
 func ModelAllowed(req *model.Request, g *model.GPU) bool { return modelAllowed(req, g) }
 
 // nodeAccepts checks the node-level part of StaticFits: schedulability,
-// selector, taints.
-func nodeAccepts(n *model.Node, req *model.Request) bool {
-	if cordoned(n, req) {
+// selector, taints. comingUp reads a coming node as it will be once up
+// (State.SetComingUp).
+func nodeAccepts(n *model.Node, req *model.Request, comingUp bool) bool {
+	if cordoned(n, req, comingUp) {
 		return false
 	}
 	for k, v := range req.NodeSelector {
@@ -132,10 +141,11 @@ func nodeAccepts(n *model.Node, req *model.Request) bool {
 }
 
 // cordoned reports whether n is unschedulable for req: n is about to go
-// away (Disrupted), or Unschedulable and req does not tolerate
+// away (Disrupted), has yet to register its GPUs (Coming) and comingUp is
+// not set, or is Unschedulable and req does not tolerate
 // model.TaintUnschedulable.
-func cordoned(n *model.Node, req *model.Request) bool {
-	return n.Disrupted || n.Unschedulable && !tolerates(req.Tolerations, model.Taint{Key: model.TaintUnschedulable, Effect: "NoSchedule"})
+func cordoned(n *model.Node, req *model.Request, comingUp bool) bool {
+	return n.Disrupted || n.Coming && !comingUp || n.Unschedulable && !tolerates(req.Tolerations, model.Taint{Key: model.TaintUnschedulable, Effect: "NoSchedule"})
 }
 
 func tolerates(tols []model.Toleration, t model.Taint) bool {
@@ -166,7 +176,7 @@ func (s *State) Options(i int, req *model.Request) []Option {
 // topology, and topology only ranks whole-GPU sets.
 func (s *State) fitOptions(i int, req *model.Request) []Option {
 	ns := &s.Nodes[i]
-	if !nodeAccepts(ns.Node, req) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) ||
+	if !nodeAccepts(ns.Node, req, s.comingUp) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) ||
 		req.Volumes != nil && s.volumeWhy(i, req) != "" {
 		return nil
 	}
@@ -212,6 +222,8 @@ func (s *State) fitOptions(i int, req *model.Request) []Option {
 			slices.SortStableFunc(out, func(a, b Option) int { return ns.SliceFree[a.Shares[0].Index] - ns.SliceFree[b.Shares[0].Index] })
 		}
 		return out
+	case replicas && spans(ns.Node, req):
+		return s.spanOptions(i, req)
 	case req.Shared() || replicas:
 		var out []Option
 		type key struct{ milli, mem int64 }
@@ -244,6 +256,49 @@ func (s *State) fitOptions(i int, req *model.Request) []Option {
 		return out
 	}
 	return []Option{{Node: i}}
+}
+
+// spans reports whether req takes its replicas from several of n's GPUs
+// (model.GPU.Spans).
+func spans(n *model.Node, req *model.Request) bool {
+	for g := range n.GPUs {
+		if n.GPUs[g].Spans(req) {
+			return true
+		}
+	}
+	return false
+}
+
+// spanOptions is where req, counted in replicas and asking for more than
+// one GPU of node i has (model.GPU.Spans), fits: its replicas taken from
+// the node's free GPUs that serve it, the emptiest first (then by index),
+// all of each GPU's free replicas until the last, which gives what is
+// left; none when they have too few free replicas together.
+func (s *State) spanOptions(i int, req *model.Request) []Option {
+	ns := &s.Nodes[i]
+	gpus := ns.Node.GPUs
+	var order []int
+	for g := range gpus {
+		if serves(req, &gpus[g]) && gpus[g].MinShareMilli > 0 && ns.GPUFree[g] >= gpus[g].MinShareMilli {
+			order = append(order, g)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(ns.GPUFree[b], ns.GPUFree[a]) })
+	left := int64(req.Replicas)
+	var sh []model.GPUShare
+	for _, g := range order {
+		if left == 0 {
+			break
+		}
+		take := min(ns.GPUFree[g]/gpus[g].MinShareMilli, left)
+		left -= take
+		sh = append(sh, model.GPUShare{Index: g, Milli: take * gpus[g].MinShareMilli})
+	}
+	if left > 0 {
+		return nil
+	}
+	slices.SortFunc(sh, func(a, b model.GPUShare) int { return cmp.Compare(a.Index, b.Index) })
+	return []Option{{Node: i, Shares: sh}}
 }
 
 // pickSet chooses k of the free GPUs: the lowest indexes when the node has
@@ -305,10 +360,13 @@ func linkStats(n *model.Node, set []int) (mn, sum int) {
 // resources (resources.go).
 const (
 	FilterUnschedulable = "node unschedulable"
-	FilterSelector      = "node selector or taints"
-	FilterCPU           = "insufficient cpu"
-	FilterMemory        = "insufficient memory"
-	FilterGPU           = "insufficient gpu"
+	// FilterComing: the node has yet to register its GPUs
+	// (model.Node.Coming).
+	FilterComing   = "node registering its GPUs"
+	FilterSelector = "node selector or taints"
+	FilterCPU      = "insufficient cpu"
+	FilterMemory   = "insufficient memory"
+	FilterGPU      = "insufficient gpu"
 	// FilterGPUKind: no GPU of the node is offered the way a share or a
 	// MIG instance is asked for (no sharing, another share resource, no
 	// MIG instance of that size), however free it is.
@@ -323,9 +381,11 @@ const (
 func (s *State) Why(i int, req *model.Request) string {
 	ns := &s.Nodes[i]
 	switch {
-	case cordoned(ns.Node, req):
+	case ns.Node.Coming && !s.comingUp && !ns.Node.Disrupted:
+		return FilterComing
+	case cordoned(ns.Node, req, s.comingUp):
 		return FilterUnschedulable
-	case !nodeAccepts(ns.Node, req):
+	case !nodeAccepts(ns.Node, req, s.comingUp):
 		return FilterSelector
 	}
 	if why := ns.res.why(req, ns.Pods); why != "" {

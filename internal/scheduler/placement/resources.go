@@ -24,11 +24,13 @@ func FilterHostPort(p model.HostPort) string { return "host port " + p.String() 
 // resource of a request.
 func FilterInsufficient(name string) string { return "insufficient " + name }
 
-// FilterReplicasOneGPU refuses a node time-sliced under the very resource
-// a pod asks for GPUs through (model.GPU.InReplicas) when the pod asks for
-// more replicas than one GPU has: its node would admit them, but gpuplane
-// takes a pod's replicas from one GPU, so that the pod's share is one
-// GPU's and the node hands it exactly that.
+// FilterReplicasOneGPU refuses a node that shares its GPUs under a
+// renamed resource (nvidia.com/gpu.shared) when a pod asks for more
+// replicas of it than one GPU has: such a pod asks for part of one GPU,
+// and gpuplane takes its replicas from one GPU, so that the node hands it
+// exactly that. A pod asking for whole GPUs of the plain resource on a
+// node time-sliced under that name takes its replicas from as many GPUs
+// as it needs instead, as its node counts them (model.GPU.Spans).
 const FilterReplicasOneGPU = "more replicas than one GPU has (gpuplane takes a pod's replicas from one GPU)"
 
 // portKey is a host port's protocol and number, whatever its address.
@@ -255,7 +257,7 @@ func tooManyReplicas(n *model.Node, req *model.Request) bool {
 		return false
 	}
 	for g := range n.GPUs {
-		if gp := &n.GPUs[g]; gp.InReplicas(req) && gp.ShareMilli(req) <= gp.Capacity() {
+		if gp := &n.GPUs[g]; gp.InReplicas(req) && (gp.ShareMilli(req) <= gp.Capacity() || gp.Spans(req)) {
 			return false
 		}
 	}

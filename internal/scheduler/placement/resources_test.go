@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -264,7 +265,9 @@ func gpuRequest(k int) model.Request {
 // TestTimeSlicedGPUsInTheNodesUnit: nvidia.com/gpu: 1 is one replica of a
 // GPU time-sliced 4 ways under that name (32 such pods on a DGX H100), a
 // whole GPU on a node that does not time-slice (8); more replicas than a
-// GPU has are refused naming gpuplane's rule, never "insufficient".
+// GPU has are taken from as many GPUs as it takes, as the node counts
+// them (nvidia.com/gpu: 8 is two of its GPUs), so that Karpenter, which
+// counts the node's 32, and gpuplane agree on what fits.
 func TestTimeSlicedGPUsInTheNodesUnit(t *testing.T) {
 	for _, policy := range []string{"fgd", "gpupacking", "bestfit"} {
 		t.Run(policy, func(t *testing.T) {
@@ -289,7 +292,7 @@ func TestTimeSlicedGPUsInTheNodesUnit(t *testing.T) {
 		})
 	}
 	st := NewState([]model.Node{dgxTimeSliced("sliced", 4)})
-	for k, want := range map[int]string{2: "", 4: "", 5: FilterReplicasOneGPU} {
+	for k, want := range map[int]string{2: "", 4: "", 5: "", 8: "", 32: ""} {
 		req := gpuRequest(k)
 		if why := st.Why(0, &req); why != want {
 			t.Errorf("nvidia.com/gpu: %d on 4 replicas a GPU: why %q, want %q", k, why, want)
@@ -303,8 +306,37 @@ func TestTimeSlicedGPUsInTheNodesUnit(t *testing.T) {
 	if !StaticFits(st.Nodes[0].Node, &two) {
 		t.Error("two replicas do not fit an empty time-sliced node")
 	}
-	if five := gpuRequest(5); StaticFits(st.Nodes[0].Node, &five) {
-		t.Error("five replicas fit a GPU of four")
+	for _, tc := range []struct {
+		k    int
+		want []model.GPUShare
+	}{
+		{5, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 250}}},
+		{8, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 1000}}},
+		{32, []model.GPUShare{{Index: 0, Milli: 1000}, {Index: 1, Milli: 1000}, {Index: 2, Milli: 1000}, {Index: 3, Milli: 1000},
+			{Index: 4, Milli: 1000}, {Index: 5, Milli: 1000}, {Index: 6, Milli: 1000}, {Index: 7, Milli: 1000}}},
+	} {
+		req := gpuRequest(tc.k)
+		if !StaticFits(st.Nodes[0].Node, &req) {
+			t.Errorf("nvidia.com/gpu: %d does not fit an empty node of 32 replicas", tc.k)
+		}
+		opts := st.Options(0, &req)
+		if len(opts) != 1 || !slices.Equal(opts[0].Shares, tc.want) {
+			t.Errorf("nvidia.com/gpu: %d options %+v, want %+v", tc.k, opts, tc.want)
+		}
+	}
+	// Four pods of nvidia.com/gpu: 8 fill the node; a fifth does not fit.
+	eight := gpuRequest(8)
+	for range 4 {
+		opts := st.Options(0, &eight)
+		if len(opts) == 0 || st.Assign(0, &eight, opts[0].Shares) != nil {
+			t.Fatal("four pods of nvidia.com/gpu: 8 do not fit a node of 32 replicas")
+		}
+	}
+	if why := st.Why(0, &eight); why != FilterGPU {
+		t.Errorf("a fifth pod of nvidia.com/gpu: 8: why %q, want %q", why, FilterGPU)
+	}
+	if thirtyThree := gpuRequest(33); StaticFits(st.Nodes[0].Node, &thirtyThree) {
+		t.Error("33 replicas fit a node of 32")
 	}
 	small := dgxTimeSliced("small", 4)
 	small.GPUs = small.GPUs[:2]

@@ -107,7 +107,17 @@ type State struct {
 		free, mem []int64
 		slices    []int
 	}
+	// comingUp reads coming nodes (model.Node.Coming) as they will be
+	// once they register their GPUs (SetComingUp).
+	comingUp bool
 }
+
+// SetComingUp makes Options and Why read coming nodes
+// (model.Node.Coming) as they will be once they register their GPUs (up)
+// or as they are (!up), for a what-if: would a group fit once the nodes
+// already bought are up? A Placer must not run meanwhile: its memo knows
+// coming nodes as taking nothing.
+func (s *State) SetComingUp(up bool) { s.comingUp = up }
 
 // NewState builds the free state of nodes (which it keeps a reference to)
 // with nothing allocated.
@@ -157,7 +167,7 @@ func (s *State) Relabel(i int) error {
 // classOf interns everything static about a node that placement reads.
 func (s *State) classOf(n *model.Node) int32 {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d/%d/%v/%v|", n.MilliCPU, n.MemoryMiB, n.Unschedulable, n.Disrupted)
+	fmt.Fprintf(&b, "%d/%d/%v/%v/%v|", n.MilliCPU, n.MemoryMiB, n.Unschedulable, n.Disrupted, n.Coming)
 	for _, g := range n.GPUs {
 		fmt.Fprintf(&b, "%s:%d:%d:%d:%d:%d:%t:%t:%s:%d:%t:%s:%t,", g.Model, g.MemoryMiB, g.Capacity(), g.MIGSlices, g.MIGInstanceSlices, g.NUMANode, g.SharesOnly, g.WholeOnly, g.ShareResource, g.MinShareMilli, g.ClaimOnly, g.DeviceSets, g.Repartitioning)
 	}

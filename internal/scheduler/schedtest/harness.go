@@ -46,6 +46,9 @@ func (b *NodeBuilder) Taint(key, value, effect string) *NodeBuilder {
 	return b
 }
 
+// Coming marks the node as yet to register its GPUs (model.Node.Coming).
+func (b *NodeBuilder) Coming() *NodeBuilder { b.n.Coming = true; return b }
+
 // Obj returns the node.
 func (b *NodeBuilder) Obj() model.Node { return b.n }
 

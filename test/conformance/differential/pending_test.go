@@ -58,17 +58,11 @@ func (g *gen) pending(c *cluster, left []*free, name string) *corev1.Pod {
 		edge(corev1.ResourceMemory, unit, 8192)
 	}
 	if g.on[GPUs] && g.chance(0.6) {
+		// On a node time-sliced under nvidia.com/gpu itself, a pod asking
+		// for more replicas than one GPU has takes them from several, as
+		// the kubelet hands them out (model.GPU.Spans): any count fits
+		// the nodes kube-scheduler finds with that many replicas free.
 		edge(gpunode.ResourceGPU, 1, 4)
-		if q, ok := want[gpunode.ResourceGPU]; ok && q.Value() > 1 && timeSliced(c) {
-			// gpuplane takes a pod's replicas from one GPU
-			// (placement.FilterReplicasOneGPU), where the kubelet hands
-			// out replicas of any: a pod asking for more than one
-			// replica is refused by that rule, or where no one GPU has
-			// them free, on nodes kube-scheduler finds with enough
-			// replicas in all. One replica fits the same nodes under
-			// both rules.
-			want[gpunode.ResourceGPU] = g.quantity(gpunode.ResourceGPU, 1)
-		}
 	}
 	if g.on[SharedGPUs] && g.chance(0.4) {
 		edge(gpunode.ResourceGPUShared, 1, 4)
@@ -306,17 +300,4 @@ func (g *gen) podTerm(p *corev1.Pod) corev1.PodAffinityTerm {
 // podRequests is what a pod asks for, as kubelet and schedulers sum it.
 func podRequests(p *corev1.Pod) corev1.ResourceList {
 	return resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-}
-
-// timeSliced reports whether a node of c time-slices its GPUs under
-// nvidia.com/gpu itself (allocatable in replicas).
-func timeSliced(c *cluster) bool {
-	for _, n := range c.nodes {
-		if _, ok := n.Labels[gpunode.LabelGPUReplicas]; ok {
-			if _, plain := n.Status.Allocatable[gpunode.ResourceGPU]; plain {
-				return true
-			}
-		}
-	}
-	return false
 }

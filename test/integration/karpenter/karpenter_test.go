@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -246,4 +247,66 @@ func (c *cluster) karpenterSays(ctx context.Context) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// TestGangAboveNodePoolLimitsBuysNothing: a gang of three nodes' worth in a
+// pool whose limits allow two would get two nodes from Karpenter, which
+// buys for each pod it finds unschedulable until the limit, and never
+// start. gpuplane-scheduler reads the pool's limits: the gang's pods say
+// why they wait (ExceedsNodePoolLimits), none is Unschedulable, and
+// Karpenter buys a node only for a pod that needs room in the same batch.
+func TestGangAboveNodePoolLimitsBuysNothing(t *testing.T) {
+	c := newCluster(t, options{idle: time.Minute, gpuLimit: int64(2 * 8)})
+	const members = 3
+	c.gang("big", members, members, c.gpusPerNode, "")
+	framework.Eventually(t, time.Minute, "the gang's pods saying the pool's limits hold it", func(ctx context.Context) (bool, error) {
+		pods, err := c.pods(ctx, "gang=big")
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods {
+			if why := scheduledReason(&p); why != model.UnplacedAboveNodeLimits {
+				return false, fmt.Errorf("%s says %q (%s), want %s", p.Name, why, framework.SchedulerSays(&p), model.UnplacedAboveNodeLimits)
+			}
+			if msg := framework.SchedulerSays(&p); !strings.Contains(msg, "spec.limits") {
+				return false, fmt.Errorf("%s: %q does not name the limits", p.Name, msg)
+			}
+		}
+		return len(pods) == members, fmt.Errorf("%d pods", len(pods))
+	})
+	c.buysOnlyFor([]string{"needs-room"}, "big-0", "big-1", "big-2")
+}
+
+// TestTimeSlicedPoolCountsReplicasAsItsNodes: a pool of DGX H100s
+// time-sliced four ways under nvidia.com/gpu itself advertises 32 of it a
+// node, and Karpenter buys one node for four pods of nvidia.com/gpu: 8.
+// The node admits them (the kubelet hands a pod 8 of its replicas, from
+// two GPUs); gpuplane-scheduler counts them as the node does and binds
+// all four there, so the node bought is the node needed.
+func TestTimeSlicedPoolCountsReplicasAsItsNodes(t *testing.T) {
+	c := newCluster(t, options{idle: time.Minute, timeSliced: 4})
+	if c.gpusPerNode != 32 {
+		t.Fatalf("a node of the pool offers %d nvidia.com/gpu, want 32", c.gpusPerNode)
+	}
+	const pods = 4
+	for i := range pods {
+		c.createPod(c.pod(fmt.Sprint("ts-", i)).GPUs(8).Label("role", "ts").Obj())
+	}
+	framework.Eventually(t, 3*time.Minute, "the four pods running", c.allRunning("role=ts", pods))
+	bought, err := c.nodes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bought) != 1 {
+		t.Errorf("Karpenter bought %d nodes for four pods of 8 replicas, want the 1 of 32 replicas they fit", len(bought))
+	}
+	pl, err := c.pods(t.Context(), "role=ts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pl {
+		if got := p.Annotations[adapter.GPUsAnnotation]; strings.Count(got, ",") != 1 {
+			t.Errorf("%s holds GPUs %q, want its 8 replicas as two GPUs of 4", p.Name, got)
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	configv1 "github.com/gpuplane/gpuplane/api/config/v1"
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/internal/localcluster"
@@ -60,6 +62,11 @@ type options struct {
 	idle time.Duration
 	// registration is how long a bought node takes to register.
 	registration time.Duration
+	// gpuLimit is the pool's spec.limits of nvidia.com/gpu; 0 sets none.
+	gpuLimit int64
+	// timeSliced, when > 1, time-slices the pool's GPUs that many ways
+	// under nvidia.com/gpu itself (the agent's sharing.timeSlicing).
+	timeSliced int
 }
 
 // cluster is one test's namespace, scheduler, Karpenter and GPU pool.
@@ -73,10 +80,19 @@ type cluster struct {
 }
 
 // h100 is the instance type the tests buy: a DGX H100 as gpuplane's agent
-// would offer it with its default config.
-func h100(t testing.TB) nodeoffer.InstanceType {
+// would offer it with its default config, or with its GPUs time-sliced
+// timeSliced ways (when > 1) under nvidia.com/gpu.
+func h100(t testing.TB, timeSliced int) nodeoffer.InstanceType {
 	t.Helper()
-	o, err := nodeoffer.Compute(context.Background(), "dgxh100", nil)
+	var cfg *configv1.Config
+	if timeSliced > 1 {
+		var err error
+		cfg, err = configv1.Load(strings.NewReader(fmt.Sprintf("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: %d\n", timeSliced)), configv1.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := nodeoffer.Compute(context.Background(), "dgxh100", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +115,7 @@ func newCluster(t testing.TB, o options) *cluster {
 	if err := framework.Poll(t.Context(), time.Minute, "no node of an earlier test", c.noNodes); err != nil {
 		t.Fatal(err)
 	}
-	it := h100(t)
+	it := h100(t, o.timeSliced)
 	c.gpusPerNode = int(it.Offer.Resources["nvidia.com/gpu"])
 	types, err := nodeoffer.KWOKInstanceTypes([]nodeoffer.InstanceType{it}, "zone-a")
 	if err != nil {
@@ -114,7 +130,7 @@ func newCluster(t testing.TB, o options) *cluster {
 	// (NodePool, NodeClaim, KWOKNodeClass) from its own module.
 	env.StartOperator(t, localcluster.OperatorKarpenter, "--instance-types-file-path="+typesFile, "--batch-idle-duration=500ms")
 	c.apply(nodeoffer.KWOKNodeClass(ns, o.registration), nodeClasses)
-	pool, err := nodeoffer.NodePool(it, nodeoffer.PoolOptions{NodeClass: ns, ConsolidateAfter: o.idle})
+	pool, err := nodeoffer.NodePool(it, nodeoffer.PoolOptions{NodeClass: ns, ConsolidateAfter: o.idle, GPULimit: o.gpuLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
