@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -131,8 +132,17 @@ func ensureCRDs(ctx context.Context, dyn dynamic.Interface, manage bool, log log
 		return err
 	}
 	client := dyn.Resource(crdResource)
-	for _, crd := range want {
-		missing, err := crdMissing(ctx, client, crd)
+	// The CRDs are read all at once: one round trip at start, not one per
+	// CRD, before anything else is listed.
+	missings := make([][]string, len(want))
+	errs := make([]error, len(want))
+	var wg sync.WaitGroup
+	for i, crd := range want {
+		wg.Go(func() { missings[i], errs[i] = crdMissing(ctx, client, crd) })
+	}
+	wg.Wait()
+	for i, crd := range want {
+		missing, err := missings[i], errs[i]
 		if err != nil {
 			return err
 		}

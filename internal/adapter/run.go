@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +72,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// The bind connections open while the cluster is read, so that the
+	// first burst of binds finds them open instead of waiting behind a
+	// handshake each.
+	openLanes(ctx, lanes, log)
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("creating the API client for CRDs: %w", err)
@@ -78,24 +83,54 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureCRDsRetrying(ctx, dyn, rc.Host, cfg.ManageCRDs, log); err != nil {
 		return err
 	}
-	m := newMetrics()
-	if err := m.reg.Register(versionmetric.New(cfg.Build)); err != nil {
-		return fmt.Errorf("registering the build info metric: %w", err)
-	}
-	served, err := discoverAPIs(client.Discovery(), m, log)
-	if err != nil {
-		return err
-	}
 	c := newClusterCache(cfg.SchedulerName)
 	c.disruption = disruptionMarks{taints: cfg.DisruptionTaints, conditions: cfg.DisruptionConditions}
 	c.comingTimeout = cfg.ComingNodeTimeout
 
 	// Informers feed the cache with only what the scheduler reads
-	// (forCache).
+	// (forCache). Those of built-in kinds start listing now, while the
+	// optional APIs are discovered and the grouper is built; their
+	// handlers are added below, once the cache can take every object (an
+	// informer hands a handler added late everything it holds, and says
+	// the handler synced only when it has). They stop when Run returns.
+	ictx, stopInformers := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(forCache))
 	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	defer func() {
+		stopInformers()
+		dfactory.Shutdown()
+		factory.Shutdown()
+	}()
+	// Kubernetes' own kinds start now; gpuplane's and DRA's once the
+	// APIs served are known.
 	var regs []informerReg
+	later := kinds[:0:0]
 	for _, k := range kinds {
+		if k.DRA || k.Resource.Group == v1alpha1.GroupName {
+			later = append(later, k)
+			continue
+		}
+		regs = append(regs, informerReg{k.Informer(factory, dfactory), c.kindHandler(log)})
+	}
+	factory.Start(ictx.Done())
+
+	m := newMetrics()
+	if err := m.reg.Register(versionmetric.New(cfg.Build)); err != nil {
+		return fmt.Errorf("registering the build info metric: %w", err)
+	}
+	// Kueue's and KAI's Topologies, where the cluster serves them: those
+	// served now are synced with the rest; a CRD installed later is found
+	// by a re-check every cfg.TopologyRecheck. Looked up while the
+	// optional APIs are.
+	foreign := &foreignTopologyWatch{c: c, disc: client.Discovery(), factory: dfactory, log: log}
+	foreignRegs := make(chan []informerReg, 1)
+	go func() { foreignRegs <- foreign.look(ctx) }()
+	served, err := discoverAPIs(client.Discovery(), m, log)
+	regs = append(regs, <-foreignRegs...)
+	if err != nil {
+		return err
+	}
+	for _, k := range later {
 		if k.DRA && !served.Has(apifeatures.DRA) {
 			continue
 		}
@@ -110,11 +145,6 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("no Karpenter NodePools served: node pool limits are not read", "resource", NodePoolsResource.String())
 		}
 	}
-	// Kueue's and KAI's Topologies, where the cluster serves them: those
-	// served now are synced with the rest; a CRD installed later is found
-	// by a re-check every cfg.TopologyRecheck.
-	foreign := &foreignTopologyWatch{c: c, disc: client.Discovery(), factory: dfactory, log: log}
-	regs = append(regs, foreign.look(ctx)...)
 	// Pod groups derived from the workloads that own pods: the grouper
 	// answers the cache's pods and makes groups while this replica leads.
 	var grp *grouper.Grouper
@@ -137,13 +167,13 @@ func Run(ctx context.Context, cfg Config) error {
 	// initial list: an informer's own sync says only that its store holds
 	// the list, while the handlers that fill the cache may still be
 	// working through it.
-	delivered := make([]cache.InformerSynced, 0, len(regs))
+	delivered := make([]cache.DoneChecker, 0, len(regs))
 	for _, r := range regs {
 		reg, err := r.inf.AddEventHandler(r.h)
 		if err != nil {
 			return fmt.Errorf("registering an informer handler: %w", err)
 		}
-		delivered = append(delivered, reg.HasSynced)
+		delivered = append(delivered, reg.HasSyncedChecker())
 	}
 	var ready atomic.Bool
 	stopServe, err := serve(cfg.ServeAddr, cfg.Profiling, m, &ready, log)
@@ -159,24 +189,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	synced := make(chan struct{})
 	go reportReachability(ctx, probe, rc.Host, log, synced, apiRetryLog)
-	factory.Start(ctx.Done())
-	dfactory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer dfactory.Shutdown()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("syncing the %v informer: %w", typ, context.Cause(ctx))
-		}
-	}
-	for gvr, ok := range dfactory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("syncing the %v informer (are the CRDs in deploy/crds installed?): %w", gvr, context.Cause(ctx))
-		}
-	}
+	// The informers of kinds found above (DRA's) and of CRDs.
+	factory.Start(ictx.Done())
+	dfactory.Start(ictx.Done())
 	// The first cycle must see every pod already bound: placing pods
-	// against a cache still short of some would over-fill their nodes.
-	if !cache.WaitForCacheSync(ctx.Done(), delivered...) {
-		return fmt.Errorf("handing the informers' initial objects to the scheduler's cache: %w", context.Cause(ctx))
+	// against a cache still short of some would over-fill their nodes. A
+	// handler's sync implies its informer's. Waited for on channels, not
+	// by client-go's polls every 100 ms, which the first cycle would wait
+	// out.
+	if !cache.WaitFor(ctx, "", delivered...) {
+		return fmt.Errorf("syncing the informers of %s (are the CRDs in deploy/crds installed?): %w", unsynced(delivered), context.Cause(ctx))
 	}
 	close(synced)
 	ready.Store(true)
@@ -411,4 +433,29 @@ func bindLanes(base, proto *rest.Config, cfg Config) ([]kubernetes.Interface, er
 		lanes = append(lanes, c)
 	}
 	return lanes, nil
+}
+
+// unsynced names the checkers of checks not done yet.
+func unsynced(checks []cache.DoneChecker) string {
+	var names []string
+	for _, c := range checks {
+		if !cache.IsDone(c) {
+			names = append(names, c.Name())
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// openLanes opens each bind connection with one small request (the API
+// server's version), in the background. A lane is otherwise first used by
+// a burst of binds, whose requests its coldGate holds back until the first
+// has dialed and been answered: on the critical path of the first binds.
+func openLanes(ctx context.Context, lanes []kubernetes.Interface, log logr.Logger) {
+	for i, l := range lanes {
+		go func() {
+			if err := l.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil && ctx.Err() == nil {
+				log.V(1).Info("opening a bind connection failed; its first bind opens it", "lane", i+1, "err", err)
+			}
+		}()
+	}
 }

@@ -3,6 +3,7 @@ package apifeatures
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,28 +104,44 @@ func (f Feature) Reason() string {
 }
 
 // Discover asks the API server's discovery which of fs it serves, one
-// request per group version. An API server that cannot answer for a group
-// version (it is down, or an aggregated API fails) is an error: a feature
-// is only reported missing when the server says it does not serve it.
+// request per group version, all sent at once. An API server that cannot
+// answer for a group version (it is down, or an aggregated API fails) is an
+// error: a feature is only reported missing when the server says it does
+// not serve it. A group version after the one a feature was found at is
+// asked too but its answer, or failure, is not read.
 func Discover(d discovery.DiscoveryInterface, fs ...Feature) (Served, error) {
-	s := Served{at: map[string]schema.GroupVersionResource{}}
-	lists := map[schema.GroupVersion]*metav1.APIResourceList{}
+	type answer struct {
+		list *metav1.APIResourceList
+		err  error
+	}
+	var gvs []schema.GroupVersion
 	for _, f := range fs {
 		for _, r := range f.Resources {
-			gv := r.GroupVersion()
-			list, seen := lists[gv]
-			if !seen {
-				var err error
-				list, err = d.ServerResourcesForGroupVersion(gv.String())
-				switch {
-				case apierrors.IsNotFound(err):
-					list = nil
-				case err != nil:
-					return Served{}, fmt.Errorf("looking up %s in the API server's discovery: %w", gv, err)
-				}
-				lists[gv] = list
+			if gv := r.GroupVersion(); !slices.Contains(gvs, gv) {
+				gvs = append(gvs, gv)
 			}
-			if list != nil && slices.ContainsFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == r.Resource }) {
+		}
+	}
+	answers := make([]answer, len(gvs))
+	var wg sync.WaitGroup
+	for i, gv := range gvs {
+		wg.Go(func() {
+			list, err := d.ServerResourcesForGroupVersion(gv.String())
+			if apierrors.IsNotFound(err) {
+				list, err = nil, nil
+			}
+			answers[i] = answer{list, err}
+		})
+	}
+	wg.Wait()
+	s := Served{at: map[string]schema.GroupVersionResource{}}
+	for _, f := range fs {
+		for _, r := range f.Resources {
+			a := answers[slices.Index(gvs, r.GroupVersion())]
+			if a.err != nil {
+				return Served{}, fmt.Errorf("looking up %s in the API server's discovery: %w", r.GroupVersion(), a.err)
+			}
+			if a.list != nil && slices.ContainsFunc(a.list.APIResources, func(x metav1.APIResource) bool { return x.Name == r.Resource }) {
 				s.at[f.Name] = r
 				break
 			}
