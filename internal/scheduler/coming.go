@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
 // Coming nodes (model.Node.Coming) are nodes an autoscaler bought whose
@@ -25,49 +26,52 @@ const comingLimit = 8
 // room in that order, each on top of the ones before, so a second group
 // that needs a node of its own still waits for capacity and an autoscaler
 // buys it one; the free room on other nodes counts too (a gang may start
-// partly on a node that is up). Each group is tried by first fit, coming
-// nodes first, with its pod constraints, and takes at least its Min()
-// pods or nothing; a group with a topology is left as it is, since its
-// domains decide where it may go. Everything is rolled back: the what-if
-// binds nothing.
+// partly on a node that is up). Each group is placed as the cycle places
+// it (place: its policy, its pod constraints, its topology), by a placer
+// of the what-if's own, since the cycle's placer knows coming nodes as
+// taking nothing. Everything is rolled back: the what-if binds nothing.
 func (c *cycle) awaitComing(waiting []comingWait) {
 	st := c.s.st
 	coming := c.s.coming
 	if len(coming) == 0 || len(waiting) == 0 {
 		return
 	}
-	up := make([]int, 0, len(c.s.nodes)-len(coming))
-	for i := range c.s.nodes {
-		if !c.s.nodes[i].Coming || c.s.nodes[i].Disrupted {
-			up = append(up, i)
-		}
+	whatIf, err := placement.NewPlacer(st, c.s.policy)
+	if err != nil {
+		return // the policy made the cycle's placer; it cannot fail here
 	}
 	mark := st.Checkpoint()
 	st.SetComingUp(true)
+	placer := c.s.placer
+	c.s.placer = whatIf
 	defer func() {
+		c.s.placer = placer
 		st.SetComingUp(false)
 		st.Rollback(mark)
 	}()
+	isComing := make(map[int]bool, len(coming))
+	for _, n := range coming {
+		isComing[n] = true
+	}
 	for _, w := range waiting {
 		u, p := &c.d.Unplaced[w.k], w.p
-		if p.g.Topology != nil {
-			continue
-		}
 		if !c.anyRoom(coming, p) {
 			continue // the coming nodes have no room left for it: it waits for capacity
 		}
 		gm := st.Checkpoint()
+		binds, ok := c.place(p, nil)
+		if !ok {
+			continue
+		}
 		on := map[int]bool{}
-		placed := 0
-		for j := range p.g.Pods {
-			if n, ok := c.firstFit(&p.g.Pods[j].Request, coming, up); ok {
-				placed++
-				if c.s.nodes[n].Coming {
-					on[n] = true
-				}
+		for _, b := range binds {
+			if isComing[b.NodeIndex] {
+				on[b.NodeIndex] = true
 			}
 		}
-		if placed < p.g.Min() || len(on) == 0 {
+		if len(on) == 0 {
+			// It fits on nodes that are up: what keeps it waiting is not
+			// the coming nodes' room.
 			st.Rollback(gm)
 			continue
 		}
@@ -105,23 +109,6 @@ func (c *cycle) anyRoom(coming []int, p *pending) bool {
 		}
 	}
 	return false
-}
-
-// firstFit assigns req (its first alternative that fits) to the first
-// node of coming, then of up, with room for it, and returns the node.
-func (c *cycle) firstFit(req *model.Request, coming, up []int) (int, bool) {
-	st := c.s.st
-	for _, nodes := range [][]int{coming, up} {
-		for _, n := range nodes {
-			for a := range max(len(req.FirstOf), 1) {
-				r := req.Alt(a)
-				if opts := st.Options(n, r); len(opts) > 0 && st.Assign(n, r, opts[0].Shares) == nil {
-					return n, true
-				}
-			}
-		}
-	}
-	return 0, false
 }
 
 // comingReason says in words which coming nodes a group waits for.

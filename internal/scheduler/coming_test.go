@@ -113,6 +113,69 @@ func TestComingNodes(t *testing.T) {
 	}
 }
 
+// A gang that must sit in one rack waits for a rack of coming nodes as it
+// would be placed there, not for capacity: the what-if places it as the
+// cycle does, its topology included.
+func TestComingNodesKeepAGangsTopology(t *testing.T) {
+	rackOf := func(n model.Node) string { return n.Domains[schedtest.RackKey] }
+	// Two racks of two 8-GPU nodes: rack 0 up with one node busy, rack 1
+	// bought and registering.
+	cluster := func() []model.Node {
+		nodes := schedtest.TopologyCluster(1, 1, 2, 2, 8)
+		for i := range nodes {
+			if rackOf(nodes[i]) == "z0-b0-r1" {
+				nodes[i].Coming = true
+			}
+		}
+		return nodes
+	}
+	busy := schedtest.Group("busy").Pods(1, schedtest.GPU(8, 0)).Obj()
+	tests := []struct {
+		name  string
+		size  int
+		code  string
+		wait  string
+		nodes []string
+	}{
+		{"two nodes in one rack: the coming rack", 2, model.UnplacedNodesComing, model.WaitComing, []string{"z0-b0-r1-n0", "z0-b0-r1-n1"}},
+		{"three nodes in one rack: no rack, coming or not", 3, model.UnplacedNoDomain, model.WaitCapacity, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := cluster()
+			g := schedtest.Group("g").Created(2).MinMember(tc.size).Topology(model.GangTopology{Levels: schedtest.TopologyLevels, Required: schedtest.RackKey}).
+				Pods(tc.size, schedtest.GPU(8, 0)).Obj()
+			b := busy
+			b.CreatedAt = 1
+			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, Pending: []model.PodGroup{b, g}, NodesMayBeAdded: true}, scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, bd := range d.Binds {
+				if bd.Group == "g" {
+					t.Fatalf("%s bound to %s; want the gang waiting", bd.Pod, bd.Node)
+				}
+			}
+			var u *model.Unplaced
+			for i := range d.Unplaced {
+				if d.Unplaced[i].Group == "g" {
+					u = &d.Unplaced[i]
+				}
+			}
+			if u == nil {
+				t.Fatalf("g is not waiting; binds %+v", d.Binds)
+			}
+			if u.Code != tc.code || u.Wait != tc.wait || !slices.Equal(u.Coming, tc.nodes) {
+				t.Errorf("g: code %s wait %s coming %v (%s); want code %s wait %s coming %v", u.Code, u.Wait, u.Coming, u.Reason, tc.code, tc.wait, tc.nodes)
+			}
+		})
+	}
+}
+
 // A group waiting for a coming node is bound there once the node has
 // registered its GPUs; while it is coming, a group's explanation counts
 // the node as registering, not as full.

@@ -42,6 +42,9 @@ type Scheduler struct {
 	capacity model.Resources
 	st       *placement.State
 	placer   *placement.Placer
+	// policy is the placer's, kept for a what-if's own placer
+	// (awaitComing).
+	policy placement.Policy
 	run      *running
 	// chunks is, per node, the running chunk last applied to it.
 	chunks []chunkID

@@ -258,6 +258,7 @@ func (s *Scheduler) reset(snap *model.Snapshot) error {
 	if s.placer, err = placement.NewPlacer(s.st, pol); err != nil {
 		return fmt.Errorf("syncing snapshot: %w", err)
 	}
+	s.policy = pol
 	return nil
 }
 
