@@ -362,7 +362,7 @@ func usesShared(p *corev1.Pod) bool {
 }
 
 func sameModelNode(a, b *model.Node) bool {
-	return a.MilliCPU == b.MilliCPU && a.MemoryMiB == b.MemoryMiB && a.Unschedulable == b.Unschedulable && a.Disrupted == b.Disrupted &&
+	return a.MilliCPU == b.MilliCPU && a.MemoryMiB == b.MemoryMiB && a.Unschedulable == b.Unschedulable && a.Disrupted == b.Disrupted && a.Coming == b.Coming &&
 		slices.Equal(a.GPUs, b.GPUs) && (a.Topology == nil) == (b.Topology == nil) && reflect.DeepEqual(a.MIG, b.MIG) &&
 		(a.Allocatable == nil) == (b.Allocatable == nil) && maps.Equal(a.Allocatable, b.Allocatable)
 }

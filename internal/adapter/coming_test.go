@@ -97,3 +97,40 @@ func TestComingNodeExpires(t *testing.T) {
 		t.Errorf("after its time: coming %v, %d GPUs, warning %+v; want it as it is, with %s", ni.m.Coming, len(ni.m.GPUs), c.nodeWarnings["new"], ReasonGPUsNotRegistered)
 	}
 }
+
+// A coming node whose device plugin registers exactly the GPUs it offered
+// changes nothing but its coming: the next snapshot must read it up, or
+// nothing would ever be bound there.
+func TestComingNodeRegistersItsOffer(t *testing.T) {
+	created := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
+	n := build.Node("new").Resources(rl("cpu", "64", "memory", "256Gi")).Obj()
+	n.CreationTimestamp = metav1.NewTime(created)
+	n.Labels = map[string]string{LabelGPUCount: "4"}
+	l := NewLive("gpuplane-scheduler")
+	l.c.clock = func() time.Time { return created.Add(time.Minute) }
+	coming := func() bool {
+		t.Helper()
+		v := l.View(created.Add(time.Minute))
+		for _, m := range v.Snapshot.Nodes {
+			if m.Name == "new" {
+				return m.Coming
+			}
+		}
+		t.Fatal("node new not in the snapshot")
+		return false
+	}
+	if err := l.Upsert(n.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if !coming() {
+		t.Fatal("not coming before its GPUs register")
+	}
+	up := n.DeepCopy()
+	up.Status.Capacity[ResourceGPU], up.Status.Allocatable[ResourceGPU] = resource.MustParse("4"), resource.MustParse("4")
+	if err := l.Upsert(up); err != nil {
+		t.Fatal(err)
+	}
+	if coming() {
+		t.Error("still coming after it registered the 4 GPUs it offered")
+	}
+}

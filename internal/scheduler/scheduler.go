@@ -45,7 +45,7 @@ type Scheduler struct {
 	// policy is the placer's, kept for a what-if's own placer
 	// (awaitComing).
 	policy placement.Policy
-	run      *running
+	run    *running
 	// chunks is, per node, the running chunk last applied to it.
 	chunks []chunkID
 	// touched lists the nodes the last cycle's binds and evictions
