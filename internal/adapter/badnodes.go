@@ -57,7 +57,7 @@ func (l *loop) reportNodes() {
 		seen["nodepool/"+name] = true
 		if l.nodeReported["nodepool/"+name] != msg {
 			l.nodeReported["nodepool/"+name] = msg
-			l.log.Info("a node pool's limits are unreadable: counting it as unlimited", "nodepool", name, "problem", msg)
+			l.log.Info("a node pool is unreadable: counting it as unlimited and admitting every pod", "nodepool", name, "problem", msg)
 		}
 	}
 	for name := range l.nodeReported {

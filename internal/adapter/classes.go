@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corehelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -134,6 +135,13 @@ func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
 				}
 				return strings.Compare(a.reason, b.reason)
 			})
+			for _, n := range b.poolNodes {
+				if !cl.all {
+					break
+				}
+				ok, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(n)
+				cl.all = err == nil && ok
+			}
 			if !cl.all {
 				cl.id = b.classID(key)
 			}
@@ -260,4 +268,30 @@ func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet
 		maps.DeleteFunc(b.domains, func(name string, _ nodeDomains) bool { _, ok := b.nodeIndex[name]; return !ok })
 	}
 	return b.modelNodes
+}
+
+// poolClassLabels returns a node pool's labels (those its future nodes
+// will carry) with the labels of the pod classes in use whose required
+// node affinity and node selector admit such a node, as modelNodesFor
+// gives them to a node. A class narrowed to some nodes (by claims,
+// volumes) counts as the pod's own: the pool may add nodes of its kind.
+// Taints are not read from the pool: a pod that does not tolerate its
+// nodes' taints still counts it, which can only let a gang wait for
+// capacity rather than for the limits.
+func (b *builder) poolClassLabels(labels map[string]string) map[string]string {
+	out := maps.Clone(labels)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}}
+	for _, k := range b.classKeys {
+		cl := b.classes[k]
+		if cl == nil || cl.pod == nil {
+			continue
+		}
+		if ok, err := nodeaffinity.GetRequiredNodeAffinity(cl.pod).Match(n); err == nil && ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[classLabelPrefix+strconv.Itoa(cl.id)] = "true"
+		}
+	}
+	return out
 }

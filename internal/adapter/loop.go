@@ -116,7 +116,7 @@ func (l *loop) cycle(ctx context.Context, now time.Time) error {
 	in.snap.Layouts = layoutPolicy(l.cfg)
 	in.snap.NodesMayBeAdded = l.cfg.NodeAutoscaler
 	if l.cfg.NodeAutoscaler {
-		in.snap.NodeLimit = l.cache.nodeLimit()
+		in.snap.NodePools = l.cache.nodePools(l.build.poolClassLabels)
 	}
 	in.snap.Defrag = l.moves.policy()
 	l.assumeLayouts(&in.snap)

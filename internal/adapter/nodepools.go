@@ -3,10 +3,13 @@ package adapter
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpuplane/gpuplane/api/gpunode"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -17,9 +20,11 @@ import (
 // then stops: for a gang larger than the limits allow, it buys nodes for
 // some members, which never start. gpuplane-scheduler reads the GPU node
 // pools' limits and tells the core the most GPUs the cluster's nodes may
-// have together (model.Snapshot.NodeLimit): the GPUs of the whole nodes
-// each limited pool may have, or of those it has where more, and those of
-// every other node. Such a gang waits for the limits instead
+// have, pool by pool (model.Snapshot.NodePools): the labels each pool's
+// future nodes will carry and the GPUs of the whole nodes it may still add
+// within its limit. The core counts, for a gang, the pools whose future
+// nodes its pods' node selector and required node affinity admit, and the
+// nodes they admit; a gang above that waits for the limits instead
 // (ExceedsNodePoolLimits), and no node is bought for it. The limits, not
 // what a pool uses now, bound it: a pool's status.resources lags behind
 // its nodes, and the two read at different times would count a node
@@ -30,6 +35,12 @@ var NodePoolsResource = schema.GroupVersionResource{Group: "karpenter.sh", Versi
 
 // poolRoom is what one GPU node pool may have.
 type poolRoom struct {
+	// labels are those its nodes will carry: its template's labels, its
+	// requirements of operator In with one value, and LabelNodePool.
+	labels map[string]string
+	// unreadable: something in the pool does not parse; it is counted
+	// as unlimited and admitting every pod.
+	unreadable bool
 	// unlimited: the pool sets no nvidia.com/gpu limit.
 	unlimited bool
 	// gpuMilli is the physical GPUs, in thousandths, of the whole nodes
@@ -42,8 +53,14 @@ type poolRoom struct {
 // label and its limits name no nvidia.com/gpu). A value that does not
 // parse is an error naming the field.
 func readNodePool(u *unstructured.Unstructured) (room poolRoom, ok bool, err error) {
-	labels, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
-	annotations, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "annotations")
+	labels, err := poolLabels(u)
+	if err != nil {
+		return poolRoom{}, false, err
+	}
+	annotations, _, err := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "annotations")
+	if err != nil {
+		return poolRoom{}, false, fmt.Errorf("spec.template.metadata.annotations: must map strings to strings")
+	}
 	limit, hasLimit, err := poolQuantity(u, "spec", "limits")
 	if err != nil {
 		return poolRoom{}, false, err
@@ -58,12 +75,12 @@ func readNodePool(u *unstructured.Unstructured) (room poolRoom, ok bool, err err
 		return poolRoom{}, false, nil
 	}
 	if !hasLimit {
-		return poolRoom{unlimited: true}, true, nil
+		return poolRoom{labels: labels, unlimited: true}, true, nil
 	}
 	headroom := limit
 	if count == 0 {
 		// No node size known: each unit of the limit a GPU.
-		return poolRoom{gpuMilli: headroom * model.MilliPerGPU}, true, nil
+		return poolRoom{labels: labels, gpuMilli: headroom * model.MilliPerGPU}, true, nil
 	}
 	// A node advertises its GPUs' replicas as nvidia.com/gpu when it
 	// time-slices them under that name: that is the unit of the limit.
@@ -83,7 +100,90 @@ func readNodePool(u *unstructured.Unstructured) (room poolRoom, ok bool, err err
 		}
 		perNode *= int64(r)
 	}
-	return poolRoom{gpuMilli: headroom / perNode * int64(count) * model.MilliPerGPU}, true, nil
+	return poolRoom{labels: labels, gpuMilli: headroom / perNode * int64(count) * model.MilliPerGPU}, true, nil
+}
+
+// The most labels and requirements read from one pool: Karpenter's own
+// schema allows 100 requirements; a template's labels are a node's.
+const (
+	maxPoolLabels       = 256
+	maxPoolRequirements = 100
+)
+
+// poolLabels reads the labels a NodePool's nodes will carry: its
+// template's metadata.labels, each requirement of operator In with exactly
+// one value (every node of the pool has that value), and LabelNodePool
+// with the pool's name. Requirements of other operators, or of several
+// values, leave the label unknown: a pod that selects on it is not
+// counted against the pool. Keys and values must be valid label keys and
+// values; an error names the field.
+func poolLabels(u *unstructured.Unstructured) (map[string]string, error) {
+	const labelsField = "spec.template.metadata.labels"
+	labels, _, err := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
+	if err != nil {
+		return nil, fmt.Errorf("%s: must map strings to strings", labelsField)
+	}
+	if len(labels) > maxPoolLabels {
+		return nil, fmt.Errorf("%s: at most %d labels, got %d", labelsField, maxPoolLabels, len(labels))
+	}
+	for k, v := range labels {
+		if err := checkLabel(k, v); err != nil {
+			return nil, fmt.Errorf("%s: %w", labelsField, err)
+		}
+	}
+	const reqField = "spec.template.spec.requirements"
+	reqs, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "requirements")
+	if err != nil {
+		return nil, fmt.Errorf("%s: must be a list", reqField)
+	}
+	if len(reqs) > maxPoolRequirements {
+		return nil, fmt.Errorf("%s: at most %d requirements, got %d", reqField, maxPoolRequirements, len(reqs))
+	}
+	out := make(map[string]string, len(labels)+len(reqs)+1)
+	maps.Copy(out, labels)
+	for i, r := range reqs {
+		field := fmt.Sprintf("%s[%d]", reqField, i)
+		m, ok := r.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: must be an object", field)
+		}
+		key, _, err1 := unstructured.NestedString(m, "key")
+		op, _, err2 := unstructured.NestedString(m, "operator")
+		values, _, err3 := unstructured.NestedStringSlice(m, "values")
+		switch {
+		case err1 != nil || key == "":
+			return nil, fmt.Errorf("%s.key: must be a label key", field)
+		case err2 != nil:
+			return nil, fmt.Errorf("%s.operator: must be a string", field)
+		case err3 != nil:
+			return nil, fmt.Errorf("%s.values: must be a list of strings", field)
+		case len(values) > maxPoolLabels:
+			return nil, fmt.Errorf("%s.values: at most %d values, got %d", field, maxPoolLabels, len(values))
+		}
+		if op != "In" || len(values) != 1 {
+			continue
+		}
+		if err := checkLabel(key, values[0]); err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		if v, has := out[key]; has && v != values[0] {
+			return nil, fmt.Errorf("%s: requires %s=%s, but the pool's nodes are labelled %s=%s", field, key, truncate(values[0]), key, truncate(v))
+		}
+		out[key] = values[0]
+	}
+	out[LabelNodePool] = u.GetName()
+	return out, nil
+}
+
+// checkLabel checks a label key and value.
+func checkLabel(k, v string) error {
+	if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+		return fmt.Errorf("label key %q: %s", truncate(k), errs[0])
+	}
+	if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+		return fmt.Errorf("label %s value %q: %s", k, truncate(v), errs[0])
+	}
+	return nil
 }
 
 // poolQuantity reads nvidia.com/gpu from the resource list at path of u:
@@ -111,8 +211,9 @@ func (c *clusterCache) upsertNodePool(u *unstructured.Unstructured) {
 		c.pools = map[string]poolRoom{}
 	}
 	if err != nil {
-		// A pool that says something unreadable limits nothing we know.
-		room, ok = poolRoom{unlimited: true}, true
+		// A pool that says something unreadable limits nothing we know,
+		// and may admit any pod.
+		room, ok = poolRoom{unreadable: true, unlimited: true}, true
 		c.poolProblems[u.GetName()] = err.Error()
 	} else {
 		delete(c.poolProblems, u.GetName())
@@ -122,6 +223,8 @@ func (c *clusterCache) upsertNodePool(u *unstructured.Unstructured) {
 	} else {
 		c.pools[u.GetName()] = room
 	}
+	// Pod classes count the pools' future nodes (builder.class).
+	c.nodesVersion++
 	c.poke()
 }
 
@@ -130,6 +233,7 @@ func (c *clusterCache) deleteNodePool(u *unstructured.Unstructured) {
 	defer c.mu.Unlock()
 	delete(c.pools, u.GetName())
 	delete(c.poolProblems, u.GetName())
+	c.nodesVersion++
 	c.poke()
 }
 
@@ -140,38 +244,38 @@ func (c *clusterCache) nodePoolProblems() map[string]string {
 	return maps.Clone(c.poolProblems)
 }
 
-// nodeLimit is the most GPUs all nodes may have together
-// (model.Snapshot.NodeLimit): nil when a GPU node pool sets no limit, or
-// none is known (no Karpenter, or Cluster Autoscaler, whose limits
-// gpuplane does not read).
-func (c *clusterCache) nodeLimit() *model.Resources {
+// nodePools are the GPU node pools with what each may still add
+// (model.Snapshot.NodePools): nil when none is known (no Karpenter, or
+// Cluster Autoscaler, whose limits gpuplane does not read) or one is
+// unreadable, which may admit any pod and sets no limit. classLabels adds
+// to a pool's labels those of the pod classes its future nodes admit
+// (builder.poolClassLabels), as a node carries them.
+func (c *clusterCache) nodePools(classLabels func(map[string]string) map[string]string) []model.NodePool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.pools) == 0 {
 		return nil
 	}
-	inPools := make(map[string]int64, len(c.pools))
-	var out model.Resources
+	has := make(map[string]int64, len(c.pools))
 	for name, r := range c.pools {
-		if r.unlimited {
+		if r.unreadable {
 			return nil
 		}
-		inPools[name] = 0
+		has[name] = 0
 	}
 	for _, ni := range c.nodes {
-		gpus := int64(len(ni.m.GPUs)) * model.MilliPerGPU
 		if pool := ni.node.Labels[LabelNodePool]; pool != "" {
-			if sum, limited := inPools[pool]; limited {
-				inPools[pool] = sum + gpus
-				continue
+			if sum, limited := has[pool]; limited {
+				has[pool] = sum + int64(len(ni.m.GPUs))*model.MilliPerGPU
 			}
 		}
-		out.GPUMilli += gpus
 	}
-	for name, sum := range inPools {
-		out.GPUMilli += max(sum, c.pools[name].gpuMilli)
+	out := make([]model.NodePool, 0, len(c.pools))
+	for name, r := range c.pools {
+		out = append(out, model.NodePool{Name: name, Labels: classLabels(r.labels), Unlimited: r.unlimited, AddGPUMilli: max(r.gpuMilli-has[name], 0)})
 	}
-	return &out
+	slices.SortFunc(out, func(a, b model.NodePool) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // LabelNodePool names, on a node Karpenter made, its NodePool.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corehelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -61,6 +62,11 @@ type builder struct {
 	classGen     int      // bumped when classes are recomputed
 	classKeys    []string // active class keys with a label, sorted
 	nextClass    int
+	// poolNodes stand for the future nodes of each readable node pool,
+	// with the labels they will carry: a class that admits every node
+	// but not every pool's still selects its nodes, so that the core
+	// tells which pools' limits count for its pods (model.NodePool).
+	poolNodes []*corev1.Node
 	// classIDs numbers the classes (their node label, classLabelPrefix);
 	// a class in use when the nodes change keeps its number, so that a
 	// node's class labels change only where its membership did.
@@ -126,6 +132,12 @@ func (b *builder) build(c *clusterCache, r *refusals, now time.Time) *cycleInput
 			b.nodes = append(b.nodes, n)
 		}
 		slices.SortFunc(b.nodes, func(x, y *nodeInfo) int { return cmp.Compare(x.node.Name, y.node.Name) })
+		b.poolNodes = b.poolNodes[:0]
+		for _, r := range c.pools {
+			if !r.unreadable {
+				b.poolNodes = append(b.poolNodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: r.labels}})
+			}
+		}
 		b.classes = map[string]*podClass{}
 		b.classGen++
 		// Numbers of the classes the last snapshot used are kept.

@@ -1,7 +1,9 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
@@ -222,23 +224,26 @@ func TestComingNodeRegisters(t *testing.T) {
 // waits for the limits, not for capacity: an autoscaler would buy nodes
 // for part of it. Within the limits, it waits for capacity.
 func TestGangAboveNodeLimits(t *testing.T) {
-	gpus := func(n int64) *model.Resources { return &model.Resources{GPUMilli: n * model.MilliPerGPU} }
+	pool := func(add int64) []model.NodePool {
+		return []model.NodePool{{Name: "gpu", AddGPUMilli: add * model.MilliPerGPU}}
+	}
 	tests := []struct {
 		name     string
-		limit    *model.Resources
+		pools    []model.NodePool
 		wantCode string
 		wantWait string
 	}{
 		{name: "no limit: capacity", wantCode: model.UnplacedNoFit, wantWait: model.WaitCapacity},
-		{name: "room for the gang within the limits: capacity", limit: gpus(32), wantCode: model.UnplacedNoFit, wantWait: model.WaitCapacity},
-		{name: "the limits give too little: the limits", limit: gpus(24), wantCode: model.UnplacedAboveNodeLimits, wantWait: model.WaitNodeLimits},
-		{name: "a limit below the nodes there are counts them", limit: gpus(0), wantCode: model.UnplacedAboveNodeLimits, wantWait: model.WaitNodeLimits},
+		{name: "room for the gang within the limits: capacity", pools: pool(24), wantCode: model.UnplacedNoFit, wantWait: model.WaitCapacity},
+		{name: "the limits give too little: the limits", pools: pool(16), wantCode: model.UnplacedAboveNodeLimits, wantWait: model.WaitNodeLimits},
+		{name: "a pool that may add nothing counts the nodes there are", pools: pool(0), wantCode: model.UnplacedAboveNodeLimits, wantWait: model.WaitNodeLimits},
+		{name: "a pool of no limit: capacity", pools: []model.NodePool{{Name: "gpu", Unlimited: true}}, wantCode: model.UnplacedNoFit, wantWait: model.WaitCapacity},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// One node of 8 GPUs; a gang of 4 x 8 needs three more.
 			nodes := schedtest.Cluster("n", 1, 8, 64000, 1<<20)
-			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, NodesMayBeAdded: true, NodeLimit: tc.limit,
+			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, NodesMayBeAdded: true, NodePools: tc.pools,
 				Pending: []model.PodGroup{schedtest.Group("g").MinMember(4).Pods(4, schedtest.GPU(8, 0)).Obj()}}, scheduler.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -252,6 +257,65 @@ func TestGangAboveNodeLimits(t *testing.T) {
 			}
 			if u := d.Unplaced[0]; u.Code != tc.wantCode || u.Wait != tc.wantWait {
 				t.Errorf("code %s wait %s (%s), want %s %s", u.Code, u.Wait, u.Reason, tc.wantCode, tc.wantWait)
+			}
+		})
+	}
+}
+
+// Limits are per pool: a gang counts only the pools whose future nodes,
+// and the nodes, its pods' selectors admit. Confined to a pool too small
+// for it, it waits for the limits and names the pool, however much
+// another pool may add; unconfined, the big pool holds it and it waits for
+// capacity.
+func TestGangAboveNodeLimitsPerPool(t *testing.T) {
+	pools := []model.NodePool{
+		{Name: "small", Labels: map[string]string{"karpenter.sh/nodepool": "small", "tier": "gpu"}, AddGPUMilli: 16 * model.MilliPerGPU},
+		{Name: "big", Labels: map[string]string{"karpenter.sh/nodepool": "big", "tier": "gpu"}, AddGPUMilli: 64 * model.MilliPerGPU},
+		{Name: "free", Labels: map[string]string{"karpenter.sh/nodepool": "free"}, Unlimited: true},
+	}
+	tests := []struct {
+		name       string
+		selector   map[string]string
+		small      int // nodes of 8 GPUs there are in pool small
+		wantCode   string
+		wantReason string
+	}{
+		{name: "confined to the small pool", selector: map[string]string{"karpenter.sh/nodepool": "small"},
+			wantCode: model.UnplacedAboveNodeLimits, wantReason: "(small) allow (GPUs 16; nothing now)"},
+		{name: "confined to the small pool, its nodes counted", selector: map[string]string{"karpenter.sh/nodepool": "small"}, small: 1,
+			wantCode: model.UnplacedNoFit},
+		{name: "confined to pools of a label", selector: map[string]string{"tier": "gpu"}, wantCode: model.UnplacedNoFit},
+		{name: "confined to no pool", selector: map[string]string{"tier": "cpu"}, wantCode: model.UnplacedAboveNodeLimits,
+			wantReason: "the future nodes of no GPU node pool admit its pods"},
+		{name: "unconfined: the pool of no limit", wantCode: model.UnplacedNoFit},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var nodes []model.Node
+			for i := range tc.small {
+				nodes = append(nodes, schedtest.Node(fmt.Sprintf("s%d", i), 64000, 1<<20).GPUs(8, "H100").Label("karpenter.sh/nodepool", "small").Obj())
+			}
+			// Nodes of another pool that the confined gang cannot use.
+			nodes = append(nodes, schedtest.Cluster("b", 2, 8, 64000, 1<<20)...)
+			req := schedtest.GPU(8, 0)
+			req.NodeSelector = tc.selector
+			// 3 x 8 GPUs together with room for 8 more: a gang of 3 x 8
+			// placed whole needs 24, and fits no node set that exists.
+			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, NodesMayBeAdded: true, NodePools: pools,
+				Pending: []model.PodGroup{schedtest.Group("g").MinMember(3).Pods(3, req).Obj()}}, scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Binds) != 0 || len(d.Unplaced) != 1 {
+				t.Fatalf("binds %+v unplaced %+v; want g waiting whole", d.Binds, d.Unplaced)
+			}
+			u := d.Unplaced[0]
+			if u.Code != tc.wantCode || !strings.Contains(u.Reason, tc.wantReason) {
+				t.Errorf("code %s (%s), want %s with %q", u.Code, u.Reason, tc.wantCode, tc.wantReason)
 			}
 		})
 	}

@@ -411,13 +411,9 @@ func (c *cycle) finish() {
 						u.Code, u.Need, u.Queue, u.Limit = model.UnplacedAboveQueueLimit, p.admit, c.tree.Name(q), c.tree.Spec(q).Limit
 						u.Reason = fmt.Sprintf("needs %s admitted, above queue %q's limit %s", describe(p.admit), u.Queue, describe(u.Limit))
 					}
-				case p.g.Min() > 1 && c.snap.NodesMayBeAdded && c.snap.NodeLimit != nil && least.GPUMilli > max(c.capacity.GPUMilli, c.snap.NodeLimit.GPUMilli):
+				case p.g.Min() > 1 && c.snap.NodesMayBeAdded && c.aboveNodeLimits(p.g, least, &u):
 					// All or none: an autoscaler would buy nodes for some
 					// of its pods and stop at the limit.
-					u.Code, u.Need = model.UnplacedAboveNodeLimits, model.Resources{GPUMilli: least.GPUMilli}
-					u.Capacity = model.Resources{GPUMilli: max(c.capacity.GPUMilli, c.snap.NodeLimit.GPUMilli)}
-					u.Reason = fmt.Sprintf("needs at least %s, more than the nodes may have together once the autoscaler has added what its node pools' limits allow (%s; %s now)",
-						describe(u.Need), describe(u.Capacity), describe(model.Resources{GPUMilli: c.capacity.GPUMilli}))
 				case p.g.Min() > 1 && !c.snap.NodesMayBeAdded && !least.Fits(c.capacity):
 					// A gang only: a pod alone that no node can hold hears
 					// why of each node, which says more. With a node
@@ -558,6 +554,65 @@ func leastNeed(g *model.PodGroup) model.Resources {
 		return t
 	}
 	return model.Resources{MilliCPU: sum(cpu), MemoryMiB: sum(mem), GPUMilli: sum(gpu)}
+}
+
+// aboveNodeLimits reports whether g's least need is above the most GPUs
+// its pods may ever have (Snapshot.NodePools): those of the nodes some pod
+// of g selects and those the node pools whose future nodes some pod
+// selects may still add. It fills u when so. A pool of no limit that some
+// pod selects, or no pools known, sets none.
+func (c *cycle) aboveNodeLimits(g *model.PodGroup, least model.Resources, u *model.Unplaced) bool {
+	if c.snap.NodePools == nil {
+		return false
+	}
+	// The pods of a group mostly share one selector: each distinct
+	// one is matched once.
+	var reqs []*model.Request
+	for i := range g.Pods {
+		r := &g.Pods[i].Request
+		if !slices.ContainsFunc(reqs, func(o *model.Request) bool { return maps.Equal(o.NodeSelector, r.NodeSelector) }) {
+			reqs = append(reqs, r)
+		}
+	}
+	selects := func(labels map[string]string) bool {
+		return slices.ContainsFunc(reqs, func(r *model.Request) bool { return placement.Selects(r, labels) })
+	}
+	var room, now int64
+	var names []string
+	for i := range c.snap.NodePools {
+		np := &c.snap.NodePools[i]
+		if !selects(np.Labels) {
+			continue
+		}
+		if np.Unlimited {
+			return false
+		}
+		room += max(np.AddGPUMilli, 0)
+		names = append(names, np.Name)
+	}
+	for i := range c.s.nodes {
+		n := &c.s.nodes[i]
+		if !selects(n.Labels) {
+			continue
+		}
+		for _, gpu := range n.GPUs {
+			now += gpu.Capacity()
+		}
+	}
+	if least.GPUMilli <= now+room {
+		return false
+	}
+	u.Code, u.Need = model.UnplacedAboveNodeLimits, model.Resources{GPUMilli: least.GPUMilli}
+	u.Capacity = model.Resources{GPUMilli: now + room}
+	if len(names) == 0 {
+		u.Reason = fmt.Sprintf("needs at least %s, more than the nodes its pods admit have together (%s), and the future nodes of no GPU node pool admit its pods",
+			describe(u.Need), describe(u.Capacity))
+		return true
+	}
+	slices.Sort(names)
+	u.Reason = fmt.Sprintf("needs at least %s, more than the nodes its pods admit may have together once the autoscaler has added what the limits of the node pools they admit (%s) allow (%s; %s now)",
+		describe(u.Need), strings.Join(names, ", "), describe(u.Capacity), describe(model.Resources{GPUMilli: now}))
+	return true
 }
 
 // explain records on u where p's first pod was refused, node by node, the

@@ -577,17 +577,32 @@ type Snapshot struct {
 	// nodes cure, rather than being told it can never start
 	// (UnplacedAboveCapacity).
 	NodesMayBeAdded bool `json:"nodesMayBeAdded,omitempty"`
-	// NodeLimit, with NodesMayBeAdded, is the most GPUs (GPUMilli) all
-	// nodes may have together, those the node autoscaler may still add
-	// by the limits of its node pools included; nil sets none. A gang
-	// whose least need is above it waits for the limits to change
-	// (UnplacedAboveNodeLimits), not for capacity: the autoscaler would
-	// buy nodes for part of it and stop at the limit, and the gang would
-	// never start.
-	NodeLimit *Resources `json:"nodeLimit,omitempty"`
+	// NodePools, with NodesMayBeAdded, are the node autoscaler's GPU
+	// node pools, each with the GPUs it may still add by its limit; nil
+	// sets no limit (none is known, or some pool has none). A gang whose
+	// least need is above the GPUs of the nodes its pods' selectors admit
+	// together with what the pools whose future nodes they admit may add
+	// waits for the limits to change (UnplacedAboveNodeLimits), not for
+	// capacity: the autoscaler would buy nodes for part of it and stop at
+	// the limit, and the gang would never start.
+	NodePools []NodePool `json:"nodePools,omitempty"`
 	// Defrag bounds the moves the core may make to defragment (defrag.go);
 	// its zero value makes none.
 	Defrag DefragPolicy `json:"defrag,omitzero"`
+}
+
+// NodePool is one of the node autoscaler's GPU node pools: the labels
+// its future nodes will carry (matched against requests' NodeSelector as a
+// node's are) and the GPUs it may still add within its limit.
+type NodePool struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Unlimited: the pool sets no GPU limit; AddGPUMilli is then unread.
+	Unlimited bool `json:"unlimited,omitempty"`
+	// AddGPUMilli is the physical GPUs, in thousandths, of the whole
+	// nodes the pool may still add: its limit less the nodes it has, at
+	// least 0.
+	AddGPUMilli int64 `json:"addGPUMilli,omitempty"`
 }
 
 // Hold is a group whose placement needed evictions, waiting for the
@@ -779,7 +794,7 @@ const (
 	// UnplacedAboveNodeLimits: the least the group can start with is
 	// above the most GPUs the nodes may have together, those the node
 	// autoscaler may still add by its node pools' limits included
-	// (Snapshot.NodeLimit; Unplaced.Need, Unplaced.Capacity): no node is
+	// (Snapshot.NodePools; Unplaced.Need, Unplaced.Capacity): no node is
 	// bought for part of it.
 	UnplacedAboveNodeLimits = "ExceedsNodePoolLimits"
 )

@@ -124,16 +124,25 @@ func nodeAccepts(n *model.Node, req *model.Request, comingUp bool) bool {
 	if cordoned(n, req, comingUp) {
 		return false
 	}
-	for k, v := range req.NodeSelector {
-		if n.Labels[k] != v {
-			return false
-		}
+	if !Selects(req, n.Labels) {
+		return false
 	}
 	for _, t := range n.Taints {
 		if t.Effect == "PreferNoSchedule" {
 			continue
 		}
 		if !tolerates(req.Tolerations, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// Selects reports whether req's node selector admits a node with labels:
+// a node's own, or those a node pool's future nodes will carry.
+func Selects(req *model.Request, labels map[string]string) bool {
+	for k, v := range req.NodeSelector {
+		if labels[k] != v {
 			return false
 		}
 	}

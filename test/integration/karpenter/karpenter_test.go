@@ -12,7 +12,9 @@ import (
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
+	"github.com/gpuplane/gpuplane/internal/nodeoffer"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -249,16 +251,26 @@ func (c *cluster) karpenterSays(ctx context.Context) string {
 	return strings.Join(out, "; ")
 }
 
-// TestGangAboveNodePoolLimitsBuysNothing: a gang of three nodes' worth in a
-// pool whose limits allow two would get two nodes from Karpenter, which
-// buys for each pod it finds unschedulable until the limit, and never
-// start. gpuplane-scheduler reads the pool's limits: the gang's pods say
-// why they wait (ExceedsNodePoolLimits), none is Unschedulable, and
-// Karpenter buys a node only for a pod that needs room in the same batch.
+// TestGangAboveNodePoolLimitsBuysNothing: a gang of three nodes' worth
+// confined by its nodeSelector to a pool whose limits allow two would get
+// two nodes from Karpenter, which buys for each pod it finds unschedulable
+// until the limit, and never start, though another pool's limit allows
+// eight. gpuplane-scheduler reads the limits per pool and counts only the
+// pools the gang's pods admit: they say why they wait
+// (ExceedsNodePoolLimits, naming the small pool), none is Unschedulable,
+// and Karpenter buys a node only for a pod that needs room in the same
+// batch.
 func TestGangAboveNodePoolLimitsBuysNothing(t *testing.T) {
-	c := newCluster(t, options{idle: time.Minute, gpuLimit: int64(2 * 8)})
+	// The gang's pods admit only the small pool's nodes: the big pool's
+	// limit must not count for it.
+	c := newCluster(t, options{idle: time.Minute, gpuLimit: int64(2 * 8), secondPoolLimit: int64(8 * 8)})
 	const members = 3
-	c.gang("big", members, members, c.gpusPerNode, "")
+	small := nodeoffer.PoolPrefix + "h100x8"
+	c.createObj(v1alpha1.PodGroupsResource, c.ns, build.PodGroup(c.ns, "big", members).Obj())
+	for i := range members {
+		c.createPod(c.pod(fmt.Sprintf("big-%d", i)).GPUs(c.gpusPerNode).Label(v1alpha1.PodGroupLabel, "big").Label("gang", "big").
+			NodeSelector(nodeoffer.LabelNodePool, small).Obj())
+	}
 	framework.Eventually(t, time.Minute, "the gang's pods saying the pool's limits hold it", func(ctx context.Context) (bool, error) {
 		pods, err := c.pods(ctx, "gang=big")
 		if err != nil {
@@ -268,8 +280,8 @@ func TestGangAboveNodePoolLimitsBuysNothing(t *testing.T) {
 			if why := scheduledReason(&p); why != model.UnplacedAboveNodeLimits {
 				return false, fmt.Errorf("%s says %q (%s), want %s", p.Name, why, framework.SchedulerSays(&p), model.UnplacedAboveNodeLimits)
 			}
-			if msg := framework.SchedulerSays(&p); !strings.Contains(msg, "spec.limits") {
-				return false, fmt.Errorf("%s: %q does not name the limits", p.Name, msg)
+			if msg := framework.SchedulerSays(&p); !strings.Contains(msg, "spec.limits") || !strings.Contains(msg, "("+small+")") {
+				return false, fmt.Errorf("%s: %q does not name the limits of pool %s alone", p.Name, msg, small)
 			}
 		}
 		return len(pods) == members, fmt.Errorf("%d pods", len(pods))

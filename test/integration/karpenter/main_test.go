@@ -67,7 +67,14 @@ type options struct {
 	// timeSliced, when > 1, time-slices the pool's GPUs that many ways
 	// under nvidia.com/gpu itself (the agent's sharing.timeSlicing).
 	timeSliced int
+	// secondPoolLimit, when > 0, adds a second pool of the same nodes
+	// under another instance type name (secondType), with this
+	// nvidia.com/gpu limit.
+	secondPoolLimit int64
 }
+
+// secondType names the second pool's instance type (options.secondPoolLimit).
+const secondType = "h100x8-b"
 
 // cluster is one test's namespace, scheduler, Karpenter and GPU pool.
 type cluster struct {
@@ -117,7 +124,13 @@ func newCluster(t testing.TB, o options) *cluster {
 	}
 	it := h100(t, o.timeSliced)
 	c.gpusPerNode = int(it.Offer.Resources["nvidia.com/gpu"])
-	types, err := nodeoffer.KWOKInstanceTypes([]nodeoffer.InstanceType{it}, "zone-a")
+	its := []nodeoffer.InstanceType{it}
+	if o.secondPoolLimit > 0 {
+		second := it
+		second.Name = secondType
+		its = append(its, second)
+	}
+	types, err := nodeoffer.KWOKInstanceTypes(its, "zone-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,11 +143,19 @@ func newCluster(t testing.TB, o options) *cluster {
 	// (NodePool, NodeClaim, KWOKNodeClass) from its own module.
 	env.StartOperator(t, localcluster.OperatorKarpenter, "--instance-types-file-path="+typesFile, "--batch-idle-duration=500ms")
 	c.apply(nodeoffer.KWOKNodeClass(ns, o.registration), nodeClasses)
-	pool, err := nodeoffer.NodePool(it, nodeoffer.PoolOptions{NodeClass: ns, ConsolidateAfter: o.idle, GPULimit: o.gpuLimit})
-	if err != nil {
-		t.Fatal(err)
+	var pools []string
+	for i, it := range its {
+		limit := o.gpuLimit
+		if i > 0 {
+			limit = o.secondPoolLimit
+		}
+		pool, err := nodeoffer.NodePool(it, nodeoffer.PoolOptions{NodeClass: ns, ConsolidateAfter: o.idle, GPULimit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.apply(pool, nodePools)
+		pools = append(pools, pool.GetName())
 	}
-	c.apply(pool, nodePools)
 	t.Cleanup(func() {
 		// The pods go first: Karpenter drains a node before it deletes
 		// it, and a pod bound with karpenter.sh/do-not-disrupt would keep
@@ -158,7 +179,9 @@ func newCluster(t testing.TB, o options) *cluster {
 		if err := framework.Poll(ctx, 2*time.Minute, "the pool's nodes gone", c.noNodes); err != nil {
 			t.Error(err)
 		}
-		_ = c.dyn.Resource(nodePools).Delete(ctx, pool.GetName(), metav1.DeleteOptions{})
+		for _, name := range pools {
+			_ = c.dyn.Resource(nodePools).Delete(ctx, name, metav1.DeleteOptions{})
+		}
 		_ = c.dyn.Resource(nodeClasses).Delete(ctx, ns, metav1.DeleteOptions{})
 	})
 	// Karpenter adds nodes: gangs larger than the cluster wait for room.
@@ -174,9 +197,9 @@ func (c *cluster) apply(u *unstructured.Unstructured, gvr schema.GroupVersionRes
 	}
 }
 
-// poolSelector selects the objects of the test's pool.
+// poolSelector selects the objects of the test's pools.
 func (c *cluster) poolSelector() string {
-	return nodeoffer.LabelNodePool + "=" + nodeoffer.PoolPrefix + "h100x8"
+	return fmt.Sprintf("%s in (%sh100x8, %s%s)", nodeoffer.LabelNodePool, nodeoffer.PoolPrefix, nodeoffer.PoolPrefix, secondType)
 }
 
 // claims lists the NodeClaims of the test's pool.
