@@ -77,7 +77,7 @@ func TestMinimumRuntimeHoldsOffPreemption(t *testing.T) {
 	keep.Store(2)
 	c.alwaysPods("no workload younger than the queue's minimum runtime evicted", "app=low", atLeastRunning(func() int { return int(keep.Load()) }))
 	c.prioritized("urgent", q, high, "high", 4, nil)
-	c.waitCondition("urgent", corev1.PodReasonUnschedulable, "insufficient nvidia.com/gpu", 30*time.Second)
+	c.waitCondition("urgent", corev1.PodReasonUnschedulable, "younger than their minimum runtime", 30*time.Second)
 	if n, _, err := c.bound(t.Context(), "app=low"); err != nil || n != 2 {
 		t.Fatalf("%d low-priority pods bound (err %v), want both: they are younger than an hour", n, err)
 	}
