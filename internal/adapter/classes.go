@@ -275,18 +275,29 @@ func (b *builder) modelNodesFor(used map[string]bool, sets map[string]*deviceSet
 // node affinity and node selector admit such a node, as modelNodesFor
 // gives them to a node. A class narrowed to some nodes (by claims,
 // volumes) counts as the pod's own: the pool may add nodes of its kind.
-// Taints are not read from the pool: a pod that does not tolerate its
-// nodes' taints still counts it, which can only let a gang wait for
-// capacity rather than for the limits.
-func (b *builder) poolClassLabels(labels map[string]string) map[string]string {
-	out := maps.Clone(labels)
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}}
+// A label the pool's requirements leave open is read as the autoscaler
+// may pick it: each of an In's values is tried (poolVariants), and a
+// class that selects on a label open to any value is admitted. Taints are
+// not read from the pool. Both err towards counting the pool, which can
+// only let a gang wait for capacity rather than for the limits.
+func (b *builder) poolClassLabels(r poolRoom) map[string]string {
+	out := maps.Clone(r.labels)
+	variants, loose := poolVariants(r)
 	for _, k := range b.classKeys {
 		cl := b.classes[k]
 		if cl == nil || cl.pod == nil {
 			continue
 		}
-		if ok, err := nodeaffinity.GetRequiredNodeAffinity(cl.pod).Match(n); err == nil && ok {
+		aff := nodeaffinity.GetRequiredNodeAffinity(cl.pod)
+		admits := selectsAny(cl.pod, loose)
+		for _, n := range variants {
+			if admits {
+				break
+			}
+			ok, err := aff.Match(n)
+			admits = err == nil && ok
+		}
+		if admits {
 			if out == nil {
 				out = map[string]string{}
 			}
@@ -294,4 +305,66 @@ func (b *builder) poolClassLabels(labels map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// maxPoolVariants bounds the label sets tried for one pool; the labels of
+// Ins past it are read as open to any value.
+const maxPoolVariants = 64
+
+// poolVariants returns the nodes a pool may make as far as their labels
+// go: its fixed labels with each combination of the values its Ins with
+// several values allow, at most maxPoolVariants of them; and loose, the
+// open labels the nodes leave out (any value, or past that bound).
+func poolVariants(r poolRoom) (nodes []*corev1.Node, loose map[string]bool) {
+	sets := []map[string]string{r.labels}
+	for _, k := range slices.Sorted(maps.Keys(r.open)) {
+		vs := r.open[k]
+		if vs == nil || len(sets)*len(vs) > maxPoolVariants {
+			if loose == nil {
+				loose = map[string]bool{}
+			}
+			loose[k] = true
+			continue
+		}
+		next := make([]map[string]string, 0, len(sets)*len(vs))
+		for _, s := range sets {
+			for _, v := range vs {
+				m := maps.Clone(s)
+				if m == nil {
+					m = map[string]string{}
+				}
+				m[k] = v
+				next = append(next, m)
+			}
+		}
+		sets = next
+	}
+	nodes = make([]*corev1.Node, len(sets))
+	for i, s := range sets {
+		nodes[i] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: s}}
+	}
+	return nodes, loose
+}
+
+// selectsAny reports whether p's node selector or required node
+// affinity names one of the labels in keys.
+func selectsAny(p *corev1.Pod, keys map[string]bool) bool {
+	if len(keys) == 0 {
+		return false
+	}
+	for k := range p.Spec.NodeSelector {
+		if keys[k] {
+			return true
+		}
+	}
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, e := range t.MatchExpressions {
+				if keys[e.Key] {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

@@ -38,6 +38,10 @@ type poolRoom struct {
 	// labels are those its nodes will carry: its template's labels, its
 	// requirements of operator In with one value, and LabelNodePool.
 	labels map[string]string
+	// open are the labels its requirements leave to the instance the
+	// autoscaler picks: the values each may take (In with several), or
+	// nil for any (NotIn, Exists, DoesNotExist, Gt, Lt).
+	open map[string][]string
 	// unreadable: something in the pool does not parse; it is counted
 	// as unlimited and admitting every pod.
 	unreadable bool
@@ -53,7 +57,7 @@ type poolRoom struct {
 // label and its limits name no nvidia.com/gpu). A value that does not
 // parse is an error naming the field.
 func readNodePool(u *unstructured.Unstructured) (room poolRoom, ok bool, err error) {
-	labels, err := poolLabels(u)
+	labels, open, err := poolLabels(u)
 	if err != nil {
 		return poolRoom{}, false, err
 	}
@@ -75,12 +79,12 @@ func readNodePool(u *unstructured.Unstructured) (room poolRoom, ok bool, err err
 		return poolRoom{}, false, nil
 	}
 	if !hasLimit {
-		return poolRoom{labels: labels, unlimited: true}, true, nil
+		return poolRoom{labels: labels, open: open, unlimited: true}, true, nil
 	}
 	headroom := limit
 	if count == 0 {
 		// No node size known: each unit of the limit a GPU.
-		return poolRoom{labels: labels, gpuMilli: headroom * model.MilliPerGPU}, true, nil
+		return poolRoom{labels: labels, open: open, gpuMilli: headroom * model.MilliPerGPU}, true, nil
 	}
 	// A node advertises its GPUs' replicas as nvidia.com/gpu when it
 	// time-slices them under that name: that is the unit of the limit.
@@ -100,7 +104,7 @@ func readNodePool(u *unstructured.Unstructured) (room poolRoom, ok bool, err err
 		}
 		perNode *= int64(r)
 	}
-	return poolRoom{labels: labels, gpuMilli: headroom / perNode * int64(count) * model.MilliPerGPU}, true, nil
+	return poolRoom{labels: labels, open: open, gpuMilli: headroom / perNode * int64(count) * model.MilliPerGPU}, true, nil
 }
 
 // The most labels and requirements read from one pool: Karpenter's own
@@ -113,66 +117,83 @@ const (
 // poolLabels reads the labels a NodePool's nodes will carry: its
 // template's metadata.labels, each requirement of operator In with exactly
 // one value (every node of the pool has that value), and LabelNodePool
-// with the pool's name. Requirements of other operators, or of several
-// values, leave the label unknown: a pod that selects on it is not
-// counted against the pool. Keys and values must be valid label keys and
-// values; an error names the field.
-func poolLabels(u *unstructured.Unstructured) (map[string]string, error) {
+// with the pool's name; and open, the labels its other requirements leave
+// to the instance the autoscaler picks (the values of an In with several,
+// nil for any value under another operator). Keys and values must be
+// valid label keys and values; an error names the field.
+func poolLabels(u *unstructured.Unstructured) (map[string]string, map[string][]string, error) {
 	const labelsField = "spec.template.metadata.labels"
 	labels, _, err := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
 	if err != nil {
-		return nil, fmt.Errorf("%s: must map strings to strings", labelsField)
+		return nil, nil, fmt.Errorf("%s: must map strings to strings", labelsField)
 	}
 	if len(labels) > maxPoolLabels {
-		return nil, fmt.Errorf("%s: at most %d labels, got %d", labelsField, maxPoolLabels, len(labels))
+		return nil, nil, fmt.Errorf("%s: at most %d labels, got %d", labelsField, maxPoolLabels, len(labels))
 	}
 	for k, v := range labels {
 		if err := checkLabel(k, v); err != nil {
-			return nil, fmt.Errorf("%s: %w", labelsField, err)
+			return nil, nil, fmt.Errorf("%s: %w", labelsField, err)
 		}
 	}
 	const reqField = "spec.template.spec.requirements"
 	reqs, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "requirements")
 	if err != nil {
-		return nil, fmt.Errorf("%s: must be a list", reqField)
+		return nil, nil, fmt.Errorf("%s: must be a list", reqField)
 	}
 	if len(reqs) > maxPoolRequirements {
-		return nil, fmt.Errorf("%s: at most %d requirements, got %d", reqField, maxPoolRequirements, len(reqs))
+		return nil, nil, fmt.Errorf("%s: at most %d requirements, got %d", reqField, maxPoolRequirements, len(reqs))
 	}
 	out := make(map[string]string, len(labels)+len(reqs)+1)
+	var open map[string][]string
 	maps.Copy(out, labels)
 	for i, r := range reqs {
 		field := fmt.Sprintf("%s[%d]", reqField, i)
 		m, ok := r.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("%s: must be an object", field)
+			return nil, nil, fmt.Errorf("%s: must be an object", field)
 		}
 		key, _, err1 := unstructured.NestedString(m, "key")
 		op, _, err2 := unstructured.NestedString(m, "operator")
 		values, _, err3 := unstructured.NestedStringSlice(m, "values")
 		switch {
 		case err1 != nil || key == "":
-			return nil, fmt.Errorf("%s.key: must be a label key", field)
+			return nil, nil, fmt.Errorf("%s.key: must be a label key", field)
 		case err2 != nil:
-			return nil, fmt.Errorf("%s.operator: must be a string", field)
+			return nil, nil, fmt.Errorf("%s.operator: must be a string", field)
 		case err3 != nil:
-			return nil, fmt.Errorf("%s.values: must be a list of strings", field)
+			return nil, nil, fmt.Errorf("%s.values: must be a list of strings", field)
 		case len(values) > maxPoolLabels:
-			return nil, fmt.Errorf("%s.values: at most %d values, got %d", field, maxPoolLabels, len(values))
+			return nil, nil, fmt.Errorf("%s.values: at most %d values, got %d", field, maxPoolLabels, len(values))
 		}
 		if op != "In" || len(values) != 1 {
+			if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+				return nil, nil, fmt.Errorf("%s.key: label key %q: %s", field, truncate(key), errs[0])
+			}
+			if open == nil {
+				open = map[string][]string{}
+			}
+			if op == "In" && len(values) > 0 {
+				open[key] = values
+			} else {
+				open[key] = nil
+			}
 			continue
 		}
 		if err := checkLabel(key, values[0]); err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
+			return nil, nil, fmt.Errorf("%s: %w", field, err)
 		}
 		if v, has := out[key]; has && v != values[0] {
-			return nil, fmt.Errorf("%s: requires %s=%s, but the pool's nodes are labelled %s=%s", field, key, truncate(values[0]), key, truncate(v))
+			return nil, nil, fmt.Errorf("%s: requires %s=%s, but the pool's nodes are labelled %s=%s", field, key, truncate(values[0]), key, truncate(v))
 		}
 		out[key] = values[0]
 	}
 	out[LabelNodePool] = u.GetName()
-	return out, nil
+	for k := range open {
+		if _, fixed := out[k]; fixed {
+			delete(open, k) // a fixed label settles it
+		}
+	}
+	return out, open, nil
 }
 
 // checkLabel checks a label key and value.
@@ -250,7 +271,7 @@ func (c *clusterCache) nodePoolProblems() map[string]string {
 // unreadable, which may admit any pod and sets no limit. classLabels adds
 // to a pool's labels those of the pod classes its future nodes admit
 // (builder.poolClassLabels), as a node carries them.
-func (c *clusterCache) nodePools(classLabels func(map[string]string) map[string]string) []model.NodePool {
+func (c *clusterCache) nodePools(classLabels func(poolRoom) map[string]string) []model.NodePool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.pools) == 0 {
@@ -272,7 +293,7 @@ func (c *clusterCache) nodePools(classLabels func(map[string]string) map[string]
 	}
 	out := make([]model.NodePool, 0, len(c.pools))
 	for name, r := range c.pools {
-		out = append(out, model.NodePool{Name: name, Labels: classLabels(r.labels), Unlimited: r.unlimited, AddGPUMilli: max(r.gpuMilli-has[name], 0)})
+		out = append(out, model.NodePool{Name: name, Labels: classLabels(r), Unlimited: r.unlimited, AddGPUMilli: max(r.gpuMilli-has[name], 0)})
 	}
 	slices.SortFunc(out, func(a, b model.NodePool) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -72,7 +72,7 @@ func TestReadNodePool(t *testing.T) {
 	c := newClusterCache("s")
 	c.upsertNodePool(tests[2].pool)
 	c.upsertNode(gpuNode("other", 4))
-	same := func(l map[string]string) map[string]string { return l }
+	same := func(r poolRoom) map[string]string { return r.labels }
 	for i := range 5 {
 		n := gpuNode(fmt.Sprint("in-pool-", i), 8)
 		n.Labels = map[string]string{LabelNodePool: "p"}
@@ -212,5 +212,50 @@ func TestSnapshotNodePoolsSelectedByPods(t *testing.T) {
 	want := map[string][]string{"pod/ml/confined": {"small"}, "pod/ml/free": {"big", "small"}}
 	if !reflect.DeepEqual(selected, want) {
 		t.Errorf("pools selected by pending groups %v, want %v", selected, want)
+	}
+}
+
+// A label a pool's requirements leave to the instance the autoscaler picks
+// (a zone among several, any instance family) is read as it may be picked:
+// a pod that selects one of the allowed values counts the pool, one that
+// selects a value outside them does not, and one that selects on a label
+// open to any value counts it.
+func TestSnapshotNodePoolsOpenLabels(t *testing.T) {
+	const zone, family = "topology.kubernetes.io/zone", "karpenter.k8s.aws/instance-family"
+	c := newClusterCache(v1alpha1.SchedulerName)
+	c.upsertNodePool(&unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": map[string]any{"name": "zoned"},
+		"spec": map[string]any{
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{LabelGPUCount: "8"}},
+				"spec": map[string]any{"requirements": []any{
+					map[string]any{"key": zone, "operator": "In", "values": []any{"zone-a", "zone-b"}},
+					map[string]any{"key": family, "operator": "Exists"},
+				}},
+			},
+			"limits": map[string]any{"nvidia.com/gpu": "16"},
+		},
+	}})
+	selecting := func(name, key, value string) {
+		p := newPod("ml", name).GPUs(8).Obj()
+		p.Spec.NodeSelector = map[string]string{key: value}
+		c.upsertPod(p)
+	}
+	selecting("in-b", zone, "zone-b")
+	selecting("in-c", zone, "zone-c")
+	selecting("family", family, "p5")
+	b := newBuilder(v1alpha1.SchedulerName, -1, logr.Discard())
+	in := c.snapshot(b, newRefusals(), time.Unix(200, 0))
+	pools := c.nodePools(b.poolClassLabels)
+	if len(pools) != 1 {
+		t.Fatalf("nodePools = %+v, want the one pool", pools)
+	}
+	got := map[string]bool{}
+	for _, g := range in.snap.Pending {
+		got[g.Name] = placement.Selects(&g.Pods[0].Request, pools[0].Labels)
+	}
+	want := map[string]bool{"pod/ml/in-b": true, "pod/ml/in-c": false, "pod/ml/family": true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the pool counted for %v, want %v", got, want)
 	}
 }
