@@ -171,6 +171,11 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, r := range regs {
 		reg, err := r.inf.AddEventHandler(r.h)
 		if err != nil {
+			if cerr := context.Cause(ctx); cerr != nil {
+				// Stopped while starting: the informers started early
+				// have ended with the context.
+				return fmt.Errorf("starting: %w", cerr)
+			}
 			return fmt.Errorf("registering an informer handler: %w", err)
 		}
 		delivered = append(delivered, reg.HasSyncedChecker())
