@@ -29,18 +29,7 @@ func TestElasticPyTorchJobShrinksOnNodeLoss(t *testing.T) {
 	// An evicted worker ends Failed; with OnFailure, as elastic jobs
 	// run, the operator makes it again instead of failing the job.
 	delete(spec, "restartPolicy")
-	job := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-		"metadata": map[string]any{"name": "spot", "namespace": c.ns},
-		"spec": map[string]any{
-			"elasticPolicy": map[string]any{"minReplicas": int64(2), "maxReplicas": int64(4), "rdzvBackend": "c10d"},
-			"pytorchReplicaSpecs": map[string]any{"Worker": map[string]any{"replicas": int64(4), "restartPolicy": "OnFailure",
-				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"ptj": "spot"}}, "spec": spec}}},
-		},
-	}}
-	if _, err := c.dyn.Resource(pyTorchJobs).Namespace(c.ns).Create(t.Context(), job, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.elasticPyTorchJob(t, "spot", "OnFailure", spec)
 	var before map[string]types.UID
 	framework.Eventually(t, 90*time.Second, "the elastic job running all four workers", func(ctx context.Context) (bool, error) {
 		var err error

@@ -56,6 +56,26 @@ func (c *cluster) boundUIDs(ctx context.Context, selector string) (map[string]ty
 	return out, nil
 }
 
+// elasticPyTorchJob creates an elastic PyTorchJob of four workers that
+// may run with two (minReplicas 2, maxReplicas 4), each worker labelled
+// ptj=<name>, with spec as its pod spec and restartPolicy for its
+// workers.
+func (c *cluster) elasticPyTorchJob(t *testing.T, name, restartPolicy string, spec map[string]any) {
+	t.Helper()
+	job := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+		"metadata": map[string]any{"name": name, "namespace": c.ns},
+		"spec": map[string]any{
+			"elasticPolicy": map[string]any{"minReplicas": int64(2), "maxReplicas": int64(4), "rdzvBackend": "c10d"},
+			"pytorchReplicaSpecs": map[string]any{"Worker": map[string]any{"replicas": int64(4), "restartPolicy": restartPolicy,
+				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"ptj": name}}, "spec": spec}}},
+		},
+	}}
+	if _, err := c.dyn.Resource(pyTorchJobs).Namespace(c.ns).Create(t.Context(), job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // urgent creates a lone pod of the high class asking for gpus GPUs and
 // waits until it is bound.
 func (c *cluster) urgent(class string, gpus int) {
@@ -122,18 +142,7 @@ func TestElasticPyTorchJobShrinks(t *testing.T) {
 	spec := c.podSpec(2)
 	spec["containers"].([]any)[0].(map[string]any)["name"] = "pytorch"
 	spec["priorityClassName"] = low
-	job := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-		"metadata": map[string]any{"name": "shrinks", "namespace": c.ns},
-		"spec": map[string]any{
-			"elasticPolicy": map[string]any{"minReplicas": int64(2), "maxReplicas": int64(4), "rdzvBackend": "c10d"},
-			"pytorchReplicaSpecs": map[string]any{"Worker": map[string]any{"replicas": int64(4), "restartPolicy": "Never",
-				"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"ptj": "shrinks"}}, "spec": spec}}},
-		},
-	}}
-	if _, err := c.dyn.Resource(pyTorchJobs).Namespace(c.ns).Create(t.Context(), job, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.elasticPyTorchJob(t, "shrinks", "Never", spec)
 	var before map[string]types.UID
 	framework.Eventually(t, 90*time.Second, "the elastic job grown to four workers", func(ctx context.Context) (bool, error) {
 		var err error
