@@ -76,6 +76,9 @@ type bound struct {
 
 type cycle struct {
 	s        *Scheduler
+	// admitted memoises, for aboveNodeLimits, the GPUs of the nodes a
+	// set of node selectors admits, by the selectors.
+	admitted map[string]int64
 	snap     *model.Snapshot
 	d        *model.Decisions
 	tree     *queue.Tree
@@ -561,6 +564,37 @@ func leastNeed(g *model.PodGroup) model.Resources {
 // of g selects and those the node pools whose future nodes some pod
 // selects may still add. It fills u when so. A pool of no limit that some
 // pod selects, or no pools known, sets none.
+// admittedGPUs is the GPUs of the nodes selects admits, selects being
+// reqs' node selectors: read once a cycle for each set of selectors, so
+// that many gangs waiting alike walk the nodes once.
+func (c *cycle) admittedGPUs(reqs []*model.Request, selects func(map[string]string) bool) int64 {
+	var key strings.Builder
+	for _, r := range reqs {
+		for _, k := range slices.Sorted(maps.Keys(r.NodeSelector)) {
+			key.WriteString(k + "=" + r.NodeSelector[k] + ",")
+		}
+		key.WriteByte(';')
+	}
+	if v, ok := c.admitted[key.String()]; ok {
+		return v
+	}
+	var now int64
+	for i := range c.s.nodes {
+		n := &c.s.nodes[i]
+		if !selects(n.Labels) {
+			continue
+		}
+		for _, gpu := range n.GPUs {
+			now += gpu.Capacity()
+		}
+	}
+	if c.admitted == nil {
+		c.admitted = map[string]int64{}
+	}
+	c.admitted[key.String()] = now
+	return now
+}
+
 func (c *cycle) aboveNodeLimits(g *model.PodGroup, least model.Resources, u *model.Unplaced) bool {
 	if c.snap.NodePools == nil {
 		return false
@@ -590,15 +624,7 @@ func (c *cycle) aboveNodeLimits(g *model.PodGroup, least model.Resources, u *mod
 		room += max(np.AddGPUMilli, 0)
 		names = append(names, np.Name)
 	}
-	for i := range c.s.nodes {
-		n := &c.s.nodes[i]
-		if !selects(n.Labels) {
-			continue
-		}
-		for _, gpu := range n.GPUs {
-			now += gpu.Capacity()
-		}
-	}
+	now = c.admittedGPUs(reqs, selects)
 	if least.GPUMilli <= now+room {
 		return false
 	}
