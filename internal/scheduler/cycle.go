@@ -75,7 +75,7 @@ type bound struct {
 }
 
 type cycle struct {
-	s        *Scheduler
+	s *Scheduler
 	// admitted memoises, for aboveNodeLimits, the GPUs of the nodes a
 	// set of node selectors admits, by the selectors.
 	admitted map[string]int64
