@@ -275,22 +275,38 @@ func (c *cycle) commit(p *pending, binds []model.Bind) {
 
 // allocate gives queues turns: the branch of highest queue priority first
 // (Queue.Priority, compared between siblings), then the lowest weighted
-// dominant share.
+// dominant share, and among equal shares (queues using nothing, say) the
+// lowest share once the queue's next group runs, so that the queue of the
+// larger weight, tilted by its usage over time, goes first: a team that
+// used nothing lately before one that used the cluster, though neither
+// runs anything now.
 func (c *cycle) allocate() {
 	next := make([]int, len(c.queues))
 	for {
-		best, bestShare := -1, math.Inf(1)
+		best, bestShare, bestAfter := -1, math.Inf(1), -1.0
 		for q, qs := range c.queues {
 			if next[q] >= len(qs) || (next[q] > 0 && qs[next[q]-1].blocked) {
 				continue
 			}
 			sh := c.tree.DominantShare(q, c.capacity)
 			if best < 0 {
-				best, bestShare = q, sh
+				best, bestShare, bestAfter = q, sh, -1
 				continue
 			}
-			if x := c.tree.ComparePriority(q, best); x < 0 || x == 0 && sh < bestShare {
-				best, bestShare = q, sh
+			x := c.tree.ComparePriority(q, best)
+			if x == 0 && sh == bestShare {
+				// A tie: compare the shares after each queue's next group,
+				// computed only now (rare; the common case is no tie).
+				if bestAfter < 0 {
+					bestAfter = c.tree.DominantShareWith(best, c.queues[best][next[best]].demand, c.capacity)
+				}
+				if after := c.tree.DominantShareWith(q, qs[next[q]].demand, c.capacity); after < bestAfter {
+					best, bestShare, bestAfter = q, sh, after
+				}
+				continue
+			}
+			if x < 0 || x == 0 && sh < bestShare {
+				best, bestShare, bestAfter = q, sh, -1
 			}
 		}
 		if best < 0 {

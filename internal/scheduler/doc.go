@@ -33,7 +33,10 @@
 //     first (priorities compare siblings, where two queues' paths part),
 //     then by weighted dominant share, the largest
 //     usage/(capacity*weight) over resources, lowest first (a queue may
-//     weigh each resource differently, model.Queue.Weights); within a
+//     weigh each resource differently, model.Queue.Weights), equal shares
+//     by the share once the queue's next group runs, so that between
+//     queues using nothing the larger weight, tilted by the usage over
+//     time, goes first; within a
 //     queue groups go by priority, then age, then name. A gang is
 //     placed whole (at least minMember pods) or not at all, and only when
 //     its queue and every ancestor stay within their limits after taking

@@ -312,6 +312,40 @@ func TestUsageOverTimeDrivesReclaim(t *testing.T) {
 	}
 }
 
+// Between queues that run nothing now, the past decides who goes first:
+// the one that used the cluster lately waits for the one that did not.
+// Without a past the first queue goes first.
+func TestUsageOverTimeOrdersIdleQueues(t *testing.T) {
+	nodes := []model.Node{schedtest.Node("n", 64000, 1<<20).GPUs(8, "A100").Obj()}
+	queues := []model.Queue{{Name: "a", UsageHalfLife: 3600}, {Name: "b", UsageHalfLife: 3600}}
+	pending := []model.PodGroup{schedtest.Group("a1").Queue("a").Created(10).Pods(1, schedtest.GPU(8, 1000)).Obj(),
+		schedtest.Group("b1").Queue("b").Created(20).Pods(1, schedtest.GPU(8, 1000)).Obj()}
+	for _, tc := range []struct {
+		name  string
+		usage []model.QueueUsage
+		want  string
+	}{
+		{"no past", nil, "a1"},
+		{"a used the node lately", []model.QueueUsage{{Queue: "a", GPUMilli: 8000, At: 900}, {Queue: "b", At: 900}}, "b1"},
+		{"b used the node lately", []model.QueueUsage{{Queue: "a", At: 900}, {Queue: "b", GPUMilli: 8000, At: 900}}, "a1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := model.Snapshot{Nodes: nodes, Queues: queues, Now: 1000, Usage: tc.usage, Pending: pending}
+			s, err := scheduler.New(scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := s.Cycle(&snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Binds) != 1 || d.Binds[0].Group != tc.want {
+				t.Fatalf("binds %+v, want %s alone", d.Binds, tc.want)
+			}
+		})
+	}
+}
+
 // The usage over time comes back from each cycle and, passed back at the
 // same Now, changes nothing; passed back later it moves toward the usage
 // now.

@@ -308,7 +308,12 @@ func (t *Tree) Over(i int, extra model.Resources) float64 {
 // DominantShare is queue i's weighted dominant resource share of capacity:
 // max over resources r of usage(r) / (capacity(r) * weight(r)).
 func (t *Tree) DominantShare(i int, capacity model.Resources) float64 {
-	u, c := comps(t.nodes[i].usage), comps(capacity)
+	return t.DominantShareWith(i, model.Resources{}, capacity)
+}
+
+// DominantShareWith is DominantShare with extra added to queue i's usage.
+func (t *Tree) DominantShareWith(i int, extra, capacity model.Resources) float64 {
+	u, c := comps(t.nodes[i].usage.Add(extra)), comps(capacity)
 	s := 0.0
 	for k := range u {
 		if c[k] > 0 {
