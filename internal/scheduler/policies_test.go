@@ -330,15 +330,7 @@ func TestUsageOverTimeOrdersIdleQueues(t *testing.T) {
 		{"b used the node lately", []model.QueueUsage{{Queue: "a", At: 900}, {Queue: "b", GPUMilli: 8000, At: 900}}, "a1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			snap := model.Snapshot{Nodes: nodes, Queues: queues, Now: 1000, Usage: tc.usage, Pending: pending}
-			s, err := scheduler.New(scheduler.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := s.Cycle(&snap)
-			if err != nil {
-				t.Fatal(err)
-			}
+			d, _ := runCycle(t, model.Snapshot{Nodes: nodes, Queues: queues, Now: 1000, Usage: tc.usage, Pending: pending})
 			if len(d.Binds) != 1 || d.Binds[0].Group != tc.want {
 				t.Fatalf("binds %+v, want %s alone", d.Binds, tc.want)
 			}
