@@ -322,13 +322,14 @@
 // keeps a group moved within the window in place.
 //
 // Draining (drain.go). With DefragPolicy.DrainAfter set as well, a group
-// with pods that need a whole node (every node they fit has exactly the
-// GPUs they ask for), admitted by its queue and waiting DrainAfter since
+// with pods that need a whole node (they ask for as many GPUs as the
+// largest node has), admitted by its queue and waiting DrainAfter since
 // it was created, has nodes drained for it at the start of the cycle,
 // after the holds and before allocation, the oldest two groups first: if
 // it fits as the nodes stand it is placed at once; otherwise, for each
 // such pod, the node cheapest to empty (the fewest GPUs held by work that
-// may not move, then the most free) is kept from every other group for
+// may not move, then the most free; of the 64 nodes with the most GPUs
+// free that the pod fits) is kept from every other group for
 // the cycle, its free room taken out of the state as a hold's room is;
 // and once only movable groups stand on those nodes they are moved off,
 // under the rules of a move, and the group is held in the room they

@@ -2,24 +2,24 @@ package scheduler
 
 import (
 	"cmp"
-	"reflect"
 	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
-// Draining. A pod that needs a whole node (it asks for every GPU of each
-// node it fits) starts only when one of those nodes is empty. Under load
+// Draining. A pod that needs a whole node (it asks for as many GPUs as
+// the largest node has) starts only when such a node is empty. Under load
 // that rarely happens by itself: work that needs less keeps landing on
 // whatever frees, and a move (defrag.go) empties a node only when
 // everything on it may move. So, with DefragPolicy.DrainAfter set and
 // moves on, a group with such pods that has waited DrainAfter since it
 // was created, and whose queue admits it, has a node drained for each of
-// them at the start of every cycle, before allocation: the nodes it
-// fits that are cheapest to empty, counting only the work there that
-// may not move (the GPUs neither free nor held by movable groups), then
-// the most GPUs free. The cycle keeps new work off those nodes: their
+// them at the start of every cycle, before allocation: of the first
+// maxDrainScan nodes it fits by the most GPUs free, those cheapest to
+// empty, counting only the work there that may not move (the GPUs
+// neither free nor held by movable groups), then the most GPUs free. The
+// cycle keeps new work off those nodes: their
 // free room is taken out of its state, as a hold's room is, and given
 // back when it finishes, so the free GPUs of a drained node idle until
 // its fixed work ends. Once nothing but movable groups stands on them,
@@ -36,6 +36,10 @@ const (
 	// reads every node).
 	maxDrains     = 2
 	maxDrainLooks = 8
+	// maxDrainScan caps the nodes one drain weighs: a cycle pays for at
+	// most this many, not for every node of the cluster. A node being
+	// drained keeps its free GPUs and so stays among the first.
+	maxDrainScan = 64
 )
 
 // drain keeps new work off nodes for the groups that waited DrainAfter
@@ -63,9 +67,11 @@ func (c *cycle) drain() {
 		}
 		return cmp.Compare(a.g.Name, b.g.Name)
 	})
+	largest := 0
+	for i := range c.s.nodes {
+		largest = max(largest, len(c.s.nodes[i].GPUs))
+	}
 	drains, looks := 0, 0
-	var last *model.Request // the request whole was last answered for
-	whole := false
 	for _, p := range waiting {
 		if drains == maxDrains || looks == maxDrainLooks {
 			return
@@ -73,11 +79,7 @@ func (c *cycle) drain() {
 		var req *model.Request
 		count := 0
 		for k := range p.g.Pods {
-			r := &p.g.Pods[k].Request
-			if last == nil || (last != r && !reflect.DeepEqual(last, r)) {
-				last, whole = r, c.needsWholeNode(r)
-			}
-			if whole {
+			if r := &p.g.Pods[k].Request; largest > 0 && r.GPUs >= largest && len(r.FirstOf) == 0 {
 				req = r
 				count++
 			}
@@ -106,31 +108,12 @@ func (c *cycle) drain() {
 	}
 }
 
-// needsWholeNode reports whether req asks for whole GPUs and only nodes
-// with exactly that many GPUs hold it: it needs one of them empty.
-func (c *cycle) needsWholeNode(req *model.Request) bool {
-	if req.GPUs <= 0 || len(req.FirstOf) > 0 {
-		return false
-	}
-	fits := false
-	for i := range c.s.nodes {
-		n := &c.s.nodes[i]
-		if len(n.GPUs) < req.GPUs || !placement.StaticFits(n, req) {
-			continue
-		}
-		if len(n.GPUs) > req.GPUs {
-			return false
-		}
-		fits = true
-	}
-	return fits
-}
-
 // drainNodes picks count nodes req fits, not drained yet in this cycle
-// nor going away, cheapest to empty first: the fewest milli-GPU held by
-// work that may not move (running groups that did not opt in or may not
-// be evicted, and room held for waiting groups), then the most free, then
-// by index. It returns nil when too few nodes fit.
+// nor going away, among the first maxDrainScan such nodes by whole GPUs
+// free (the scheduler's free index), cheapest to empty first: the fewest
+// milli-GPU held by work that may not move (running groups that did not
+// opt in or may not be evicted, and room held for waiting groups), then
+// the most free, then by index. It returns nil when too few nodes fit.
 func (c *cycle) drainNodes(req *model.Request, count int) []int {
 	st := c.s.st
 	type cand struct {
@@ -138,12 +121,14 @@ func (c *cycle) drainNodes(req *model.Request, count int) []int {
 		fixed, free int64
 	}
 	var cs []cand
-	for n := range c.s.nodes {
+	x := &c.s.free
+	x.sync(st)
+	x.each(func(n int) bool {
 		node := &c.s.nodes[n]
 		if c.drained[n] || node.Disrupted || len(node.GPUs) != req.GPUs || !placement.StaticFits(node, req) {
-			continue
+			return true
 		}
-		free := st.Nodes[n].FreeMilli()
+		free := x.milli[n]
 		fixed := int64(len(node.GPUs))*model.MilliPerGPU - free
 		for _, ps := range c.s.run.onNode[n] {
 			if g := ps.g; g.movable && !g.nonPreemptible && g.queue != nil {
@@ -151,7 +136,8 @@ func (c *cycle) drainNodes(req *model.Request, count int) []int {
 			}
 		}
 		cs = append(cs, cand{n: n, fixed: max(fixed, 0), free: free})
-	}
+		return len(cs) < maxDrainScan
+	})
 	if len(cs) < count {
 		return nil
 	}
