@@ -110,6 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float32Var(&cfg.EvictionQPS, "eviction-qps", def.EvictionQPS, "evictions per second at most")
 	fs.IntVar(&cfg.MaxEvictionsPerCycle, "max-evictions-per-cycle", def.MaxEvictionsPerCycle, "evictions one cycle may decide")
 	fs.IntVar(&cfg.DefragMovesPerHour, "defrag-moves-per-hour", def.DefragMovesPerHour, "running groups that opted in (annotation scheduling.gpuplane.io/movable) the scheduler may move in any hour to gather scattered free GPUs for a waiting gang; 0 turns defragmentation off")
+	fs.DurationVar(&cfg.DefragDrainAfter, "defrag-drain-after", def.DefragDrainAfter, "with --defrag-moves-per-hour, how long a gang whose pods need whole nodes waits before the scheduler drains nodes for it: keeps new pods off the nodes cheapest to empty (counting only pods that may not move) and moves their movable pods off once nothing else is left; 0 drains none")
 	fs.DurationVar(&cfg.EvictionBackoff, "eviction-backoff", def.EvictionBackoff, "how long a pod whose eviction was refused (PodDisruptionBudget) is left alone")
 	fs.Float32Var(&cfg.StatusQPS, "status-qps", def.StatusQPS, "pod condition, PodGroup and Queue status writes per second")
 	fs.IntVar(&cfg.DiagnoseLimit, "diagnose-limit", def.DiagnoseLimit, "waiting groups explained in detail per cycle")

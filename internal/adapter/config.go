@@ -66,6 +66,12 @@ type Config struct {
 	// workloads that opted in, v1alpha1.MovableAnnotation); 0, the
 	// default, turns defragmentation off.
 	DefragMovesPerHour int
+	// DefragDrainAfter, with DefragMovesPerHour, is how long a gang whose
+	// pods need whole nodes waits before the core drains nodes for it:
+	// keeps new work off the nodes cheapest to empty and moves their
+	// movable work off once it is all that is left
+	// (model.DefragPolicy.DrainAfter); 0, the default, drains none.
+	DefragDrainAfter time.Duration
 	// EvictionBackoff is how long a pod whose eviction was refused (a
 	// PodDisruptionBudget, 429) is left alone (default 30s).
 	EvictionBackoff time.Duration
@@ -238,6 +244,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: coming-node-timeout must be >= 0, got %v", c.ComingNodeTimeout)
 	case c.DefragMovesPerHour < 0:
 		return fmt.Errorf("config: defrag-moves-per-hour must be >= 0, got %d", c.DefragMovesPerHour)
+	case c.DefragDrainAfter < 0:
+		return fmt.Errorf("config: defrag-drain-after must be >= 0, got %v", c.DefragDrainAfter)
 	case c.TopologyRecheck < 0:
 		return fmt.Errorf("config: the topology re-check interval must be > 0, got %v", c.TopologyRecheck)
 	case c.MIGDemandMinWait < 0:

@@ -108,13 +108,15 @@ func runningMinMember(c *clusterCache, pi *podInfo) int {
 // snapshot's DefragPolicy reads them, the core's decisions add to them.
 type moveLog struct {
 	perWindow int
-	recent    []model.Move
+	// drainAfter is Config.DefragDrainAfter.
+	drainAfter time.Duration
+	recent     []model.Move
 }
 
 // policy is the snapshot's DefragPolicy at now (Snapshot.Now, in
 // milliseconds).
 func (l *moveLog) policy() model.DefragPolicy {
-	return model.DefragPolicy{MaxMoves: l.perWindow, Window: moveWindow.Milliseconds(), Recent: l.recent}
+	return model.DefragPolicy{MaxMoves: l.perWindow, Window: moveWindow.Milliseconds(), Recent: l.recent, DrainAfter: l.drainAfter.Milliseconds()}
 }
 
 // record adds a cycle's moves and forgets those past the window.

@@ -3,9 +3,11 @@ package adapter
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -81,5 +83,20 @@ func TestMoveLog(t *testing.T) {
 	l.record([]model.Move{{Group: "b", At: hour}}, hour)
 	if len(l.recent) != 1 || l.recent[0].Group != "b" {
 		t.Fatalf("recent %+v, want only b's move", l.recent)
+	}
+}
+
+// The drain delay reaches the core's policy in the snapshot's unit
+// (milliseconds), and a negative one is refused by name.
+func TestMoveLogCarriesDrainAfter(t *testing.T) {
+	l := moveLog{perWindow: 2, drainAfter: 90 * time.Minute}
+	if p := l.policy(); p.DrainAfter != (90*time.Minute).Milliseconds() || p.MaxMoves != 2 {
+		t.Fatalf("policy %+v, want drainAfter 5400000 and 2 moves", p)
+	}
+	c := Config{}.Defaults()
+	c.RESTConfig = &rest.Config{Host: "https://127.0.0.1:1"}
+	c.DefragDrainAfter = -time.Second
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "defrag-drain-after") {
+		t.Fatalf("got %v, want an error naming defrag-drain-after", err)
 	}
 }

@@ -116,6 +116,11 @@ type cycle struct {
 	everyNode []int32
 	// short is the last shortfall of free GPUs moves found (defrag.go).
 	short shortfall
+	// recent is the groups moves keep in place for their name
+	// (movedRecently); nil until needed.
+	recent map[string]bool
+	// drained marks the nodes this cycle drains (drain.go); nil when none.
+	drained map[int]bool
 	// youngAt is, for the group evictions run for, when the first victim
 	// refused for its minimum runtime reaches it (math.MaxInt64: none
 	// was); pastYoung counts such groups as victims (minruntime.go).

@@ -47,7 +47,7 @@ type moved struct {
 // their order, within the snapshot's DefragPolicy and the disruption
 // budget.
 func (c *cycle) defragment() {
-	left := c.snap.Defrag.Left(c.snap.Now)
+	left := c.movesLeft()
 	if left == 0 || c.budget == 0 || c.s.run.movable == 0 {
 		return
 	}
@@ -70,17 +70,7 @@ func (c *cycle) defragment() {
 				continue // a group without GPUs waits for CPU or memory, not for scattered GPUs
 			}
 			if recent == nil {
-				// Groups moved within the window stay; so do groups with
-				// pods pending, which are growing where they run.
-				recent = map[string]bool{}
-				for _, m := range c.snap.Defrag.Recent {
-					if c.snap.Now-m.At < c.snap.Defrag.Window {
-						recent[m.Group] = true
-					}
-				}
-				for i := range c.snap.Pending {
-					recent[c.snap.Pending[i].Name] = true
-				}
+				recent = c.movedRecently()
 			}
 			looks++
 			if last == nil || !sameRequests(last, p.g) {
@@ -94,6 +84,33 @@ func (c *cycle) defragment() {
 			}
 		}
 	}
+}
+
+// movesLeft is how many moves the policy allows in the rest of this
+// cycle: those of its window less the moves the cycle made (drains move
+// before defragment does).
+func (c *cycle) movesLeft() int {
+	return max(c.snap.Defrag.Left(c.snap.Now)-len(c.d.Moves), 0)
+}
+
+// movedRecently is the set of groups canMove keeps in place for their
+// name, made once a cycle: groups moved within the window stay, and so do
+// groups with pods pending, which are growing where they run. The moves
+// of this cycle are added as they are made.
+func (c *cycle) movedRecently() map[string]bool {
+	if c.recent != nil {
+		return c.recent
+	}
+	c.recent = map[string]bool{}
+	for _, m := range c.snap.Defrag.Recent {
+		if c.snap.Now-m.At < c.snap.Defrag.Window {
+			c.recent[m.Group] = true
+		}
+	}
+	for i := range c.snap.Pending {
+		c.recent[c.snap.Pending[i].Name] = true
+	}
+	return c.recent
 }
 
 // canMove reports whether rg may be moved in this cycle: all its members
@@ -193,11 +210,24 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 		st.Rollback(mark)
 		return 0, searched
 	}
-	binds, moves = c.spareMoves(p, binds, moves)
-	if !c.assign(p, binds) {
+	if !c.commitMoves(p, binds, moves) {
 		st.Rollback(mark)
 		return 0, true
 	}
+	return len(moves), true
+}
+
+// commitMoves puts back the moves p can do without (spareMoves), assigns
+// p's binds, records every move left (its group's evictions, its hold
+// where it goes, the Move) and holds p in the room they leave. On false
+// (p's binds no longer assign) it has decided nothing, and the caller
+// rolls the state back. The moves counted are then len(c.d.Moves).
+func (c *cycle) commitMoves(p *pending, binds []model.Bind, moves []moved) bool {
+	binds, moves = c.spareMoves(p, binds, moves)
+	if !c.assign(p, binds) {
+		return false
+	}
+	recent := c.movedRecently()
 	var victims []string
 	for _, m := range moves {
 		m.rg.evicted = c.epoch
@@ -220,7 +250,7 @@ func (c *cycle) tryMove(p *pending, need int64, most int, recent map[string]bool
 		c.budget -= len(victims)
 	}
 	c.startHold(p, binds, victims)
-	return len(moves), true
+	return true
 }
 
 // enough reports whether the nodes c.feasible's group could use have need

@@ -36,9 +36,9 @@ func policyCluster(on bool) (nodes []model.Node, chunks [][]model.Allocation) {
 }
 
 // BenchmarkCyclePolicies measures one cycle at 5,000 nodes with
-// defragmentation and elastic shrinking on, against the same cycle with
-// them off: 200 one-GPU pods that fit, 50 whole-node (8-GPU) pods that
-// fit only by moves, and (preempt) 20 higher-priority 4-GPU pods that
+// defragmentation (moves and drains) and elastic shrinking on, against the
+// same cycle with them off: 200 one-GPU pods that fit, 50 whole-node
+// (8-GPU) pods that fit only by moves, two of them drained for, and (preempt) 20 higher-priority 4-GPU pods that
 // preempt, shrinking elastic groups when on, or (moves) none. The bound
 // the policies are held to: on costs at most 1.2x off.
 func BenchmarkCyclePolicies(b *testing.B) {
@@ -60,10 +60,12 @@ func BenchmarkCyclePolicies(b *testing.B) {
 			for i := range tc.preempt {
 				pending = append(pending, schedtest.Group(fmt.Sprintf("hi%d", i)).Queue("a").Priority(10).Created(int64(30000+i)).Pods(1, schedtest.GPU(4, 4000)).Obj())
 			}
+			// Every pending group has waited at least an hour: with drains
+			// on, the whole-node pods are drained for.
 			snap := model.Snapshot{Nodes: nodes, RunningByNode: chunks, Queues: []model.Queue{{Name: "a"}}, Pending: pending,
-				Budget: model.DisruptionBudget{MaxEvictions: -1}}
+				Budget: model.DisruptionBudget{MaxEvictions: -1}, Now: 40000}
 			if on {
-				snap.Defrag = model.DefragPolicy{MaxMoves: 12, Window: 3600}
+				snap.Defrag = model.DefragPolicy{MaxMoves: 12, Window: 3600, DrainAfter: 3600}
 			}
 			warm := snap
 			warm.Pending = nil

@@ -15,11 +15,15 @@ import (
 // movable and some elastic, in queues with guarantees and priorities, and
 // a later batch of whole-node gangs: once some of the first groups leave,
 // free GPUs are scattered and only moves (or preemption, reclaim and
-// shrinking) make room for the gangs.
+// shrinking) make room for the gangs, or drains keep new work off nodes
+// for them.
 func genFragmenting(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 	snap := model.Snapshot{Nodes: schedtest.Cluster("n", rapid.IntRange(2, 5).Draw(t, "nodes"), 8, 64000, 1<<20),
 		Budget: model.DisruptionBudget{MaxEvictions: rapid.SampledFrom([]int{-1, 4}).Draw(t, "budget")},
-		Defrag: model.DefragPolicy{MaxMoves: rapid.SampledFrom([]int{1, 3, 100}).Draw(t, "moves"), Window: rapid.SampledFrom([]int64{1, 1000}).Draw(t, "window")}}
+		Defrag: model.DefragPolicy{MaxMoves: rapid.SampledFrom([]int{1, 3, 100}).Draw(t, "moves"), Window: rapid.SampledFrom([]int64{1, 1000}).Draw(t, "window"),
+			// Drains for the whole-node gangs from the start, after some
+			// cycles, or never.
+			DrainAfter: rapid.SampledFrom([]int64{0, 1, 50}).Draw(t, "drainAfter")}}
 	queues := []string{"a", "b"}
 	snap.Queues = []model.Queue{{Name: "org"}}
 	for _, q := range queues {
@@ -49,9 +53,9 @@ func genFragmenting(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 	return snap, later
 }
 
-// Moves, shrinks, preemption and reclaim together keep every invariant
-// and reach a fixed point on an unchanged workload, whatever the move
-// budget: the argument of doc.go ("Why moves cannot loop").
+// Moves, drains, shrinks, preemption and reclaim together keep every
+// invariant and reach a fixed point on an unchanged workload, whatever
+// the move budget: the argument of doc.go ("Why moves cannot loop").
 func TestPropertyDefragmentFixedPoint(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		snap, later := genFragmenting(t)
@@ -72,9 +76,34 @@ func TestPropertyDefragmentFixedPoint(t *testing.T) {
 		}
 		h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, keep...)
 		h.Snap.Pending = append(h.Snap.Pending, later...)
+		// A quiet cycle is a fixed point only once the later gangs have
+		// waited long enough to be drained for.
+		var drainFrom int64
+		if snap.Defrag.DrainAfter > 0 {
+			for _, g := range later {
+				drainFrom = max(drainFrom, g.CreatedAt+snap.Defrag.DrainAfter)
+			}
+		}
+		// While they wait, a few groups that may not move finish, one at
+		// a time: a drained node may be left with movable work alone.
+		departures := rapid.IntRange(0, 3).Draw(t, "departures")
 		for i := 0; ; i++ {
+			if departures > 0 && h.Snap.Now >= drainFrom && rapid.Bool().Draw(t, "depart") {
+				departures--
+				var keep []model.Allocation
+				gone := ""
+				for _, a := range schedtest.Running(&h.Snap) {
+					if gone == "" && !a.Movable {
+						gone = a.Group
+					}
+					if a.Group != gone {
+						keep = append(keep, a)
+					}
+				}
+				h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, keep...)
+			}
 			d := propertyStep(t, h)
-			if len(d.Evictions) == 0 && len(d.Binds) == 0 && len(d.Holds) == 0 {
+			if len(d.Evictions) == 0 && len(d.Binds) == 0 && len(d.Holds) == 0 && h.Snap.Now >= drainFrom && departures == 0 {
 				break
 			}
 			if i > 60 {

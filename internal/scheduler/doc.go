@@ -324,6 +324,21 @@
 // Decisions.Moves lists them; DefragPolicy bounds them per window and
 // keeps a group moved within the window in place.
 //
+// Draining (drain.go). With DefragPolicy.DrainAfter set as well, a group
+// with pods that need a whole node (they ask for as many GPUs as the
+// largest node has), admitted by its queue and waiting DrainAfter since
+// it was created, has nodes drained for it at the start of the cycle,
+// after the holds and before allocation, the oldest two groups first: if
+// it fits as the nodes stand it is placed at once; otherwise, for each
+// such pod, the node cheapest to empty (the fewest GPUs held by work that
+// may not move, then the most free; of the 64 nodes with the most GPUs
+// free that the pod fits) is kept from every other group for
+// the cycle, its free room taken out of the state as a hold's room is;
+// and once only movable groups stand on those nodes they are moved off,
+// under the rules of a move, and the group is held in the room they
+// leave. A drained node is no decision: each cycle chooses again from
+// what runs.
+//
 // Why preemption cannot cycle. Fair shares and guarantees stay fixed while
 // work moves between running and pending, every reclaim strictly lowers the
 // pair (excess over fair share in scarce resources, GPUs borrowed beyond
@@ -381,6 +396,27 @@
 // moves, and the whole sequence reaches a fixed point with no moves,
 // however large the budget and whatever the window: the window only
 // slows moves further (no group is moved twice within it).
+//
+// Drains keep it. Keeping a node's free room for a cycle evicts nothing,
+// changes no queue's usage and no fair share, and is given back when the
+// cycle ends; it only leaves some groups pending that would have been
+// placed, which the argument allows (it counts placements, and nothing a
+// drain does makes a running group pending); evictions it leads to (a
+// group that would have fit in the kept room preempts or reclaims
+// instead) are made under their own rules, which the argument bounds
+// whatever room is free. A drain places its group at once only where
+// allocation would place it, an allocation under its queue's admission
+// like any other, which acts on Φ and Ψ as allocation does. The moves off a drained node are moves as above: made only when
+// the drained-for group then fits, every one it can do without put back
+// (spareMoves, through commitMoves), within the window and the budget,
+// and counted with the defragment phase's moves in the same window
+// (movesLeft). So a cycle that drains with moves places at least one more
+// group than it leaves pending, as a cycle that moves does, and the
+// count above bounds it too; a cycle that only keeps room decides
+// nothing, and on an unchanged workload a cycle that decides nothing is
+// the fixed point, whatever it kept.
 // TestPropertyDefragmentFixedPoint checks it with a window of one cycle,
-// where only this argument bounds the moves.
+// where only this argument bounds the moves, with drains from the first
+// cycle, after some cycles or never, while groups that may not move leave
+// the drained nodes one at a time.
 package scheduler

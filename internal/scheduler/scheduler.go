@@ -124,6 +124,10 @@ func (s *Scheduler) Cycle(snap *model.Snapshot) (model.Decisions, error) {
 	//    room of those still waiting.
 	c.resumeHolds()
 	t.phase("holds")
+	// 3c. Drain: keep new work off the nodes cheapest to empty for the
+	//    groups that waited long for whole nodes (drain.go).
+	c.drain()
+	t.phase("drain")
 	// 4. Allocate: place whole groups queue by queue, fairest first.
 	c.allocate()
 	t.phase("allocate")

@@ -46,6 +46,11 @@ type SchedulerConfig struct {
 	// gpuplane-scheduler's --defrag-moves-per-hour; it replaces the run's
 	// own.
 	DefragMovesPerHour int
+	// DefragDrainAfter, with DefragMovesPerHour, is how long in trace
+	// seconds a group that needs whole nodes waits before the core drains
+	// nodes for it (model.DefragPolicy.DrainAfter), as gpuplane-scheduler's
+	// --defrag-drain-after; 0 drains none.
+	DefragDrainAfter int64
 }
 
 // The configurations event mode compares (docs/benchmarks-scheduler.md).
@@ -55,16 +60,16 @@ var schedulerConfigs = []SchedulerConfig{
 		About: "kube-scheduler's behaviour: one queue in arrival order, later groups fill what the head leaves (the core keeps the head's nodes, kube-scheduler does not), best fit, no preemption; gangs stay whole (coscheduling)",
 	},
 	{
-		Name: "gpuplane", Placement: "bestfit", UsageHalfLife: 3600, DefragMovesPerHour: 10,
-		About: "gpuplane's recommended policies: a queue per team weighted by its guarantee, weighted DRF over usage with a 1-hour half-life, reclaim of fair share and guarantee, preemption within a queue, victims that lose the fewest GPU-hours, up to 10 moves an hour of movable jobs for gangs that wait for scattered GPUs, best-fit placement; no minimum runtime",
+		Name: "gpuplane", Placement: "bestfit", UsageHalfLife: 3600, DefragMovesPerHour: 10, DefragDrainAfter: 3600,
+		About: "gpuplane's recommended policies: a queue per team weighted by its guarantee, weighted DRF over usage with a 1-hour half-life, reclaim of fair share and guarantee, preemption within a queue, victims that lose the fewest GPU-hours, up to 10 moves an hour of movable jobs for gangs that wait for scattered GPUs, a node drained (kept from new work, its movable jobs moved off last) for a gang that has waited an hour for whole nodes, best-fit placement; no minimum runtime",
 	},
 	{
-		Name: "gpuplane-by-age", Placement: "bestfit", UsageHalfLife: 3600, DefragMovesPerHour: 10, VictimsByAge: true,
+		Name: "gpuplane-by-age", Placement: "bestfit", UsageHalfLife: 3600, DefragMovesPerHour: 10, DefragDrainAfter: 3600, VictimsByAge: true,
 		About: "gpuplane with victims chosen by priority, then age, blind to checkpoints (the core's choice before checkpoint-aware victims), everything else as gpuplane",
 	},
 	{
 		Name: "gpuplane-no-defrag", Placement: "bestfit", UsageHalfLife: 3600,
-		About: "gpuplane without defragmentation (no moves), everything else as gpuplane",
+		About: "gpuplane without defragmentation (no moves, no drains), everything else as gpuplane",
 	},
 	{
 		Name: "gpuplane-plain", Placement: placement.DefaultPolicy,

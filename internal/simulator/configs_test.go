@@ -60,7 +60,8 @@ func TestSchedulerConfigQueues(t *testing.T) {
 
 // A configuration's victim order and moves reach the core's snapshot, and
 // its minimum runtime the queues; gpuplane and gpuplane-by-age differ in
-// the victim order alone, gpuplane and gpuplane-no-defrag in moves alone.
+// the victim order alone, gpuplane and gpuplane-no-defrag in moves and
+// drains alone.
 func TestSchedulerConfigPoliciesReachTheCore(t *testing.T) {
 	tr, err := GenerateContended(builtin(t), ContendedSpec{Seed: 3, Nodes: 12, Hours: 1, Load: 1.5, Teams: DefaultTeams(), BurstFactor: 1,
 		MinRunTime: 60, MaxRunTime: 600, MaxGangShare: 0.25, CheckpointShare: 1, CheckpointIntervals: []int64{300}, MovableShare: 1})
@@ -68,14 +69,15 @@ func TestSchedulerConfigPoliciesReachTheCore(t *testing.T) {
 		t.Fatal(err)
 	}
 	type seen struct {
-		byAge    bool
-		maxMoves int
-		minRun   int64
+		byAge      bool
+		maxMoves   int
+		drainAfter int64
+		minRun     int64
 	}
 	look := func(c SchedulerConfig) seen {
 		var s seen
 		if _, err := RunEvent(context.Background(), tr, EventConfig{Seed: 1, Config: &c, OnCycle: func(_ int64, snap *model.Snapshot, _ *model.Decisions) {
-			s = seen{snap.VictimsByAge, snap.Defrag.MaxMoves, snap.Queues[0].MinRuntime}
+			s = seen{snap.VictimsByAge, snap.Defrag.MaxMoves, snap.Defrag.DrainAfter, snap.Queues[0].MinRuntime}
 		}}); err != nil {
 			t.Fatal(err)
 		}
@@ -86,16 +88,16 @@ func TestSchedulerConfigPoliciesReachTheCore(t *testing.T) {
 		configs[c.Name] = c
 	}
 	gp, age, still := configs["gpuplane"], configs["gpuplane-by-age"], configs["gpuplane-no-defrag"]
-	if got := look(gp); got.byAge || got.maxMoves != gp.DefragMovesPerHour || got.maxMoves == 0 {
-		t.Errorf("gpuplane: core saw %+v, want checkpoint-aware victims and %d moves an hour", got, gp.DefragMovesPerHour)
+	if got := look(gp); got.byAge || got.maxMoves != gp.DefragMovesPerHour || got.maxMoves == 0 || got.drainAfter != gp.DefragDrainAfter || got.drainAfter == 0 {
+		t.Errorf("gpuplane: core saw %+v, want checkpoint-aware victims, %d moves an hour and drains after %d s", got, gp.DefragMovesPerHour, gp.DefragDrainAfter)
 	}
 	if got := look(age); !got.byAge || got.maxMoves != gp.DefragMovesPerHour {
 		t.Errorf("gpuplane-by-age: core saw %+v, want victims by age and gpuplane's moves", got)
 	}
-	if got := look(still); got.byAge || got.maxMoves != 0 {
-		t.Errorf("gpuplane-no-defrag: core saw %+v, want no moves", got)
+	if got := look(still); got.byAge || got.maxMoves != 0 || got.drainAfter != 0 {
+		t.Errorf("gpuplane-no-defrag: core saw %+v, want no moves and no drains", got)
 	}
-	age.VictimsByAge, still.DefragMovesPerHour = false, gp.DefragMovesPerHour
+	age.VictimsByAge, still.DefragMovesPerHour, still.DefragDrainAfter = false, gp.DefragMovesPerHour, gp.DefragDrainAfter
 	age.Name, still.Name, age.About, still.About = gp.Name, gp.Name, gp.About, gp.About
 	if age != gp || still != gp {
 		t.Errorf("gpuplane-by-age or gpuplane-no-defrag differ from gpuplane in more than their one policy")

@@ -169,7 +169,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	if c := cfg.Config; c != nil {
 		cfg.VictimsByAge = cfg.VictimsByAge || c.VictimsByAge
 		if c.DefragMovesPerHour > 0 {
-			cfg.Defrag = model.DefragPolicy{MaxMoves: c.DefragMovesPerHour, Window: 3600}
+			cfg.Defrag = model.DefragPolicy{MaxMoves: c.DefragMovesPerHour, Window: 3600, DrainAfter: c.DefragDrainAfter}
 		}
 	}
 	if err := cfg.Defrag.Check("defrag"); err != nil {
@@ -410,6 +410,15 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			// Preemptors wait for their victims, which have exited: the
 			// next cycle binds them.
 			nextT = min(nextT, now+interval)
+		}
+		if after := snap.Defrag.DrainAfter; after > 0 && snap.Defrag.MaxMoves > 0 {
+			// A waiting group may have nodes drained for it once it has
+			// waited DrainAfter.
+			for i := range snap.Pending {
+				if at := snap.Pending[i].CreatedAt + after; at > now {
+					nextT = min(nextT, at)
+				}
+			}
 		}
 		if len(snap.Pending) > 0 && len(queueMin)+len(classMin) > 0 {
 			// A waiting group may evict a victim once its minimum

@@ -47,6 +47,9 @@ type options struct {
 	// defragMoves is gpuplane-scheduler's --defrag-moves-per-hour, in
 	// hours of the trace's clock.
 	defragMoves int
+	// defragDrainAfter is gpuplane-scheduler's --defrag-drain-after, on
+	// the trace's clock.
+	defragDrainAfter time.Duration
 	// spot: nodes reclaimed in event mode (nodeloss.go).
 	spot nodeLossFlags
 }
@@ -131,6 +134,7 @@ gang wait.`,
 	cliutil.DurationVar(cmd, &o.migTimeout, "mig-proposal-timeout", 120*time.Second, "event mode: how long an unapplied proposal holds its node, as gpuplane-scheduler's flag (whole seconds; a bare number of seconds is deprecated)")
 	f.IntVar(&o.migMaxPerNode, "mig-max-proposals-per-node", 1, "event mode: GPUs of one node proposed for per cycle")
 	f.IntVar(&o.defragMoves, "defrag-moves-per-hour", 0, "event mode: running groups that opted in (trace pods' movable) the core may move in any hour of the trace to gather scattered GPUs for a waiting gang, as gpuplane-scheduler's flag; 0 moves none")
+	cliutil.DurationVar(cmd, &o.defragDrainAfter, "defrag-drain-after", 0, "event mode, with --defrag-moves-per-hour: how long a gang whose pods need whole nodes waits before the core drains nodes for it (keeps new work off the nodes cheapest to empty, moves their movable work off once nothing else is left), as gpuplane-scheduler's flag; 0 drains none (whole seconds)")
 	cliutil.DurationVar(cmd, &o.migDelay, "mig-layout-delay", 5*time.Second, "event mode: how long a node takes to re-partition a GPU once proposed (whole seconds; a bare number of seconds is deprecated)")
 	f.StringVar(&o.layout, "layout", "", "lay the nodes out in racks and blocks: nodes-per-rack=N[,racks-per-block=M] (labels gpuplane.io/rack, gpuplane.io/block; alike machines share racks)")
 	f.IntVar(&o.training, "training", 0, "add this many multi-node training jobs: one pod per node of the trace's most common largest machine, gangs placed by rack (needs racks: --layout or the trace's own)")
@@ -229,6 +233,10 @@ func run(cmd *cobra.Command, o *options) error {
 	if o.defragMoves < 0 {
 		return cliutil.Usagef("--defrag-moves-per-hour must be >= 0, got %d", o.defragMoves)
 	}
+	drainAfter, err := traceSeconds("defrag-drain-after", o.defragDrainAfter)
+	if err != nil {
+		return err
+	}
 	loss, err := o.spot.loss(mode)
 	if err != nil {
 		return err
@@ -324,7 +332,7 @@ func run(cmd *cobra.Command, o *options) error {
 		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update, TopologyPolicies: topoPolicies, Configs: configs,
 		Layouts:     model.LayoutPolicy{MinWait: layoutSeconds[0], Dwell: layoutSeconds[1], Timeout: layoutSeconds[2], MaxPerNode: o.migMaxPerNode},
 		LayoutDelay: layoutSeconds[3],
-		Defrag:      model.DefragPolicy{MaxMoves: o.defragMoves, Window: 3600},
+		Defrag:      model.DefragPolicy{MaxMoves: o.defragMoves, Window: 3600, DrainAfter: drainAfter},
 		NodeLoss:    loss,
 	})
 	prog.finish()

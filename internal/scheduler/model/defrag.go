@@ -17,6 +17,14 @@ type DefragPolicy struct {
 	// group among them is not moved again until its move leaves the
 	// window. Record keeps it.
 	Recent []Move `json:"recent,omitempty"`
+	// DrainAfter, when positive and MaxMoves is set, is how long (in
+	// Snapshot.Now's unit, from PodGroup.CreatedAt) a group with a pod
+	// that needs a whole node waits before the core drains a node for
+	// it: it keeps new work off the node cheapest to empty, counting only
+	// the work there that may not move, and moves the movable work off
+	// once nothing else stands in the way (the core's drain.go). 0 drains
+	// nothing.
+	DrainAfter int64 `json:"drainAfter,omitempty"`
 }
 
 // Move is one group moved to defragment: its pods evicted where they ran
@@ -42,6 +50,8 @@ func (p *DefragPolicy) Check(prefix string) error {
 		return fmt.Errorf("%s.maxMoves: must be >= 0, got %d", prefix, p.MaxMoves)
 	case p.MaxMoves > 0 && p.Window <= 0:
 		return fmt.Errorf("%s.window: must be > 0 when maxMoves is set, got %d", prefix, p.Window)
+	case p.DrainAfter < 0:
+		return fmt.Errorf("%s.drainAfter: must be >= 0, got %d", prefix, p.DrainAfter)
 	}
 	return nil
 }

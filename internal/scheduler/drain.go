@@ -1,0 +1,261 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
+)
+
+// Draining. A pod that needs a whole node (it asks for as many GPUs as
+// the largest node has) starts only when such a node is empty. Under load
+// that rarely happens by itself: work that needs less keeps landing on
+// whatever frees, and a move (defrag.go) empties a node only when
+// everything on it may move. So, with DefragPolicy.DrainAfter set and
+// moves on, a group with such pods that has waited DrainAfter since it
+// was created, and whose queue admits it, has a node drained for each of
+// them at the start of every cycle, before allocation: of the first
+// maxDrainScan nodes it fits by the most GPUs free, those cheapest to
+// empty, counting only the work there that may not move (the GPUs
+// neither free nor held by movable groups), then the most GPUs free. The
+// cycle keeps new work off those nodes: their
+// free room is taken out of its state, as a hold's room is, and given
+// back when it finishes, so the free GPUs of a drained node idle until
+// its fixed work ends. Once nothing but movable groups stands on them,
+// those groups are moved off, within the move window and the disruption
+// budget, and the group is held in the room they leave, as a move for it
+// would. A drained node holds no decision: every cycle chooses again from
+// the state, and the node that was drained, having taken nothing new and
+// kept its free GPUs, is the cheapest again unless another became
+// cheaper.
+
+const (
+	// maxDrains caps the groups one cycle drains nodes for, oldest first,
+	// and maxDrainLooks the groups it tries to place or drain for (each
+	// reads every node).
+	maxDrains     = 2
+	maxDrainLooks = 8
+	// maxDrainScan caps the nodes one drain weighs: a cycle pays for at
+	// most this many, not for every node of the cluster. A node being
+	// drained keeps its free GPUs and so stays among the first.
+	maxDrainScan = 64
+)
+
+// drain keeps new work off nodes for the groups that waited DrainAfter
+// for whole nodes, places those that fit, and moves the movable work off
+// a drained node once it is all that stands there.
+func (c *cycle) drain() {
+	pol := &c.snap.Defrag
+	if pol.DrainAfter <= 0 || pol.MaxMoves <= 0 || pol.Window <= 0 {
+		return
+	}
+	var waiting []*pending
+	for _, qs := range c.queues {
+		for _, p := range qs {
+			if !p.placed && !p.out() && p.g.Topology == nil && c.snap.Now-p.g.CreatedAt >= pol.DrainAfter {
+				waiting = append(waiting, p)
+			}
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	slices.SortFunc(waiting, func(a, b *pending) int {
+		if x := cmp.Compare(a.g.CreatedAt, b.g.CreatedAt); x != 0 {
+			return x
+		}
+		return cmp.Compare(a.g.Name, b.g.Name)
+	})
+	largest := 0
+	for i := range c.s.nodes {
+		largest = max(largest, len(c.s.nodes[i].GPUs))
+	}
+	drains, looks := 0, 0
+	for _, p := range waiting {
+		if drains == maxDrains || looks == maxDrainLooks {
+			return
+		}
+		var req *model.Request
+		count := 0
+		for k := range p.g.Pods {
+			if r := &p.g.Pods[k].Request; largest > 0 && r.GPUs >= largest && len(r.FirstOf) == 0 {
+				req = r
+				count++
+			}
+		}
+		if count == 0 || !c.tree.Admits(p.q, p.admit) {
+			continue
+		}
+		looks++
+		if binds, ok := c.fits(p); ok && c.assign(p, binds) {
+			// Its room is whole now: it starts before anything else
+			// takes it.
+			c.commit(p, binds)
+			continue
+		}
+		nodes := c.drainNodes(req, count)
+		if nodes == nil {
+			continue
+		}
+		drains++
+		if c.drainMoves(p, nodes) {
+			continue
+		}
+		for _, n := range nodes {
+			c.keepFree(n)
+		}
+	}
+}
+
+// drainNodes picks count nodes req fits, not drained yet in this cycle
+// nor going away, among the first maxDrainScan such nodes by whole GPUs
+// free (the scheduler's free index), cheapest to empty first: the fewest
+// milli-GPU held by work that may not move (running groups that did not
+// opt in or may not be evicted, and room held for waiting groups), then
+// the most free, then by index. It returns nil when too few nodes fit.
+func (c *cycle) drainNodes(req *model.Request, count int) []int {
+	st := c.s.st
+	type cand struct {
+		n           int
+		fixed, free int64
+	}
+	var cs []cand
+	x := &c.s.free
+	x.sync(st)
+	x.each(func(n int) bool {
+		node := &c.s.nodes[n]
+		if c.drained[n] || node.Disrupted || len(node.GPUs) != req.GPUs || !placement.StaticFits(node, req) {
+			return true
+		}
+		free := x.milli[n]
+		fixed := int64(len(node.GPUs))*model.MilliPerGPU - free
+		for _, ps := range c.s.run.onNode[n] {
+			if g := ps.g; g.movable && !g.nonPreemptible && g.queue != nil {
+				fixed -= ps.a.Request.UsageOn(ps.a.GPUs).GPUMilli
+			}
+		}
+		cs = append(cs, cand{n: n, fixed: max(fixed, 0), free: free})
+		return len(cs) < maxDrainScan
+	})
+	if len(cs) < count {
+		return nil
+	}
+	slices.SortFunc(cs, func(a, b cand) int {
+		if x := cmp.Compare(a.fixed, b.fixed); x != 0 {
+			return x
+		}
+		if x := cmp.Compare(b.free, a.free); x != 0 {
+			return x
+		}
+		return cmp.Compare(a.n, b.n)
+	})
+	out := make([]int, count)
+	for k := range out {
+		out[k] = cs[k].n
+	}
+	return out
+}
+
+// drainMoves moves the movable groups off the drained nodes when they are
+// all that stands there and p then fits, within the moves left and the
+// disruption budget: each placed off every drained node and off the nodes
+// it ran on, the moves p can do without put back, p held in the room they
+// leave (commitMoves). It reports whether it did; otherwise the state is
+// as it was.
+func (c *cycle) drainMoves(p *pending, nodes []int) bool {
+	if c.s.run.movable == 0 || c.budget == 0 {
+		return false
+	}
+	recent := c.movedRecently()
+	var groups []*runningGroup
+	seen := map[*runningGroup]bool{}
+	for _, n := range nodes {
+		for _, ps := range c.s.run.onNode[n] {
+			g := ps.g
+			if !c.canMove(g, recent) {
+				return false // something here may not move now
+			}
+			if !seen[g] {
+				seen[g] = true
+				groups = append(groups, g)
+			}
+		}
+	}
+	if len(groups) == 0 || len(groups) > c.movesLeft() {
+		return false
+	}
+	pods := 0
+	for _, g := range groups {
+		pods += len(g.members)
+	}
+	if c.budget >= 0 && pods > c.budget {
+		return false
+	}
+	slices.SortFunc(groups, func(a, b *runningGroup) int {
+		if x := cmp.Compare(a.use.GPUMilli, b.use.GPUMilli); x != 0 {
+			return x
+		}
+		return cmp.Compare(a.name, b.name)
+	})
+	st := c.s.st
+	mark := st.Checkpoint()
+	avoid := map[int]bool{}
+	for n := range c.drained {
+		avoid[n] = true
+	}
+	for _, n := range nodes {
+		avoid[n] = true
+	}
+	moves := make([]moved, 0, len(groups))
+	for _, rg := range groups {
+		for _, ps := range rg.members {
+			avoid[ps.node] = true
+		}
+		mp := c.movedForm(rg)
+		c.release(rg)
+		mb, ok := c.placeOff(mp, avoid)
+		if !ok {
+			st.Rollback(mark)
+			return false
+		}
+		moves = append(moves, moved{rg: rg, mp: mp, binds: mb})
+	}
+	binds, ok := c.fits(p)
+	if !ok || !c.commitMoves(p, binds, moves) {
+		st.Rollback(mark)
+		return false
+	}
+	if c.drained == nil {
+		c.drained = map[int]bool{}
+	}
+	for _, n := range nodes {
+		c.drained[n] = true
+	}
+	return true
+}
+
+// keepFree takes node n's free room out of the state for the rest of the
+// cycle, its CPU, memory and every GPU's free part, so that no other
+// group is placed there; finish gives it back.
+func (c *cycle) keepFree(n int) {
+	if c.drained == nil {
+		c.drained = map[int]bool{}
+	}
+	c.drained[n] = true
+	ns := &c.s.st.Nodes[n]
+	t := taken{node: n, req: model.Request{MilliCPU: ns.FreeCPU, MemoryMiB: ns.FreeMem}}
+	for g := range ns.GPUFree {
+		if ns.GPUFree[g] <= 0 {
+			continue
+		}
+		sh := model.GPUShare{Index: g, Milli: ns.GPUFree[g], MIGSlices: ns.SliceFree[g]}
+		if ns.Node.GPUs[g].MemoryMiB > 0 {
+			sh.MemoryMiB = ns.GPUMem[g]
+		}
+		t.shares = append(t.shares, sh)
+	}
+	if c.s.st.Assign(n, &t.req, t.shares) == nil {
+		c.held = append(c.held, t)
+	}
+}

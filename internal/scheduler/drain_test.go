@@ -1,0 +1,122 @@
+package scheduler_test
+
+import (
+	"testing"
+
+	"github.com/gpuplane/gpuplane/internal/scheduler"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/schedtest"
+)
+
+// drainable is three 8-GPU nodes where no node is empty and none holds
+// only movable work: n0 runs u0 (2 GPUs, not movable) and m0 (3 GPUs,
+// movable), n1 runs u1 (4 GPUs) and n2 runs u2 (4 GPUs). big (queue a,
+// 8 GPUs) has waited since 0; small (queue b, 3 GPUs) has just come, and
+// best fit alone puts it on n-0, the one node big could have soonest.
+func drainable(now, drainAfter int64) model.Snapshot {
+	nodes := schedtest.Cluster("n", 3, 8, 64000, 1<<20)
+	pod := func(name, node string, first, gpus int, movable bool) model.Allocation {
+		a := model.Allocation{Pod: name + "-0", Group: name, Queue: "b", Node: node, Request: schedtest.GPU(gpus, 1000), Movable: movable}
+		for g := first; g < first+gpus; g++ {
+			a.GPUs = append(a.GPUs, model.GPUShare{Index: g, Milli: model.MilliPerGPU})
+		}
+		return a
+	}
+	run := []model.Allocation{pod("u0", "n-0", 0, 2, false), pod("m0", "n-0", 2, 3, true), pod("u1", "n-1", 0, 4, false), pod("u2", "n-2", 0, 4, false)}
+	return model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run...), Now: now,
+		Queues:  []model.Queue{{Name: "a"}, {Name: "b"}},
+		Budget:  model.DisruptionBudget{MaxEvictions: -1},
+		Defrag:  model.DefragPolicy{MaxMoves: 4, Window: 3600, DrainAfter: drainAfter},
+		Pending: []model.PodGroup{schedtest.Group("big").Queue("a").Created(0).Pods(1, schedtest.GPU(8, 1000)).Obj(), schedtest.Group("small").Queue("b").Created(now).Pods(1, schedtest.GPU(3, 1000)).Obj()}}
+}
+
+func bindsOf(d model.Decisions) map[string]string {
+	on := map[string]string{}
+	for _, b := range schedtest.Planned(&d) {
+		on[b.Group] = b.Node
+	}
+	return on
+}
+
+// A gang that has waited DrainAfter for a whole node has the node
+// cheapest to empty (n0: 2 GPUs that may not move) kept for it: new work
+// goes elsewhere. Before DrainAfter, or with moves off, nothing is kept.
+func TestDrainKeepsNewWorkOffTheCheapestNode(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		now, drainAfter int64
+		maxMoves        int
+		wantSmall       string
+	}{
+		{"waited", 5000, 3600, 4, "n-1"},
+		{"not yet", 3000, 3600, 4, "n-0"},
+		{"drains off", 5000, 0, 4, "n-0"},
+		{"moves off", 5000, 3600, 0, "n-0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := drainable(tc.now, tc.drainAfter)
+			snap.Defrag.MaxMoves = tc.maxMoves
+			h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: "bestfit"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			on := bindsOf(d)
+			if on["small"] != tc.wantSmall || on["big"] != "" || len(d.Evictions) != 0 {
+				t.Fatalf("placed %v, evictions %+v; want small on %s, big waiting, nothing evicted", on, d.Evictions, tc.wantSmall)
+			}
+		})
+	}
+}
+
+// Once the work that may not move has left the drained node, the movable
+// work is moved off it and the gang is held there; the next cycle binds
+// both, and the drained node stays kept while its fixed work runs.
+func TestDrainMovesTheLastMovableWorkOff(t *testing.T) {
+	h, err := schedtest.NewHarness(drainable(5000, 3600), scheduler.Config{Policy: "bestfit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+	// Another cycle while u0 runs: n0 stays kept, nothing moves.
+	h.Snap.Now += 60
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Moves)+len(d.Binds)+len(d.Holds)+len(d.Evictions) != 0 {
+		t.Fatalf("while u0 runs the cycle decided %+v, want nothing", d)
+	}
+	// u0 ends.
+	var keep []model.Allocation
+	for _, a := range schedtest.Running(&h.Snap) {
+		if a.Group != "u0" {
+			keep = append(keep, a)
+		}
+	}
+	h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, keep...)
+	h.Snap.Now += 60
+	d, err = h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Moves) != 1 || d.Moves[0].Group != "m0" || d.Moves[0].For != "big" {
+		t.Fatalf("moves %+v, want m0 moved for big", d.Moves)
+	}
+	on := bindsOf(d)
+	if on["big"] != "n-0" || on["m0"] == "" || on["m0"] == "n-0" {
+		t.Fatalf("planned %v, want big held on n-0 and m0 elsewhere", on)
+	}
+	d, err = h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on := bindsOf(d); on["big"] != "n-0" || len(d.Binds) != 2 {
+		t.Fatalf("binds %+v, want big bound on n-0 and m0 where it was moved", d.Binds)
+	}
+}
