@@ -53,22 +53,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := logr.FromSlogHandler(cfg.Logger.Handler()).WithName("gpuplane-scheduler")
-	rc := rest.CopyConfig(cfg.RESTConfig)
-	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
-	rc.UserAgent = "gpuplane-scheduler"
-	unbounded := rest.CopyConfig(rc)
-	rc.Wrap(limitInFlight(cfg.RequestsInFlight))
-	proto := rest.CopyConfig(rc)
-	proto.ContentType = "application/vnd.kubernetes.protobuf"
-	proto.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	// The typed client and the bind lanes share one budget of QPS and
-	// Burst, as the typed client alone had it.
-	proto.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
-	client, err := kubernetes.NewForConfig(proto)
-	if err != nil {
-		return fmt.Errorf("creating the API client: %w", err)
-	}
-	lanes, err := bindLanes(unbounded, proto, cfg)
+	rc, client, lanes, err := newAPIClients(cfg)
 	if err != nil {
 		return err
 	}
@@ -409,6 +394,33 @@ func serve(addr string, profiling bool, m *metrics, ready *atomic.Bool, log logr
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// newAPIClients builds gpuplane-scheduler's API clients from cfg: rc, the
+// shared connection's config with its requests in flight bounded (JSON,
+// for the dynamic and discovery clients); client, the typed client on that
+// connection (protobuf); and the bind connections' clients (bindLanes),
+// which share client's budget of QPS and Burst, as the typed client alone
+// had it.
+func newAPIClients(cfg Config) (*rest.Config, kubernetes.Interface, []kubernetes.Interface, error) {
+	rc := rest.CopyConfig(cfg.RESTConfig)
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	rc.UserAgent = "gpuplane-scheduler"
+	unbounded := rest.CopyConfig(rc)
+	rc.Wrap(limitInFlight(cfg.RequestsInFlight))
+	proto := rest.CopyConfig(rc)
+	proto.ContentType = "application/vnd.kubernetes.protobuf"
+	proto.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	proto.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	client, err := kubernetes.NewForConfig(proto)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("creating the API client: %w", err)
+	}
+	lanes, err := bindLanes(unbounded, proto, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return rc, client, lanes, nil
 }
 
 // laneIdle is how long a bind connection may go unanswered before its
