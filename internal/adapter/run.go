@@ -65,16 +65,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("creating the API client for CRDs: %w", err)
 	}
-	if err := ensureCRDsRetrying(ctx, dyn, rc.Host, cfg.ManageCRDs, log); err != nil {
-		return err
-	}
 	c := newClusterCache(cfg.SchedulerName)
 	c.disruption = disruptionMarks{taints: cfg.DisruptionTaints, conditions: cfg.DisruptionConditions}
 	c.comingTimeout = cfg.ComingNodeTimeout
 
 	// Informers feed the cache with only what the scheduler reads
-	// (forCache). Those of built-in kinds start listing now, while the
-	// optional APIs are discovered and the grouper is built; their
+	// (forCache). Those of built-in kinds start listing now, while
+	// gpuplane's CRDs are checked, the optional APIs are discovered and
+	// the grouper is built (a list of thousands of pods takes as long as
+	// those round trips together, and none of them needs it); their
 	// handlers are added below, once the cache can take every object (an
 	// informer hands a handler added late everything it holds, and says
 	// the handler synced only when it has). They stop when Run returns.
@@ -98,6 +97,11 @@ func Run(ctx context.Context, cfg Config) error {
 		regs = append(regs, informerReg{k.Informer(factory, dfactory), c.kindHandler(log)})
 	}
 	factory.Start(ictx.Done())
+	// gpuplane's own kinds are listed only once their CRDs are known to
+	// be what this build reads.
+	if err := ensureCRDsRetrying(ctx, dyn, rc.Host, cfg.ManageCRDs, log); err != nil {
+		return err
+	}
 
 	m := newMetrics()
 	if err := m.reg.Register(versionmetric.New(cfg.Build)); err != nil {

@@ -296,6 +296,7 @@ func (h *perfHarness) label(tb testing.TB, w perfWorkload) {
 type perfResult struct {
 	scheduler                        string
 	pods                             int
+	began                            time.Time
 	firstBind, lastBind              time.Duration
 	rssMiB                           float64
 	preference                       *perfPreference
@@ -312,8 +313,8 @@ type perfResult struct {
 func (r perfResult) podsPerSecond() float64 { return float64(r.pods) / r.lastBind.Seconds() }
 
 func (r perfResult) String() string {
-	s := fmt.Sprintf("%s: %d measured pods, first bound after %.2fs, last after %.2fs: %.1f pods/s",
-		r.scheduler, r.pods, r.firstBind.Seconds(), r.lastBind.Seconds(), r.podsPerSecond())
+	s := fmt.Sprintf("%s: %d measured pods, started at %s, first bound after %.2fs, last after %.2fs: %.1f pods/s",
+		r.scheduler, r.pods, r.began.UTC().Format("15:04:05.000"), r.firstBind.Seconds(), r.lastBind.Seconds(), r.podsPerSecond())
 	if r.preference != nil {
 		s += fmt.Sprintf("; %s: %g", r.preference.what, r.preferenceValue)
 	}
@@ -481,7 +482,7 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 		last = later(last, t)
 	}
 	measureWatch.mu.Unlock()
-	res.firstBind, res.lastBind = first.Sub(began), last.Sub(began)
+	res.began, res.firstBind, res.lastBind = began, first.Sub(began), last.Sub(began)
 
 	// 3. The outcome, read from the API server once the scheduler is gone.
 	o, err = h.outcome(tb.Context(), ns)
