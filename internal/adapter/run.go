@@ -53,22 +53,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := logr.FromSlogHandler(cfg.Logger.Handler()).WithName("gpuplane-scheduler")
-	rc := rest.CopyConfig(cfg.RESTConfig)
-	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
-	rc.UserAgent = "gpuplane-scheduler"
-	unbounded := rest.CopyConfig(rc)
-	rc.Wrap(limitInFlight(cfg.RequestsInFlight))
-	proto := rest.CopyConfig(rc)
-	proto.ContentType = "application/vnd.kubernetes.protobuf"
-	proto.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	// The typed client and the bind lanes share one budget of QPS and
-	// Burst, as the typed client alone had it.
-	proto.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
-	client, err := kubernetes.NewForConfig(proto)
-	if err != nil {
-		return fmt.Errorf("creating the API client: %w", err)
-	}
-	lanes, err := bindLanes(unbounded, proto, cfg)
+	rc, client, lanes, err := newAPIClients(cfg)
 	if err != nil {
 		return err
 	}
@@ -80,16 +65,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("creating the API client for CRDs: %w", err)
 	}
-	if err := ensureCRDsRetrying(ctx, dyn, rc.Host, cfg.ManageCRDs, log); err != nil {
-		return err
-	}
 	c := newClusterCache(cfg.SchedulerName)
 	c.disruption = disruptionMarks{taints: cfg.DisruptionTaints, conditions: cfg.DisruptionConditions}
 	c.comingTimeout = cfg.ComingNodeTimeout
 
 	// Informers feed the cache with only what the scheduler reads
-	// (forCache). Those of built-in kinds start listing now, while the
-	// optional APIs are discovered and the grouper is built; their
+	// (forCache). Those of built-in kinds start listing now, while
+	// gpuplane's CRDs are checked, the optional APIs are discovered and
+	// the grouper is built (a list of thousands of pods takes as long as
+	// those round trips together, and none of them needs it); their
 	// handlers are added below, once the cache can take every object (an
 	// informer hands a handler added late everything it holds, and says
 	// the handler synced only when it has). They stop when Run returns.
@@ -113,6 +97,11 @@ func Run(ctx context.Context, cfg Config) error {
 		regs = append(regs, informerReg{k.Informer(factory, dfactory), c.kindHandler(log)})
 	}
 	factory.Start(ictx.Done())
+	// gpuplane's own kinds are listed only once their CRDs are known to
+	// be what this build reads.
+	if err := ensureCRDsRetrying(ctx, dyn, rc.Host, cfg.ManageCRDs, log); err != nil {
+		return err
+	}
 
 	m := newMetrics()
 	if err := m.reg.Register(versionmetric.New(cfg.Build)); err != nil {
@@ -409,6 +398,33 @@ func serve(addr string, profiling bool, m *metrics, ready *atomic.Bool, log logr
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// newAPIClients builds gpuplane-scheduler's API clients from cfg: rc, the
+// shared connection's config with its requests in flight bounded (JSON,
+// for the dynamic and discovery clients); client, the typed client on that
+// connection (protobuf); and the bind connections' clients (bindLanes),
+// which share client's budget of QPS and Burst, as the typed client alone
+// had it.
+func newAPIClients(cfg Config) (*rest.Config, kubernetes.Interface, []kubernetes.Interface, error) {
+	rc := rest.CopyConfig(cfg.RESTConfig)
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	rc.UserAgent = "gpuplane-scheduler"
+	unbounded := rest.CopyConfig(rc)
+	rc.Wrap(limitInFlight(cfg.RequestsInFlight))
+	proto := rest.CopyConfig(rc)
+	proto.ContentType = "application/vnd.kubernetes.protobuf"
+	proto.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	proto.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	client, err := kubernetes.NewForConfig(proto)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("creating the API client: %w", err)
+	}
+	lanes, err := bindLanes(unbounded, proto, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return rc, client, lanes, nil
 }
 
 // laneIdle is how long a bind connection may go unanswered before its

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -114,6 +115,58 @@ func (h *perfHarness) startBindOnly(tb testing.TB, ns string, stride int) func()
 	}()
 	return func() {
 		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			tb.Error(err)
+		}
+	}
+}
+
+// startBareBinder binds the init and measured pods of ns that are waiting,
+// to the nodes startBindOnly would pick, through gpuplane-scheduler's own
+// bind pipeline (adapter.BareBinder: its clients, bind connections,
+// requests in flight per connection and bind workers, with the client
+// budget the benchmark gives gpuplane-scheduler). It lists the pods over
+// the shared connection while the bind connections open, as
+// gpuplane-scheduler reads the cluster, then binds them all; it returns a
+// function that waits until every bind was answered. It decides nothing:
+// the distance from gpuplane-scheduler to it is the scheduler's own time.
+func (h *perfHarness) startBareBinder(tb testing.TB, ns string, stride int) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	b, err := adapter.NewBareBinder(ctx, adapter.Config{RESTConfig: env.Config, QPS: qps, Burst: burst})
+	if err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	list, err := b.Client().CoreV1().Pods(ns).List(tb.Context(), metav1.ListOptions{LabelSelector: perfRoleLabel + "!=" + string(roleChurn)})
+	if err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	n := (h.nodes + stride - 1) / stride
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Spec.NodeName != "" {
+			continue
+		}
+		node := fmt.Sprintf("%s-%05d", h.bench, h.next%n*stride)
+		h.next++
+		wg.Add(1)
+		b.Bind(ctx, p, node, func(err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("binding %s/%s: %w", ns, p.Name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	return func() {
+		wg.Wait()
+		cancel()
+		b.Wait()
 		if err := errors.Join(errs...); err != nil {
 			tb.Error(err)
 		}

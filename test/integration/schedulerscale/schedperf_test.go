@@ -72,7 +72,11 @@ import (
 // binds every pod itself, round robin over the nodes (which keeps every
 // workload's constraints at upstream's sizes), with 256 workers and the
 // schedulers' client budget: the most pods/s the API server binds in this
-// run, the ceiling of both schedulers.
+// run, the ceiling of both schedulers. GPUPLANE_BENCH_PERF_BARE_BINDER=1
+// adds scheduler=bare-binder: the same nodes, bound through
+// gpuplane-scheduler's own bind pipeline (its connections, requests in
+// flight, client budget and bind workers; startBareBinder) with no
+// scheduling, so that gpuplane-scheduler's distance to it is its own time.
 func BenchmarkSchedulerPerf(b *testing.B) {
 	nodes := envInt("GPUPLANE_BENCH_PERF_NODES", 500)
 	rounds := envInt("GPUPLANE_BENCH_PERF_ROUNDS", 3)
@@ -83,6 +87,9 @@ func BenchmarkSchedulerPerf(b *testing.B) {
 	schedulers := perfSchedulers
 	if os.Getenv("GPUPLANE_BENCH_PERF_BIND_ONLY") == "1" {
 		schedulers = append(slices.Clone(schedulers), perfBindOnly)
+	}
+	if os.Getenv("GPUPLANE_BENCH_PERF_BARE_BINDER") == "1" {
+		schedulers = append(slices.Clone(schedulers), perfBareBinder)
 	}
 	h := newPerfHarness(b, nodes)
 	for _, w := range ws {
@@ -128,9 +135,9 @@ const perfSmokeNodes = 10
 const perfProfileSeconds = 5
 
 // TestSchedulerPerfSmoke runs BenchmarkSchedulerPerf's harness at a few
-// nodes, each of perfSmokeWorkloads once per scheduler and once bound by
-// the benchmark itself, with the same checks: the integration tier keeps
-// the harness itself working.
+// nodes, each of perfSmokeWorkloads once per scheduler and once by each of
+// the benchmark's binders (bind-only, bare-binder), with the same checks:
+// the integration tier keeps the harness itself working.
 func TestSchedulerPerfSmoke(t *testing.T) {
 	ws, err := selectWorkloads(strings.Join(perfSmokeWorkloads, ","))
 	if err != nil {
@@ -140,7 +147,7 @@ func TestSchedulerPerfSmoke(t *testing.T) {
 	for _, w := range ws {
 		h.label(t, w)
 		prefs := perfPreferences{}
-		for _, s := range append(slices.Clone(perfSchedulers), perfBindOnly) {
+		for _, s := range append(slices.Clone(perfSchedulers), perfBindOnly, perfBareBinder) {
 			t.Run(w.name+"/"+s, func(t *testing.T) {
 				res, err := h.run(t, w, s, prefs)
 				if err != nil {
@@ -156,8 +163,13 @@ func TestSchedulerPerfSmoke(t *testing.T) {
 // gpuplane-scheduler's preferences are compared with its.
 var perfSchedulers = []string{"kube-scheduler", "gpuplane-scheduler"}
 
-// perfBindOnly names the rounds the benchmark binds itself (startBindOnly).
-const perfBindOnly = "bind-only"
+// perfBindOnly names the rounds the benchmark binds itself (startBindOnly),
+// and perfBareBinder those it binds through gpuplane-scheduler's bind
+// pipeline (startBareBinder).
+const (
+	perfBindOnly   = "bind-only"
+	perfBareBinder = "bare-binder"
+)
 
 // perfStall is how long a round waits without a single new bind before it
 // fails, saying what the scheduler says of a pod it left.
@@ -284,6 +296,7 @@ func (h *perfHarness) label(tb testing.TB, w perfWorkload) {
 type perfResult struct {
 	scheduler                        string
 	pods                             int
+	began                            time.Time
 	firstBind, lastBind              time.Duration
 	rssMiB                           float64
 	preference                       *perfPreference
@@ -300,8 +313,8 @@ type perfResult struct {
 func (r perfResult) podsPerSecond() float64 { return float64(r.pods) / r.lastBind.Seconds() }
 
 func (r perfResult) String() string {
-	s := fmt.Sprintf("%s: %d measured pods, first bound after %.2fs, last after %.2fs: %.1f pods/s",
-		r.scheduler, r.pods, r.firstBind.Seconds(), r.lastBind.Seconds(), r.podsPerSecond())
+	s := fmt.Sprintf("%s: %d measured pods, started at %s, first bound after %.2fs, last after %.2fs: %.1f pods/s",
+		r.scheduler, r.pods, r.began.UTC().Format("15:04:05.000"), r.firstBind.Seconds(), r.lastBind.Seconds(), r.podsPerSecond())
 	if r.preference != nil {
 		s += fmt.Sprintf("; %s: %g", r.preference.what, r.preferenceValue)
 	}
@@ -364,12 +377,15 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 	}
 
 	start := func(namespace string) (int, func()) {
-		if s == perfBindOnly {
-			stride := 1
-			if w.bindOnlyOneZone {
-				stride = len(w.zones)
-			}
+		stride := 1
+		if w.bindOnlyOneZone {
+			stride = len(w.zones)
+		}
+		switch s {
+		case perfBindOnly:
 			return 0, h.startBindOnly(tb, namespace, stride)
+		case perfBareBinder:
+			return 0, h.startBareBinder(tb, namespace, stride)
 		}
 		return startScheduler(tb, round{scheduler: s})
 	}
@@ -466,7 +482,7 @@ func (h *perfHarness) run(tb testing.TB, w perfWorkload, s string, prefs perfPre
 		last = later(last, t)
 	}
 	measureWatch.mu.Unlock()
-	res.firstBind, res.lastBind = first.Sub(began), last.Sub(began)
+	res.began, res.firstBind, res.lastBind = began, first.Sub(began), last.Sub(began)
 
 	// 3. The outcome, read from the API server once the scheduler is gone.
 	o, err = h.outcome(tb.Context(), ns)
