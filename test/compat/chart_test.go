@@ -63,7 +63,7 @@ func testChartDryRun(t *testing.T, env *framework.Env, s apiServer) {
 	}
 	lint := action.NewLint()
 	lint.Namespace, lint.KubeVersion = namespace, kv
-	res := lint.Run([]string{filepath.Join(repoRoot(), "deploy", "helm", helmchart.Name)}, values())
+	res := lint.Run([]string{filepath.Join(framework.RepoRoot(), "deploy", "helm", helmchart.Name)}, values())
 	for _, m := range res.Messages {
 		t.Logf("helm lint: %s", m)
 	}

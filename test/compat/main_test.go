@@ -2,8 +2,6 @@ package compat_test
 
 import (
 	"fmt"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,12 +80,6 @@ func (s apiServer) start(t *testing.T) *framework.Env {
 	}
 	t.Logf("kube-apiserver %s", info.GitVersion)
 	return env
-}
-
-// repoRoot is the repository's root, found from this file.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 // TestKubernetesVersions runs the tier's checks on each API server, one

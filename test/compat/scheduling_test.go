@@ -34,7 +34,7 @@ type world struct {
 // deploy/crds.
 func newWorld(t *testing.T, env *framework.Env, n, gpus int) *world {
 	t.Helper()
-	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
+	env.InstallCRDs(t, filepath.Join(framework.RepoRoot(), "deploy", "crds"))
 	w := &world{env: env, ns: env.CreateNamespace(t)}
 	w.scheduler = "gpuplane-" + w.ns
 	var nodes []*corev1.Node

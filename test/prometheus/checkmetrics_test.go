@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 // dcgmLintExceptions are the promtool lint findings that dcgm-exporter
@@ -54,7 +56,7 @@ func checkLabelNames(t *testing.T, body string) {
 
 func TestPromtoolCheckMetricsOnGoldenOutput(t *testing.T) {
 	promtool := tool(t, "promtool")
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "internal", "metrics", "testdata", "*.golden"))
+	files, err := filepath.Glob(filepath.Join(framework.RepoRoot(), "internal", "metrics", "testdata", "*.golden"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no golden /metrics files found (%v)", err)
 	}

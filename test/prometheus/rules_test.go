@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 var update = flag.Bool("update", false, "regenerate deploy/monitoring/prometheusrule.yaml from the rules file")
@@ -70,7 +72,7 @@ func readYAML(t *testing.T, path string) map[string]any {
 }
 
 func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
-	dir := filepath.Join(repoRoot(t), "deploy", "monitoring")
+	dir := filepath.Join(framework.RepoRoot(), "deploy", "monitoring")
 	for _, f := range ruleFiles {
 		t.Run(f.rules, func(t *testing.T) {
 			rules := readYAML(t, filepath.Join(dir, f.rules))
@@ -99,7 +101,7 @@ func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 
 func TestAlertRules(t *testing.T) {
 	promtool := tool(t, "promtool")
-	dir := filepath.Join(repoRoot(t), "deploy", "monitoring")
+	dir := filepath.Join(framework.RepoRoot(), "deploy", "monitoring")
 	// The PrometheusRules' groups, as plain rules files.
 	fromCRD := func(name string) string {
 		rule := readYAML(t, filepath.Join(dir, name))

@@ -28,7 +28,7 @@ import (
 // scheduler's dashboard, with its queue variable set to match everything.
 func schedulerDashboardQueries(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "monitoring", "scheduler-dashboard.json"))
+	b, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "deploy", "monitoring", "scheduler-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func schedulerDashboardQueries(t *testing.T) map[string]string {
 // schedulerRuleExprs returns each alert rule's expression by alert name.
 func schedulerRuleExprs(t *testing.T) map[string]string {
 	t.Helper()
-	rules := readYAML(t, filepath.Join(repoRoot(t), "deploy", "monitoring", "scheduler-alerts.rules.yaml"))
+	rules := readYAML(t, filepath.Join(framework.RepoRoot(), "deploy", "monitoring", "scheduler-alerts.rules.yaml"))
 	out := map[string]string{}
 	groups, _ := rules["groups"].([]any)
 	for _, g := range groups {
@@ -99,7 +99,7 @@ func TestPrometheusScrapesScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := env.InstallCRDs(t, filepath.Join(repoRoot(t), "deploy", "crds"))
+	d := env.InstallCRDs(t, filepath.Join(framework.RepoRoot(), "deploy", "crds"))
 	ns := env.CreateNamespace(t)
 	if err := env.CreateNodes(t.Context(), []*corev1.Node{framework.GPUNode("gpu-0").GPUs(8).Obj()}, 1); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/gpu"
 	"github.com/gpuplane/gpuplane/internal/metrics"
 	"github.com/gpuplane/gpuplane/internal/metrics/metricstest"
+	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
 // freePort returns a loopback port that was free a moment ago.
@@ -235,7 +236,7 @@ func (h *health) HealthState() metrics.HealthState {
 // dashboard, with its variables set to match everything.
 func dashboardQueries(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "monitoring", "grafana-dashboard.json"))
+	b, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "deploy", "monitoring", "grafana-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

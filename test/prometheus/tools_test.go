@@ -4,21 +4,9 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 )
-
-// repoRoot is the repository's top directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test file")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
 
 // tool returns the path of a Prometheus binary, skipping the test when it
 // is not installed.

@@ -33,7 +33,7 @@ const (
 // dry run of the namespaced objects needs it to exist.
 func applyNamespace(t *testing.T) {
 	t.Helper()
-	if out, err := env.Kubectl("apply", "--server-side", "-f", filepath.Join(repoRoot(t), "deploy", "agent", "00-namespace.yaml")); err != nil {
+	if out, err := env.Kubectl("apply", "--server-side", "-f", filepath.Join(framework.RepoRoot(), "deploy", "agent", "00-namespace.yaml")); err != nil {
 		t.Fatalf("kubectl apply of the namespace: %v\n%s", err, out)
 	}
 }
@@ -42,7 +42,7 @@ func applyNamespace(t *testing.T) {
 // through the API server's validation and admission without persisting.
 func TestManifestsPassServerDryRun(t *testing.T) {
 	applyNamespace(t)
-	out, err := env.Kubectl("apply", "--dry-run=server", "-f", filepath.Join(repoRoot(t), "deploy", "agent"))
+	out, err := env.Kubectl("apply", "--dry-run=server", "-f", filepath.Join(framework.RepoRoot(), "deploy", "agent"))
 	if err != nil {
 		t.Fatalf("kubectl apply --dry-run=server -f deploy/agent: %v\n%s", err, out)
 	}
@@ -66,7 +66,7 @@ func TestManifestsPassServerDryRun(t *testing.T) {
 // runtime's seccomp profile and a read-only root file system.
 func TestAgentRunsUnprivileged(t *testing.T) {
 	applyNamespace(t)
-	out, err := env.Kubectl("apply", "--dry-run=server", "--validate=strict", "-o", "json", "-f", filepath.Join(repoRoot(t), "deploy", "agent", "daemonset.yaml"))
+	out, err := env.Kubectl("apply", "--dry-run=server", "--validate=strict", "-o", "json", "-f", filepath.Join(framework.RepoRoot(), "deploy", "agent", "daemonset.yaml"))
 	if err != nil {
 		t.Fatalf("kubectl apply --dry-run=server: %v\n%s", err, out)
 	}
@@ -170,7 +170,7 @@ func boundTokenClient(t *testing.T, node string) kubernetes.Interface {
 func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
 	ctx := t.Context()
 	applyNamespace(t)
-	root := repoRoot(t)
+	root := framework.RepoRoot()
 	for _, f := range []string{"rbac.yaml", "policy.yaml"} {
 		path := filepath.Join(root, "deploy", "agent", f)
 		if out, err := env.Kubectl("apply", "--server-side", "-f", path); err != nil {

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -38,16 +37,6 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	os.Exit(code)
-}
-
-// repoRoot is the module's root, three levels above this package.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
 }
 
 var agentBinary = sync.OnceValues(func() (string, error) {

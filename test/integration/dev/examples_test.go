@@ -47,17 +47,6 @@ func kubectlCtx(ctx context.Context, stateDir string, args ...string) (string, e
 	return out.String(), err
 }
 
-// repoRoot is the checkout's root (this package sits two levels below
-// test/).
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(wd, "..", "..", "..")
-}
-
 func yamlFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -81,7 +70,7 @@ func seedExamples(t *testing.T) string {
 	dir := os.Getenv(envSeedExamples)
 	named := dir != ""
 	if !named {
-		dir = filepath.Join(repoRoot(t), "..", "shared", "examples")
+		dir = filepath.Join(framework.RepoRoot(), "..", "shared", "examples")
 	}
 	_, err := os.Stat(dir)
 	switch {
@@ -111,7 +100,7 @@ func TestExamples(t *testing.T) {
 	waitLabelled(t, client, 6)
 
 	t.Run("project examples", func(t *testing.T) {
-		dir := filepath.Join(repoRoot(t), "examples")
+		dir := filepath.Join(framework.RepoRoot(), "examples")
 		// The 4-GPU Job first, as the README says.
 		for _, args := range [][]string{{"-f", filepath.Join(dir, "06-multi-gpu-training-job.yaml")}, {"-f", dir}} {
 			if out, err := kubectl(t, stateDir, append([]string{"apply"}, args...)...); err != nil {
@@ -129,7 +118,7 @@ func TestExamples(t *testing.T) {
 	})
 
 	t.Run("fractions", func(t *testing.T) {
-		dir := filepath.Join(repoRoot(t), "examples", "fractions")
+		dir := filepath.Join(framework.RepoRoot(), "examples", "fractions")
 		if out, err := kubectl(t, stateDir, "apply", "-f", dir); err != nil {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", dir, err, out)
 		}
@@ -363,7 +352,7 @@ func TestExamples(t *testing.T) {
 	// Last of the project's examples: its gang takes four GPUs for 30 s,
 	// which the examples above must not wait for.
 	t.Run("workloads", func(t *testing.T) {
-		dir := filepath.Join(repoRoot(t), "examples", "workloads")
+		dir := filepath.Join(framework.RepoRoot(), "examples", "workloads")
 		if out, err := kubectl(t, stateDir, "apply", "-f", dir); err != nil {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", dir, err, out)
 		}

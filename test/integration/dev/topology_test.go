@@ -91,7 +91,7 @@ func TestGangInOneNVLinkDomain(t *testing.T) {
 		p, err := client.CoreV1().Pods("default").Get(ctx, "blocker", metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName == "gpu-node-1", err
 	})
-	example := filepath.Join(repoRoot(t), "examples", "topology", "04-nvlink-gang.yaml")
+	example := filepath.Join(framework.RepoRoot(), "examples", "topology", "04-nvlink-gang.yaml")
 	if out, err := kubectl(t, stateDir, "apply", "-f", example); err != nil {
 		t.Fatalf("kubectl apply %s: %v\n%s", example, err, out)
 	}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -42,11 +41,6 @@ var (
 
 func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, localcluster.DefaultConfig(), &env))
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // Karpenter's resources the tests read and write.
@@ -113,7 +107,7 @@ func h100(t testing.TB, timeSliced int) nodeoffer.InstanceType {
 func newCluster(t testing.TB, o options) *cluster {
 	t.Helper()
 	if crdClient == nil {
-		crdClient = env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
+		crdClient = env.InstallCRDs(t, filepath.Join(framework.RepoRoot(), "deploy", "crds"))
 	}
 	ns := env.CreateNamespace(t)
 	c := &cluster{t: t, ns: ns, scheduler: "gpuplane-" + ns, dyn: crdClient}

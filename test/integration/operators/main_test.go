@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,11 +36,6 @@ func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, cfg, &env))
 }
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
 var nodeSeq atomic.Int64
 
 // cluster is one test's namespace, kwok GPU nodes and scheduler name.
@@ -56,7 +50,7 @@ func newCluster(t *testing.T, gpuNodes int) *cluster {
 	t.Helper()
 	if crdClient == nil {
 		// Once per package run: the CRDs outlive each test.
-		crdClient = env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
+		crdClient = env.InstallCRDs(t, filepath.Join(framework.RepoRoot(), "deploy", "crds"))
 	}
 	dyn := crdClient
 	ns := env.CreateNamespace(t)

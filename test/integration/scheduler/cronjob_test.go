@@ -26,7 +26,7 @@ import (
 // chart grants are enough.
 func asSchedulerServiceAccount(t *testing.T) *rest.Config {
 	t.Helper()
-	dir := filepath.Join(repoRoot(), "deploy", "scheduler")
+	dir := filepath.Join(framework.RepoRoot(), "deploy", "scheduler")
 	for _, f := range []string{"00-namespace.yaml", "rbac.yaml"} {
 		if out, err := env.Kubectl("apply", "--server-side", "-f", filepath.Join(dir, f)); err != nil {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", f, err, out)

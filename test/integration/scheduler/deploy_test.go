@@ -30,7 +30,7 @@ const schedulerUser = "system:serviceaccount:gpuplane-system:gpuplane-scheduler"
 // ServiceAccount (by impersonation), elects itself on its Lease, binds a
 // gang, explains a waiting pod and writes PodGroup status.
 func TestDeployManifests(t *testing.T) {
-	dir := filepath.Join(repoRoot(), "deploy", "scheduler")
+	dir := filepath.Join(framework.RepoRoot(), "deploy", "scheduler")
 	for _, f := range []string{"00-namespace.yaml", "rbac.yaml"} {
 		if out, err := env.Kubectl("apply", "--server-side", "-f", filepath.Join(dir, f)); err != nil {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", f, err, out)
@@ -69,7 +69,7 @@ func TestDeployManifests(t *testing.T) {
 // its removal anywhere, pass; anything else is denied by the policy.
 func TestSchedulerMayPatchOnlyMIGProposals(t *testing.T) {
 	ctx := t.Context()
-	dir := filepath.Join(repoRoot(), "deploy", "scheduler")
+	dir := filepath.Join(framework.RepoRoot(), "deploy", "scheduler")
 	for _, f := range []string{"00-namespace.yaml", "rbac.yaml", "policy.yaml"} {
 		if out, err := env.Kubectl("apply", "--server-side", "-f", filepath.Join(dir, f)); err != nil {
 			t.Fatalf("kubectl apply -f %s: %v\n%s", f, err, out)

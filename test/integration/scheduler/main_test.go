@@ -11,7 +11,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -41,18 +40,12 @@ func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, localcluster.DefaultConfig(), &env))
 }
 
-// repoRoot finds the repository root from this file's location.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
 // setup installs the CRDs from deploy/crds (once per package run) and
 // returns a dynamic client.
 func setup(t *testing.T) dynamic.Interface {
 	t.Helper()
 	if dyn == nil {
-		dyn = env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
+		dyn = env.InstallCRDs(t, filepath.Join(framework.RepoRoot(), "deploy", "crds"))
 	}
 	return dyn
 }

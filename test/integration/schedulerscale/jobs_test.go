@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -68,7 +67,7 @@ func gangNodes(b *testing.B, label string, nodes int) {
 	})
 	env.WaitNodesReady(b, "bench="+label, nodes, 5*time.Minute)
 	waitUntainted(b, "bench="+label)
-	env.InstallCRDs(b, filepath.Join(repoRoot(), "deploy", "crds"))
+	env.InstallCRDs(b, filepath.Join(framework.RepoRoot(), "deploy", "crds"))
 	var err error
 	if schedulerBin, err = framework.BuildCommand(b.Context(), b.TempDir(), "gpuplane-scheduler"); err != nil {
 		b.Fatal(err)
@@ -91,11 +90,6 @@ func runGangRounds(b *testing.B, label string, nodes int, submit submitFunc) {
 			})
 		}
 	}
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // gangLabel is the pod label that says which of a round's workloads a pod

@@ -230,7 +230,7 @@ func newPerfHarness(tb testing.TB, nodes int) *perfHarness {
 	})
 	env.WaitNodesReady(tb, "bench="+h.bench, nodes, max(5*time.Minute, time.Duration(nodes)*300*time.Millisecond))
 	waitUntainted(tb, "bench="+h.bench)
-	env.InstallCRDs(tb, filepath.Join(repoRoot(), "deploy", "crds"))
+	env.InstallCRDs(tb, filepath.Join(framework.RepoRoot(), "deploy", "crds"))
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: perfHighPriority}, Value: 10}
 	if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		tb.Fatal(err)

@@ -41,7 +41,7 @@ func TestStartWithBacklogBesideBoundPods(t *testing.T) {
 	waitUntainted(t, "bench="+bench)
 	h := &perfHarness{nodes: nodes, bench: bench}
 	buildScheduler(t)
-	env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
+	env.InstallCRDs(t, filepath.Join(framework.RepoRoot(), "deploy", "crds"))
 	ns := perfNamespaces{init: h.namespace(t, "startup-bound-"), measure: h.namespace(t, "startup-waiting-")}
 	defer h.cleanup(t, ns)
 

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,11 +54,6 @@ func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, cfg, &env))
 }
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
 var (
 	kueueTopologies   = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "topologies"}
 	kaiTopologies     = adapter.KAITopologies
@@ -77,7 +71,7 @@ func setup(t *testing.T) dynamic.Interface {
 	if dyn != nil {
 		return dyn
 	}
-	d := env.InstallCRDs(t, filepath.Join(repoRoot(), "deploy", "crds"))
+	d := env.InstallCRDs(t, filepath.Join(framework.RepoRoot(), "deploy", "crds"))
 	for _, sub := range []string{"kueue", "volcano-apis"} {
 		dir := filepath.Join(env.ControlPlane.BinDir(), "crds", sub)
 		if _, err := os.Stat(dir); err != nil {

@@ -421,7 +421,7 @@ func TestTopologyCRDAndConvert(t *testing.T) {
 // The topology examples are accepted by the API server as written.
 func TestTopologyExamplesAreValid(t *testing.T) {
 	c := newCluster(t, 1, 1, 1)
-	files, err := filepath.Glob(filepath.Join(repoRoot(), "examples", "topology", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(framework.RepoRoot(), "examples", "topology", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)
 	}
