@@ -1,12 +1,9 @@
 package adapter
 
 import (
-	"encoding/pem"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 
@@ -15,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 )
 
 // TestBareBinderBindsOverRunsConnections holds the bare binder to
@@ -25,11 +21,10 @@ import (
 // refused rather than sent.
 func TestBareBinderBindsOverRunsConnections(t *testing.T) {
 	var mu sync.Mutex
-	dials := 0
 	perConn := map[string]int{}
 	bound := map[string]string{}
 	var bad []string
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rc, dials := tlsAPIStub(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/version" {
 			_, _ = w.Write([]byte(`{"major":"1","minor":"36","gitVersion":"v1.36.3"}`))
@@ -61,20 +56,8 @@ func TestBareBinderBindsOverRunsConnections(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Success"}`))
-	}))
-	srv.EnableHTTP2 = true
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			mu.Lock()
-			dials++
-			mu.Unlock()
-		}
-	}
-	srv.StartTLS()
-	defer srv.Close()
-
-	cfg := Config{RESTConfig: &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{
-		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}}, QPS: 1e6, Burst: 1e6}
+	})
+	cfg := Config{RESTConfig: rc, QPS: 1e6, Burst: 1e6}
 	b, err := NewBareBinder(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +107,7 @@ func TestBareBinderBindsOverRunsConnections(t *testing.T) {
 		}
 	}
 	want := Config{}.Defaults().BindConnections
-	if dials != want || len(perConn) != want {
-		t.Fatalf("binds over %d connections (%d dialed), want Run's %d", len(perConn), dials, want)
+	if dials() != want || len(perConn) != want {
+		t.Fatalf("binds over %d connections (%d dialed), want Run's %d", len(perConn), dials(), want)
 	}
 }

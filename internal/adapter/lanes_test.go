@@ -22,8 +22,8 @@ import (
 // dial while the rest of its burst waited at the cold gate.
 func TestOpenLanesDialsEachBindConnection(t *testing.T) {
 	var mu sync.Mutex
-	dials, versions := 0, 0
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	versions := 0
+	base, dials := tlsAPIStub(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/version" {
 			mu.Lock()
@@ -34,21 +34,8 @@ func TestOpenLanesDialsEachBindConnection(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Success"}`))
-	}))
-	srv.EnableHTTP2 = true
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			mu.Lock()
-			dials++
-			mu.Unlock()
-		}
-	}
-	srv.StartTLS()
-	defer srv.Close()
-	counts := func() (int, int) { mu.Lock(); defer mu.Unlock(); return dials, versions }
-
-	base := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{
-		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}}
+	})
+	counts := func() (int, int) { mu.Lock(); defer mu.Unlock(); return dials(), versions }
 	proto := rest.CopyConfig(base)
 	proto.ContentType = "application/vnd.kubernetes.protobuf"
 	proto.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
@@ -88,4 +75,26 @@ func TestOpenLanesDialsEachBindConnection(t *testing.T) {
 	if after, _ := counts(); after != opened {
 		t.Fatalf("a burst of binds after openLanes dialed %d more connections, want none", after-opened)
 	}
+}
+
+// tlsAPIStub serves serve over TLS with HTTP/2, as an API server does,
+// until the test ends; it returns the REST config that reaches it and a
+// count of the connections dialled to it so far.
+func tlsAPIStub(t *testing.T, serve http.HandlerFunc) (*rest.Config, func() int) {
+	var mu sync.Mutex
+	dials := 0
+	srv := httptest.NewUnstartedServer(serve)
+	srv.EnableHTTP2 = true
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			dials++
+			mu.Unlock()
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{
+		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}}
+	return cfg, func() int { mu.Lock(); defer mu.Unlock(); return dials }
 }
