@@ -135,12 +135,9 @@ func (b *builder) class(pi *podInfo, used map[string]bool) *podClass {
 				}
 				return strings.Compare(a.reason, b.reason)
 			})
-			for _, n := range b.poolNodes {
-				if !cl.all {
-					break
-				}
-				ok, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(n)
-				cl.all = err == nil && ok
+			if cl.all && len(b.poolNodes) > 0 {
+				aff := nodeaffinity.GetRequiredNodeAffinity(p)
+				cl.all = !slices.ContainsFunc(b.poolNodes, func(n *corev1.Node) bool { return !affinityAdmits(aff, n) })
 			}
 			if !cl.all {
 				cl.id = b.classID(key)
@@ -289,15 +286,7 @@ func (b *builder) poolClassLabels(r poolRoom) map[string]string {
 			continue
 		}
 		aff := nodeaffinity.GetRequiredNodeAffinity(cl.pod)
-		admits := selectsAny(cl.pod, loose)
-		for _, n := range variants {
-			if admits {
-				break
-			}
-			ok, err := aff.Match(n)
-			admits = err == nil && ok
-		}
-		if admits {
+		if selectsAny(cl.pod, loose) || slices.ContainsFunc(variants, func(n *corev1.Node) bool { return affinityAdmits(aff, n) }) {
 			if out == nil {
 				out = map[string]string{}
 			}
@@ -305,6 +294,13 @@ func (b *builder) poolClassLabels(r poolRoom) map[string]string {
 		}
 	}
 	return out
+}
+
+// affinityAdmits reports whether a pod's node selector and required node
+// affinity (aff) admit node n; a term that cannot be read admits none.
+func affinityAdmits(aff nodeaffinity.RequiredNodeAffinity, n *corev1.Node) bool {
+	ok, err := aff.Match(n)
+	return err == nil && ok
 }
 
 // maxPoolVariants bounds the label sets tried for one pool; the labels of

@@ -580,11 +580,6 @@ func leastNeed(g *model.PodGroup) model.Resources {
 	return model.Resources{MilliCPU: sum(cpu), MemoryMiB: sum(mem), GPUMilli: sum(gpu)}
 }
 
-// aboveNodeLimits reports whether g's least need is above the most GPUs
-// its pods may ever have (Snapshot.NodePools): those of the nodes some pod
-// of g selects and those the node pools whose future nodes some pod
-// selects may still add. It fills u when so. A pool of no limit that some
-// pod selects, or no pools known, sets none.
 // admittedGPUs is the GPUs of the nodes selects admits, selects being
 // reqs' node selectors: read once a cycle for each set of selectors, so
 // that many gangs waiting alike walk the nodes once.
@@ -596,7 +591,8 @@ func (c *cycle) admittedGPUs(reqs []*model.Request, selects func(map[string]stri
 		}
 		key.WriteByte(';')
 	}
-	if v, ok := c.admitted[key.String()]; ok {
+	k := key.String()
+	if v, ok := c.admitted[k]; ok {
 		return v
 	}
 	var now int64
@@ -612,10 +608,15 @@ func (c *cycle) admittedGPUs(reqs []*model.Request, selects func(map[string]stri
 	if c.admitted == nil {
 		c.admitted = map[string]int64{}
 	}
-	c.admitted[key.String()] = now
+	c.admitted[k] = now
 	return now
 }
 
+// aboveNodeLimits reports whether g's least need is above the most GPUs
+// its pods may ever have (Snapshot.NodePools): those of the nodes some pod
+// of g selects and those the node pools whose future nodes some pod
+// selects may still add. It fills u when so. A pool of no limit that some
+// pod selects, or no pools known, sets none.
 func (c *cycle) aboveNodeLimits(g *model.PodGroup, least model.Resources, u *model.Unplaced) bool {
 	if c.snap.NodePools == nil {
 		return false
@@ -632,7 +633,7 @@ func (c *cycle) aboveNodeLimits(g *model.PodGroup, least model.Resources, u *mod
 	selects := func(labels map[string]string) bool {
 		return slices.ContainsFunc(reqs, func(r *model.Request) bool { return placement.Selects(r, labels) })
 	}
-	var room, now int64
+	var room int64
 	var names []string
 	for i := range c.snap.NodePools {
 		np := &c.snap.NodePools[i]
@@ -645,7 +646,7 @@ func (c *cycle) aboveNodeLimits(g *model.PodGroup, least model.Resources, u *mod
 		room += max(np.AddGPUMilli, 0)
 		names = append(names, np.Name)
 	}
-	now = c.admittedGPUs(reqs, selects)
+	now := c.admittedGPUs(reqs, selects)
 	if least.GPUMilli <= now+room {
 		return false
 	}
