@@ -243,19 +243,9 @@ func TestGangAboveNodeLimits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// One node of 8 GPUs; a gang of 4 x 8 needs three more.
 			nodes := schedtest.Cluster("n", 1, 8, 64000, 1<<20)
-			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, NodesMayBeAdded: true, NodePools: tc.pools,
-				Pending: []model.PodGroup{schedtest.Group("g").MinMember(4).Pods(4, schedtest.GPU(8, 0)).Obj()}}, scheduler.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := h.Cycle()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(d.Binds) != 0 || len(d.Unplaced) != 1 {
-				t.Fatalf("binds %+v unplaced %+v; want g waiting whole", d.Binds, d.Unplaced)
-			}
-			if u := d.Unplaced[0]; u.Code != tc.wantCode || u.Wait != tc.wantWait {
+			u := waitsWhole(t, model.Snapshot{Nodes: nodes, NodesMayBeAdded: true, NodePools: tc.pools,
+				Pending: []model.PodGroup{schedtest.Group("g").MinMember(4).Pods(4, schedtest.GPU(8, 0)).Obj()}})
+			if u.Code != tc.wantCode || u.Wait != tc.wantWait {
 				t.Errorf("code %s wait %s (%s), want %s %s", u.Code, u.Wait, u.Reason, tc.wantCode, tc.wantWait)
 			}
 		})
@@ -301,22 +291,22 @@ func TestGangAboveNodeLimitsPerPool(t *testing.T) {
 			req.NodeSelector = tc.selector
 			// 3 x 8 GPUs together with room for 8 more: a gang of 3 x 8
 			// placed whole needs 24, and fits no node set that exists.
-			h, err := schedtest.NewHarness(model.Snapshot{Nodes: nodes, NodesMayBeAdded: true, NodePools: pools,
-				Pending: []model.PodGroup{schedtest.Group("g").MinMember(3).Pods(3, req).Obj()}}, scheduler.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := h.Cycle()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(d.Binds) != 0 || len(d.Unplaced) != 1 {
-				t.Fatalf("binds %+v unplaced %+v; want g waiting whole", d.Binds, d.Unplaced)
-			}
-			u := d.Unplaced[0]
+			u := waitsWhole(t, model.Snapshot{Nodes: nodes, NodesMayBeAdded: true, NodePools: pools,
+				Pending: []model.PodGroup{schedtest.Group("g").MinMember(3).Pods(3, req).Obj()}})
 			if u.Code != tc.wantCode || !strings.Contains(u.Reason, tc.wantReason) {
 				t.Errorf("code %s (%s), want %s with %q", u.Code, u.Reason, tc.wantCode, tc.wantReason)
 			}
 		})
 	}
+}
+
+// waitsWhole runs one cycle on snap, whose one pending group is g, and
+// returns why g waits: the cycle must bind none of it.
+func waitsWhole(t *testing.T, snap model.Snapshot) model.Unplaced {
+	t.Helper()
+	d, _ := runCycle(t, snap)
+	if len(d.Binds) != 0 || len(d.Unplaced) != 1 {
+		t.Fatalf("binds %+v unplaced %+v; want g waiting whole", d.Binds, d.Unplaced)
+	}
+	return d.Unplaced[0]
 }
