@@ -45,10 +45,14 @@ func TestEventReplaysMoves(t *testing.T) {
 			var moves []model.Move
 			bigAt := int64(-1)
 			movedBound := map[string]int64{}
+			started := map[string]int64{}
 			cfg := EventConfig{Policy: placement.DefaultPolicy, Interval: 1, Defrag: tc.defrag,
 				OnCycle: func(now int64, _ *model.Snapshot, d *model.Decisions) {
 					moves = append(moves, d.Moves...)
 					for _, b := range d.Binds {
+						if _, ok := started[b.Group]; !ok {
+							started[b.Group] = now
+						}
 						if b.Pod == "big" {
 							bigAt = now
 						}
@@ -66,8 +70,18 @@ func TestEventReplaysMoves(t *testing.T) {
 			if len(moves) != tc.wantMoves {
 				t.Fatalf("moves %+v, want %d", moves, tc.wantMoves)
 			}
+			var movedStart int64
+			if len(moves) > 0 {
+				movedStart = started[moves[0].Group]
+			}
 			if res.Event.Preemptions != 0 {
 				t.Errorf("%d preemptions counted, want none: a move is no preemption", res.Event.Preemptions)
+			}
+			// The moved job never checkpoints: the move loses its 4 GPUs'
+			// work since it started, and nothing else is lost.
+			if e := res.Event; e.LostGPUHoursMoves != e.LostGPUHours || tc.wantMoves == 0 && e.LostGPUHours != 0 ||
+				tc.wantMoves > 0 && !near(e.LostGPUHours, 4*float64(60-movedStart)/3600) {
+				t.Errorf("lost %g GPU-hours, %g of them to moves; want 4 GPUs x %d s, all to the move", e.LostGPUHours, e.LostGPUHoursMoves, 60-movedStart)
 			}
 			if tc.wantMoves == 0 {
 				if bigAt < 100000 {

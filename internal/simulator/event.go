@@ -233,7 +233,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	// Per team: milli-GPU held, and asked for by pods arrived and not done.
 	used, demand := make([]float64, len(teams.names)), make([]float64, len(teams.names))
 	fair := newFairness(float64(capMilli), teams.weight)
-	var lostMilliSeconds, nodeLossMilliSeconds float64
+	var lostMilliSeconds, movedMilliSeconds, nodeLossMilliSeconds float64
 	var allocMilli int64
 	var utilArea float64
 	next := 0
@@ -243,19 +243,24 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	}
 	first := now
 	loss := newNodeLoss(cfg.NodeLoss, snap.Nodes, cfg.Seed, now)
-	// stop takes a's pod off its node as an eviction does: the work since
-	// its last checkpoint is lost (to node loss, or to preemption), and
-	// its next run resumes from that checkpoint.
-	stop := func(a *model.Allocation, toNodeLoss bool) {
+	// stop takes a's pod off its node as an eviction does, for reason
+	// (model.Evict*): the work since its last checkpoint is lost (to node
+	// loss, or to preemption, reclaim or a move), and its next run
+	// resumes from that checkpoint.
+	stop := func(a *model.Allocation, reason string) {
 		for _, sh := range a.GPUs {
 			allocMilli -= sh.Milli
 		}
 		p := byName[a.Pod]
 		ck := p.lastCheckpoint(now)
 		lost := float64(p.held) * float64(now-ck)
-		if toNodeLoss {
+		switch reason {
+		case model.EvictDisruption:
 			nodeLossMilliSeconds += lost
-		} else {
+		case model.EvictDefragment:
+			movedMilliSeconds += lost
+			fallthrough
+		default:
 			lostMilliSeconds += lost
 			teams.lost[p.team] += lost
 		}
@@ -309,7 +314,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 			gone := model.Decisions{}
 			for i := range running {
 				a := &running[i]
-				stop(a, true)
+				stop(a, model.EvictDisruption)
 				byName[a.Pod].end = -1
 				gone.Evictions = append(gone.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, Reason: model.EvictDisruption})
 			}
@@ -352,7 +357,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 		ev.Moves += len(d.Moves)
 		for a := range snap.AllRunning() {
 			if reason, ok := evicted[a.Pod]; ok {
-				stop(a, reason == model.EvictDisruption)
+				stop(a, reason)
 			}
 		}
 		var free []nodeFree // what nodes have left as the binds land, for gangs' fit at start
@@ -465,6 +470,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	fillQueueStats(tr, pods, preempted, usage, res)
 	wholeNodeWaits(tr.Nodes, pods, ev)
 	ev.LostGPUHours = lostMilliSeconds / model.MilliPerGPU / 3600
+	ev.LostGPUHoursMoves = movedMilliSeconds / model.MilliPerGPU / 3600
 	loss.stats(ev, nodeLossMilliSeconds)
 	ev.FairnessDeviation, ev.JainOverTime = fair.meanDeviation(), fair.jain()
 	for i := range ev.Queues {

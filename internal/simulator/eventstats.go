@@ -73,8 +73,11 @@ type EventStats struct {
 	Moves       int `json:"moves"`
 	// LostGPUHours is GPUs x time since the last checkpoint, summed over
 	// every pod evicted by preemption, reclaim or a move (node loss apart).
-	LostGPUHours float64 `json:"lostGpuHours"`
-	Cycles       int     `json:"cycles"`
+	// LostGPUHoursMoves is the part of it that moves lost: what
+	// defragmentation itself cost the work it moved.
+	LostGPUHours      float64 `json:"lostGpuHours"`
+	LostGPUHoursMoves float64 `json:"lostGpuHoursMoves"`
+	Cycles            int     `json:"cycles"`
 	// JainFairness is Jain's index over queues of share/entitlement.
 	JainFairness float64 `json:"jainFairness"`
 	// FairnessDeviation is the queues' mean absolute deviation of GPUs

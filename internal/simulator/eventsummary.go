@@ -18,6 +18,7 @@ type EventSummary struct {
 	FairnessDeviation float64 `json:"fairnessDeviation"`
 	JainOverTime      float64 `json:"jainOverTime"`
 	LostGPUHours      float64 `json:"lostGpuHours"`
+	LostGPUHoursMoves float64 `json:"lostGpuHoursMoves"`
 	Preemptions       float64 `json:"preemptions"`
 	Moves             float64 `json:"moves"`
 	MeanUtilization   float64 `json:"meanUtilization"`
@@ -71,6 +72,7 @@ func SummarizeEvent(results []*Result) []EventSummary {
 			s.FairnessDeviation += e.FairnessDeviation / n
 			s.JainOverTime += e.JainOverTime / n
 			s.LostGPUHours += e.LostGPUHours / n
+			s.LostGPUHoursMoves += e.LostGPUHoursMoves / n
 			s.Preemptions += float64(e.Preemptions) / n
 			s.Moves += float64(e.Moves) / n
 			s.MeanUtilization += e.MeanUtilization / n

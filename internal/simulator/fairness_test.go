@@ -104,8 +104,8 @@ func TestRunEventLostGPUHours(t *testing.T) {
 			if e.Preemptions != tc.preempt || e.Moves != 0 {
 				t.Fatalf("preemptions %d moves %d, want %d and 0", e.Preemptions, e.Moves, tc.preempt)
 			}
-			if want := tc.lost / 3600; !near(e.LostGPUHours, want) {
-				t.Fatalf("lost %g GPU-hours, want %g", e.LostGPUHours, want)
+			if want := tc.lost / 3600; !near(e.LostGPUHours, want) || e.LostGPUHoursMoves != 0 {
+				t.Fatalf("lost %g GPU-hours, %g of them to moves; want %g, none to moves", e.LostGPUHours, e.LostGPUHoursMoves, want)
 			}
 			q := map[string]QueueStats{}
 			for _, s := range e.Queues {

@@ -97,11 +97,11 @@ func runContended(cmd *cobra.Command, o *options, mode simulator.Mode) error {
 func printEventSummary(w io.Writer, results []*simulator.Result) error {
 	sums := simulator.SummarizeEvent(results)
 	t := cliutil.NewTable(w)
-	fmt.Fprintln(t, "CONFIG\tRUNS\tJOBS\tDONE\tJCT MEAN\tJCT P50\tJCT P95\tWAIT P50\tWAIT P95\tFAIRNESS DEV\tJAIN(T)\tPREEMPTIONS\tLOST GPU-H\tMOVES\tMEAN ALLOC\tWHOLE-NODE JOBS\tWHOLE-NODE WAIT P95")
+	fmt.Fprintln(t, "CONFIG\tRUNS\tJOBS\tDONE\tJCT MEAN\tJCT P50\tJCT P95\tWAIT P50\tWAIT P95\tFAIRNESS DEV\tJAIN(T)\tPREEMPTIONS\tLOST GPU-H\tMOVES\tLOST BY MOVES\tMEAN ALLOC\tWHOLE-NODE JOBS\tWHOLE-NODE WAIT P95")
 	for _, s := range sums {
-		fmt.Fprintf(t, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.0f\t%.1f\t%.0f\t%.1f%%\t%.1f\t%s\n", s.Policy, s.Runs, s.Jobs, s.JobsCompleted,
+		fmt.Fprintf(t, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.0f\t%.1f\t%.0f\t%.1f\t%.1f%%\t%.1f\t%s\n", s.Policy, s.Runs, s.Jobs, s.JobsCompleted,
 			dur(s.JCTMean), dur(s.JCTP50), dur(s.JCTP95), dur(s.WaitP50), dur(s.WaitP95), s.FairnessDeviation, s.JainOverTime,
-			s.Preemptions, s.LostGPUHours, s.Moves, 100*s.MeanUtilization, s.WholeNodeJobs, dur(s.WholeNodeWaitP95))
+			s.Preemptions, s.LostGPUHours, s.Moves, s.LostGPUHoursMoves, 100*s.MeanUtilization, s.WholeNodeJobs, dur(s.WholeNodeWaitP95))
 	}
 	if err := t.Flush(); err != nil {
 		return err

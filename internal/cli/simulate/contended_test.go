@@ -29,7 +29,7 @@ func TestContendedWorkload(t *testing.T) {
 		if r.Policy != "fifo-bestfit" {
 			t.Fatalf("policy %q, want the configuration's name", r.Policy)
 		}
-		for _, k := range []string{"jctP50", "jctP95", "waitP50", "waitP95", "fairnessDeviation", "lostGpuHours", "preemptions", "moves", "jctMean", "queues"} {
+		for _, k := range []string{"jctP50", "jctP95", "waitP50", "waitP95", "fairnessDeviation", "lostGpuHours", "lostGpuHoursMoves", "preemptions", "moves", "jctMean", "queues"} {
 			if _, ok := r.Event[k]; !ok {
 				t.Fatalf("event lacks %q: %s", k, lines[0])
 			}
@@ -44,7 +44,7 @@ func TestContendedWorkload(t *testing.T) {
 	t.Run("table and out dir", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "out")
 		out, _, code := runCmd(t, append(small, "--config", "kai-like,kueue-like", "--out", dir)...)
-		if code != 0 || !strings.Contains(out, "FAIRNESS DEV") || !strings.Contains(out, "kueue-like  team-d") {
+		if code != 0 || !strings.Contains(out, "FAIRNESS DEV") || !strings.Contains(out, "LOST BY MOVES") || !strings.Contains(out, "kueue-like  team-d") {
 			t.Fatalf("exit %d, table:\n%s", code, out)
 		}
 		b, err := os.ReadFile(filepath.Join(dir, "utilization.csv"))
