@@ -466,6 +466,7 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	}
 	span := float64(max(now-first, 1))
 	ev.MeanUtilization = utilArea / span
+	ev.GPUHours = utilArea * float64(capMilli) / model.MilliPerGPU / 3600
 	res.MilliGPUAllocationRatio = ratio(allocMilli, capMilli)
 	fillQueueStats(tr, pods, preempted, usage, res)
 	wholeNodeWaits(tr.Nodes, pods, ev)

@@ -50,8 +50,11 @@ type UtilPoint struct {
 type EventStats struct {
 	Queues      []QueueStats `json:"queues"`
 	Utilization []UtilPoint  `json:"utilization,omitempty"`
-	// MeanUtilization is the time-averaged milli-GPU allocation ratio.
+	// MeanUtilization is the time-averaged milli-GPU allocation ratio;
+	// GPUHours the GPU-hours allocated over the run, the measure that
+	// work lost to evictions is a part of.
 	MeanUtilization float64 `json:"meanUtilization"`
+	GPUHours        float64 `json:"gpuHours"`
 	// Jobs and JobsCompleted over all queues; the wait and completion
 	// times as QueueStats counts them, over every queue's jobs.
 	Jobs          int     `json:"jobs"`

@@ -22,6 +22,7 @@ type EventSummary struct {
 	Preemptions       float64 `json:"preemptions"`
 	Moves             float64 `json:"moves"`
 	MeanUtilization   float64 `json:"meanUtilization"`
+	GPUHours          float64 `json:"gpuHours"`
 	// Node loss (EventStats): nodes reclaimed, pods and groups hit,
 	// elastic groups that shrank, GPU-hours lost to it.
 	NodesLost            float64 `json:"nodesLost,omitempty"`
@@ -76,6 +77,7 @@ func SummarizeEvent(results []*Result) []EventSummary {
 			s.Preemptions += float64(e.Preemptions) / n
 			s.Moves += float64(e.Moves) / n
 			s.MeanUtilization += e.MeanUtilization / n
+			s.GPUHours += e.GPUHours / n
 			s.NodesLost += float64(e.NodesLost) / n
 			s.NodeLossPods += float64(e.NodeLossPods) / n
 			s.NodeLossGangs += float64(e.NodeLossGangs) / n

@@ -107,6 +107,12 @@ func TestRunEventLostGPUHours(t *testing.T) {
 			if want := tc.lost / 3600; !near(e.LostGPUHours, want) || e.LostGPUHoursMoves != 0 {
 				t.Fatalf("lost %g GPU-hours, %g of them to moves; want %g, none to moves", e.LostGPUHours, e.LostGPUHoursMoves, want)
 			}
+			// Both GPUs are held while b runs first (1,000 s), a runs
+			// (500 s) and b runs again until it ends; idle from the
+			// eviction to a's bind.
+			if want := 2 * (1000 + 500 + tc.bJCT - 1560) / 3600; !near(e.GPUHours, want) {
+				t.Fatalf("%g GPU-hours allocated, want %g", e.GPUHours, want)
+			}
 			q := map[string]QueueStats{}
 			for _, s := range e.Queues {
 				q[s.Queue] = s
