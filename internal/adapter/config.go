@@ -72,6 +72,12 @@ type Config struct {
 	// movable work off once it is all that is left
 	// (model.DefragPolicy.DrainAfter); 0, the default, drains none.
 	DefragDrainAfter time.Duration
+	// DefragMaxLostWork, when positive, bounds the work a move may throw
+	// away: a group is moved only within this long of its last
+	// checkpoint (v1alpha1.LastCheckpointAnnotation) or, with none, of
+	// its start (model.DefragPolicy.MaxLostWork); 0, the default, bounds
+	// nothing.
+	DefragMaxLostWork time.Duration
 	// EvictionBackoff is how long a pod whose eviction was refused (a
 	// PodDisruptionBudget, 429) is left alone (default 30s).
 	EvictionBackoff time.Duration
@@ -246,6 +252,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: defrag-moves-per-hour must be >= 0, got %d", c.DefragMovesPerHour)
 	case c.DefragDrainAfter < 0:
 		return fmt.Errorf("config: defrag-drain-after must be >= 0, got %v", c.DefragDrainAfter)
+	case c.DefragMaxLostWork < 0:
+		return fmt.Errorf("config: defrag-max-lost-work must be >= 0, got %v", c.DefragMaxLostWork)
 	case c.TopologyRecheck < 0:
 		return fmt.Errorf("config: the topology re-check interval must be > 0, got %v", c.TopologyRecheck)
 	case c.MIGDemandMinWait < 0:

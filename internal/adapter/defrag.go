@@ -108,15 +108,17 @@ func runningMinMember(c *clusterCache, pi *podInfo) int {
 // snapshot's DefragPolicy reads them, the core's decisions add to them.
 type moveLog struct {
 	perWindow int
-	// drainAfter is Config.DefragDrainAfter.
-	drainAfter time.Duration
-	recent     []model.Move
+	// drainAfter is Config.DefragDrainAfter, maxLostWork
+	// Config.DefragMaxLostWork.
+	drainAfter, maxLostWork time.Duration
+	recent                  []model.Move
 }
 
 // policy is the snapshot's DefragPolicy at now (Snapshot.Now, in
 // milliseconds).
 func (l *moveLog) policy() model.DefragPolicy {
-	return model.DefragPolicy{MaxMoves: l.perWindow, Window: moveWindow.Milliseconds(), Recent: l.recent, DrainAfter: l.drainAfter.Milliseconds()}
+	return model.DefragPolicy{MaxMoves: l.perWindow, Window: moveWindow.Milliseconds(), Recent: l.recent, DrainAfter: l.drainAfter.Milliseconds(),
+		MaxLostWork: l.maxLostWork.Milliseconds()}
 }
 
 // record adds a cycle's moves and forgets those past the window.

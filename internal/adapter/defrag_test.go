@@ -86,17 +86,26 @@ func TestMoveLog(t *testing.T) {
 	}
 }
 
-// The drain delay reaches the core's policy in the snapshot's unit
-// (milliseconds), and a negative one is refused by name.
+// The drain delay and the bound on lost work reach the core's policy in
+// the snapshot's unit (milliseconds), and a negative one is refused by
+// name.
 func TestMoveLogCarriesDrainAfter(t *testing.T) {
-	l := moveLog{perWindow: 2, drainAfter: 90 * time.Minute}
-	if p := l.policy(); p.DrainAfter != (90*time.Minute).Milliseconds() || p.MaxMoves != 2 {
-		t.Fatalf("policy %+v, want drainAfter 5400000 and 2 moves", p)
+	l := moveLog{perWindow: 2, drainAfter: 90 * time.Minute, maxLostWork: 10 * time.Minute}
+	if p := l.policy(); p.DrainAfter != (90*time.Minute).Milliseconds() || p.MaxMoves != 2 || p.MaxLostWork != 600000 {
+		t.Fatalf("policy %+v, want drainAfter 5400000, maxLostWork 600000 and 2 moves", p)
 	}
-	c := Config{}.Defaults()
-	c.RESTConfig = &rest.Config{Host: "https://127.0.0.1:1"}
-	c.DefragDrainAfter = -time.Second
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "defrag-drain-after") {
-		t.Fatalf("got %v, want an error naming defrag-drain-after", err)
+	for _, tc := range []struct {
+		flag string
+		set  func(*Config)
+	}{
+		{"defrag-drain-after", func(c *Config) { c.DefragDrainAfter = -time.Second }},
+		{"defrag-max-lost-work", func(c *Config) { c.DefragMaxLostWork = -time.Second }},
+	} {
+		c := Config{}.Defaults()
+		c.RESTConfig = &rest.Config{Host: "https://127.0.0.1:1"}
+		tc.set(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Fatalf("got %v, want an error naming %s", err, tc.flag)
+		}
 	}
 }

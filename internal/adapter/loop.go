@@ -57,7 +57,7 @@ func newLoop(cfg Config, log klog.Logger, c *clusterCache, api clusterWriter, st
 	}
 	return &loop{cfg: cfg, log: log, cache: c, core: core, build: newBuilder(cfg.SchedulerName, cfg.MaxEvictionsPerCycle, log),
 		binder: newBinder(cfg, log, c, api, st, m), api: api, status: st, metrics: m, partialSince: map[string]time.Time{},
-		moves: moveLog{perWindow: cfg.DefragMovesPerHour, drainAfter: cfg.DefragDrainAfter}}, nil
+		moves: moveLog{perWindow: cfg.DefragMovesPerHour, drainAfter: cfg.DefragDrainAfter, maxLostWork: cfg.DefragMaxLostWork}}, nil
 }
 
 // run cycles until ctx ends: at once when the cache changes (batched by

@@ -116,12 +116,13 @@ func (c *cycle) movedRecently() map[string]bool {
 // canMove reports whether rg may be moved in this cycle: all its members
 // opted in, it may be evicted at all, it was not touched in this cycle nor
 // moved within the window, it is past its minimum runtime, none of its
-// pods waits (recent holds both), it
-// is a named group (its pods wait again under
-// its name) and none of its pods holds devices through claims or volumes,
-// which stay where they were allocated.
+// pods waits (recent holds both), it is a named group (its pods wait again
+// under its name), none of its pods holds devices through claims or
+// volumes, which stay where they were allocated, and it is within the
+// policy's MaxLostWork of its restart point.
 func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
-	return rg.movable && !rg.nonPreemptible && rg.evicted != c.epoch && !recent[rg.name] && rg.queue != nil && !c.young(rg)
+	return rg.movable && !rg.nonPreemptible && rg.evicted != c.epoch && !recent[rg.name] && rg.queue != nil && !c.young(rg) &&
+		(c.snap.Defrag.MaxLostWork <= 0 || c.snap.Now-rg.restart <= c.snap.Defrag.MaxLostWork)
 }
 
 // tryMove moves up to most Movable groups so that p fits, and returns how

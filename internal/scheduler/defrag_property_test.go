@@ -23,7 +23,10 @@ func genFragmenting(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 		Defrag: model.DefragPolicy{MaxMoves: rapid.SampledFrom([]int{1, 3, 100}).Draw(t, "moves"), Window: rapid.SampledFrom([]int64{1, 1000}).Draw(t, "window"),
 			// Drains for the whole-node gangs from the start, after some
 			// cycles, or never.
-			DrainAfter: rapid.SampledFrom([]int64{0, 1, 50}).Draw(t, "drainAfter")}}
+			DrainAfter: rapid.SampledFrom([]int64{0, 1, 50}).Draw(t, "drainAfter"),
+			// Moves of any work, or only of groups that started within
+			// the last few cycles (none here reports a checkpoint).
+			MaxLostWork: rapid.SampledFrom([]int64{0, 3, 30}).Draw(t, "maxLostWork")}}
 	queues := []string{"a", "b"}
 	snap.Queues = []model.Queue{{Name: "org"}}
 	for _, q := range queues {

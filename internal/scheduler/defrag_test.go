@@ -180,3 +180,47 @@ func TestDefragmentTriesOnlyGroupsWithScatteredRoom(t *testing.T) {
 		t.Fatalf("moves %+v, want one for big behind five groups with nothing to gather", d.Moves)
 	}
 }
+
+// With MaxLostWork, a group is moved only while it is that close to its
+// restart point: m0 checkpointed 10 s ago and may move, m1 ran 500 s
+// past its last checkpoint and stays, so big takes m0's node. With both
+// far from their checkpoints nothing moves, and a move waits for the next
+// checkpoint.
+func TestDefragmentMovesOnlyWorkWithinMaxLostWork(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		checkpoints [2]int64 // m0's and m1's LastCheckpoint; Now is 1000
+		want        string   // the group moved, "" for none
+	}{
+		{"m0 fresh", [2]int64{990, 500}, "m0"},
+		{"m1 fresh", [2]int64{500, 995}, "m1"},
+		{"neither", [2]int64{500, 600}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := fragmented(true)
+			snap.Now = 1000
+			snap.Defrag.MaxLostWork = 60
+			for i := range snap.RunningByNode {
+				for k := range snap.RunningByNode[i] {
+					a := &snap.RunningByNode[i][k]
+					a.LastCheckpoint = tc.checkpoints[a.Group[1]-'0']
+				}
+			}
+			h, err := schedtest.NewHarness(snap, scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var moved string
+			if len(d.Moves) == 1 {
+				moved = d.Moves[0].Group
+			}
+			if len(d.Moves) > 1 || moved != tc.want {
+				t.Fatalf("moves %+v, want %q moved", d.Moves, tc.want)
+			}
+		})
+	}
+}

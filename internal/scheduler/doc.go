@@ -414,9 +414,12 @@
 // group than it leaves pending, as a cycle that moves does, and the
 // count above bounds it too; a cycle that only keeps room decides
 // nothing, and on an unchanged workload a cycle that decides nothing is
-// the fixed point, whatever it kept.
+// the fixed point, whatever it kept. DefragPolicy.MaxLostWork only takes
+// groups out of what may move (those too far from their restart point),
+// so it removes moves from every cycle and adds none.
 // TestPropertyDefragmentFixedPoint checks it with a window of one cycle,
 // where only this argument bounds the moves, with drains from the first
 // cycle, after some cycles or never, while groups that may not move leave
-// the drained nodes one at a time.
+// the drained nodes one at a time, and with moves of any work or only of
+// groups that started a few cycles before.
 package scheduler

@@ -27,7 +27,9 @@ pods:
 // TestEventReplaysMoves: the core moves one job beside the other, the
 // simulator carries the move out (the job's pod leaves and is bound again
 // where the core held it), and the gang starts in the freed node; without
-// a budget the gang waits for the jobs to end.
+// a budget the gang waits for the jobs to end, and so it does when the
+// jobs, which never checkpoint, ran longer than MaxLostWork before it
+// came.
 func TestEventReplaysMoves(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -36,6 +38,8 @@ func TestEventReplaysMoves(t *testing.T) {
 	}{
 		{"budget", model.DefragPolicy{MaxMoves: 2, Window: 3600}, 1},
 		{"off", model.DefragPolicy{}, 0},
+		{"within the lost-work bound", model.DefragPolicy{MaxMoves: 2, Window: 3600, MaxLostWork: 120}, 1},
+		{"past the lost-work bound", model.DefragPolicy{MaxMoves: 2, Window: 3600, MaxLostWork: 30}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, err := ReadYAMLTrace("fragmented.yaml", strings.NewReader(fragmentedTrace))

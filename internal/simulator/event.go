@@ -169,7 +169,9 @@ func RunEvent(ctx context.Context, tr *Trace, cfg EventConfig) (*Result, error) 
 	if c := cfg.Config; c != nil {
 		cfg.VictimsByAge = cfg.VictimsByAge || c.VictimsByAge
 		if c.DefragMovesPerHour > 0 {
-			cfg.Defrag = model.DefragPolicy{MaxMoves: c.DefragMovesPerHour, Window: 3600, DrainAfter: c.DefragDrainAfter}
+			// The run's bound on lost work, if any, holds for the
+			// configuration's moves too.
+			cfg.Defrag = model.DefragPolicy{MaxMoves: c.DefragMovesPerHour, Window: 3600, DrainAfter: c.DefragDrainAfter, MaxLostWork: cfg.Defrag.MaxLostWork}
 		}
 	}
 	if err := cfg.Defrag.Check("defrag"); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuplane/gpuplane/internal/cliutil"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 	"github.com/gpuplane/gpuplane/internal/simulator"
 )
@@ -36,6 +37,10 @@ func runContended(cmd *cobra.Command, o *options, mode simulator.Mode) error {
 		return err
 	}
 	loss, err := o.spot.loss(mode)
+	if err != nil {
+		return err
+	}
+	maxLostWork, err := traceSeconds("defrag-max-lost-work", o.defragMaxLostWork)
 	if err != nil {
 		return err
 	}
@@ -84,6 +89,7 @@ func runContended(cmd *cobra.Command, o *options, mode simulator.Mode) error {
 	results, err := simulator.RunAll(cmd.Context(), nil, simulator.Spec{
 		Mode: mode, Policies: policies, Configs: configs, Seeds: seeds, Generate: gen,
 		Parallel: o.parallel, Progress: prog.update, Popularity: 1, NodeLoss: loss,
+		Defrag: model.DefragPolicy{MaxLostWork: maxLostWork},
 	})
 	prog.finish()
 	if err != nil {

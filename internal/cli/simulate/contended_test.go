@@ -74,6 +74,7 @@ func TestContendedWorkload(t *testing.T) {
 		{"teams", append(small, "--teams", "a:0.9:1,b:0.9:1"), "guarantees"},
 		{"config", append(small, "--config", "slurm"), "--config"},
 		{"config in packing", []string{"--trace", "x.yaml", "--config", "gpuplane"}, "--config"},
+		{"lost-work bound", append(small, "--config", "gpuplane", "--defrag-max-lost-work", "1500ms"), "--defrag-max-lost-work"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runCmd(t, tc.args...)

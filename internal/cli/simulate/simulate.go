@@ -50,6 +50,8 @@ type options struct {
 	// defragDrainAfter is gpuplane-scheduler's --defrag-drain-after, on
 	// the trace's clock.
 	defragDrainAfter time.Duration
+	// defragMaxLostWork is gpuplane-scheduler's --defrag-max-lost-work.
+	defragMaxLostWork time.Duration
 	// spot: nodes reclaimed in event mode (nodeloss.go).
 	spot nodeLossFlags
 }
@@ -135,6 +137,7 @@ gang wait.`,
 	f.IntVar(&o.migMaxPerNode, "mig-max-proposals-per-node", 1, "event mode: GPUs of one node proposed for per cycle")
 	f.IntVar(&o.defragMoves, "defrag-moves-per-hour", 0, "event mode: running groups that opted in (trace pods' movable) the core may move in any hour of the trace to gather scattered GPUs for a waiting gang, as gpuplane-scheduler's flag; 0 moves none")
 	cliutil.DurationVar(cmd, &o.defragDrainAfter, "defrag-drain-after", 0, "event mode, with --defrag-moves-per-hour: how long a gang whose pods need whole nodes waits before the core drains nodes for it (keeps new work off the nodes cheapest to empty, moves their movable work off once nothing else is left), as gpuplane-scheduler's flag; 0 drains none (whole seconds)")
+	cliutil.DurationVar(cmd, &o.defragMaxLostWork, "defrag-max-lost-work", 0, "event mode: the most work a move may throw away, as gpuplane-scheduler's flag: a job is moved only within this long of its last checkpoint (trace pods' checkpointEvery) or, with none, of its start; with --config, for the configurations that move; 0 bounds nothing (whole seconds)")
 	cliutil.DurationVar(cmd, &o.migDelay, "mig-layout-delay", 5*time.Second, "event mode: how long a node takes to re-partition a GPU once proposed (whole seconds; a bare number of seconds is deprecated)")
 	f.StringVar(&o.layout, "layout", "", "lay the nodes out in racks and blocks: nodes-per-rack=N[,racks-per-block=M] (labels gpuplane.io/rack, gpuplane.io/block; alike machines share racks)")
 	f.IntVar(&o.training, "training", 0, "add this many multi-node training jobs: one pod per node of the trace's most common largest machine, gangs placed by rack (needs racks: --layout or the trace's own)")
@@ -237,6 +240,10 @@ func run(cmd *cobra.Command, o *options) error {
 	if err != nil {
 		return err
 	}
+	maxLostWork, err := traceSeconds("defrag-max-lost-work", o.defragMaxLostWork)
+	if err != nil {
+		return err
+	}
 	loss, err := o.spot.loss(mode)
 	if err != nil {
 		return err
@@ -332,7 +339,7 @@ func run(cmd *cobra.Command, o *options) error {
 		Popularity: o.popularity, Parallel: o.parallel, Progress: prog.update, TopologyPolicies: topoPolicies, Configs: configs,
 		Layouts:     model.LayoutPolicy{MinWait: layoutSeconds[0], Dwell: layoutSeconds[1], Timeout: layoutSeconds[2], MaxPerNode: o.migMaxPerNode},
 		LayoutDelay: layoutSeconds[3],
-		Defrag:      model.DefragPolicy{MaxMoves: o.defragMoves, Window: 3600, DrainAfter: drainAfter},
+		Defrag:      model.DefragPolicy{MaxMoves: o.defragMoves, Window: 3600, DrainAfter: drainAfter, MaxLostWork: maxLostWork},
 		NodeLoss:    loss,
 	})
 	prog.finish()

@@ -25,6 +25,12 @@ type DefragPolicy struct {
 	// once nothing else stands in the way (the core's drain.go). 0 drains
 	// nothing.
 	DrainAfter int64 `json:"drainAfter,omitempty"`
+	// MaxLostWork, when positive, is the most work a move may throw away:
+	// a group is moved only while its restart point (its members' last
+	// checkpoint, or their start where none reported one) is at most
+	// this long ago (in Snapshot.Now's unit). A group further from its
+	// restart point stays until it checkpoints again. 0 bounds nothing.
+	MaxLostWork int64 `json:"maxLostWork,omitempty"`
 }
 
 // Move is one group moved to defragment: its pods evicted where they ran
@@ -52,6 +58,8 @@ func (p *DefragPolicy) Check(prefix string) error {
 		return fmt.Errorf("%s.window: must be > 0 when maxMoves is set, got %d", prefix, p.Window)
 	case p.DrainAfter < 0:
 		return fmt.Errorf("%s.drainAfter: must be >= 0, got %d", prefix, p.DrainAfter)
+	case p.MaxLostWork < 0:
+		return fmt.Errorf("%s.maxLostWork: must be >= 0, got %d", prefix, p.MaxLostWork)
 	}
 	return nil
 }
