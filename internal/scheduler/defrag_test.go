@@ -206,14 +206,7 @@ func TestDefragmentMovesOnlyWorkWithinMaxLostWork(t *testing.T) {
 					a.LastCheckpoint = tc.checkpoints[a.Group[1]-'0']
 				}
 			}
-			h, err := schedtest.NewHarness(snap, scheduler.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := h.Cycle()
-			if err != nil {
-				t.Fatal(err)
-			}
+			d, _ := runCycle(t, snap)
 			var moved string
 			if len(d.Moves) == 1 {
 				moved = d.Moves[0].Group
