@@ -149,6 +149,21 @@ type heldPods struct {
 	pods map[string]waitingPod
 }
 
+// holdLocked adds pods to those held with k's error, at most maxWaiting.
+// Caller holds mu.
+func (g *Grouper) holdLocked(k ownerKey, pods ...waitingPod) {
+	h := g.held[k.UID]
+	if h == nil {
+		h = &heldPods{key: k, pods: map[string]waitingPod{}}
+		g.held[k.UID] = h
+	}
+	for _, p := range pods {
+		if len(h.pods) < maxWaiting {
+			h.pods[p.Namespace+"/"+p.Name] = p
+		}
+	}
+}
+
 // waitingPod is a pod waiting for its group, with the key of the group it
 // joins when its workload's rule splits it (spec.groupBy).
 type waitingPod struct {
@@ -287,6 +302,10 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	case d == nil:
 		return true, nil
 	case d.err != nil:
+		// Held with the workload's error, and settled with the others
+		// when the decision is made anew (a rule fixed, the retry):
+		// nothing else would ask for it again.
+		g.holdLocked(k, wp)
 		return true, d.err
 	case d.mirror:
 		return d.group != "", nil
@@ -423,16 +442,7 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 			continue
 		}
 		failedAny = true
-		h := g.held[k.UID]
-		if h == nil {
-			h = &heldPods{key: k, pods: map[string]waitingPod{}}
-			g.held[k.UID] = h
-		}
-		for _, p := range ps {
-			if len(h.pods) < maxWaiting {
-				h.pods[p.Namespace+"/"+p.Name] = p
-			}
-		}
+		g.holdLocked(k, ps...)
 	}
 	notify := g.notify
 	g.mu.Unlock()
@@ -498,14 +508,7 @@ func (g *Grouper) settle(ctx context.Context, k ownerKey, d *decision, pods []wa
 		nd := &decision{err: fmt.Errorf("gpuplane-scheduler may not label pods with their group (grant it patch on pods): %w", forbidden), at: g.now()}
 		g.mu.Lock()
 		g.decisions[k.UID] = nd
-		h := g.held[k.UID]
-		if h == nil {
-			h = &heldPods{key: k, pods: map[string]waitingPod{}}
-			g.held[k.UID] = h
-		}
-		for _, p := range pods {
-			h.pods[p.Namespace+"/"+p.Name] = p
-		}
+		g.holdLocked(k, pods...)
 		g.mu.Unlock()
 		g.queue.AddAfter(k, decisionTTL)
 		for _, p := range pods {

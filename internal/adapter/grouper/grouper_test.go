@@ -119,3 +119,35 @@ func TestForgetOld(t *testing.T) {
 		}
 	}
 }
+
+// A pod that asks after its workload's decision failed is held with the
+// others, so that a fixed rule settles it too: before, only the pods that
+// asked before the decision were, and a gang's later member kept its
+// error for good.
+func TestPodAskingAfterAnErrorIsHeldForTheNextDecision(t *testing.T) {
+	g, err := New(Config{SchedulerName: "gpuplane-scheduler"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "job-uid", Controller: new(true)}
+	g.mu.Lock()
+	g.decisions["job-uid"] = &decision{err: errTest, at: g.now()}
+	g.mu.Unlock()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train-1", OwnerReferences: []metav1.OwnerReference{owner}},
+		Spec: corev1.PodSpec{SchedulerName: "gpuplane-scheduler"}}
+	if aw, err := g.Awaiting(p); !aw || !errors.Is(err, errTest) {
+		t.Fatalf("= %v, %v; want the pod held with the workload's error", aw, err)
+	}
+	if h := g.held["job-uid"]; h == nil || h.pods["ml/train-1"].Name != "train-1" {
+		t.Fatalf("held %+v, want train-1 among the pods held with the error", h)
+	}
+	// A rule changes: every decision is forgotten and the held pods'
+	// workloads are decided again, train-1's among them.
+	g.DeleteRule(&v1alpha1.GroupingRule{ObjectMeta: metav1.ObjectMeta{Name: "gone"}})
+	if g.queue.Len() != 1 {
+		t.Fatalf("%d workloads queued after the rule changed, want train-1's", g.queue.Len())
+	}
+	if k, _ := g.queue.Get(); k.UID != "job-uid" {
+		t.Fatalf("queued %+v, want the Job", k)
+	}
+}
