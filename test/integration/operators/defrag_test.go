@@ -225,8 +225,11 @@ func TestDrainKeepsANodeForAWholeNodeGang(t *testing.T) {
 	says := "node " + kept + " is kept free for it: it waits for the pods there that may not move (2 GPUs) to end, then the movable ones (3 GPUs) are moved off"
 	framework.Eventually(t, 60*time.Second, "the gang told "+kept+" is kept for it", func(ctx context.Context) (bool, error) {
 		msg, err := c.podGroupSays(ctx, "big")
-		if err != nil || !strings.Contains(msg, says) {
-			return false, fmt.Errorf("PodGroup says %q (%w)", msg, err)
+		if err != nil {
+			return false, err
+		}
+		if !strings.Contains(msg, says) {
+			return false, fmt.Errorf("PodGroup says %q", msg)
 		}
 		for _, name := range []string{"big-0", "big-1"} {
 			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
@@ -244,7 +247,10 @@ func TestDrainKeepsANodeForAWholeNodeGang(t *testing.T) {
 	c.gpuPod("small", "", 3)
 	framework.Eventually(t, 60*time.Second, "small bound", func(ctx context.Context) (bool, error) {
 		n, _, err := c.podOn(ctx, "small")
-		return err == nil && n != "", fmt.Errorf("small on %q: %s (%w)", n, c.waiting(ctx, "!"+v1alpha1.PodGroupLabel), err)
+		if err != nil {
+			return false, err
+		}
+		return n != "", fmt.Errorf("small waits: %s", c.waiting(ctx, "!"+v1alpha1.PodGroupLabel))
 	})
 	if n, _, _ := c.podOn(t.Context(), "small"); n == kept {
 		t.Fatalf("small bound on %s, the node kept for the gang", n)
@@ -258,8 +264,11 @@ func TestDrainKeepsANodeForAWholeNodeGang(t *testing.T) {
 		n0, _, err0 := c.podOn(ctx, "big-0")
 		n1, _, err1 := c.podOn(ctx, "big-1")
 		nm, um, errM := c.podOn(ctx, "m-0")
-		if err := errors.Join(err0, err1, errM); err != nil || n0 != kept || n1 == "" || nm == "" || nm == kept || um == uidM {
-			return false, fmt.Errorf("big-0 on %q, big-1 on %q, m-0 (%s) on %q: %s (%w)", n0, n1, um, nm, c.waiting(ctx, v1alpha1.PodGroupLabel+"=big"), err)
+		if err := errors.Join(err0, err1, errM); err != nil {
+			return false, err
+		}
+		if n0 != kept || n1 == "" || nm == "" || nm == kept || um == uidM {
+			return false, fmt.Errorf("big-0 on %q, big-1 on %q, m-0 (%s) on %q: %s", n0, n1, um, nm, c.waiting(ctx, v1alpha1.PodGroupLabel+"=big"))
 		}
 		return true, nil
 	})
