@@ -120,10 +120,10 @@ type cycle struct {
 	// (movedRecently); nil until needed.
 	recent map[string]bool
 	// drained marks the nodes this cycle drains (drain.go); nil when none.
-	// kept is, per group drained for and not yet placed, the nodes kept
-	// free for it (Unplaced.Kept); nil when none.
 	drained map[int]bool
-	kept    map[*pending][]model.KeptNode
+	// kept is, per group whose drained nodes are kept free for it rather
+	// than emptied by moves, those nodes (Unplaced.Kept); nil when none.
+	kept map[*pending][]model.KeptNode
 	// youngAt is, for the group evictions run for, when the first victim
 	// refused for its minimum runtime reaches it (math.MaxInt64: none
 	// was); pastYoung counts such groups as victims (minruntime.go).
