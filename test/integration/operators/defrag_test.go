@@ -200,8 +200,12 @@ func TestDrainKeepsANodeForAWholeNodeGang(t *testing.T) {
 	c.gpuPod("fixed-2", others[1], 4)
 	framework.Eventually(t, 60*time.Second, "the pods that may not move bound", func(ctx context.Context) (bool, error) {
 		for _, name := range []string{"fixed", "fixed-1", "fixed-2"} {
-			if n, _, err := c.podOn(ctx, name); err != nil || n == "" {
-				return false, fmt.Errorf("%s on %q (%w)", name, n, err)
+			n, _, err := c.podOn(ctx, name)
+			if err != nil {
+				return false, err
+			}
+			if n == "" {
+				return false, fmt.Errorf("%s waits: %s", name, c.waiting(ctx, "!"+v1alpha1.PodGroupLabel))
 			}
 		}
 		return true, nil
