@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -107,5 +108,47 @@ func TestMoveLogCarriesDrainAfter(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Fatalf("got %v, want an error naming %s", err, tc.flag)
 		}
+	}
+}
+
+// A gang that waited --defrag-drain-after for a whole node is told which
+// node is kept free for it and what stands there, in its pods'
+// PodScheduled message and its PodGroup's Schedulable condition, in the
+// cycle that explains it node by node and in the next, which does not.
+func TestDrainedGangNamesTheNodeKeptForIt(t *testing.T) {
+	f := newLoopFixture(t, Config{DefragMovesPerHour: 4, DefragDrainAfter: time.Minute}, gpuNode("a", 8), gpuNode("b", 8), gpuNode("c", 8))
+	running := func(name, node string, gpus int, movable bool) {
+		b := newPod("ns", name).GPUs(gpus).NodeName(node).Phase(corev1.PodRunning)
+		if movable {
+			b.Annotation(v1alpha1.MovableAnnotation, "true")
+		}
+		f.cache.upsertPod(b.Obj())
+	}
+	running("u0", "a", 2, false)
+	running("m0", "a", 3, true)
+	running("u1", "b", 4, false)
+	running("u2", "c", 4, false)
+	f.cache.upsertPodGroup(podGroup("big", 1))
+	f.cache.upsertPod(newPod("ns", "big-0").GPUs(8).Label(v1alpha1.PodGroupLabel, "big").Obj())
+	const kept = "node a is kept free for it: it waits for the pods there that may not move (2 GPUs) to end, then the movable ones (3 GPUs) are moved off"
+	for _, want := range []string{
+		"Unschedulable: 0/3 nodes available: 3 insufficient nvidia.com/gpu; " + kept,
+		"Unschedulable: 0/3 nodes available: 3 insufficient nvidia.com/gpu; " + kept,
+	} {
+		f.cycle()
+		if got := f.status.conditions["ns/big-0"]; got != want {
+			t.Fatalf("big-0 says %q, want %q", got, want)
+		}
+		pg, ok := f.status.statuses["pg/ns/big"].(*v1alpha1.PodGroup)
+		if !ok {
+			t.Fatalf("no PodGroup status written: %v", f.status.statuses)
+		}
+		cond := meta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionSchedulable)
+		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Message != strings.TrimPrefix(want, "Unschedulable: ") {
+			t.Fatalf("Schedulable condition %+v, want False saying %q", cond, kept)
+		}
+	}
+	if len(f.api.binds) != 0 || len(f.api.evicted) != 0 {
+		t.Fatalf("bound %v, evicted %v; want nothing while u0 runs", f.api.binds, f.api.evicted)
 	}
 }

@@ -108,6 +108,14 @@ func (l *loop) report(in *cycleInput, d *model.Decisions, placed map[string]bool
 				}
 			}
 			msg = dg.msg
+			if len(u.Kept) > 0 && (u.Explained || ok) {
+				// The nodes kept free for it, in the core's words, as this
+				// cycle chose them: after the node-by-node explanation,
+				// which is kept between cycles, and never kept with it.
+				// Unexplained and never explained, render gave the
+				// core's words alone.
+				msg += "; " + u.Reason
+			}
 			if u.Code == model.UnplacedQueueLimit {
 				reasons[u.Group] = u.Code
 			}

@@ -75,7 +75,7 @@ func (c *cycle) awaitComing(waiting []comingWait) {
 			st.Rollback(gm)
 			continue
 		}
-		u.Code, u.Wait, u.Coming = model.UnplacedNodesComing, waitFor(model.UnplacedNodesComing), nil
+		u.Code, u.Wait, u.Coming, u.Kept = model.UnplacedNodesComing, waitFor(model.UnplacedNodesComing), nil, nil
 		for _, n := range coming {
 			if on[n] {
 				u.Coming = append(u.Coming, c.s.nodes[n].Name)

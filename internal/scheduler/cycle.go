@@ -121,6 +121,9 @@ type cycle struct {
 	recent map[string]bool
 	// drained marks the nodes this cycle drains (drain.go); nil when none.
 	drained map[int]bool
+	// kept is, per group whose drained nodes are kept free for it rather
+	// than emptied by moves, those nodes (Unplaced.Kept); nil when none.
+	kept map[*pending][]model.KeptNode
 	// youngAt is, for the group evictions run for, when the first victim
 	// refused for its minimum runtime reaches it (math.MaxInt64: none
 	// was); pastYoung counts such groups as victims (minruntime.go).
@@ -444,6 +447,14 @@ func (c *cycle) finish() {
 					// autoscaler, the nodes it adds may hold it.
 					u.Code, u.Need, u.Capacity = model.UnplacedAboveCapacity, least, c.capacity
 					u.Reason = fmt.Sprintf("needs at least %s, more than all nodes have together (%s)", describe(least), describe(c.capacity))
+				case c.kept[p] != nil:
+					// What the cycle does for it comes before what its
+					// queue or its pods forbid: nodes are being emptied.
+					u.Kept = c.kept[p]
+					u.Reason = keptReason(u.Kept)
+					if p.g.Explain {
+						c.explain(p, &u)
+					}
 				case p.forbidden != "" && p.g.NeverEvicts:
 					u.Code = p.forbidden
 					u.Reason = "fits only by evicting other pods, and its pods have preemptionPolicy: Never"

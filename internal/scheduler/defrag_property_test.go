@@ -79,6 +79,14 @@ func TestPropertyDefragmentFixedPoint(t *testing.T) {
 		}
 		h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, keep...)
 		h.Snap.Pending = append(h.Snap.Pending, later...)
+		// The gangs drains run for: a drain places one that fits at once,
+		// before any node is kept.
+		whole := map[string]bool{}
+		for _, g := range later {
+			for _, p := range g.Pods {
+				whole[g.Name] = whole[g.Name] || p.Request.GPUs == 8
+			}
+		}
 		// A quiet cycle is a fixed point only once the later gangs have
 		// waited long enough to be drained for.
 		var drainFrom int64
@@ -105,7 +113,9 @@ func TestPropertyDefragmentFixedPoint(t *testing.T) {
 				}
 				h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, keep...)
 			}
+			held := h.Snap.Holds
 			d := propertyStep(t, h)
+			checkKept(t, held, whole, &d)
 			if len(d.Evictions) == 0 && len(d.Binds) == 0 && len(d.Holds) == 0 && h.Snap.Now >= drainFrom && departures == 0 {
 				break
 			}
@@ -114,4 +124,32 @@ func TestPropertyDefragmentFixedPoint(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkKept: a node the cycle kept free for a waiting group is kept for
+// that group alone, and no pod of another group is bound there in the
+// cycle, but those placed before drains choose their nodes: the holds
+// made before it, and the whole-node gangs drains place at once.
+func checkKept(t *rapid.T, held []model.Hold, whole map[string]bool, d *model.Decisions) {
+	keptFor := map[string]string{}
+	for _, u := range d.Unplaced {
+		if len(u.Kept) > 0 && u.Code != model.UnplacedNoFit {
+			t.Fatalf("group %s waits (%s) with nodes kept for it %+v", u.Group, u.Code, u.Kept)
+		}
+		for _, k := range u.Kept {
+			if g, dup := keptFor[k.Node]; dup {
+				t.Fatalf("node %s kept for both %s and %s", k.Node, g, u.Group)
+			}
+			keptFor[k.Node] = u.Group
+		}
+	}
+	wasHeld := map[string]bool{}
+	for _, hd := range held {
+		wasHeld[hd.Group] = true
+	}
+	for _, b := range d.Binds {
+		if g, ok := keptFor[b.Node]; ok && g != b.Group && !wasHeld[b.Group] && !whole[b.Group] {
+			t.Fatalf("%s of %s bound on %s, kept free for %s", b.Pod, b.Group, b.Node, g)
+		}
+	}
 }

@@ -2,7 +2,10 @@ package scheduler
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
@@ -28,7 +31,8 @@ import (
 // would. A drained node holds no decision: every cycle chooses again from
 // the state, and the node that was drained, having taken nothing new and
 // kept its free GPUs, is the cheapest again unless another became
-// cheaper.
+// cheaper. While the group waits, its reason names the nodes kept for it
+// and what stands on each (model.Unplaced.Kept), as this cycle chose them.
 
 const (
 	// maxDrains caps the groups one cycle drains nodes for, oldest first,
@@ -94,18 +98,36 @@ func (c *cycle) drain() {
 			c.commit(p, binds)
 			continue
 		}
-		nodes := c.drainNodes(req, count)
-		if nodes == nil {
+		cands := c.drainNodes(req, count)
+		if cands == nil {
 			continue
 		}
 		drains++
+		nodes := make([]int, len(cands))
+		for k := range cands {
+			nodes[k] = cands[k].n
+		}
 		if c.drainMoves(p, nodes) {
 			continue
 		}
-		for _, n := range nodes {
-			c.keepFree(n)
+		kept := make([]model.KeptNode, len(cands))
+		for k, cd := range cands {
+			c.keepFree(cd.n)
+			kept[k] = model.KeptNode{Node: c.s.nodes[cd.n].Name, Fixed: cd.fixed, Movable: cd.movable}
 		}
+		// What the group is told while it waits (finish).
+		if c.kept == nil {
+			c.kept = map[*pending][]model.KeptNode{}
+		}
+		c.kept[p] = kept
 	}
+}
+
+// drainCand is a node a drain weighs: its index, the milli-GPU held there
+// by work that may not move and by work that may, and its free milli-GPU.
+type drainCand struct {
+	n                    int
+	fixed, movable, free int64
 }
 
 // drainNodes picks count nodes req fits, not drained yet in this cycle
@@ -114,13 +136,9 @@ func (c *cycle) drain() {
 // milli-GPU held by work that may not move (running groups that did not
 // opt in or may not be evicted, and room held for waiting groups), then
 // the most free, then by index. It returns nil when too few nodes fit.
-func (c *cycle) drainNodes(req *model.Request, count int) []int {
+func (c *cycle) drainNodes(req *model.Request, count int) []drainCand {
 	st := c.s.st
-	type cand struct {
-		n           int
-		fixed, free int64
-	}
-	var cs []cand
+	var cs []drainCand
 	x := &c.s.free
 	x.sync(st)
 	x.each(func(n int) bool {
@@ -129,19 +147,20 @@ func (c *cycle) drainNodes(req *model.Request, count int) []int {
 			return true
 		}
 		free := x.milli[n]
-		fixed := int64(len(node.GPUs))*model.MilliPerGPU - free
+		var movable int64
 		for _, ps := range c.s.run.onNode[n] {
 			if g := ps.g; g.movable && !g.nonPreemptible && g.queue != nil {
-				fixed -= ps.a.Request.UsageOn(ps.a.GPUs).GPUMilli
+				movable += ps.a.Request.UsageOn(ps.a.GPUs).GPUMilli
 			}
 		}
-		cs = append(cs, cand{n: n, fixed: max(fixed, 0), free: free})
+		fixed := int64(len(node.GPUs))*model.MilliPerGPU - free - movable
+		cs = append(cs, drainCand{n: n, fixed: max(fixed, 0), movable: movable, free: free})
 		return len(cs) < maxDrainScan
 	})
 	if len(cs) < count {
 		return nil
 	}
-	slices.SortFunc(cs, func(a, b cand) int {
+	slices.SortFunc(cs, func(a, b drainCand) int {
 		if x := cmp.Compare(a.fixed, b.fixed); x != 0 {
 			return x
 		}
@@ -150,11 +169,7 @@ func (c *cycle) drainNodes(req *model.Request, count int) []int {
 		}
 		return cmp.Compare(a.n, b.n)
 	})
-	out := make([]int, count)
-	for k := range out {
-		out[k] = cs[k].n
-	}
-	return out
+	return cs[:count]
 }
 
 // drainMoves moves the movable groups off the drained nodes when they are
@@ -258,4 +273,43 @@ func (c *cycle) keepFree(n int) {
 	if c.s.st.Assign(n, &t.req, t.shares) == nil {
 		c.held = append(c.held, t)
 	}
+}
+
+// keptLimit bounds the kept nodes one reason names.
+const keptLimit = 4
+
+// keptReason says which nodes are kept free for a group and what it waits
+// for on each: the work there that may not move to end, then the movable
+// work to be moved off.
+func keptReason(kept []model.KeptNode) string {
+	var b strings.Builder
+	for k, n := range kept {
+		if k == keptLimit {
+			fmt.Fprintf(&b, "; and %d more nodes are kept free for it", len(kept)-k)
+			break
+		}
+		if k > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "node %s is kept free for it: ", n.Node)
+		switch {
+		case n.Fixed > 0 && n.Movable > 0:
+			fmt.Fprintf(&b, "it waits for the pods there that may not move (%s) to end, then the movable ones (%s) are moved off", gpuWords(n.Fixed), gpuWords(n.Movable))
+		case n.Fixed > 0:
+			fmt.Fprintf(&b, "it waits for the pods there that may not move (%s) to end", gpuWords(n.Fixed))
+		case n.Movable > 0:
+			fmt.Fprintf(&b, "it waits for the movable pods there (%s) to be moved off", gpuWords(n.Movable))
+		default:
+			b.WriteString("no pod there holds a GPU")
+		}
+	}
+	return b.String()
+}
+
+// gpuWords is milli-GPU in words: "1 GPU", "2.5 GPUs".
+func gpuWords(milli int64) string {
+	if milli == model.MilliPerGPU {
+		return "1 GPU"
+	}
+	return strconv.FormatFloat(float64(milli)/model.MilliPerGPU, 'f', -1, 64) + " GPUs"
 }

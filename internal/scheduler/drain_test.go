@@ -1,6 +1,8 @@
 package scheduler_test
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
@@ -40,18 +42,22 @@ func bindsOf(d model.Decisions) map[string]string {
 
 // A gang that has waited DrainAfter for a whole node has the node
 // cheapest to empty (n0: 2 GPUs that may not move) kept for it: new work
-// goes elsewhere. Before DrainAfter, or with moves off, nothing is kept.
+// goes elsewhere, and the gang's reason names the node and what stands
+// there. Before DrainAfter, or with moves off, nothing is kept and the
+// reason names no node.
 func TestDrainKeepsNewWorkOffTheCheapestNode(t *testing.T) {
+	kept := []model.KeptNode{{Node: "n-0", Fixed: 2000, Movable: 3000}}
 	for _, tc := range []struct {
 		name            string
 		now, drainAfter int64
 		maxMoves        int
 		wantSmall       string
+		wantKept        []model.KeptNode
 	}{
-		{"waited", 5000, 3600, 4, "n-1"},
-		{"not yet", 3000, 3600, 4, "n-0"},
-		{"drains off", 5000, 0, 4, "n-0"},
-		{"moves off", 5000, 3600, 0, "n-0"},
+		{"waited", 5000, 3600, 4, "n-1", kept},
+		{"not yet", 3000, 3600, 4, "n-0", nil},
+		{"drains off", 5000, 0, 4, "n-0", nil},
+		{"moves off", 5000, 3600, 0, "n-0", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := drainable(tc.now, tc.drainAfter)
@@ -67,6 +73,44 @@ func TestDrainKeepsNewWorkOffTheCheapestNode(t *testing.T) {
 			on := bindsOf(d)
 			if on["small"] != tc.wantSmall || on["big"] != "" || len(d.Evictions) != 0 {
 				t.Fatalf("placed %v, evictions %+v; want small on %s, big waiting, nothing evicted", on, d.Evictions, tc.wantSmall)
+			}
+			u := unplacedOf(&d, "big")
+			if u == nil || u.Code != model.UnplacedNoFit || u.Wait != model.WaitCapacity || !reflect.DeepEqual(u.Kept, tc.wantKept) {
+				t.Fatalf("big unplaced %+v; want %s waiting for capacity with kept nodes %+v", u, model.UnplacedNoFit, tc.wantKept)
+			}
+			if named := strings.Contains(u.Reason, "n-0"); named != (tc.wantKept != nil) {
+				t.Fatalf("big's reason %q: naming n-0 is %v, want %v", u.Reason, named, tc.wantKept != nil)
+			}
+		})
+	}
+}
+
+// The reason says, per node kept, what the group waits for there: the
+// pods that may not move to end, the movable ones to be moved off, or
+// nothing; it names a few nodes and counts the rest.
+func TestKeptReason(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kept []model.KeptNode
+		want string
+	}{
+		{"fixed and movable", []model.KeptNode{{Node: "a", Fixed: 2000, Movable: 3000}},
+			"node a is kept free for it: it waits for the pods there that may not move (2 GPUs) to end, then the movable ones (3 GPUs) are moved off"},
+		{"fixed only", []model.KeptNode{{Node: "a", Fixed: 1000}},
+			"node a is kept free for it: it waits for the pods there that may not move (1 GPU) to end"},
+		{"movable only", []model.KeptNode{{Node: "a", Movable: 2500}},
+			"node a is kept free for it: it waits for the movable pods there (2.5 GPUs) to be moved off"},
+		{"empty", []model.KeptNode{{Node: "a"}},
+			"node a is kept free for it: no pod there holds a GPU"},
+		{"many", []model.KeptNode{{Node: "a", Fixed: 1000}, {Node: "b", Fixed: 1000}, {Node: "c", Fixed: 1000}, {Node: "d", Movable: 1000}, {Node: "e"}, {Node: "f"}},
+			"node a is kept free for it: it waits for the pods there that may not move (1 GPU) to end; " +
+				"node b is kept free for it: it waits for the pods there that may not move (1 GPU) to end; " +
+				"node c is kept free for it: it waits for the pods there that may not move (1 GPU) to end; " +
+				"node d is kept free for it: it waits for the movable pods there (1 GPU) to be moved off; and 2 more nodes are kept free for it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := scheduler.KeptReason(tc.kept); got != tc.want {
+				t.Fatalf("got %q\nwant %q", got, tc.want)
 			}
 		})
 	}
@@ -92,6 +136,9 @@ func TestDrainMovesTheLastMovableWorkOff(t *testing.T) {
 	if len(d.Moves)+len(d.Binds)+len(d.Holds)+len(d.Evictions) != 0 {
 		t.Fatalf("while u0 runs the cycle decided %+v, want nothing", d)
 	}
+	if u := unplacedOf(&d, "big"); u == nil || !reflect.DeepEqual(u.Kept, []model.KeptNode{{Node: "n-0", Fixed: 2000, Movable: 3000}}) {
+		t.Fatalf("big unplaced %+v while u0 runs; want n-0 kept with u0's 2 GPUs fixed and m0's 3 movable", u)
+	}
 	// u0 ends.
 	var keep []model.Allocation
 	for _, a := range schedtest.Running(&h.Snap) {
@@ -108,6 +155,9 @@ func TestDrainMovesTheLastMovableWorkOff(t *testing.T) {
 	if len(d.Moves) != 1 || d.Moves[0].Group != "m0" || d.Moves[0].For != "big" {
 		t.Fatalf("moves %+v, want m0 moved for big", d.Moves)
 	}
+	if u := unplacedOf(&d, "big"); u == nil || u.Code != model.UnplacedWaitingForVictims || u.Kept != nil {
+		t.Fatalf("big unplaced %+v once m0 moves; want it waiting for m0's pod, no node kept", u)
+	}
 	on := bindsOf(d)
 	if on["big"] != "n-0" || on["m0"] == "" || on["m0"] == "n-0" {
 		t.Fatalf("planned %v, want big held on n-0 and m0 elsewhere", on)
@@ -118,5 +168,36 @@ func TestDrainMovesTheLastMovableWorkOff(t *testing.T) {
 	}
 	if on := bindsOf(d); on["big"] != "n-0" || len(d.Binds) != 2 {
 		t.Fatalf("binds %+v, want big bound on n-0 and m0 where it was moved", d.Binds)
+	}
+}
+
+// Once only movable work stands on the kept node but it may not move
+// yet (it moved within the window), the node stays kept and the reason
+// says the gang waits for that work to be moved off.
+func TestDrainWaitsForMovableWork(t *testing.T) {
+	snap := drainable(5000, 3600)
+	var keep []model.Allocation
+	for _, a := range schedtest.Running(&snap) {
+		if a.Group != "u0" {
+			keep = append(keep, a)
+		}
+	}
+	snap.RunningByNode = schedtest.OnNodes(snap.Nodes, keep...)
+	snap.Defrag.Recent = []model.Move{{Group: "m0", For: "other", At: 4000, Pods: 1, GPUMilli: 3000}}
+	h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: "bestfit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on := bindsOf(d); on["small"] != "n-1" || len(d.Moves)+len(d.Evictions) != 0 {
+		t.Fatalf("placed %v, moves %+v; want small on n-1 and nothing moved", on, d.Moves)
+	}
+	u := unplacedOf(&d, "big")
+	if u == nil || !reflect.DeepEqual(u.Kept, []model.KeptNode{{Node: "n-0", Movable: 3000}}) ||
+		u.Reason != "node n-0 is kept free for it: it waits for the movable pods there (3 GPUs) to be moved off" {
+		t.Fatalf("big unplaced %+v; want n-0 kept with only m0's 3 GPUs, movable, standing there", u)
 	}
 }

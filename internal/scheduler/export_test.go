@@ -19,3 +19,6 @@ var (
 // NodesOf exposes the node list a scheduler's state was built from (and
 // compares the next snapshot's with).
 func NodesOf(s *Scheduler) []model.Node { return s.nodes }
+
+// KeptReason exposes the words of a reason that names nodes kept free.
+var KeptReason = keptReason

@@ -876,6 +876,28 @@ type Unplaced struct {
 	// Coming names, for UnplacedNodesComing, the coming nodes the group
 	// waits for, in node order.
 	Coming []string `json:"coming,omitempty"`
+	// Kept is, for a group that waited DefragPolicy.DrainAfter for whole
+	// nodes (UnplacedNoFit), the nodes this cycle kept free of every
+	// other group for it, one per pod of it that needs a whole node, and
+	// what stands on each; Reason says the same in words. Empty when no
+	// node was kept for it.
+	Kept []KeptNode `json:"kept,omitempty"`
+}
+
+// KeptNode is a node kept free for a waiting group (Unplaced.Kept): no
+// other group is placed there while what stands on it leaves. While
+// Fixed is above 0 the group waits for that work to end; then the
+// Movable work is moved off, as the move budget allows, and the group is
+// held in the room it leaves.
+type KeptNode struct {
+	Node string `json:"node"`
+	// Fixed is the milli-GPU held there by work that may not move:
+	// groups that did not opt in to moves or may not be evicted, and
+	// room held for other waiting groups.
+	Fixed int64 `json:"fixedGPUMilli,omitempty"`
+	// Movable is the milli-GPU held there by groups that opted in to
+	// moves.
+	Movable int64 `json:"movableGPUMilli,omitempty"`
 }
 
 // FilterCount is how many nodes one filter refused.

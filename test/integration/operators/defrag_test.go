@@ -10,11 +10,16 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/testutil/build"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
@@ -61,11 +66,7 @@ func TestDefragmentationMovesAWorkload(t *testing.T) {
 		return err == nil && n != "", err
 	})
 	nodeA, _, _ := c.podOn(t.Context(), "a-0")
-	filler := framework.Pod(c.ns, "filler").SchedulerName(c.scheduler).GPUs(4).NodeSelector("test-ns", c.ns).Obj()
-	filler.Spec.NodeSelector["kubernetes.io/hostname"] = nodeA
-	if _, err := env.Client.CoreV1().Pods(c.ns).Create(t.Context(), filler, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.gpuPod("filler", nodeA, 4)
 	framework.Eventually(t, 60*time.Second, "the filler bound beside a", func(ctx context.Context) (bool, error) {
 		n, _, err := c.podOn(ctx, "filler")
 		return err == nil && n == nodeA, fmt.Errorf("on %q (%w)", n, err)
@@ -104,18 +105,176 @@ func TestDefragmentationMovesAWorkload(t *testing.T) {
 	if ua != uidA && na != nodeB || ub != uidB && na != nodeA {
 		t.Fatalf("the moved pod runs on %s; want it beside the one that stayed", na)
 	}
-	framework.Eventually(t, 30*time.Second, "an eviction event saying defragment", func(ctx context.Context) (bool, error) {
-		evs, err := env.Client.CoreV1().Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Preempted"})
+	moved := "a-0"
+	if ub != uidB {
+		moved = "b-0"
+	}
+	c.movedFor(moved, "pod/"+c.ns+"/big")
+}
+
+// gpuPod creates a pod of gpus GPUs that did not opt in to moves, on
+// the test's nodes, only on node when node is not "".
+func (c *cluster) gpuPod(name, node string, gpus int) {
+	c.t.Helper()
+	b := framework.Pod(c.ns, name).SchedulerName(c.scheduler).GPUs(gpus).NodeSelector("test-ns", c.ns)
+	if node != "" {
+		b.NodeSelector("kubernetes.io/hostname", node)
+	}
+	p := b.Obj()
+	if _, err := env.Client.CoreV1().Pods(c.ns).Create(c.t.Context(), p, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// movedFor waits for the Preempted event that says pod was evicted to be
+// moved (defragment) for group, as the core names it.
+func (c *cluster) movedFor(pod, group string) {
+	c.t.Helper()
+	framework.Eventually(c.t, 30*time.Second, "an eviction event saying "+pod+" moved for "+group, func(ctx context.Context) (bool, error) {
+		evs, err := env.Client.CoreV1().Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Preempted,involvedObject.name=" + pod})
 		if err != nil {
 			return false, err
 		}
 		var seen []string
 		for _, e := range evs.Items {
-			if strings.Contains(e.Message, "(defragment) to make room for pod/"+c.ns+"/big") {
+			if strings.Contains(e.Message, "("+model.EvictDefragment+") to make room for "+group) {
 				return true, nil
 			}
 			seen = append(seen, e.Message)
 		}
-		return false, fmt.Errorf("Preempted events %q, none for the move", seen)
+		return false, fmt.Errorf("Preempted events of %s %q, none for the move", pod, seen)
 	})
+}
+
+// podGroupSays is the message of PodGroup name's Schedulable condition
+// when it is False: what the scheduler tells the gang while it waits.
+func (c *cluster) podGroupSays(ctx context.Context, name string) (string, error) {
+	u, err := c.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(c.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	var pg v1alpha1.PodGroup
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pg); err != nil {
+		return "", err
+	}
+	cond := meta.FindStatusCondition(pg.Status.Conditions, v1alpha1.ConditionSchedulable)
+	if cond == nil || cond.Status != metav1.ConditionFalse {
+		return "", fmt.Errorf("PodGroup %s has Schedulable %+v, not False", name, cond)
+	}
+	return cond.Message, nil
+}
+
+// A gang whose pod needs a whole node, waiting while no node is whole,
+// has the node cheapest to empty kept for it once it has waited
+// --defrag-drain-after: the node where only 2 GPUs may not move, not
+// those where 4 may not. Its PodGroup and its pods say so; a new pod that
+// fits that node best goes elsewhere; and once the pod that may not move
+// ends, the movable workload there is moved off (evicted for the gang,
+// made again and bound where the scheduler placed it) and the gang binds
+// in the node it left.
+func TestDrainKeepsANodeForAWholeNodeGang(t *testing.T) {
+	c := newCluster(t, 3)
+	framework.RunScheduler(t, adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond,
+		PartialGangGrace: 2 * time.Second, DefragMovesPerHour: 4, DefragDrainAfter: 2 * time.Second})
+	// m (3 GPUs, movable) lands first, on a node of its choosing; then
+	// pods that may not move fill the nodes: 2 GPUs beside m, 4 on each
+	// other node. No node is whole; the first is cheapest to empty.
+	c.statefulSet("m", 3)
+	framework.Eventually(t, 60*time.Second, "m bound", func(ctx context.Context) (bool, error) {
+		n, _, err := c.podOn(ctx, "m-0")
+		return err == nil && n != "", err
+	})
+	kept, uidM, _ := c.podOn(t.Context(), "m-0")
+	nodes, err := env.Client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: "test-ns=" + c.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var others []string
+	for _, n := range nodes.Items {
+		if n.Name != kept {
+			others = append(others, n.Name)
+		}
+	}
+	c.gpuPod("fixed", kept, 2)
+	c.gpuPod("fixed-1", others[0], 4)
+	c.gpuPod("fixed-2", others[1], 4)
+	framework.Eventually(t, 60*time.Second, "the pods that may not move bound", func(ctx context.Context) (bool, error) {
+		for _, name := range []string{"fixed", "fixed-1", "fixed-2"} {
+			n, _, err := c.podOn(ctx, name)
+			if err != nil {
+				return false, err
+			}
+			if n == "" {
+				return false, fmt.Errorf("%s waits: %s", name, c.waiting(ctx, "!"+v1alpha1.PodGroupLabel))
+			}
+		}
+		return true, nil
+	})
+	// The gang: a pod of a whole node and a pod of one GPU, all or none.
+	pg, err := runtime.DefaultUnstructuredConverter.ToUnstructured(build.PodGroup(c.ns, "big", 2).Obj())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.dyn.Resource(v1alpha1.PodGroupsResource).Namespace(c.ns).Create(t.Context(), &unstructured.Unstructured{Object: pg}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, gpus := range map[string]int{"big-0": 8, "big-1": 1} {
+		p := framework.Pod(c.ns, name).SchedulerName(c.scheduler).GPUs(gpus).NodeSelector("test-ns", c.ns).Label(v1alpha1.PodGroupLabel, "big").Obj()
+		if _, err := env.Client.CoreV1().Pods(c.ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Once it has waited, the gang is told which node is kept for it
+	// and what it waits for there.
+	says := "node " + kept + " is kept free for it: it waits for the pods there that may not move (2 GPUs) to end, then the movable ones (3 GPUs) are moved off"
+	framework.Eventually(t, 60*time.Second, "the gang told "+kept+" is kept for it", func(ctx context.Context) (bool, error) {
+		msg, err := c.podGroupSays(ctx, "big")
+		if err != nil {
+			return false, err
+		}
+		if !strings.Contains(msg, says) {
+			return false, fmt.Errorf("PodGroup says %q", msg)
+		}
+		for _, name := range []string{"big-0", "big-1"} {
+			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if got := framework.SchedulerSays(p); !strings.Contains(got, says) {
+				return false, fmt.Errorf("%s: %s", name, got)
+			}
+		}
+		return true, nil
+	})
+	// A pod of 3 GPUs fits the kept node best (3 GPUs free there, 4 on
+	// the others): it goes to another.
+	c.gpuPod("small", "", 3)
+	framework.Eventually(t, 60*time.Second, "small bound", func(ctx context.Context) (bool, error) {
+		n, _, err := c.podOn(ctx, "small")
+		if err != nil {
+			return false, err
+		}
+		return n != "", fmt.Errorf("small waits: %s", c.waiting(ctx, "!"+v1alpha1.PodGroupLabel))
+	})
+	if n, _, _ := c.podOn(t.Context(), "small"); n == kept {
+		t.Fatalf("small bound on %s, the node kept for the gang", n)
+	}
+	// The pod that may not move ends: m is moved off and the gang binds
+	// where it was.
+	if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), "fixed", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 120*time.Second, "big-0 bound on "+kept+", m made again elsewhere", func(ctx context.Context) (bool, error) {
+		n0, _, err0 := c.podOn(ctx, "big-0")
+		n1, _, err1 := c.podOn(ctx, "big-1")
+		nm, um, errM := c.podOn(ctx, "m-0")
+		if err := errors.Join(err0, err1, errM); err != nil {
+			return false, err
+		}
+		if n0 != kept || n1 == "" || nm == "" || nm == kept || um == uidM {
+			return false, fmt.Errorf("big-0 on %q, big-1 on %q, m-0 (%s) on %q: %s", n0, n1, um, nm, c.waiting(ctx, v1alpha1.PodGroupLabel+"=big"))
+		}
+		return true, nil
+	})
+	c.movedFor("m-0", "pg/"+c.ns+"/big")
 }
