@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
@@ -28,29 +27,7 @@ func TestDefragmentationMovesOnlyFreshlyCheckpointedWork(t *testing.T) {
 	c := newCluster(t, 2)
 	framework.RunScheduler(t, adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond,
 		PartialGangGrace: 2 * time.Second, DefragMovesPerHour: 4, DefragMaxLostWork: bound})
-	c.statefulSet("a", 4)
-	framework.Eventually(t, 60*time.Second, "a bound", func(ctx context.Context) (bool, error) {
-		n, _, err := c.podOn(ctx, "a-0")
-		return err == nil && n != "", err
-	})
-	nodeA, _, _ := c.podOn(t.Context(), "a-0")
-	filler := framework.Pod(c.ns, "filler").SchedulerName(c.scheduler).GPUs(4).NodeSelector("test-ns", c.ns).Obj()
-	filler.Spec.NodeSelector["kubernetes.io/hostname"] = nodeA
-	if _, err := env.Client.CoreV1().Pods(c.ns).Create(t.Context(), filler, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	framework.Eventually(t, 60*time.Second, "the filler bound beside a", func(ctx context.Context) (bool, error) {
-		n, _, err := c.podOn(ctx, "filler")
-		return err == nil && n == nodeA, fmt.Errorf("on %q (%w)", n, err)
-	})
-	c.statefulSet("b", 4)
-	framework.Eventually(t, 60*time.Second, "b bound on the other node", func(ctx context.Context) (bool, error) {
-		n, _, err := c.podOn(ctx, "b-0")
-		return err == nil && n != "" && n != nodeA, fmt.Errorf("on %q (%w)", n, err)
-	})
-	if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), "filler", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
-	}
+	nodeA, nodeB := c.fragment()
 	// Both workloads run past the bound from their start (a pod's
 	// creation), with no checkpoint reported.
 	framework.Eventually(t, 2*bound, "a and b older than the bound", func(ctx context.Context) (bool, error) {
@@ -66,7 +43,7 @@ func TestDefragmentationMovesOnlyFreshlyCheckpointedWork(t *testing.T) {
 		return true, nil
 	})
 	_, uidA, _ := c.podOn(t.Context(), "a-0")
-	nodeB, uidB, _ := c.podOn(t.Context(), "b-0")
+	_, uidB, _ := c.podOn(t.Context(), "b-0")
 	big := framework.Pod(c.ns, "big").SchedulerName(c.scheduler).GPUs(8).NodeSelector("test-ns", c.ns).Obj()
 	if _, err := env.Client.CoreV1().Pods(c.ns).Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

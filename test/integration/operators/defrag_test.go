@@ -59,28 +59,9 @@ func TestDefragmentationMovesAWorkload(t *testing.T) {
 	c := newCluster(t, 2)
 	framework.RunScheduler(t, adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond,
 		PartialGangGrace: 2 * time.Second, DefragMovesPerHour: 4})
-	// a and a filler share a node; b goes to the other.
-	c.statefulSet("a", 4)
-	framework.Eventually(t, 60*time.Second, "a bound", func(ctx context.Context) (bool, error) {
-		n, _, err := c.podOn(ctx, "a-0")
-		return err == nil && n != "", err
-	})
-	nodeA, _, _ := c.podOn(t.Context(), "a-0")
-	c.gpuPod("filler", nodeA, 4)
-	framework.Eventually(t, 60*time.Second, "the filler bound beside a", func(ctx context.Context) (bool, error) {
-		n, _, err := c.podOn(ctx, "filler")
-		return err == nil && n == nodeA, fmt.Errorf("on %q (%w)", n, err)
-	})
-	c.statefulSet("b", 4)
-	framework.Eventually(t, 60*time.Second, "b bound on the other node", func(ctx context.Context) (bool, error) {
-		n, _, err := c.podOn(ctx, "b-0")
-		return err == nil && n != "" && n != nodeA, fmt.Errorf("on %q (%w)", n, err)
-	})
-	if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), "filler", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
-	}
+	nodeA, nodeB := c.fragment()
 	_, uidA, _ := c.podOn(t.Context(), "a-0")
-	nodeB, uidB, _ := c.podOn(t.Context(), "b-0")
+	_, uidB, _ := c.podOn(t.Context(), "b-0")
 	// big has the workloads' priority and queue: it may neither preempt
 	// nor reclaim them.
 	big := framework.Pod(c.ns, "big").SchedulerName(c.scheduler).GPUs(8).NodeSelector("test-ns", c.ns).Obj()
@@ -110,6 +91,35 @@ func TestDefragmentationMovesAWorkload(t *testing.T) {
 		moved = "b-0"
 	}
 	c.movedFor(moved, "pod/"+c.ns+"/big")
+}
+
+// fragment makes the two nodes of a cluster hold one movable 4-GPU
+// workload each, a-0 on nodeA and b-0 on nodeB: 8 GPUs free, no node
+// with 8. A filler beside a keeps b off a's node, and goes.
+func (c *cluster) fragment() (nodeA, nodeB string) {
+	t := c.t
+	t.Helper()
+	c.statefulSet("a", 4)
+	framework.Eventually(t, 60*time.Second, "a bound", func(ctx context.Context) (bool, error) {
+		n, _, err := c.podOn(ctx, "a-0")
+		return err == nil && n != "", err
+	})
+	nodeA, _, _ = c.podOn(t.Context(), "a-0")
+	c.gpuPod("filler", nodeA, 4)
+	framework.Eventually(t, 60*time.Second, "the filler bound beside a", func(ctx context.Context) (bool, error) {
+		n, _, err := c.podOn(ctx, "filler")
+		return err == nil && n == nodeA, fmt.Errorf("on %q (%w)", n, err)
+	})
+	c.statefulSet("b", 4)
+	framework.Eventually(t, 60*time.Second, "b bound on the other node", func(ctx context.Context) (bool, error) {
+		n, _, err := c.podOn(ctx, "b-0")
+		return err == nil && n != "" && n != nodeA, fmt.Errorf("on %q (%w)", n, err)
+	})
+	if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), "filler", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	nodeB, _, _ = c.podOn(t.Context(), "b-0")
+	return nodeA, nodeB
 }
 
 // gpuPod creates a pod of gpus GPUs that did not opt in to moves, on
