@@ -62,14 +62,7 @@ func TestDrainKeepsNewWorkOffTheCheapestNode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := drainable(tc.now, tc.drainAfter)
 			snap.Defrag.MaxMoves = tc.maxMoves
-			h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: "bestfit"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := h.Cycle()
-			if err != nil {
-				t.Fatal(err)
-			}
+			d := bestFitCycle(t, snap)
 			on := bindsOf(d)
 			if on["small"] != tc.wantSmall || on["big"] != "" || len(d.Evictions) != 0 {
 				t.Fatalf("placed %v, evictions %+v; want small on %s, big waiting, nothing evicted", on, d.Evictions, tc.wantSmall)
@@ -184,14 +177,7 @@ func TestDrainWaitsForMovableWork(t *testing.T) {
 	}
 	snap.RunningByNode = schedtest.OnNodes(snap.Nodes, keep...)
 	snap.Defrag.Recent = []model.Move{{Group: "m0", For: "other", At: 4000, Pods: 1, GPUMilli: 3000}}
-	h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: "bestfit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := h.Cycle()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := bestFitCycle(t, snap)
 	if on := bindsOf(d); on["small"] != "n-1" || len(d.Moves)+len(d.Evictions) != 0 {
 		t.Fatalf("placed %v, moves %+v; want small on n-1 and nothing moved", on, d.Moves)
 	}
@@ -200,4 +186,18 @@ func TestDrainWaitsForMovableWork(t *testing.T) {
 		u.Reason != "node n-0 is kept free for it: it waits for the movable pods there (3 GPUs) to be moved off" {
 		t.Fatalf("big unplaced %+v; want n-0 kept with only m0's 3 GPUs, movable, standing there", u)
 	}
+}
+
+// bestFitCycle runs one cycle of a best-fit scheduler on snap.
+func bestFitCycle(t *testing.T, snap model.Snapshot) model.Decisions {
+	t.Helper()
+	h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: "bestfit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
