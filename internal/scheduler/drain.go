@@ -103,11 +103,7 @@ func (c *cycle) drain() {
 			continue
 		}
 		drains++
-		nodes := make([]int, len(cands))
-		for k := range cands {
-			nodes[k] = cands[k].n
-		}
-		if c.drainMoves(p, nodes) {
+		if c.drainMoves(p, cands) {
 			continue
 		}
 		kept := make([]model.KeptNode, len(cands))
@@ -172,21 +168,21 @@ func (c *cycle) drainNodes(req *model.Request, count int) []drainCand {
 	return cs[:count]
 }
 
-// drainMoves moves the movable groups off the drained nodes when they are
-// all that stands there and p then fits, within the moves left and the
-// disruption budget: each placed off every drained node and off the nodes
-// it ran on, the moves p can do without put back, p held in the room they
-// leave (commitMoves). It reports whether it did; otherwise the state is
-// as it was.
-func (c *cycle) drainMoves(p *pending, nodes []int) bool {
+// drainMoves moves the movable groups off the drained nodes (cands) when
+// they are all that stands there and p then fits, within the moves left
+// and the disruption budget: each placed off every drained node and off
+// the nodes it ran on, the moves p can do without put back, p held in the
+// room they leave (commitMoves). It reports whether it did; otherwise the
+// state is as it was.
+func (c *cycle) drainMoves(p *pending, cands []drainCand) bool {
 	if c.s.run.movable == 0 || c.budget == 0 {
 		return false
 	}
 	recent := c.movedRecently()
 	var groups []*runningGroup
 	seen := map[*runningGroup]bool{}
-	for _, n := range nodes {
-		for _, ps := range c.s.run.onNode[n] {
+	for _, cd := range cands {
+		for _, ps := range c.s.run.onNode[cd.n] {
 			g := ps.g
 			if !c.canMove(g, recent) {
 				return false // something here may not move now
@@ -219,8 +215,8 @@ func (c *cycle) drainMoves(p *pending, nodes []int) bool {
 	for n := range c.drained {
 		avoid[n] = true
 	}
-	for _, n := range nodes {
-		avoid[n] = true
+	for _, cd := range cands {
+		avoid[cd.n] = true
 	}
 	moves := make([]moved, 0, len(groups))
 	for _, rg := range groups {
@@ -244,8 +240,8 @@ func (c *cycle) drainMoves(p *pending, nodes []int) bool {
 	if c.drained == nil {
 		c.drained = map[int]bool{}
 	}
-	for _, n := range nodes {
-		c.drained[n] = true
+	for _, cd := range cands {
+		c.drained[cd.n] = true
 	}
 	return true
 }
