@@ -121,8 +121,21 @@ func (c *cycle) movedRecently() map[string]bool {
 // volumes, which stay where they were allocated, and it is within the
 // policy's MaxLostWork of its restart point.
 func (c *cycle) canMove(rg *runningGroup, recent map[string]bool) bool {
-	return rg.movable && !rg.nonPreemptible && rg.evicted != c.epoch && !recent[rg.name] && rg.queue != nil && !c.young(rg) &&
-		(c.snap.Defrag.MaxLostWork <= 0 || c.snap.Now-rg.restart <= c.snap.Defrag.MaxLostWork)
+	return c.mayMove(rg, recent) && c.fresh(rg)
+}
+
+// mayMove is canMove without the bound on the work lost: whether rg may
+// be moved in this cycle once it is within MaxLostWork of its restart
+// point.
+func (c *cycle) mayMove(rg *runningGroup, recent map[string]bool) bool {
+	return rg.movable && !rg.nonPreemptible && rg.evicted != c.epoch && !recent[rg.name] && rg.queue != nil && !c.young(rg)
+}
+
+// fresh reports whether moving rg now throws away at most the policy's
+// MaxLostWork of its work: its restart point (last checkpoint, or start)
+// is that recent, or the policy sets no bound.
+func (c *cycle) fresh(rg *runningGroup) bool {
+	return c.snap.Defrag.MaxLostWork <= 0 || c.snap.Now-rg.restart <= c.snap.Defrag.MaxLostWork
 }
 
 // tryMove moves up to most Movable groups so that p fits, and returns how
@@ -228,6 +241,15 @@ func (c *cycle) commitMoves(p *pending, binds []model.Bind, moves []moved) bool 
 	if !c.assign(p, binds) {
 		return false
 	}
+	c.startHold(p, binds, c.recordMoves(p, moves))
+	return true
+}
+
+// recordMoves writes moves made for p into the decisions: each moved
+// group's pods evicted, the group held where it goes, the move counted
+// against the window and the disruption budget. It returns the pods
+// evicted.
+func (c *cycle) recordMoves(p *pending, moves []moved) []string {
 	recent := c.movedRecently()
 	var victims []string
 	for _, m := range moves {
@@ -250,8 +272,7 @@ func (c *cycle) commitMoves(p *pending, binds []model.Bind, moves []moved) bool 
 	if c.budget > 0 {
 		c.budget -= len(victims)
 	}
-	c.startHold(p, binds, victims)
-	return true
+	return victims
 }
 
 // enough reports whether the nodes c.feasible's group could use have need

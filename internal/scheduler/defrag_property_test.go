@@ -24,8 +24,8 @@ func genFragmenting(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 			// Drains for the whole-node gangs from the start, after some
 			// cycles, or never.
 			DrainAfter: rapid.SampledFrom([]int64{0, 1, 50}).Draw(t, "drainAfter"),
-			// Moves of any work, or only of groups that started within
-			// the last few cycles (none here reports a checkpoint).
+			// Moves of any work, or only of groups that started or
+			// checkpointed within the last few cycles.
 			MaxLostWork: rapid.SampledFrom([]int64{0, 3, 30}).Draw(t, "maxLostWork")}}
 	queues := []string{"a", "b"}
 	snap.Queues = []model.Queue{{Name: "org"}}
@@ -96,9 +96,32 @@ func TestPropertyDefragmentFixedPoint(t *testing.T) {
 			}
 		}
 		// While they wait, a few groups that may not move finish, one at
-		// a time: a drained node may be left with movable work alone.
+		// a time: a drained node may be left with movable work alone. And
+		// a few movable groups checkpoint, one at a time: under
+		// MaxLostWork a drained node's movable groups become free to
+		// move at different times.
 		departures := rapid.IntRange(0, 3).Draw(t, "departures")
+		checkpoints := rapid.IntRange(0, 3).Draw(t, "checkpoints")
 		for i := 0; ; i++ {
+			if checkpoints > 0 && h.Snap.Now >= drainFrom && rapid.Bool().Draw(t, "checkpoint") {
+				checkpoints--
+				run := schedtest.Running(&h.Snap)
+				var movable []int
+				for k, a := range run {
+					if a.Movable {
+						movable = append(movable, k)
+					}
+				}
+				if len(movable) > 0 {
+					g := run[rapid.SampledFrom(movable).Draw(t, "checkpointed")].Group
+					for k := range run {
+						if run[k].Group == g {
+							run[k].LastCheckpoint = h.Snap.Now
+						}
+					}
+					h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, run...)
+				}
+			}
 			if departures > 0 && h.Snap.Now >= drainFrom && rapid.Bool().Draw(t, "depart") {
 				departures--
 				var keep []model.Allocation
@@ -116,7 +139,7 @@ func TestPropertyDefragmentFixedPoint(t *testing.T) {
 			held := h.Snap.Holds
 			d := propertyStep(t, h)
 			checkKept(t, held, whole, &d)
-			if len(d.Evictions) == 0 && len(d.Binds) == 0 && len(d.Holds) == 0 && h.Snap.Now >= drainFrom && departures == 0 {
+			if len(d.Evictions) == 0 && len(d.Binds) == 0 && len(d.Holds) == 0 && h.Snap.Now >= drainFrom && departures == 0 && checkpoints == 0 {
 				break
 			}
 			if i > 60 {

@@ -336,7 +336,10 @@
 // the cycle, its free room taken out of the state as a hold's room is;
 // and once only movable groups stand on those nodes they are moved off,
 // under the rules of a move, and the group is held in the room they
-// leave. A drained node is no decision: each cycle chooses again from
+// leave. Where DefragPolicy.MaxLostWork keeps some of those groups in
+// place until they checkpoint, the others are moved off ahead of them,
+// for the group but without placing it, and the room they leave is kept
+// with the node's. A drained node is no decision: each cycle chooses again from
 // what runs. It is said, though: a group left waiting with nodes kept
 // for it (code UnplacedNoFit, as it waits for capacity) names them in
 // Unplaced.Kept, with the GPUs held on each by work that may not move and
@@ -418,12 +421,23 @@
 // group than it leaves pending, as a cycle that moves does, and the
 // count above bounds it too; a cycle that only keeps room decides
 // nothing, and on an unchanged workload a cycle that decides nothing is
-// the fixed point, whatever it kept. DefragPolicy.MaxLostWork only takes
+// the fixed point, whatever it kept. DefragPolicy.MaxLostWork takes
 // groups out of what may move (those too far from their restart point),
-// so it removes moves from every cycle and adds none.
+// so it removes moves from every cycle; the one kind of move it adds is
+// the move ahead of a drain (moveAhead), which places no group, so the
+// count above does not bound it. What does: it takes a group off a node
+// kept in the cycle, and places it off every node kept so far. The node
+// it leaves keeps its fixed work and gains free room, and the node it
+// goes to loses room, so neither change makes another node cheaper to
+// empty than the one it left, and on an unchanged workload the next
+// cycle keeps the same nodes. No placement lands on a kept node (its free
+// room is out of the state), so a group moved ahead never stands on a
+// kept node again, and the kept nodes hold finitely many groups: there
+// are finitely many moves ahead.
 // TestPropertyDefragmentFixedPoint checks it with a window of one cycle,
 // where only this argument bounds the moves, with drains from the first
 // cycle, after some cycles or never, while groups that may not move leave
 // the drained nodes one at a time, and with moves of any work or only of
-// groups that started a few cycles before.
+// groups that started or checkpointed a few cycles before, movable groups
+// checkpointing one at a time.
 package scheduler

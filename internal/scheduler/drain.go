@@ -28,7 +28,11 @@ import (
 // its fixed work ends. Once nothing but movable groups stands on them,
 // those groups are moved off, within the move window and the disruption
 // budget, and the group is held in the room they leave, as a move for it
-// would. A drained node holds no decision: every cycle chooses again from
+// would. Under DefragPolicy.MaxLostWork a movable group may move only
+// within that long of its last checkpoint, and the groups on a node
+// seldom all are at once: each is then moved off as soon as it is
+// (moveAhead), the room it leaves kept with the node's, and the group is
+// held once the last one moves. A drained node holds no decision: every cycle chooses again from
 // the state, and the node that was drained, having taken nothing new and
 // kept its free GPUs, is the cheapest again unless another became
 // cheaper. While the group waits, its reason names the nodes kept for it
@@ -109,7 +113,7 @@ func (c *cycle) drain() {
 		kept := make([]model.KeptNode, len(cands))
 		for k, cd := range cands {
 			c.keepFree(cd.n)
-			kept[k] = model.KeptNode{Node: c.s.nodes[cd.n].Name, Fixed: cd.fixed, Movable: cd.movable}
+			kept[k] = model.KeptNode{Node: c.s.nodes[cd.n].Name, Fixed: cd.fixed, Movable: cd.movable, Unsaved: cd.unsaved}
 		}
 		// What the group is told while it waits (finish).
 		if c.kept == nil {
@@ -120,10 +124,12 @@ func (c *cycle) drain() {
 }
 
 // drainCand is a node a drain weighs: its index, the milli-GPU held there
-// by work that may not move and by work that may, and its free milli-GPU.
+// by work that may not move and by work that may (unsaved of it by groups
+// past the policy's MaxLostWork from their restart point), and its free
+// milli-GPU.
 type drainCand struct {
-	n                    int
-	fixed, movable, free int64
+	n                             int
+	fixed, movable, unsaved, free int64
 }
 
 // drainNodes picks count nodes req fits, not drained yet in this cycle
@@ -143,14 +149,18 @@ func (c *cycle) drainNodes(req *model.Request, count int) []drainCand {
 			return true
 		}
 		free := x.milli[n]
-		var movable int64
+		var movable, unsaved int64
 		for _, ps := range c.s.run.onNode[n] {
 			if g := ps.g; g.movable && !g.nonPreemptible && g.queue != nil {
-				movable += ps.a.Request.UsageOn(ps.a.GPUs).GPUMilli
+				m := ps.a.Request.UsageOn(ps.a.GPUs).GPUMilli
+				movable += m
+				if !c.fresh(g) {
+					unsaved += m
+				}
 			}
 		}
 		fixed := int64(len(node.GPUs))*model.MilliPerGPU - free - movable
-		cs = append(cs, drainCand{n: n, fixed: max(fixed, 0), movable: movable, free: free})
+		cs = append(cs, drainCand{n: n, fixed: max(fixed, 0), movable: movable, unsaved: unsaved, free: free})
 		return len(cs) < maxDrainScan
 	})
 	if len(cs) < count {
@@ -173,27 +183,45 @@ func (c *cycle) drainNodes(req *model.Request, count int) []drainCand {
 // and the disruption budget: each placed off every drained node and off
 // the nodes it ran on, the moves p can do without put back, p held in the
 // room they leave (commitMoves). It reports whether it did; otherwise the
-// state is as it was.
+// state is as it was, or as moveAhead left it.
 func (c *cycle) drainMoves(p *pending, cands []drainCand) bool {
 	if c.s.run.movable == 0 || c.budget == 0 {
 		return false
 	}
 	recent := c.movedRecently()
-	var groups []*runningGroup
+	var groups, unsaved []*runningGroup
 	seen := map[*runningGroup]bool{}
 	for _, cd := range cands {
 		for _, ps := range c.s.run.onNode[cd.n] {
 			g := ps.g
-			if !c.canMove(g, recent) {
-				return false // something here may not move now
+			if seen[g] {
+				continue
 			}
-			if !seen[g] {
-				seen[g] = true
+			seen[g] = true
+			switch {
+			case !c.mayMove(g, recent):
+				return false // something here may not move now
+			case c.fresh(g):
 				groups = append(groups, g)
+			default:
+				unsaved = append(unsaved, g)
 			}
 		}
 	}
-	if len(groups) == 0 || len(groups) > c.movesLeft() {
+	if len(groups) == 0 {
+		return false
+	}
+	slices.SortFunc(groups, func(a, b *runningGroup) int {
+		if x := cmp.Compare(a.use.GPUMilli, b.use.GPUMilli); x != 0 {
+			return x
+		}
+		return cmp.Compare(a.name, b.name)
+	})
+	if len(unsaved) > 0 {
+		c.moveAhead(p, cands, groups)
+		return false
+	}
+	if len(groups) > c.movesLeft() {
 		return false
 	}
 	pods := 0
@@ -203,14 +231,78 @@ func (c *cycle) drainMoves(p *pending, cands []drainCand) bool {
 	if c.budget >= 0 && pods > c.budget {
 		return false
 	}
-	slices.SortFunc(groups, func(a, b *runningGroup) int {
-		if x := cmp.Compare(a.use.GPUMilli, b.use.GPUMilli); x != 0 {
-			return x
-		}
-		return cmp.Compare(a.name, b.name)
-	})
 	st := c.s.st
 	mark := st.Checkpoint()
+	avoid := c.drainAvoid(cands)
+	moves := make([]moved, 0, len(groups))
+	for _, rg := range groups {
+		m, ok := c.moveOff(rg, avoid)
+		if !ok {
+			st.Rollback(mark)
+			return false
+		}
+		moves = append(moves, m)
+	}
+	binds, ok := c.fits(p)
+	if !ok || !c.commitMoves(p, binds, moves) {
+		st.Rollback(mark)
+		return false
+	}
+	for _, cd := range cands {
+		c.drained[cd.n] = true
+	}
+	return true
+}
+
+// moveAhead moves off the drained nodes (cands) the groups there within
+// the policy's MaxLostWork of their restart point (groups, smallest
+// first), while others there may move only once they checkpoint: each
+// group would lose more the longer it waited for the rest, and a drain
+// waiting for all of them to checkpoint at once might wait for good. It
+// moves as many as the moves left and the disruption budget allow, each
+// placed as drainMoves places it or left where it runs, and lowers the
+// movable milli-GPU of cands by what they held there. p is not placed:
+// the room they leave is kept for it with the rest of the node.
+func (c *cycle) moveAhead(p *pending, cands []drainCand, groups []*runningGroup) {
+	st := c.s.st
+	avoid := c.drainAvoid(cands)
+	left := c.movesLeft()
+	var moves []moved
+	pods := 0
+	for _, rg := range groups {
+		if len(moves) == left || (c.budget >= 0 && pods+len(rg.members) > c.budget) {
+			break
+		}
+		mark := st.Checkpoint()
+		m, ok := c.moveOff(rg, avoid)
+		if !ok {
+			st.Rollback(mark)
+			continue
+		}
+		moves = append(moves, m)
+		pods += len(rg.members)
+	}
+	if len(moves) == 0 {
+		return
+	}
+	c.recordMoves(p, moves)
+	for _, m := range moves {
+		for _, ps := range m.rg.members {
+			for k := range cands {
+				if cands[k].n == ps.node {
+					cands[k].movable -= ps.a.Request.UsageOn(ps.a.GPUs).GPUMilli
+				}
+			}
+		}
+	}
+}
+
+// drainAvoid is the nodes a group moved off drained nodes may not go to:
+// every node drained in this cycle so far and cands.
+func (c *cycle) drainAvoid(cands []drainCand) map[int]bool {
+	if c.drained == nil {
+		c.drained = map[int]bool{}
+	}
 	avoid := map[int]bool{}
 	for n := range c.drained {
 		avoid[n] = true
@@ -218,32 +310,19 @@ func (c *cycle) drainMoves(p *pending, cands []drainCand) bool {
 	for _, cd := range cands {
 		avoid[cd.n] = true
 	}
-	moves := make([]moved, 0, len(groups))
-	for _, rg := range groups {
-		for _, ps := range rg.members {
-			avoid[ps.node] = true
-		}
-		mp := c.movedForm(rg)
-		c.release(rg)
-		mb, ok := c.placeOff(mp, avoid)
-		if !ok {
-			st.Rollback(mark)
-			return false
-		}
-		moves = append(moves, moved{rg: rg, mp: mp, binds: mb})
+	return avoid
+}
+
+// moveOff releases rg and places it again off avoid and off the nodes it
+// ran on (added to avoid). On false the caller rolls the state back.
+func (c *cycle) moveOff(rg *runningGroup, avoid map[int]bool) (moved, bool) {
+	for _, ps := range rg.members {
+		avoid[ps.node] = true
 	}
-	binds, ok := c.fits(p)
-	if !ok || !c.commitMoves(p, binds, moves) {
-		st.Rollback(mark)
-		return false
-	}
-	if c.drained == nil {
-		c.drained = map[int]bool{}
-	}
-	for _, cd := range cands {
-		c.drained[cd.n] = true
-	}
-	return true
+	mp := c.movedForm(rg)
+	c.release(rg)
+	mb, ok := c.placeOff(mp, avoid)
+	return moved{rg: rg, mp: mp, binds: mb}, ok
 }
 
 // keepFree takes node n's free room out of the state for the rest of the
@@ -276,7 +355,7 @@ const keptLimit = 4
 
 // keptReason says which nodes are kept free for a group and what it waits
 // for on each: the work there that may not move to end, then the movable
-// work to be moved off.
+// work to be moved off, and of that what waits for a checkpoint first.
 func keptReason(kept []model.KeptNode) string {
 	var b strings.Builder
 	for k, n := range kept {
@@ -297,6 +376,9 @@ func keptReason(kept []model.KeptNode) string {
 			fmt.Fprintf(&b, "it waits for the movable pods there (%s) to be moved off", gpuWords(n.Movable))
 		default:
 			b.WriteString("no pod there holds a GPU")
+		}
+		if n.Unsaved > 0 {
+			fmt.Fprintf(&b, ", %s of them once they checkpoint", gpuWords(n.Unsaved))
 		}
 	}
 	return b.String()

@@ -93,6 +93,10 @@ func TestKeptReason(t *testing.T) {
 			"node a is kept free for it: it waits for the pods there that may not move (1 GPU) to end"},
 		{"movable only", []model.KeptNode{{Node: "a", Movable: 2500}},
 			"node a is kept free for it: it waits for the movable pods there (2.5 GPUs) to be moved off"},
+		{"movable, part of it waiting for a checkpoint", []model.KeptNode{{Node: "a", Movable: 3000, Unsaved: 1000}},
+			"node a is kept free for it: it waits for the movable pods there (3 GPUs) to be moved off, 1 GPU of them once they checkpoint"},
+		{"fixed, and movable waiting for a checkpoint", []model.KeptNode{{Node: "a", Fixed: 1000, Movable: 2000, Unsaved: 2000}},
+			"node a is kept free for it: it waits for the pods there that may not move (1 GPU) to end, then the movable ones (2 GPUs) are moved off, 2 GPUs of them once they checkpoint"},
 		{"empty", []model.KeptNode{{Node: "a"}},
 			"node a is kept free for it: no pod there holds a GPU"},
 		{"many", []model.KeptNode{{Node: "a", Fixed: 1000}, {Node: "b", Fixed: 1000}, {Node: "c", Fixed: 1000}, {Node: "d", Movable: 1000}, {Node: "e"}, {Node: "f"}},
@@ -200,4 +204,78 @@ func bestFitCycle(t *testing.T, snap model.Snapshot) model.Decisions {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// With a bound on the work a move throws away, the movable groups on a
+// drained node seldom all sit within it of their checkpoints at once.
+// Each is moved off as soon as it does, the room it leaves kept with the
+// rest of the node, and the gang is held there once the last one moves:
+// m0 checkpointed just now and goes at once; m1, which has not
+// checkpointed since it started, stays until it does, and the reason
+// says so.
+func TestDrainMovesEachGroupOnceItCheckpoints(t *testing.T) {
+	const now, bound = 5000, 600
+	nodes := schedtest.Cluster("n", 3, 8, 64000, 1<<20)
+	pod := func(name, node string, first, gpus int, checkpoint int64) model.Allocation {
+		a := model.Allocation{Pod: name + "-0", Group: name, Queue: "b", Node: node, Request: schedtest.GPU(gpus, 1000), Movable: true, LastCheckpoint: checkpoint}
+		for g := first; g < first+gpus; g++ {
+			a.GPUs = append(a.GPUs, model.GPUShare{Index: g, Milli: model.MilliPerGPU})
+		}
+		return a
+	}
+	fixed := func(a model.Allocation) model.Allocation { a.Movable = false; return a }
+	snap := model.Snapshot{Nodes: nodes, Now: now,
+		RunningByNode: schedtest.OnNodes(nodes, pod("m0", "n-0", 0, 3, now-60), pod("m1", "n-0", 3, 3, 0),
+			fixed(pod("u1", "n-1", 0, 4, 0)), fixed(pod("u2", "n-2", 0, 4, 0))),
+		Queues:  []model.Queue{{Name: "a"}, {Name: "b"}},
+		Budget:  model.DisruptionBudget{MaxEvictions: -1},
+		Defrag:  model.DefragPolicy{MaxMoves: 4, Window: 3600, DrainAfter: 3600, MaxLostWork: bound},
+		Pending: []model.PodGroup{schedtest.Group("big").Queue("a").Created(0).Pods(1, schedtest.GPU(8, 1000)).Obj()}}
+	h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: "bestfit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Moves) != 1 || d.Moves[0].Group != "m0" || d.Moves[0].For != "big" {
+		t.Fatalf("moves %+v, want m0 moved ahead for big", d.Moves)
+	}
+	if on := bindsOf(d); on["big"] != "" || on["m0"] == "" || on["m0"] == "n-0" {
+		t.Fatalf("planned %v, want m0 held off n-0 and big not placed", on)
+	}
+	u := unplacedOf(&d, "big")
+	if u == nil || !reflect.DeepEqual(u.Kept, []model.KeptNode{{Node: "n-0", Movable: 3000, Unsaved: 3000}}) ||
+		u.Reason != "node n-0 is kept free for it: it waits for the movable pods there (3 GPUs) to be moved off, 3 GPUs of them once they checkpoint" {
+		t.Fatalf("big unplaced %+v; want n-0 kept for m1's 3 GPUs, waiting for its checkpoint", u)
+	}
+	// m0 binds where it was moved; m1 still has not checkpointed, and
+	// n-0 stays kept.
+	h.Snap.Now += 60
+	if d, err = h.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+	if on := bindsOf(d); on["m0"] == "" || on["m0"] == "n-0" || on["big"] != "" || len(d.Moves) != 0 {
+		t.Fatalf("planned %v, moves %+v; want m0 bound off n-0, big still waiting", on, d.Moves)
+	}
+	if u := unplacedOf(&d, "big"); u == nil || !reflect.DeepEqual(u.Kept, []model.KeptNode{{Node: "n-0", Movable: 3000, Unsaved: 3000}}) {
+		t.Fatalf("big unplaced %+v; want n-0 still kept for m1", u)
+	}
+	// m1 checkpoints: it is moved off and big is held on n-0.
+	var run []model.Allocation
+	for _, a := range schedtest.Running(&h.Snap) {
+		if a.Group == "m1" {
+			a.LastCheckpoint = h.Snap.Now
+		}
+		run = append(run, a)
+	}
+	h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, run...)
+	h.Snap.Now += 60
+	if d, err = h.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Moves) != 1 || d.Moves[0].Group != "m1" || bindsOf(d)["big"] != "n-0" {
+		t.Fatalf("moves %+v, planned %v; want m1 moved and big held on n-0", d.Moves, bindsOf(d))
+	}
 }

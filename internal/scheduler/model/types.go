@@ -898,6 +898,10 @@ type KeptNode struct {
 	// Movable is the milli-GPU held there by groups that opted in to
 	// moves.
 	Movable int64 `json:"movableGPUMilli,omitempty"`
+	// Unsaved is the part of Movable held by groups further from their
+	// restart point than DefragPolicy.MaxLostWork: they are moved off
+	// once they checkpoint.
+	Unsaved int64 `json:"unsavedGPUMilli,omitempty"`
 }
 
 // FilterCount is how many nodes one filter refused.

@@ -151,7 +151,9 @@ func NewHarness(snap model.Snapshot, cfg scheduler.Config) (*Harness, error) {
 	return &Harness{Sched: s, Snap: snap}, nil
 }
 
-// Cycle runs one cycle, records and applies its decisions.
+// Cycle runs one cycle, records and applies its decisions. Pods it binds
+// start at the snapshot's Now, or at the count of cycles run when that is
+// later (tests that leave Now at 0 see starts in cycle order).
 func (h *Harness) Cycle() (model.Decisions, error) {
 	d, err := h.Sched.Cycle(&h.Snap)
 	if err != nil {
@@ -159,7 +161,7 @@ func (h *Harness) Cycle() (model.Decisions, error) {
 	}
 	h.Log = append(h.Log, d)
 	h.now++
-	if err := model.Apply(&h.Snap, &d, h.now); err != nil {
+	if err := model.Apply(&h.Snap, &d, max(h.now, h.Snap.Now)); err != nil {
 		return d, err
 	}
 	return d, nil

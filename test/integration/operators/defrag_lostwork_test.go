@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
@@ -93,5 +95,117 @@ func TestDefragmentationMovesOnlyFreshlyCheckpointedWork(t *testing.T) {
 			t.Fatalf("b was moved (on %s, uid %s; was %s, %s): it reported no checkpoint", nb, ub, nodeB, uidB)
 		}
 		return ua != uidA && na == nodeB && nBig == nodeA, fmt.Errorf("a on %q (made again: %t), big on %s", na, ua != uidA, nBig)
+	})
+}
+
+// With --defrag-max-lost-work and drains, a node kept for an 8-GPU pod
+// that holds two movable workloads, neither within the bound of a
+// checkpoint, is emptied one workload at a time as each checkpoints: a
+// goes as soon as it reports one, while the pod still waits for b and is
+// told so; when b reports one it goes too, and the pod binds in the node
+// they left.
+func TestDrainMovesEachWorkloadOnceItCheckpoints(t *testing.T) {
+	const bound = 20 * time.Second
+	c := newCluster(t, 3)
+	framework.RunScheduler(t, adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond,
+		PartialGangGrace: 2 * time.Second, DefragMovesPerHour: 4, DefragDrainAfter: 2 * time.Second, DefragMaxLostWork: bound})
+	// a (3 GPUs) lands first; the other two nodes are then filled to 2
+	// GPUs free each (4 that stay, 2 that go), so b (3 GPUs) can only
+	// join a; then the 2 that go leave: 2 GPUs free beside a and b, 4 on
+	// each other node, none whole.
+	c.statefulSet("a", 3)
+	framework.Eventually(t, 60*time.Second, "a bound", func(ctx context.Context) (bool, error) {
+		n, _, err := c.podOn(ctx, "a-0")
+		return err == nil && n != "", err
+	})
+	kept, _, _ := c.podOn(t.Context(), "a-0")
+	nodes, err := env.Client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: "test-ns=" + c.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var others []string
+	for _, n := range nodes.Items {
+		if n.Name != kept {
+			others = append(others, n.Name)
+		}
+	}
+	for k, n := range others {
+		c.gpuPod(fmt.Sprintf("fixed-%d", k), n, 4)
+		c.gpuPod(fmt.Sprintf("filler-%d", k), n, 2)
+	}
+	c.statefulSet("b", 3)
+	framework.Eventually(t, 60*time.Second, "b bound beside a", func(ctx context.Context) (bool, error) {
+		n, _, err := c.podOn(ctx, "b-0")
+		return err == nil && n == kept, fmt.Errorf("b on %q (%w): %s", n, err, c.waiting(ctx, "app!=none"))
+	})
+	for k := range others {
+		if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), fmt.Sprintf("filler-%d", k), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	framework.Eventually(t, 2*bound, "a and b older than the bound", func(ctx context.Context) (bool, error) {
+		for _, name := range []string{"a-0", "b-0"} {
+			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if age := time.Since(p.CreationTimestamp.Time); age <= bound+time.Second {
+				return false, fmt.Errorf("%s is %v old", name, age.Round(time.Second))
+			}
+		}
+		return true, nil
+	})
+	_, uidA, _ := c.podOn(t.Context(), "a-0")
+	_, uidB, _ := c.podOn(t.Context(), "b-0")
+	big := framework.Pod(c.ns, "big").SchedulerName(c.scheduler).GPUs(8).NodeSelector("test-ns", c.ns).Obj()
+	if _, err := env.Client.CoreV1().Pods(c.ns).Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bigSays := func(says string) {
+		t.Helper()
+		framework.Eventually(t, 60*time.Second, "big told "+says, func(ctx context.Context) (bool, error) {
+			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, "big", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if p.Spec.NodeName != "" {
+				t.Fatalf("big bound on %s while a workload on %s had yet to checkpoint", p.Spec.NodeName, kept)
+			}
+			got := framework.SchedulerSays(p)
+			return strings.Contains(got, says), fmt.Errorf("big: %s", got)
+		})
+	}
+	bigSays("node " + kept + " is kept free for it: it waits for the movable pods there (6 GPUs) to be moved off, 6 GPUs of them once they checkpoint")
+	checkpoint := func(pod string) {
+		t.Helper()
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			v1alpha1.LastCheckpointAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Client.CoreV1().Pods(c.ns).Patch(t.Context(), pod, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a checkpoints: it is moved off ahead of b, for big, which waits on.
+	checkpoint("a-0")
+	framework.Eventually(t, 60*time.Second, "a made again off "+kept, func(ctx context.Context) (bool, error) {
+		n, u, err := c.podOn(ctx, "a-0")
+		return err == nil && u != uidA && n != "" && n != kept, fmt.Errorf("a-0 (%s) on %q (%v)", u, n, err)
+	})
+	c.movedFor("a-0", "pod/"+c.ns+"/big")
+	bigSays("node " + kept + " is kept free for it: it waits for the movable pods there (3 GPUs) to be moved off, 3 GPUs of them once they checkpoint")
+	if _, u, err := c.podOn(t.Context(), "b-0"); err != nil || u != uidB {
+		t.Fatalf("b-0 was made again (uid %s, was %s; %v) before it reported a checkpoint", u, uidB, err)
+	}
+	// b checkpoints: it goes too, and big binds where both ran.
+	checkpoint("b-0")
+	framework.Eventually(t, 60*time.Second, "big bound on "+kept+", b made again elsewhere", func(ctx context.Context) (bool, error) {
+		nBig, _, errBig := c.podOn(ctx, "big")
+		nb, ub, errB := c.podOn(ctx, "b-0")
+		if err := errors.Join(errBig, errB); err != nil {
+			return false, err
+		}
+		return nBig == kept && ub != uidB && nb != "" && nb != kept, fmt.Errorf("big on %q, b-0 (%s) on %q: %s", nBig, ub, nb, c.waiting(ctx, "app!=none"))
 	})
 }
