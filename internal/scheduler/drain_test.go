@@ -17,19 +17,22 @@ import (
 // best fit alone puts it on n-0, the one node big could have soonest.
 func drainable(now, drainAfter int64) model.Snapshot {
 	nodes := schedtest.Cluster("n", 3, 8, 64000, 1<<20)
-	pod := func(name, node string, first, gpus int, movable bool) model.Allocation {
-		a := model.Allocation{Pod: name + "-0", Group: name, Queue: "b", Node: node, Request: schedtest.GPU(gpus, 1000), Movable: movable}
-		for g := first; g < first+gpus; g++ {
-			a.GPUs = append(a.GPUs, model.GPUShare{Index: g, Milli: model.MilliPerGPU})
-		}
-		return a
-	}
-	run := []model.Allocation{pod("u0", "n-0", 0, 2, false), pod("m0", "n-0", 2, 3, true), pod("u1", "n-1", 0, 4, false), pod("u2", "n-2", 0, 4, false)}
+	run := []model.Allocation{wholeGPUs("u0", "n-0", 0, 2, false), wholeGPUs("m0", "n-0", 2, 3, true), wholeGPUs("u1", "n-1", 0, 4, false), wholeGPUs("u2", "n-2", 0, 4, false)}
 	return model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, run...), Now: now,
 		Queues:  []model.Queue{{Name: "a"}, {Name: "b"}},
 		Budget:  model.DisruptionBudget{MaxEvictions: -1},
 		Defrag:  model.DefragPolicy{MaxMoves: 4, Window: 3600, DrainAfter: drainAfter},
 		Pending: []model.PodGroup{schedtest.Group("big").Queue("a").Created(0).Pods(1, schedtest.GPU(8, 1000)).Obj(), schedtest.Group("small").Queue("b").Created(now).Pods(1, schedtest.GPU(3, 1000)).Obj()}}
+}
+
+// wholeGPUs is the one pod of group name in queue b on node, holding
+// gpus whole GPUs from index first, movable or not.
+func wholeGPUs(name, node string, first, gpus int, movable bool) model.Allocation {
+	a := model.Allocation{Pod: name + "-0", Group: name, Queue: "b", Node: node, Request: schedtest.GPU(gpus, 1000), Movable: movable}
+	for g := first; g < first+gpus; g++ {
+		a.GPUs = append(a.GPUs, model.GPUShare{Index: g, Milli: model.MilliPerGPU})
+	}
+	return a
 }
 
 func bindsOf(d model.Decisions) map[string]string {
@@ -195,6 +198,14 @@ func TestDrainWaitsForMovableWork(t *testing.T) {
 // bestFitCycle runs one cycle of a best-fit scheduler on snap.
 func bestFitCycle(t *testing.T, snap model.Snapshot) model.Decisions {
 	t.Helper()
+	_, d := bestFitHarness(t, snap)
+	return d
+}
+
+// bestFitHarness is a harness of a best-fit scheduler on snap, and the
+// decisions of the first cycle it ran.
+func bestFitHarness(t *testing.T, snap model.Snapshot) (*schedtest.Harness, model.Decisions) {
+	t.Helper()
 	h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: "bestfit"})
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +214,7 @@ func bestFitCycle(t *testing.T, snap model.Snapshot) model.Decisions {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return h, d
 }
 
 // With a bound on the work a move throws away, the movable groups on a
@@ -216,29 +227,15 @@ func bestFitCycle(t *testing.T, snap model.Snapshot) model.Decisions {
 func TestDrainMovesEachGroupOnceItCheckpoints(t *testing.T) {
 	const now, bound = 5000, 600
 	nodes := schedtest.Cluster("n", 3, 8, 64000, 1<<20)
-	pod := func(name, node string, first, gpus int, checkpoint int64) model.Allocation {
-		a := model.Allocation{Pod: name + "-0", Group: name, Queue: "b", Node: node, Request: schedtest.GPU(gpus, 1000), Movable: true, LastCheckpoint: checkpoint}
-		for g := first; g < first+gpus; g++ {
-			a.GPUs = append(a.GPUs, model.GPUShare{Index: g, Milli: model.MilliPerGPU})
-		}
-		return a
-	}
-	fixed := func(a model.Allocation) model.Allocation { a.Movable = false; return a }
+	m0 := wholeGPUs("m0", "n-0", 0, 3, true)
+	m0.LastCheckpoint = now - 60
 	snap := model.Snapshot{Nodes: nodes, Now: now,
-		RunningByNode: schedtest.OnNodes(nodes, pod("m0", "n-0", 0, 3, now-60), pod("m1", "n-0", 3, 3, 0),
-			fixed(pod("u1", "n-1", 0, 4, 0)), fixed(pod("u2", "n-2", 0, 4, 0))),
+		RunningByNode: schedtest.OnNodes(nodes, m0, wholeGPUs("m1", "n-0", 3, 3, true), wholeGPUs("u1", "n-1", 0, 4, false), wholeGPUs("u2", "n-2", 0, 4, false)),
 		Queues:  []model.Queue{{Name: "a"}, {Name: "b"}},
 		Budget:  model.DisruptionBudget{MaxEvictions: -1},
 		Defrag:  model.DefragPolicy{MaxMoves: 4, Window: 3600, DrainAfter: 3600, MaxLostWork: bound},
 		Pending: []model.PodGroup{schedtest.Group("big").Queue("a").Created(0).Pods(1, schedtest.GPU(8, 1000)).Obj()}}
-	h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: "bestfit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := h.Cycle()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, d := bestFitHarness(t, snap)
 	if len(d.Moves) != 1 || d.Moves[0].Group != "m0" || d.Moves[0].For != "big" {
 		t.Fatalf("moves %+v, want m0 moved ahead for big", d.Moves)
 	}
@@ -253,7 +250,8 @@ func TestDrainMovesEachGroupOnceItCheckpoints(t *testing.T) {
 	// m0 binds where it was moved; m1 still has not checkpointed, and
 	// n-0 stays kept.
 	h.Snap.Now += 60
-	if d, err = h.Cycle(); err != nil {
+	d, err := h.Cycle()
+	if err != nil {
 		t.Fatal(err)
 	}
 	if on := bindsOf(d); on["m0"] == "" || on["m0"] == "n-0" || on["big"] != "" || len(d.Moves) != 0 {

@@ -19,6 +19,34 @@ import (
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
 
+// bigPastBound waits until a-0 and b-0, which report no checkpoint, are
+// older than bound (a second more, for the API's whole-second
+// timestamps), then creates an 8-GPU pod, big, that did not opt in to
+// moves. It returns a-0's and b-0's UIDs.
+func (c *cluster) bigPastBound(bound time.Duration) (uidA, uidB string) {
+	t := c.t
+	t.Helper()
+	framework.Eventually(t, 2*bound, "a-0 and b-0 older than "+bound.String(), func(ctx context.Context) (bool, error) {
+		for _, name := range []string{"a-0", "b-0"} {
+			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if age := time.Since(p.CreationTimestamp.Time); age <= bound+time.Second {
+				return false, fmt.Errorf("%s is %v old", name, age.Round(time.Second))
+			}
+		}
+		return true, nil
+	})
+	_, uidA, _ = c.podOn(t.Context(), "a-0")
+	_, uidB, _ = c.podOn(t.Context(), "b-0")
+	big := framework.Pod(c.ns, "big").SchedulerName(c.scheduler).GPUs(8).NodeSelector("test-ns", c.ns).Obj()
+	if _, err := env.Client.CoreV1().Pods(c.ns).Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return uidA, uidB
+}
+
 // With --defrag-max-lost-work, the fragmented cluster of
 // TestDefragmentationMovesAWorkload stays as it is while both movable
 // workloads are further than the bound from their start and have reported
@@ -31,25 +59,8 @@ func TestDefragmentationMovesOnlyFreshlyCheckpointedWork(t *testing.T) {
 		PartialGangGrace: 2 * time.Second, DefragMovesPerHour: 4, DefragMaxLostWork: bound})
 	nodeA, nodeB := c.fragment()
 	// Both workloads run past the bound from their start (a pod's
-	// creation), with no checkpoint reported.
-	framework.Eventually(t, 2*bound, "a and b older than the bound", func(ctx context.Context) (bool, error) {
-		for _, name := range []string{"a-0", "b-0"} {
-			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			if age := time.Since(p.CreationTimestamp.Time); age <= bound+time.Second {
-				return false, fmt.Errorf("%s is %v old", name, age.Round(time.Second))
-			}
-		}
-		return true, nil
-	})
-	_, uidA, _ := c.podOn(t.Context(), "a-0")
-	_, uidB, _ := c.podOn(t.Context(), "b-0")
-	big := framework.Pod(c.ns, "big").SchedulerName(c.scheduler).GPUs(8).NodeSelector("test-ns", c.ns).Obj()
-	if _, err := env.Client.CoreV1().Pods(c.ns).Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// creation), with no checkpoint reported; then big comes.
+	uidA, uidB := c.bigPastBound(bound)
 	// The cycle that finds big without room would have moved a workload
 	// had the bound not held it: big is said to wait instead.
 	framework.Eventually(t, 60*time.Second, "big said to wait", func(ctx context.Context) (bool, error) {
@@ -114,21 +125,7 @@ func TestDrainMovesEachWorkloadOnceItCheckpoints(t *testing.T) {
 	// join a; then the 2 that go leave: 2 GPUs free beside a and b, 4 on
 	// each other node, none whole.
 	c.statefulSet("a", 3)
-	framework.Eventually(t, 60*time.Second, "a bound", func(ctx context.Context) (bool, error) {
-		n, _, err := c.podOn(ctx, "a-0")
-		return err == nil && n != "", err
-	})
-	kept, _, _ := c.podOn(t.Context(), "a-0")
-	nodes, err := env.Client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: "test-ns=" + c.ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var others []string
-	for _, n := range nodes.Items {
-		if n.Name != kept {
-			others = append(others, n.Name)
-		}
-	}
+	kept, _, others := c.landed("a-0")
 	for k, n := range others {
 		c.gpuPod(fmt.Sprintf("fixed-%d", k), n, 4)
 		c.gpuPod(fmt.Sprintf("filler-%d", k), n, 2)
@@ -143,24 +140,7 @@ func TestDrainMovesEachWorkloadOnceItCheckpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	framework.Eventually(t, 2*bound, "a and b older than the bound", func(ctx context.Context) (bool, error) {
-		for _, name := range []string{"a-0", "b-0"} {
-			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			if age := time.Since(p.CreationTimestamp.Time); age <= bound+time.Second {
-				return false, fmt.Errorf("%s is %v old", name, age.Round(time.Second))
-			}
-		}
-		return true, nil
-	})
-	_, uidA, _ := c.podOn(t.Context(), "a-0")
-	_, uidB, _ := c.podOn(t.Context(), "b-0")
-	big := framework.Pod(c.ns, "big").SchedulerName(c.scheduler).GPUs(8).NodeSelector("test-ns", c.ns).Obj()
-	if _, err := env.Client.CoreV1().Pods(c.ns).Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	uidA, uidB := c.bigPastBound(bound)
 	bigSays := func(says string) {
 		t.Helper()
 		framework.Eventually(t, 60*time.Second, "big told "+says, func(ctx context.Context) (bool, error) {

@@ -122,6 +122,28 @@ func (c *cluster) fragment() (nodeA, nodeB string) {
 	return nodeA, nodeB
 }
 
+// landed waits for the StatefulSet pod name to be bound, and returns its
+// node, its UID and the test's other nodes.
+func (c *cluster) landed(name string) (node, uid string, others []string) {
+	t := c.t
+	t.Helper()
+	framework.Eventually(t, 60*time.Second, name+" bound", func(ctx context.Context) (bool, error) {
+		n, _, err := c.podOn(ctx, name)
+		return err == nil && n != "", err
+	})
+	node, uid, _ = c.podOn(t.Context(), name)
+	nodes, err := env.Client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: "test-ns=" + c.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Name != node {
+			others = append(others, n.Name)
+		}
+	}
+	return node, uid, others
+}
+
 // gpuPod creates a pod of gpus GPUs that did not opt in to moves, on
 // the test's nodes, only on node when node is not "".
 func (c *cluster) gpuPod(name, node string, gpus int) {
@@ -190,21 +212,7 @@ func TestDrainKeepsANodeForAWholeNodeGang(t *testing.T) {
 	// pods that may not move fill the nodes: 2 GPUs beside m, 4 on each
 	// other node. No node is whole; the first is cheapest to empty.
 	c.statefulSet("m", 3)
-	framework.Eventually(t, 60*time.Second, "m bound", func(ctx context.Context) (bool, error) {
-		n, _, err := c.podOn(ctx, "m-0")
-		return err == nil && n != "", err
-	})
-	kept, uidM, _ := c.podOn(t.Context(), "m-0")
-	nodes, err := env.Client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: "test-ns=" + c.ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var others []string
-	for _, n := range nodes.Items {
-		if n.Name != kept {
-			others = append(others, n.Name)
-		}
-	}
+	kept, uidM, others := c.landed("m-0")
 	c.gpuPod("fixed", kept, 2)
 	c.gpuPod("fixed-1", others[0], 4)
 	c.gpuPod("fixed-2", others[1], 4)
