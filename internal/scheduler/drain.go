@@ -32,10 +32,10 @@ import (
 // within that long of its last checkpoint, and the groups on a node
 // seldom all are at once: each is then moved off as soon as it is
 // (moveAhead), the room it leaves kept with the node's, and the group is
-// held once the last one moves. A drained node holds no decision: every cycle chooses again from
-// the state, and the node that was drained, having taken nothing new and
-// kept its free GPUs, is the cheapest again unless another became
-// cheaper. While the group waits, its reason names the nodes kept for it
+// held once the last one moves. A drained node holds no decision: every
+// cycle chooses again from the state, and the node that was drained,
+// having taken nothing new and kept its free GPUs, is the cheapest again
+// unless another became cheaper. While the group waits, its reason names the nodes kept for it
 // and what stands on each (model.Unplaced.Kept), as this cycle chose them.
 
 const (
