@@ -35,8 +35,9 @@ import (
 // held once the last one moves. A drained node holds no decision: every
 // cycle chooses again from the state, and the node that was drained,
 // having taken nothing new and kept its free GPUs, is the cheapest again
-// unless another became cheaper. While the group waits, its reason names the nodes kept for it
-// and what stands on each (model.Unplaced.Kept), as this cycle chose them.
+// unless another became cheaper. While the group waits, its reason names
+// the nodes kept for it and what stands on each (model.Unplaced.Kept), as
+// this cycle chose them.
 
 const (
 	// maxDrains caps the groups one cycle drains nodes for, oldest first,

@@ -231,10 +231,10 @@ func TestDrainMovesEachGroupOnceItCheckpoints(t *testing.T) {
 	m0.LastCheckpoint = now - 60
 	snap := model.Snapshot{Nodes: nodes, Now: now,
 		RunningByNode: schedtest.OnNodes(nodes, m0, wholeGPUs("m1", "n-0", 3, 3, true), wholeGPUs("u1", "n-1", 0, 4, false), wholeGPUs("u2", "n-2", 0, 4, false)),
-		Queues:  []model.Queue{{Name: "a"}, {Name: "b"}},
-		Budget:  model.DisruptionBudget{MaxEvictions: -1},
-		Defrag:  model.DefragPolicy{MaxMoves: 4, Window: 3600, DrainAfter: 3600, MaxLostWork: bound},
-		Pending: []model.PodGroup{schedtest.Group("big").Queue("a").Created(0).Pods(1, schedtest.GPU(8, 1000)).Obj()}}
+		Queues:        []model.Queue{{Name: "a"}, {Name: "b"}},
+		Budget:        model.DisruptionBudget{MaxEvictions: -1},
+		Defrag:        model.DefragPolicy{MaxMoves: 4, Window: 3600, DrainAfter: 3600, MaxLostWork: bound},
+		Pending:       []model.PodGroup{schedtest.Group("big").Queue("a").Created(0).Pods(1, schedtest.GPU(8, 1000)).Obj()}}
 	h, d := bestFitHarness(t, snap)
 	if len(d.Moves) != 1 || d.Moves[0].Group != "m0" || d.Moves[0].For != "big" {
 		t.Fatalf("moves %+v, want m0 moved ahead for big", d.Moves)
