@@ -171,7 +171,7 @@ func TestDrainMovesEachWorkloadOnceItCheckpoints(t *testing.T) {
 	checkpoint("a-0")
 	framework.Eventually(t, 60*time.Second, "a made again off "+kept, func(ctx context.Context) (bool, error) {
 		n, u, err := c.podOn(ctx, "a-0")
-		return err == nil && u != uidA && n != "" && n != kept, fmt.Errorf("a-0 (%s) on %q (%v)", u, n, err)
+		return err == nil && u != uidA && n != "" && n != kept, fmt.Errorf("a-0 (%s) on %q (%w)", u, n, err)
 	})
 	c.movedFor("a-0", "pod/"+c.ns+"/big")
 	bigSays("node " + kept + " is kept free for it: it waits for the movable pods there (3 GPUs) to be moved off, 3 GPUs of them once they checkpoint")
