@@ -47,6 +47,20 @@ func (c *cluster) bigPastBound(bound time.Duration) (uidA, uidB string) {
 	return uidA, uidB
 }
 
+// checkpoint has pod report a checkpoint now, as a job or its sidecar
+// does: the annotation scheduling.gpuplane.io/last-checkpoint.
+func (c *cluster) checkpoint(pod string) {
+	c.t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		v1alpha1.LastCheckpointAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Pods(c.ns).Patch(c.t.Context(), pod, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // With --defrag-max-lost-work, the fragmented cluster of
 // TestDefragmentationMovesAWorkload stays as it is while both movable
 // workloads are further than the bound from their start and have reported
@@ -84,14 +98,7 @@ func TestDefragmentationMovesOnlyFreshlyCheckpointedWork(t *testing.T) {
 		}
 	}
 	// a checkpoints now: within the bound, it may move.
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		v1alpha1.LastCheckpointAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Client.CoreV1().Pods(c.ns).Patch(t.Context(), "a-0", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.checkpoint("a-0")
 	framework.Eventually(t, 60*time.Second, "a moved beside b, big bound where a ran", func(ctx context.Context) (bool, error) {
 		nBig, _, err := c.podOn(ctx, "big")
 		if err != nil || nBig == "" {
@@ -156,19 +163,8 @@ func TestDrainMovesEachWorkloadOnceItCheckpoints(t *testing.T) {
 		})
 	}
 	bigSays("node " + kept + " is kept free for it: it waits for the movable pods there (6 GPUs) to be moved off, 6 GPUs of them once they checkpoint")
-	checkpoint := func(pod string) {
-		t.Helper()
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-			v1alpha1.LastCheckpointAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := env.Client.CoreV1().Pods(c.ns).Patch(t.Context(), pod, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// a checkpoints: it is moved off ahead of b, for big, which waits on.
-	checkpoint("a-0")
+	c.checkpoint("a-0")
 	framework.Eventually(t, 60*time.Second, "a made again off "+kept, func(ctx context.Context) (bool, error) {
 		n, u, err := c.podOn(ctx, "a-0")
 		return err == nil && u != uidA && n != "" && n != kept, fmt.Errorf("a-0 (%s) on %q (%w)", u, n, err)
@@ -179,7 +175,7 @@ func TestDrainMovesEachWorkloadOnceItCheckpoints(t *testing.T) {
 		t.Fatalf("b-0 was made again (uid %s, was %s; %v) before it reported a checkpoint", u, uidB, err)
 	}
 	// b checkpoints: it goes too, and big binds where both ran.
-	checkpoint("b-0")
+	c.checkpoint("b-0")
 	framework.Eventually(t, 60*time.Second, "big bound on "+kept+", b made again elsewhere", func(ctx context.Context) (bool, error) {
 		nBig, _, errBig := c.podOn(ctx, "big")
 		nb, ub, errB := c.podOn(ctx, "b-0")
