@@ -36,10 +36,11 @@ func firstOf(alts ...model.Request) model.Request {
 	return r
 }
 
-// harnessCycle runs one cycle of a harness made of snap.
-func harnessCycle(t *testing.T, snap model.Snapshot) (*schedtest.Harness, model.Decisions) {
+// harnessCycle runs one cycle of a harness made of snap and a scheduler
+// of cfg, and returns the harness with the cycle's decisions.
+func harnessCycle(t *testing.T, snap model.Snapshot, cfg scheduler.Config) (*schedtest.Harness, model.Decisions) {
 	t.Helper()
-	h, err := schedtest.NewHarness(snap, scheduler.Config{})
+	h, err := schedtest.NewHarness(snap, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestAllOfSet(t *testing.T) {
 				queues = []model.Queue{{Name: "q"}}
 			}
 			h, d := harnessCycle(t, model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Queues: queues,
-				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Pods(1, allOf("s", 3)).Obj()}})
+				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Pods(1, allOf("s", 3)).Obj()}}, scheduler.Config{})
 			if tc.wantNode == "" {
 				wantUnplaced(t, &d, tc.wantCode)
 				return
@@ -196,7 +197,7 @@ func TestFirstOf(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := slices.Clone(tc.nodes)
 			h, d := harnessCycle(t, model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, tc.running...), Queues: tc.queues,
-				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Pods(1, firstOf(slices.Clone(tc.alts)...)).Obj()}})
+				Pending: []model.PodGroup{schedtest.Group("g").Queue("q").Pods(1, firstOf(slices.Clone(tc.alts)...)).Obj()}}, scheduler.Config{})
 			if tc.wantNode == "" {
 				wantUnplaced(t, &d, tc.wantCode)
 				return

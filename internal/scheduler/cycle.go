@@ -555,12 +555,17 @@ func describe(r model.Resources) string {
 		parts = append(parts, fmt.Sprintf("memory %dMi", r.MemoryMiB))
 	}
 	if r.GPUMilli != 0 {
-		parts = append(parts, fmt.Sprintf("GPUs %s", strconv.FormatFloat(float64(r.GPUMilli)/model.MilliPerGPU, 'f', -1, 64)))
+		parts = append(parts, "GPUs "+gpuNumber(r.GPUMilli))
 	}
 	if len(parts) == 0 {
 		return "nothing"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// gpuNumber is milli-GPU as a number of GPUs: "2", "2.5".
+func gpuNumber(milli int64) string {
+	return strconv.FormatFloat(float64(milli)/model.MilliPerGPU, 'f', -1, 64)
 }
 
 // leastNeed is the least group g can start with: for each resource, the

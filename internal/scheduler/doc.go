@@ -340,11 +340,12 @@
 // place until they checkpoint, the others are moved off ahead of them,
 // for the group but without placing it, and the room they leave is kept
 // with the node's. A drained node is no decision: each cycle chooses
-// again from what runs. It is said, though: a group left waiting with nodes kept
-// for it (code UnplacedNoFit, as it waits for capacity) names them in
-// Unplaced.Kept, with the GPUs held on each by work that may not move and
-// by movable work, and its reason says what it waits for there, unless
-// coming nodes would start it (UnplacedNodesComing says that instead).
+// again from what runs. It is said, though: a group left waiting with
+// nodes kept for it (code UnplacedNoFit, as it waits for capacity) names
+// them in Unplaced.Kept, with the GPUs held on each by work that may not
+// move and by movable work, and its reason says what it waits for there,
+// unless coming nodes would start it (UnplacedNodesComing says that
+// instead).
 //
 // Why preemption cannot cycle. Fair shares and guarantees stay fixed while
 // work moves between running and pending, every reclaim strictly lowers the

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -390,5 +389,5 @@ func gpuWords(milli int64) string {
 	if milli == model.MilliPerGPU {
 		return "1 GPU"
 	}
-	return strconv.FormatFloat(float64(milli)/model.MilliPerGPU, 'f', -1, 64) + " GPUs"
+	return gpuNumber(milli) + " GPUs"
 }

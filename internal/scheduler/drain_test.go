@@ -120,13 +120,7 @@ func TestKeptReason(t *testing.T) {
 // work is moved off it and the gang is held there; the next cycle binds
 // both, and the drained node stays kept while its fixed work runs.
 func TestDrainMovesTheLastMovableWorkOff(t *testing.T) {
-	h, err := schedtest.NewHarness(drainable(5000, 3600), scheduler.Config{Policy: "bestfit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.Cycle(); err != nil {
-		t.Fatal(err)
-	}
+	h, _ := harnessCycle(t, drainable(5000, 3600), bestFit)
 	// Another cycle while u0 runs: n0 stays kept, nothing moves.
 	h.Snap.Now += 60
 	d, err := h.Cycle()
@@ -195,26 +189,15 @@ func TestDrainWaitsForMovableWork(t *testing.T) {
 	}
 }
 
+// bestFit is the scheduler the drain tests run: best fit makes the node
+// each pod lands on plain to read.
+var bestFit = scheduler.Config{Policy: "bestfit"}
+
 // bestFitCycle runs one cycle of a best-fit scheduler on snap.
 func bestFitCycle(t *testing.T, snap model.Snapshot) model.Decisions {
 	t.Helper()
-	_, d := bestFitHarness(t, snap)
+	_, d := harnessCycle(t, snap, bestFit)
 	return d
-}
-
-// bestFitHarness is a harness of a best-fit scheduler on snap, and the
-// decisions of the first cycle it ran.
-func bestFitHarness(t *testing.T, snap model.Snapshot) (*schedtest.Harness, model.Decisions) {
-	t.Helper()
-	h, err := schedtest.NewHarness(snap, scheduler.Config{Policy: "bestfit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := h.Cycle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h, d
 }
 
 // With a bound on the work a move throws away, the movable groups on a
@@ -235,7 +218,7 @@ func TestDrainMovesEachGroupOnceItCheckpoints(t *testing.T) {
 		Budget:        model.DisruptionBudget{MaxEvictions: -1},
 		Defrag:        model.DefragPolicy{MaxMoves: 4, Window: 3600, DrainAfter: 3600, MaxLostWork: bound},
 		Pending:       []model.PodGroup{schedtest.Group("big").Queue("a").Created(0).Pods(1, schedtest.GPU(8, 1000)).Obj()}}
-	h, d := bestFitHarness(t, snap)
+	h, d := harnessCycle(t, snap, bestFit)
 	if len(d.Moves) != 1 || d.Moves[0].Group != "m0" || d.Moves[0].For != "big" {
 		t.Fatalf("moves %+v, want m0 moved ahead for big", d.Moves)
 	}

@@ -213,23 +213,24 @@ func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 		holds[h.Group] = h
 	}
 	// A move ahead of a drain is made for a group that waits with a node
-	// kept for it, where a pod of the moved group stood.
-	keptFor := map[[2]string]bool{}
+	// kept for it, where a pod of the moved group stood: ahead names the
+	// moved groups, each with the group it was moved for.
+	keptFor := map[string]string{}
 	for _, u := range d.Unplaced {
 		for _, k := range u.Kept {
-			keptFor[[2]string{u.Group, k.Node}] = true
+			keptFor[k.Node] = u.Group
 		}
 	}
-	ahead := map[[2]string]bool{}
+	ahead := map[string]string{}
 	for _, e := range d.Evictions {
-		if e.Reason == model.EvictDefragment && keptFor[[2]string{e.For, e.Node}] {
-			ahead[[2]string{e.For, e.Group}] = true
+		if e.Reason == model.EvictDefragment && keptFor[e.Node] == e.For {
+			ahead[e.Group] = e.For
 		}
 	}
 	evicted := map[string]bool{}
 	for _, e := range d.Evictions {
 		g := groups[e.For]
-		if _, held := holds[e.For]; g == nil || !held && !ahead[[2]string{e.For, e.Group}] {
+		if _, held := holds[e.For]; g == nil || !held && ahead[e.Group] != e.For {
 			t.Fatalf("eviction of %s for %s, which does not wait for it", e.Pod, e.For)
 		}
 		if e.Reason == "preempt" && (prio[e.Pod] >= g.Priority || queueOf[e.Pod] != g.Queue) {

@@ -887,8 +887,8 @@ type Unplaced struct {
 // KeptNode is a node kept free for a waiting group (Unplaced.Kept): no
 // other group is placed there while what stands on it leaves. While
 // Fixed is above 0 the group waits for that work to end; then the
-// Movable work is moved off, as the move budget allows, and the group is
-// held in the room it leaves.
+// Movable work is moved off, as the move budget allows (its Unsaved part
+// once it checkpoints), and the group is held in the room it leaves.
 type KeptNode struct {
 	Node string `json:"node"`
 	// Fixed is the milli-GPU held there by work that may not move:

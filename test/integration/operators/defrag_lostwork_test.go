@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
@@ -143,9 +142,7 @@ func TestDrainMovesEachWorkloadOnceItCheckpoints(t *testing.T) {
 		return err == nil && n == kept, fmt.Errorf("b on %q (%w): %s", n, err, c.waiting(ctx, "app!=none"))
 	})
 	for k := range others {
-		if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), fmt.Sprintf("filler-%d", k), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-			t.Fatal(err)
-		}
+		c.remove(fmt.Sprintf("filler-%d", k))
 	}
 	uidA, uidB := c.bigPastBound(bound)
 	bigSays := func(says string) {

@@ -100,11 +100,7 @@ func (c *cluster) fragment() (nodeA, nodeB string) {
 	t := c.t
 	t.Helper()
 	c.statefulSet("a", 4)
-	framework.Eventually(t, 60*time.Second, "a bound", func(ctx context.Context) (bool, error) {
-		n, _, err := c.podOn(ctx, "a-0")
-		return err == nil && n != "", err
-	})
-	nodeA, _, _ = c.podOn(t.Context(), "a-0")
+	nodeA, _, _ = c.landed("a-0")
 	c.gpuPod("filler", nodeA, 4)
 	framework.Eventually(t, 60*time.Second, "the filler bound beside a", func(ctx context.Context) (bool, error) {
 		n, _, err := c.podOn(ctx, "filler")
@@ -115,9 +111,7 @@ func (c *cluster) fragment() (nodeA, nodeB string) {
 		n, _, err := c.podOn(ctx, "b-0")
 		return err == nil && n != "" && n != nodeA, fmt.Errorf("on %q (%w)", n, err)
 	})
-	if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), "filler", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
-	}
+	c.remove("filler")
 	nodeB, _, _ = c.podOn(t.Context(), "b-0")
 	return nodeA, nodeB
 }
@@ -142,6 +136,14 @@ func (c *cluster) landed(name string) (node, uid string, others []string) {
 		}
 	}
 	return node, uid, others
+}
+
+// remove deletes pod name at once, as a pod that ends.
+func (c *cluster) remove(name string) {
+	c.t.Helper()
+	if err := env.Client.CoreV1().Pods(c.ns).Delete(c.t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // gpuPod creates a pod of gpus GPUs that did not opt in to moves, on
@@ -279,9 +281,7 @@ func TestDrainKeepsANodeForAWholeNodeGang(t *testing.T) {
 	}
 	// The pod that may not move ends: m is moved off and the gang binds
 	// where it was.
-	if err := env.Client.CoreV1().Pods(c.ns).Delete(t.Context(), "fixed", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
-	}
+	c.remove("fixed")
 	framework.Eventually(t, 120*time.Second, "big-0 bound on "+kept+", m made again elsewhere", func(ctx context.Context) (bool, error) {
 		n0, _, err0 := c.podOn(ctx, "big-0")
 		n1, _, err1 := c.podOn(ctx, "big-1")
