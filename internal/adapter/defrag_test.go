@@ -131,7 +131,7 @@ func TestDrainedGangNamesTheNodeKeptForIt(t *testing.T) {
 	f.cache.upsertPodGroup(podGroup("big", 1))
 	f.cache.upsertPod(newPod("ns", "big-0").GPUs(8).Label(v1alpha1.PodGroupLabel, "big").Obj())
 	const kept = "node a is kept free for it: it waits for the pods there that may not move (2 GPUs) to end, then the movable ones (3 GPUs) are moved off"
-	const want = "Unschedulable: 0/3 nodes available: 3 insufficient nvidia.com/gpu; " + kept
+	const want = "Unschedulable: 0/3 nodes available: 2 insufficient nvidia.com/gpu, 1 node kept free for a group waiting for a whole node; " + kept
 	// The first cycle explains big node by node; the second reuses that.
 	for range 2 {
 		f.cycle()

@@ -495,6 +495,7 @@ func (c *cycle) finish() {
 		s.st.Release(t.node, &t.req, t.shares)
 		s.touched = append(s.touched, t.node)
 	}
+	s.st.Open() // the nodes kept free (keepFree)
 	for _, e := range c.d.Evictions {
 		if e.Reason == model.EvictDisruption {
 			continue // running until it exits (disrupt)
@@ -700,7 +701,7 @@ func (c *cycle) explain(p *pending, u *model.Unplaced) {
 		}
 	}
 	u.Explained, u.Nodes = true, len(st.Nodes)
-	known := []string{placement.FilterUnschedulable, placement.FilterComing, placement.FilterSelector, placement.FilterCPU, placement.FilterMemory, placement.FilterVolumeInUse, placement.FilterVolumeLimits, placement.FilterVolumeBinding,
+	known := []string{placement.FilterUnschedulable, placement.FilterComing, placement.FilterSelector, placement.FilterKept, placement.FilterCPU, placement.FilterMemory, placement.FilterVolumeInUse, placement.FilterVolumeLimits, placement.FilterVolumeBinding,
 		placement.FilterClaimDevices, placement.FilterGPUKind, placement.FilterGPU,
 		placement.FilterSpread, placement.FilterPodAffinity, placement.FilterPodAntiAffinity, placement.FilterExistingAntiAffinity}
 	for _, f := range known {

@@ -74,7 +74,7 @@ func (c *cycle) defragment() {
 			}
 			looks++
 			if last == nil || !sameRequests(last, p.g) {
-				c.feasible.reset(c.s.nodes, p.g)
+				c.feasible.reset(c.s.nodes, c.s.st, p.g)
 				last = p.g
 			}
 			n, tried := c.tryMove(p, least.GPUMilli, min(left, maxMovesPerGroup), recent)

@@ -333,8 +333,10 @@
 // such pod, the node cheapest to empty (the fewest GPUs held by work that
 // may not move, then the most free; of the 64 nodes with the most GPUs
 // free that the pod fits) is kept from every other group for
-// the cycle, its free room taken out of the state as a hold's room is;
-// and once only movable groups stand on those nodes they are moved off,
+// the cycle: its free room is taken out of the state as a hold's room is,
+// and the node is closed to placement (placement.State.Close), so that
+// room an eviction or a move frees there later in the cycle is kept too,
+// and no victim there is weighed for another group; and once only movable groups stand on those nodes they are moved off,
 // under the rules of a move, and the group is held in the room they
 // leave. Where DefragPolicy.MaxLostWork keeps some of those groups in
 // place until they checkpoint, the others are moved off ahead of them,
@@ -405,7 +407,7 @@
 // however large the budget and whatever the window: the window only
 // slows moves further (no group is moved twice within it).
 //
-// Drains keep it. Keeping a node's free room for a cycle evicts nothing,
+// Drains keep it. Keeping a node for a cycle evicts nothing,
 // changes no queue's usage and no fair share, and is given back when the
 // cycle ends; it only leaves some groups pending that would have been
 // placed, which the argument allows (it counts placements, and nothing a

@@ -10,33 +10,31 @@ import (
 	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 )
 
-// Draining. A pod that needs a whole node (it asks for as many GPUs as
-// the largest node has) starts only when such a node is empty. Under load
-// that rarely happens by itself: work that needs less keeps landing on
-// whatever frees, and a move (defrag.go) empties a node only when
-// everything on it may move. So, with DefragPolicy.DrainAfter set and
-// moves on, a group with such pods that has waited DrainAfter since it
-// was created, and whose queue admits it, has a node drained for each of
-// them at the start of every cycle, before allocation: of the first
-// maxDrainScan nodes it fits by the most GPUs free, those cheapest to
-// empty, counting only the work there that may not move (the GPUs
-// neither free nor held by movable groups), then the most GPUs free. The
-// cycle keeps new work off those nodes: their
-// free room is taken out of its state, as a hold's room is, and given
-// back when it finishes, so the free GPUs of a drained node idle until
-// its fixed work ends. Once nothing but movable groups stands on them,
-// those groups are moved off, within the move window and the disruption
-// budget, and the group is held in the room they leave, as a move for it
-// would. Under DefragPolicy.MaxLostWork a movable group may move only
-// within that long of its last checkpoint, and the groups on a node
-// seldom all are at once: each is then moved off as soon as it is
-// (moveAhead), the room it leaves kept with the node's, and the group is
-// held once the last one moves. A drained node holds no decision: every
-// cycle chooses again from the state, and the node that was drained,
-// having taken nothing new and kept its free GPUs, is the cheapest again
-// unless another became cheaper. While the group waits, its reason names
-// the nodes kept for it and what stands on each (model.Unplaced.Kept), as
-// this cycle chose them.
+// Draining. A pod that needs a whole node (it asks for as many GPUs as the
+// largest node has) starts only when such a node is empty. Under load that
+// rarely happens by itself: work that needs less keeps landing on whatever
+// frees, and a move (defrag.go) empties a node only when everything on it
+// may move. So, with DefragPolicy.DrainAfter set and moves on, a group
+// with such pods that has waited DrainAfter since it was created, and
+// whose queue admits it, has a node drained for each of them at the start
+// of every cycle, before allocation: of the first maxDrainScan nodes it
+// fits by the most GPUs free, those cheapest to empty, counting only the
+// work there that may not move (the GPUs neither free nor held by movable
+// groups), then the most GPUs free. The cycle keeps new work off those
+// nodes (keepFree), including room that frees there later in the cycle,
+// until it finishes, so the free GPUs of a drained node idle until its
+// fixed work ends. Once nothing but movable groups stands on them, those
+// groups are moved off, within the move window and the disruption budget,
+// and the group is held in the room they leave, as a move for it would.
+// Under DefragPolicy.MaxLostWork a movable group may move only within that
+// long of its last checkpoint, and the groups on a node seldom all are at
+// once: each is then moved off as soon as it is (moveAhead), the room it
+// leaves kept with the node's, and the group is held once the last one
+// moves. A drained node holds no decision: every cycle chooses again from
+// the state, and the node that was drained, having taken nothing new and
+// kept its free GPUs, is the cheapest again unless another became cheaper.
+// While the group waits, its reason names the nodes kept for it and what
+// stands on each (model.Unplaced.Kept), as this cycle chose them.
 
 const (
 	// maxDrains caps the groups one cycle drains nodes for, oldest first,
@@ -325,9 +323,13 @@ func (c *cycle) moveOff(rg *runningGroup, avoid map[int]bool) (moved, bool) {
 	return moved{rg: rg, mp: mp, binds: mb}, ok
 }
 
-// keepFree takes node n's free room out of the state for the rest of the
-// cycle, its CPU, memory and every GPU's free part, so that no other
-// group is placed there; finish gives it back.
+// keepFree keeps node n free for the rest of the cycle: it takes the
+// node's free room out of the state, its CPU, memory and every GPU's free
+// part, as a hold's room is taken, so that the free index and what
+// counts free room see none, and closes the node to placement
+// (placement.State.Close), so that room an eviction or a move frees
+// there later in the cycle stays kept too. finish gives the room back
+// and opens the node.
 func (c *cycle) keepFree(n int) {
 	if c.drained == nil {
 		c.drained = map[int]bool{}
@@ -348,6 +350,7 @@ func (c *cycle) keepFree(n int) {
 	if c.s.st.Assign(n, &t.req, t.shares) == nil {
 		c.held = append(c.held, t)
 	}
+	c.s.st.Close(n)
 }
 
 // keptLimit bounds the kept nodes one reason names.

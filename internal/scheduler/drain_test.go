@@ -2,11 +2,13 @@ package scheduler_test
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 	"github.com/gpuplane/gpuplane/internal/scheduler/schedtest"
 )
 
@@ -78,6 +80,35 @@ func TestDrainKeepsNewWorkOffTheCheapestNode(t *testing.T) {
 				t.Fatalf("big's reason %q: naming n-0 is %v, want %v", u.Reason, named, tc.wantKept != nil)
 			}
 		})
+	}
+}
+
+// A node kept free for a gang stays closed to every other group for the
+// rest of the cycle, including the room that frees there after the drain:
+// urgent (2 GPUs, priority 10) fits only by preempting f0 on n-0, which
+// is kept for big, so it evicts nothing and waits, told that the node is
+// kept, while f0's GPUs stay where big needs them once f0 ends.
+func TestDrainKeepsRoomFreedLaterInTheCycle(t *testing.T) {
+	nodes := schedtest.Cluster("n", 2, 8, 64000, 1<<20)
+	f0, f1 := wholeGPUs("f0", "n-0", 0, 2, false), wholeGPUs("f1", "n-1", 0, 8, false)
+	f1.Priority = 100
+	urgent := schedtest.Group("urgent").Queue("b").Priority(10).Created(5000).Pods(1, schedtest.GPU(2, 1000)).Obj()
+	urgent.Explain = true
+	snap := model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, f0, f1), Now: 5000,
+		Queues:  []model.Queue{{Name: "a"}, {Name: "b"}},
+		Budget:  model.DisruptionBudget{MaxEvictions: -1},
+		Defrag:  model.DefragPolicy{MaxMoves: 4, Window: 3600, DrainAfter: 3600},
+		Pending: []model.PodGroup{schedtest.Group("big").Queue("a").Created(0).Pods(1, schedtest.GPU(8, 1000)).Obj(), urgent}}
+	d := bestFitCycle(t, snap)
+	if on := bindsOf(d); len(on) != 0 || len(d.Evictions) != 0 || len(d.Holds) != 0 {
+		t.Fatalf("placed %v, evictions %+v, holds %+v; want nothing placed on n-0, kept for big", on, d.Evictions, d.Holds)
+	}
+	if u := unplacedOf(&d, "big"); u == nil || len(u.Kept) != 1 || u.Kept[0].Node != "n-0" {
+		t.Fatalf("big unplaced %+v; want n-0 kept for it", u)
+	}
+	u := unplacedOf(&d, "urgent")
+	if u == nil || !slices.Contains(u.Filtered, model.FilterCount{Filter: placement.FilterKept, Nodes: 1}) {
+		t.Fatalf("urgent unplaced %+v; want one node filtered as %q", u, placement.FilterKept)
 	}
 }
 

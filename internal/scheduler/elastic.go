@@ -82,7 +82,7 @@ func (c *cycle) shrinkCandidates(p *pending, m evictMode) []*runningGroup {
 		key float64
 	}
 	var out []keyed
-	c.feasible.reset(c.s.nodes, p.g)
+	c.feasible.reset(c.s.nodes, c.s.st, p.g)
 	add := func(q int, key float64) {
 		for _, e := range c.leaves[q] {
 			for _, rg := range e.elastic {
@@ -218,7 +218,7 @@ search:
 	for k := len(taken) - 2; k >= 0; k-- {
 		t := taken[k]
 		back := st.Checkpoint()
-		if st.Assign(t.ps.node, &t.ps.a.Request, t.ps.a.GPUs) != nil {
+		if st.Hold(t.ps.node, &t.ps.a.Request, t.ps.a.GPUs) != nil {
 			st.Rollback(back)
 			continue
 		}

@@ -101,7 +101,7 @@ func (c *cycle) allowed(p *pending, rg *runningGroup, m evictMode) bool {
 func (c *cycle) victims(p *pending, m evictMode) *victimQueue {
 	h := &c.victimBuf
 	h.c, h.p, h.m, h.cursors = c, p, m, h.cursors[:0]
-	c.feasible.reset(c.s.nodes, p.g)
+	c.feasible.reset(c.s.nodes, c.s.st, p.g)
 	if m == preempt {
 		if c.minPrio[p.q] < int64(p.g.Priority) {
 			h.add(p.q, 0)
@@ -437,6 +437,7 @@ func (c *cycle) assign(p *pending, binds []model.Bind) bool {
 // each node once.
 type nodeFilter struct {
 	nodes []model.Node
+	st    *placement.State
 	g     *model.PodGroup
 	// in, when not nil, keeps the filter to the nodes whose in[i] is
 	// inID: one domain of a topology gang's required level.
@@ -448,8 +449,8 @@ type nodeFilter struct {
 	ok   []bool
 }
 
-// reset points the filter at group g on nodes.
-func (f *nodeFilter) reset(nodes []model.Node, g *model.PodGroup) {
+// reset points the filter at group g on nodes, whose free state is st.
+func (f *nodeFilter) reset(nodes []model.Node, st *placement.State, g *model.PodGroup) {
 	if len(f.seen) != len(nodes) {
 		f.seen, f.ok, f.gen = make([]uint32, len(nodes)), make([]bool, len(nodes)), 0
 	}
@@ -457,12 +458,13 @@ func (f *nodeFilter) reset(nodes []model.Node, g *model.PodGroup) {
 		clear(f.seen)
 		f.gen = 1
 	}
-	f.nodes, f.g, f.reqs = nodes, g, f.reqs[:0]
+	f.nodes, f.st, f.g, f.reqs = nodes, st, g, f.reqs[:0]
 }
 
-// fits reports whether a pod of the group statically fits node i.
+// fits reports whether a pod of the group statically fits node i, and
+// the node is open to placement (kept free for no other group).
 func (f *nodeFilter) fits(i int) bool {
-	if f.in != nil && f.in[i] != f.inID {
+	if f.in != nil && f.in[i] != f.inID || f.st.Closed(i) {
 		return false
 	}
 	if f.seen[i] == f.gen {

@@ -165,7 +165,7 @@ func (s *State) room(i int, req *model.Request) int {
 // the pods it could take. It changes nothing.
 func (s *State) RoomFreed(i int, req *model.Request, cpu, mem int64, freed []model.GPUShare) int {
 	ns := &s.Nodes[i]
-	if !StaticFits(ns.Node, req) {
+	if ns.closed || !StaticFits(ns.Node, req) {
 		return 0
 	}
 	b := &s.roomBuf

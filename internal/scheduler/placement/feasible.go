@@ -111,7 +111,7 @@ func setGPUs(n *model.Node, req *model.Request) int {
 // core asks it before proposing a new MIG layout for req on the node.
 func (s *State) Hosts(i int, req *model.Request) bool {
 	ns := &s.Nodes[i]
-	return nodeAccepts(ns.Node, req, false) && ns.FreeCPU >= req.MilliCPU && ns.FreeMem >= req.MemoryMiB && ns.res.fits(req, ns.Pods)
+	return !ns.closed && nodeAccepts(ns.Node, req, false) && ns.FreeCPU >= req.MilliCPU && ns.FreeMem >= req.MemoryMiB && ns.res.fits(req, ns.Pods)
 }
 
 // ModelAllowed reports whether GPU g is of a model req allows.
@@ -185,7 +185,7 @@ func (s *State) Options(i int, req *model.Request) []Option {
 // topology, and topology only ranks whole-GPU sets.
 func (s *State) fitOptions(i int, req *model.Request) []Option {
 	ns := &s.Nodes[i]
-	if !nodeAccepts(ns.Node, req, s.comingUp) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) ||
+	if ns.closed || !nodeAccepts(ns.Node, req, s.comingUp) || ns.FreeCPU < req.MilliCPU || ns.FreeMem < req.MemoryMiB || !ns.res.fits(req, ns.Pods) ||
 		req.Volumes != nil && s.volumeWhy(i, req) != "" {
 		return nil
 	}
@@ -383,6 +383,9 @@ const (
 	// FilterClaimDevices: no device of the node satisfies the pod's
 	// ResourceClaims (their device classes and selectors), however free.
 	FilterClaimDevices = "no device satisfies the claims"
+	// FilterKept: the node is kept free, for a group that waits for whole
+	// nodes (State.Close).
+	FilterKept = "node kept free for a group waiting for a whole node"
 )
 
 // Why returns the first filter that refuses req on node i as the state
@@ -396,6 +399,8 @@ func (s *State) Why(i int, req *model.Request) string {
 		return FilterUnschedulable
 	case !nodeAccepts(ns.Node, req, s.comingUp):
 		return FilterSelector
+	case ns.closed:
+		return FilterKept
 	}
 	if why := ns.res.why(req, ns.Pods); why != "" {
 		return why // host ports, pods, scalar resources

@@ -230,6 +230,10 @@ func (c *shapeCache) update(i int) {
 }
 
 func (p *Placer) nodeBest(i int, req *model.Request, rid int32) memoVal {
+	if p.st.Nodes[i].closed {
+		// Not memoised: open nodes of its signature have their place.
+		return memoVal{score: math.Inf(-1), opt: -1}
+	}
 	sig := p.st.signature
 	if p.mix {
 		sig = p.st.signatureMix

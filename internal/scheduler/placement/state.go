@@ -34,6 +34,8 @@ type NodeState struct {
 	// vol counts attached volumes on a node with attach limits
 	// (volumes.go).
 	vol *nodeVolumes
+	// closed: no placement may use the node (State.Close).
+	closed bool
 }
 
 // GPUUsed reports whether GPU g holds any allocation.
@@ -110,6 +112,8 @@ type State struct {
 	// comingUp reads coming nodes (model.Node.Coming) as they will be
 	// once they register their GPUs (SetComingUp).
 	comingUp bool
+	// closed lists the nodes Close closed, for Open.
+	closed []int
 }
 
 // SetComingUp makes Options and Why read coming nodes
@@ -309,9 +313,38 @@ func (s *State) Commit() {
 }
 
 // Fits reports whether shares can be taken on node i for req without
-// over-allocating anything.
+// over-allocating anything, on a node open to placement (Close).
 func (s *State) Fits(i int, req *model.Request, shares []model.GPUShare) bool {
-	return s.fitsHeld(i, req, shares) && (req.Volumes == nil || s.volumeWhy(i, req) == "")
+	return !s.Nodes[i].closed && s.fitsHeld(i, req, shares) && (req.Volumes == nil || s.volumeWhy(i, req) == "")
+}
+
+// Close keeps node i out of every placement until Open: Options, Fits
+// (and so Assign), Room and every Placer find no place there, whatever
+// room frees on it. Hold and Release go on as before, so the pods running
+// there can be released and put back by what-ifs. A scheduling cycle
+// closes the nodes it keeps free for a group: room an eviction or a move
+// frees there later in the cycle stays kept with the rest. Close is not
+// journalled (Rollback leaves it), so it is called outside what-ifs.
+func (s *State) Close(i int) {
+	ns := &s.Nodes[i]
+	if ns.closed {
+		return
+	}
+	ns.closed = true
+	s.closed = append(s.closed, i)
+	s.changed = append(s.changed, i) // placers score it again
+}
+
+// Closed reports whether node i is closed to placement (Close).
+func (s *State) Closed(i int) bool { return s.Nodes[i].closed }
+
+// Open opens every node Close closed.
+func (s *State) Open() {
+	for _, i := range s.closed {
+		s.Nodes[i].closed = false
+		s.changed = append(s.changed, i)
+	}
+	s.closed = s.closed[:0]
 }
 
 // fitsHeld is Fits without the volume filters.
