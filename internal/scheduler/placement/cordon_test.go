@@ -44,14 +44,7 @@ func TestCordonedNodeTakesWhatToleratesIt(t *testing.T) {
 func TestClosedNodeTakesNothingUntilOpen(t *testing.T) {
 	nodes := []model.Node{gpuNode("a", 8000, 2), gpuNode("b", 8000, 2)}
 	st := NewState(nodes)
-	pol, err := NewPolicy("bestfit", PolicyEnv{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewPlacer(st, pol)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := bestFitPlacer(t, st)
 	req := &model.Request{MilliCPU: 1000, GPUs: 1}
 	running := []model.GPUShare{{Index: 0, Milli: model.MilliPerGPU}}
 	if err := st.Hold(0, req, running); err != nil {

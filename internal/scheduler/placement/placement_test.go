@@ -16,6 +16,20 @@ func gpuNode(name string, cpu int64, gpus int) model.Node {
 	return n
 }
 
+// bestFitPlacer is a best-fit Placer on st.
+func bestFitPlacer(t *testing.T, st *State) *Placer {
+	t.Helper()
+	pol, err := NewPolicy("bestfit", PolicyEnv{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlacer(st, pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func TestStateAssignRollback(t *testing.T) {
 	st := NewState([]model.Node{gpuNode("a", 8000, 2)})
 	req := &model.Request{MilliCPU: 1000, GPUMilli: 600}

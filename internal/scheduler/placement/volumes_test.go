@@ -156,14 +156,7 @@ func TestVolumeRestrictionsExclusiveUse(t *testing.T) {
 // what the others offer.
 func TestPlacerVolumesScanFresh(t *testing.T) {
 	st := NewState(volumeNodes())
-	pol, err := NewPolicy("bestfit", PolicyEnv{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewPlacer(st, pol)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := bestFitPlacer(t, st)
 	pv := model.PV{Name: "zonal", Nodes: []string{"a", "b"}}
 	first := claimReq("ns/one", false, pv)
 	o, ok := p.Place(first)
