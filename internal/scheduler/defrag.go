@@ -45,7 +45,10 @@ type moved struct {
 
 // defragment tries moves for the groups still pending, queue by queue in
 // their order, within the snapshot's DefragPolicy and the disruption
-// budget.
+// budget. A group alike the last one whose try searched and moved nothing
+// counts as tried without a search of its own: it would fail the same
+// way, and a backlog of identical whole-node pods pays for one search, not
+// for one each.
 func (c *cycle) defragment() {
 	left := c.movesLeft()
 	if left == 0 || c.budget == 0 || c.s.run.movable == 0 {
@@ -56,6 +59,9 @@ func (c *cycle) defragment() {
 	c.s.free.sync(c.s.st)
 	var recent map[string]bool
 	var last *model.PodGroup // the group the node filter was last reset for
+	// failed is the last group whose try searched and moved nothing, while
+	// nothing has moved since (alike).
+	var failed *pending
 	tries, looks := 0, 0
 	for _, qs := range c.queues {
 		for _, p := range qs {
@@ -77,10 +83,18 @@ func (c *cycle) defragment() {
 				c.feasible.reset(c.s.nodes, c.s.st, p.g)
 				last = p.g
 			}
+			if failed != nil && !repeatAlike && alike(failed, p) {
+				tries++ // its try would repeat failed's, move for move
+				continue
+			}
 			n, tried := c.tryMove(p, least.GPUMilli, min(left, maxMovesPerGroup), recent)
 			left -= n
 			if tried {
 				tries++
+			}
+			failed = nil
+			if tried && n == 0 {
+				failed = p
 			}
 		}
 	}
@@ -423,6 +437,23 @@ func sameRequests(a, b *model.PodGroup) bool {
 		}
 	}
 	return true
+}
+
+// repeatAlike, set only by tests, makes defragment search again for a
+// group alike the last one that failed, to show that not searching
+// decides nothing differently.
+var repeatAlike bool
+
+// alike reports whether a try for q, made right after one for p that
+// searched and moved nothing, would repeat p's move for move and fail as
+// well: the state, the moves left, the budget and the groups kept in
+// place are as p's try found them (it rolled back), and what the try
+// reads of the group is the same: its queue and what it must admit
+// (admission), its pods' requests in order (the nodes it may use, what it
+// needs, where it places) and its minimum, with no topology (whose
+// placement reads the group's slices).
+func alike(p, q *pending) bool {
+	return p.q == q.q && p.admit == q.admit && p.g.Topology == nil && q.g.Topology == nil && p.min() == q.min() && sameRequests(p.g, q.g)
 }
 
 // movedForm is rg as a pending group to place elsewhere: all its running

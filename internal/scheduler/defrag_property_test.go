@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -175,4 +176,53 @@ func checkKept(t *rapid.T, held []model.Hold, whole map[string]bool, d *model.De
 			t.Fatalf("%s of %s bound on %s, kept free for %s", b.Pod, b.Group, b.Node, g)
 		}
 	}
+}
+
+// A try for a group alike the last one whose try searched and moved
+// nothing is not made: it would repeat that search move for move and fail
+// as well. The same workloads, cycle by cycle, with the search made again
+// and without it, decide exactly the same.
+func TestPropertyAlikeTriesSkippedDecideTheSame(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		snap, later := genFragmenting(t)
+		cfg := scheduler.Config{Policy: rapid.SampledFrom([]string{"gpuplane", "bestfit"}).Draw(t, "policy")}
+		leaves := rapid.SliceOfN(rapid.Bool(), 64, 64).Draw(t, "leaves")
+		run := func(repeat bool) []model.Decisions {
+			defer scheduler.RepeatAlikeTries(repeat)()
+			h, err := schedtest.NewHarness(snap, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			step := func() {
+				h.Snap.Now += 10
+				if _, err := h.Cycle(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				step()
+			}
+			var keep []model.Allocation
+			for k, a := range schedtest.Running(&h.Snap) {
+				if !leaves[k%len(leaves)] {
+					keep = append(keep, a)
+				}
+			}
+			h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, keep...)
+			h.Snap.Pending = append(h.Snap.Pending, later...)
+			for range 8 {
+				step()
+			}
+			for k := range h.Log {
+				h.Log[k].Timings = nil
+			}
+			return h.Log
+		}
+		skipped, searched := run(false), run(true)
+		for k := range searched {
+			if !reflect.DeepEqual(skipped[k], searched[k]) {
+				t.Fatalf("cycle %d decided\n%+v\nwithout the search made again, and\n%+v\nwith it", k, skipped[k], searched[k])
+			}
+		}
+	})
 }

@@ -22,3 +22,12 @@ func NodesOf(s *Scheduler) []model.Node { return s.nodes }
 
 // KeptReason exposes the words of a reason that names nodes kept free.
 var KeptReason = keptReason
+
+// RepeatAlikeTries makes defragment search again for a group alike the
+// last one whose try failed (on) or not (off, as the scheduler runs), and
+// returns what puts it back.
+func RepeatAlikeTries(on bool) (restore func()) {
+	was := repeatAlike
+	repeatAlike = on
+	return func() { repeatAlike = was }
+}
