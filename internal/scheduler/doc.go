@@ -326,28 +326,28 @@
 //
 // Draining (drain.go). With DefragPolicy.DrainAfter set as well, a group
 // with pods that need a whole node (they ask for as many GPUs as the
-// largest node has), admitted by its queue and waiting DrainAfter since
-// it was created, has nodes drained for it at the start of the cycle,
-// after the holds and before allocation, the oldest two groups first: if
-// it fits as the nodes stand it is placed at once; otherwise, for each
-// such pod, the node cheapest to empty (the fewest GPUs held by work that
-// may not move, then the most free; of the 64 nodes with the most GPUs
-// free that the pod fits) is kept from every other group for
-// the cycle: its free room is taken out of the state as a hold's room is,
-// and the node is closed to placement (placement.State.Close), so that
-// room an eviction or a move frees there later in the cycle is kept too,
-// and no victim there is weighed for another group; and once only movable groups stand on those nodes they are moved off,
-// under the rules of a move, and the group is held in the room they
-// leave. Where DefragPolicy.MaxLostWork keeps some of those groups in
-// place until they checkpoint, the others are moved off ahead of them,
-// for the group but without placing it, and the room they leave is kept
-// with the node's. A drained node is no decision: each cycle chooses
-// again from what runs. It is said, though: a group left waiting with
-// nodes kept for it (code UnplacedNoFit, as it waits for capacity) names
-// them in Unplaced.Kept, with the GPUs held on each by work that may not
-// move and by movable work, and its reason says what it waits for there,
-// unless coming nodes would start it (UnplacedNodesComing says that
-// instead).
+// largest node has), admitted by its queue and waiting DrainAfter since it
+// was created, has nodes drained for it at the start of the cycle, after
+// the holds and before allocation, the oldest two groups first: if it fits
+// as the nodes stand it is placed at once; otherwise, for each such pod,
+// the node cheapest to empty (the fewest GPUs held by work that may not
+// move, then the most free; of the 64 nodes with the most GPUs free that
+// the pod fits) is kept from every other group for the cycle: its free
+// room is taken out of the state as a hold's room is, and the node is
+// closed to placement (placement.State.Close), so that room an eviction or
+// a move frees there later in the cycle is kept too, and no victim there
+// is weighed for another group; and once only movable groups stand on
+// those nodes they are moved off, under the rules of a move, and the group
+// is held in the room they leave. Where DefragPolicy.MaxLostWork keeps
+// some of those groups in place until they checkpoint, the others are
+// moved off ahead of them, for the group but without placing it, and the
+// room they leave is kept with the node's. A drained node is no decision:
+// each cycle chooses again from what runs. It is said, though: a group
+// left waiting with nodes kept for it (code UnplacedNoFit, as it waits for
+// capacity) names them in Unplaced.Kept, with the GPUs held on each by
+// work that may not move and by movable work, and its reason says what it
+// waits for there, unless coming nodes would start it (UnplacedNodesComing
+// says that instead).
 //
 // Why preemption cannot cycle. Fair shares and guarantees stay fixed while
 // work moves between running and pending, every reclaim strictly lowers the
