@@ -19,6 +19,7 @@ import (
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
+	"github.com/gpuplane/gpuplane/internal/scheduler/placement"
 	"github.com/gpuplane/gpuplane/internal/testutil/build"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -116,8 +117,8 @@ func (c *cluster) fragment() (nodeA, nodeB string) {
 	return nodeA, nodeB
 }
 
-// landed waits for the StatefulSet pod name to be bound, and returns its
-// node, its UID and the test's other nodes.
+// landed waits for pod name (a StatefulSet's, or one made by the test) to
+// be bound, and returns its node, its UID and the test's other nodes.
 func (c *cluster) landed(name string) (node, uid string, others []string) {
 	t := c.t
 	t.Helper()
@@ -150,11 +151,18 @@ func (c *cluster) remove(name string) {
 // the test's nodes, only on node when node is not "".
 func (c *cluster) gpuPod(name, node string, gpus int) {
 	c.t.Helper()
+	c.classPod(name, node, "", gpus)
+}
+
+// classPod is gpuPod of PriorityClass class ("": none).
+func (c *cluster) classPod(name, node, class string, gpus int) {
+	c.t.Helper()
 	b := framework.Pod(c.ns, name).SchedulerName(c.scheduler).GPUs(gpus).NodeSelector("test-ns", c.ns)
 	if node != "" {
 		b.NodeSelector("kubernetes.io/hostname", node)
 	}
 	p := b.Obj()
+	p.Spec.PriorityClassName = class
 	if _, err := env.Client.CoreV1().Pods(c.ns).Create(c.t.Context(), p, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
@@ -295,4 +303,50 @@ func TestDrainKeepsANodeForAWholeNodeGang(t *testing.T) {
 		return true, nil
 	})
 	c.movedFor("m-0", "pg/"+c.ns+"/big")
+}
+
+// A node kept for a whole-node pod is kept from every other pod for as
+// long as it is kept, a preemptor's included. urgent (the low class, above
+// the default priority) fits only by preempting fixed, the 2 GPUs on the
+// kept node: the other node is full with a pod of the high class. It
+// evicts nothing, and its message counts the node as kept.
+func TestDrainKeepsTheNodeFromAPreemptor(t *testing.T) {
+	c := newCluster(t, 2)
+	low, high := c.priorities()
+	framework.RunScheduler(t, adapter.Config{RESTConfig: env.Config, SchedulerName: c.scheduler, CycleInterval: 200 * time.Millisecond,
+		PartialGangGrace: 2 * time.Second, DefragMovesPerHour: 4, DefragDrainAfter: 2 * time.Second})
+	c.gpuPod("fixed", "", 2)
+	kept, uidFixed, others := c.landed("fixed")
+	c.classPod("full", others[0], high, 8)
+	framework.Eventually(t, 60*time.Second, "full bound on "+others[0], func(ctx context.Context) (bool, error) {
+		n, _, err := c.podOn(ctx, "full")
+		return err == nil && n == others[0], fmt.Errorf("on %q (%w)", n, err)
+	})
+	c.gpuPod("big", "", 8)
+	says := func(name, want string) {
+		t.Helper()
+		framework.Eventually(t, 60*time.Second, name+" told "+want, func(ctx context.Context) (bool, error) {
+			p, err := env.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			got := framework.SchedulerSays(p)
+			return strings.Contains(got, want), fmt.Errorf("%s: %s", name, got)
+		})
+	}
+	says("big", "node "+kept+" is kept free for it")
+	c.classPod("urgent", "", low, 2)
+	says("urgent", placement.FilterKept)
+	// Cycles go on: fixed stays, and nothing says it was preempted.
+	time.Sleep(time.Second)
+	if n, uid, err := c.podOn(t.Context(), "fixed"); err != nil || n != kept || uid != uidFixed {
+		t.Fatalf("fixed on %q (uid %s, was %s): %v", n, uid, uidFixed, err)
+	}
+	evs, err := env.Client.CoreV1().Events(c.ns).List(t.Context(), metav1.ListOptions{FieldSelector: "reason=Preempted,involvedObject.name=fixed"})
+	if err != nil || len(evs.Items) > 0 {
+		t.Fatalf("fixed has Preempted events %+v (%v)", evs, err)
+	}
+	if n, _, _ := c.podOn(t.Context(), "urgent"); n != "" {
+		t.Fatalf("urgent bound on %s", n)
+	}
 }
