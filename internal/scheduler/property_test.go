@@ -329,6 +329,14 @@ func propertyStep(t *rapid.T, h *schedtest.Harness) model.Decisions {
 	}
 	checkDecisions(t, &before, d)
 	checkInvariants(t, &h.Snap)
+	// A node kept free is kept for its cycle only: none stays closed to
+	// the next.
+	st := scheduler.StateOf(h.Sched)
+	for i := range st.Nodes {
+		if st.Closed(i) {
+			t.Fatalf("node %s is still closed after the cycle", st.Nodes[i].Node.Name)
+		}
+	}
 	// Nothing goes to a node that has yet to register its GPUs, and a
 	// group that waits for such nodes names only such nodes.
 	coming := map[string]bool{}
