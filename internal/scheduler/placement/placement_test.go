@@ -279,6 +279,18 @@ func TestPlacerMatchesScan(t *testing.T) {
 			pf, _ := NewPlacer(fast, pol)
 			ps := &Placer{st: slow, pol: pol}
 			for k := range 400 {
+				// Now and then a few nodes are closed, as a cycle keeps
+				// them, or all are opened, as a cycle ends: the placer's
+				// caches and memo must follow.
+				switch rng.IntN(20) {
+				case 0:
+					fast.Open()
+					slow.Open()
+				case 1, 2:
+					i := rng.IntN(len(nodes))
+					fast.Close(i)
+					slow.Close(i)
+				}
 				req := shapes[rng.IntN(len(shapes))]
 				a, okA := pf.Place(&req)
 				b, okB := ps.scan(&req)
