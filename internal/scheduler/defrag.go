@@ -60,7 +60,8 @@ func (c *cycle) defragment() {
 	var recent map[string]bool
 	var last *model.PodGroup // the group the node filter was last reset for
 	// failed is the last group whose try searched and moved nothing, while
-	// nothing has moved since (alike).
+	// nothing has moved since and every group looked at since asked what
+	// it asks (alike).
 	var failed *pending
 	tries, looks := 0, 0
 	for _, qs := range c.queues {
@@ -80,8 +81,8 @@ func (c *cycle) defragment() {
 			}
 			looks++
 			if last == nil || !sameRequests(last, p.g) {
-				c.feasible.reset(c.s.nodes, c.s.st, p.g)
-				last = p.g
+				c.feasible.reset(c.s.st, p.g)
+				last, failed = p.g, nil
 			}
 			if failed != nil && !repeatAlike && alike(failed, p) {
 				tries++ // its try would repeat failed's, move for move
@@ -446,14 +447,15 @@ var repeatAlike bool
 
 // alike reports whether a try for q, made right after one for p that
 // searched and moved nothing, would repeat p's move for move and fail as
-// well: the state, the moves left, the budget and the groups kept in
-// place are as p's try found them (it rolled back), and what the try
-// reads of the group is the same: its queue and what it must admit
-// (admission), its pods' requests in order (the nodes it may use, what it
-// needs, where it places) and its minimum, with no topology (whose
+// well, given that q's pods ask what p's ask (sameRequests, which
+// defragment has compared for its node filter: the nodes a try may use,
+// what it needs, where it places). The state, the moves left, the budget
+// and the groups kept in place are as p's try found them (it rolled back),
+// so what else the try reads of the group must be the same: its queue and
+// what it must admit (admission) and its minimum, with no topology (whose
 // placement reads the group's slices).
 func alike(p, q *pending) bool {
-	return p.q == q.q && p.admit == q.admit && p.g.Topology == nil && q.g.Topology == nil && p.min() == q.min() && sameRequests(p.g, q.g)
+	return p.q == q.q && p.admit == q.admit && p.g.Topology == nil && q.g.Topology == nil && p.min() == q.min()
 }
 
 // movedForm is rg as a pending group to place elsewhere: all its running

@@ -82,7 +82,7 @@ func (c *cycle) shrinkCandidates(p *pending, m evictMode) []*runningGroup {
 		key float64
 	}
 	var out []keyed
-	c.feasible.reset(c.s.nodes, c.s.st, p.g)
+	c.feasible.reset(c.s.st, p.g)
 	add := func(q int, key float64) {
 		for _, e := range c.leaves[q] {
 			for _, rg := range e.elastic {

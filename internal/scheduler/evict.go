@@ -101,7 +101,7 @@ func (c *cycle) allowed(p *pending, rg *runningGroup, m evictMode) bool {
 func (c *cycle) victims(p *pending, m evictMode) *victimQueue {
 	h := &c.victimBuf
 	h.c, h.p, h.m, h.cursors = c, p, m, h.cursors[:0]
-	c.feasible.reset(c.s.nodes, c.s.st, p.g)
+	c.feasible.reset(c.s.st, p.g)
 	if m == preempt {
 		if c.minPrio[p.q] < int64(p.g.Priority) {
 			h.add(p.q, 0)
@@ -436,9 +436,8 @@ func (c *cycle) assign(p *pending, binds []model.Bind) bool {
 // group's pods statically fits a node (placement.StaticFits), working out
 // each node once.
 type nodeFilter struct {
-	nodes []model.Node
-	st    *placement.State
-	g     *model.PodGroup
+	st *placement.State // the nodes, and which are closed
+	g  *model.PodGroup
 	// in, when not nil, keeps the filter to the nodes whose in[i] is
 	// inID: one domain of a topology gang's required level.
 	in   []int32
@@ -449,16 +448,16 @@ type nodeFilter struct {
 	ok   []bool
 }
 
-// reset points the filter at group g on nodes, whose free state is st.
-func (f *nodeFilter) reset(nodes []model.Node, st *placement.State, g *model.PodGroup) {
-	if len(f.seen) != len(nodes) {
-		f.seen, f.ok, f.gen = make([]uint32, len(nodes)), make([]bool, len(nodes)), 0
+// reset points the filter at group g on the nodes of st.
+func (f *nodeFilter) reset(st *placement.State, g *model.PodGroup) {
+	if n := len(st.Nodes); len(f.seen) != n {
+		f.seen, f.ok, f.gen = make([]uint32, n), make([]bool, n), 0
 	}
 	if f.gen++; f.gen == 0 {
 		clear(f.seen)
 		f.gen = 1
 	}
-	f.nodes, f.st, f.g, f.reqs = nodes, st, g, f.reqs[:0]
+	f.st, f.g, f.reqs = st, g, f.reqs[:0]
 }
 
 // fits reports whether a pod of the group statically fits node i, and
@@ -480,7 +479,7 @@ func (f *nodeFilter) fits(i int) bool {
 	}
 	ok := false
 	for _, r := range f.reqs {
-		if placement.StaticFits(&f.nodes[i], r) {
+		if placement.StaticFits(f.st.Nodes[i].Node, r) {
 			ok = true
 			break
 		}
