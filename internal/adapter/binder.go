@@ -77,13 +77,16 @@ func (h *holdBook) set(holds []model.Hold) {
 	h.holds = holds
 }
 
-// drop ends a group's hold: it competes afresh next cycle.
-func (h *holdBook) drop(group string) {
+// refused ends the hold of group forGroup, for which the API refused to
+// evict pod, and every hold that waits for pod: they compete afresh next
+// cycle. A hold may wait for pods evicted for another group, in whose
+// room it was placed.
+func (h *holdBook) refused(pod, forGroup string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make([]model.Hold, 0, len(h.holds))
 	for _, x := range h.holds {
-		if x.Group != group {
+		if x.Group != forGroup && !slices.Contains(x.Victims, pod) {
 			out = append(out, x)
 		}
 	}
@@ -138,8 +141,8 @@ func (r *refusals) expire(now time.Time) []string {
 // evict sends the cycle's evictions, each after its victim's notice
 // (preemptionNotice) with the grace period of the victim's Queue. A
 // refused one (a PodDisruptionBudget said no) leaves its victim alone for
-// EvictionBackoff and ends the hold of the group it was for, which
-// competes afresh.
+// EvictionBackoff and ends the holds of the group it was for and of any
+// other group waiting for it, which compete afresh.
 func (b *binder) evict(ctx context.Context, in *cycleInput, d *model.Decisions) {
 	if len(d.Evictions) == 0 {
 		return
@@ -167,10 +170,9 @@ func (b *binder) evict(ctx context.Context, in *cycleInput, d *model.Decisions) 
 			if refused {
 				b.refusals.add(e.Pod, victim.UID, time.Now().Add(b.cfg.EvictionBackoff))
 				b.cache.touch(e.Pod)
-				b.holds.drop(e.For)
-				if e.Reason == model.EvictDefragment {
-					b.holds.drop(e.Group) // the group stays where it runs
-				}
+				// A moved group's own hold waits for its pods: it stays
+				// where it runs.
+				b.holds.refused(e.Pod, e.For)
 			}
 		})
 	}

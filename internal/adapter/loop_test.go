@@ -316,6 +316,52 @@ func TestLoopEvictsThenBindsThePreemptorWhereItWaited(t *testing.T) {
 	}
 }
 
+// Two preemptors fit in what one victim leaves: the second waits for the
+// first one's victim, neither bound beside it while it runs nor evicting
+// another pod; a refusal of that eviction ends both holds.
+func TestLoopSecondPreemptorWaitsForTheFirstOnesVictim(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refused=%v", refuse), func(t *testing.T) {
+			f := newLoopFixture(t, Config{}, gpuNode("a", 8))
+			f.api.refuse = refuse
+			low, high := int32(1), int32(100)
+			for i, gpus := range []string{"0,1,2,3", "4,5,6,7"} {
+				p := newPod("ns", fmt.Sprint("low-", i)).GPUs(4).Obj()
+				p.Spec.NodeName, p.Spec.Priority = "a", &low
+				p.Annotations = map[string]string{GPUsAnnotation: gpus}
+				p.CreationTimestamp = metav1.Unix(int64(100+i), 0)
+				f.cache.upsertPod(p)
+			}
+			for i, name := range []string{"urgent-a", "urgent-b"} {
+				p := newPod("ns", name).GPUs(2).Obj()
+				p.Spec.Priority = &high
+				p.CreationTimestamp = metav1.Unix(int64(200+i), 0)
+				f.cache.upsertPod(p)
+			}
+			f.cycle()
+			if !slices.Equal(f.api.evicted, []string{"ns/low-1"}) || len(f.api.binds) != 0 {
+				t.Fatalf("evicted %v, bound %v; want low-1 evicted and nothing bound while it runs", f.api.evicted, f.api.binds)
+			}
+			holds := f.loop.binder.holds.get()
+			if refuse {
+				if len(holds) != 0 {
+					t.Fatalf("holds %+v kept after their victim's eviction was refused", holds)
+				}
+				return
+			}
+			if len(holds) != 2 || !slices.Equal(holds[0].Victims, []string{"ns/low-1"}) || !slices.Equal(holds[1].Victims, []string{"ns/low-1"}) {
+				t.Fatalf("holds %+v, want both preemptors waiting for low-1", holds)
+			}
+			f.cache.deletePod(f.cache.pods["ns/low-1"].pod)
+			f.cycle()
+			slices.Sort(f.api.binds)
+			if !slices.Equal(f.api.binds, []string{"ns/urgent-a a 4,5", "ns/urgent-b a 6,7"}) {
+				t.Fatalf("bound %v, want both preemptors on the victim's GPUs", f.api.binds)
+			}
+		})
+	}
+}
+
 // A pod with preemptionPolicy: Never waits for room instead of evicting
 // lower-priority pods, and its condition says why.
 func TestLoopPreemptionPolicyNeverEvictsNoOne(t *testing.T) {

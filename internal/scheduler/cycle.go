@@ -98,8 +98,11 @@ type cycle struct {
 	order  victimOrder
 	bound  []bound // per bind in d.Binds
 	budget int     // evictions left; negative: unbounded
-	// held is the room taken for waiting preemptors (holds.go).
-	held []taken
+	// held is the room taken for waiting preemptors (holds.go), and
+	// vacated the room pods evicted in this cycle still hold
+	// (keepVacated).
+	held    []taken
+	vacated []vacating
 	// feasible and victimBuf are scratch space for evictions.
 	feasible  nodeFilter
 	victimBuf victimQueue
@@ -494,6 +497,10 @@ func (c *cycle) finish() {
 		t := &c.held[i]
 		s.st.Release(t.node, &t.req, t.shares)
 		s.touched = append(s.touched, t.node)
+	}
+	for i := range c.vacated {
+		t := &c.vacated[i].t
+		s.st.Release(t.node, &t.req, t.shares)
 	}
 	s.st.Open() // the nodes kept free (keepFree)
 	for _, e := range c.d.Evictions {

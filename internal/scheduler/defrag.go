@@ -270,8 +270,10 @@ func (c *cycle) recordMoves(p *pending, moves []moved) []string {
 	for _, m := range moves {
 		m.rg.evicted = c.epoch
 		c.lose(m.rg, len(m.rg.members))
+		members := m.rg.byNodeAndName()
+		c.keepVacated(members)
 		var own []string
-		for _, ps := range m.rg.byNodeAndName() {
+		for _, ps := range members {
 			a := ps.a
 			c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, For: p.g.Name, Reason: model.EvictDefragment})
 			own = append(own, a.Pod)

@@ -248,6 +248,7 @@ search:
 		// in it: its members here are still the ones it had.
 		t.rg.evicted = c.epoch
 		c.lose(t.rg, 1)
+		c.keepVacated([]*podState{t.ps})
 		a := t.ps.a
 		c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, For: p.g.Name, Reason: m.reason(), Shrink: true})
 		victimPods = append(victimPods, a.Pod)

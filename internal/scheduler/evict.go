@@ -39,12 +39,13 @@ func (m evictMode) reason() string {
 }
 
 // evictFor runs preempt (across false) or reclaim (across true) for every
-// group still pending. Reclaim tries the fair-share rule first and the
-// guarantee rule only for a group the first one did not place.
+// group still pending that the room of pods evicted earlier in the cycle
+// does not hold (waitVacated). Reclaim tries the fair-share rule first and
+// the guarantee rule only for a group the first one did not place.
 func (c *cycle) evictFor(across bool) {
 	for q, qs := range c.queues {
 		for _, p := range qs {
-			if p.placed || p.out() || c.budget == 0 {
+			if p.placed || p.out() || c.waitVacated(p) || c.budget == 0 {
 				continue
 			}
 			c.youngAt = math.MaxInt64
@@ -325,8 +326,10 @@ func (c *cycle) tryEvict(p *pending, m evictMode, forbidden bool) bool {
 	for _, v := range evicted {
 		v.evicted = c.epoch
 		c.lose(v, len(v.members))
+		members := v.byNodeAndName()
+		c.keepVacated(members)
 		pods += len(v.members)
-		for _, ps := range v.byNodeAndName() {
+		for _, ps := range members {
 			a := ps.a
 			c.d.Evictions = append(c.d.Evictions, model.Eviction{Pod: a.Pod, Group: a.Group, Node: a.Node, For: p.g.Name, Reason: m.reason()})
 			victimPods = append(victimPods, a.Pod)

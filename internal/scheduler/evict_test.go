@@ -165,7 +165,8 @@ func TestEvictionsSpareUselessVictims(t *testing.T) {
 		},
 		{
 			name: "room left by an earlier preemption needs no victim",
-			// high1 evicts a 2-GPU victim for 1 GPU; high2 takes the rest.
+			// high1 evicts a 2-GPU victim for 1 GPU; high2 waits for the
+			// same victim in the rest (held, not bound while it runs).
 			nodes:       schedtest.Cluster("n", 1, 4, 128000, 1<<20),
 			queues:      a,
 			first:       []model.PodGroup{g("low1", 1, 1, schedtest.GPU(2, 1000)), g("low2", 1, 1, schedtest.GPU(2, 1000))},

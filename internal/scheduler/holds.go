@@ -94,39 +94,120 @@ func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
 }
 
 // reserve takes, for each pod of a waiting plan, what is free now of what
-// the pod will take: the rest is still held by the victims. finish gives
-// it back.
+// the pod will take (placement.State.Rest): the rest is still held by
+// the victims. The waiting pod counts for other pods' affinity and spread
+// as though placed. finish gives it back.
 func (c *cycle) reserve(p *pending, plan []model.Bind) {
-	st := c.s.st
 	for _, b := range plan {
-		req := podOf(p, b.Pod).Request.Alt(b.Alternative)
-		ns := &st.Nodes[b.NodeIndex]
-		// The waiting pod counts for other pods' affinity and spread as
-		// though placed: it keeps its namespace, labels and affinity.
-		t := taken{node: b.NodeIndex, req: model.Request{
-			MilliCPU:  clamp(req.MilliCPU, ns.FreeCPU),
-			MemoryMiB: clamp(req.MemoryMiB, ns.FreeMem),
-			Namespace: req.Namespace, Labels: req.Labels, Affinity: req.Affinity,
-		}}
-		for _, sh := range b.GPUs {
-			g := sh.Index
-			if g < 0 || g >= len(ns.GPUFree) {
-				continue
-			}
-			part := model.GPUShare{Index: g, Milli: clamp(sh.Milli, ns.GPUFree[g]), MIGSlices: int(clamp(int64(sh.MIGSlices), int64(ns.SliceFree[g])))}
-			if ns.Node.GPUs[g].MemoryMiB > 0 {
-				part.MemoryMiB = clamp(sh.MemoryMiB, ns.GPUMem[g])
-			}
-			t.shares = append(t.shares, part)
-		}
-		if st.Assign(t.node, &t.req, t.shares) == nil {
+		if t, ok := c.keepRest(b.NodeIndex, podOf(p, b.Pod).Request.Alt(b.Alternative), b.GPUs, false); ok {
 			c.held = append(c.held, t)
 		}
 	}
 }
 
-// clamp is want, at most free, at least 0.
-func clamp(want, free int64) int64 { return max(0, min(want, free)) }
+// keepRest takes what is free of req and shares on node i for the rest
+// of the cycle (placement.State.Rest), Terminating when it is the room of
+// a pod being evicted, and returns it; ok is false when it took nothing.
+func (c *cycle) keepRest(i int, req *model.Request, shares []model.GPUShare, terminating bool) (t taken, ok bool) {
+	st := c.s.st
+	t.node = i
+	t.req, t.shares = st.Rest(i, req, shares)
+	t.req.Terminating = terminating
+	if st.Hold(i, &t.req, t.shares) != nil {
+		return t, false
+	}
+	return t, true
+}
+
+// vacating is a pod evicted in this cycle and what of its room it keeps.
+type vacating struct {
+	ps *podState
+	t  taken
+}
+
+// keepVacated keeps, for the rest of the cycle, the room the pods of ps
+// leave, evicted in this cycle and released from the state, less what the
+// group they make room for took of it: they hold it until they exit, so
+// no pod placed in this cycle may be bound there. Only a group that waits
+// for them may use it (waitVacated). finish gives it back.
+func (c *cycle) keepVacated(ps []*podState) {
+	for _, m := range ps {
+		if t, ok := c.keepRest(m.node, &m.a.Request, m.a.GPUs, true); ok {
+			c.vacated = append(c.vacated, vacating{ps: m, t: t})
+		}
+	}
+}
+
+// waitVacated places p in the room that pods evicted earlier in the cycle
+// leave (keepVacated), before p evicts anything: p is held there, waiting
+// for the evicted pods on the nodes where it takes some of their room,
+// and is bound with them gone, as their own preemptor is. It reports
+// whether p was placed; when it was not, the state is as it was.
+func (c *cycle) waitVacated(p *pending) bool {
+	if len(c.vacated) == 0 {
+		return false
+	}
+	st := c.s.st
+	mark := st.Checkpoint()
+	for i := range c.vacated {
+		t := &c.vacated[i].t
+		st.Release(t.node, &t.req, t.shares)
+	}
+	binds, ok := c.fits(p)
+	if !ok || !c.assign(p, binds) {
+		st.Rollback(mark)
+		return false
+	}
+	// What p took of their room shows as a smaller rest: p waits for
+	// every evicted pod on the nodes where one's rest shrank.
+	before := c.vacated
+	c.vacated = make([]vacating, 0, len(before))
+	short := map[int]bool{}
+	for _, v := range before {
+		t, ok := c.keepRest(v.ps.node, &v.ps.a.Request, v.ps.a.GPUs, true)
+		if ok {
+			c.vacated = append(c.vacated, vacating{ps: v.ps, t: t})
+		}
+		if !ok || t.smaller(&v.t) {
+			short[v.ps.node] = true
+		}
+	}
+	var victims []string
+	for _, v := range before {
+		if short[v.ps.node] {
+			victims = append(victims, v.ps.a.Pod)
+		}
+	}
+	if len(victims) == 0 {
+		c.commit(p, binds)
+		return true
+	}
+	c.startHold(p, binds, victims)
+	return true
+}
+
+// smaller reports whether t takes less than u of anything u takes.
+func (t *taken) smaller(u *taken) bool {
+	a, b := &t.req, &u.req
+	if a.MilliCPU < b.MilliCPU || a.MemoryMiB < b.MemoryMiB || a.NotPod && !b.NotPod || len(a.HostPorts) < len(b.HostPorts) {
+		return true
+	}
+	for k, v := range b.Scalars {
+		if a.Scalars[k] < v {
+			return true
+		}
+	}
+	for _, y := range u.shares {
+		k := slices.IndexFunc(t.shares, func(x model.GPUShare) bool { return x.Index == y.Index })
+		if k < 0 {
+			return true
+		}
+		if x := t.shares[k]; x.Milli < y.Milli || x.MemoryMiB < y.MemoryMiB || x.MIGSlices < y.MIGSlices {
+			return true
+		}
+	}
+	return false
+}
 
 // startHold records p as waiting for victims, evicted for it this cycle,
 // to exit before binds, its placement, are carried out. The plan keeps its

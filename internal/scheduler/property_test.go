@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"fmt"
+	"iter"
 	"reflect"
 	"slices"
 	"testing"
@@ -107,43 +108,12 @@ func genWorkload(t *rapid.T) (model.Snapshot, []model.PodGroup) {
 // checkInvariants fails t if snap over-allocates anything, runs a pod on
 // a node it cannot use or has a queue above its limit.
 func checkInvariants(t *rapid.T, snap *model.Snapshot) {
-	type key struct {
-		node string
-		gpu  int
-	}
-	cpu := map[string]int64{}
-	gpuUse := map[key]int64{}
-	migSlices := map[key]int{}
-	nodes := map[string]*model.Node{}
-	for i := range snap.Nodes {
-		nodes[snap.Nodes[i].Name] = &snap.Nodes[i]
-	}
 	for a := range snap.AllRunning() {
-		if !placement.StaticFits(nodes[a.Node], &a.Request) {
-			t.Fatalf("pod %s runs on %s, which its selector, tolerations or GPU kind rule out", a.Pod, a.Node)
-		}
-		cpu[a.Node] += a.Request.MilliCPU
-		for _, sh := range a.GPUs {
-			gpuUse[key{a.Node, sh.Index}] += sh.Milli
-			migSlices[key{a.Node, sh.Index}] += sh.MIGSlices
-		}
 		if a.Request.MIGSlices > 0 && (len(a.GPUs) != 1 || a.GPUs[0].MIGSlices != a.Request.MIGSlices) {
 			t.Fatalf("pod %s asked for a %d-slice MIG instance, got %+v", a.Pod, a.Request.MIGSlices, a.GPUs)
 		}
 	}
-	for _, n := range snap.Nodes {
-		if cpu[n.Name] > n.MilliCPU {
-			t.Fatalf("node %s: %d milli-CPU allocated of %d", n.Name, cpu[n.Name], n.MilliCPU)
-		}
-		for _, g := range n.GPUs {
-			if u := gpuUse[key{n.Name, g.Index}]; u > g.Capacity() {
-				t.Fatalf("node %s GPU %d: %d milli allocated of %d", n.Name, g.Index, u, g.Capacity())
-			}
-			if u := migSlices[key{n.Name, g.Index}]; u > g.MIGSlices || (u > 0 && gpuUse[key{n.Name, g.Index}] > 0) {
-				t.Fatalf("node %s GPU %d: %d MIG slices of %d, %d milli shared beside them", n.Name, g.Index, u, g.MIGSlices, gpuUse[key{n.Name, g.Index}])
-			}
-		}
-	}
+	checkCapacity(t, snap.Nodes, snap.AllRunning(), "")
 	tree, err := queue.New(snap.Queues)
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +124,45 @@ func checkInvariants(t *rapid.T, snap *model.Snapshot) {
 	for i := range tree.Len() {
 		if !tree.Admits(i, model.Resources{}) {
 			t.Fatalf("queue %s above its limit: usage %+v", tree.Name(i), tree.Usage(i))
+		}
+	}
+}
+
+// checkCapacity fails t if the allocations over-allocate a node of nodes
+// or run a pod on a node it cannot use; when names what they are.
+func checkCapacity(t *rapid.T, nodes []model.Node, allocs iter.Seq[*model.Allocation], when string) {
+	type key struct {
+		node string
+		gpu  int
+	}
+	cpu := map[string]int64{}
+	gpuUse := map[key]int64{}
+	migSlices := map[key]int{}
+	byName := map[string]*model.Node{}
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+	}
+	for a := range allocs {
+		if !placement.StaticFits(byName[a.Node], &a.Request) {
+			t.Fatalf("pod %s runs on %s%s, which its selector, tolerations or GPU kind rule out", a.Pod, a.Node, when)
+		}
+		cpu[a.Node] += a.Request.MilliCPU
+		for _, sh := range a.GPUs {
+			gpuUse[key{a.Node, sh.Index}] += sh.Milli
+			migSlices[key{a.Node, sh.Index}] += sh.MIGSlices
+		}
+	}
+	for _, n := range nodes {
+		if cpu[n.Name] > n.MilliCPU {
+			t.Fatalf("node %s: %d milli-CPU allocated of %d%s", n.Name, cpu[n.Name], n.MilliCPU, when)
+		}
+		for _, g := range n.GPUs {
+			if u := gpuUse[key{n.Name, g.Index}]; u > g.Capacity() {
+				t.Fatalf("node %s GPU %d: %d milli allocated of %d%s", n.Name, g.Index, u, g.Capacity(), when)
+			}
+			if u := migSlices[key{n.Name, g.Index}]; u > g.MIGSlices || (u > 0 && gpuUse[key{n.Name, g.Index}] > 0) {
+				t.Fatalf("node %s GPU %d: %d MIG slices of %d, %d milli shared beside them%s", n.Name, g.Index, u, g.MIGSlices, gpuUse[key{n.Name, g.Index}], when)
+			}
 		}
 	}
 }
@@ -179,6 +188,27 @@ func checkDecisions(t *rapid.T, before *model.Snapshot, d model.Decisions) {
 			t.Fatalf("group %s partially placed: %d pods bound", name, n)
 		}
 	}
+	// A pod evicted in this cycle still holds its room until it exits:
+	// a bind goes only where it fits beside every pod running before the
+	// cycle, those evicted in it included.
+	bound := func(yield func(*model.Allocation) bool) {
+		for a := range before.AllRunning() {
+			if !yield(a) {
+				return
+			}
+		}
+		for _, b := range d.Binds {
+			g := groups[b.Group]
+			k := slices.IndexFunc(g.Pods, func(p model.Pod) bool { return p.Name == b.Pod })
+			if k < 0 {
+				t.Fatalf("bind of %s, not a pod of group %s", b.Pod, b.Group)
+			}
+			if !yield(&model.Allocation{Pod: b.Pod, Group: b.Group, Node: b.Node, Request: *g.Pods[k].Request.Alt(b.Alternative), GPUs: b.GPUs}) {
+				return
+			}
+		}
+	}
+	checkCapacity(t, before.Nodes, iter.Seq[*model.Allocation](bound), " beside the pods evicted in the cycle")
 	prio := map[string]int32{}
 	queueOf := map[string]string{}
 	allocs := map[string][]*model.Allocation{}

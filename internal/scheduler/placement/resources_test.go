@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -434,5 +435,43 @@ func fill(t *testing.T, st *State, pol Policy, req *model.Request) int {
 			t.Fatal(err)
 		}
 		n++
+	}
+}
+
+// TestRestIsWhatNoOneTookOfAPodsRoom: a pod released from the state and
+// then partly replaced gets back, as its rest, only what is still free of
+// each thing it held, and its room taken again with its rest leaves the
+// node as full as before it was released.
+func TestRestIsWhatNoOneTookOfAPodsRoom(t *testing.T) {
+	st := NewState([]model.Node{withAllocatable(gpuNode("a", 8000, 4), map[string]int64{"pods": 2, "example.com/nic": 4})})
+	port := model.HostPort{Protocol: "TCP", Port: 7777}
+	victim := &model.Request{MilliCPU: 6000, MemoryMiB: 100, GPUs: 2, Scalars: map[string]int64{"example.com/nic": 3},
+		HostPorts: []model.HostPort{port, {Protocol: "TCP", Port: 8888}}, Namespace: "ns", Labels: map[string]string{"app": "v"}}
+	held := []model.GPUShare{{Index: 0, Milli: model.MilliPerGPU}, {Index: 1, Milli: model.MilliPerGPU}}
+	if err := st.Assign(0, victim, held); err != nil {
+		t.Fatal(err)
+	}
+	st.Release(0, victim, held)
+	// What replaces it: 4 CPUs, GPU 1 and half of GPU 2, a NIC, port 7777
+	// and the node's other pod slot.
+	next := &model.Request{MilliCPU: 4000, GPUs: 1, Scalars: map[string]int64{"example.com/nic": 2}, HostPorts: []model.HostPort{port}}
+	if err := st.Assign(0, next, []model.GPUShare{{Index: 1, Milli: model.MilliPerGPU}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Assign(0, &model.Request{MilliCPU: 1000, GPUMilli: 500}, []model.GPUShare{{Index: 2, Milli: 500}}); err != nil {
+		t.Fatal(err)
+	}
+	rest, shares := st.Rest(0, victim, held)
+	want := model.Request{MilliCPU: 3000, MemoryMiB: 100, Scalars: map[string]int64{"example.com/nic": 2},
+		HostPorts: []model.HostPort{{Protocol: "TCP", Port: 8888}}, NotPod: true, Namespace: "ns", Labels: map[string]string{"app": "v"}}
+	if !reflect.DeepEqual(rest, want) || !reflect.DeepEqual(shares, []model.GPUShare{{Index: 0, Milli: model.MilliPerGPU}}) {
+		t.Fatalf("rest %+v %+v, want %+v on GPU 0 only", rest, shares, want)
+	}
+	if err := st.Hold(0, &rest, shares); err != nil {
+		t.Fatalf("holding the rest: %v", err)
+	}
+	ns := &st.Nodes[0]
+	if ns.FreeCPU != 0 || ns.GPUFree[0] != 0 || ns.GPUFree[3] != model.MilliPerGPU || st.Fits(0, &model.Request{HostPorts: []model.HostPort{{Protocol: "TCP", Port: 8888}}}, nil) {
+		t.Fatalf("after the rest is held: %d milli-CPU, GPUs %v free, port 8888 free", ns.FreeCPU, ns.GPUFree)
 	}
 }

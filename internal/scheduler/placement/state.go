@@ -413,6 +413,57 @@ func (s *State) Hold(i int, req *model.Request, shares []model.GPUShare) error {
 	return nil
 }
 
+// Rest is the part of req and shares, a pod's on node i, that is free
+// there: each amount (CPU, memory, each share's milli-GPU, GPU memory and
+// MIG slices, each scalar resource) at most what the node has free, the
+// host ports no pod holds, and a pod's slot while the node has one left
+// (else the part is NotPod). The part keeps the pod's namespace, labels
+// and affinity, which other pods' terms see. A pod released from the
+// state that still runs (evicted, not gone yet) holds its rest, so that
+// nothing placed meanwhile takes what it has; so does a pod that will
+// run there once its victims are gone.
+func (s *State) Rest(i int, req *model.Request, shares []model.GPUShare) (model.Request, []model.GPUShare) {
+	ns := &s.Nodes[i]
+	out := model.Request{
+		MilliCPU: clampFree(req.MilliCPU, ns.FreeCPU), MemoryMiB: clampFree(req.MemoryMiB, ns.FreeMem),
+		Namespace: req.Namespace, Labels: req.Labels, Affinity: req.Affinity,
+		NotPod: req.NotPod || (ns.res.counted && ns.Pods >= ns.res.maxPods),
+	}
+	if ns.res.counted {
+		for k, v := range req.Scalars {
+			if v = clampFree(v, ns.res.free[k]); v > 0 {
+				if out.Scalars == nil {
+					out.Scalars = map[string]int64{}
+				}
+				out.Scalars[k] = v
+			}
+		}
+	}
+	for _, p := range req.HostPorts {
+		if !ns.res.portTaken(p) {
+			out.HostPorts = append(out.HostPorts, p)
+		}
+	}
+	var part []model.GPUShare
+	for _, sh := range shares {
+		g := sh.Index
+		if g < 0 || g >= len(ns.GPUFree) {
+			continue
+		}
+		r := model.GPUShare{Index: g, Milli: clampFree(sh.Milli, ns.GPUFree[g]), MIGSlices: int(clampFree(int64(sh.MIGSlices), int64(ns.SliceFree[g])))}
+		if ns.Node.GPUs[g].MemoryMiB > 0 {
+			r.MemoryMiB = clampFree(sh.MemoryMiB, ns.GPUMem[g])
+		}
+		if r.Milli > 0 || r.MIGSlices > 0 || r.MemoryMiB > 0 {
+			part = append(part, r)
+		}
+	}
+	return out, part
+}
+
+// clampFree is want, at most free, at least 0.
+func clampFree(want, free int64) int64 { return max(0, min(want, free)) }
+
 // Release returns req's resources and shares on node i. req must not
 // change until the next Commit (State).
 func (s *State) Release(i int, req *model.Request, shares []model.GPUShare) {

@@ -13,6 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuplane/gpuplane/api/gpupod"
+	"github.com/gpuplane/gpuplane/internal/adapter"
 )
 
 // invariant is a property that must hold in every state of the test's
@@ -172,6 +175,32 @@ func atLeastRunning(n func() int) func(map[string]*corev1.Pod) error {
 		}
 		return nil
 	}
+}
+
+// exclusiveGPUs is the property that no GPU is held by two pods: a bound
+// pod holds the GPUs of its annotation until it is gone, being deleted
+// included (the pods here take whole GPUs).
+func exclusiveGPUs(ps map[string]*corev1.Pod) error {
+	owner := map[string]string{} // node/index -> pod
+	for _, name := range slices.Sorted(maps.Keys(ps)) {
+		p := ps[name]
+		s, ok := p.Annotations[adapter.GPUsAnnotation]
+		if p.Spec.NodeName == "" || !ok {
+			continue
+		}
+		gpus, err := gpupod.ParseGPUs(s, 64)
+		if err != nil {
+			return fmt.Errorf("pod %s: %w", name, err)
+		}
+		for _, g := range gpus {
+			key := fmt.Sprintf("%s/%d", p.Spec.NodeName, g.Index)
+			if o, ok := owner[key]; ok {
+				return fmt.Errorf("GPU %s held by pods %s and %s", key, o, name)
+			}
+			owner[key] = name
+		}
+	}
+	return nil
 }
 
 // exclusiveDevices is the property that no device is allocated to two

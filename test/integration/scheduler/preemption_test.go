@@ -182,6 +182,36 @@ func TestPreemptionNoticeThenEviction(t *testing.T) {
 	c.waitBound("app=high", 1, 60*time.Second)
 }
 
+// Two preemptors that fit in the GPUs one victim holds: one evicts it,
+// and the other waits for it in the GPUs it frees beyond the first one's,
+// bound there only once it is gone. No GPU is held by two pods at any
+// time, the exiting victim included, and the other low-priority pod
+// stays.
+func TestNoPodBoundOnAnExitingVictimsGPUs(t *testing.T) {
+	c := newCluster(t, gpuNodes(1, "vacate")...)
+	q := "vacate-" + c.ns
+	c.policyQueue(build.Queue(q).PreemptionGrace(2).Obj())
+	low, high := "va-low-"+c.ns, "va-high-"+c.ns
+	priorityClasses(t, map[string]int32{low: 100, high: 1000})
+	for i := range 2 {
+		c.prioritized(fmt.Sprintf("low-%d", i), q, low, "low", 4, nil)
+	}
+	stop := c.run(adapter.Config{})
+	c.waitBound("app=low", 2, 30*time.Second)
+	c.alwaysPods("no GPU held by two pods", "", exclusiveGPUs)
+	// Both wait before the scheduler starts again, so that one cycle
+	// decides for both.
+	stop()
+	c.prioritized("urgent-a", q, high, "high", 2, nil)
+	c.prioritized("urgent-b", q, high, "high", 2, nil)
+	c.run(adapter.Config{})
+	c.waitBound("app=high", 2, 60*time.Second)
+	if n, _, err := c.bound(t.Context(), "app=low"); err != nil || n != 1 {
+		t.Fatalf("%d low-priority pods bound (err %v), want 1: one victim makes room for both", n, err)
+	}
+	c.failIfBroken()
+}
+
 // Among victims of one priority, the one that loses the fewest GPU-hours
 // goes: the older workload that checkpointed a moment ago, not the newer
 // one that never did (which age alone would choose).
