@@ -99,8 +99,8 @@ type cycle struct {
 	bound  []bound // per bind in d.Binds
 	budget int     // evictions left; negative: unbounded
 	// held is the room taken for waiting preemptors (holds.go), and
-	// vacated the room pods evicted in this cycle still hold
-	// (keepVacated).
+	// vacated the pods evicted in this cycle, which hold their room until
+	// they exit (keepVacated).
 	held    []taken
 	vacated []vacating
 	// feasible and victimBuf are scratch space for evictions.
@@ -266,6 +266,11 @@ func (c *cycle) placeOne(req *model.Request) (placement.Option, int, bool) {
 // commit records p as placed with binds, made by place in the order of
 // p's pods, and moves their usage from its queue's demand to its usage.
 func (c *cycle) commit(p *pending, binds []model.Bind) {
+	if victims := c.vacatedUnder(binds); len(victims) > 0 {
+		// Room a pod evicted in this cycle still holds: p waits for it.
+		c.startHold(p, binds, victims)
+		return
+	}
 	p.placed = true
 	c.grow(p)
 	var used model.Resources
@@ -497,10 +502,6 @@ func (c *cycle) finish() {
 		t := &c.held[i]
 		s.st.Release(t.node, &t.req, t.shares)
 		s.touched = append(s.touched, t.node)
-	}
-	for i := range c.vacated {
-		t := &c.vacated[i].t
-		s.st.Release(t.node, &t.req, t.shares)
 	}
 	s.st.Open() // the nodes kept free (keepFree)
 	for _, e := range c.d.Evictions {

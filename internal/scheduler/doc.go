@@ -131,13 +131,12 @@
 // which the group still fits (kube-scheduler's reprieve), and holds the
 // group where it fits with exactly the evictions left. Evictions take whole
 // groups, at most 64 per placed group, and never exceed Snapshot.Budget.
-// A pod evicted in a cycle (preempted, reclaimed, shrunk or moved) keeps,
-// for the rest of the cycle, what its evictor did not take of its room
-// (placement.State.Rest): it runs until it exits, so nothing is bound
-// there. A later group that fits in that room is held there instead,
-// waiting for the evicted pods on the nodes where it takes some of it,
-// before it may evict anything of its own (waitVacated): the room one
-// eviction frees is not paid for twice.
+// A pod evicted in a cycle (preempted, reclaimed, shrunk or moved) runs
+// until it exits. The room its evictor did not take stays free to place
+// in, so one eviction's room is not paid for with another, but a group
+// placed there in the same cycle is held, not bound: it waits for the
+// evicted pods on each node where the free room no longer covers what
+// they had left (placement.State.Rest; vacatedUnder in holds.go).
 //
 // ResourceClaims. A pod that asks for GPUs through claims asks for whole
 // GPUs of a device set (model.Request.DeviceSet): the GPUs its driver found

@@ -99,91 +99,100 @@ func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
 // as though placed. finish gives it back.
 func (c *cycle) reserve(p *pending, plan []model.Bind) {
 	for _, b := range plan {
-		if t, ok := c.keepRest(b.NodeIndex, podOf(p, b.Pod).Request.Alt(b.Alternative), b.GPUs, false); ok {
+		if t, ok := c.keepRest(b.NodeIndex, podOf(p, b.Pod).Request.Alt(b.Alternative), b.GPUs); ok {
 			c.held = append(c.held, t)
 		}
 	}
 }
 
 // keepRest takes what is free of req and shares on node i for the rest
-// of the cycle (placement.State.Rest), Terminating when it is the room of
-// a pod being evicted, and returns it; ok is false when it took nothing.
-func (c *cycle) keepRest(i int, req *model.Request, shares []model.GPUShare, terminating bool) (t taken, ok bool) {
+// of the cycle (placement.State.Rest) and returns it; ok is false when it
+// took nothing.
+func (c *cycle) keepRest(i int, req *model.Request, shares []model.GPUShare) (t taken, ok bool) {
 	st := c.s.st
 	t.node = i
 	t.req, t.shares = st.Rest(i, req, shares)
-	t.req.Terminating = terminating
 	if st.Hold(i, &t.req, t.shares) != nil {
 		return t, false
 	}
 	return t, true
 }
 
-// vacating is a pod evicted in this cycle and what of its room it keeps.
+// vacating is a pod evicted in this cycle, released from the state though
+// it runs until it exits, and base, the part of its room no group placed
+// so far waits for.
 type vacating struct {
-	ps *podState
-	t  taken
+	ps   *podState
+	base taken
 }
 
-// keepVacated keeps, for the rest of the cycle, the room the pods of ps
-// leave, evicted in this cycle and released from the state, less what the
-// group they make room for took of it: they hold it until they exit, so
-// no pod placed in this cycle may be bound there. Only a group that waits
-// for them may use it (waitVacated). finish gives it back.
+// keepVacated notes the pods of ps, evicted in this cycle and released
+// from the state, with what is free of their room once the group they
+// make room for took its part. The room stays free to place in, but a
+// group placed in it waits for them (vacatedUnder): they hold it until
+// they exit, so nothing is bound there in this cycle.
 func (c *cycle) keepVacated(ps []*podState) {
+	from := len(c.vacated)
 	for _, m := range ps {
-		if t, ok := c.keepRest(m.node, &m.a.Request, m.a.GPUs, true); ok {
-			c.vacated = append(c.vacated, vacating{ps: m, t: t})
-		}
+		c.vacated = append(c.vacated, vacating{ps: m})
+	}
+	for _, m := range ps {
+		c.rests(m.node, func(k int, t taken) {
+			if k >= from {
+				c.vacated[k].base = t
+			}
+		})
 	}
 }
 
-// waitVacated places p in the room that pods evicted earlier in the cycle
-// leave (keepVacated), before p evicts anything: p is held there, waiting
-// for the evicted pods on the nodes where it takes some of their room,
-// and is bound with them gone, as their own preemptor is. It reports
-// whether p was placed; when it was not, the state is as it was.
-func (c *cycle) waitVacated(p *pending) bool {
+// vacatedUnder returns the pods evicted in this cycle whose room binds,
+// just assigned to the state, take some of: every such pod on a node
+// where the free room no longer holds what an evicted pod there had left
+// (its base). Their bases become what is left now, so that the next
+// group is measured against the room this one left.
+func (c *cycle) vacatedUnder(binds []model.Bind) []string {
 	if len(c.vacated) == 0 {
-		return false
-	}
-	st := c.s.st
-	mark := st.Checkpoint()
-	for i := range c.vacated {
-		t := &c.vacated[i].t
-		st.Release(t.node, &t.req, t.shares)
-	}
-	binds, ok := c.fits(p)
-	if !ok || !c.assign(p, binds) {
-		st.Rollback(mark)
-		return false
-	}
-	// What p took of their room shows as a smaller rest: p waits for
-	// every evicted pod on the nodes where one's rest shrank.
-	before := c.vacated
-	c.vacated = make([]vacating, 0, len(before))
-	short := map[int]bool{}
-	for _, v := range before {
-		t, ok := c.keepRest(v.ps.node, &v.ps.a.Request, v.ps.a.GPUs, true)
-		if ok {
-			c.vacated = append(c.vacated, vacating{ps: v.ps, t: t})
-		}
-		if !ok || t.smaller(&v.t) {
-			short[v.ps.node] = true
-		}
+		return nil
 	}
 	var victims []string
-	for _, v := range before {
-		if short[v.ps.node] {
-			victims = append(victims, v.ps.a.Pod)
+	var seen []int
+	for _, b := range binds {
+		n := b.NodeIndex
+		if slices.Contains(seen, n) {
+			continue
 		}
+		seen = append(seen, n)
+		short := false
+		c.rests(n, func(k int, t taken) { short = short || t.smaller(&c.vacated[k].base) })
+		if !short {
+			continue
+		}
+		c.rests(n, func(k int, t taken) {
+			c.vacated[k].base = t
+			victims = append(victims, c.vacated[k].ps.a.Pod)
+		})
 	}
-	if len(victims) == 0 {
-		c.commit(p, binds)
-		return true
+	return victims
+}
+
+// rests calls f with the index in c.vacated and the rest
+// (placement.State.Rest) of each pod evicted in this cycle on node n, in
+// order, as though each took its rest back in turn; the state is left as
+// it was.
+func (c *cycle) rests(n int, f func(k int, t taken)) {
+	st := c.s.st
+	mark := st.Checkpoint()
+	for k := range c.vacated {
+		v := &c.vacated[k]
+		if v.ps.node != n {
+			continue
+		}
+		t := taken{node: n}
+		t.req, t.shares = st.Rest(n, &v.ps.a.Request, v.ps.a.GPUs)
+		_ = st.Hold(n, &t.req, t.shares) // within what is free: it fits
+		f(k, t)
 	}
-	c.startHold(p, binds, victims)
-	return true
+	st.Rollback(mark)
 }
 
 // smaller reports whether t takes less than u of anything u takes.
@@ -214,6 +223,11 @@ func (t *taken) smaller(u *taken) bool {
 // room for the rest of the cycle and counts in its queue's usage meanwhile,
 // as a placed group would; finish gives the room back.
 func (c *cycle) startHold(p *pending, binds []model.Bind, victims []string) {
+	for _, v := range c.vacatedUnder(binds) {
+		if !slices.Contains(victims, v) {
+			victims = append(victims, v)
+		}
+	}
 	p.placed, p.waiting = true, len(victims)
 	c.grow(p)
 	for _, b := range binds {

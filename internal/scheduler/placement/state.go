@@ -418,10 +418,10 @@ func (s *State) Hold(i int, req *model.Request, shares []model.GPUShare) error {
 // MIG slices, each scalar resource) at most what the node has free, the
 // host ports no pod holds, and a pod's slot while the node has one left
 // (else the part is NotPod). The part keeps the pod's namespace, labels
-// and affinity, which other pods' terms see. A pod released from the
-// state that still runs (evicted, not gone yet) holds its rest, so that
-// nothing placed meanwhile takes what it has; so does a pod that will
-// run there once its victims are gone.
+// and affinity, which other pods' terms see. A pod that will run there
+// once its victims are gone holds its rest; a pod released from the
+// state that still runs (evicted, not gone yet) shows by its rest whether
+// what was placed since took some of its room.
 func (s *State) Rest(i int, req *model.Request, shares []model.GPUShare) (model.Request, []model.GPUShare) {
 	ns := &s.Nodes[i]
 	out := model.Request{
