@@ -103,6 +103,9 @@ type cycle struct {
 	// they exit (keepVacated).
 	held    []taken
 	vacated []vacating
+	// exited are the pods being deleted that a group waits for, each
+	// with the part of its room it keeps meanwhile (waitExiting).
+	exited []vacating
 	// feasible and victimBuf are scratch space for evictions.
 	feasible  nodeFilter
 	victimBuf victimQueue
@@ -503,6 +506,7 @@ func (c *cycle) finish() {
 		s.st.Release(t.node, &t.req, t.shares)
 		s.touched = append(s.touched, t.node)
 	}
+	c.restoreExited()
 	s.st.Open() // the nodes kept free (keepFree)
 	for _, e := range c.d.Evictions {
 		if e.Reason == model.EvictDisruption {

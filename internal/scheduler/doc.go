@@ -136,7 +136,12 @@
 // in, so one eviction's room is not paid for with another, but a group
 // placed there in the same cycle is held, not bound: it waits for the
 // evicted pods on each node where the free room no longer covers what
-// they had left (placement.State.Rest; vacatedUnder in holds.go).
+// they had left (placement.State.Rest; vacatedUnder in holds.go). So is a
+// group that fits in room pods being deleted still hold (Terminating, from
+// an eviction of an earlier cycle or any deletion): before it may evict
+// anything, it is placed there as a hold waiting for the pods whose room
+// it takes (waitExiting), which keep the rest of their room meanwhile. A
+// pod being deleted is never a victim itself.
 //
 // ResourceClaims. A pod that asks for GPUs through claims asks for whole
 // GPUs of a device set (model.Request.DeviceSet): the GPUs its driver found

@@ -39,12 +39,13 @@ func (m evictMode) reason() string {
 }
 
 // evictFor runs preempt (across false) or reclaim (across true) for every
-// group still pending. Reclaim tries the fair-share rule first and the
+// group still pending that the room of pods being deleted does not hold
+// (waitExiting). Reclaim tries the fair-share rule first and the
 // guarantee rule only for a group the first one did not place.
 func (c *cycle) evictFor(across bool) {
 	for q, qs := range c.queues {
 		for _, p := range qs {
-			if p.placed || p.out() || c.budget == 0 {
+			if p.placed || p.out() || c.waitExiting(p) || c.budget == 0 {
 				continue
 			}
 			c.youngAt = math.MaxInt64

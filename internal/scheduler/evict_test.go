@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -389,5 +390,46 @@ func TestVictimOrderFollowsAGroupBetweenQueues(t *testing.T) {
 	slices.Sort(evicted)
 	if !slices.Equal(evicted, []string{"h0", "p0", "p1"}) {
 		t.Fatalf("evicted %v, want h0, p0 and p1 once each", evicted)
+	}
+}
+
+// A group that fits only in the room of a pod being deleted waits for it
+// (a hold naming it) rather than evicting another pod while it exits,
+// whether or not it could evict at all; the pod keeps its room until it
+// is gone, and the group binds where it waited once it is.
+func TestGroupWaitsForAPodAlreadyExiting(t *testing.T) {
+	for _, prio := range []int32{5, 0} {
+		t.Run(fmt.Sprintf("priority %d", prio), func(t *testing.T) {
+			nodes := schedtest.Cluster("n", 1, 8, 128000, 1<<20)
+			run := withIndexes(runningGroup("low0", "a", "n-0", 0, 4, 0, 0, 0), runningGroup("low1", "a", "n-0", 0, 4, 1, 0, 0))
+			run[1].Request.Terminating, run[1].NonPreemptible = true, true
+			snap := model.Snapshot{Nodes: nodes, Queues: []model.Queue{{Name: "a"}}, RunningByNode: schedtest.OnNodes(nodes, run...), Budget: model.DisruptionBudget{MaxEvictions: -1},
+				Pending: []model.PodGroup{schedtest.Group("urgent").Queue("a").Priority(prio).Pods(1, schedtest.GPU(2, 1000)).Obj()}}
+			h, err := schedtest.NewHarness(snap, scheduler.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := h.Cycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Evictions) != 0 || len(d.Binds) != 0 || len(d.Holds) != 1 || !slices.Equal(d.Holds[0].Victims, []string{"low1-0"}) {
+				t.Fatalf("evicted %+v, bound %+v, held %+v; want urgent held for low1-0 alone", d.Evictions, d.Binds, d.Holds)
+			}
+			plan := d.Holds[0].Plan
+			for _, sh := range plan[0].GPUs {
+				if sh.Index < 4 {
+					t.Fatalf("urgent planned on GPU %d, held by low0", sh.Index)
+				}
+			}
+			// low1 still runs: the next cycle keeps waiting; then it goes.
+			if d, err = h.Cycle(); err != nil || len(d.Binds) != 0 || len(d.Evictions) != 0 {
+				t.Fatalf("while low1 exits: binds %+v, evictions %+v (%v)", d.Binds, d.Evictions, err)
+			}
+			h.Snap.RunningByNode = schedtest.OnNodes(nodes, run[0])
+			if d, err = h.Cycle(); err != nil || len(d.Binds) != 1 || !reflect.DeepEqual(d.Binds[0].GPUs, plan[0].GPUs) {
+				t.Fatalf("after low1 went: binds %+v, want urgent on its plan %+v (%v)", d.Binds, plan, err)
+			}
+		})
 	}
 }

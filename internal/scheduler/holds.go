@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/gpuplane/gpuplane/internal/scheduler/model"
@@ -193,6 +194,78 @@ func (c *cycle) rests(n int, f func(k int, t taken)) {
 		f(k, t)
 	}
 	st.Rollback(mark)
+}
+
+// waitExiting places p, before it evicts anything, in room that running
+// pods being deleted (Request.Terminating) hold: p is held there,
+// waiting for the pods whose room it takes, as for victims of its own,
+// instead of evicting others while they exit. Each such pod keeps what p
+// leaves of its room for the rest of the cycle, its labels, affinity and
+// volumes with it; finish puts it back whole. It reports whether p was
+// placed; when it was not, the state is as it was.
+func (c *cycle) waitExiting(p *pending) bool {
+	r := c.s.run
+	if len(r.exiting) == 0 {
+		return false
+	}
+	ex := make([]*podState, 0, len(r.exiting))
+	for ps := range r.exiting {
+		ex = append(ex, ps)
+	}
+	slices.SortFunc(ex, func(x, y *podState) int {
+		if d := cmp.Compare(x.node, y.node); d != 0 {
+			return d
+		}
+		return cmp.Compare(x.a.Pod, y.a.Pod)
+	})
+	st := c.s.st
+	mark := st.Checkpoint()
+	for _, ps := range ex {
+		st.Release(ps.node, &ps.a.Request, ps.a.GPUs)
+	}
+	binds, ok := c.fits(p)
+	if !ok || !c.assign(p, binds) {
+		st.Rollback(mark)
+		return false
+	}
+	// Each pod goes back whole where p left it room; p waits for those
+	// that do not.
+	var victims []string
+	for _, ps := range ex {
+		if st.Hold(ps.node, &ps.a.Request, ps.a.GPUs) == nil {
+			continue
+		}
+		req := &ps.a.Request
+		t := taken{node: ps.node}
+		t.req, t.shares = st.Rest(ps.node, req, ps.a.GPUs)
+		t.req.Terminating, t.req.Volumes = true, req.Volumes
+		_ = st.Hold(ps.node, &t.req, t.shares) // within what is free: it fits
+		c.exited = append(c.exited, vacating{ps: ps, base: t})
+		victims = append(victims, ps.a.Pod)
+	}
+	if len(victims) == 0 {
+		// p fits beside them after all: the room freed elsewhere since
+		// the allocation holds it.
+		c.commit(p, binds)
+		return true
+	}
+	c.startHold(p, binds, victims)
+	return true
+}
+
+// restoreExited puts the pods being deleted that waitExiting left only
+// part of their room back in the state whole, once the room held for
+// waiting groups is given back (finish): the state goes on from the
+// running pods as they are.
+func (c *cycle) restoreExited() {
+	st := c.s.st
+	for i := range c.exited {
+		v := &c.exited[i]
+		st.Release(v.base.node, &v.base.req, v.base.shares)
+		if err := st.Hold(v.ps.node, &v.ps.a.Request, v.ps.a.GPUs); err != nil {
+			c.s.log.Error("a pod being deleted no longer fits where it runs", "pod", v.ps.a.Pod, "err", err)
+		}
+	}
 }
 
 // smaller reports whether t takes less than u of anything u takes.

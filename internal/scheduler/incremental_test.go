@@ -124,7 +124,8 @@ func (d *chunkDriver) churn() {
 
 // execute carries out each of dec's evictions and binds, or not, as drawn:
 // all, none or some of them; a bind only where it fits beside what runs
-// (a bind whose evictions were not carried out may not).
+// (a bind whose evictions were not carried out may not). A victim left
+// running may show as being deleted (Request.Terminating).
 func (d *chunkDriver) execute(dec model.Decisions) {
 	t := d.t
 	mode := rapid.SampledFrom([]string{"all", "none", "some"}).Draw(t, "execute")
@@ -137,11 +138,18 @@ func (d *chunkDriver) execute(dec model.Decisions) {
 	}
 	var back []model.PodGroup
 	for _, e := range dec.Evictions {
-		if !do() {
-			continue
-		}
 		n := index[e.Node]
 		k := slices.IndexFunc(d.chunks[n], func(a model.Allocation) bool { return a.Pod == e.Pod })
+		if !do() {
+			// Not gone yet: the pod may show as being deleted, holding
+			// its room until it exits.
+			if k >= 0 && rapid.Bool().Draw(t, "terminating") {
+				c := slices.Clone(d.chunks[n])
+				c[k].Request.Terminating, c[k].NonPreemptible = true, true
+				d.set(n, c)
+			}
+			continue
+		}
 		a := d.chunks[n][k]
 		d.set(n, d.without(n, k))
 		back = append(back, model.PodGroup{Name: "back-" + a.Pod, Queue: a.Queue, Priority: a.Priority, CreatedAt: a.StartedAt,

@@ -25,6 +25,9 @@ type running struct {
 	// movable counts the indexed groups whose members are all Movable:
 	// with none, defragmentation has nothing to look for.
 	movable int
+	// exiting holds the pods being deleted (Request.Terminating) that
+	// hold room: a cycle lets groups wait for it (vacateExiting).
+	exiting map[*podState]struct{}
 }
 
 // podState is one running pod as applied to the state.
@@ -113,7 +116,7 @@ type queueEntry struct {
 
 func newRunning(nodes int) *running {
 	return &running{pods: map[string]*podState{}, onNode: make([][]*podState, nodes),
-		groups: map[string]*runningGroup{}, byName: map[string]*queueEntry{}}
+		groups: map[string]*runningGroup{}, byName: map[string]*queueEntry{}, exiting: map[*podState]struct{}{}}
 }
 
 // groupKey is the running group an allocation belongs to.
@@ -130,6 +133,9 @@ func (r *running) add(a *model.Allocation, node int) *podState {
 	ps := &podState{a: a, node: node, slot: len(r.onNode[node])}
 	r.onNode[node] = append(r.onNode[node], ps)
 	r.pods[a.Pod] = ps
+	if a.Request.Terminating && !a.Request.NotPod {
+		r.exiting[ps] = struct{}{}
+	}
 	use := a.Usage()
 	ps.queue = r.entry(a.Queue)
 	ps.queue.usage = ps.queue.usage.Add(use)
@@ -172,6 +178,7 @@ func (r *running) drop(ps *podState) {
 	if r.pods[ps.a.Pod] == ps {
 		delete(r.pods, ps.a.Pod)
 	}
+	delete(r.exiting, ps)
 	on := r.onNode[ps.node]
 	last := on[len(on)-1]
 	on[ps.slot], last.slot = last, ps.slot
@@ -220,7 +227,8 @@ func (r *running) settle() {
 			g.started = max(g.started, m.a.StartedAt)
 			g.minRuntime = max(g.minRuntime, m.a.MinRuntime)
 			g.restart = min(g.restart, max(m.a.StartedAt, m.a.LastCheckpoint))
-			g.nonPreemptible = g.nonPreemptible || m.a.NonPreemptible
+			// A pod being deleted is on its way out: nothing evicts it again.
+			g.nonPreemptible = g.nonPreemptible || m.a.NonPreemptible || m.a.Request.Terminating
 			g.minMember = max(g.minMember, m.a.MinMember)
 			// A group moves only as a named group (its pods wait again
 			// under its name) and without devices through claims or

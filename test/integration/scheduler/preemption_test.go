@@ -14,10 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
 	"github.com/gpuplane/gpuplane/internal/adapter"
+	"github.com/gpuplane/gpuplane/internal/scheduler/model"
 	"github.com/gpuplane/gpuplane/internal/testutil/build"
 	"github.com/gpuplane/gpuplane/test/integration/framework"
 )
@@ -208,6 +210,79 @@ func TestNoPodBoundOnAnExitingVictimsGPUs(t *testing.T) {
 	c.waitBound("app=high", 2, 60*time.Second)
 	if n, _, err := c.bound(t.Context(), "app=low"); err != nil || n != 1 {
 		t.Fatalf("%d low-priority pods bound (err %v), want 1: one victim makes room for both", n, err)
+	}
+	c.failIfBroken()
+}
+
+// A preemptor that arrives while another one's victim is still exiting,
+// and fits in the room that victim leaves, waits for it: it evicts no
+// second pod, binds once the victim is gone, and no GPU is ever held by
+// two pods. A finalizer keeps the victim being deleted until the test
+// lets it go.
+func TestLaterPreemptorWaitsForAnExitingVictim(t *testing.T) {
+	c := newCluster(t, gpuNodes(1, "exiting")...)
+	q := "exiting-" + c.ns
+	c.policyQueue(build.Queue(q).Obj())
+	low, high := "ex-low-"+c.ns, "ex-high-"+c.ns
+	priorityClasses(t, map[string]int32{low: 100, high: 1000})
+	const hold = "test.gpuplane.io/hold"
+	release := func(name string) {
+		_, err := env.Client.CoreV1().Pods(c.ns).Patch(context.Background(), name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("releasing %s: %v", name, err)
+		}
+	}
+	for i := range 2 {
+		name := fmt.Sprintf("low-%d", i)
+		p := c.pod(name).GPUs(4).Label("app", "low").Label(v1alpha1.QueueLabel, q).Obj()
+		p.Spec.PriorityClassName, p.Finalizers = low, []string{hold}
+		c.createPod(p)
+		t.Cleanup(func() { release(name) })
+	}
+	c.run(adapter.Config{})
+	c.waitBound("app=low", 2, 30*time.Second)
+	c.alwaysPods("no GPU held by two pods", "", exclusiveGPUs)
+	c.alwaysPods("one low-priority pod evicted at most", "app=low", func(ps map[string]*corev1.Pod) error {
+		var deleting []string
+		for name, p := range ps {
+			if p.DeletionTimestamp != nil {
+				deleting = append(deleting, name)
+			}
+		}
+		if slices.Sort(deleting); len(deleting) > 1 {
+			return fmt.Errorf("pods %v all evicted, where one made room for both preemptors", deleting)
+		}
+		return nil
+	})
+	c.prioritized("urgent-a", q, high, "high", 2, nil)
+	var victim string
+	framework.Eventually(t, 30*time.Second, "a low-priority pod being deleted", func(ctx context.Context) (bool, error) {
+		ps, err := c.pods(ctx, "app=low")
+		if err != nil {
+			return false, err
+		}
+		for name, p := range ps {
+			if p.DeletionTimestamp != nil {
+				victim = name
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d low-priority pods, none being deleted", len(ps))
+	})
+	c.prioritized("urgent-b", q, high, "high", 2, nil)
+	c.waitCondition("urgent-b", model.UnplacedWaitingForVictims, "evicted pod", 30*time.Second)
+	// An eviction goes out after the cycle that decides it: a second one
+	// would land while the victim still holds its room, and break the
+	// invariant above, within this window.
+	quiet := time.Now().Add(2 * time.Second)
+	framework.Eventually(t, 10*time.Second, "no second eviction while "+victim+" exits", func(context.Context) (bool, error) {
+		c.failIfBroken()
+		return time.Now().After(quiet), nil
+	})
+	release(victim)
+	c.waitBound("app=high", 2, 60*time.Second)
+	if n, _, err := c.bound(t.Context(), "app=low"); err != nil || n != 1 {
+		t.Fatalf("%d low-priority pods bound (err %v), want 1: one victim made room for both", n, err)
 	}
 	c.failIfBroken()
 }
