@@ -28,7 +28,10 @@ type pending struct {
 	forbidden string
 	// waiting counts the evicted pods the group waits for (it holds room,
 	// placed is set and nothing is bound); 0 when it does not wait.
-	waiting int
+	// waitedOut: its hold ended this cycle past Snapshot.HoldTimeout, so
+	// it no longer waits for pods being deleted (waitExiting).
+	waiting   int
+	waitedOut bool
 	// bad says what is wrong with the group's topology, which keeps it
 	// from being placed; topo is its topology placement (topology.go).
 	bad  string
@@ -103,9 +106,11 @@ type cycle struct {
 	// they exit (keepVacated).
 	held    []taken
 	vacated []vacating
-	// exited are the pods being deleted that a group waits for, each
+	// exiting lists the running pods being deleted, by node and name,
+	// once a cycle needs it; exited are those a group waits for, each
 	// with the part of its room it keeps meanwhile (waitExiting).
-	exited []vacating
+	exiting []*podState
+	exited  []exitRest
 	// feasible and victimBuf are scratch space for evictions.
 	feasible  nodeFilter
 	victimBuf victimQueue

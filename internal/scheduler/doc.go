@@ -140,8 +140,9 @@
 // group that fits in room pods being deleted still hold (Terminating, from
 // an eviction of an earlier cycle or any deletion): before it may evict
 // anything, it is placed there as a hold waiting for the pods whose room
-// it takes (waitExiting), which keep the rest of their room meanwhile. A
-// pod being deleted is never a victim itself.
+// it takes (waitExiting), which keep the rest of their room meanwhile;
+// once such a hold times out (Snapshot.HoldTimeout) the group may evict
+// again. A pod being deleted is never a victim itself.
 //
 // ResourceClaims. A pod that asks for GPUs through claims asks for whole
 // GPUs of a device set (model.Request.DeviceSet): the GPUs its driver found

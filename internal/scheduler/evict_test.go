@@ -433,3 +433,30 @@ func TestGroupWaitsForAPodAlreadyExiting(t *testing.T) {
 		})
 	}
 }
+
+// A pod may take long to go: a group that waited for one through its
+// hold's timeout competes afresh and may evict to make room, as it would
+// have without the pod being deleted.
+func TestWaitForAnExitingPodEndsWithTheHoldTimeout(t *testing.T) {
+	nodes := schedtest.Cluster("n", 1, 8, 128000, 1<<20)
+	run := withIndexes(runningGroup("low0", "a", "n-0", 0, 4, 0, 0, 0), runningGroup("low1", "a", "n-0", 0, 4, 1, 0, 0))
+	run[1].Request.Terminating, run[1].NonPreemptible = true, true
+	snap := model.Snapshot{Nodes: nodes, Queues: []model.Queue{{Name: "a"}}, RunningByNode: schedtest.OnNodes(nodes, run...),
+		Budget: model.DisruptionBudget{MaxEvictions: -1}, HoldTimeout: 60,
+		Pending: []model.PodGroup{schedtest.Group("urgent").Queue("a").Priority(5).Pods(1, schedtest.GPU(2, 1000)).Obj()}}
+	h, err := schedtest.NewHarness(snap, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := h.Cycle(); err != nil || len(d.Evictions) != 0 || len(d.Holds) != 1 {
+		t.Fatalf("first cycle: evictions %+v, holds %+v (%v); want urgent held for low1", d.Evictions, d.Holds, err)
+	}
+	h.Snap.Now += 60
+	d, err := h.Cycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := evictedGroups(d); !slices.Equal(got, []string{"low0"}) || len(d.Holds) != 1 || !slices.Equal(d.Holds[0].Victims, []string{"low0-0"}) {
+		t.Fatalf("past the timeout: evicted %v, holds %+v; want low0 evicted for urgent", got, d.Holds)
+	}
+}

@@ -54,6 +54,7 @@ func (c *cycle) resumeHolds() {
 		}
 		if c.snap.HoldTimeout > 0 && c.snap.Now-h.Since >= c.snap.HoldTimeout {
 			c.s.log.Debug("a preemptor's victims did not exit in time; it competes afresh", "group", h.Group, "left", len(left))
+			p.waitedOut = true
 			continue
 		}
 		plan, ok := c.rebase(p, h.Plan)
@@ -196,28 +197,39 @@ func (c *cycle) rests(n int, f func(k int, t taken)) {
 	st.Rollback(mark)
 }
 
+// exitRest is a pod being deleted that a group waits for, and rest, the
+// part of its room it keeps in the state meanwhile.
+type exitRest struct {
+	ps   *podState
+	rest taken
+}
+
 // waitExiting places p, before it evicts anything, in room that running
 // pods being deleted (Request.Terminating) hold: p is held there,
 // waiting for the pods whose room it takes, as for victims of its own,
 // instead of evicting others while they exit. Each such pod keeps what p
 // leaves of its room for the rest of the cycle, its labels, affinity and
-// volumes with it; finish puts it back whole. It reports whether p was
-// placed; when it was not, the state is as it was.
+// volumes with it; finish puts it back whole. A group whose hold timed out
+// this cycle does not wait again: a pod may take long to go. It reports
+// whether p was placed; when it was not, the state is as it was.
 func (c *cycle) waitExiting(p *pending) bool {
 	r := c.s.run
-	if len(r.exiting) == 0 {
+	if len(r.exiting) == 0 || p.waitedOut {
 		return false
 	}
-	ex := make([]*podState, 0, len(r.exiting))
-	for ps := range r.exiting {
-		ex = append(ex, ps)
-	}
-	slices.SortFunc(ex, func(x, y *podState) int {
-		if d := cmp.Compare(x.node, y.node); d != 0 {
-			return d
+	if c.exiting == nil {
+		c.exiting = make([]*podState, 0, len(r.exiting))
+		for ps := range r.exiting {
+			c.exiting = append(c.exiting, ps)
 		}
-		return cmp.Compare(x.a.Pod, y.a.Pod)
-	})
+		slices.SortFunc(c.exiting, func(x, y *podState) int {
+			if d := cmp.Compare(x.node, y.node); d != 0 {
+				return d
+			}
+			return cmp.Compare(x.a.Pod, y.a.Pod)
+		})
+	}
+	ex := c.exiting
 	st := c.s.st
 	mark := st.Checkpoint()
 	for _, ps := range ex {
@@ -240,7 +252,7 @@ func (c *cycle) waitExiting(p *pending) bool {
 		t.req, t.shares = st.Rest(ps.node, req, ps.a.GPUs)
 		t.req.Terminating, t.req.Volumes = true, req.Volumes
 		_ = st.Hold(ps.node, &t.req, t.shares) // within what is free: it fits
-		c.exited = append(c.exited, vacating{ps: ps, base: t})
+		c.exited = append(c.exited, exitRest{ps: ps, rest: t})
 		victims = append(victims, ps.a.Pod)
 	}
 	if len(victims) == 0 {
@@ -261,7 +273,7 @@ func (c *cycle) restoreExited() {
 	st := c.s.st
 	for i := range c.exited {
 		v := &c.exited[i]
-		st.Release(v.base.node, &v.base.req, v.base.shares)
+		st.Release(v.rest.node, &v.rest.req, v.rest.shares)
 		if err := st.Hold(v.ps.node, &v.ps.a.Request, v.ps.a.GPUs); err != nil {
 			c.s.log.Error("a pod being deleted no longer fits where it runs", "pod", v.ps.a.Pod, "err", err)
 		}

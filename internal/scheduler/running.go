@@ -26,7 +26,7 @@ type running struct {
 	// with none, defragmentation has nothing to look for.
 	movable int
 	// exiting holds the pods being deleted (Request.Terminating) that
-	// hold room: a cycle lets groups wait for it (vacateExiting).
+	// hold room: a cycle lets groups wait for it (waitExiting).
 	exiting map[*podState]struct{}
 }
 
