@@ -273,19 +273,25 @@ func TestLoopRetriesAGangWhoseRecordFails(t *testing.T) {
 	}
 }
 
+// lowPods runs low-0 and low-1, of priority 1 and 4 GPUs each, on node
+// a's GPUs 0-3 and 4-7, low-1 the newer.
+func (f *loopFixture) lowPods() {
+	low := int32(1)
+	for i, gpus := range []string{"0,1,2,3", "4,5,6,7"} {
+		p := newPod("ns", fmt.Sprint("low-", i)).GPUs(4).Obj()
+		p.Spec.NodeName, p.Spec.Priority = "a", &low
+		p.Annotations = map[string]string{GPUsAnnotation: gpus}
+		p.CreationTimestamp = metav1.Unix(int64(100+i), 0)
+		f.cache.upsertPod(p)
+	}
+}
+
 func TestLoopEvictsThenBindsThePreemptorWhereItWaited(t *testing.T) {
 	for _, refuse := range []bool{false, true} {
 		t.Run(fmt.Sprintf("refused=%v", refuse), func(t *testing.T) {
 			f := newLoopFixture(t, Config{}, gpuNode("a", 8))
 			f.api.refuse = refuse
-			low := int32(1)
-			for i, gpus := range []string{"0,1,2,3", "4,5,6,7"} {
-				p := newPod("ns", fmt.Sprint("low-", i)).GPUs(4).Obj()
-				p.Spec.NodeName, p.Spec.Priority = "a", &low
-				p.Annotations = map[string]string{GPUsAnnotation: gpus}
-				p.CreationTimestamp = metav1.Unix(int64(100+i), 0)
-				f.cache.upsertPod(p)
-			}
+			f.lowPods()
 			high := int32(100)
 			urgent := newPod("ns", "urgent").GPUs(4).Obj()
 			urgent.Spec.Priority = &high
@@ -324,14 +330,8 @@ func TestLoopSecondPreemptorWaitsForTheFirstOnesVictim(t *testing.T) {
 		t.Run(fmt.Sprintf("refused=%v", refuse), func(t *testing.T) {
 			f := newLoopFixture(t, Config{}, gpuNode("a", 8))
 			f.api.refuse = refuse
-			low, high := int32(1), int32(100)
-			for i, gpus := range []string{"0,1,2,3", "4,5,6,7"} {
-				p := newPod("ns", fmt.Sprint("low-", i)).GPUs(4).Obj()
-				p.Spec.NodeName, p.Spec.Priority = "a", &low
-				p.Annotations = map[string]string{GPUsAnnotation: gpus}
-				p.CreationTimestamp = metav1.Unix(int64(100+i), 0)
-				f.cache.upsertPod(p)
-			}
+			f.lowPods()
+			high := int32(100)
 			for i, name := range []string{"urgent-a", "urgent-b"} {
 				p := newPod("ns", name).GPUs(2).Obj()
 				p.Spec.Priority = &high
@@ -366,13 +366,8 @@ func TestLoopSecondPreemptorWaitsForTheFirstOnesVictim(t *testing.T) {
 // lower-priority pods, and its condition says why.
 func TestLoopPreemptionPolicyNeverEvictsNoOne(t *testing.T) {
 	f := newLoopFixture(t, Config{}, gpuNode("a", 8))
-	low, high := int32(1), int32(100)
-	for i, gpus := range []string{"0,1,2,3", "4,5,6,7"} {
-		p := newPod("ns", fmt.Sprint("low-", i)).GPUs(4).Obj()
-		p.Spec.NodeName, p.Spec.Priority = "a", &low
-		p.Annotations = map[string]string{GPUsAnnotation: gpus}
-		f.cache.upsertPod(p)
-	}
+	f.lowPods()
+	high := int32(100)
 	never := corev1.PreemptNever
 	urgent := newPod("ns", "urgent").GPUs(4).Obj()
 	urgent.Spec.Priority, urgent.Spec.PreemptionPolicy = &high, &never

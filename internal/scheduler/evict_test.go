@@ -393,6 +393,21 @@ func TestVictimOrderFollowsAGroupBetweenQueues(t *testing.T) {
 	}
 }
 
+// exitingCase is one 8-GPU node where low0 runs on GPUs 0-3 and low1,
+// being deleted, on 4-7, and urgent, of priority prio, waits for 2 GPUs;
+// evictions are unbounded. It returns the harness after one cycle, its
+// decisions and the running pods.
+func exitingCase(t *testing.T, prio int32, holdTimeout int64) (*schedtest.Harness, model.Decisions, []model.Allocation) {
+	t.Helper()
+	nodes := schedtest.Cluster("n", 1, 8, 128000, 1<<20)
+	run := withIndexes(runningGroup("low0", "a", "n-0", 0, 4, 0, 0, 0), runningGroup("low1", "a", "n-0", 0, 4, 1, 0, 0))
+	run[1].Request.Terminating, run[1].NonPreemptible = true, true
+	h, d := harnessCycle(t, model.Snapshot{Nodes: nodes, Queues: []model.Queue{{Name: "a"}}, RunningByNode: schedtest.OnNodes(nodes, run...),
+		Budget: model.DisruptionBudget{MaxEvictions: -1}, HoldTimeout: holdTimeout,
+		Pending: []model.PodGroup{schedtest.Group("urgent").Queue("a").Priority(prio).Pods(1, schedtest.GPU(2, 1000)).Obj()}}, scheduler.Config{})
+	return h, d, run
+}
+
 // A group that fits only in the room of a pod being deleted waits for it
 // (a hold naming it) rather than evicting another pod while it exits,
 // whether or not it could evict at all; the pod keeps its room until it
@@ -400,19 +415,7 @@ func TestVictimOrderFollowsAGroupBetweenQueues(t *testing.T) {
 func TestGroupWaitsForAPodAlreadyExiting(t *testing.T) {
 	for _, prio := range []int32{5, 0} {
 		t.Run(fmt.Sprintf("priority %d", prio), func(t *testing.T) {
-			nodes := schedtest.Cluster("n", 1, 8, 128000, 1<<20)
-			run := withIndexes(runningGroup("low0", "a", "n-0", 0, 4, 0, 0, 0), runningGroup("low1", "a", "n-0", 0, 4, 1, 0, 0))
-			run[1].Request.Terminating, run[1].NonPreemptible = true, true
-			snap := model.Snapshot{Nodes: nodes, Queues: []model.Queue{{Name: "a"}}, RunningByNode: schedtest.OnNodes(nodes, run...), Budget: model.DisruptionBudget{MaxEvictions: -1},
-				Pending: []model.PodGroup{schedtest.Group("urgent").Queue("a").Priority(prio).Pods(1, schedtest.GPU(2, 1000)).Obj()}}
-			h, err := schedtest.NewHarness(snap, scheduler.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := h.Cycle()
-			if err != nil {
-				t.Fatal(err)
-			}
+			h, d, run := exitingCase(t, prio, 0)
 			if len(d.Evictions) != 0 || len(d.Binds) != 0 || len(d.Holds) != 1 || !slices.Equal(d.Holds[0].Victims, []string{"low1-0"}) {
 				t.Fatalf("evicted %+v, bound %+v, held %+v; want urgent held for low1-0 alone", d.Evictions, d.Binds, d.Holds)
 			}
@@ -423,10 +426,11 @@ func TestGroupWaitsForAPodAlreadyExiting(t *testing.T) {
 				}
 			}
 			// low1 still runs: the next cycle keeps waiting; then it goes.
-			if d, err = h.Cycle(); err != nil || len(d.Binds) != 0 || len(d.Evictions) != 0 {
+			d, err := h.Cycle()
+			if err != nil || len(d.Binds) != 0 || len(d.Evictions) != 0 {
 				t.Fatalf("while low1 exits: binds %+v, evictions %+v (%v)", d.Binds, d.Evictions, err)
 			}
-			h.Snap.RunningByNode = schedtest.OnNodes(nodes, run[0])
+			h.Snap.RunningByNode = schedtest.OnNodes(h.Snap.Nodes, run[0])
 			if d, err = h.Cycle(); err != nil || len(d.Binds) != 1 || !reflect.DeepEqual(d.Binds[0].GPUs, plan[0].GPUs) {
 				t.Fatalf("after low1 went: binds %+v, want urgent on its plan %+v (%v)", d.Binds, plan, err)
 			}
@@ -438,18 +442,9 @@ func TestGroupWaitsForAPodAlreadyExiting(t *testing.T) {
 // hold's timeout competes afresh and may evict to make room, as it would
 // have without the pod being deleted.
 func TestWaitForAnExitingPodEndsWithTheHoldTimeout(t *testing.T) {
-	nodes := schedtest.Cluster("n", 1, 8, 128000, 1<<20)
-	run := withIndexes(runningGroup("low0", "a", "n-0", 0, 4, 0, 0, 0), runningGroup("low1", "a", "n-0", 0, 4, 1, 0, 0))
-	run[1].Request.Terminating, run[1].NonPreemptible = true, true
-	snap := model.Snapshot{Nodes: nodes, Queues: []model.Queue{{Name: "a"}}, RunningByNode: schedtest.OnNodes(nodes, run...),
-		Budget: model.DisruptionBudget{MaxEvictions: -1}, HoldTimeout: 60,
-		Pending: []model.PodGroup{schedtest.Group("urgent").Queue("a").Priority(5).Pods(1, schedtest.GPU(2, 1000)).Obj()}}
-	h, err := schedtest.NewHarness(snap, scheduler.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d, err := h.Cycle(); err != nil || len(d.Evictions) != 0 || len(d.Holds) != 1 {
-		t.Fatalf("first cycle: evictions %+v, holds %+v (%v); want urgent held for low1", d.Evictions, d.Holds, err)
+	h, d, _ := exitingCase(t, 5, 60)
+	if len(d.Evictions) != 0 || len(d.Holds) != 1 {
+		t.Fatalf("first cycle: evictions %+v, holds %+v; want urgent held for low1", d.Evictions, d.Holds)
 	}
 	h.Snap.Now += 60
 	d, err := h.Cycle()

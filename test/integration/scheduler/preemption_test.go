@@ -190,11 +190,7 @@ func TestPreemptionNoticeThenEviction(t *testing.T) {
 // time, the exiting victim included, and the other low-priority pod
 // stays.
 func TestNoPodBoundOnAnExitingVictimsGPUs(t *testing.T) {
-	c := newCluster(t, gpuNodes(1, "vacate")...)
-	q := "vacate-" + c.ns
-	c.policyQueue(build.Queue(q).PreemptionGrace(2).Obj())
-	low, high := "va-low-"+c.ns, "va-high-"+c.ns
-	priorityClasses(t, map[string]int32{low: 100, high: 1000})
+	c, q, low, high := twoPreemptors(t, "vacate")
 	for i := range 2 {
 		c.prioritized(fmt.Sprintf("low-%d", i), q, low, "low", 4, nil)
 	}
@@ -207,9 +203,29 @@ func TestNoPodBoundOnAnExitingVictimsGPUs(t *testing.T) {
 	c.prioritized("urgent-a", q, high, "high", 2, nil)
 	c.prioritized("urgent-b", q, high, "high", 2, nil)
 	c.run(adapter.Config{})
+	c.bothBoundForOneVictim()
+}
+
+// twoPreemptors is a cluster of one 8-GPU node named after prefix, a
+// Queue q, and PriorityClasses low and high, for two 4-GPU pods of low
+// and two 2-GPU preemptors of high.
+func twoPreemptors(t *testing.T, prefix string) (c *cluster, q, low, high string) {
+	c = newCluster(t, gpuNodes(1, prefix)...)
+	q = prefix + "-" + c.ns
+	c.policyQueue(build.Queue(q).Obj())
+	low, high = prefix+"-low-"+c.ns, prefix+"-high-"+c.ns
+	priorityClasses(t, map[string]int32{low: 100, high: 1000})
+	return c, q, low, high
+}
+
+// bothBoundForOneVictim waits for both preemptors (app=high) to be bound
+// and fails the test unless one low-priority pod still runs: one victim
+// made room for both.
+func (c *cluster) bothBoundForOneVictim() {
+	c.t.Helper()
 	c.waitBound("app=high", 2, 60*time.Second)
-	if n, _, err := c.bound(t.Context(), "app=low"); err != nil || n != 1 {
-		t.Fatalf("%d low-priority pods bound (err %v), want 1: one victim makes room for both", n, err)
+	if n, _, err := c.bound(c.t.Context(), "app=low"); err != nil || n != 1 {
+		c.t.Fatalf("%d low-priority pods bound (err %v), want 1: one victim made room for both", n, err)
 	}
 	c.failIfBroken()
 }
@@ -220,11 +236,7 @@ func TestNoPodBoundOnAnExitingVictimsGPUs(t *testing.T) {
 // two pods. A finalizer keeps the victim being deleted until the test
 // lets it go.
 func TestLaterPreemptorWaitsForAnExitingVictim(t *testing.T) {
-	c := newCluster(t, gpuNodes(1, "exiting")...)
-	q := "exiting-" + c.ns
-	c.policyQueue(build.Queue(q).Obj())
-	low, high := "ex-low-"+c.ns, "ex-high-"+c.ns
-	priorityClasses(t, map[string]int32{low: 100, high: 1000})
+	c, q, low, high := twoPreemptors(t, "exiting")
 	const hold = "test.gpuplane.io/hold"
 	release := func(name string) {
 		_, err := env.Client.CoreV1().Pods(c.ns).Patch(context.Background(), name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
@@ -280,11 +292,7 @@ func TestLaterPreemptorWaitsForAnExitingVictim(t *testing.T) {
 		return time.Now().After(quiet), nil
 	})
 	release(victim)
-	c.waitBound("app=high", 2, 60*time.Second)
-	if n, _, err := c.bound(t.Context(), "app=low"); err != nil || n != 1 {
-		t.Fatalf("%d low-priority pods bound (err %v), want 1: one victim made room for both", n, err)
-	}
-	c.failIfBroken()
+	c.bothBoundForOneVictim()
 }
 
 // Among victims of one priority, the one that loses the fewest GPU-hours
