@@ -136,7 +136,10 @@
 // in, so one eviction's room is not paid for with another, but a group
 // placed there in the same cycle is held, not bound: it waits for the
 // evicted pods on each node where the free room no longer covers what
-// they had left (placement.State.Rest; vacatedUnder in holds.go). So is a
+// they had left (placement.State.Rest; vacatedUnder in holds.go). Their
+// labels and affinity stay in the state for the cycle, so that other
+// pods' affinity and anti-affinity still see them, as kube-scheduler sees
+// a pod being deleted. So is a
 // group that fits in room pods being deleted still hold (Terminating, from
 // an eviction of an earlier cycle or any deletion): before it may evict
 // anything, it is placed there as a hold waiting for the pods whose room

@@ -132,11 +132,21 @@ type vacating struct {
 // from the state, with what is free of their room once the group they
 // make room for took its part. The room stays free to place in, but a
 // group placed in it waits for them (vacatedUnder): they hold it until
-// they exit, so nothing is bound there in this cycle.
+// they exit, so nothing is bound there in this cycle. Their labels and
+// affinity go back in the state for the cycle (finish takes them out),
+// so that other pods' affinity and anti-affinity still see them.
 func (c *cycle) keepVacated(ps []*podState) {
 	from := len(c.vacated)
+	st := c.s.st
 	for _, m := range ps {
 		c.vacated = append(c.vacated, vacating{ps: m})
+		// Other pods' terms still see it, as one being deleted.
+		if r := &m.a.Request; r.Namespace != "" || len(r.Labels) > 0 || r.Affinity != nil {
+			t := taken{node: m.node, req: model.Request{Namespace: r.Namespace, Labels: r.Labels, Affinity: r.Affinity, Terminating: true, NotPod: true}}
+			if st.Hold(m.node, &t.req, nil) == nil {
+				c.held = append(c.held, t)
+			}
+		}
 	}
 	for _, m := range ps {
 		c.rests(m.node, func(k int, t taken) {

@@ -422,3 +422,28 @@ func TestTerminatingRunningPod(t *testing.T) {
 		t.Fatalf("binds %+v, want spread on n-0 beside the terminating web pod, and shy still repelled", d.Binds)
 	}
 }
+
+// A pod evicted in a cycle runs until it exits: other pods' anti-affinity
+// still sees it for the rest of that cycle. p evicts v to keep its own
+// anti-affinity and waits for it; q repels v too and may evict w, which
+// would not help it, so it is neither bound beside v nor evicts w.
+func TestEvictedPodStillRepelsInItsCycle(t *testing.T) {
+	nodes := zonedNodes(1, 1, 8)
+	v := model.Allocation{Pod: "v", Group: "v", Node: "n-0", Request: labelled(schedtest.GPU(1, 1000), "app", "v"), GPUs: []model.GPUShare{{Index: 0, Milli: 1000}}}
+	w := model.Allocation{Pod: "w", Group: "w", Node: "n-0", Request: labelled(schedtest.GPU(1, 1000), "app", "w"), GPUs: []model.GPUShare{{Index: 1, Milli: 1000}}}
+	shy := func(name string, prio int32) model.PodGroup {
+		req := labelled(schedtest.GPU(1, 1000), "app", name)
+		req.Affinity = &model.PodAffinity{RequiredAnti: []model.PodAffinityTerm{term(hostKey, sel("app", "v"))}}
+		g := lone(name, req)
+		g.Priority = prio
+		return g
+	}
+	_, d := harnessCycle(t, model.Snapshot{Nodes: nodes, RunningByNode: schedtest.OnNodes(nodes, v, w), Budget: model.DisruptionBudget{MaxEvictions: -1},
+		Pending: []model.PodGroup{shy("p", 50), shy("q", 10)}}, scheduler.Config{})
+	if len(d.Evictions) != 1 || d.Evictions[0].Pod != "v" || len(d.Holds) != 1 || d.Holds[0].Group != "p" {
+		t.Fatalf("evictions %+v, holds %+v; want v evicted for p, which waits", d.Evictions, d.Holds)
+	}
+	if len(d.Binds) != 0 {
+		t.Fatalf("binds %+v beside v, which still runs", d.Binds)
+	}
+}
