@@ -206,6 +206,50 @@ func TestNoPodBoundOnAnExitingVictimsGPUs(t *testing.T) {
 	c.bothBoundForOneVictim()
 }
 
+// A pod evicted for a preemptor that repels it still runs until it
+// exits, and another pod that repels it is not bound beside it meanwhile,
+// though it fits there and could evict a third pod (which would not help
+// it): both repelling pods are bound once the victim is gone, and the
+// third pod stays.
+func TestEvictedPodStillRepelsUntilItExits(t *testing.T) {
+	c, q, low, high := twoPreemptors(t, "repel")
+	for _, app := range []string{"v", "w"} {
+		c.prioritized(app, q, low, app, 1, nil)
+	}
+	stop := c.run(adapter.Config{})
+	c.waitBound("app in (v,w)", 2, 30*time.Second)
+	c.alwaysPods("no pod bound beside v that repels it", "", func(ps map[string]*corev1.Pod) error {
+		v := ps["v"]
+		if v == nil || v.Spec.NodeName == "" {
+			return nil
+		}
+		for name, p := range ps {
+			if p.Spec.NodeName == v.Spec.NodeName && p.Spec.Affinity != nil && p.Spec.Affinity.PodAntiAffinity != nil {
+				return fmt.Errorf("%s bound on %s beside v, which it repels", name, p.Spec.NodeName)
+			}
+		}
+		return nil
+	})
+	// Both wait before the scheduler starts again, so that one cycle
+	// decides for both: p evicts v, and q comes after it.
+	stop()
+	mid := "repel-mid-" + c.ns // above v and w, below p: q may evict w
+	priorityClasses(t, map[string]int32{mid: 500})
+	for name, class := range map[string]string{"p": high, "q": mid} {
+		p := c.pod(name).GPUs(1).Label("app", "shy").Label(v1alpha1.QueueLabel, q).Obj()
+		p.Spec.PriorityClassName = class
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{appTerm("kubernetes.io/hostname", "v")}}}
+		c.createPod(p)
+	}
+	c.run(adapter.Config{})
+	c.waitBound("app=shy", 2, 60*time.Second)
+	if n, _, err := c.bound(t.Context(), "app=w"); err != nil || n != 1 {
+		t.Fatalf("w bound: %d (err %v), want it left running", n, err)
+	}
+	c.failIfBroken()
+}
+
 // twoPreemptors is a cluster of one 8-GPU node named after prefix, a
 // Queue q, and PriorityClasses low and high, for two 4-GPU pods of low
 // and two 2-GPU preemptors of high.
