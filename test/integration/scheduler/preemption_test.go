@@ -251,8 +251,8 @@ func TestEvictedPodStillRepelsUntilItExits(t *testing.T) {
 }
 
 // twoPreemptors is a cluster of one 8-GPU node named after prefix, a
-// Queue q, and PriorityClasses low and high, for two 4-GPU pods of low
-// and two 2-GPU preemptors of high.
+// Queue q, and PriorityClasses low (100) and high (1000): the pods that
+// run first, and the preemptors that come for their room.
 func twoPreemptors(t *testing.T, prefix string) (c *cluster, q, low, high string) {
 	c = newCluster(t, gpuNodes(1, prefix)...)
 	q = prefix + "-" + c.ns
