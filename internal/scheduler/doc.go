@@ -139,13 +139,13 @@
 // they had left (placement.State.Rest; vacatedUnder in holds.go). Their
 // labels and affinity stay in the state for the cycle, so that other
 // pods' affinity and anti-affinity still see them, as kube-scheduler sees
-// a pod being deleted. So is a
-// group that fits in room pods being deleted still hold (Terminating, from
-// an eviction of an earlier cycle or any deletion): before it may evict
-// anything, it is placed there as a hold waiting for the pods whose room
-// it takes (waitExiting), which keep the rest of their room meanwhile;
-// once such a hold times out (Snapshot.HoldTimeout) the group may evict
-// again. A pod being deleted is never a victim itself.
+// a pod being deleted. A group that fits in room that pods being deleted
+// still hold (Terminating: evicted in an earlier cycle, or deleted by
+// anyone) is held there too, waiting for the pods whose room it takes,
+// before it may evict anything (waitExiting); those pods keep the rest
+// of their room meanwhile. Once such a hold times out
+// (Snapshot.HoldTimeout) the group may evict again. A pod being deleted
+// is never a victim itself.
 //
 // ResourceClaims. A pod that asks for GPUs through claims asks for whole
 // GPUs of a device set (model.Request.DeviceSet): the GPUs its driver found
