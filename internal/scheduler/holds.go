@@ -108,8 +108,8 @@ func (c *cycle) reserve(p *pending, plan []model.Bind) {
 }
 
 // keepRest takes what is free of req and shares on node i for the rest
-// of the cycle (placement.State.Rest) and returns it; ok is false when it
-// took nothing.
+// of the cycle (placement.State.Rest) and returns it; ok is false when the
+// state refused it.
 func (c *cycle) keepRest(i int, req *model.Request, shares []model.GPUShare) (t taken, ok bool) {
 	st := c.s.st
 	t.node = i
@@ -148,7 +148,12 @@ func (c *cycle) keepVacated(ps []*podState) {
 			}
 		}
 	}
+	var nodes []int
 	for _, m := range ps {
+		if slices.Contains(nodes, m.node) {
+			continue
+		}
+		nodes = append(nodes, m.node)
 		c.rests(m.node, func(k int, t taken) {
 			if k >= from {
 				c.vacated[k].base = t
