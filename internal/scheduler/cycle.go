@@ -276,7 +276,7 @@ func (c *cycle) placeOne(req *model.Request) (placement.Option, int, bool) {
 func (c *cycle) commit(p *pending, binds []model.Bind) {
 	if victims := c.vacatedUnder(binds); len(victims) > 0 {
 		// Room a pod evicted in this cycle still holds: p waits for it.
-		c.startHold(p, binds, victims)
+		c.hold(p, binds, victims)
 		return
 	}
 	p.placed = true

@@ -204,9 +204,7 @@ func (c *cycle) rests(n int, f func(k int, t taken)) {
 		if v.ps.node != n {
 			continue
 		}
-		t := taken{node: n}
-		t.req, t.shares = st.Rest(n, &v.ps.a.Request, v.ps.a.GPUs)
-		_ = st.Hold(n, &t.req, t.shares) // within what is free: it fits
+		t, _ := c.keepRest(n, &v.ps.a.Request, v.ps.a.GPUs) // within what is free: it fits
 		f(k, t)
 	}
 	st.Rollback(mark)
@@ -262,10 +260,11 @@ func (c *cycle) waitExiting(p *pending) bool {
 		if st.Hold(ps.node, &ps.a.Request, ps.a.GPUs) == nil {
 			continue
 		}
-		req := &ps.a.Request
+		// Its volumes stay attached too (Rest leaves them out, for a
+		// pod yet to run).
 		t := taken{node: ps.node}
-		t.req, t.shares = st.Rest(ps.node, req, ps.a.GPUs)
-		t.req.Terminating, t.req.Volumes = true, req.Volumes
+		t.req, t.shares = st.Rest(ps.node, &ps.a.Request, ps.a.GPUs)
+		t.req.Volumes = ps.a.Request.Volumes
 		_ = st.Hold(ps.node, &t.req, t.shares) // within what is free: it fits
 		c.exited = append(c.exited, exitRest{ps: ps, rest: t})
 		victims = append(victims, ps.a.Pod)
@@ -328,6 +327,12 @@ func (c *cycle) startHold(p *pending, binds []model.Bind, victims []string) {
 			victims = append(victims, v)
 		}
 	}
+	c.hold(p, binds, victims)
+}
+
+// hold is startHold with victims complete: the pods evicted in this cycle
+// whose room binds take (vacatedUnder) are among them.
+func (c *cycle) hold(p *pending, binds []model.Bind, victims []string) {
 	p.placed, p.waiting = true, len(victims)
 	c.grow(p)
 	for _, b := range binds {

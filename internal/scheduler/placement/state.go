@@ -417,8 +417,8 @@ func (s *State) Hold(i int, req *model.Request, shares []model.GPUShare) error {
 // there: each amount (CPU, memory, each share's milli-GPU, GPU memory and
 // MIG slices, each scalar resource) at most what the node has free, the
 // host ports no pod holds, and a pod's slot while the node has one left
-// (else the part is NotPod). The part keeps the pod's namespace, labels
-// and affinity, which other pods' terms see. A pod that will run there
+// (else the part is NotPod). The part keeps the pod's namespace, labels,
+// affinity and whether it is being deleted, which other pods' terms see. A pod that will run there
 // once its victims are gone holds its rest; a pod released from the
 // state that still runs (evicted, not gone yet) shows by its rest whether
 // what was placed since took some of its room.
@@ -426,7 +426,7 @@ func (s *State) Rest(i int, req *model.Request, shares []model.GPUShare) (model.
 	ns := &s.Nodes[i]
 	out := model.Request{
 		MilliCPU: clampFree(req.MilliCPU, ns.FreeCPU), MemoryMiB: clampFree(req.MemoryMiB, ns.FreeMem),
-		Namespace: req.Namespace, Labels: req.Labels, Affinity: req.Affinity,
+		Namespace: req.Namespace, Labels: req.Labels, Affinity: req.Affinity, Terminating: req.Terminating,
 		NotPod: req.NotPod || (ns.res.counted && ns.Pods >= ns.res.maxPods),
 	}
 	if ns.res.counted {
