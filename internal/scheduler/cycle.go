@@ -122,9 +122,6 @@ type cycle struct {
 	movableLooks int
 	movBuf       []*runningGroup
 	shareBuf     []model.GPUShare
-	// everyNode lists every node's index, for a moved group's pods placed
-	// off the nodes being cleared (defrag.go); nil until needed.
-	everyNode []int32
 	// short is the last shortfall of free GPUs moves found (defrag.go).
 	short shortfall
 	// recent is the groups moves keep in place for their name

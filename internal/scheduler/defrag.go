@@ -116,7 +116,7 @@ func (c *cycle) movedRecently() map[string]bool {
 	if c.recent != nil {
 		return c.recent
 	}
-	c.recent = map[string]bool{}
+	c.recent = make(map[string]bool, len(c.snap.Defrag.Recent)+len(c.snap.Pending))
 	for _, m := range c.snap.Defrag.Recent {
 		if c.snap.Now-m.At < c.snap.Defrag.Window {
 			c.recent[m.Group] = true
@@ -402,8 +402,8 @@ func (x *freeIndex) each(f func(i int) bool) {
 
 // placeOff places every pod of a moved group as place does, but off the
 // nodes in avoid: a pod whose best node is among them takes the best of
-// the others (Placer.PlaceIn). It reports the binds, the pods assigned to
-// the state, or false with whatever it assigned left for the caller to
+// the others (Placer.PlaceExcept). It reports the binds, the pods assigned
+// to the state, or false with whatever it assigned left for the caller to
 // roll back.
 func (c *cycle) placeOff(mp *pending, avoid map[int]bool) ([]model.Bind, bool) {
 	st := c.s.st
@@ -412,13 +412,7 @@ func (c *cycle) placeOff(mp *pending, avoid map[int]bool) ([]model.Bind, bool) {
 		pod := &mp.g.Pods[k]
 		o, ok := c.s.placer.Place(&pod.Request)
 		if ok && avoid[o.Node] {
-			if c.everyNode == nil {
-				c.everyNode = make([]int32, len(c.s.nodes))
-				for i := range c.everyNode {
-					c.everyNode[i] = int32(i)
-				}
-			}
-			o, ok = c.s.placer.PlaceIn(&pod.Request, c.everyNode, avoid)
+			o, ok = c.s.placer.PlaceExcept(&pod.Request, avoid)
 		}
 		if !ok || st.Assign(o.Node, &pod.Request, o.Shares) != nil {
 			return nil, false

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -618,5 +619,120 @@ func TestAllOfSetPlacement(t *testing.T) {
 	none := &model.Request{DeviceSet: "other", AllOfSet: true, GPUs: 1}
 	if StaticFits(&n, none) || NewState([]model.Node{n}).Options(0, none) != nil {
 		t.Error("a node without GPUs of the set fits all of it")
+	}
+}
+
+// Nodes alike but for which of their interchangeable GPUs are busy share
+// a signature, and nodes whose GPUs hold different amounts free do not,
+// at every size the sort of free amounts takes (a few GPUs, and more
+// than the insertion sort is used for).
+func TestSignatureIgnoresWhichGPUIsBusy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 29))
+	for _, gpus := range []int{1, 2, 8, 16, 17, 33, 64} {
+		for range 50 {
+			a, b := gpuNode("a", 64000, gpus), gpuNode("b", 64000, gpus)
+			st := NewState([]model.Node{a, b})
+			// The same shares on both nodes, on GPUs chosen apart.
+			milli := make([]int64, gpus)
+			for g := range milli {
+				milli[g] = int64(rng.IntN(5)) * 250
+			}
+			perm := rng.Perm(gpus)
+			for g, m := range milli {
+				if m == 0 {
+					continue
+				}
+				for node, idx := range []int{g, perm[g]} {
+					if err := st.Assign(node, &model.Request{GPUMilli: m}, []model.GPUShare{{Index: idx, Milli: m}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if st.signature(0) != st.signature(1) {
+				t.Fatalf("%d GPUs, shares %v on one node and permuted %v on the other: signatures differ", gpus, milli, perm)
+			}
+			// One more share on one node only: they differ.
+			g := rng.IntN(gpus)
+			if milli[g] == 1000 {
+				continue
+			}
+			if err := st.Assign(0, &model.Request{GPUMilli: 1000 - milli[g]}, []model.GPUShare{{Index: g, Milli: 1000 - milli[g]}}); err != nil {
+				t.Fatal(err)
+			}
+			if st.signature(0) == st.signature(1) {
+				t.Fatalf("%d GPUs: node a took %d milli more of GPU %d, yet shares node b's signature", gpus, 1000-milli[g], g)
+			}
+		}
+	}
+}
+
+// PlaceIn over every node but those skipped, and PlaceExcept, place
+// where Place does with the skipped nodes closed: for sets of nodes to skip
+// small and large (read by scan, or through the map), under a tie order
+// or none, and for requests with pod constraints (which PlaceExcept
+// answers by a look at every node) or without (by a walk of the tree).
+func TestPlaceInSkipsAsClosingDoes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 11))
+	web := map[string]string{"app": "web"}
+	repel := &model.PodAffinity{RequiredAnti: []model.PodAffinityTerm{
+		{Selector: &model.LabelSelector{MatchLabels: web}, Namespaces: []string{"ns"}, TopologyKey: "zone"}}}
+	for trial := range 400 {
+		var nodes []model.Node
+		for i := range 40 {
+			n := gpuNode(fmt.Sprintf("n%d", i), 64000, 8)
+			n.Labels = map[string]string{"zone": fmt.Sprint(i % 5)}
+			nodes = append(nodes, n)
+		}
+		a, b := NewState(nodes), NewState(nodes)
+		for i := range nodes {
+			for g := range rng.IntN(8) {
+				req := &model.Request{GPUs: 1, Namespace: "ns"}
+				if rng.IntN(20) == 0 {
+					req.Labels = web
+				}
+				for _, st := range []*State{a, b} {
+					if err := st.Assign(i, req, []model.GPUShare{{Index: g, Milli: 1000}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		skip := map[int]bool{}
+		for range rng.IntN(20) {
+			n := rng.IntN(len(nodes))
+			skip[n] = true
+			b.Close(n)
+		}
+		if trial%7 == 0 {
+			skip[rng.IntN(len(nodes))] = false // named, not skipped
+		}
+		every := make([]int32, len(nodes))
+		for i := range every {
+			every[i] = int32(i)
+		}
+		req := &model.Request{GPUs: 1 + rng.IntN(4), Namespace: "ns"}
+		if trial%3 == 0 {
+			req.Affinity = repel
+		}
+		pa, pb := bestFitPlacer(t, a), bestFitPlacer(t, b)
+		if trial%2 == 0 {
+			rank := make([]int32, len(nodes))
+			for i, r := range rng.Perm(len(nodes)) {
+				rank[i] = int32(r)
+			}
+			pa.SetTieOrder(rank)
+			pb.SetTieOrder(rank)
+		}
+		want, wantOK := pb.Place(req)
+		for name, place := range map[string]func() (Option, bool){
+			"PlaceIn":     func() (Option, bool) { return pa.PlaceIn(req, every, skip) },
+			"PlaceExcept": func() (Option, bool) { return pa.PlaceExcept(req, skip) },
+		} {
+			got, gotOK := place()
+			if gotOK != wantOK || gotOK && got.Node != want.Node {
+				t.Fatalf("trial %d, %d GPUs, constrained %v, skip %v: %s gave node %d (%v), Place with them closed %d (%v)",
+					trial, req.GPUs, req.Affinity != nil, skip, name, got.Node, gotOK, want.Node, wantOK)
+			}
+		}
 	}
 }

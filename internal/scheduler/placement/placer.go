@@ -27,6 +27,8 @@ type Placer struct {
 	keyBuf strings.Builder
 	// walk is scratch space for requests with pod constraints.
 	walk constrainedWalk
+	// every lists every node's index, for PlaceExcept's look at them all.
+	every []int32
 	// tie ranks the nodes for ties between equal scores (SetTieOrder);
 	// nil: by index.
 	tie []int32

@@ -216,12 +216,13 @@ func (s *State) signature(i int) int32 {
 	b = binary.AppendVarint(b, int64(ns.class))
 	b = binary.AppendVarint(b, ns.FreeCPU)
 	b = binary.AppendVarint(b, ns.FreeMem)
-	var gpus [][3]int64
+	var room [16][3]int64 // a node's GPUs, on the stack for all but the largest
+	gpus := room[:0]
 	for g := range ns.GPUFree {
 		gpus = append(gpus, [3]int64{ns.GPUFree[g], ns.GPUMem[g], int64(ns.SliceFree[g])})
 	}
 	if !ns.ordered {
-		slices.SortFunc(gpus, func(a, b [3]int64) int { return slices.Compare(a[:], b[:]) })
+		sortFree(gpus)
 	}
 	for _, g := range gpus {
 		b = binary.AppendVarint(b, g[0])
@@ -239,6 +240,30 @@ func (s *State) signature(i int) int32 {
 	}
 	ns.sig = id
 	return id
+}
+
+// sortFree sorts GPUs' free amounts in increasing order, by each amount
+// in turn. The few GPUs of a node take an insertion sort; this runs for
+// every node that changed before a placement reads it.
+func sortFree(gpus [][3]int64) {
+	less := func(a, b *[3]int64) bool {
+		if a[0] != b[0] {
+			return a[0] < b[0]
+		}
+		if a[1] != b[1] {
+			return a[1] < b[1]
+		}
+		return a[2] < b[2]
+	}
+	if len(gpus) > 32 {
+		slices.SortFunc(gpus, func(a, b [3]int64) int { return slices.Compare(a[:], b[:]) })
+		return
+	}
+	for i := 1; i < len(gpus); i++ {
+		for j := i; j > 0 && less(&gpus[j], &gpus[j-1]); j-- {
+			gpus[j], gpus[j-1] = gpus[j-1], gpus[j]
+		}
+	}
 }
 
 // signatureMix is signature plus the node's pod mix (ShareSizes), for
