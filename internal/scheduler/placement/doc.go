@@ -7,7 +7,9 @@
 // Scores of plugins that depend only on a node's static class and free state
 // are memoised by node signature, and a Placer re-scores only the nodes that
 // changed since its last call, so one placement costs far less than a scan
-// of the cluster.
+// of the cluster. Both the signatures and the memo are bounded: a
+// long-running scheduler sees ever new free states, and past the bound
+// each starts over, deciding nothing differently.
 //
 // GPUs a DRA driver publishes join the same books: a request through
 // ResourceClaims (model.Request.DeviceSet) is served only by GPUs of its

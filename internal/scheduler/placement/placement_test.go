@@ -736,3 +736,72 @@ func TestPlaceInSkipsAsClosingDoes(t *testing.T) {
 		}
 	}
 }
+
+// A long run of pods placed and exiting keeps the signature table
+// bounded, and a state whose table starts over places every pod where a
+// state that never drops one does, under a policy that reads the pod mix
+// (signatureMix) and one that does not.
+func TestSignatureTableStartsOverUnchanged(t *testing.T) {
+	for _, policy := range []string{"bestfit", "gpuclustering"} {
+		rng := rand.New(rand.NewPCG(5, 17))
+		var nodes []model.Node
+		for i := range 30 {
+			nodes = append(nodes, gpuNode(fmt.Sprintf("n%d", i), 64000, 8))
+		}
+		small, whole := NewState(nodes), NewState(nodes)
+		small.sigLimit = 40
+		placer := func(st *State) *Placer {
+			pol, err := NewPolicy(policy, PolicyEnv{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := NewPlacer(st, pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		ps, pw := placer(small), placer(whole)
+		type running struct {
+			node   int
+			req    *model.Request
+			shares []model.GPUShare
+		}
+		var live []running
+		cpus := []int64{100, 250, 500, 1000, 2000, 4000}
+		milli := []int64{0, 250, 500, 1000}
+		for step := range 20000 {
+			if len(live) > 150 || len(live) > 0 && rng.IntN(2) == 0 {
+				k := rng.IntN(len(live))
+				r := live[k]
+				small.Release(r.node, r.req, r.shares)
+				whole.Release(r.node, r.req, r.shares)
+				live[k] = live[len(live)-1]
+				live = live[:len(live)-1]
+				continue
+			}
+			req := &model.Request{MilliCPU: cpus[rng.IntN(len(cpus))], MemoryMiB: int64(1+rng.IntN(8)) * 1024, GPUMilli: milli[rng.IntN(len(milli))]}
+			got, gotOK := ps.Place(req)
+			want, wantOK := pw.Place(req)
+			if gotOK != wantOK || gotOK && (got.Node != want.Node || !slices.Equal(got.Shares, want.Shares)) {
+				t.Fatalf("%s, step %d: with the table starting over %+v (%v), without %+v (%v)", policy, step, got, gotOK, want, wantOK)
+			}
+			if len(small.sigs) > small.sigLimit+1 {
+				t.Fatalf("%s, step %d: %d signatures kept, bound %d", policy, step, len(small.sigs), small.sigLimit)
+			}
+			if !gotOK {
+				continue
+			}
+			for _, st := range []*State{small, whole} {
+				if err := st.Assign(got.Node, req, got.Shares); err != nil {
+					t.Fatal(err)
+				}
+			}
+			live = append(live, running{got.Node, req, got.Shares})
+		}
+		if small.sigEpoch == 0 {
+			t.Fatalf("%s: the table never started over (%d signatures): the test shows nothing", policy, len(small.sigs))
+		}
+		t.Logf("%s: the small table started over %d times; the whole one holds %d signatures", policy, small.sigEpoch, len(whole.sigs))
+	}
+}

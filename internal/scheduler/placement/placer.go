@@ -29,6 +29,8 @@ type Placer struct {
 	walk constrainedWalk
 	// every lists every node's index, for PlaceExcept's look at them all.
 	every []int32
+	// sigEpoch is the state's signature epoch the memo was made in.
+	sigEpoch uint64
 	// tie ranks the nodes for ties between equal scores (SetTieOrder);
 	// nil: by index.
 	tie []int32
@@ -241,6 +243,12 @@ func (p *Placer) nodeBest(i int, req *model.Request, rid int32) memoVal {
 		sig = p.st.signatureMix
 	}
 	key := memoKey{sig(i), rid}
+	if p.sigEpoch != p.st.sigEpoch {
+		// The state's signatures started over: the memo's keys name
+		// signatures that are gone.
+		clear(p.memo)
+		p.sigEpoch = p.st.sigEpoch
+	}
 	if v, ok := p.memo[key]; ok {
 		return v
 	}

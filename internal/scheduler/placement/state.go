@@ -99,6 +99,11 @@ type State struct {
 	classes     map[string]int32
 	sigs        map[string]int32
 	buf         []byte
+	// sigLimit bounds sigs (signatureLimit; tests lower it), and sigEpoch
+	// counts the times sigs started over: readers that key anything by a
+	// signature drop it when the epoch moves.
+	sigLimit int
+	sigEpoch uint64
 	// aff counts pods by topology domain for pod affinity and spread
 	// (podaffinity.go).
 	aff *podIndex
@@ -126,7 +131,7 @@ func (s *State) SetComingUp(up bool) { s.comingUp = up }
 // NewState builds the free state of nodes (which it keeps a reference to)
 // with nothing allocated.
 func NewState(nodes []model.Node) *State {
-	s := &State{Nodes: make([]NodeState, len(nodes)), classes: map[string]int32{}, sigs: map[string]int32{}, aff: newPodIndex()}
+	s := &State{Nodes: make([]NodeState, len(nodes)), classes: map[string]int32{}, sigs: map[string]int32{}, sigLimit: signatureLimit, aff: newPodIndex()}
 	for i := range nodes {
 		n := &nodes[i]
 		ns := &s.Nodes[i]
@@ -212,6 +217,7 @@ func (s *State) signature(i int) int32 {
 	if ns.sig >= 0 {
 		return ns.sig
 	}
+	s.boundSignatures()
 	b := s.buf[:0]
 	b = binary.AppendVarint(b, int64(ns.class))
 	b = binary.AppendVarint(b, ns.FreeCPU)
@@ -240,6 +246,28 @@ func (s *State) signature(i int) int32 {
 	}
 	ns.sig = id
 	return id
+}
+
+// signatureLimit bounds the signatures a State keeps. Free CPU and memory
+// take many values over a long run: 200,000 placements and exits of pods
+// of a few sizes on 100 nodes leave near 90,000 states behind, each
+// interned for good without a bound. Past it the table starts over.
+const signatureLimit = 1 << 17
+
+// boundSignatures starts the signature table over when it is full: every
+// node's signature is worked out again when next read, and sigEpoch moves
+// so that a Placer drops its memo, which is keyed by them. Called before a
+// new signature is worked out, so that none in the making holds an id of
+// the table dropped.
+func (s *State) boundSignatures() {
+	if len(s.sigs) < s.sigLimit {
+		return
+	}
+	s.sigs = make(map[string]int32) // a cleared map would keep its room
+	for i := range s.Nodes {
+		s.Nodes[i].sig, s.Nodes[i].sigMix = -1, -1
+	}
+	s.sigEpoch++
 }
 
 // sortFree sorts GPUs' free amounts in increasing order, by each amount
@@ -273,6 +301,7 @@ func (s *State) signatureMix(i int) int32 {
 	if ns.sigMix >= 0 {
 		return ns.sigMix
 	}
+	s.boundSignatures() // before the node's signature is written into b
 	sizes := make([]int64, 0, len(ns.ShareSizes))
 	for k := range ns.ShareSizes {
 		sizes = append(sizes, k)
