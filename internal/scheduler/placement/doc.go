@@ -7,9 +7,10 @@
 // Scores of plugins that depend only on a node's static class and free state
 // are memoised by node signature, and a Placer re-scores only the nodes that
 // changed since its last call, so one placement costs far less than a scan
-// of the cluster. Both the signatures and the memo are bounded: a
-// long-running scheduler sees ever new free states, and past the bound
-// each starts over, deciding nothing differently.
+// of the cluster. The signatures, the memo and the caches per request
+// shape are bounded: a long-running scheduler sees ever new free states
+// and request shapes, and past its bound each starts over or drops what
+// was used longest ago, deciding nothing differently.
 //
 // GPUs a DRA driver publishes join the same books: a request through
 // ResourceClaims (model.Request.DeviceSet) is served only by GPUs of its

@@ -805,3 +805,63 @@ func TestSignatureTableStartsOverUnchanged(t *testing.T) {
 		t.Logf("%s: the small table started over %d times; the whole one holds %d signatures", policy, small.sigEpoch, len(whole.sigs))
 	}
 }
+
+// A placer that keeps a cache for only a few request shapes, and one that
+// tells apart only a few shapes before it starts over, place every pod
+// where a placer that keeps them all does, as pods of many shapes come
+// and go; and the caches kept stay within the bound.
+func TestShapeCachesBoundedUnchanged(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 4))
+	var nodes []model.Node
+	for i := range 30 {
+		nodes = append(nodes, gpuNode(fmt.Sprintf("n%d", i), 64000, 8))
+	}
+	st := NewState(nodes)
+	all, few, forgetful := bestFitPlacer(t, st), bestFitPlacer(t, st), bestFitPlacer(t, st)
+	few.maxShapes = 3
+	forgetful.maxShapeIDs = 5
+	type running struct {
+		node   int
+		req    *model.Request
+		shares []model.GPUShare
+	}
+	var live []running
+	for step := range 20000 {
+		if len(live) > 120 || len(live) > 0 && rng.IntN(3) == 0 {
+			k := rng.IntN(len(live))
+			st.Release(live[k].node, live[k].req, live[k].shares)
+			live[k] = live[len(live)-1]
+			live = live[:len(live)-1]
+			continue
+		}
+		req := &model.Request{MilliCPU: int64(1+rng.IntN(12)) * 250, MemoryMiB: 1024, GPUs: rng.IntN(3)}
+		want, wantOK := all.Place(req)
+		for name, p := range map[string]*Placer{"3 caches": few, "5 shapes": forgetful} {
+			got, gotOK := p.Place(req)
+			if gotOK != wantOK || gotOK && (got.Node != want.Node || !slices.Equal(got.Shares, want.Shares)) {
+				t.Fatalf("step %d, %+v: the placer keeping %s placed %+v (%v), the one keeping all %+v (%v)", step, req, name, got, gotOK, want, wantOK)
+			}
+		}
+		held := 0
+		for _, c := range few.caches {
+			if c != nil {
+				held++
+			}
+		}
+		if held != few.live || held > few.maxShapes {
+			t.Fatalf("step %d: %d caches held, %d counted, bound %d", step, held, few.live, few.maxShapes)
+		}
+		if len(forgetful.reqIDs) > forgetful.maxShapeIDs {
+			t.Fatalf("step %d: %d shapes told apart, bound %d", step, len(forgetful.reqIDs), forgetful.maxShapeIDs)
+		}
+		if wantOK {
+			if err := st.Assign(want.Node, req, want.Shares); err != nil {
+				t.Fatal(err)
+			}
+			live = append(live, running{want.Node, req, want.Shares})
+		}
+	}
+	if len(all.caches) <= few.maxShapes {
+		t.Fatalf("only %d shapes asked for: the bound was never reached", len(all.caches))
+	}
+}

@@ -31,6 +31,13 @@ type Placer struct {
 	every []int32
 	// sigEpoch is the state's signature epoch the memo was made in.
 	sigEpoch uint64
+	// live counts the shape caches held, at most maxShapes; tick stamps
+	// each cache's last use (shapeCache.used), to drop the one unused
+	// longest when another is needed.
+	live, maxShapes int
+	tick            uint64
+	// maxShapeIDs is shapeIDLimit (tests lower it).
+	maxShapeIDs int
 	// tie ranks the nodes for ties between equal scores (SetTieOrder);
 	// nil: by index.
 	tie []int32
@@ -54,7 +61,23 @@ type shapeCache struct {
 	room []int32
 	// tie is the placer's tie order when the cache was filled.
 	tie []int32
+	// used is the placer's tick when the cache was last read.
+	used uint64
 }
+
+// A shape cache takes room in proportion to the nodes (about 28 bytes a
+// node), and pods ask for many shapes over a scheduler's life: every
+// distinct CPU and memory request is one. shapeBudget bounds the node
+// entries all caches hold together, so at most shapeBudget/nodes shapes
+// (and never fewer than minShapes) keep a cache; past it the cache unused
+// longest goes, to be filled again if its shape comes back. shapeIDLimit
+// bounds the shapes a Placer tells apart: past it, every shape, cache and
+// memo starts over.
+const (
+	shapeBudget  = 1 << 21
+	minShapes    = 16
+	shapeIDLimit = 1 << 16
+)
 
 // memoLimit bounds the signature memo; it is dropped when it grows past.
 const memoLimit = 1 << 20
@@ -64,7 +87,8 @@ func NewPlacer(st *State, pol Policy) (*Placer, error) {
 	if err := pol.Validate(); err != nil {
 		return nil, fmt.Errorf("creating placer: %w", err)
 	}
-	return &Placer{st: st, pol: pol, local: pol.nodeLocal(), mix: pol.usesPodMix(), reqIDs: map[string]int{}, memo: map[memoKey]memoVal{}}, nil
+	return &Placer{st: st, pol: pol, local: pol.nodeLocal(), mix: pol.usesPodMix(), reqIDs: map[string]int{}, memo: map[memoKey]memoVal{},
+		maxShapes: max(minShapes, shapeBudget/max(1, len(st.Nodes))), maxShapeIDs: shapeIDLimit}, nil
 }
 
 // Policy returns the placer's policy.
@@ -103,6 +127,7 @@ func (p *Placer) cache(req *model.Request) *shapeCache {
 	if c == nil {
 		c = p.fill(req, rid)
 	} else {
+		c.used = p.tick
 		changed, pos := p.st.Changes(c.pos)
 		if len(changed) >= len(p.st.Nodes) {
 			c = p.fill(req, rid)
@@ -159,16 +184,48 @@ func (p *Placer) shape(req *model.Request) int {
 	}
 	id, ok := p.reqIDs[b.String()]
 	if !ok {
+		if len(p.reqIDs) >= p.maxShapeIDs {
+			p.forgetShapes()
+		}
 		id = len(p.reqIDs)
 		p.reqIDs[b.String()] = id
 		p.caches = append(p.caches, nil)
 	}
+	p.tick++
 	return id
 }
 
+// forgetShapes starts every shape over: their ids, caches and memoised
+// scores (keyed by id).
+func (p *Placer) forgetShapes() {
+	p.reqIDs = map[string]int{}
+	p.caches, p.live = nil, 0
+	p.memo = map[memoKey]memoVal{}
+}
+
+// makeRoom drops the shape cache unused longest when the caches held are
+// at maxShapes, before another is filled.
+func (p *Placer) makeRoom() {
+	if p.live < p.maxShapes {
+		return
+	}
+	oldest := -1
+	for rid, c := range p.caches {
+		if c != nil && (oldest < 0 || c.used < p.caches[oldest].used) {
+			oldest = rid
+		}
+	}
+	p.caches[oldest] = nil
+	p.live--
+}
+
 func (p *Placer) fill(req *model.Request, rid int) *shapeCache {
+	if p.caches[rid] == nil {
+		p.makeRoom()
+		p.live++
+	}
 	n := len(p.st.Nodes)
-	c := &shapeCache{best: make([]memoVal, n), size: 1, tie: p.tie}
+	c := &shapeCache{best: make([]memoVal, n), size: 1, tie: p.tie, used: p.tick}
 	for c.size < n {
 		c.size *= 2
 	}
@@ -223,6 +280,7 @@ func (c *shapeCache) before(a, b int32) bool {
 func (p *Placer) SetTieOrder(rank []int32) {
 	p.tie = rank
 	clear(p.caches)
+	p.live = 0
 }
 
 func (c *shapeCache) update(i int) {
