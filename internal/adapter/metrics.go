@@ -33,9 +33,11 @@ type metrics struct {
 	oldestGang     *prometheus.GaugeVec
 	// waitingSeen and gangSeen are the label values set by the last
 	// cycle, so that a reason or queue with nothing waiting any more loses
-	// its series instead of keeping its last value.
+	// its series instead of keeping its last value; queueSeen the queues
+	// last reported, so that a deleted queue loses its series.
 	waitingSeen map[[2]string]bool
 	gangSeen    map[string]bool
+	queueSeen   map[string]bool
 }
 
 func newMetrics() *metrics {
@@ -82,6 +84,7 @@ func newMetrics() *metrics {
 			Help: "Creation time (Unix seconds) of the oldest waiting pod of a gang (minMember above 1) that the last cycle left waiting in the queue; no series while none waits."}, []string{"queue"}),
 		waitingSeen: map[[2]string]bool{},
 		gangSeen:    map[string]bool{},
+		queueSeen:   map[string]bool{},
 	}
 	m.reg.MustRegister(append(m.own(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
 	return m
@@ -168,14 +171,31 @@ func (m *metrics) cycle(in *cycleInput, d *model.Decisions, placed map[string]bo
 // group that waits with no word from the core yet.
 const waitingNotTried = "Waiting"
 
-func (m *metrics) queue(name string, usage, fair, guaranteed model.Resources, pending int32) {
-	set := func(g *prometheus.GaugeVec, r model.Resources) {
-		g.WithLabelValues(name, "cpu").Set(float64(r.MilliCPU) / 1000)
-		g.WithLabelValues(name, "memory").Set(float64(r.MemoryMiB) * (1 << 20))
-		g.WithLabelValues(name, string(ResourceGPU)).Set(float64(r.GPUMilli) / model.MilliPerGPU)
+// queues sets each queue's usage, shares and pending groups, and drops
+// the series of queues no longer in the hierarchy: a deleted queue's last
+// values would otherwise be exported for as long as the scheduler runs.
+func (m *metrics) queues(qs []model.QueueStatus, pending map[string]int32) {
+	now := make(map[string]bool, len(qs))
+	for _, q := range qs {
+		now[q.Name] = true
 	}
-	set(m.usage, usage)
-	set(m.fairShare, fair)
-	set(m.guaranteed, guaranteed)
-	m.pending.WithLabelValues(name).Set(float64(pending))
+	for name := range m.queueSeen {
+		if !now[name] {
+			for _, g := range []*prometheus.GaugeVec{m.usage, m.fairShare, m.guaranteed, m.pending} {
+				g.DeletePartialMatch(prometheus.Labels{"queue": name})
+			}
+		}
+	}
+	m.queueSeen = now
+	for _, q := range qs {
+		set := func(g *prometheus.GaugeVec, r model.Resources) {
+			g.WithLabelValues(q.Name, "cpu").Set(float64(r.MilliCPU) / 1000)
+			g.WithLabelValues(q.Name, "memory").Set(float64(r.MemoryMiB) * (1 << 20))
+			g.WithLabelValues(q.Name, string(ResourceGPU)).Set(float64(r.GPUMilli) / model.MilliPerGPU)
+		}
+		set(m.usage, q.Usage)
+		set(m.fairShare, q.FairShare)
+		set(m.guaranteed, q.Guaranteed)
+		m.pending.WithLabelValues(q.Name).Set(float64(pending[q.Name]))
+	}
 }

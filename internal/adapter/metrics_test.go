@@ -101,6 +101,23 @@ func TestMetricsOfWhatWaits(t *testing.T) {
 	})
 	check("gpuplane_scheduler_queue_oldest_pending_gang", map[string]float64{})
 	check("gpuplane_scheduler_cycle_duration", map[string]float64{`gpuplane_scheduler_cycle_duration_seconds{}`: 2})
+
+	// A queue deleted loses its series, instead of exporting its last
+	// values for as long as the scheduler runs.
+	f.cache.deletePod(newPod("ns", "greedy").Obj())
+	f.cache.deleteQueue(build.Queue("small").Obj())
+	f.cycle()
+	for _, name := range []string{"gpuplane_scheduler_queue_usage", "gpuplane_scheduler_queue_fair_share", "gpuplane_scheduler_queue_guaranteed", "gpuplane_scheduler_queue_pending"} {
+		got := m.series(t, name)
+		for k := range got {
+			if strings.Contains(k, `queue="small"`) {
+				t.Errorf("queue small was deleted, yet %s is exported", k)
+			}
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(got)), func(k string) bool { return strings.Contains(k, `queue="team"`) }) {
+			t.Errorf("%s: no series of queue team, which remains: %v", name, sorted(got))
+		}
+	}
 }
 
 func sorted(m map[string]float64) []string {

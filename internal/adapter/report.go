@@ -426,9 +426,7 @@ func (l *loop) queueStatus(in *cycleInput, d *model.Decisions) {
 			admitted[a.Queue]++
 		}
 	}
-	for _, q := range d.Queues {
-		l.metrics.queue(q.Name, q.Usage, q.FairShare, q.Guaranteed, pendingCount[q.Name])
-	}
+	l.metrics.queues(d.Queues, pendingCount)
 	overTime := make(map[string]*model.QueueUsage, len(d.Usage))
 	for i := range d.Usage {
 		overTime[d.Usage[i].Queue] = &d.Usage[i]

@@ -250,6 +250,9 @@ func (s *State) placeClaim(key string) {
 	}
 	if old != "" {
 		delete(s.onNode[old], key)
+		if len(s.onNode[old]) == 0 {
+			delete(s.onNode, old) // a node gone for good leaves nothing behind
+		}
 		s.touched(old)
 		delete(s.claimNode, key)
 	}

@@ -271,6 +271,11 @@ func TestStateClaims(t *testing.T) {
 	if s.ClaimsOn("b") != 0 || f.touched["b"] == 0 || s.Claim("ns/c") != nil {
 		t.Fatalf("a deleted claim: %d on b, touched %v, kept %v", s.ClaimsOn("b"), f.touched, s.Claim("ns/c") != nil)
 	}
+	// Nodes whose claims all went keep no entry: nodes replaced for good
+	// would otherwise pile up.
+	if len(s.onNode) != 0 || len(s.claimNode) != 0 {
+		t.Fatalf("no claim left, yet the index keeps nodes %v and claims %v", s.onNode, s.claimNode)
+	}
 }
 
 func shareIndexes(got, want []model.GPUShare) bool {
