@@ -865,3 +865,84 @@ func TestShapeCachesBoundedUnchanged(t *testing.T) {
 		t.Fatalf("only %d shapes asked for: the bound was never reached", len(all.caches))
 	}
 }
+
+// Nodes relabelled again and again keep the class table bounded, and a
+// state whose classes (and so signatures) start over places every pod
+// where a state that keeps them all does.
+func TestClassTableStartsOverUnchanged(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 8))
+	mk := func() []model.Node {
+		var nodes []model.Node
+		for i := range 12 {
+			n := gpuNode(fmt.Sprintf("n%d", i), 64000, 8)
+			n.Labels = map[string]string{"pool": fmt.Sprint(i % 3)}
+			nodes = append(nodes, n)
+		}
+		return nodes
+	}
+	// Each state reads its own nodes, relabelled alike.
+	na, nb := mk(), mk()
+	small, whole := NewState(na), NewState(nb)
+	small.classLimit = 16 // above the 12 nodes' own classes
+	ps, pw := bestFitPlacer(t, small), bestFitPlacer(t, whole)
+	type running struct {
+		req    *model.Request
+		shares []model.GPUShare
+	}
+	on := make([][]running, len(na))
+	for step := range 4000 {
+		switch rng.IntN(3) {
+		case 0: // a node relabelled, its pods released and put back
+			i := rng.IntN(len(na))
+			v := fmt.Sprint(rng.IntN(40))
+			for _, pair := range []struct {
+				st *State
+				n  []model.Node
+			}{{small, na}, {whole, nb}} {
+				for _, r := range on[i] {
+					pair.st.Release(i, r.req, r.shares)
+				}
+				pair.n[i].Labels = map[string]string{"pool": fmt.Sprint(i % 3), "generation": v}
+				if err := pair.st.Relabel(i); err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range on[i] {
+					if err := pair.st.Assign(i, r.req, r.shares); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		case 1: // a pod exits
+			i := rng.IntN(len(na))
+			if len(on[i]) == 0 {
+				continue
+			}
+			r := on[i][len(on[i])-1]
+			on[i] = on[i][:len(on[i])-1]
+			small.Release(i, r.req, r.shares)
+			whole.Release(i, r.req, r.shares)
+		default: // a pod is placed, on a pool's nodes
+			req := &model.Request{MilliCPU: 1000, MemoryMiB: 1024, GPUs: 1 + rng.IntN(2), NodeSelector: map[string]string{"pool": fmt.Sprint(rng.IntN(3))}}
+			got, gotOK := ps.Place(req)
+			want, wantOK := pw.Place(req)
+			if gotOK != wantOK || gotOK && (got.Node != want.Node || !slices.Equal(got.Shares, want.Shares)) {
+				t.Fatalf("step %d: with classes starting over %+v (%v), without %+v (%v)", step, got, gotOK, want, wantOK)
+			}
+			if !gotOK {
+				continue
+			}
+			for _, st := range []*State{small, whole} {
+				if err := st.Assign(got.Node, req, got.Shares); err != nil {
+					t.Fatal(err)
+				}
+			}
+			on[got.Node] = append(on[got.Node], running{req, got.Shares})
+		}
+		if len(small.classes) > small.classLimit {
+			t.Fatalf("step %d: %d classes kept, bound %d", step, len(small.classes), small.classLimit)
+		}
+	}
+	if len(whole.classes) <= small.classLimit || small.sigEpoch == 0 {
+		t.Fatalf("the bound was never reached (%d classes in all, %d starts over)", len(whole.classes), small.sigEpoch)
+	}
+}

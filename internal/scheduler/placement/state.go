@@ -104,6 +104,8 @@ type State struct {
 	// signature drop it when the epoch moves.
 	sigLimit int
 	sigEpoch uint64
+	// classLimit bounds classes (classMin, classPerNode; tests lower it).
+	classLimit int
 	// aff counts pods by topology domain for pod affinity and spread
 	// (podaffinity.go).
 	aff *podIndex
@@ -131,7 +133,8 @@ func (s *State) SetComingUp(up bool) { s.comingUp = up }
 // NewState builds the free state of nodes (which it keeps a reference to)
 // with nothing allocated.
 func NewState(nodes []model.Node) *State {
-	s := &State{Nodes: make([]NodeState, len(nodes)), classes: map[string]int32{}, sigs: map[string]int32{}, sigLimit: signatureLimit, aff: newPodIndex()}
+	s := &State{Nodes: make([]NodeState, len(nodes)), classes: map[string]int32{}, sigs: map[string]int32{}, sigLimit: signatureLimit, aff: newPodIndex(),
+		classLimit: max(classMin, classPerNode*len(nodes))}
 	for i := range nodes {
 		n := &nodes[i]
 		ns := &s.Nodes[i]
@@ -175,6 +178,15 @@ func (s *State) Relabel(i int) error {
 
 // classOf interns everything static about a node that placement reads.
 func (s *State) classOf(n *model.Node) int32 {
+	key := classKey(n)
+	if _, ok := s.classes[key]; !ok && len(s.classes) >= s.classLimit {
+		s.forgetClasses()
+	}
+	return s.internClass(key)
+}
+
+// classKey is what classOf interns of n.
+func classKey(n *model.Node) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d/%d/%v/%v/%v|", n.MilliCPU, n.MemoryMiB, n.Unschedulable, n.Disrupted, n.Coming)
 	for _, g := range n.GPUs {
@@ -200,13 +212,38 @@ func (s *State) classOf(n *model.Node) int32 {
 			}
 		}
 	}
-	key := b.String()
+	return b.String()
+}
+
+// internClass returns the id of the class key, new ones numbered on.
+func (s *State) internClass(key string) int32 {
 	id, ok := s.classes[key]
 	if !ok {
 		id = int32(len(s.classes))
 		s.classes[key] = id
 	}
 	return id
+}
+
+// A node's class changes with its labels and taints, and the scheduler
+// relabels nodes for as long as it runs, so the classes would pile up:
+// past classMin, or classPerNode classes a node, the table starts over.
+const (
+	classMin     = 4096
+	classPerNode = 4
+)
+
+// forgetClasses starts the class table over with the classes of the
+// nodes as they are now. A class id is part of every signature, so the
+// signatures start over too.
+func (s *State) forgetClasses() {
+	s.classes = make(map[string]int32)
+	for i := range s.Nodes {
+		if n := s.Nodes[i].Node; n != nil {
+			s.Nodes[i].class = s.internClass(classKey(n))
+		}
+	}
+	s.forgetSignatures()
 }
 
 // signature interns a node's class plus its free state. Nodes whose GPUs
@@ -263,6 +300,11 @@ func (s *State) boundSignatures() {
 	if len(s.sigs) < s.sigLimit {
 		return
 	}
+	s.forgetSignatures()
+}
+
+// forgetSignatures drops every signature; see boundSignatures.
+func (s *State) forgetSignatures() {
 	s.sigs = make(map[string]int32) // a cleared map would keep its room
 	for i := range s.Nodes {
 		s.Nodes[i].sig, s.Nodes[i].sigMix = -1, -1
