@@ -424,6 +424,8 @@ type Grouping interface {
 	// Awaiting reports whether the pod waits for its derived group, and
 	// with an error why that group cannot be made.
 	Awaiting(p *corev1.Pod) (bool, error)
+	// Forget drops a deleted pod from those waiting for their group.
+	Forget(p *corev1.Pod)
 }
 
 // regroup asks again whether a pod waits for its derived group: the
@@ -665,6 +667,9 @@ func (c *clusterCache) deletePod(p *corev1.Pod) {
 	delete(c.pods, key)
 	delete(c.assumed, key)
 	delete(c.nsSelectors, key)
+	if c.grouping != nil {
+		c.grouping.Forget(p)
+	}
 	c.poke()
 }
 

@@ -152,6 +152,7 @@ func TestQueueNamespaceSelector(t *testing.T) {
 type mirrorGrouping struct{}
 
 func (mirrorGrouping) Awaiting(*corev1.Pod) (bool, error) { return true, nil }
+func (mirrorGrouping) Forget(*corev1.Pod)                 {}
 
 // A pod that names a Volcano PodGroup the grouping mirrored waits, with no
 // condition, until the cache has the mirrored PodGroup, then is scheduled
@@ -214,5 +215,27 @@ func TestBoundGangCountsInItsGroupsQueue(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("%d running allocations, want 2", n)
+	}
+}
+
+// forgetting records the pods the cache tells the grouping are gone.
+type forgetting struct {
+	mirrorGrouping
+	forgot []string
+}
+
+func (g *forgetting) Forget(p *corev1.Pod) { g.forgot = append(g.forgot, podKey(p)) }
+
+// A deleted pod is forgotten by the grouping too, which would otherwise
+// keep it waiting for its workload's group after it is gone.
+func TestDeletedPodIsForgottenByTheGrouping(t *testing.T) {
+	c := newClusterCache("gpuplane-scheduler")
+	g := &forgetting{}
+	c.grouping = g
+	p := newPod("ml", "w-0").GPUs(1).Obj()
+	c.upsertPod(p)
+	c.deletePod(p)
+	if len(g.forgot) != 1 || g.forgot[0] != "ml/w-0" {
+		t.Fatalf("the grouping was told %v; want ml/w-0 forgotten", g.forgot)
 	}
 }

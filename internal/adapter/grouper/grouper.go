@@ -261,18 +261,9 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 		p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false, nil
 	}
-	var k ownerKey
-	named, _ := v1alpha1.PodGroupName(p.Labels, p.Annotations)
-	switch {
-	case named.From.Name == v1alpha1.VolcanoGroupAnnotation && named.From.Annotation:
-		k = volcanoKey(p.Namespace, named.Value)
-	case named.Value != "":
+	k, ok := g.keyOf(p)
+	if !ok {
 		return false, nil
-	default:
-		var ok bool
-		if k, ok = groupRef(p, g.cfg.WorkloadAPIVersion); !ok {
-			return false, nil
-		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -313,6 +304,48 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 		// A group or a queue: the pod waits for its label. Neither: it
 		// goes alone.
 		return d.needsLabel(p), nil
+	}
+}
+
+// keyOf is the workload a pod's group is derived from: the Volcano
+// PodGroup its annotation names, the Workload API PodGroup it names, or
+// its controller owner; false when its labels name its group, or nothing
+// owns it.
+func (g *Grouper) keyOf(p *corev1.Pod) (ownerKey, bool) {
+	named, _ := v1alpha1.PodGroupName(p.Labels, p.Annotations)
+	switch {
+	case named.From.Name == v1alpha1.VolcanoGroupAnnotation && named.From.Annotation:
+		return volcanoKey(p.Namespace, named.Value), true
+	case named.Value != "":
+		return ownerKey{}, false
+	}
+	return groupRef(p, g.cfg.WorkloadAPIVersion)
+}
+
+// Forget drops a deleted pod from those waiting for its group or held
+// with its workload's error. A workload left with none held is asked for
+// no more, and its decision is forgotten in time (forgetOld): a workload
+// whose group cannot be made, deleted with its pods, would otherwise be
+// looked up every decisionTTL for as long as the scheduler runs.
+func (g *Grouper) Forget(p *corev1.Pod) {
+	k, ok := g.keyOf(p)
+	if !ok {
+		return
+	}
+	name := p.Namespace + "/" + p.Name
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if w := g.waiting[k.UID]; w != nil {
+		delete(w, name)
+		if len(w) == 0 {
+			delete(g.waiting, k.UID)
+		}
+	}
+	if h := g.held[k.UID]; h != nil {
+		delete(h.pods, name)
+		if len(h.pods) == 0 {
+			delete(g.held, k.UID)
+		}
 	}
 }
 
@@ -445,9 +478,11 @@ func (g *Grouper) process(ctx context.Context, k ownerKey) error {
 		g.holdLocked(k, ps...)
 	}
 	notify := g.notify
+	holding := g.held[k.UID] != nil
 	g.mu.Unlock()
-	if (fresh && d.err != nil) || failedAny {
-		// The workload or the rule may be fixed without a pod changing.
+	if ((fresh && d.err != nil) || failedAny) && holding {
+		// The workload or the rule may be fixed without a pod changing;
+		// once its pods are gone (Forget), nothing asks.
 		g.queue.AddAfter(k, decisionTTL)
 	}
 	for _, p := range reask {
