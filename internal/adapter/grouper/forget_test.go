@@ -86,6 +86,16 @@ func TestDeletedPodsOfAFailedWorkloadAreForgotten(t *testing.T) {
 	if q.after != 1 {
 		t.Fatalf("with no pod left the workload was asked for again later (%d times in all)", q.after)
 	}
+	// A pod made again (a Job replaces its pods) is held with the error,
+	// and the retry starts again for it.
+	p2 := pod("w-2")
+	if aw, err := g.Awaiting(p2); !aw || err == nil {
+		t.Fatalf("w-2: awaiting %v, %v; want it held with the workload's error", aw, err)
+	}
+	if q.after != 2 {
+		t.Fatalf("w-2 held with no retry to come (asked again later %d times in all)", q.after)
+	}
+	g.Forget(p2)
 	now = now.Add(forgetAfter + time.Second)
 	g.forgetOld()
 	if _, ok := g.decisions[k.UID]; ok {

@@ -295,7 +295,11 @@ func (g *Grouper) Awaiting(p *corev1.Pod) (bool, error) {
 	case d.err != nil:
 		// Held with the workload's error, and settled with the others
 		// when the decision is made anew (a rule fixed, the retry):
-		// nothing else would ask for it again.
+		// nothing else would ask for it again. The first held since the
+		// workload's pods went (Forget) starts the retry again.
+		if g.held[k.UID] == nil {
+			g.queue.AddAfter(k, decisionTTL)
+		}
 		g.holdLocked(k, wp)
 		return true, d.err
 	case d.mirror:
