@@ -20,7 +20,13 @@ func gpuNode(name string, cpu int64, gpus int) model.Node {
 // bestFitPlacer is a best-fit Placer on st.
 func bestFitPlacer(t *testing.T, st *State) *Placer {
 	t.Helper()
-	pol, err := NewPolicy("bestfit", PolicyEnv{})
+	return policyPlacer(t, st, "bestfit")
+}
+
+// policyPlacer is a Placer on st under the policy named.
+func policyPlacer(t *testing.T, st *State, policy string) *Placer {
+	t.Helper()
+	pol, err := NewPolicy(policy, PolicyEnv{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,6 +35,13 @@ func bestFitPlacer(t *testing.T, st *State) *Placer {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// placedPod is a pod a test assigned to a state, to release later.
+type placedPod struct {
+	node   int
+	req    *model.Request
+	shares []model.GPUShare
 }
 
 func TestStateAssignRollback(t *testing.T) {
@@ -750,24 +763,8 @@ func TestSignatureTableStartsOverUnchanged(t *testing.T) {
 		}
 		small, whole := NewState(nodes), NewState(nodes)
 		small.sigLimit = 40
-		placer := func(st *State) *Placer {
-			pol, err := NewPolicy(policy, PolicyEnv{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := NewPlacer(st, pol)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return p
-		}
-		ps, pw := placer(small), placer(whole)
-		type running struct {
-			node   int
-			req    *model.Request
-			shares []model.GPUShare
-		}
-		var live []running
+		ps, pw := policyPlacer(t, small, policy), policyPlacer(t, whole, policy)
+		var live []placedPod
 		cpus := []int64{100, 250, 500, 1000, 2000, 4000}
 		milli := []int64{0, 250, 500, 1000}
 		for step := range 20000 {
@@ -797,7 +794,7 @@ func TestSignatureTableStartsOverUnchanged(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			live = append(live, running{got.Node, req, got.Shares})
+			live = append(live, placedPod{got.Node, req, got.Shares})
 		}
 		if small.sigEpoch == 0 {
 			t.Fatalf("%s: the table never started over (%d signatures): the test shows nothing", policy, len(small.sigs))
@@ -820,12 +817,7 @@ func TestShapeCachesBoundedUnchanged(t *testing.T) {
 	all, few, forgetful := bestFitPlacer(t, st), bestFitPlacer(t, st), bestFitPlacer(t, st)
 	few.maxShapes = 3
 	forgetful.maxShapeIDs = 5
-	type running struct {
-		node   int
-		req    *model.Request
-		shares []model.GPUShare
-	}
-	var live []running
+	var live []placedPod
 	for step := range 20000 {
 		if len(live) > 120 || len(live) > 0 && rng.IntN(3) == 0 {
 			k := rng.IntN(len(live))
@@ -858,7 +850,7 @@ func TestShapeCachesBoundedUnchanged(t *testing.T) {
 			if err := st.Assign(want.Node, req, want.Shares); err != nil {
 				t.Fatal(err)
 			}
-			live = append(live, running{want.Node, req, want.Shares})
+			live = append(live, placedPod{want.Node, req, want.Shares})
 		}
 	}
 	if len(all.caches) <= few.maxShapes {
@@ -885,11 +877,7 @@ func TestClassTableStartsOverUnchanged(t *testing.T) {
 	small, whole := NewState(na), NewState(nb)
 	small.classLimit = 16 // above the 12 nodes' own classes
 	ps, pw := bestFitPlacer(t, small), bestFitPlacer(t, whole)
-	type running struct {
-		req    *model.Request
-		shares []model.GPUShare
-	}
-	on := make([][]running, len(na))
+	on := make([][]placedPod, len(na))
 	for step := range 4000 {
 		switch rng.IntN(3) {
 		case 0: // a node relabelled, its pods released and put back
@@ -936,7 +924,7 @@ func TestClassTableStartsOverUnchanged(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			on[got.Node] = append(on[got.Node], running{req, got.Shares})
+			on[got.Node] = append(on[got.Node], placedPod{got.Node, req, got.Shares})
 		}
 		if len(small.classes) > small.classLimit {
 			t.Fatalf("step %d: %d classes kept, bound %d", step, len(small.classes), small.classLimit)
