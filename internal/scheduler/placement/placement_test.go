@@ -716,8 +716,8 @@ func TestPlaceInSkipsAsClosingDoes(t *testing.T) {
 			skip[n] = true
 			b.Close(n)
 		}
-		if trial%7 == 0 {
-			skip[rng.IntN(len(nodes))] = false // named, not skipped
+		if n := rng.IntN(len(nodes)); trial%7 == 0 && !skip[n] {
+			skip[n] = false // named, not skipped
 		}
 		every := make([]int32, len(nodes))
 		for i := range every {
