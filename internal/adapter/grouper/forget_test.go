@@ -49,6 +49,7 @@ func TestDeletedPodsOfAFailedWorkloadAreForgotten(t *testing.T) {
 	}
 	q := &countingQueue{TypedRateLimitingInterface: g.queue}
 	g.queue = q
+	defer q.ShutDown() // and the retries queued with it
 	now := time.Unix(1000, 0)
 	g.now = func() time.Time { return now }
 	g.OnSettled(func(string, string) {})
