@@ -852,10 +852,42 @@ func TestShapeCachesBoundedUnchanged(t *testing.T) {
 			}
 			live = append(live, placedPod{want.Node, req, want.Shares})
 		}
+		st.Commit() // a cycle a pod
 	}
 	if len(all.caches) <= few.maxShapes {
 		t.Fatalf("only %d shapes asked for: the bound was never reached", len(all.caches))
 	}
+
+	// One cycle placing more shapes than the bound, each twice: every
+	// cache stays for the cycle, so each shape is filled once.
+	st.Commit()
+	shapesNow := func(k int) *model.Request { return &model.Request{MilliCPU: int64(7000 + k), MemoryMiB: 1024, GPUs: 1} }
+	var first []*shapeCache
+	for k := range 10 {
+		few.Place(shapesNow(k))
+		first = append(first, few.caches[few.reqIDs[shapeKey(few, shapesNow(k))]])
+	}
+	for k := range 10 {
+		few.Place(shapesNow(k))
+		if c := few.caches[few.reqIDs[shapeKey(few, shapesNow(k))]]; c != first[k] {
+			t.Fatalf("shape %d was filled again within the cycle that filled it", k)
+		}
+	}
+	if few.live != 10 {
+		t.Fatalf("%d caches held in a cycle that read 10", few.live)
+	}
+	// The next cycle's first fill brings them back under the bound.
+	st.Commit()
+	few.Place(shapesNow(10))
+	if few.live > few.maxShapes {
+		t.Fatalf("%d caches held after the cycle, bound %d", few.live, few.maxShapes)
+	}
+}
+
+// shapeKey is the key p.shape interns req by.
+func shapeKey(p *Placer, req *model.Request) string {
+	p.shape(req)
+	return p.keyBuf.String()
 }
 
 // Nodes relabelled again and again keep the class table bounded, and a

@@ -61,16 +61,19 @@ type shapeCache struct {
 	room []int32
 	// tie is the placer's tie order when the cache was filled.
 	tie []int32
-	// used is the placer's tick when the cache was last read.
-	used uint64
+	// used is the placer's tick when the cache was last read, and commit
+	// the state's commits then (the cycle it was read in).
+	used, commit uint64
 }
 
 // A shape cache takes room in proportion to the nodes (about 28 bytes a
 // node), and pods ask for many shapes over a scheduler's life: every
 // distinct CPU and memory request is one. shapeBudget bounds the node
 // entries all caches hold together, so at most shapeBudget/nodes shapes
-// (and never fewer than minShapes) keep a cache; past it the cache unused
-// longest goes, to be filled again if its shape comes back. shapeIDLimit
+// (and never fewer than minShapes) keep a cache; past it the caches unused
+// longest go, to be filled again if their shapes come back. A cache read
+// in the cycle under way stays until it ends, so that a cycle placing
+// more shapes than that fills each once, not once per pod. shapeIDLimit
 // bounds the shapes a Placer tells apart: past it, every shape, cache and
 // memo starts over.
 const (
@@ -127,7 +130,7 @@ func (p *Placer) cache(req *model.Request) *shapeCache {
 	if c == nil {
 		c = p.fill(req, rid)
 	} else {
-		c.used = p.tick
+		c.used, c.commit = p.tick, p.st.commits
 		changed, pos := p.st.Changes(c.pos)
 		if len(changed) >= len(p.st.Nodes) {
 			c = p.fill(req, rid)
@@ -203,20 +206,23 @@ func (p *Placer) forgetShapes() {
 	p.memo = map[memoKey]memoVal{}
 }
 
-// makeRoom drops the shape cache unused longest when the caches held are
-// at maxShapes, before another is filled.
+// makeRoom drops the shape caches unused longest, before another is
+// filled, until fewer than maxShapes are held; none read in the cycle
+// under way goes.
 func (p *Placer) makeRoom() {
-	if p.live < p.maxShapes {
-		return
-	}
-	oldest := -1
-	for rid, c := range p.caches {
-		if c != nil && (oldest < 0 || c.used < p.caches[oldest].used) {
-			oldest = rid
+	for p.live >= p.maxShapes {
+		oldest := -1
+		for rid, c := range p.caches {
+			if c != nil && c.commit != p.st.commits && (oldest < 0 || c.used < p.caches[oldest].used) {
+				oldest = rid
+			}
 		}
+		if oldest < 0 {
+			return // every cache held was read in this cycle
+		}
+		p.caches[oldest] = nil
+		p.live--
 	}
-	p.caches[oldest] = nil
-	p.live--
 }
 
 func (p *Placer) fill(req *model.Request, rid int) *shapeCache {
@@ -225,7 +231,7 @@ func (p *Placer) fill(req *model.Request, rid int) *shapeCache {
 		p.live++
 	}
 	n := len(p.st.Nodes)
-	c := &shapeCache{best: make([]memoVal, n), size: 1, tie: p.tie, used: p.tick}
+	c := &shapeCache{best: make([]memoVal, n), size: 1, tie: p.tie, used: p.tick, commit: p.st.commits}
 	for c.size < n {
 		c.size *= 2
 	}

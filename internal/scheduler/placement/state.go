@@ -91,6 +91,9 @@ type State struct {
 	// journalPeak is the journal's longest since the last Commit;
 	// journalIdle counts the commits in a row that used little of it.
 	journalPeak, journalIdle int
+	// commits counts Commit's calls: a scheduling cycle is the time
+	// between two.
+	commits uint64
 	// changed logs node indexes in change order; placers read it to
 	// re-score only what changed. Positions count from the State's start:
 	// changed[0] is position changedBase (Commit trims the log).
@@ -382,6 +385,7 @@ func (s *State) Rollback(m Mark) {
 // the change log is long it is trimmed: a reader behind it then sees every
 // node as changed (Changes).
 func (s *State) Commit() {
+	s.commits++
 	// The journal's array is reused from cycle to cycle, cleared as far as
 	// it was used, so that its entries keep no shares or requests alive.
 	// A cycle that placed a large backlog leaves a long array behind
