@@ -126,10 +126,13 @@ func BenchmarkCyclePolicies(b *testing.B) {
 }
 
 // measuredCycle is the cycle BenchmarkCyclePolicies times, in a function
-// of its own so that a tool counting instructions can count it alone:
+// of its own so that a tool counting instructions can count it alone (one
+// P and no asynchronous preemption: callgrind stops at Go's preemption
+// signals):
 //
-//	GOGC=off valgrind --tool=callgrind --toggle-collect='*scheduler_test.measuredCycle' \
-//	  ./core.test -test.run '^$' -test.bench 'CyclePolicies/moves/on$' -test.benchtime 5x
+//	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 GOGC=off valgrind --tool=callgrind \
+//	  --toggle-collect='*scheduler_test.measuredCycle' \
+//	  ./core.test -test.run '^$' -test.bench 'CyclePolicies/moves/on$' -test.benchtime 1x
 //
 //go:noinline
 func measuredCycle(s *scheduler.Scheduler, snap *model.Snapshot) (model.Decisions, error) {
