@@ -312,7 +312,14 @@ type migGate struct {
 	withdrawn map[int]bool
 	gpuOf     map[string]int    // device UUID -> GPU index
 	parentOf  map[string]string // MIG device UUID -> GPU UUID
-	listeners map[chan struct{}]struct{}
+	// prevGPUOf and prevParentOf are the same of the resources served
+	// before the last: the kubelet may ask about those devices until it is
+	// sent the new ones, and a device of a GPU being re-partitioned must
+	// not look healthy meanwhile. Older ones go: MIG devices take new
+	// UUIDs at every re-partition, and would pile up.
+	prevGPUOf    map[string]int
+	prevParentOf map[string]string
+	listeners    map[chan struct{}]struct{}
 	// refreshed receives after the plugin serves a new resource set.
 	refreshed chan struct{}
 	reload    chan<- struct{}
@@ -342,18 +349,21 @@ func (g *migGate) wrap(h deviceplugin.HealthSource) deviceplugin.HealthSource {
 func (g *migGate) setResources(rs []*sharing.Resource) {
 	g.mu.Lock()
 	learned := false
+	gpuOf, parentOf := map[string]int{}, map[string]string{}
 	for _, r := range rs {
 		for _, d := range r.Devices {
 			if _, ok := g.gpuOf[d.UUID]; !ok {
 				learned = true
 			}
-			g.gpuOf[d.UUID] = d.GPUIndex
-			g.gpuOf[d.GPUUUID] = d.GPUIndex
+			gpuOf[d.UUID] = d.GPUIndex
+			gpuOf[d.GPUUUID] = d.GPUIndex
 			if d.MIG != nil {
-				g.parentOf[d.UUID] = d.GPUUUID
+				parentOf[d.UUID] = d.GPUUUID
 			}
 		}
 	}
+	g.prevGPUOf, g.prevParentOf = g.gpuOf, g.parentOf
+	g.gpuOf, g.parentOf = gpuOf, parentOf
 	if learned {
 		g.notifyLocked()
 	}
@@ -368,8 +378,14 @@ func (g *migGate) setResources(rs []*sharing.Resource) {
 func (g *migGate) Healthy(uuid string) bool {
 	g.mu.Lock()
 	idx, known := g.gpuOf[uuid]
+	if !known {
+		idx, known = g.prevGPUOf[uuid]
+	}
 	withdrawn := known && g.withdrawn[idx]
-	parent := g.parentOf[uuid]
+	parent, ok := g.parentOf[uuid]
+	if !ok {
+		parent = g.prevParentOf[uuid]
+	}
 	inner := g.inner
 	g.mu.Unlock()
 	if withdrawn {

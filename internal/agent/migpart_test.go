@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,42 @@ func TestMIGGateNewMIGDevicesBehindTheLedger(t *testing.T) {
 	g.Withdraw([]int{3})
 	if h.Healthy("MIG-new-a") {
 		t.Error("a withdrawn GPU's new MIG device is offered")
+	}
+}
+
+// Re-partitioning GPU 1 again and again gives its MIG devices new UUIDs
+// each time: the gate keeps the devices of the resources served and of
+// those served before (which the kubelet may ask about until it is sent
+// the new ones), not every device it ever saw. A device of the set before
+// on a GPU being re-partitioned stays withdrawn.
+func TestMIGGateForgetsDevicesOfOldPartitions(t *testing.T) {
+	inner := &fakeHealth{healthy: map[string]bool{}, ch: make(chan struct{}, 1)}
+	g := newMIGGate(make(chan struct{}, 1))
+	h := g.wrap(inner)
+	set := func(gen int) []*sharing.Resource {
+		var devs []sharing.Device
+		for k := range 7 {
+			id := fmt.Sprintf("MIG-%d-%d", gen, k)
+			inner.healthy[id] = true
+			devs = append(devs, sharing.Device{ID: id, UUID: id, GPUIndex: 1, GPUUUID: "GPU-1", MIG: &gpu.MIGDevice{}})
+		}
+		return []*sharing.Resource{{Name: "nvidia.com/mig-1g.10gb", Devices: devs}}
+	}
+	for gen := range 50 {
+		g.setResources(set(gen))
+		if n := len(g.gpuOf) + len(g.prevGPUOf); n > 2*8 {
+			t.Fatalf("generation %d: %d devices kept, want at most the two sets served last (16)", gen, n)
+		}
+	}
+	g.Withdraw([]int{1})
+	if h.Healthy("MIG-48-0") {
+		t.Error("a device of the set served before, on a GPU being re-partitioned, looks healthy")
+	}
+	if h.Healthy("MIG-49-0") {
+		t.Error("a device of the set served, on a GPU being re-partitioned, looks healthy")
+	}
+	g.Withdraw(nil)
+	if !h.Healthy("MIG-49-0") {
+		t.Error("a device served is unhealthy with nothing withdrawn")
 	}
 }
