@@ -101,19 +101,21 @@ func (c *cycle) rebase(p *pending, plan []model.Bind) ([]model.Bind, bool) {
 // as though placed. finish gives it back.
 func (c *cycle) reserve(p *pending, plan []model.Bind) {
 	for _, b := range plan {
-		if t, ok := c.keepRest(b.NodeIndex, podOf(p, b.Pod).Request.Alt(b.Alternative), b.GPUs); ok {
+		if t, ok := c.keepRest(b.NodeIndex, podOf(p, b.Pod).Request.Alt(b.Alternative), b.GPUs, nil); ok {
 			c.held = append(c.held, t)
 		}
 	}
 }
 
 // keepRest takes what is free of req and shares on node i for the rest
-// of the cycle (placement.State.Rest) and returns it; ok is false when the
-// state refused it.
-func (c *cycle) keepRest(i int, req *model.Request, shares []model.GPUShare) (t taken, ok bool) {
+// of the cycle (placement.State.Rest), with vols (Rest leaves a pod's
+// volumes out, as for a pod yet to run; a running pod's stay attached),
+// and returns it; ok is false when the state refused it.
+func (c *cycle) keepRest(i int, req *model.Request, shares []model.GPUShare, vols *model.PodVolumes) (t taken, ok bool) {
 	st := c.s.st
 	t.node = i
 	t.req, t.shares = st.Rest(i, req, shares)
+	t.req.Volumes = vols
 	if st.Hold(i, &t.req, t.shares) != nil {
 		return t, false
 	}
@@ -204,7 +206,7 @@ func (c *cycle) rests(n int, f func(k int, t taken)) {
 		if v.ps.node != n {
 			continue
 		}
-		t, _ := c.keepRest(n, &v.ps.a.Request, v.ps.a.GPUs) // within what is free: it fits
+		t, _ := c.keepRest(n, &v.ps.a.Request, v.ps.a.GPUs, nil) // within what is free: it fits
 		f(k, t)
 	}
 	st.Rollback(mark)
@@ -260,12 +262,7 @@ func (c *cycle) waitExiting(p *pending) bool {
 		if st.Hold(ps.node, &ps.a.Request, ps.a.GPUs) == nil {
 			continue
 		}
-		// Its volumes stay attached too (Rest leaves them out, for a
-		// pod yet to run).
-		t := taken{node: ps.node}
-		t.req, t.shares = st.Rest(ps.node, &ps.a.Request, ps.a.GPUs)
-		t.req.Volumes = ps.a.Request.Volumes
-		_ = st.Hold(ps.node, &t.req, t.shares) // within what is free: it fits
+		t, _ := c.keepRest(ps.node, &ps.a.Request, ps.a.GPUs, ps.a.Request.Volumes) // within what is free: it fits
 		c.exited = append(c.exited, exitRest{ps: ps, rest: t})
 		victims = append(victims, ps.a.Pod)
 	}
