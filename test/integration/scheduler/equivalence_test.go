@@ -159,10 +159,8 @@ func schedule(t *testing.T, never, slow bool) outcome {
 			if err != nil {
 				return false, err
 			}
-			for name, p := range ps {
-				if p.DeletionTimestamp != nil {
-					victim = name
-				}
+			if deleting := beingDeleted(ps); len(deleting) > 0 {
+				victim = deleting[0]
 			}
 			if u := ps["urgent"]; u != nil && u.Spec.NodeName != "" {
 				node := u.Spec.NodeName

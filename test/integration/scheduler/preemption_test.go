@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/gpuplane/gpuplane/api/scheduling/v1alpha1"
@@ -190,7 +189,7 @@ func TestPreemptionNoticeThenEviction(t *testing.T) {
 // time, the exiting victim included, and the other low-priority pod
 // stays.
 func TestNoPodBoundOnAnExitingVictimsGPUs(t *testing.T) {
-	c, q, low, high := twoPreemptors(t, "vacate")
+	c, q, low, high := twoPreemptors(t, "vacate", 2)
 	for i := range 2 {
 		c.prioritized(fmt.Sprintf("low-%d", i), q, low, "low", 4, nil)
 	}
@@ -212,7 +211,7 @@ func TestNoPodBoundOnAnExitingVictimsGPUs(t *testing.T) {
 // it): both repelling pods are bound once the victim is gone, and the
 // third pod stays.
 func TestEvictedPodStillRepelsUntilItExits(t *testing.T) {
-	c, q, low, high := twoPreemptors(t, "repel")
+	c, q, low, high := twoPreemptors(t, "repel", 0)
 	for _, app := range []string{"v", "w"} {
 		c.prioritized(app, q, low, app, 1, nil)
 	}
@@ -251,15 +250,32 @@ func TestEvictedPodStillRepelsUntilItExits(t *testing.T) {
 }
 
 // twoPreemptors is a cluster of one 8-GPU node named after prefix, a
-// Queue q, and PriorityClasses low (100) and high (1000): the pods that
-// run first, and the preemptors that come for their room.
-func twoPreemptors(t *testing.T, prefix string) (c *cluster, q, low, high string) {
+// Queue q whose evicted pods get grace seconds to exit (0: the pods'
+// own), and PriorityClasses low (100) and high (1000): the pods that run
+// first, and the preemptors that come for their room.
+func twoPreemptors(t *testing.T, prefix string, grace int64) (c *cluster, q, low, high string) {
 	c = newCluster(t, gpuNodes(1, prefix)...)
 	q = prefix + "-" + c.ns
-	c.policyQueue(build.Queue(q).Obj())
+	qb := build.Queue(q)
+	if grace > 0 {
+		qb = qb.PreemptionGrace(grace)
+	}
+	c.policyQueue(qb.Obj())
 	low, high = prefix+"-low-"+c.ns, prefix+"-high-"+c.ns
 	priorityClasses(t, map[string]int32{low: 100, high: 1000})
 	return c, q, low, high
+}
+
+// beingDeleted lists, in order, the pods of ps being deleted.
+func beingDeleted(ps map[string]*corev1.Pod) []string {
+	var out []string
+	for name, p := range ps {
+		if p.DeletionTimestamp != nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // bothBoundForOneVictim waits for both preemptors (app=high) to be bound
@@ -280,32 +296,19 @@ func (c *cluster) bothBoundForOneVictim() {
 // two pods. A finalizer keeps the victim being deleted until the test
 // lets it go.
 func TestLaterPreemptorWaitsForAnExitingVictim(t *testing.T) {
-	c, q, low, high := twoPreemptors(t, "exiting")
-	const hold = "test.gpuplane.io/hold"
-	release := func(name string) {
-		_, err := env.Client.CoreV1().Pods(c.ns).Patch(context.Background(), name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("releasing %s: %v", name, err)
-		}
-	}
+	c, q, low, high := twoPreemptors(t, "exiting", 0)
 	for i := range 2 {
 		name := fmt.Sprintf("low-%d", i)
 		p := c.pod(name).GPUs(4).Label("app", "low").Label(v1alpha1.QueueLabel, q).Obj()
-		p.Spec.PriorityClassName, p.Finalizers = low, []string{hold}
+		p.Spec.PriorityClassName, p.Finalizers = low, []string{holdFinalizer}
 		c.createPod(p)
-		t.Cleanup(func() { release(name) })
+		t.Cleanup(func() { releaseFinalizer(c, name) })
 	}
 	c.run(adapter.Config{})
 	c.waitBound("app=low", 2, 30*time.Second)
 	c.alwaysPods("no GPU held by two pods", "", exclusiveGPUs)
 	c.alwaysPods("one low-priority pod evicted at most", "app=low", func(ps map[string]*corev1.Pod) error {
-		var deleting []string
-		for name, p := range ps {
-			if p.DeletionTimestamp != nil {
-				deleting = append(deleting, name)
-			}
-		}
-		if slices.Sort(deleting); len(deleting) > 1 {
+		if deleting := beingDeleted(ps); len(deleting) > 1 {
 			return fmt.Errorf("pods %v all evicted, where one made room for both preemptors", deleting)
 		}
 		return nil
@@ -317,11 +320,9 @@ func TestLaterPreemptorWaitsForAnExitingVictim(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		for name, p := range ps {
-			if p.DeletionTimestamp != nil {
-				victim = name
-				return true, nil
-			}
+		if deleting := beingDeleted(ps); len(deleting) > 0 {
+			victim = deleting[0]
+			return true, nil
 		}
 		return false, fmt.Errorf("%d low-priority pods, none being deleted", len(ps))
 	})
@@ -335,7 +336,7 @@ func TestLaterPreemptorWaitsForAnExitingVictim(t *testing.T) {
 		c.failIfBroken()
 		return time.Now().After(quiet), nil
 	})
-	release(victim)
+	releaseFinalizer(c, victim)
 	c.bothBoundForOneVictim()
 }
 
