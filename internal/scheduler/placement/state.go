@@ -182,7 +182,10 @@ func (s *State) Relabel(i int) error {
 // classOf interns everything static about a node that placement reads.
 func (s *State) classOf(n *model.Node) int32 {
 	key := classKey(n)
-	if _, ok := s.classes[key]; !ok && len(s.classes) >= s.classLimit {
+	if id, ok := s.classes[key]; ok {
+		return id
+	}
+	if len(s.classes) >= s.classLimit {
 		s.forgetClasses()
 	}
 	return s.internClass(key)
