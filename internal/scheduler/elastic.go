@@ -82,9 +82,6 @@ func (c *cycle) shrinkCandidates(p *pending, m evictMode) []*runningGroup {
 		key float64
 	}
 	var out []keyed
-	if m == preempt && c.minPrio[p.q] >= int64(p.g.Priority) {
-		return nil // nothing of lower priority runs in p's queue
-	}
 	c.feasible.reset(c.s.st, p.g)
 	add := func(q int, key float64) {
 		for _, e := range c.leaves[q] {

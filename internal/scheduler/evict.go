@@ -270,6 +270,9 @@ func (c *cycle) useful(rg *runningGroup) bool {
 // queue does not allow m) it only finds out whether p would fit, notes
 // that on p for its Unplaced reason, and rolls back.
 func (c *cycle) tryEvict(p *pending, m evictMode, forbidden bool) bool {
+	if m == preempt && c.minPrio[p.q] >= int64(p.g.Priority) {
+		return false // nothing of lower priority runs in p's queue to shrink or evict
+	}
 	// Elastic groups give up their members above their minimum before any
 	// group is evicted whole (elastic.go).
 	if !forbidden && c.tryShrink(p, m) {
