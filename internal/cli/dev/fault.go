@@ -152,15 +152,25 @@ func runFault(ctx context.Context, d stateDir, node string, f *faultFlags, out i
 	return err
 }
 
-// freeLoopbackAddr returns a loopback address with a port free right now.
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("finding a free port for an agent's fault controls: %w", err)
+// freeLoopbackAddrs returns n loopback addresses with ports free right
+// now, each a different one: every port is held until all are found, so
+// the kernel cannot hand the same one out twice, as it may to ports
+// asked for one after another.
+func freeLoopbackAddrs(n int) ([]string, error) {
+	var addrs []string
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port for an agent: %w", err)
+		}
+		held = append(held, l)
+		addrs = append(addrs, l.Addr().String())
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", fmt.Errorf("finding a free port for an agent's fault controls: %w", err)
-	}
-	return addr, nil
+	return addrs, nil
 }

@@ -77,3 +77,20 @@ func TestRunFaultReachesTheAgent(t *testing.T) {
 		t.Fatalf("GPU 12 of a DGX: %v", err)
 	}
 }
+
+// The ports found for the agents are each a different one, held until all
+// are found: two agents, or one agent's fault controls and its metrics,
+// never get the same port.
+func TestFreeLoopbackAddrsDiffer(t *testing.T) {
+	addrs, err := freeLoopbackAddrs(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if seen[a] || !strings.HasPrefix(a, "127.0.0.1:") {
+			t.Fatalf("address %q given twice or not on loopback, among %v", a, addrs)
+		}
+		seen[a] = true
+	}
+}

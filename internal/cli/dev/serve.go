@@ -253,6 +253,15 @@ func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPla
 			return err
 		}
 	}
+	// Every agent's fault controls' and metrics' ports, found together so
+	// that no two are the same.
+	var addrs []string
+	if !chart {
+		var err error
+		if addrs, err = freeLoopbackAddrs(2 * len(s.spec.Nodes)); err != nil {
+			return err
+		}
+	}
 	for i, n := range s.spec.Nodes {
 		cfg := nodesim.Config{
 			NodeName: n.Name, Dir: s.dir.path(filepath.Join("n", strconv.Itoa(i))), Client: client,
@@ -265,12 +274,9 @@ func (s *supervisor) startNodes(ctx context.Context, cp *localcluster.ControlPla
 			s.chartNode(&cfg, n, cp)
 		} else {
 			s.step("starting node %s (%s) with gpuplane-agent", n.Name, n.Profile)
-			control, err := freeLoopbackAddr()
-			if err != nil {
-				return err
-			}
+			control := addrs[2*i]
 			cfg.Agent = &nodesim.AgentConfig{
-				Binary: s.spec.AgentBinary, Profile: n.SimProfile, ConfigFile: n.AgentConfig,
+				Binary: s.spec.AgentBinary, Profile: n.SimProfile, ConfigFile: n.AgentConfig, MetricsAddr: addrs[2*i+1],
 				Kubeconfig: cp.Kubeconfig(), LogPath: s.dir.path("agent-" + n.Name + ".log"), DRA: s.spec.DRA,
 				// gpuplane dev fault reaches the simulated GPUs at the
 				// control address; declarative MIG is on, as the chart
